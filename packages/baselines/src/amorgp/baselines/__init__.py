@@ -1,0 +1,3 @@
+"""GP hyperparameter baselines for amorgp: Type-2 ML, MAP, SVGP, ADVI."""
+
+__all__: list[str] = []

@@ -1,0 +1,38 @@
+"""amorgp.kernel_grammar: base kernels, parameter specs, priors, transforms and the kernel grammar."""
+
+from amorgp.kernel_grammar.priors import Exponential, Gamma, Prior
+from amorgp.kernel_grammar.registry import (
+    ELEMENTARY,
+    EXTENDED_VOCABULARY,
+    NOISE,
+    PAPER_VOCABULARY,
+    BaseSymbol,
+    ElementaryKernel,
+    ParamSpec,
+    Vocabulary,
+    base_symbol,
+    canonical_symbol_name,
+    register_elementary,
+)
+from amorgp.kernel_grammar.transforms import FLOORS, ParamKind, positive, positive_inverse
+
+__all__ = [
+    "ELEMENTARY",
+    "EXTENDED_VOCABULARY",
+    "FLOORS",
+    "NOISE",
+    "PAPER_VOCABULARY",
+    "BaseSymbol",
+    "ElementaryKernel",
+    "Exponential",
+    "Gamma",
+    "ParamKind",
+    "ParamSpec",
+    "Prior",
+    "Vocabulary",
+    "base_symbol",
+    "canonical_symbol_name",
+    "positive",
+    "positive_inverse",
+    "register_elementary",
+]
