@@ -85,7 +85,7 @@ def tests_slow(session: nox.Session, package: str) -> None:
 
 
 @nox.session(python=PYTHON)
-@nox.parametrize("package", EXISTING)
+@nox.parametrize("package", [n for n in EXISTING if PACKAGES[n][1]])
 def tests_cuda(session: nox.Session, package: str) -> None:
     """Tests marked ``cuda``; skipped where no CUDA device is visible."""
     _install_packages(session, [package], extra="test")
