@@ -1,0 +1,364 @@
+"""The amortization network g(D, S) -> (theta_S, sigma^2) of Bitzer et al. (2023).
+
+Shapes (padded batch contract, ARCHITECTURE §3): ``B`` datasets, ``N`` points,
+``D`` input dimensions, ``L`` addends per dimension, ``P`` parameter slots,
+``H`` dataset-encoder width, ``K`` kernel-token width.
+
+Dataset encoder (the paper's nine steps)::
+
+    X (B,N,D), y (B,N) -> per-dimension sequences (x_j^(i), y_j)   (B,D,N,2)
+      -> element-wise linear                                        (B,D,N,H)
+      -> shared Transformer over points within each dimension       (B,D,N,H)
+      -> masked mean over dimensions                                (B,N,H)
+      -> Transformer over points                                    (B,N,H)
+      -> concatenate back to every dimension, linear 2H -> H        (B,D,N,H)
+      -> shared Transformer over points within each dimension       (B,D,N,H)
+      -> masked mean over points                                    (B,D,H)
+      -> Transformer over dimensions                                h (B,D,H)
+
+Kernel encoder-decoder::
+
+    symbols (B,D,L) -> embedding (one-hot times a matrix)           (B,D,L,K)
+      -> Kernel-Encoder-Blocks with context h_i                     (B,D,L,K)
+      -> masked mean over symbols, Transformer over dimensions      v (B,D,K)
+      -> Kernel-Encoder-Blocks with context [h_i, v_i]              (B,D,L,K)
+
+Heads: one MLP per base symbol (all tokens at once) -> raw ``(B,D,L,P)`` ->
+``positive(raw, kind)`` of kernel-grammar per slot; the noise head reads the
+masked means of ``v`` and ``h`` -> ``sigma^2 (B,)``.
+
+Output parameterisation: each head's last bias starts at
+``positive_inverse(prior mean)`` of its slot, so an untrained network predicts
+the prior means, and the head output is a correction in softplus space, which
+is log space for values well below 1 (lengthscales, noise), so relative errors
+are learned at the same rate on every scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.layers import KernelEncoderBlock, TransformerStack, masked_mean, zero_padded
+from amorgp.kernel_grammar import NOISE, ParamKind, Vocabulary, positive, positive_inverse
+
+__all__ = [
+    "AmortizedGP",
+    "DatasetEncoder",
+    "KernelEncoderDecoder",
+    "NoiseHead",
+    "Prediction",
+    "SymbolHeads",
+    "build_model",
+    "check_inputs",
+]
+
+UNUSED_SLOT_VALUE = 1.0
+
+
+@dataclass
+class Prediction:
+    """Predicted GP hyperparameters in the padded contract.
+
+    Attributes:
+        params: ``(B, D, L, P)`` positive kernel parameters, slot order as
+            ``base_symbol(name).params``; padded addends/dimensions and unused
+            slots hold 1.0.
+        noise: ``(B,)`` observation-noise variances ``sigma^2``.
+    """
+
+    params: Tensor
+    noise: Tensor
+
+
+def check_inputs(
+    X: Tensor,
+    y: Tensor,
+    point_mask: Tensor,
+    dim_mask: Tensor,
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    n_symbols: int,
+) -> None:
+    """Validate a padded batch; raises ``ValueError`` naming the problem.
+
+    Checks shapes ``X (B,N,D)``, ``y (B,N)``, ``point_mask (B,N)``, ``dim_mask (B,D)``,
+    ``symbols/symbol_mask (B,D,L)``, boolean masks, ids in ``0..n_symbols`` with
+    present addends non-padding, and finite ``X``/``y`` where present.
+    """
+    if X.ndim != 3:
+        raise ValueError(f"X must have shape (B, N, D), got {tuple(X.shape)}")
+    B, N, D = X.shape
+    expect = {
+        "y": (y, (B, N)),
+        "point_mask": (point_mask, (B, N)),
+        "dim_mask": (dim_mask, (B, D)),
+    }
+    for name, (t, shape) in expect.items():
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+    if symbols.ndim != 3 or tuple(symbols.shape[:2]) != (B, D):
+        raise ValueError(
+            f"symbols must have shape (B, D, L) = ({B}, {D}, L), got {tuple(symbols.shape)}"
+        )
+    if tuple(symbol_mask.shape) != tuple(symbols.shape):
+        raise ValueError(
+            f"symbol_mask must have the shape of symbols {tuple(symbols.shape)}, got {tuple(symbol_mask.shape)}"
+        )
+    for name, t in (
+        ("point_mask", point_mask),
+        ("dim_mask", dim_mask),
+        ("symbol_mask", symbol_mask),
+    ):
+        if t.dtype != torch.bool:
+            raise ValueError(f"{name} must be a bool tensor, got {t.dtype}")
+    if symbols.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"symbols must be an integer tensor, got {symbols.dtype}")
+    if N == 0 or D == 0 or symbols.shape[2] == 0:
+        raise ValueError(f"empty batch axes: N={N}, D={D}, L={symbols.shape[2]}")
+    if bool((symbols < 0).any()) or bool((symbols > n_symbols).any()):
+        raise ValueError(f"symbol ids must lie in 0..{n_symbols} (0 = padding)")
+    if bool((symbol_mask & (symbols == 0)).any()):
+        raise ValueError("symbol_mask marks a padding id 0 as present")
+    if bool((symbol_mask & ~dim_mask[:, :, None]).any()):
+        raise ValueError("symbol_mask marks addends of a padded dimension as present")
+    if not bool(point_mask.any(-1).all()):
+        raise ValueError("every dataset needs at least one point (a point_mask row is all False)")
+    if not bool(dim_mask.any(-1).all()):
+        raise ValueError("every dataset needs at least one dimension (a dim_mask row is all False)")
+    if not bool((symbol_mask.any(-1) == dim_mask).all()):
+        raise ValueError("every present dimension needs at least one addend in symbol_mask")
+    present = point_mask[:, :, None] & dim_mask[:, None, :]
+    if not bool(torch.isfinite(X[present]).all()):
+        raise ValueError("X contains NaN or infinite values at present entries")
+    if not bool(torch.isfinite(y[point_mask]).all()):
+        raise ValueError("y contains NaN or infinite values at present points")
+
+
+class DatasetEncoder(nn.Module):
+    """The paper's nine-step dataset encoder: ``(X, y) -> h (B, D, H)``.
+
+    See the module docstring for the steps and shapes.
+    """
+
+    def __init__(
+        self, width: int, n_heads: int, ff_mult: int, blocks: tuple[int, int, int, int]
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Linear(2, width)
+        self.within_dims = TransformerStack(blocks[0], width, n_heads, ff_mult)
+        self.across_points = TransformerStack(blocks[1], width, n_heads, ff_mult)
+        self.merge = nn.Linear(2 * width, width)
+        self.within_dims_2 = TransformerStack(blocks[2], width, n_heads, ff_mult)
+        self.across_dims = TransformerStack(blocks[3], width, n_heads, ff_mult)
+
+    def forward(self, X: Tensor, y: Tensor, point_mask: Tensor, dim_mask: Tensor) -> Tensor:
+        """``X (B,N,D)``, ``y (B,N)``, masks -> dimension embeddings ``h (B,D,H)`` (0 on padded dims)."""
+        B, N, D = X.shape
+        present = point_mask[:, :, None] & dim_mask[:, None, :]
+        x = torch.where(present, X, torch.zeros((), dtype=X.dtype, device=X.device))
+        yy = torch.where(point_mask, y, torch.zeros((), dtype=y.dtype, device=y.device))
+        pairs = torch.stack(
+            [x.transpose(1, 2), yy[:, None, :].expand(B, D, N)], dim=-1
+        )  # (B,D,N,2)
+        pts = point_mask[:, None, :].expand(B, D, N)
+        e = self.within_dims(self.embed(pairs), pts)  # (B,D,N,H)
+        dims = dim_mask[:, :, None].expand(B, D, N)
+        g = self.across_points(masked_mean(e, dims, dim=1), point_mask)  # (B,N,H)
+        c = torch.cat([e, g[:, None].expand_as(e)], dim=-1)
+        c = self.within_dims_2(self.merge(c), pts)  # (B,D,N,H)
+        hd = masked_mean(c, pts, dim=2)  # (B,D,H)
+        return self.across_dims(hd, dim_mask)
+
+
+class KernelEncoderDecoder(nn.Module):
+    """Kernel encoder-decoder: symbol tokens with dataset context -> output tokens.
+
+    Returns the output tokens ``(B, D, L, K)`` and the dimension kernel embeddings
+    ``v (B, D, K)``.
+    """
+
+    def __init__(
+        self,
+        n_symbols: int,
+        width: int,
+        data_width: int,
+        n_heads: int,
+        ff_mult: int,
+        blocks: tuple[int, int, int],
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(n_symbols + 1, width, padding_idx=0)
+        self.encoder = nn.ModuleList(
+            KernelEncoderBlock(width, data_width, n_heads, ff_mult) for _ in range(blocks[0])
+        )
+        self.across_dims = TransformerStack(blocks[1], width, n_heads, ff_mult)
+        self.decoder = nn.ModuleList(
+            KernelEncoderBlock(width, data_width + width, n_heads, ff_mult)
+            for _ in range(blocks[2])
+        )
+
+    def forward(
+        self, symbols: Tensor, symbol_mask: Tensor, h: Tensor, dim_mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        t = zero_padded(self.embed(symbols), symbol_mask)
+        for block in self.encoder:
+            t = block(t, h, symbol_mask)
+        v = self.across_dims(masked_mean(t, symbol_mask, dim=2), dim_mask)  # (B,D,K)
+        ctx = torch.cat([h, v], dim=-1)
+        for block in self.decoder:
+            t = block(t, ctx, symbol_mask)
+        return t, v
+
+
+def _kind_tables(vocab: Vocabulary) -> tuple[Tensor, Tensor, Tensor]:
+    """Kind index, slot mask and initial raw bias (prior means), each ``(V + 1, P)``."""
+    kinds, slot_mask = vocab.param_kind_table()
+    bias = np.zeros(kinds.shape, dtype=np.float64)
+    for i, sym in enumerate(vocab, start=1):
+        for j, spec in enumerate(sym.params):
+            bias[i, j] = float(positive_inverse(spec.prior.mean, spec.kind))
+    return (
+        torch.as_tensor(kinds),
+        torch.as_tensor(slot_mask),
+        torch.as_tensor(bias, dtype=torch.float32),
+    )
+
+
+class SymbolHeads(nn.Module):
+    """One two-layer MLP per base symbol, evaluated for all tokens at once.
+
+    For a token ``t (K,)`` with symbol id ``s``:
+    ``raw = W2[s]^T gelu(W1[s]^T t + b1[s]) + b2[s]`` and
+    ``theta_j = positive(raw_j, kind(s, j))``.  The first layer of every symbol is one
+    matmul ``(T, K) @ (K, V * Hh)`` followed by a gather of the token's symbol block; the
+    second gathers its ``(Hh, P)`` weights per token (no loop over symbols).
+    """
+
+    kinds: Tensor
+    slot_mask: Tensor
+
+    def __init__(self, vocab: Vocabulary, width: int, hidden: int) -> None:
+        super().__init__()
+        V, P = len(vocab), vocab.max_params
+        self.n_symbols, self.hidden, self.n_slots = V, hidden, P
+        self.w1 = nn.Parameter(torch.randn(width, V * hidden) / width**0.5)
+        self.b1 = nn.Parameter(torch.zeros(V, hidden))
+        self.w2 = nn.Parameter(torch.randn(V, hidden, P) * (0.01 / hidden**0.5))
+        kinds, slot_mask, bias = _kind_tables(vocab)
+        self.b2 = nn.Parameter(bias[1:].clone())
+        self.register_buffer("kinds", kinds, persistent=False)
+        self.register_buffer("slot_mask", slot_mask, persistent=False)
+        self.kind_list = list(ParamKind)
+        self.used_kinds = sorted({int(k) for k in kinds[slot_mask].tolist()})
+
+    def forward(self, tokens: Tensor, symbols: Tensor, symbol_mask: Tensor) -> Tensor:
+        """``tokens (B,D,L,K)``, ``symbols (B,D,L)`` -> positive parameters ``(B,D,L,P)``."""
+        lead = symbols.shape
+        t = tokens.reshape(-1, tokens.shape[-1])
+        ids = symbols.reshape(-1).long()
+        idx = (ids - 1).clamp_min(0)  # padding tokens use symbol 0's head; overwritten below
+        a = (t @ self.w1).reshape(-1, self.n_symbols, self.hidden)
+        a = torch.gather(a, 1, idx[:, None, None].expand(-1, 1, self.hidden)).squeeze(1)
+        a = nn.functional.gelu(a + self.b1[idx])
+        raw = torch.einsum("th,thp->tp", a, self.w2[idx]) + self.b2[idx]
+        raw = raw.reshape(*lead, self.n_slots)
+        kinds = self.kinds[symbols.long()]  # (B,D,L,P)
+        out = torch.full_like(raw, UNUSED_SLOT_VALUE)
+        for k in self.used_kinds:  # loop over parameter kinds (<= 6), not over data
+            out = torch.where(kinds == k, positive(raw, self.kind_list[k]), out)
+        used = self.slot_mask[symbols.long()] & symbol_mask[..., None]
+        return torch.where(used, out, torch.full_like(out, UNUSED_SLOT_VALUE))
+
+
+class NoiseHead(nn.Module):
+    """MLP ``[global kernel emb, global dataset emb] -> sigma^2 = positive(raw, noise)``."""
+
+    def __init__(self, in_width: int, hidden: int) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(in_width, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        last = self.mlp[-1]
+        assert isinstance(last, nn.Linear)
+        with torch.no_grad():
+            last.weight.mul_(0.01)
+            last.bias.fill_(float(positive_inverse(NOISE.prior.mean, NOISE.kind)))
+
+    def forward(self, features: Tensor) -> Tensor:
+        """``features (B, C)`` -> ``(B,)`` noise variances."""
+        return positive(self.mlp(features).squeeze(-1), NOISE.kind)
+
+
+class AmortizedGP(nn.Module):
+    """The structured-kernel amortization network (Bitzer et al. 2023, §3.1).
+
+    Args:
+        config: architecture (``config.model == "structured"``).
+
+    Call with a padded batch (see :meth:`forward`); returns a :class:`Prediction`.
+    """
+
+    def __init__(self, config: NetworkConfig) -> None:
+        super().__init__()
+        if config.model != "structured":
+            raise ValueError(f"AmortizedGP needs model='structured', got {config.model!r}")
+        self.config = config
+        self.vocabulary = config.vocabulary
+        c = config
+        self.dataset_encoder = DatasetEncoder(c.d_data, c.n_heads, c.ff_mult, c.data_blocks)
+        self.kernel_encoder = KernelEncoderDecoder(
+            len(c.vocabulary), c.d_kernel, c.d_data, c.n_heads, c.ff_mult, c.kernel_blocks
+        )
+        self.heads = SymbolHeads(c.vocabulary, c.d_kernel, c.head_hidden)
+        self.noise_head = NoiseHead(c.d_kernel + c.d_data, c.noise_hidden)
+
+    def forward(
+        self,
+        X: Tensor,
+        y: Tensor,
+        point_mask: Tensor,
+        dim_mask: Tensor,
+        symbols: Tensor,
+        symbol_mask: Tensor,
+        validate: bool = True,
+    ) -> Prediction:
+        """Predict hyperparameters for a padded batch.
+
+        Args:
+            X: inputs ``(B, N, D)``, normalised to [0, 1].
+            y: standardised targets ``(B, N)``.
+            point_mask: ``(B, N)`` bool, present points.
+            dim_mask: ``(B, D)`` bool, present dimensions.
+            symbols: ``(B, D, L)`` vocabulary ids (0 = padding).
+            symbol_mask: ``(B, D, L)`` bool, present addends.
+            validate: check the inputs first (``ValueError`` on bad input).
+
+        Returns:
+            :class:`Prediction` with ``params (B, D, L, P)`` and ``noise (B,)``.
+        """
+        if validate:
+            check_inputs(X, y, point_mask, dim_mask, symbols, symbol_mask, len(self.vocabulary))
+        dtype = self.heads.w1.dtype
+        X, y = X.to(dtype), y.to(dtype)
+        h = self.dataset_encoder(X, y, point_mask, dim_mask)
+        tokens, v = self.kernel_encoder(symbols, symbol_mask, h, dim_mask)
+        params = self.heads(tokens, symbols, symbol_mask)
+        features = torch.cat([masked_mean(v, dim_mask, 1), masked_mean(h, dim_mask, 1)], dim=-1)
+        return Prediction(params=params, noise=self.noise_head(features))
+
+
+def build_model(config: NetworkConfig) -> nn.Module:
+    """Instantiate the model class named by ``config.model``."""
+    if config.model == "structured":
+        return AmortizedGP(config)
+    from amorgp.amortizer.ahgp import AHGPSEARD
+
+    return AHGPSEARD(config)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable scalars of ``model``."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

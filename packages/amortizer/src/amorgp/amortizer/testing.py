@@ -1,0 +1,171 @@
+"""Reusable checks for amortization networks (any module mapping a padded batch to a Prediction).
+
+A network ``model(X, y, point_mask, dim_mask, symbols, symbol_mask) -> Prediction``
+must be
+
+* invariant to shuffling the data points,
+* equivariant to permuting the input dimensions (data and structure together),
+* equivariant to reordering the addends within a dimension,
+* unchanged by padding (a dataset alone vs inside a padded batch).
+
+Run these in float64 (``model.double()``) so the comparisons are tight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from amorgp.kernel_grammar import Vocabulary
+
+__all__ = [
+    "PaddedBatch",
+    "assert_addend_equivariant",
+    "assert_dimension_equivariant",
+    "assert_padding_invariant",
+    "assert_point_invariant",
+    "random_padded_batch",
+]
+
+
+@dataclass
+class PaddedBatch:
+    """A padded batch of datasets and structures (ARCHITECTURE §3)."""
+
+    X: Tensor
+    y: Tensor
+    point_mask: Tensor
+    dim_mask: Tensor
+    symbols: Tensor
+    symbol_mask: Tensor
+
+    def inputs(self) -> dict[str, Tensor]:
+        return {
+            "X": self.X,
+            "y": self.y,
+            "point_mask": self.point_mask,
+            "dim_mask": self.dim_mask,
+            "symbols": self.symbols,
+            "symbol_mask": self.symbol_mask,
+        }
+
+
+def random_padded_batch(
+    generator: torch.Generator,
+    vocab: Vocabulary,
+    batch: int = 3,
+    n_max: int = 12,
+    d_max: int = 3,
+    l_max: int = 3,
+    dtype: torch.dtype = torch.float64,
+    single_se: bool = False,
+) -> PaddedBatch:
+    """Random ragged datasets and structures, padded (padding filled with junk values).
+
+    Each element has ``n ~ U{2..n_max}`` points, ``d ~ U{1..d_max}`` dimensions and per
+    dimension ``U{1..l_max}`` addends of random symbols.  Padded X/y entries hold large
+    values so a leak would be visible.  ``single_se`` gives one SE per dimension.
+    """
+    g = generator
+    n = torch.randint(2, n_max + 1, (batch,), generator=g)
+    n[0] = n_max
+    d = torch.randint(1, d_max + 1, (batch,), generator=g)
+    d[0] = d_max
+    point_mask = torch.arange(n_max)[None, :] < n[:, None]
+    dim_mask = torch.arange(d_max)[None, :] < d[:, None]
+    X = torch.rand(batch, n_max, d_max, generator=g, dtype=dtype)
+    y = torch.randn(batch, n_max, generator=g, dtype=dtype)
+    X = torch.where(point_mask[:, :, None] & dim_mask[:, None, :], X, torch.full_like(X, 1e3))
+    y = torch.where(point_mask, y, torch.full_like(y, -1e3))
+    if single_se:
+        l_max = 1
+        n_add = torch.ones(batch, d_max, dtype=torch.long)
+        symbols = torch.full((batch, d_max, 1), vocab.id("SE"), dtype=torch.long)
+    else:
+        n_add = torch.randint(1, l_max + 1, (batch, d_max), generator=g)
+        symbols = torch.randint(1, len(vocab) + 1, (batch, d_max, l_max), generator=g)
+    symbol_mask = (torch.arange(l_max)[None, None, :] < n_add[..., None]) & dim_mask[..., None]
+    symbols = torch.where(symbol_mask, symbols, torch.zeros_like(symbols))
+    return PaddedBatch(X, y, point_mask, dim_mask, symbols, symbol_mask)
+
+
+def _close(a: Tensor, b: Tensor, what: str, atol: float) -> None:
+    if not torch.allclose(a, b, rtol=1e-9, atol=atol):
+        err = (a - b).abs().max().item()
+        raise AssertionError(f"{what}: max abs difference {err:.3e} exceeds {atol:.1e}")
+
+
+def assert_point_invariant(
+    model: nn.Module, batch: PaddedBatch, generator: torch.Generator, atol: float = 1e-10
+) -> None:
+    """Shuffling the point axis (data and mask together) leaves the prediction unchanged."""
+    perm = torch.randperm(batch.X.shape[1], generator=generator)
+    ref = model(**batch.inputs())
+    out = model(
+        **{
+            **batch.inputs(),
+            "X": batch.X[:, perm],
+            "y": batch.y[:, perm],
+            "point_mask": batch.point_mask[:, perm],
+        }
+    )
+    _close(out.params, ref.params, "params after shuffling points", atol)
+    _close(out.noise, ref.noise, "noise after shuffling points", atol)
+
+
+def assert_dimension_equivariant(
+    model: nn.Module, batch: PaddedBatch, generator: torch.Generator, atol: float = 1e-10
+) -> None:
+    """Permuting dimensions of data and structure permutes the predicted parameters."""
+    perm = torch.randperm(batch.X.shape[2], generator=generator)
+    ref = model(**batch.inputs())
+    out = model(
+        X=batch.X[:, :, perm],
+        y=batch.y,
+        point_mask=batch.point_mask,
+        dim_mask=batch.dim_mask[:, perm],
+        symbols=batch.symbols[:, perm],
+        symbol_mask=batch.symbol_mask[:, perm],
+    )
+    _close(out.params, ref.params[:, perm], "params after permuting dimensions", atol)
+    _close(out.noise, ref.noise, "noise after permuting dimensions", atol)
+
+
+def assert_addend_equivariant(
+    model: nn.Module, batch: PaddedBatch, generator: torch.Generator, atol: float = 1e-10
+) -> None:
+    """Reordering the addend axis (symbols with their masks) reorders the parameters."""
+    perm = torch.randperm(batch.symbols.shape[2], generator=generator)
+    ref = model(**batch.inputs())
+    out = model(
+        **{
+            **batch.inputs(),
+            "symbols": batch.symbols[:, :, perm],
+            "symbol_mask": batch.symbol_mask[:, :, perm],
+        }
+    )
+    _close(out.params, ref.params[:, :, perm], "params after reordering addends", atol)
+    _close(out.noise, ref.noise, "noise after reordering addends", atol)
+
+
+def assert_padding_invariant(model: nn.Module, batch: PaddedBatch, atol: float = 1e-10) -> None:
+    """Each dataset alone (cropped to its own n, d, L) predicts what it predicts in the batch."""
+    ref = model(**batch.inputs())
+    for b in range(batch.X.shape[0]):  # a test helper, not a hot path
+        n = int(batch.point_mask[b].sum())
+        d = int(batch.dim_mask[b].sum())
+        L = int(batch.symbol_mask[b].sum(-1).max())
+        alone = model(
+            X=batch.X[b : b + 1, :n, :d],
+            y=batch.y[b : b + 1, :n],
+            point_mask=batch.point_mask[b : b + 1, :n],
+            dim_mask=batch.dim_mask[b : b + 1, :d],
+            symbols=batch.symbols[b : b + 1, :d, :L],
+            symbol_mask=batch.symbol_mask[b : b + 1, :d, :L],
+        )
+        _close(
+            alone.params[0], ref.params[b, :d, :L], f"params of dataset {b} alone vs padded", atol
+        )
+        _close(alone.noise[0], ref.noise[b], f"noise of dataset {b} alone vs padded", atol)

@@ -1,0 +1,200 @@
+"""Tests of the structured amortization network: symmetries, padding, heads, validation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from amorgp.amortizer import testing
+from amorgp.amortizer.config import PRESETS, NetworkConfig
+from amorgp.amortizer.model import AmortizedGP, build_model, count_parameters
+from amorgp.kernel_grammar import EXTENDED_VOCABULARY, PAPER_VOCABULARY, base_symbol
+
+TINY = PRESETS["tiny"].network
+
+
+def _model(config: NetworkConfig = TINY, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = build_model(config).double()
+    # randomise the head biases so that every slot depends on the network output
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    return torch.Generator().manual_seed(1234)
+
+
+@pytest.mark.parametrize("vocab", [PAPER_VOCABULARY, EXTENDED_VOCABULARY])
+def test_point_shuffle_invariance(gen: torch.Generator, vocab) -> None:
+    model = _model(dataclasses.replace(TINY, vocabulary=vocab))
+    batch = testing.random_padded_batch(gen, vocab, batch=3, n_max=10, d_max=3, l_max=3)
+    testing.assert_point_invariant(model, batch, gen)
+
+
+def test_dimension_equivariance(gen: torch.Generator) -> None:
+    model = _model()
+    batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=3, n_max=10, d_max=4, l_max=2)
+    testing.assert_dimension_equivariant(model, batch, gen)
+
+
+def test_addend_equivariance(gen: torch.Generator) -> None:
+    model = _model()
+    batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=3, n_max=10, d_max=2, l_max=4)
+    testing.assert_addend_equivariant(model, batch, gen)
+
+
+def test_padding_invariance(gen: torch.Generator) -> None:
+    model = _model()
+    batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=4, n_max=11, d_max=3, l_max=3)
+    testing.assert_padding_invariant(model, batch)
+
+
+def test_padded_values_do_not_leak_even_if_nan(gen: torch.Generator) -> None:
+    model = _model()
+    batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=3, n_max=10, d_max=3, l_max=2)
+    ref = model(**batch.inputs())
+    pad = ~(batch.point_mask[:, :, None] & batch.dim_mask[:, None, :])
+    X = torch.where(pad, torch.full_like(batch.X, float("nan")), batch.X)
+    y = torch.where(batch.point_mask, batch.y, torch.full_like(batch.y, float("inf")))
+    out = model(**{**batch.inputs(), "X": X, "y": y})
+    torch.testing.assert_close(out.params, ref.params, rtol=0, atol=0)
+    torch.testing.assert_close(out.noise, ref.noise, rtol=0, atol=0)
+
+
+def test_structure_changes_prediction(gen: torch.Generator) -> None:
+    """The kernel encoder is not ignored: another symbol in dimension 0 changes the parameters."""
+    model = _model()
+    batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=2, n_max=8, d_max=2, l_max=2)
+    ref = model(**batch.inputs())
+    symbols = batch.symbols.clone()
+    symbols[:, 0, 0] = symbols[:, 0, 0] % len(PAPER_VOCABULARY) + 1
+    out = model(**{**batch.inputs(), "symbols": symbols})
+    assert not torch.allclose(out.params[:, 1], ref.params[:, 1])
+
+
+def test_output_contract_and_transform(gen: torch.Generator) -> None:
+    """Parameters exceed their kind's floor, unused slots and padding hold 1.0."""
+    from amorgp.kernel_grammar import FLOORS
+
+    vocab = EXTENDED_VOCABULARY
+    model = _model(dataclasses.replace(TINY, vocabulary=vocab))
+    batch = testing.random_padded_batch(gen, vocab, batch=3, n_max=9, d_max=3, l_max=3)
+    with torch.no_grad():
+        out = model(**batch.inputs())
+    B, D, L = batch.symbols.shape
+    assert out.params.shape == (B, D, L, vocab.max_params)
+    assert out.noise.shape == (B,)
+    assert bool((out.noise > FLOORS["noise"]).all())
+    for b in range(B):
+        for d in range(D):
+            for a in range(L):
+                row = out.params[b, d, a]
+                if not batch.symbol_mask[b, d, a]:
+                    assert bool((row == 1.0).all())
+                    continue
+                sym = vocab.symbol(int(batch.symbols[b, d, a]))
+                for j, spec in enumerate(sym.params):
+                    assert float(row[j]) > FLOORS[spec.kind]
+                assert bool((row[len(sym.params) :] == 1.0).all())
+
+
+def test_untrained_heads_predict_prior_means() -> None:
+    """With zeroed last-layer weights, every slot is the prior mean of its parameter."""
+    from amorgp.kernel_grammar import NOISE
+
+    torch.manual_seed(0)
+    model = AmortizedGP(TINY).double()
+    with torch.no_grad():
+        model.heads.w2.zero_()
+        model.noise_head.mlp[-1].weight.zero_()
+    batch = testing.random_padded_batch(torch.Generator().manual_seed(0), PAPER_VOCABULARY)
+    out = model(**batch.inputs())
+    for b, d, a in batch.symbol_mask.nonzero().tolist():
+        sym = PAPER_VOCABULARY.symbol(int(batch.symbols[b, d, a]))
+        expect = torch.tensor([p.prior.mean for p in sym.params], dtype=torch.float64)
+        torch.testing.assert_close(out.params[b, d, a, : len(expect)], expect)
+    torch.testing.assert_close(out.noise, torch.full_like(out.noise, NOISE.prior.mean))
+
+
+def test_heads_match_per_symbol_mlp(gen: torch.Generator) -> None:
+    """The gathered head equals applying symbol s's own MLP to the token (loop oracle)."""
+    from amorgp.kernel_grammar import positive
+
+    model = _model()
+    heads = model.heads
+    tokens = torch.randn(2, 3, 4, TINY.d_kernel, generator=gen, dtype=torch.float64)
+    symbols = torch.randint(1, len(PAPER_VOCABULARY) + 1, (2, 3, 4), generator=gen)
+    mask = torch.ones_like(symbols, dtype=torch.bool)
+    out = heads(tokens, symbols, mask)
+    H = heads.hidden
+    for idx in torch.cartesian_prod(torch.arange(2), torch.arange(3), torch.arange(4)).tolist():
+        s = int(symbols[tuple(idx)])
+        t = tokens[tuple(idx)]
+        w1 = heads.w1[:, (s - 1) * H : s * H]
+        a = torch.nn.functional.gelu(t @ w1 + heads.b1[s - 1])
+        raw = a @ heads.w2[s - 1] + heads.b2[s - 1]
+        sym = base_symbol(PAPER_VOCABULARY.symbols[s - 1])
+        for j, spec in enumerate(sym.params):
+            torch.testing.assert_close(out[tuple(idx)][j], positive(raw[j], spec.kind))
+
+
+def test_gradients_reach_every_parameter(gen: torch.Generator) -> None:
+    model = _model()
+    batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=4, n_max=8, d_max=3, l_max=3)
+    out = model(**batch.inputs())
+    (out.params.log().sum() + out.noise.log().sum()).backward()
+    missing = [
+        n for n, p in model.named_parameters() if p.grad is None or not bool(p.grad.abs().sum() > 0)
+    ]
+    # the embedding row of the padding id never receives gradient by design
+    assert missing == [], missing
+
+
+@pytest.mark.parametrize(
+    ("field", "make", "message"),
+    [
+        ("X", lambda b: b.X[..., None], "X must have shape"),
+        ("y", lambda b: b.y[:, :-1], "y must have shape"),
+        ("point_mask", lambda b: b.point_mask.long(), "point_mask must be a bool"),
+        ("symbols", lambda b: b.symbols + 10, "symbol ids must lie"),
+        ("point_mask", lambda b: torch.zeros_like(b.point_mask), "at least one point"),
+        (
+            "X",
+            lambda b: b.X.masked_fill(torch.ones_like(b.X, dtype=torch.bool), float("nan")),
+            "NaN",
+        ),
+        ("symbol_mask", lambda b: torch.ones_like(b.symbol_mask), "padding id 0"),
+    ],
+)
+def test_bad_input_raises(gen: torch.Generator, field: str, make, message: str) -> None:
+    model = _model()
+    batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=2, n_max=6, d_max=2, l_max=2)
+    batch.symbols[0, 0, 1] = 0
+    batch.symbol_mask[0, 0, 1] = False
+    inputs = {**batch.inputs(), field: make(batch)}
+    with pytest.raises(ValueError, match=message):
+        model(**inputs)
+
+
+def test_presets_sizes() -> None:
+    """medium stays under 15 M parameters (64 MB of float32); paper is ~43 M."""
+    assert count_parameters(build_model(PRESETS["medium"].network)) <= 15_000_000
+    paper = count_parameters(build_model(PRESETS["paper"].network))
+    assert 38_000_000 < paper < 48_000_000
+
+
+def test_config_round_trip_and_errors() -> None:
+    for p in PRESETS.values():
+        assert NetworkConfig.from_dict(p.network.to_dict()) == p.network
+    with pytest.raises(ValueError, match="divisible"):
+        NetworkConfig(d_data=30, n_heads=4)
+    with pytest.raises(ValueError, match="unknown network config"):
+        NetworkConfig.from_dict({"widht": 3})
+    with pytest.raises(ValueError, match="unknown model"):
+        NetworkConfig(model="gpt")  # type: ignore[arg-type]
