@@ -1,5 +1,15 @@
 """amorgp.kernel_grammar: base kernels, parameter specs, priors, transforms and the kernel grammar."""
 
+from amorgp.kernel_grammar.dimwise import (
+    DimWiseStructure,
+    ParamName,
+    decode,
+    encode,
+    symbol_sort_key,
+)
+from amorgp.kernel_grammar.evaluation import StructureTemplate, paper_evaluation_set
+from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
+from amorgp.kernel_grammar.parser import KernelSyntaxError, parse
 from amorgp.kernel_grammar.priors import Exponential, Gamma, Prior
 from amorgp.kernel_grammar.registry import (
     ELEMENTARY,
@@ -18,6 +28,19 @@ from amorgp.kernel_grammar.transforms import FLOORS, ParamKind, positive, positi
 
 __all__ = [
     "ELEMENTARY",
+    "Atom",
+    "DimWiseStructure",
+    "Expr",
+    "KernelSyntaxError",
+    "ParamName",
+    "Product",
+    "StructureTemplate",
+    "Sum",
+    "decode",
+    "encode",
+    "paper_evaluation_set",
+    "parse",
+    "symbol_sort_key",
     "EXTENDED_VOCABULARY",
     "FLOORS",
     "NOISE",

@@ -76,7 +76,7 @@ _PERIOD = ParamSpec("period", ParamKind.PERIOD, Gamma(2.0, 3.0), "period p")
 _OFFSET = ParamSpec("offset", ParamKind.OFFSET, Gamma(2.0, 3.0), "constant offset c^2")
 _ALPHA = ParamSpec("alpha", ParamKind.ALPHA, Gamma(2.0, 2.0), "shape alpha (not in the paper)")
 
-UnitKernel = Callable[[np.ndarray, np.ndarray, dict[str, np.ndarray]], np.ndarray]
+UnitKernel = Callable[[np.ndarray, np.ndarray, dict[str, Any]], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -105,25 +105,25 @@ def _r(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
     return np.asarray(x1, float)[:, None] - np.asarray(x2, float)[None, :]
 
 
-def _se(x1: np.ndarray, x2: np.ndarray, p: dict[str, np.ndarray]) -> np.ndarray:
+def _se(x1: np.ndarray, x2: np.ndarray, p: dict[str, Any]) -> np.ndarray:
     return np.exp(-(_r(x1, x2) ** 2) / (2.0 * p["lengthscale"] ** 2))
 
 
-def _lin(x1: np.ndarray, x2: np.ndarray, p: dict[str, np.ndarray]) -> np.ndarray:
+def _lin(x1: np.ndarray, x2: np.ndarray, p: dict[str, Any]) -> np.ndarray:
     return np.outer(x1, x2) + p["offset"]
 
 
-def _per(x1: np.ndarray, x2: np.ndarray, p: dict[str, np.ndarray]) -> np.ndarray:
+def _per(x1: np.ndarray, x2: np.ndarray, p: dict[str, Any]) -> np.ndarray:
     s = np.sin(np.pi * np.abs(_r(x1, x2)) / p["period"])
     return np.exp(-(s**2) / (2.0 * p["lengthscale"] ** 2))
 
 
-def _mat52(x1: np.ndarray, x2: np.ndarray, p: dict[str, np.ndarray]) -> np.ndarray:
+def _mat52(x1: np.ndarray, x2: np.ndarray, p: dict[str, Any]) -> np.ndarray:
     a = np.sqrt(5.0) * np.abs(_r(x1, x2)) / p["lengthscale"]
     return (1.0 + a + a**2 / 3.0) * np.exp(-a)
 
 
-def _rq(x1: np.ndarray, x2: np.ndarray, p: dict[str, np.ndarray]) -> np.ndarray:
+def _rq(x1: np.ndarray, x2: np.ndarray, p: dict[str, Any]) -> np.ndarray:
     alpha = p["alpha"]
     return (1.0 + _r(x1, x2) ** 2 / (2.0 * alpha * p["lengthscale"] ** 2)) ** (-alpha)
 
@@ -134,7 +134,9 @@ ELEMENTARY: dict[str, ElementaryKernel] = {}
 def register_elementary(kernel: ElementaryKernel) -> ElementaryKernel:
     """Add an elementary kernel to the registry (names are upper case, letters then digits)."""
     if not (kernel.name.isupper() and kernel.name[0].isalpha() and kernel.name.isalnum()):
-        raise ValueError(f"elementary kernel names are upper-case alphanumerics, got {kernel.name!r}")
+        raise ValueError(
+            f"elementary kernel names are upper-case alphanumerics, got {kernel.name!r}"
+        )
     if kernel.name in ELEMENTARY:
         raise ValueError(f"elementary kernel {kernel.name!r} is already registered")
     ELEMENTARY[kernel.name] = kernel
@@ -143,9 +145,7 @@ def register_elementary(kernel: ElementaryKernel) -> ElementaryKernel:
     return kernel
 
 
-register_elementary(
-    ElementaryKernel("SE", "s^2 exp(-(x-x')^2 / (2 l^2))", (_LENGTHSCALE,), _se)
-)
+register_elementary(ElementaryKernel("SE", "s^2 exp(-(x-x')^2 / (2 l^2))", (_LENGTHSCALE,), _se))
 register_elementary(
     ElementaryKernel("LIN", "s^2 x x' + c^2", (_OFFSET,), _lin, variance_scales_all=False)
 )
@@ -163,7 +163,9 @@ register_elementary(
     )
 )
 register_elementary(
-    ElementaryKernel("RQ", "s^2 (1 + (x-x')^2 / (2 alpha l^2))^(-alpha)", (_LENGTHSCALE, _ALPHA), _rq)
+    ElementaryKernel(
+        "RQ", "s^2 (1 + (x-x')^2 / (2 alpha l^2))^(-alpha)", (_LENGTHSCALE, _ALPHA), _rq
+    )
 )
 
 
@@ -248,10 +250,13 @@ def base_symbol(name: str) -> BaseSymbol:
     if len(parts) == 1:
         params = (VARIANCE, *ELEMENTARY[parts[0]].params)
     else:
-        params = (VARIANCE,) + tuple(
-            ParamSpec(f"{f.lower()}_{p.name}", p.kind, p.prior, f"{p.description} of {f}")
-            for f in parts
-            for p in ELEMENTARY[f].params
+        params = (
+            VARIANCE,
+            *(
+                ParamSpec(f"{f.lower()}_{p.name}", p.kind, p.prior, f"{p.description} of {f}")
+                for f in parts
+                for p in ELEMENTARY[f].params
+            ),
         )
     return BaseSymbol(canon, parts, params)
 

@@ -1,0 +1,431 @@
+"""The amortizable kernel space: products over input dimensions of sums of base symbols.
+
+A :class:`DimWiseStructure` is the paper's kernel structure
+
+.. math::
+
+    K(x, x') = \\prod_{d=0}^{D-1} \\sum_{l=0}^{L_d - 1} k_{s_{dl}}(x_d, x'_d; \\theta_{dl}),
+
+where every ``s_dl`` is a base symbol (an elementary kernel or a 2-gram product
+such as ``SE*LIN``) acting on input dimension ``d``.  It is stored as
+``dims[d] = (s_d0, s_d1, ...)``: canonical base-symbol names, sorted per
+dimension (elementary symbols first, each group in registry order, e.g.
+``SE < LIN < PER < SE*LIN < SE*PER < LIN*PER``).  Repeated addends are kept:
+``SE + SE`` has two independent sets of parameters.
+
+:func:`encode` turns a list of structures into the padded integer arrays of
+the batch contract, ``symbols (B, D, L)`` (vocabulary ids, 0 = padding) and
+``symbol_mask (B, D, L)``; :func:`decode` inverts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product as cartesian
+from typing import NamedTuple
+
+import numpy as np
+
+from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
+from amorgp.kernel_grammar.parser import parse
+from amorgp.kernel_grammar.registry import (
+    ELEMENTARY,
+    BaseSymbol,
+    ParamSpec,
+    Vocabulary,
+    base_symbol,
+)
+
+__all__ = ["DimWiseStructure", "ParamName", "decode", "encode", "symbol_sort_key"]
+
+
+def symbol_sort_key(name: str) -> tuple[int, tuple[int, ...]]:
+    """Canonical order of base symbols: number of factors, then registry order of the factors."""
+    order = list(ELEMENTARY)
+    factors = base_symbol(name).factors
+    return (len(factors), tuple(order.index(f) for f in factors))
+
+
+class ParamName(NamedTuple):
+    """Where one kernel parameter of a structure lives: ``params[dim, addend, slot]``.
+
+    ``slot`` is the index of ``param`` in ``base_symbol(symbol).params``.
+    """
+
+    dim: int
+    addend: int
+    symbol: str
+    param: str
+    slot: int
+
+    def __str__(self) -> str:
+        return f"d{self.dim}.{self.addend}.{self.symbol}.{self.param}"
+
+
+@dataclass(frozen=True)
+class DimWiseStructure:
+    """A product over input dimensions of sums of base symbols (frozen, hashable).
+
+    Args:
+        dims: per input dimension, the base-symbol names of its addends (any order,
+            any case; stored canonical and sorted).
+
+    Raises:
+        ValueError: no dimension, a dimension without addends, or an invalid symbol.
+
+    Example:
+        >>> s = DimWiseStructure.parse("(SE*LIN + SE)@0 * (SE + PER)@1")
+        >>> s.dims
+        (('SE', 'SE*LIN'), ('SE', 'PER'))
+        >>> str(s)
+        '(SE + SE*LIN)@0 * (SE + PER)@1'
+    """
+
+    dims: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dims, str) or not isinstance(self.dims, Sequence):
+            raise ValueError(
+                "dims must be a sequence (one entry per input dimension) of sequences of "
+                f"symbol names, got {self.dims!r}; use DimWiseStructure.parse for text"
+            )
+        if len(self.dims) == 0:
+            raise ValueError("a structure needs at least one input dimension")
+        canon: list[tuple[str, ...]] = []
+        for d, addends in enumerate(self.dims):
+            if isinstance(addends, str):
+                raise ValueError(
+                    f"dimension {d}: expected a sequence of symbol names, got the string "
+                    f"{addends!r} (write ({addends!r},))"
+                )
+            if len(addends) == 0:
+                raise ValueError(
+                    f"dimension {d} has no addend; every input dimension needs at least one "
+                    "base symbol"
+                )
+            try:
+                names = [base_symbol(str(s)).name for s in addends]
+            except ValueError as err:
+                raise ValueError(f"dimension {d}: {err}") from None
+            canon.append(tuple(sorted(names, key=symbol_sort_key)))
+        object.__setattr__(self, "dims", tuple(canon))
+
+    # -- constructors -------------------------------------------------------------------
+    @classmethod
+    def parse(
+        cls, text: str, n_dims: int | None = None, vocabulary: Vocabulary | None = None
+    ) -> DimWiseStructure:
+        """Parse text and convert it with :meth:`from_expr`.
+
+        Args:
+            text: kernel expression (see :func:`amorgp.kernel_grammar.parse`).
+            n_dims: number of input dimensions; required when the text has no ``@``.
+            vocabulary: if given, every symbol must belong to it.
+
+        Raises:
+            KernelSyntaxError: the text does not parse.
+            ValueError: the expression is not in the dimension-wise space.
+        """
+        return cls.from_expr(parse(text, n_dims), n_dims, vocabulary)
+
+    @classmethod
+    def from_expr(
+        cls, expr: Expr, n_dims: int | None = None, vocabulary: Vocabulary | None = None
+    ) -> DimWiseStructure:
+        """Convert an expression that lies in the dimension-wise space.
+
+        Within one input dimension, products of sums are distributed
+        (``(SE + LIN) * PER`` -> ``SE*PER + LIN*PER``) and every product of two
+        distinct elementary kernels becomes a 2-gram base symbol.  A dimension-free
+        expression is used in every one of the ``n_dims`` dimensions.
+
+        Args:
+            expr: the expression.
+            n_dims: number of input dimensions.  Required for a dimension-free
+                expression; for an indexed one it defaults to ``max index + 1`` and
+                every dimension ``0..n_dims-1`` must appear.
+            vocabulary: if given, every resulting symbol must belong to it.
+
+        Raises:
+            ValueError: saying why the expression is not in the space (a sum across
+                input dimensions, a product of 3 or more elementary kernels, a repeated
+                factor such as ``SE*SE``, a dimension without a kernel, a symbol outside
+                the vocabulary, an index ``>= n_dims``).
+        """
+        if not isinstance(expr, Expr):
+            raise ValueError(f"expected a kernel expression (Expr), got {type(expr).__name__}")
+        if n_dims is not None and (
+            isinstance(n_dims, bool) or not isinstance(n_dims, int) or n_dims < 1
+        ):
+            raise ValueError(f"n_dims must be a positive integer, got {n_dims!r}")
+        if not expr.is_indexed:
+            if n_dims is None:
+                raise ValueError(
+                    f"{expr} has no '@' dimension indices, so it is the same structure in "
+                    "every dimension: give n_dims"
+                )
+            symbols = _dimension_symbols(expr, None)
+            structure = cls(tuple(symbols for _ in range(n_dims)))
+        else:
+            dims_used = sorted(d for d in expr.dims if d is not None)
+            if n_dims is None:
+                n_dims = dims_used[-1] + 1
+            if dims_used[-1] >= n_dims:
+                raise ValueError(
+                    f"{expr} uses input dimension {dims_used[-1]} but the data has "
+                    f"{n_dims} (indices are 0-based)"
+                )
+            factors = list(expr.children) if isinstance(expr, Product) else [expr]
+            groups: dict[int, list[Expr]] = {}
+            for f in factors:
+                fd = sorted(d for d in f.dims if d is not None)
+                if len(fd) > 1:
+                    raise ValueError(
+                        f"{f} combines input dimensions {fd} inside a sum; the dimension-wise "
+                        "space is a product over dimensions of sums within one dimension "
+                        "(e.g. (SE + PER)@0 * LIN@1)"
+                    )
+                groups.setdefault(fd[0], []).append(f)
+            missing = [d for d in range(n_dims) if d not in groups]
+            if missing:
+                raise ValueError(
+                    f"{expr} has no kernel on input dimension(s) {missing}; every one of the "
+                    f"{n_dims} dimensions needs at least one base symbol"
+                )
+            per_dim = []
+            for d in range(n_dims):
+                g = groups[d]
+                e = g[0] if len(g) == 1 else Product(g)
+                per_dim.append(_dimension_symbols(e, d))
+            structure = cls(tuple(per_dim))
+        if vocabulary is not None:
+            structure.check_vocabulary(vocabulary)
+        return structure
+
+    # -- views --------------------------------------------------------------------------
+    @property
+    def n_dims(self) -> int:
+        """Number of input dimensions ``D``."""
+        return len(self.dims)
+
+    @property
+    def n_addends(self) -> tuple[int, ...]:
+        """Number of addends ``L_d`` per dimension."""
+        return tuple(len(a) for a in self.dims)
+
+    @property
+    def max_addends(self) -> int:
+        return max(self.n_addends)
+
+    @property
+    def is_uniform(self) -> bool:
+        """True if every dimension has the same sum of symbols."""
+        return all(a == self.dims[0] for a in self.dims)
+
+    def symbols(self) -> list[BaseSymbol]:
+        """All base symbols, dimension-major."""
+        return [base_symbol(s) for a in self.dims for s in a]
+
+    def check_vocabulary(self, vocabulary: Vocabulary) -> None:
+        """Raise ``ValueError`` naming the first symbol that is not in ``vocabulary``."""
+        for d, addends in enumerate(self.dims):
+            for s in addends:
+                if s not in vocabulary.symbols:
+                    raise ValueError(
+                        f"symbol {s} (input dimension {d}) is not in vocabulary "
+                        f"{vocabulary.name!r} ({', '.join(vocabulary.symbols)})"
+                    )
+
+    def param_names(self) -> list[ParamName]:
+        """Flat list of every kernel parameter, ordered by (dim, addend, slot).
+
+        The order matches a padded parameter tensor ``params (D, L, P)`` read with its
+        slot mask; the observation noise is not included (it is one per dataset).
+        """
+        return [
+            ParamName(d, a, s, p.name, j)
+            for d, addends in enumerate(self.dims)
+            for a, s in enumerate(addends)
+            for j, p in enumerate(base_symbol(s).params)
+        ]
+
+    def param_specs(self) -> list[tuple[ParamName, ParamSpec]]:
+        """Like :meth:`param_names`, each with its :class:`ParamSpec` (kind and prior)."""
+        return [(n, base_symbol(n.symbol).params[n.slot]) for n in self.param_names()]
+
+    @property
+    def n_params(self) -> int:
+        """Number of kernel parameters (noise excluded)."""
+        return sum(len(base_symbol(s).params) for a in self.dims for s in a)
+
+    def to_expr(self) -> Expr:
+        """The equivalent fully indexed expression ``prod_d sum_l prod_factors Atom(f, d)``."""
+        dim_exprs: list[Expr] = []
+        for d, addends in enumerate(self.dims):
+            terms: list[Expr] = []
+            for s in addends:
+                atoms: list[Expr] = [Atom(f, d) for f in base_symbol(s).factors]
+                terms.append(atoms[0] if len(atoms) == 1 else Product(atoms))
+            dim_exprs.append(terms[0] if len(terms) == 1 else Sum(terms))
+        return dim_exprs[0] if len(dim_exprs) == 1 else Product(dim_exprs)
+
+    def dim_text(self, d: int) -> str:
+        """Text of the sum in dimension ``d`` without the index, e.g. ``SE + SE*LIN``."""
+        return " + ".join(self.dims[d])
+
+    def __str__(self) -> str:
+        return str(self.to_expr())
+
+
+def _monomials(e: Expr) -> list[list[str]]:
+    """Distribute ``e`` into a sum of monomials (lists of elementary kernel names)."""
+    if isinstance(e, Atom):
+        return [[e.kernel]]
+    if isinstance(e, Sum):
+        return [m for c in e.children for m in _monomials(c)]
+    assert isinstance(e, Product)
+    out: list[list[str]] = [[]]
+    for c in e.children:
+        out = [a + b for a, b in cartesian(out, _monomials(c))]
+    return out
+
+
+def _dimension_symbols(e: Expr, d: int | None) -> tuple[str, ...]:
+    where = "" if d is None else f" in input dimension {d}"
+    symbols = []
+    for m in _monomials(e):
+        text = "*".join(m)
+        if len(m) > 2:
+            raise ValueError(
+                f"{e}{where} contains the product {text} of {len(m)} elementary kernels "
+                "(after distributing products of sums); base symbols have at most 2 factors"
+            )
+        if len(m) == 2 and m[0] == m[1]:
+            raise ValueError(
+                f"{e}{where} contains the product {text}, which repeats the factor {m[0]}; "
+                "a base symbol is an elementary kernel or a product of two different ones"
+            )
+        symbols.append(base_symbol(text).name)
+    return tuple(symbols)
+
+
+def _as_int(value: int | None, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def encode(
+    structures: Sequence[DimWiseStructure],
+    vocab: Vocabulary,
+    max_dims: int | None = None,
+    max_addends: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Encode structures as padded integer arrays.
+
+    Args:
+        structures: ``B`` structures.
+        vocab: vocabulary giving the ids (``1..V``; ``0`` is padding).
+        max_dims: ``D``; default the largest ``n_dims``.
+        max_addends: ``L``; default the largest number of addends in any dimension.
+
+    Returns:
+        ``symbols (B, D, L)`` int64 with ``symbols[b, d, l]`` the id of addend ``l``
+        of dimension ``d`` (0 where padded), and ``symbol_mask (B, D, L)`` bool.
+
+    Raises:
+        ValueError: a structure longer than ``max_dims``/``max_addends``, a symbol not
+            in ``vocab``, or an element that is not a :class:`DimWiseStructure`.
+    """
+    max_dims = _as_int(max_dims, "max_dims")
+    max_addends = _as_int(max_addends, "max_addends")
+    structures = list(structures)
+    for b, s in enumerate(structures):
+        if not isinstance(s, DimWiseStructure):
+            raise ValueError(
+                f"structure {b} is a {type(s).__name__}, not a DimWiseStructure "
+                "(use DimWiseStructure.parse(text, n_dims))"
+            )
+    D = max_dims if max_dims is not None else max((s.n_dims for s in structures), default=0)
+    L = (
+        max_addends
+        if max_addends is not None
+        else max((s.max_addends for s in structures), default=0)
+    )
+    symbols = np.zeros((len(structures), D, L), dtype=np.int64)
+    for b, s in enumerate(structures):
+        if s.n_dims > D:
+            raise ValueError(f"structure {b} ({s}) has {s.n_dims} dimensions > max_dims={D}")
+        if s.max_addends > L:
+            raise ValueError(
+                f"structure {b} ({s}) has {s.max_addends} addends in one dimension "
+                f"> max_addends={L}"
+            )
+        try:
+            s.check_vocabulary(vocab)
+        except ValueError as err:
+            raise ValueError(f"structure {b}: {err}") from None
+        for d, addends in enumerate(s.dims):
+            symbols[b, d, : len(addends)] = [vocab.id(n) for n in addends]
+    return symbols, symbols > 0
+
+
+def decode(
+    symbols: np.ndarray, symbol_mask: np.ndarray, vocab: Vocabulary
+) -> list[DimWiseStructure]:
+    """Inverse of :func:`encode`.
+
+    Args:
+        symbols: ``(B, D, L)`` integer ids.
+        symbol_mask: ``(B, D, L)`` bool; ids where it is False are ignored.  A
+            dimension without any active addend is padding and must come after every
+            real dimension.
+        vocab: the vocabulary the ids refer to.
+
+    Returns:
+        ``B`` structures.
+
+    Raises:
+        ValueError: wrong shapes or dtypes, an active id outside ``1..V``, a structure
+            without dimensions, or a padded dimension before a real one.
+    """
+    symbols = np.asarray(symbols)
+    symbol_mask = np.asarray(symbol_mask)
+    if symbols.ndim != 3:
+        raise ValueError(f"symbols must have shape (B, D, L), got shape {symbols.shape}")
+    if symbol_mask.shape != symbols.shape:
+        raise ValueError(
+            f"symbol_mask shape {symbol_mask.shape} differs from symbols shape {symbols.shape}"
+        )
+    if not np.issubdtype(symbols.dtype, np.integer):
+        raise ValueError(f"symbols must be integers, got dtype {symbols.dtype}")
+    if symbol_mask.dtype != np.bool_:
+        raise ValueError(f"symbol_mask must be bool, got dtype {symbol_mask.dtype}")
+    active = symbols[symbol_mask]
+    if active.size and (active.min() < 1 or active.max() > len(vocab)):
+        bad = active[(active < 1) | (active > len(vocab))][0]
+        raise ValueError(
+            f"symbol id {int(bad)} under the mask is outside 1..{len(vocab)} "
+            f"(vocabulary {vocab.name!r}; 0 is padding)"
+        )
+    out = []
+    for b in range(symbols.shape[0]):
+        dims: list[tuple[str, ...]] = []
+        present = symbol_mask[b].any(axis=-1)
+        n = int(present.nonzero()[0].max()) + 1 if present.any() else 0
+        if n == 0:
+            raise ValueError(f"structure {b} has no active symbol")
+        if not present[:n].all():
+            gap = int((~present[:n]).nonzero()[0][0])
+            raise ValueError(
+                f"structure {b}: dimension {gap} has no active symbol but a later one has; "
+                "padded dimensions must come last"
+            )
+        for d in range(n):
+            ids = symbols[b, d][symbol_mask[b, d]]
+            dims.append(tuple(vocab.symbols[int(i) - 1] for i in ids))
+        out.append(DimWiseStructure(tuple(dims)))
+    return out

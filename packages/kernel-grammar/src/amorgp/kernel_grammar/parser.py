@@ -1,0 +1,283 @@
+"""Text syntax of kernel expressions: tokenizer, recursive-descent parser, errors with a caret.
+
+Grammar (EBNF; whitespace is ignored between tokens, names are case-insensitive)::
+
+    expression = term , { "+" , term } ;
+    term       = factor , { ( "*" | "x" | "X" | "×" ) , factor } ;
+    factor     = primary , [ "@" , index ] ;
+    primary    = kernel | "(" , expression , ")" ;
+    kernel     = "SE" | "LIN" | "PER" | "MAT52" | "RQ" ;   (* any registered elementary kernel *)
+    index      = digit , { digit } ;                        (* 0-based input dimension *)
+
+``*`` binds tighter than ``+``.  ``@k`` puts an atom or a parenthesised group on
+input dimension ``k`` (0-based).  An expression without any ``@`` is the same
+structure in every dimension; an expression with ``@`` must index every atom.
+
+Examples: ``SE + PER``, ``se*lin + se``, ``(SE x LIN + SE)@0 * (SE + PER)@1``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
+from amorgp.kernel_grammar.registry import ELEMENTARY
+
+__all__ = ["KernelSyntaxError", "parse"]
+
+
+class KernelSyntaxError(ValueError):
+    """A kernel expression that does not parse.
+
+    Attributes:
+        text: the text given to the parser.
+        position: 0-based character offset of the problem in ``text``.
+        length: number of characters underlined (at least 1).
+        reason: one-line description of the problem.
+        hint: a suggestion to fix it (may be empty).
+
+    ``str(err)`` shows the reason, the text with a caret under the position and the hint::
+
+        unknown kernel 'SQ' at position 0
+          SQ + PER
+          ^^
+        hint: did you mean 'SE'?
+    """
+
+    def __init__(self, reason: str, text: str, position: int, length: int = 1, hint: str = ""):
+        self.reason = reason
+        self.text = text
+        self.position = position
+        self.length = max(1, length)
+        self.hint = hint
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        lines = [
+            f"{self.reason} at position {self.position}",
+            f"  {self.text}",
+            "  " + " " * self.position + "^" * self.length,
+        ]
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str  # NAME, INT, PLUS, TIMES, LPAREN, RPAREN, AT, END
+    text: str
+    pos: int
+
+
+_TOKEN_RE = re.compile(
+    r"(?P<ws>\s+)|(?P<NAME>[A-Za-z_][A-Za-z0-9_]*)|(?P<INT>[0-9]+)"
+    r"|(?P<PLUS>\+)|(?P<TIMES>[*×])|(?P<LPAREN>\()|(?P<RPAREN>\))|(?P<AT>@)"
+)
+
+
+def _tokenize(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN_RE.match(text, pos)
+        if m is None:
+            raise KernelSyntaxError(
+                f"unexpected character {text[pos]!r}",
+                text,
+                pos,
+                hint="use kernel names, '+', '*' (or 'x'), parentheses and '@k'",
+            )
+        kind = m.lastgroup
+        assert kind is not None
+        if kind != "ws":
+            value = m.group()
+            if kind == "NAME" and value in ("x", "X"):
+                kind = "TIMES"
+            tokens.append(_Token(kind, value, pos))
+        pos = m.end()
+    tokens.append(_Token("END", "", len(text)))
+    return tokens
+
+
+def _unknown_name_hint(name: str) -> str:
+    upper = name.upper()
+    for known in ELEMENTARY:
+        rest = upper[len(known) :]
+        if upper.startswith(known) and rest.isdigit():
+            return (
+                f"input dimensions are written with '@' and count from 0: "
+                f"write '{known}@{int(rest)}' for dimension {int(rest)}"
+            )
+    if "X" in upper:
+        parts = upper.split("X")
+        if len(parts) > 1 and all(p in ELEMENTARY for p in parts):
+            return f"separate the product operator by spaces: '{' x '.join(parts)}'"
+    close = difflib.get_close_matches(upper, list(ELEMENTARY), n=1, cutoff=0.4)
+    known = ", ".join(ELEMENTARY)
+    if close:
+        return f"did you mean '{close[0]}'? known kernels: {known}"
+    return f"known kernels: {known}"
+
+
+class _Parser:
+    def __init__(self, text: str, n_dims: int | None) -> None:
+        self.text = text
+        self.n_dims = n_dims
+        self.tokens = _tokenize(text)
+        self.i = 0
+
+    @property
+    def tok(self) -> _Token:
+        return self.tokens[self.i]
+
+    def error(self, reason: str, tok: _Token, hint: str = "", length: int | None = None) -> None:
+        raise KernelSyntaxError(
+            reason, self.text, tok.pos, len(tok.text) if length is None else length, hint
+        )
+
+    def parse(self) -> Expr:
+        if self.tok.kind == "END":
+            self.error("empty kernel expression", self.tok, "write e.g. 'SE + PER'")
+        expr, _ = self.expression()
+        if self.tok.kind == "RPAREN":
+            self.error(
+                "unbalanced parentheses: ')' without a matching '('",
+                self.tok,
+                "remove this ')' or add a '(' before it",
+            )
+        if self.tok.kind != "END":
+            self.error(
+                f"unexpected {self.tok.text!r}",
+                self.tok,
+                "combine kernels with '+' or '*'",
+            )
+        return expr
+
+    def expression(self) -> tuple[Expr, list[tuple[Atom, int]]]:
+        expr, atoms = self.term()
+        while self.tok.kind == "PLUS":
+            self.i += 1
+            rhs, more = self.term()
+            atoms = self._check_mixing(atoms + more)
+            expr = Sum((expr, rhs))
+        return expr, atoms
+
+    def term(self) -> tuple[Expr, list[tuple[Atom, int]]]:
+        expr, atoms = self.factor()
+        while self.tok.kind == "TIMES":
+            self.i += 1
+            rhs, more = self.factor()
+            atoms = self._check_mixing(atoms + more)
+            expr = Product((expr, rhs))
+        return expr, atoms
+
+    def _check_mixing(self, atoms: list[tuple[Atom, int]]) -> list[tuple[Atom, int]]:
+        unindexed = [p for a, p in atoms if a.dim is None]
+        if unindexed and len(unindexed) < len(atoms):
+            raise KernelSyntaxError(
+                "kernel without '@' mixed with kernels on one dimension",
+                self.text,
+                unindexed[0],
+                len(next(a.kernel for a, p in atoms if p == unindexed[0])),
+                hint="either index every kernel ('SE@0 + PER@0') or none ('SE + PER' = "
+                "the same structure in every dimension)",
+            )
+        return atoms
+
+    def factor(self) -> tuple[Expr, list[tuple[Atom, int]]]:
+        expr, atoms = self.primary()
+        if self.tok.kind == "AT":
+            at = self.tok
+            self.i += 1
+            if self.tok.kind != "INT":
+                self.error(
+                    "expected a dimension index after '@'",
+                    self.tok,
+                    "write e.g. 'SE@0' (dimensions count from 0)",
+                )
+            idx_tok = self.tok
+            dim = int(idx_tok.text)
+            self.i += 1
+            if self.n_dims is not None and dim >= self.n_dims:
+                self.error(
+                    f"dimension index {dim} out of range for data with {self.n_dims} "
+                    f"input dimension{'s' if self.n_dims != 1 else ''}",
+                    idx_tok,
+                    f"valid indices are 0..{self.n_dims - 1} (0-based)",
+                )
+            already = [(a, p) for a, p in atoms if a.dim is not None]
+            if already:
+                self.error(
+                    "dimension given twice: this group already contains '@' indices",
+                    at,
+                    "put '@k' either on the group or on its atoms, not both",
+                )
+            expr = expr.at(dim)
+            atoms = [(a.at(dim), p) for a, p in atoms]
+        return expr, atoms
+
+    def primary(self) -> tuple[Expr, list[tuple[Atom, int]]]:
+        tok = self.tok
+        if tok.kind == "NAME":
+            name = tok.text.upper()
+            if name not in ELEMENTARY:
+                self.error(f"unknown kernel {tok.text!r}", tok, _unknown_name_hint(tok.text))
+            self.i += 1
+            atom = Atom(name)
+            return atom, [(atom, tok.pos)]
+        if tok.kind == "LPAREN":
+            self.i += 1
+            expr, atoms = self.expression()
+            if self.tok.kind != "RPAREN":
+                self.error(
+                    "unbalanced parentheses: '(' is never closed",
+                    tok,
+                    f"add a ')' (found {self.tok.text!r} instead)"
+                    if self.tok.kind != "END"
+                    else "add a ')' at the end of the group",
+                )
+            self.i += 1
+            return expr, atoms
+        if tok.kind == "END":
+            self.error("expression ends too early", tok, "a kernel or '(' must follow")
+        if tok.kind == "RPAREN":
+            self.error(
+                "unbalanced parentheses or empty group", tok, "a kernel must come before ')'"
+            )
+        if tok.kind == "INT":
+            self.error(
+                f"unexpected number {tok.text!r}",
+                tok,
+                "input dimensions are written after '@', e.g. 'SE@1'",
+            )
+        self.error(f"unexpected {tok.text!r}", tok, "a kernel name or '(' must come here")
+        raise AssertionError("unreachable")
+
+
+def parse(text: str, n_dims: int | None = None) -> Expr:
+    """Parse a kernel expression.
+
+    Args:
+        text: e.g. ``"SE + PER"`` (the same structure in every input dimension) or
+            ``"(SE*LIN + SE)@0 * (SE + PER)@1"`` (per dimension, 0-based ``@k``).
+            Case, whitespace and the product spellings ``*``, ``x``, ``×`` are free.
+        n_dims: number of input dimensions of the data, if known: ``@k`` with
+            ``k >= n_dims`` is then an error.
+
+    Returns:
+        The expression (flattened, canonically ordered); ``str()`` of it parses back to it.
+
+    Raises:
+        KernelSyntaxError: (a ``ValueError``) with ``.position`` and a caret message.
+        ValueError: if ``n_dims < 1``.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"a kernel expression must be a string, got {type(text).__name__}")
+    if n_dims is not None and (
+        isinstance(n_dims, bool) or not isinstance(n_dims, int) or n_dims < 1
+    ):
+        raise ValueError(f"n_dims must be a positive integer, got {n_dims!r}")
+    return _Parser(text, n_dims).parse()
