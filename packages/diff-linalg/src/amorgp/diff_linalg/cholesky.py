@@ -1,0 +1,134 @@
+"""Robust batched Cholesky factorisation with per-element escalating jitter.
+
+A batch of kernel matrices usually holds a few that are numerically singular
+(very long lengthscales, duplicated inputs).  :func:`robust_cholesky` factors the
+whole batch with one ``torch.linalg.cholesky_ex`` call, then retries *only* the
+elements that failed, with a diagonal jitter that grows tenfold per retry.
+Elements that still fail are reported in ``failed`` and get an identity factor
+(with zero gradient), so one bad matrix never kills the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from amorgp.diff_linalg._adjoints import potrf_backward
+from amorgp.diff_linalg._validation import check_finite, check_square
+
+__all__ = ["CholeskyResult", "jittered_cholesky_ex", "robust_cholesky"]
+
+
+class CholeskyResult(NamedTuple):
+    """Result of :func:`robust_cholesky`.
+
+    Attributes:
+        L: lower Cholesky factors, shape ``(..., n, n)``; ``L L^T = A + jitter I``.
+            Elements that failed hold the identity matrix.
+        jitter: absolute jitter added to the diagonal of each matrix, shape ``(...,)``
+            (0 where the first factorisation succeeded; the last value tried where
+            the element failed).
+        failed: ``True`` where no factorisation succeeded, shape ``(...,)``.
+    """
+
+    L: torch.Tensor
+    jitter: torch.Tensor
+    failed: torch.Tensor
+
+
+@torch.no_grad()
+def jittered_cholesky_ex(
+    A: torch.Tensor, jitter: float, max_tries: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Non-differentiable core of :func:`robust_cholesky` on a flat batch ``(b, n, n)``.
+
+    Try ``k = 0`` factors ``A``; try ``k = 1..max_tries`` factors
+    ``A + eps_k I`` with ``eps_k = jitter * 10^(k-1) * mean(|diag A|)`` for the
+    elements that have failed so far.
+
+    Returns:
+        ``(L, eps, failed)`` with shapes ``(b, n, n)``, ``(b,)``, ``(b,)``.
+    """
+    L, info = torch.linalg.cholesky_ex(A)
+    failed = info != 0
+    eps = torch.zeros(A.shape[0], dtype=A.dtype, device=A.device)
+    if not bool(failed.any()):
+        return L, eps, failed
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    scale = A.diagonal(dim1=-2, dim2=-1).abs().mean(-1)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    for k in range(max_tries):
+        idx = failed.nonzero().squeeze(-1)
+        if idx.numel() == 0:
+            break
+        eps_k = jitter * (10.0**k) * scale[idx]
+        L_k, info_k = torch.linalg.cholesky_ex(A[idx] + eps_k[:, None, None] * eye)
+        L[idx] = L_k
+        eps[idx] = eps_k
+        failed[idx] = info_k != 0
+    L[failed] = eye
+    return L, eps, failed
+
+
+class _RobustPotrf(torch.autograd.Function):
+    """Cholesky with per-element jitter; backward by Murray's formula (jitter treated as constant)."""
+
+    @staticmethod
+    def forward(ctx: Any, A: torch.Tensor, jitter: float, max_tries: int) -> Any:
+        L, eps, failed = jittered_cholesky_ex(A, jitter, max_tries)
+        ctx.mark_non_differentiable(eps, failed)
+        ctx.save_for_backward(L, failed)
+        return L, eps, failed
+
+    @staticmethod
+    def backward(ctx: Any, gL: torch.Tensor, _geps: torch.Tensor, _gfailed: torch.Tensor) -> Any:
+        L, failed = ctx.saved_tensors
+        gA = potrf_backward(L, gL)
+        gA = torch.where(failed[:, None, None], torch.zeros_like(gA), gA)
+        return gA, None, None
+
+
+def robust_cholesky(
+    A: torch.Tensor,
+    *,
+    jitter: float = 1e-8,
+    max_tries: int = 5,
+    upcast: bool = False,
+) -> CholeskyResult:
+    """Batched Cholesky ``A = L L^T`` with jitter only on the elements that fail.
+
+    The first attempt factors every matrix as given.  For the elements that
+    fail, retry ``k = 1..max_tries`` factors ``A + eps_k I`` with the relative
+    jitter ``eps_k = jitter * 10^(k-1) * mean_i |A_ii|``.  Elements that fail
+    every retry are flagged in ``failed`` and get ``L = I`` with zero gradient,
+    so that a loss masked with ``~failed`` stays finite.
+
+    Only the lower triangle of ``A`` is read.  The backward is Murray's formula
+    ``Abar = sym(L^{-T} Phi(L^T Lbar) L^{-1})`` (the jitter is a constant);
+    it is written in differentiable operations, so second derivatives work.
+
+    Args:
+        A: symmetric matrices, shape ``(..., n, n)``, float32 or float64.
+        jitter: relative jitter of the first retry (``> 0``).
+        max_tries: number of jittered retries (``>= 0``).
+        upcast: factor in float64 and cast ``L`` back to ``A.dtype``.
+
+    Returns:
+        :class:`CholeskyResult` ``(L (..., n, n), jitter (...,), failed (...,) bool)``.
+
+    Raises:
+        ValueError: if ``A`` is not a floating square tensor, holds NaN/Inf,
+            or ``jitter``/``max_tries`` are invalid.
+    """
+    A = check_square(A, "A")
+    check_finite(A, "A")
+    if not jitter > 0:
+        raise ValueError(f"jitter must be positive, got {jitter}")
+    if max_tries < 0:
+        raise ValueError(f"max_tries must be >= 0, got {max_tries}")
+    batch, n = A.shape[:-2], A.shape[-1]
+    work = A.to(torch.float64) if upcast else A
+    L, eps, failed = _RobustPotrf.apply(work.reshape(-1, n, n), float(jitter), int(max_tries))
+    L = L.reshape(*batch, n, n).to(A.dtype)
+    return CholeskyResult(L, eps.reshape(batch).to(A.dtype), failed.reshape(batch))

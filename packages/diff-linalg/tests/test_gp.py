@@ -1,0 +1,190 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import multivariate_normal
+
+from amorgp.diff_linalg import gp_log_marginal_likelihood
+from amorgp.diff_linalg.testing import assert_gradients, random_spd
+
+STRATEGIES = ["pad", "bucket", "loop", "auto"]
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _se_batch(n_per: list[int], N: int, gen: torch.Generator):
+    """Padded SE kernel batch with random (non-prefix) masks and garbage in the padding."""
+    B = len(n_per)
+    X = torch.rand(B, N, 1, dtype=torch.float64, generator=gen)
+    ls = 0.1 + torch.rand(B, 1, 1, dtype=torch.float64, generator=gen)
+    K = torch.exp(-0.5 * (X - X.mT) ** 2 / ls**2)
+    y = torch.randn(B, N, dtype=torch.float64, generator=gen)
+    mask = torch.zeros(B, N, dtype=torch.bool)
+    for i, n in enumerate(n_per):
+        mask[i, torch.randperm(N, generator=gen)[:n]] = True
+    junk = 1e3 * torch.randn(B, N, N, dtype=torch.float64, generator=gen)
+    pad2 = ~(mask.unsqueeze(-1) & mask.unsqueeze(-2))
+    K = torch.where(pad2, junk, K)
+    y = torch.where(mask, y, 1e3 * torch.ones_like(y))
+    noise = 0.05 + torch.rand(B, dtype=torch.float64, generator=gen)
+    return K, y, noise, mask
+
+
+def _scipy_lml(K, y, noise, mask):
+    out = []
+    for i in range(K.shape[0]):
+        m = mask[i].numpy()
+        Ki = K[i].numpy()[np.ix_(m, m)] + noise[i].item() * np.eye(m.sum())
+        out.append(multivariate_normal(mean=np.zeros(m.sum()), cov=Ki).logpdf(y[i].numpy()[m]))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def _dense_lml(K, y, noise):
+    A = K + noise[..., None, None] * torch.eye(K.shape[-1], dtype=K.dtype)
+    quad = (y * torch.linalg.solve(A, y.unsqueeze(-1)).squeeze(-1)).sum(-1)
+    return (
+        -0.5 * quad - 0.5 * torch.linalg.slogdet(A)[1] - 0.5 * K.shape[-1] * math.log(2 * math.pi)
+    )
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_unpadded_matches_scipy(fused):
+    gen = _gen()
+    K = random_spd(7, cond=100.0, batch_shape=(2, 3), generator=gen)
+    y = torch.randn(2, 3, 7, dtype=torch.float64, generator=gen)
+    noise = torch.full((2, 3), 0.3, dtype=torch.float64)
+    out = gp_log_marginal_likelihood(K, y, noise, fused=fused)
+    assert out.shape == (2, 3)
+    mask = torch.ones(6, 7, dtype=torch.bool)
+    ref = _scipy_lml(K.reshape(6, 7, 7), y.reshape(6, 7), noise.reshape(6), mask).reshape(2, 3)
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("fused", [True, False])
+def test_padding_changes_nothing(strategy, fused):
+    K, y, noise, mask = _se_batch([3, 12, 7, 12, 1, 9], 12, _gen(1))
+    out = gp_log_marginal_likelihood(K, y, noise, mask, strategy=strategy, fused=fused)
+    torch.testing.assert_close(out, _scipy_lml(K, y, noise, mask), atol=1e-8, rtol=1e-10)
+
+
+@pytest.mark.parametrize("strategy", ["pad", "bucket", "loop"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_padded_gradients_match_unpadded_dense_autograd(strategy, fused):
+    n_per = [4, 9, 6, 2, 9]
+    K, y, noise, mask = _se_batch(n_per, 9, _gen(2))
+    K.requires_grad_(True)
+    y.requires_grad_(True)
+    noise.requires_grad_(True)
+    w = torch.linspace(0.5, 1.5, len(n_per), dtype=torch.float64)
+    out = gp_log_marginal_likelihood(K, y, noise, mask, strategy=strategy, fused=fused)
+    gK, gy, gn = torch.autograd.grad((w * out).sum(), (K, y, noise))
+    for i in range(len(n_per)):
+        m = mask[i]
+        Ki = K[i][m][:, m].detach().requires_grad_(True)
+        yi = y[i][m].detach().requires_grad_(True)
+        ni = noise[i].detach().requires_grad_(True)
+        ref = w[i] * _dense_lml(Ki, yi, ni)
+        rK, ry, rn = torch.autograd.grad(ref, (Ki, yi, ni))
+        torch.testing.assert_close(gK[i][m][:, m], rK, atol=1e-9, rtol=1e-8)
+        torch.testing.assert_close(gy[i][m], ry, atol=1e-9, rtol=1e-8)
+        torch.testing.assert_close(gn[i], rn, atol=1e-9, rtol=1e-8)
+        # padding receives no gradient
+        assert torch.all(gy[i][~m] == 0)
+        assert torch.all(gK[i][~m] == 0)
+
+
+def test_per_point_normalisation():
+    n_per = [3, 8, 5]
+    K, y, noise, mask = _se_batch(n_per, 8, _gen(3))
+    total = gp_log_marginal_likelihood(K, y, noise, mask)
+    per = gp_log_marginal_likelihood(K, y, noise, mask, per_point=True)
+    torch.testing.assert_close(
+        per, _scipy_lml(K, y, noise, mask) / torch.tensor(n_per, dtype=torch.float64)
+    )
+    torch.testing.assert_close(per * torch.tensor(n_per, dtype=torch.float64), total)
+
+
+def test_gradcheck_fused_and_gradgradcheck_unfused():
+    gen = _gen(4)
+    K = random_spd(3, batch_shape=(2,), generator=gen).requires_grad_(True)
+    y = torch.randn(2, 3, dtype=torch.float64, generator=gen).requires_grad_(True)
+    noise = torch.tensor([0.2, 0.5], dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[True, False, True], [True, True, True]])
+
+    def f(fused):
+        return lambda k, yy, nn: gp_log_marginal_likelihood(
+            0.5 * (k + k.mT), yy, nn, mask, strategy="pad", fused=fused
+        )
+
+    assert_gradients(f(True), [K, y, noise], second_order=False)
+    assert_gradients(f(False), [K, y, noise], second_order=True)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_failed_element_is_nan_and_isolated(fused):
+    gen = _gen(5)
+    K = random_spd(5, batch_shape=(3,), generator=gen)
+    K[1] = -10.0 * torch.eye(5, dtype=torch.float64)  # K + noise I negative definite
+    K.requires_grad_(True)
+    y = torch.randn(3, 5, dtype=torch.float64, generator=gen)
+    noise = torch.full((3,), 0.1, dtype=torch.float64)
+    out, failed = gp_log_marginal_likelihood(
+        K, y, noise, return_failed=True, fused=fused, max_tries=2
+    )
+    assert failed.tolist() == [False, True, False]
+    assert torch.isnan(out[1])
+    keep = [0, 2]
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    ref = _scipy_lml(K.detach()[keep], y[keep], noise[keep], mask)
+    torch.testing.assert_close(out[keep], ref)
+    (g,) = torch.autograd.grad(out[~failed].sum(), K)
+    assert torch.isfinite(g).all()
+    assert torch.all(g[1] == 0)
+
+
+def test_scalar_noise_and_single_matrix():
+    gen = _gen(6)
+    K = random_spd(5, generator=gen)
+    y = torch.randn(5, dtype=torch.float64, generator=gen)
+    out = gp_log_marginal_likelihood(K, y, 0.25)
+    assert out.shape == ()
+    ref = _scipy_lml(K[None], y[None], torch.tensor([0.25]), torch.ones(1, 5, dtype=torch.bool))
+    torch.testing.assert_close(out, ref[0])
+
+
+def test_input_validation():
+    K = torch.eye(3, dtype=torch.float64).expand(2, 3, 3)
+    y = torch.zeros(2, 3, dtype=torch.float64)
+    noise = torch.ones(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="y must have shape"):
+        gp_log_marginal_likelihood(K, torch.zeros(2, 4, dtype=torch.float64), noise)
+    with pytest.raises(ValueError, match="noise must broadcast"):
+        gp_log_marginal_likelihood(K, y, torch.ones(3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="positive"):
+        gp_log_marginal_likelihood(K, y, torch.zeros(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="NaN"):
+        gp_log_marginal_likelihood(K, torch.full((2, 3), float("nan"), dtype=torch.float64), noise)
+    with pytest.raises(ValueError, match="mask must have shape"):
+        gp_log_marginal_likelihood(K, y, noise, torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool"):
+        gp_log_marginal_likelihood(K, y, noise, torch.ones(2, 3))
+    with pytest.raises(ValueError, match="at least one valid point"):
+        gp_log_marginal_likelihood(K, y, noise, torch.tensor([[True] * 3, [False] * 3]))
+    with pytest.raises(ValueError, match="unknown strategy"):
+        gp_log_marginal_likelihood(K, y, noise, strategy="magic")  # type: ignore[arg-type]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("strategy", ["pad", "bucket"])
+def test_cuda_matches_cpu(strategy):
+    K, y, noise, mask = _se_batch([3, 12, 7, 12, 1, 9], 12, _gen(7))
+    cpu = gp_log_marginal_likelihood(K, y, noise, mask, strategy=strategy)
+    gpu = gp_log_marginal_likelihood(
+        K.cuda(), y.cuda(), noise.cuda(), mask.cuda(), strategy=strategy
+    )
+    torch.testing.assert_close(gpu.cpu(), cpu)
