@@ -1,0 +1,115 @@
+"""Kernel parameters and observation noise drawn from the priors of kernel-grammar.
+
+The priors are declared once, next to the parameter specs
+(``base_symbol(name).params[i].prior`` and ``NOISE.prior``).  For a vocabulary
+of ``V`` symbols with at most ``P`` parameters they are gathered into per-slot
+tables ``shape (V + 1, P)`` and ``rate (V + 1, P)`` (every prior as a Gamma law,
+``Exponential(b) = Gamma(1, b)``; row 0 is padding), so that a whole batch
+``params (B, D, L, P)`` is one vectorised Gamma draw indexed by the symbol ids.
+Slot order is the symbol's parameter order (variance first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from amorgp.kernel_grammar import FLOORS, NOISE, Vocabulary
+from amorgp.simulator.samplers import gamma_parameters, sample_gamma, sample_prior
+
+__all__ = ["PriorTable", "sample_noise", "sample_parameters"]
+
+UNUSED_VALUE = 1.0
+"""Value written into parameter slots that a symbol does not use (and into padding)."""
+
+
+@dataclass(frozen=True)
+class PriorTable:
+    """Per-slot Gamma priors and floors of a vocabulary.
+
+    Attributes:
+        shape: ``(V + 1, P)`` float64 Gamma shapes (1.0 where unused).
+        rate: ``(V + 1, P)`` float64 Gamma rates (1.0 where unused).
+        floor: ``(V + 1, P)`` float64 transform floors of the slots' kinds (0 where unused).
+        slot_mask: ``(V + 1, P)`` bool, True where the symbol has that parameter.
+    """
+
+    shape: np.ndarray
+    rate: np.ndarray
+    floor: np.ndarray
+    slot_mask: np.ndarray
+
+    @classmethod
+    def from_vocabulary(cls, vocab: Vocabulary) -> PriorTable:
+        """Gather the priors of every symbol of ``vocab`` in slot order."""
+        rows, cols = len(vocab) + 1, vocab.max_params
+        shape = np.ones((rows, cols))
+        rate = np.ones((rows, cols))
+        floor = np.zeros((rows, cols))
+        mask = np.zeros((rows, cols), dtype=bool)
+        for i, sym in enumerate(vocab, start=1):
+            for j, spec in enumerate(sym.params):
+                shape[i, j], rate[i, j] = gamma_parameters(spec.prior)
+                floor[i, j] = FLOORS[spec.kind]
+                mask[i, j] = True
+        return cls(shape, rate, floor, mask)
+
+    def tensors(self, device: torch.device | str) -> tuple[torch.Tensor, ...]:
+        """``(shape, rate, floor, slot_mask)`` as tensors on ``device``."""
+        return (
+            torch.as_tensor(self.shape, dtype=torch.float64, device=device),
+            torch.as_tensor(self.rate, dtype=torch.float64, device=device),
+            torch.as_tensor(self.floor, dtype=torch.float64, device=device),
+            torch.as_tensor(self.slot_mask, device=device),
+        )
+
+
+def sample_parameters(
+    symbols: torch.Tensor,
+    symbol_mask: torch.Tensor,
+    table: PriorTable,
+    generator: torch.Generator,
+    *,
+    clamp_to_floors: bool = True,
+) -> tuple[torch.Tensor, int]:
+    """Draw the parameters of every addend from its symbol's priors.
+
+    Args:
+        symbols: ``(B, D, L)`` int64 vocabulary ids (0 = padding).
+        symbol_mask: ``(B, D, L)`` bool.
+        table: the vocabulary's :class:`PriorTable`.
+        generator: the random source.
+        clamp_to_floors: raise draws below their kind's transform floor to the
+            floor (so that every ground truth lies in the image of
+            ``kernel_grammar.positive``).
+
+    Returns:
+        ``params (B, D, L, P)`` float64 (``UNUSED_VALUE`` in unused slots and
+        padding) and the number of rejected Gamma proposals.
+    """
+    if symbols.shape != symbol_mask.shape:
+        raise ValueError(
+            f"symbols {tuple(symbols.shape)} and symbol_mask {tuple(symbol_mask.shape)} differ"
+        )
+    shape_t, rate_t, floor_t, slot_t = table.tensors(generator.device)
+    if symbols.numel() and int(symbols.max()) >= shape_t.shape[0]:
+        raise ValueError(f"symbol ids must lie in 0..{shape_t.shape[0] - 1}")
+    ids = torch.where(symbol_mask, symbols, 0).to(generator.device)
+    draw = sample_gamma(shape_t[ids], rate_t[ids], generator)
+    values = draw.values
+    if clamp_to_floors:
+        values = torch.maximum(values, floor_t[ids])
+    used = slot_t[ids] & symbol_mask.to(generator.device)[..., None]
+    return torch.where(used, values, UNUSED_VALUE), draw.n_rejected
+
+
+def sample_noise(
+    batch_size: int, generator: torch.Generator, *, clamp_to_floors: bool = True
+) -> torch.Tensor:
+    """Draw ``batch_size`` observation-noise variances from ``NOISE.prior`` (float64)."""
+    noise = sample_prior(NOISE.prior, (batch_size,), generator).values
+    if clamp_to_floors:
+        noise = noise.clamp_min(FLOORS[NOISE.kind])
+    return noise

@@ -1,0 +1,175 @@
+"""Reusable checks for code that produces or consumes simulated batches.
+
+:func:`check_batch` asserts the padded batch contract (ARCHITECTURE §3) and the
+simulator's ground-truth invariants; downstream packages (the amortizer's data
+pipeline, fixed-set loaders) can call it on anything that claims to be a
+:class:`~amorgp.simulator.batch.SimulatedBatch`.  :func:`dense_covariance` is a
+dense float64 numpy oracle of one dataset's covariance built from the registry's
+reference formulas (independent of the batched evaluator).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from amorgp.kernel_grammar import Vocabulary
+from amorgp.simulator.batch import SimulatedBatch
+from amorgp.simulator.config import SimulatorConfig
+
+__all__ = ["check_batch", "dense_covariance", "structure_of"]
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise AssertionError(msg)
+
+
+def check_batch(batch: SimulatedBatch, config: SimulatorConfig) -> None:
+    """Assert that ``batch`` satisfies the contract for ``config``.
+
+    Checks dtypes and shapes; that masks are prefixes (real points, dimensions and
+    addends first); that padding holds zeros (``X``, ``y``, ids); that ``n`` and
+    ``d`` lie in their ranges; that ids lie in the vocabulary, are distinct and
+    sorted within a dimension, and that every real dimension has an addend; that
+    used parameters and the noise are finite and positive; that ``is_positive``
+    is exactly "presented structure equals true structure"; that invalid elements
+    have ``y = 0``; and the test-point fields when present.
+
+    Raises:
+        AssertionError: naming the first violated property.
+    """
+    B, N, D = batch.X.shape
+    V = len(config.vocabulary)
+    _require(batch.X.dtype == torch.float64, f"X must be float64, got {batch.X.dtype}")
+    _require(batch.y.shape == (B, N), f"y shape {tuple(batch.y.shape)} != {(B, N)}")
+    _require(
+        batch.point_mask.shape == (B, N) and batch.point_mask.dtype == torch.bool,
+        "point_mask must be bool (B, N)",
+    )
+    _require(
+        batch.dim_mask.shape == (B, D) and batch.dim_mask.dtype == torch.bool,
+        "dim_mask must be bool (B, D)",
+    )
+    for name in ("symbols", "true_symbols"):
+        sym = getattr(batch, name)
+        mask = getattr(batch, name.replace("symbols", "symbol_mask"))
+        _require(sym.dtype == torch.int64, f"{name} must be int64")
+        _require(sym.shape[:2] == (B, D), f"{name} shape {tuple(sym.shape)} != (B, D, L)")
+        _require(bool(torch.equal(mask, sym > 0)), f"{name} mask must equal {name} > 0")
+        _require(bool(((sym >= 0) & (sym <= V)).all()), f"{name} ids outside 0..{V}")
+        active = mask.any(-1)
+        _require(
+            bool(torch.equal(active, batch.dim_mask)),
+            f"{name}: real dimensions must have addends and padded ones none",
+        )
+        big = torch.where(mask, sym, V + 1)
+        _require(
+            bool((big[..., 1:] > big[..., :-1]).where(mask[..., 1:], True).all()),
+            f"{name}: addends must be distinct and sorted by id",
+        )
+        _require(bool((mask[..., 1:] <= mask[..., :-1]).all()), f"{name}: padding must come last")
+        _require(
+            int(mask.sum(-1).max()) <= config.addend_cap,
+            f"{name}: more than {config.addend_cap} addends in a dimension",
+        )
+    n, d = batch.point_mask.sum(1), batch.dim_mask.sum(1)
+    _require(bool(((n >= config.n_min) & (n <= config.n_max)).all()), "n outside [n_min, n_max]")
+    _require(bool(((d >= 1) & (d <= config.d_max)).all()), "d outside [1, d_max]")
+    _require(
+        bool((batch.point_mask[:, 1:] <= batch.point_mask[:, :-1]).all()),
+        "point_mask must be a prefix",
+    )
+    _require(
+        bool((batch.dim_mask[:, 1:] <= batch.dim_mask[:, :-1]).all()), "dim_mask must be a prefix"
+    )
+    real_x = batch.point_mask[:, :, None] & batch.dim_mask[:, None, :]
+    _require(bool((batch.X[~real_x] == 0).all()), "X must be 0 at padding")
+    xr = batch.X[real_x]
+    _require(bool(((xr >= config.x_low) & (xr <= config.x_high)).all()), "X outside its box")
+    _require(bool((batch.y[~batch.point_mask] == 0).all()), "y must be 0 at padded points")
+    _require(bool(torch.isfinite(batch.y).all()), "y must be finite")
+    _require(bool((batch.y[~batch.valid] == 0).all()), "invalid elements must have y = 0")
+    P = config.vocabulary.max_params
+    _require(
+        batch.params.shape == (*batch.true_symbols.shape, P),
+        f"params shape {tuple(batch.params.shape)} != (B, D, L_true, {P})",
+    )
+    used = batch.params[batch.true_symbol_mask]
+    _require(bool(torch.isfinite(used).all() and (used > 0).all()), "params must be positive")
+    _require(batch.noise.shape == (B,) and bool((batch.noise > 0).all()), "noise must be > 0")
+    w = max(batch.symbols.shape[-1], batch.true_symbols.shape[-1])
+    pad = torch.nn.functional.pad
+    same = (
+        (
+            pad(batch.symbols, (0, w - batch.symbols.shape[-1]))
+            == pad(batch.true_symbols, (0, w - batch.true_symbols.shape[-1]))
+        )
+        .flatten(1)
+        .all(1)
+    )
+    _require(
+        bool(torch.equal(same, batch.is_positive)),
+        "is_positive must equal (symbols == true_symbols)",
+    )
+    if config.positive_ratio == 1.0:
+        _require(bool(batch.is_positive.all()), "finetune mode must give positives only")
+    _require(
+        batch.valid.dtype == torch.bool and batch.valid.shape == (B,), "valid must be bool (B,)"
+    )
+    if config.n_test > 0:
+        if batch.X_test is None or batch.y_test is None or batch.test_mask is None:
+            raise AssertionError("test points missing")
+        _require(batch.X_test.shape == (B, config.n_test, D), "X_test shape")
+        _require(batch.y_test.shape == (B, config.n_test), "y_test shape")
+        _require(
+            bool((batch.X_test[~batch.dim_mask[:, None, :].expand_as(batch.X_test)] == 0).all()),
+            "X_test must be 0 in padded dimensions",
+        )
+    else:
+        _require(batch.X_test is None, "no test points expected")
+
+
+def dense_covariance(
+    X: np.ndarray,
+    structure: list[list[tuple[str, dict[str, float]]]],
+    noise: float,
+) -> np.ndarray:
+    """Dense float64 ``K(X, X) + noise I`` of one dimension-wise structure (numpy oracle).
+
+    Args:
+        X: ``(n, d)`` inputs.
+        structure: per dimension a list of ``(symbol name, {param name: value})``.
+        noise: observation-noise variance.
+
+    Returns:
+        ``(n, n)`` covariance, from ``BaseSymbol.reference`` (kernel-grammar's formulas).
+    """
+    from amorgp.kernel_grammar import base_symbol
+
+    X = np.asarray(X, dtype=float)
+    K = np.ones((X.shape[0], X.shape[0]))
+    for dim, addends in enumerate(structure):
+        S = np.zeros_like(K)
+        for name, params in addends:
+            S += base_symbol(name).reference(X[:, dim], X[:, dim], params)
+        K *= S
+    return K + noise * np.eye(X.shape[0])
+
+
+def structure_of(
+    batch: SimulatedBatch, index: int, vocab: Vocabulary
+) -> list[list[tuple[str, dict[str, float]]]]:
+    """The true structure and parameters of element ``index`` in :func:`dense_covariance` form."""
+    out = []
+    for dim in range(int(batch.dim_mask[index].sum())):
+        addends = []
+        for slot in range(batch.true_symbols.shape[-1]):
+            sid = int(batch.true_symbols[index, dim, slot])
+            if sid == 0:
+                continue
+            sym = vocab.symbol(sid)
+            values = batch.params[index, dim, slot].tolist()
+            addends.append((sym.name, dict(zip(sym.param_names, values))))
+        out.append(addends)
+    return out
