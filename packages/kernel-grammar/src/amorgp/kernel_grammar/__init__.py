@@ -24,6 +24,7 @@ from amorgp.kernel_grammar.registry import (
     canonical_symbol_name,
     register_elementary,
 )
+from amorgp.kernel_grammar.search import Move, moves, neighbours
 from amorgp.kernel_grammar.transforms import FLOORS, ParamKind, positive, positive_inverse
 
 __all__ = [
@@ -32,12 +33,15 @@ __all__ = [
     "DimWiseStructure",
     "Expr",
     "KernelSyntaxError",
+    "Move",
     "ParamName",
     "Product",
     "StructureTemplate",
     "Sum",
     "decode",
     "encode",
+    "moves",
+    "neighbours",
     "paper_evaluation_set",
     "parse",
     "symbol_sort_key",
