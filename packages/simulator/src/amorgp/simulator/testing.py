@@ -158,18 +158,20 @@ def dense_covariance(
 
 
 def structure_of(
-    batch: SimulatedBatch, index: int, vocab: Vocabulary
+    symbols: torch.Tensor, params: torch.Tensor, index: int, vocab: Vocabulary
 ) -> list[list[tuple[str, dict[str, float]]]]:
-    """The true structure and parameters of element ``index`` in :func:`dense_covariance` form."""
+    """Element ``index`` of ``symbols (B, D, L)`` / ``params (B, D, L, P)`` in the
+    :func:`dense_covariance` form (real dimensions only)."""
     out = []
-    for dim in range(int(batch.dim_mask[index].sum())):
+    for dim in range(symbols.shape[1]):
         addends = []
-        for slot in range(batch.true_symbols.shape[-1]):
-            sid = int(batch.true_symbols[index, dim, slot])
+        for slot in range(symbols.shape[2]):
+            sid = int(symbols[index, dim, slot])
             if sid == 0:
                 continue
             sym = vocab.symbol(sid)
-            values = batch.params[index, dim, slot].tolist()
+            values = params[index, dim, slot].tolist()
             addends.append((sym.name, dict(zip(sym.param_names, values))))
-        out.append(addends)
+        if addends:
+            out.append(addends)
     return out
