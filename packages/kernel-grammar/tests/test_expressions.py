@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -49,6 +50,7 @@ def test_sum_and_product_differ() -> None:
 def test_atom_normalises_case_and_validates() -> None:
     assert Atom("se") == SE
     assert Atom(" Per ", 2).dim == 2
+    assert Atom("SE", np.int64(1)) == Atom("SE", 1)
     with pytest.raises(ValueError, match=r"unknown elementary kernel 'FOO'"):
         Atom("FOO")
     with pytest.raises(ValueError, match=r"integer >= 0"):

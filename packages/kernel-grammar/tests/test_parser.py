@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from amorgp.kernel_grammar import Atom, Expr, KernelSyntaxError, parse
 from amorgp.kernel_grammar.testing import any_expressions
@@ -63,7 +64,7 @@ def _error(text: str, n_dims: int | None = None) -> KernelSyntaxError:
 
 def _caret_column(err: KernelSyntaxError) -> int:
     lines = str(err).splitlines()
-    assert lines[1] == f"  {err.text}"
+    assert lines[1] == "  " + err.text.replace("\t", " ").replace("\n", " ")
     return lines[2].index("^") - 2
 
 
@@ -111,3 +112,20 @@ def test_caret_underlines_the_whole_token() -> None:
     err = _error("SE + SQUARED")
     assert err.length == len("SQUARED")
     assert str(err).splitlines()[2] == "  " + " " * 5 + "^" * 7
+
+
+@given(st.text(alphabet="SELINPRMAT52Qqx×*+()@0123 \t\n?", max_size=25))
+def test_any_text_parses_or_raises_a_syntax_error(text: str) -> None:
+    error: KernelSyntaxError | None = None
+    try:
+        e = parse(text, n_dims=3)
+    except KernelSyntaxError as err:
+        error = err
+    if error is None:
+        assert parse(str(e)) == e
+    else:
+        assert 0 <= error.position <= len(text)
+        # the text is shown on one line (tabs and newlines as spaces) so the caret aligns
+        shown = text.replace("\t", " ").replace("\n", " ")
+        assert str(error).splitlines()[1] == f"  {shown}"
+        assert _caret_column(error) == error.position

@@ -30,6 +30,7 @@ Canonical order: children are sorted by (input dimensions used, node kind
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,10 +131,12 @@ class Atom(Expr):
             raise ValueError(
                 f"unknown elementary kernel {kernel!r}; known: {', '.join(ELEMENTARY)}"
             )
-        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 0):
+        if dim is not None and (
+            isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 0
+        ):
             raise ValueError(f"an input dimension must be an integer >= 0, got {dim!r}")
         self._kernel = name
-        self._dim = dim
+        self._dim = None if dim is None else int(dim)
 
     @property
     def kernel(self) -> str:

@@ -28,6 +28,9 @@ from amorgp.kernel_grammar.registry import ELEMENTARY
 __all__ = ["KernelSyntaxError", "parse"]
 
 
+_ONE_LINE = str.maketrans({"\t": " ", "\n": " ", "\r": " ", "\v": " ", "\f": " "})
+
+
 class KernelSyntaxError(ValueError):
     """A kernel expression that does not parse.
 
@@ -57,7 +60,7 @@ class KernelSyntaxError(ValueError):
     def _message(self) -> str:
         lines = [
             f"{self.reason} at position {self.position}",
-            f"  {self.text}",
+            "  " + self.text.translate(_ONE_LINE),
             "  " + " " * self.position + "^" * self.length,
         ]
         if self.hint:
