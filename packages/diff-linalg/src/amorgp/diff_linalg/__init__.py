@@ -2,8 +2,34 @@
 
 from amorgp.diff_linalg.cholesky import CholeskyResult, robust_cholesky
 from amorgp.diff_linalg.gp import DEFAULT_STRATEGY, gp_log_marginal_likelihood
+from amorgp.diff_linalg.operators import (
+    EighResult,
+    LQResult,
+    copyltu,
+    gelqf,
+    gemm2,
+    potrf,
+    potri,
+    sumlogdiag,
+    syevd,
+    syrk,
+    trmm,
+    trsm,
+)
 
 __all__ = [
+    "EighResult",
+    "LQResult",
+    "copyltu",
+    "gelqf",
+    "gemm2",
+    "potrf",
+    "potri",
+    "sumlogdiag",
+    "syevd",
+    "syrk",
+    "trmm",
+    "trsm",
     "DEFAULT_STRATEGY",
     "CholeskyResult",
     "gp_log_marginal_likelihood",
