@@ -1,6 +1,12 @@
 """Differentiable linear algebra (Seeger et al.) and GP building blocks for amorgp."""
 
 from amorgp.diff_linalg.cholesky import CholeskyResult, robust_cholesky
+from amorgp.diff_linalg.distributions import (
+    InverseWishart,
+    kl_inverse_wishart,
+    multivariate_digamma,
+    multivariate_lgamma,
+)
 from amorgp.diff_linalg.gp import DEFAULT_STRATEGY, gp_log_marginal_likelihood
 from amorgp.diff_linalg.operators import (
     EighResult,
@@ -18,6 +24,10 @@ from amorgp.diff_linalg.operators import (
 )
 
 __all__ = [
+    "InverseWishart",
+    "kl_inverse_wishart",
+    "multivariate_digamma",
+    "multivariate_lgamma",
     "EighResult",
     "LQResult",
     "copyltu",
