@@ -1,3 +1,35 @@
 """Kernel operators from amorgp grammar expressions (dense torch and KeOps) and exact GPs at large n."""
 
-__all__: list[str] = []
+from amorgp.lazy_kernels.dimwise import (
+    kernel_diag_dimwise,
+    kernel_matrix_dimwise,
+    validate_dimwise,
+)
+from amorgp.lazy_kernels.elementary import (
+    TORCH_ELEMENTARY,
+    TorchElementary,
+    register_torch_elementary,
+    torch_elementary,
+)
+from amorgp.lazy_kernels.tables import (
+    CompiledSymbol,
+    SymbolTables,
+    compile_symbol,
+    evaluate_symbol,
+    symbol_tables,
+)
+
+__all__ = [
+    "TORCH_ELEMENTARY",
+    "CompiledSymbol",
+    "SymbolTables",
+    "TorchElementary",
+    "compile_symbol",
+    "evaluate_symbol",
+    "kernel_diag_dimwise",
+    "kernel_matrix_dimwise",
+    "register_torch_elementary",
+    "symbol_tables",
+    "torch_elementary",
+    "validate_dimwise",
+]

@@ -1,0 +1,129 @@
+"""Compiled base symbols and per-vocabulary lookup tables.
+
+A base symbol ``A`` or ``A*B`` (see :mod:`amorgp.kernel_grammar.registry`) is
+compiled once into its torch elementary factors and the parameter slots each
+factor reads, so that evaluating it on many tokens at once is
+
+.. math::
+
+    k(x, x') = \\exp\\Big(\\log s^2 + \\sum_{f \\text{ log-form}} \\log kt_f\\Big)
+               \\prod_{f \\text{ direct}} kt_f,
+
+one ``exp`` per symbol however many stationary factors it has.  LIN alone,
+``s^2 x x' + c^2``, is evaluated as ``s^2 (x x' + c^2 / s^2)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+from torch import Tensor
+
+from amorgp.kernel_grammar import ELEMENTARY, Vocabulary, base_symbol
+from amorgp.lazy_kernels.elementary import TorchElementary, torch_elementary
+
+__all__ = ["CompiledSymbol", "SymbolTables", "compile_symbol", "evaluate_symbol", "symbol_tables"]
+
+
+@dataclass(frozen=True)
+class CompiledSymbol:
+    """A base symbol ready for vectorised torch evaluation.
+
+    Attributes:
+        name: canonical symbol name.
+        factors: per factor, its torch form and the parameter slots (indices into
+            the symbol's ``params``) of its non-variance parameters.
+        alone_rescale: True for a single factor whose variance does not scale the
+            whole kernel (LIN alone); its first parameter is divided by ``s^2``.
+        n_params: number of parameters (slot 0 is the variance).
+    """
+
+    name: str
+    factors: tuple[tuple[TorchElementary, tuple[int, ...]], ...]
+    alone_rescale: bool
+    n_params: int
+
+
+@cache
+def compile_symbol(name: str) -> CompiledSymbol:
+    """Compile base symbol ``name`` (any spelling ``base_symbol`` accepts).
+
+    Raises:
+        ValueError: unknown symbol, or an elementary factor without a torch form.
+    """
+    sym = base_symbol(name)
+    names = sym.param_names
+    factors = []
+    for f in sym.factors:
+        mapping = sym.factor_param_names(f)
+        slots = tuple(names.index(mapping[p.name]) for p in ELEMENTARY[f].params)
+        factors.append((torch_elementary(f), slots))
+    alone = len(sym.factors) == 1 and not ELEMENTARY[sym.factors[0]].variance_scales_all
+    return CompiledSymbol(sym.name, tuple(factors), alone, len(names))
+
+
+def evaluate_symbol(cs: CompiledSymbol, x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
+    """Evaluate one base symbol on a batch of ``T`` one-dimensional input pairs.
+
+    Args:
+        cs: the compiled symbol.
+        x1: ``(T, N, 1)`` (matrix) or ``(T, N)`` (diagonal / elementwise).
+        x2: ``(T, 1, M)`` or ``(T, N)``, broadcasting against ``x1``.
+        theta: ``(T, P)`` parameters in the symbol's slot order (``P >= n_params``).
+
+    Returns:
+        ``(T, N, M)`` or ``(T, N)`` kernel values.
+    """
+    T = theta.shape[0]
+    tail = (1,) * (max(x1.ndim, x2.ndim) - 1)
+    s2 = theta[:, 0].reshape(T, *tail)
+    log_sum: Tensor | None = None
+    direct: Tensor | None = None
+    for kernel, slots in cs.factors:
+        th = theta[:, list(slots)].reshape(T, *tail, len(slots))
+        if cs.alone_rescale:
+            th = torch.cat([th[..., :1] / s2[..., None], th[..., 1:]], -1)
+        if kernel.log_unit is not None:
+            lt = kernel.log_unit(x1, x2, th)
+            log_sum = lt if log_sum is None else log_sum + lt
+        else:
+            assert kernel.unit is not None
+            u = kernel.unit(x1, x2, th)
+            direct = u if direct is None else direct * u
+    if log_sum is not None:
+        out = torch.exp(log_sum + torch.log(s2))
+        return out if direct is None else out * direct
+    assert direct is not None
+    return s2 * direct
+
+
+@dataclass(frozen=True)
+class SymbolTables:
+    """Per-vocabulary data: compiled symbols by id (index 0 = padding, None) and slot masks."""
+
+    compiled: tuple[CompiledSymbol | None, ...]
+    slot_mask: Tensor
+    n_symbols: int
+    max_params: int
+
+
+@cache
+def symbol_tables(vocab: Vocabulary, device: torch.device) -> SymbolTables:
+    """Compile every symbol of ``vocab`` and build its slot mask ``(V + 1, P)`` on ``device``.
+
+    Raises:
+        ValueError: if a symbol has an elementary factor without a torch form.
+    """
+    _, slot_mask = vocab.param_kind_table()
+    compiled: tuple[CompiledSymbol | None, ...] = (
+        None,
+        *(compile_symbol(s) for s in vocab.symbols),
+    )
+    return SymbolTables(
+        compiled=compiled,
+        slot_mask=torch.as_tensor(slot_mask, device=device),
+        n_symbols=len(vocab),
+        max_params=vocab.max_params,
+    )

@@ -1,0 +1,245 @@
+"""Tests of the batched heterogeneous evaluator against the numpy reference formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from amorgp.kernel_grammar import EXTENDED_VOCABULARY, PAPER_VOCABULARY, Vocabulary
+from amorgp.lazy_kernels import kernel_diag_dimwise, kernel_matrix_dimwise
+from amorgp.lazy_kernels.testing import (
+    random_dimwise_batch,
+    reference_diag_dimwise,
+    reference_kernel_dimwise,
+)
+
+VOCABS = [PAPER_VOCABULARY, EXTENDED_VOCABULARY]
+
+
+@pytest.mark.parametrize("vocab", VOCABS, ids=lambda v: v.name)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_matrix_matches_reference(vocab: Vocabulary, seed: int) -> None:
+    batch = random_dimwise_batch(vocab, torch.Generator().manual_seed(seed), batch=6)
+    K = kernel_matrix_dimwise(*batch.args())
+    np.testing.assert_allclose(K.numpy(), reference_kernel_dimwise(batch), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("vocab", VOCABS, ids=lambda v: v.name)
+def test_diag_matches_reference_and_matrix(vocab: Vocabulary) -> None:
+    batch = random_dimwise_batch(vocab, torch.Generator().manual_seed(3), batch=6)
+    diag = kernel_diag_dimwise(
+        batch.X1, batch.symbols, batch.symbol_mask, batch.params, vocab, batch.dim_mask
+    )
+    np.testing.assert_allclose(diag.numpy(), reference_diag_dimwise(batch), rtol=1e-12, atol=1e-13)
+    K = kernel_matrix_dimwise(batch.X1, batch.X1, *batch.args()[2:])
+    torch.testing.assert_close(diag, torch.diagonal(K, dim1=1, dim2=2), rtol=1e-13, atol=1e-14)
+
+
+def test_negative_inputs_lin_products() -> None:
+    """LIN factors go negative for negative inputs; the evaluator must not assume positivity."""
+    vocab = Vocabulary(("LIN", "SE*LIN", "LIN*PER"))
+    batch = random_dimwise_batch(vocab, torch.Generator().manual_seed(5), x_low=-2.0, x_high=1.0)
+    K = kernel_matrix_dimwise(*batch.args())
+    assert (K < 0).any()
+    np.testing.assert_allclose(K.numpy(), reference_kernel_dimwise(batch), rtol=1e-12, atol=1e-13)
+
+
+def test_batch_equals_loop() -> None:
+    batch = random_dimwise_batch(EXTENDED_VOCABULARY, torch.Generator().manual_seed(7), batch=5)
+    K = kernel_matrix_dimwise(*batch.args())
+    for b in range(5):
+        Kb = kernel_matrix_dimwise(
+            batch.X1[b : b + 1],
+            batch.X2[b : b + 1],
+            batch.symbols[b : b + 1],
+            batch.symbol_mask[b : b + 1],
+            batch.params[b : b + 1],
+            batch.vocab,
+            batch.dim_mask[b : b + 1],
+        )
+        torch.testing.assert_close(Kb[0], K[b], rtol=1e-14, atol=0.0)
+
+
+def test_padding_invariance() -> None:
+    """Extra padded dimensions, addends (with garbage ids/params) and points change nothing."""
+    g = torch.Generator().manual_seed(11)
+    batch = random_dimwise_batch(PAPER_VOCABULARY, g, batch=3, n=5, m=4, dims=2, addends=2)
+    K = kernel_matrix_dimwise(*batch.args())
+    B, N, D = batch.X1.shape
+    L = batch.symbols.shape[2]
+    P = batch.params.shape[3]
+    X1 = torch.cat([batch.X1, torch.rand(B, 3, D, generator=g, dtype=torch.float64)], 1)
+    X1 = torch.cat([X1, torch.full((B, N + 3, 2), 123.0, dtype=torch.float64)], 2)
+    X2 = torch.cat([batch.X2, torch.full((B, batch.X2.shape[1], 2), -7.0, dtype=torch.float64)], 2)
+    sym = torch.zeros(B, D + 2, L + 2, dtype=torch.int64)
+    sym[:, :D, :L] = batch.symbols
+    sym[:, :, L:] = 3  # garbage ids under a False mask
+    smask = torch.zeros(B, D + 2, L + 2, dtype=torch.bool)
+    smask[:, :D, :L] = batch.symbol_mask
+    par = torch.full((B, D + 2, L + 2, P + 1), -5.0, dtype=torch.float64)  # garbage, even negative
+    par[:, :D, :L, :P] = batch.params
+    dmask = torch.zeros(B, D + 2, dtype=torch.bool)
+    dmask[:, :D] = batch.dim_mask
+    Kp = kernel_matrix_dimwise(X1, X2, sym, smask, par, PAPER_VOCABULARY, dmask)
+    torch.testing.assert_close(Kp[:, :N, :], K, rtol=1e-14, atol=0.0)
+
+
+def test_default_dim_mask_and_validate_false_agree() -> None:
+    batch = random_dimwise_batch(EXTENDED_VOCABULARY, torch.Generator().manual_seed(2))
+    K = kernel_matrix_dimwise(*batch.args())
+    K2 = kernel_matrix_dimwise(*batch.args()[:6])
+    K3 = kernel_matrix_dimwise(*batch.args(), validate=False)
+    torch.testing.assert_close(K2, K, rtol=0, atol=0)
+    torch.testing.assert_close(K3, K, rtol=0, atol=0)
+
+
+def test_gradcheck_inputs_and_params() -> None:
+    batch = random_dimwise_batch(
+        EXTENDED_VOCABULARY, torch.Generator().manual_seed(4), batch=3, n=3, m=2, dims=2, addends=2
+    )
+    X1 = batch.X1.clone().requires_grad_()
+    X2 = batch.X2.clone().requires_grad_()
+    params = batch.params.clone().requires_grad_()
+
+    def f(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        return kernel_matrix_dimwise(
+            a, b, batch.symbols, batch.symbol_mask, p, batch.vocab, batch.dim_mask
+        )
+
+    assert torch.autograd.gradcheck(f, (X1, X2, params))
+
+    def fd(a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        return kernel_diag_dimwise(
+            a, batch.symbols, batch.symbol_mask, p, batch.vocab, batch.dim_mask
+        )
+
+    assert torch.autograd.gradcheck(fd, (X1, params))
+
+
+def test_float32_close_to_float64() -> None:
+    batch = random_dimwise_batch(PAPER_VOCABULARY, torch.Generator().manual_seed(9))
+    K64 = kernel_matrix_dimwise(*batch.args())
+    args32 = [
+        a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+        for a in batch.args()
+    ]
+    K32 = kernel_matrix_dimwise(*args32)
+    assert K32.dtype == torch.float32
+    torch.testing.assert_close(K32.double(), K64, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _args() -> list:
+    batch = random_dimwise_batch(PAPER_VOCABULARY, torch.Generator().manual_seed(0), batch=2)
+    return list(batch.args())
+
+
+def _call(args: list) -> None:
+    kernel_matrix_dimwise(*args)
+
+
+def test_rejects_shape_mismatch() -> None:
+    args = _args()
+    args[1] = args[1][:, :, :2]
+    with pytest.raises(ValueError, match="disagree"):
+        _call(args)
+    args = _args()
+    args[0] = args[0][0]
+    with pytest.raises(ValueError, match="X1 must be a"):
+        _call(args)
+    args = _args()
+    args[3] = args[3][..., :1]
+    with pytest.raises(ValueError, match="symbol_mask"):
+        _call(args)
+    args = _args()
+    args[4] = args[4][..., :2]
+    with pytest.raises(ValueError, match="slots"):
+        _call(args)
+
+
+def test_rejects_structure_with_more_dims_than_data() -> None:
+    args = _args()
+    args[0], args[1] = args[0][:, :, :2], args[1][:, :, :2]
+    args[6] = None
+    with pytest.raises(ValueError, match="exceeds the data"):
+        _call(args)
+
+
+def test_rejects_symbol_in_padded_dimension() -> None:
+    args = _args()
+    args[6] = args[6].clone()
+    args[6][0, 0] = False
+    with pytest.raises(ValueError, match="dimension 0"):
+        _call(args)
+
+
+def test_rejects_nan_and_inf() -> None:
+    args = _args()
+    args[0] = args[0].clone()
+    args[0][0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="X1 contains NaN"):
+        _call(args)
+    args = _args()
+    args[1] = args[1].clone()
+    args[1][1, 0, 0] = float("inf")
+    with pytest.raises(ValueError, match="X2 contains NaN"):
+        _call(args)
+    args = _args()
+    args[4] = args[4].clone()
+    args[4][0, 0, 0, 0] = float("inf")
+    with pytest.raises(ValueError, match="params contains NaN"):
+        _call(args)
+
+
+def test_rejects_non_positive_params() -> None:
+    args = _args()
+    args[4] = args[4].clone()
+    args[4][0, 0, 0, 1] = 0.0
+    with pytest.raises(ValueError, match="positive"):
+        _call(args)
+
+
+def test_rejects_unknown_ids() -> None:
+    args = _args()
+    args[2] = args[2].clone()
+    args[2][0, 0, 0] = len(PAPER_VOCABULARY) + 1
+    with pytest.raises(ValueError, match="unknown symbol id"):
+        _call(args)
+    args = _args()
+    args[2] = args[2].clone()
+    args[2][0, 0, 0] = 0
+    with pytest.raises(ValueError, match="unknown symbol id 0"):
+        _call(args)
+
+
+def test_rejects_empty_dimension_and_empty_element() -> None:
+    args = _args()
+    args[3] = args[3].clone()
+    args[3][0, 0] = False
+    with pytest.raises(ValueError, match="has no addend"):
+        _call(args)
+    args = _args()
+    args[3] = args[3].clone()
+    args[6] = args[6].clone()
+    args[3][1] = False
+    args[6][1] = False
+    with pytest.raises(ValueError, match="no active dimension"):
+        _call(args)
+
+
+def test_rejects_bad_dtypes() -> None:
+    args = _args()
+    args[2] = args[2].double()
+    with pytest.raises(ValueError, match="integer ids"):
+        _call(args)
+    args = _args()
+    args[3] = args[3].long()
+    with pytest.raises(ValueError, match="bool"):
+        _call(args)
+    args = _args()
+    args[4] = args[4].float()
+    with pytest.raises(ValueError, match="must match X1"):
+        _call(args)
