@@ -411,21 +411,20 @@ def decode(
             f"symbol id {int(bad)} under the mask is outside 1..{len(vocab)} "
             f"(vocabulary {vocab.name!r}; 0 is padding)"
         )
+    present: np.ndarray = np.asarray(symbol_mask.any(axis=-1))  # (B, D)
+    n_dims = np.where(present.any(-1), symbols.shape[1] - np.argmax(present[:, ::-1], -1), 0)
+    names = ("", *vocab.symbols)
+    ids = np.where(symbol_mask, symbols, 0).tolist()
     out = []
     for b in range(symbols.shape[0]):
-        dims: list[tuple[str, ...]] = []
-        present = symbol_mask[b].any(axis=-1)
-        n = int(present.nonzero()[0].max()) + 1 if present.any() else 0
+        n = int(n_dims[b])
         if n == 0:
             raise ValueError(f"structure {b} has no active symbol")
-        if not present[:n].all():
-            gap = int((~present[:n]).nonzero()[0][0])
+        if not present[b, :n].all():
+            gap = int((~present[b, :n]).nonzero()[0][0])
             raise ValueError(
                 f"structure {b}: dimension {gap} has no active symbol but a later one has; "
                 "padded dimensions must come last"
             )
-        for d in range(n):
-            ids = symbols[b, d][symbol_mask[b, d]]
-            dims.append(tuple(vocab.symbols[int(i) - 1] for i in ids))
-        out.append(DimWiseStructure(tuple(dims)))
+        out.append(DimWiseStructure(tuple(tuple(names[i] for i in row if i) for row in ids[b][:n])))
     return out

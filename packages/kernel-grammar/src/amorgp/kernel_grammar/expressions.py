@@ -42,9 +42,15 @@ SortKey = tuple[Any, ...]
 
 
 class Expr:
-    """Base class of kernel expressions (immutable, hashable, ordered canonically)."""
+    """Base class of kernel expressions (immutable, hashable, ordered canonically).
 
-    __slots__ = ()
+    Dimensions, sort key and hash are computed once at construction.
+    """
+
+    __slots__ = ("_dimset", "_hash", "_key")
+    _dimset: frozenset[int | None]
+    _hash: int
+    _key: SortKey
 
     # -- construction -------------------------------------------------------------------
     def __add__(self, other: Expr) -> Expr:
@@ -65,7 +71,7 @@ class Expr:
     @property
     def dims(self) -> frozenset[int | None]:
         """The set of input dimensions the atoms act on (``{None}`` if dimension-free)."""
-        return frozenset(a.dim for a in self.atoms())
+        return self._dimset
 
     @property
     def is_indexed(self) -> bool:
@@ -82,7 +88,10 @@ class Expr:
 
     def sort_key(self) -> SortKey:
         """Total order used for canonical ordering of children."""
-        raise NotImplementedError
+        return self._key
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __lt__(self, other: Expr) -> bool:
         return self.sort_key() < other.sort_key()
@@ -137,6 +146,9 @@ class Atom(Expr):
             raise ValueError(f"an input dimension must be an integer >= 0, got {dim!r}")
         self._kernel = name
         self._dim = None if dim is None else int(dim)
+        self._dimset = frozenset({self._dim})
+        self._key = (_dim_key(self._dimset), 0, list(ELEMENTARY).index(name))
+        self._hash = hash(("Atom", name, self._dim))
 
     @property
     def kernel(self) -> str:
@@ -154,9 +166,6 @@ class Atom(Expr):
             raise ValueError(f"{self} already has an input dimension")
         return Atom(self._kernel, dim)
 
-    def sort_key(self) -> SortKey:
-        return (_dim_key(frozenset({self._dim})), 0, list(ELEMENTARY).index(self._kernel))
-
     def _text(self, show_dims: bool) -> str:
         if show_dims and self._dim is not None:
             return f"{self._kernel}@{self._dim}"
@@ -165,8 +174,7 @@ class Atom(Expr):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Atom) and (self._kernel, self._dim) == (other._kernel, other._dim)
 
-    def __hash__(self) -> int:
-        return hash(("Atom", self._kernel, self._dim))
+    __hash__ = Expr.__hash__
 
     def __repr__(self) -> str:
         return f"Atom({self._kernel!r}, {self._dim!r})"
@@ -190,13 +198,16 @@ class _Nary(Expr):
                 flat.append(c)
         if len(flat) < 2:
             raise ValueError(f"a {type(self).__name__} needs at least two children")
-        dims = frozenset(a.dim for c in flat for a in c.atoms())
+        dims = frozenset().union(*(c.dims for c in flat))
         if None in dims and len(dims) > 1:
             raise ValueError(
                 "cannot combine kernels on every dimension (no '@') with kernels on one "
                 f"dimension ('@k'): {' , '.join(str(c) for c in flat)}"
             )
-        self._children = tuple(sorted(flat, key=lambda c: c.sort_key()))
+        self._children = tuple(sorted(flat, key=lambda c: c._key))
+        self._dimset = dims
+        self._key = (_dim_key(dims), self._rank, tuple(c._key for c in self._children))
+        self._hash = hash((type(self).__name__, self._children))
 
     @property
     def children(self) -> tuple[Expr, ...]:
@@ -209,9 +220,6 @@ class _Nary(Expr):
     def at(self, dim: int) -> Expr:
         return type(self)([c.at(dim) for c in self._children])
 
-    def sort_key(self) -> SortKey:
-        return (_dim_key(self.dims), self._rank, tuple(c.sort_key() for c in self._children))
-
     def _text(self, show_dims: bool) -> str:
         parts = []
         for c in self._children:
@@ -222,10 +230,15 @@ class _Nary(Expr):
         return self._op.join(parts)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._children == other._children
+        if self is other:
+            return True
+        return (
+            type(other) is type(self)
+            and self._hash == other._hash
+            and self._children == other._children
+        )
 
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self._children))
+    __hash__ = Expr.__hash__
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self._children)!r})"

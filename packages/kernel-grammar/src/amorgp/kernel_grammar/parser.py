@@ -75,6 +75,12 @@ class _Token:
     pos: int
 
 
+@dataclass(frozen=True)
+class _Index:
+    unindexed: tuple[int, int] | None  # (position, length) of the first atom without '@'
+    indexed: bool  # some atom has '@'
+
+
 _TOKEN_RE = re.compile(
     r"(?P<ws>\s+)|(?P<NAME>[A-Za-z_][A-Za-z0-9_]*)|(?P<INT>[0-9]+)"
     r"|(?P<PLUS>\+)|(?P<TIMES>[*×])|(?P<LPAREN>\()|(?P<RPAREN>\))|(?P<AT>@)"
@@ -159,39 +165,44 @@ class _Parser:
             )
         return expr
 
-    def expression(self) -> tuple[Expr, list[tuple[Atom, int]]]:
-        expr, atoms = self.term()
+    # Each parse function returns the expression and an _Index summary: the span of the
+    # first atom without '@' (or None) and whether any atom has '@' (for mixing errors).
+    def expression(self) -> tuple[Expr, _Index]:
+        expr, info = self.term()
+        terms = [expr]
         while self.tok.kind == "PLUS":
             self.i += 1
             rhs, more = self.term()
-            atoms = self._check_mixing(atoms + more)
-            expr = Sum((expr, rhs))
-        return expr, atoms
+            info = self._combine(info, more)
+            terms.append(rhs)
+        return (expr if len(terms) == 1 else Sum(terms)), info
 
-    def term(self) -> tuple[Expr, list[tuple[Atom, int]]]:
-        expr, atoms = self.factor()
+    def term(self) -> tuple[Expr, _Index]:
+        expr, info = self.factor()
+        factors = [expr]
         while self.tok.kind == "TIMES":
             self.i += 1
             rhs, more = self.factor()
-            atoms = self._check_mixing(atoms + more)
-            expr = Product((expr, rhs))
-        return expr, atoms
+            info = self._combine(info, more)
+            factors.append(rhs)
+        return (expr if len(factors) == 1 else Product(factors)), info
 
-    def _check_mixing(self, atoms: list[tuple[Atom, int]]) -> list[tuple[Atom, int]]:
-        unindexed = [p for a, p in atoms if a.dim is None]
-        if unindexed and len(unindexed) < len(atoms):
+    def _combine(self, a: _Index, b: _Index) -> _Index:
+        unindexed = a.unindexed if a.unindexed is not None else b.unindexed
+        indexed = a.indexed or b.indexed
+        if unindexed is not None and indexed:
             raise KernelSyntaxError(
                 "kernel without '@' mixed with kernels on one dimension",
                 self.text,
                 unindexed[0],
-                len(next(a.kernel for a, p in atoms if p == unindexed[0])),
+                unindexed[1],
                 hint="either index every kernel ('SE@0 + PER@0') or none ('SE + PER' = "
                 "the same structure in every dimension)",
             )
-        return atoms
+        return _Index(unindexed, indexed)
 
-    def factor(self) -> tuple[Expr, list[tuple[Atom, int]]]:
-        expr, atoms = self.primary()
+    def factor(self) -> tuple[Expr, _Index]:
+        expr, info = self.primary()
         if self.tok.kind == "AT":
             at = self.tok
             self.i += 1
@@ -211,29 +222,27 @@ class _Parser:
                     idx_tok,
                     f"valid indices are 0..{self.n_dims - 1} (0-based)",
                 )
-            already = [(a, p) for a, p in atoms if a.dim is not None]
-            if already:
+            if info.indexed:
                 self.error(
                     "dimension given twice: this group already contains '@' indices",
                     at,
                     "put '@k' either on the group or on its atoms, not both",
                 )
             expr = expr.at(dim)
-            atoms = [(a.at(dim), p) for a, p in atoms]
-        return expr, atoms
+            info = _Index(None, True)
+        return expr, info
 
-    def primary(self) -> tuple[Expr, list[tuple[Atom, int]]]:
+    def primary(self) -> tuple[Expr, _Index]:
         tok = self.tok
         if tok.kind == "NAME":
             name = tok.text.upper()
             if name not in ELEMENTARY:
                 self.error(f"unknown kernel {tok.text!r}", tok, _unknown_name_hint(tok.text))
             self.i += 1
-            atom = Atom(name)
-            return atom, [(atom, tok.pos)]
+            return Atom(name), _Index((tok.pos, len(tok.text)), False)
         if tok.kind == "LPAREN":
             self.i += 1
-            expr, atoms = self.expression()
+            expr, info = self.expression()
             if self.tok.kind != "RPAREN":
                 self.error(
                     "unbalanced parentheses: '(' is never closed",
@@ -243,7 +252,7 @@ class _Parser:
                     else "add a ')' at the end of the group",
                 )
             self.i += 1
-            return expr, atoms
+            return expr, info
         if tok.kind == "END":
             self.error("expression ends too early", tok, "a kernel or '(' must follow")
         if tok.kind == "RPAREN":
