@@ -1,0 +1,275 @@
+"""Checkpoints and pretrained weights: safetensors + JSON, written atomically, verified on load.
+
+A checkpoint is a directory::
+
+    <dir>/
+      model.safetensors       network weights (float32), no pickle
+      optimizer.safetensors   optional: optimiser state flattened to tensors
+                              ("state/<param index>/<name>") and RNG states ("rng/torch")
+      checkpoint.json         format tag, network config (architecture + vocabulary),
+                              normalisation contract, training recipe, simulator config,
+                              progress (step, datasets seen per phase), validation metrics,
+                              optimiser hyperparameters, SHA-256 of both tensor files
+
+The directory is written under a temporary sibling name and renamed into place
+(a rename to a new name is atomic), so a crash never leaves a half-written
+checkpoint.  Loading verifies the format tag and the checksums and rebuilds the
+network from its config; a mismatch or a corrupted file raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.model import build_model
+
+__all__ = [
+    "FORMAT",
+    "NORMALISATION",
+    "Checkpoint",
+    "load_checkpoint",
+    "load_model",
+    "optimizer_from_tensors",
+    "optimizer_to_tensors",
+    "save_checkpoint",
+]
+
+FORMAT = "amorgp-amortizer-checkpoint/1"
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+META_FILE = "checkpoint.json"
+
+NORMALISATION: dict[str, str] = {
+    "X": "each input column min-max scaled to [0, 1]; a constant column maps to 0.5",
+    "y": "standardised: (y - mean) / std (population std); a constant y maps to 0",
+    "params": "predicted in normalised units; map lengthscales/periods back by the column range, "
+    "variances and noise by std(y)^2",
+}
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint.
+
+    Attributes:
+        model: the network, weights loaded, in eval mode on the requested device.
+        network: its architecture.
+        meta: the whole ``checkpoint.json`` dictionary.
+        optimizer_tensors: the flattened optimiser/RNG tensors (empty if none stored).
+        path: the directory it was read from.
+    """
+
+    model: nn.Module
+    network: NetworkConfig
+    meta: dict[str, Any]
+    optimizer_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def optimizer_to_tensors(
+    optimizer: torch.optim.Optimizer,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Flatten ``optimizer.state_dict()`` into tensors and a JSON-ready remainder.
+
+    Returns:
+        ``tensors`` (``"state/<index>/<name>"``) and ``json_part`` (param groups and
+        non-tensor state entries).
+    """
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, Any] = {}
+    for index, state in sd["state"].items():
+        for name, value in state.items():
+            key = f"state/{index}/{name}"
+            if isinstance(value, torch.Tensor):
+                tensors[key] = value.detach().cpu().clone()
+            else:
+                scalars[key] = value
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def optimizer_from_tensors(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], json_part: dict[str, Any]
+) -> None:
+    """Inverse of :func:`optimizer_to_tensors`: load the state into ``optimizer``.
+
+    Raises:
+        ValueError: the stored state does not fit the optimiser's parameters.
+    """
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if not key.startswith("state/"):
+            continue
+        _, index, name = key.split("/", 2)
+        state.setdefault(int(index), {})[name] = value
+    for key, value in json_part.get("scalars", {}).items():
+        _, index, name = key.split("/", 2)
+        state.setdefault(int(index), {})[name] = value
+    groups = json_part["param_groups"]
+    own = optimizer.state_dict()["param_groups"]
+    if [len(g["params"]) for g in groups] != [len(g["params"]) for g in own]:
+        raise ValueError("optimizer state does not match the model's parameters (different layout)")
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+    except (ValueError, KeyError, RuntimeError) as err:
+        raise ValueError(f"optimizer state does not match the model: {err}") from err
+
+
+def save_checkpoint(
+    directory: str | os.PathLike[str],
+    model: nn.Module,
+    network: NetworkConfig,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    extra_tensors: dict[str, torch.Tensor] | None = None,
+    meta: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a checkpoint directory atomically.
+
+    Args:
+        directory: target directory (must not exist unless ``overwrite``).
+        model: the network (``DistributedDataParallel`` is unwrapped).
+        network: its architecture config.
+        optimizer: optionally, the optimiser whose state to store for resuming.
+        extra_tensors: more tensors for ``optimizer.safetensors`` (e.g. ``"rng/torch"``).
+        meta: JSON-ready entries merged into ``checkpoint.json`` (recipe, progress,
+            validation metrics, simulator config...).
+        overwrite: replace an existing directory.
+
+    Returns:
+        The checkpoint directory.
+    """
+    target = Path(directory)
+    if target.exists() and not overwrite:
+        raise ValueError(f"checkpoint {target} exists; pass overwrite=True to replace it")
+    module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        weights = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+        save_file(weights, str(tmp / MODEL_FILE), metadata={"format": FORMAT})
+        body: dict[str, Any] = {
+            "format": FORMAT,
+            "network": network.to_dict(),
+            "vocabulary": network.vocabulary.to_dict(),
+            "normalisation": NORMALISATION,
+            "torch_version": torch.__version__,
+            "created_unix": time.time(),
+            "n_parameters": sum(p.numel() for p in module.parameters()),
+        }
+        body.update(meta or {})
+        files = [MODEL_FILE]
+        opt_tensors: dict[str, torch.Tensor] = dict(extra_tensors or {})
+        if optimizer is not None:
+            t, j = optimizer_to_tensors(optimizer)
+            opt_tensors.update(t)
+            body["optimizer"] = {"class": type(optimizer).__name__, **j}
+        if opt_tensors:
+            save_file(opt_tensors, str(tmp / OPTIMIZER_FILE), metadata={"format": FORMAT})
+            files.append(OPTIMIZER_FILE)
+        body["sha256"] = {name: _sha256(tmp / name) for name in files}
+        (tmp / META_FILE).write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
+        if target.exists():
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    meta_path = path / META_FILE
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a checkpoint directory")
+    if not meta_path.exists():
+        raise ValueError(f"{path} has no {META_FILE}; not an amorgp checkpoint")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{meta_path} is corrupted (invalid JSON: {err})") from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(
+            f"{meta_path}: unsupported format {meta.get('format') if isinstance(meta, dict) else None!r}; expected {FORMAT!r}"
+        )
+    for name, digest in meta.get("sha256", {}).items():
+        file = path / name
+        if not file.exists():
+            raise ValueError(f"checkpoint {path} is missing {name}")
+        if _sha256(file) != digest:
+            raise ValueError(f"checkpoint {path}: {name} is corrupted (SHA-256 mismatch)")
+    return meta
+
+
+def load_checkpoint(
+    directory: str | os.PathLike[str],
+    *,
+    device: torch.device | str = "cpu",
+    expect_network: NetworkConfig | None = None,
+) -> Checkpoint:
+    """Read and verify a checkpoint; rebuild the network from its config.
+
+    Args:
+        directory: the checkpoint directory (or a symlink such as ``runs/NAME/last``).
+        device: where to put the model.
+        expect_network: if given, the stored architecture must equal it.
+
+    Raises:
+        ValueError: missing/corrupted files, unknown format, architecture mismatch,
+            or weights that do not fit the architecture.
+    """
+    path = Path(directory)
+    meta = _read_meta(path)
+    network = NetworkConfig.from_dict(meta["network"])
+    if expect_network is not None and expect_network != network:
+        raise ValueError(
+            f"checkpoint {path} holds a different architecture: {network} != expected {expect_network}"
+        )
+    try:
+        weights = load_file(str(path / MODEL_FILE))
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"checkpoint {path}: cannot read {MODEL_FILE}: {err}") from err
+    model = build_model(network)
+    try:
+        model.load_state_dict(weights, strict=True)
+    except RuntimeError as err:
+        raise ValueError(
+            f"checkpoint {path}: weights do not match the architecture: {err}"
+        ) from err
+    opt: dict[str, torch.Tensor] = {}
+    if (path / OPTIMIZER_FILE).exists():
+        opt = load_file(str(path / OPTIMIZER_FILE))
+    return Checkpoint(model.to(device).eval(), network, meta, opt, path)
+
+
+def load_model(directory: str | os.PathLike[str], device: torch.device | str = "cpu") -> nn.Module:
+    """The network of a checkpoint, in eval mode (see :func:`load_checkpoint`)."""
+    return load_checkpoint(directory, device=device).model

@@ -1,0 +1,125 @@
+"""Tests of the checkpoint format: round trip, optimiser state, corruption and mismatch errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from amorgp.amortizer import testing
+from amorgp.amortizer.checkpoint import (
+    load_checkpoint,
+    optimizer_from_tensors,
+    optimizer_to_tensors,
+    save_checkpoint,
+)
+from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.model import build_model
+from amorgp.kernel_grammar import PAPER_VOCABULARY
+
+NET = PRESETS["tiny"].network
+
+
+def _trained(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = build_model(NET)
+    opt = torch.optim.RAdam(model.parameters(), lr=1e-3)
+    batch = testing.random_padded_batch(
+        torch.Generator().manual_seed(seed), PAPER_VOCABULARY, dtype=torch.float32
+    )
+    for _ in range(2):
+        out = model(**batch.inputs())
+        loss = out.params.log().square().mean() + out.noise.log().square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, opt
+
+
+def test_round_trip_predictions_identical(tmp_path: Path) -> None:
+    model, opt = _trained()
+    save_checkpoint(tmp_path / "c", model, NET, optimizer=opt, meta={"validation": {"nll": 1.5}})
+    ckpt = load_checkpoint(tmp_path / "c")
+    assert ckpt.network == NET
+    assert ckpt.meta["validation"] == {"nll": 1.5}
+    assert "sha256" in ckpt.meta
+    batch = testing.random_padded_batch(
+        torch.Generator().manual_seed(5), PAPER_VOCABULARY, dtype=torch.float32
+    )
+    model.eval()
+    with torch.no_grad():
+        a, b = model(**batch.inputs()), ckpt.model(**batch.inputs())
+    torch.testing.assert_close(a.params, b.params, rtol=0, atol=0)
+    torch.testing.assert_close(a.noise, b.noise, rtol=0, atol=0)
+    assert not any(p.suffix == ".pkl" for p in (tmp_path / "c").iterdir())
+
+
+def test_optimizer_state_round_trip_continues_identically() -> None:
+    model, opt = _trained()
+    tensors, json_part = optimizer_to_tensors(opt)
+    json.dumps(json_part)  # JSON-ready
+    clone = build_model(NET)
+    clone.load_state_dict(model.state_dict())
+    opt2 = torch.optim.RAdam(clone.parameters(), lr=1e-3)
+    optimizer_from_tensors(opt2, tensors, json.loads(json.dumps(json_part)))
+    batch = testing.random_padded_batch(
+        torch.Generator().manual_seed(9), PAPER_VOCABULARY, dtype=torch.float32
+    )
+    for m, o in ((model, opt), (clone, opt2)):
+        out = m(**batch.inputs())
+        loss = out.params.log().square().mean()
+        o.zero_grad()
+        loss.backward()
+        o.step()
+    for (name, p), q in zip(model.named_parameters(), clone.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+
+
+def test_corrupted_weights_detected(tmp_path: Path) -> None:
+    model, _ = _trained()
+    path = save_checkpoint(tmp_path / "c", model, NET)
+    data = bytearray((path / "model.safetensors").read_bytes())
+    data[-3] ^= 0xFF
+    (path / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="corrupted"):
+        load_checkpoint(path)
+
+
+def test_missing_or_foreign_files(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a checkpoint directory"):
+        load_checkpoint(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no checkpoint.json"):
+        load_checkpoint(tmp_path / "empty")
+    model, _ = _trained()
+    path = save_checkpoint(tmp_path / "c", model, NET)
+    meta = json.loads((path / "checkpoint.json").read_text())
+    meta["format"] = "something-else/9"
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="unsupported format"):
+        load_checkpoint(path)
+
+
+def test_architecture_mismatch(tmp_path: Path) -> None:
+    model, _ = _trained()
+    path = save_checkpoint(tmp_path / "c", model, NET)
+    with pytest.raises(ValueError, match="different architecture"):
+        load_checkpoint(path, expect_network=dataclasses.replace(NET, d_data=32))
+    # a config edited by hand so that the weights no longer fit
+    meta = json.loads((path / "checkpoint.json").read_text())
+    meta["network"]["head_hidden"] = 8
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="do not match the architecture"):
+        load_checkpoint(path)
+
+
+def test_existing_target_needs_overwrite(tmp_path: Path) -> None:
+    model, _ = _trained()
+    save_checkpoint(tmp_path / "c", model, NET)
+    with pytest.raises(ValueError, match="exists"):
+        save_checkpoint(tmp_path / "c", model, NET)
+    save_checkpoint(tmp_path / "c", model, NET, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]

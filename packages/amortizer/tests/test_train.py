@@ -1,0 +1,121 @@
+"""Tests of the training loop: budgets, exact resume, phase 2, AHGP, logs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from amorgp.amortizer.checkpoint import load_checkpoint
+from amorgp.amortizer.config import PRESETS, TrainConfig
+from amorgp.amortizer.train import SE_VOCABULARY, encoder_view, simulator_config, train
+from amorgp.simulator import Simulator
+
+NET = PRESETS["tiny"].network
+TC = TrainConfig(
+    batch_size=4,
+    lr=1e-3,
+    warmup_steps=2,
+    n_min=5,
+    n_max=16,
+    max_dims=2,
+    val_size=8,
+    val_every=3,
+    num_workers=0,
+)
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path).model.state_dict()
+
+
+def test_exact_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
+    straight = train(tmp_path / "a", NET, TC, max_steps=5, progress=False)
+    first = train(tmp_path / "b", NET, TC, max_steps=2, progress=False)
+    assert first.stopped_by == "max_steps"
+    assert first.step == 2
+    resumed = train(tmp_path / "b", resume=True, max_steps=5, progress=False)
+    assert resumed.step == 5
+    assert resumed.datasets_seen == straight.datasets_seen == 5 * TC.batch_size
+    assert resumed.losses == straight.losses[2:]
+    wa, wb = _weights(tmp_path / "a" / "last"), _weights(tmp_path / "b" / "last")
+    for name in wa:
+        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=0, msg=name)
+
+
+def test_run_directory_contents(tmp_path: Path) -> None:
+    result = train(tmp_path / "run", NET, TC, max_datasets=12, progress=False)
+    assert result.stopped_by == "max_datasets"
+    assert result.step == 3
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    kinds = {r["kind"] for r in records}
+    assert "validation" in kinds
+    val = next(r for r in records if r["kind"] == "validation")
+    for key in ("nll", "nll_true", "nll_gap", "noise_rmse_std", "n_failed"):
+        assert key in val
+    ckpt = load_checkpoint(tmp_path / "run" / "last")
+    assert ckpt.meta["progress"]["step"] == 3
+    assert ckpt.meta["train"] == TC.to_dict()
+    assert ckpt.meta["vocabulary"] == NET.vocabulary.to_dict()
+    assert (tmp_path / "run" / "last").is_symlink()
+
+
+def test_new_run_refuses_existing_directory_and_needs_budget(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="budget"):
+        train(tmp_path / "x", NET, TC)
+    with pytest.raises(ValueError, match="nothing to resume"):
+        train(tmp_path / "x", resume=True, max_steps=1)
+    train(tmp_path / "y", NET, TC, max_steps=1, progress=False)
+    with pytest.raises(ValueError, match="already holds a run"):
+        train(tmp_path / "y", NET, TC, max_steps=1, progress=False)
+
+
+def test_phase2_from_phase1_changes_noise_head_and_records_history(tmp_path: Path) -> None:
+    train(tmp_path / "p1", NET, TC, max_steps=1, progress=False)
+    before = _weights(tmp_path / "p1" / "last")
+    tc2 = dataclasses.replace(TC, phase=2)
+    result = train(
+        tmp_path / "p2",
+        train_cfg=tc2,
+        init_from=tmp_path / "p1" / "last",
+        max_steps=2,
+        progress=False,
+    )
+    assert result.step == 2
+    ckpt = load_checkpoint(tmp_path / "p2" / "last")
+    assert ckpt.meta["train"]["phase"] == 2
+    assert ckpt.meta["history"][0]["phase"] == 1
+    assert ckpt.meta["history"][0]["step"] == 1
+    after = ckpt.model.state_dict()
+    assert not torch.equal(before["noise_head.mlp.2.bias"], after["noise_head.mlp.2.bias"])
+    # phase 2 draws positive pairs only
+    assert simulator_config(NET, tc2).positive_ratio == 1.0
+
+
+def test_ahgp_trains_with_the_same_loop(tmp_path: Path) -> None:
+    net = dataclasses.replace(NET, model="ahgp-se-ard", vocabulary=SE_VOCABULARY)
+    result = train(tmp_path / "ahgp", net, TC, max_steps=2, progress=False)
+    assert result.step == 2
+    assert all(torch.isfinite(torch.tensor(result.losses)))
+    assert type(load_checkpoint(tmp_path / "ahgp" / "last").model).__name__ == "AHGPSEARD"
+    with pytest.raises(ValueError, match="SE-only"):
+        simulator_config(dataclasses.replace(NET, model="ahgp-se-ard"), TC)
+
+
+def test_encoder_view_subsamples_present_points_only() -> None:
+    sim = Simulator(simulator_config(NET, dataclasses.replace(TC, n_min=3, n_max=16)))
+    batch = sim.sample(6, torch.Generator().manual_seed(0))
+    view = encoder_view(batch, 5, torch.Generator().manual_seed(1))
+    assert view["X"].shape[1] == 5
+    n = batch.point_mask.sum(1)
+    assert view["point_mask"].sum(1).tolist() == torch.clamp(n, max=5).tolist()
+    for b in range(6):  # every kept point is one of the dataset's present points
+        rows = batch.X[b][batch.point_mask[b]]
+        for x in view["X"][b][view["point_mask"][b]]:
+            assert bool((rows == x).all(-1).any())
+    assert encoder_view(batch, 0, None)["X"] is batch.X
