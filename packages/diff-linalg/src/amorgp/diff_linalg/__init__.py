@@ -7,6 +7,7 @@ from amorgp.diff_linalg.distributions import (
     multivariate_digamma,
     multivariate_lgamma,
 )
+from amorgp.diff_linalg.examples import blr_log_evidence, kalman_nll, sparse_gp_titsias_bound
 from amorgp.diff_linalg.gp import DEFAULT_STRATEGY, gp_log_marginal_likelihood
 from amorgp.diff_linalg.operators import (
     EighResult,
@@ -24,6 +25,9 @@ from amorgp.diff_linalg.operators import (
 )
 
 __all__ = [
+    "blr_log_evidence",
+    "kalman_nll",
+    "sparse_gp_titsias_bound",
     "InverseWishart",
     "kl_inverse_wishart",
     "multivariate_digamma",
