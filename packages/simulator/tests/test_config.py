@@ -51,6 +51,7 @@ def test_addend_cap_is_min_of_cap_and_vocabulary() -> None:
         ({"x_low": 1.0, "x_high": 1.0}, "x_low < x_high"),
         ({"n_max": 2.5}, "n_max"),
         ({"negative_rounds": 0}, "negative_rounds"),
+        ({"size_buckets": 0}, "size_buckets"),
         ({"vocabulary": ("SE",)}, "Vocabulary"),
     ],
 )

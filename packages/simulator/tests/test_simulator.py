@@ -170,3 +170,23 @@ def test_structures_round_trip_through_kernel_grammar(gen: torch.Generator) -> N
     true = batch.true_structures(SMALL.vocabulary)
     assert [s == t for s, t in zip(shown, true)] == batch.is_positive.tolist()
     assert [s.n_dims for s in true] == batch.n_dims.tolist()
+
+
+def test_size_buckets_do_not_change_the_draws() -> None:
+    base = SimulatorConfig(n_min=3, n_max=30, n_test=2)
+    one = Simulator(base.__class__(**{**_fields(base), "size_buckets": 1}))
+    many = Simulator(base.__class__(**{**_fields(base), "size_buckets": 5}))
+    a = one.sample(20, torch.Generator().manual_seed(3))
+    b = many.sample(20, torch.Generator().manual_seed(3))
+    assert torch.equal(a.X, b.X)
+    assert torch.equal(a.params, b.params)
+    torch.testing.assert_close(a.y, b.y, rtol=1e-9, atol=1e-9)
+    assert a.y_test is not None
+    assert b.y_test is not None
+    torch.testing.assert_close(a.y_test, b.y_test, rtol=1e-9, atol=1e-9)
+
+
+def _fields(cfg: SimulatorConfig) -> dict:
+    from dataclasses import fields
+
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg)}

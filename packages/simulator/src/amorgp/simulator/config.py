@@ -18,7 +18,14 @@ field                         default                         meaning
 ``negative_rounds``           8                               candidate draws for a distinct negative structure
 ``fixed_shapes``              False                           pad to ``(n_max, d_max, addend_cap)``
 ``clamp_to_floors``           True                            raise draws below a transform floor to it
+``size_buckets``              4                               groups of similar ``n`` for kernel + Cholesky
 ============================  ==============================  =========================================
+
+``size_buckets`` is a cost knob, not part of the law: the batch is sorted by
+``n`` and cut into that many groups of equal count, and each group's kernel
+matrices and Cholesky factors are computed at the group's largest ``n`` instead
+of the batch's (Cholesky costs ``O(n^3)``).  The random draws do not depend on
+it, so results agree to rounding for any value.
 
 Geometric laws are on ``{1, 2, ...}``: ``P(k) = (1 - p)^(k - 1) p``.
 
@@ -101,9 +108,18 @@ class SimulatorConfig:
     negative_rounds: int = 8
     fixed_shapes: bool = False
     clamp_to_floors: bool = True
+    size_buckets: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("n_min", "n_max", "n_test", "d_max", "max_addends", "max_tries"):
+        for name in (
+            "n_min",
+            "n_max",
+            "n_test",
+            "d_max",
+            "max_addends",
+            "max_tries",
+            "size_buckets",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"SimulatorConfig.{name} must be an int, got {value!r}")
@@ -119,6 +135,8 @@ class SimulatorConfig:
             raise ValueError(f"SimulatorConfig.d_max must be >= 1, got {self.d_max}")
         if self.max_addends < 1:
             raise ValueError(f"SimulatorConfig.max_addends must be >= 1, got {self.max_addends}")
+        if self.size_buckets < 1:
+            raise ValueError(f"SimulatorConfig.size_buckets must be >= 1, got {self.size_buckets}")
         if self.max_tries < 0:
             raise ValueError(f"SimulatorConfig.max_tries must be >= 0, got {self.max_tries}")
         if isinstance(self.negative_rounds, bool) or not isinstance(self.negative_rounds, int):

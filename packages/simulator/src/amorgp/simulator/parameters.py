@@ -97,12 +97,15 @@ def sample_parameters(
     if symbols.numel() and int(symbols.max()) >= shape_t.shape[0]:
         raise ValueError(f"symbol ids must lie in 0..{shape_t.shape[0] - 1}")
     ids = torch.where(symbol_mask, symbols, 0).to(generator.device)
-    draw = sample_gamma(shape_t[ids], rate_t[ids], generator)
-    values = draw.values
+    used = slot_t[ids] & symbol_mask.to(generator.device)[..., None]  # (B, D, L, P)
+    # draw only the used slots (most of a padded batch is padding)
+    draw = sample_gamma(shape_t[ids][used], rate_t[ids][used], generator)
+    drawn = draw.values
     if clamp_to_floors:
-        values = torch.maximum(values, floor_t[ids])
-    used = slot_t[ids] & symbol_mask.to(generator.device)[..., None]
-    return torch.where(used, values, UNUSED_VALUE), draw.n_rejected
+        drawn = torch.maximum(drawn, floor_t[ids][used])
+    values = torch.full(used.shape, UNUSED_VALUE, dtype=torch.float64, device=used.device)
+    values[used] = drawn
+    return values, draw.n_rejected
 
 
 def sample_noise(

@@ -68,7 +68,7 @@ def sample_gamma(
     rate: torch.Tensor | float,
     generator: torch.Generator,
     *,
-    rounds: int = 8,
+    rounds: int = 4,
     max_passes: int = 64,
 ) -> GammaDraw:
     """Draw ``Gamma(shape, rate)`` (density ``b^a x^(a-1) e^(-b x) / Gamma(a)``).
@@ -76,8 +76,8 @@ def sample_gamma(
     Marsaglia--Tsang: with ``d = a - 1/3``, ``c = 1 / sqrt(9 d)``, ``x ~ N(0, 1)``,
     ``v = (1 + c x)^3`` and ``u ~ U(0, 1)``, accept ``d v`` when ``v > 0`` and
     ``log u < x^2 / 2 + d - d v + d log v``.  The acceptance probability is above
-    0.95 for ``a >= 1``, so ``rounds = 8`` proposals leave an element unresolved
-    with probability below ``1e-10``; unresolved elements get another pass.
+    0.95 for ``a >= 1``, so ``rounds = 4`` proposals leave an element unresolved
+    with probability below ``1e-5``; unresolved elements get another pass.
 
     Args:
         shape: shape parameters ``a > 0`` (tensor or float).

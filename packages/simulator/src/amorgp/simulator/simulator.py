@@ -11,9 +11,10 @@ One call of :meth:`Simulator.sample` draws ``B`` (dataset, structure) pairs:
 5. inputs ``X_b ~ U[x_low, x_high]^(d_b)``, ``n_b`` training and ``n_test`` test points;
 6. targets: ``[y_b; y*_b] ~ N(0, K_{S_b}(X, X) + sigma_b^2 I)`` jointly over training
    and test points, via the batched heterogeneous kernel evaluator
-   (``amorgp.lazy_kernels.kernel_matrix_dimwise``), one float64 batched Cholesky with
+   (``amorgp.lazy_kernels.kernel_matrix_dimwise``), a float64 batched Cholesky with
    per-element escalating jitter (``amorgp.diff_linalg.robust_cholesky``) and
-   ``y = L z``, ``z ~ N(0, I)``.
+   ``y = L z``, ``z ~ N(0, I)``.  Both run per group of similar ``n``
+   (``config.size_buckets`` groups, a cost knob that does not change the draws).
 
 Padded points get an identity block in the covariance (so they never touch the
 real ones) and ``z = 0`` (so ``y = 0`` there).  An element whose covariance
@@ -159,29 +160,85 @@ class Simulator:
             X, X, symbols, symbol_mask, params, self.vocabulary, inputs.dim_mask, validate=False
         )
         m = inputs.mask_all
-        eye = torch.eye(X.shape[1], dtype=_F64, device=X.device)
-        K = K + noise[:, None, None] * eye
-        both = m[:, :, None] & m[:, None, :]
-        return torch.where(both, K, eye)
+        # in place: zero the padded rows/columns, then noise (real) or 1 (padded) on the diagonal
+        K.mul_(m[:, :, None] & m[:, None, :])
+        K.diagonal(dim1=-2, dim2=-1).add_(torch.where(m, noise[:, None], 1.0))
+        return K
 
     def sample_targets(
-        self, covariance: torch.Tensor, mask_all: torch.Tensor, generator: torch.Generator
+        self,
+        covariance: torch.Tensor,
+        mask_all: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        z: torch.Tensor | None = None,
     ) -> TargetDraw:
         """``y = L z`` with ``L L^T = covariance`` (+ jitter where needed), ``z ~ N(0, I)``.
 
         Args:
             covariance: ``(B, M, M)`` float64 covariances (identity on padding).
             mask_all: ``(B, M)`` bool, real points (``z = 0`` elsewhere).
-            generator: the random source.
+            generator: the random source (unused when ``z`` is given).
+            z: ``(B, M)`` standard normal draws to use instead of fresh ones.
         """
         cfg = self.config
         chol = robust_cholesky(covariance, jitter=cfg.jitter, max_tries=cfg.max_tries)
-        z = torch.randn(mask_all.shape, generator=generator, dtype=_F64, device=mask_all.device)
+        if z is None:
+            z = torch.randn(mask_all.shape, generator=generator, dtype=_F64, device=mask_all.device)
         z = torch.where(mask_all, z, 0.0)
         y = (chol.L @ z[..., None]).squeeze(-1)
         valid = ~chol.failed
         y = torch.where(valid[:, None], y, 0.0)
         return TargetDraw(y, valid, chol.jitter)
+
+    def size_groups(self, n: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
+        """Batch elements grouped by similar ``n`` (``config.size_buckets`` equal-count groups).
+
+        Returns:
+            ``[(indices, width), ...]`` with ``width`` the largest ``n`` of the group.
+        """
+        order = torch.argsort(n, stable=True)
+        groups = []
+        for idx in order.tensor_split(min(self.config.size_buckets, n.numel())):
+            if idx.numel():
+                groups.append((idx, int(n[idx].max())))
+        return groups
+
+    def draw_targets(
+        self,
+        inputs: Inputs,
+        n: torch.Tensor,
+        symbols: torch.Tensor,
+        symbol_mask: torch.Tensor,
+        params: torch.Tensor,
+        noise: torch.Tensor,
+        generator: torch.Generator,
+    ) -> TargetDraw:
+        """Targets of every dataset, with kernel and Cholesky computed per size group.
+
+        ``z ~ N(0, I)`` is drawn once for the padded batch; each group of
+        :meth:`size_groups` then builds :meth:`covariance` on its training points
+        (up to the group's largest ``n``) and all test points, factors it and
+        writes ``y = L z`` back.  The loop runs over at most ``size_buckets``
+        groups, never over datasets.
+        """
+        X_all, mask_all = inputs.X_all, inputs.mask_all
+        B, M = mask_all.shape
+        N = inputs.n_train
+        z = torch.randn((B, M), generator=generator, dtype=_F64, device=X_all.device)
+        y = torch.zeros((B, M), dtype=_F64, device=X_all.device)
+        valid = torch.ones(B, dtype=torch.bool, device=X_all.device)
+        jitter = torch.zeros(B, dtype=_F64, device=X_all.device)
+        test_cols = torch.arange(N, M, device=X_all.device)
+        for idx, width in self.size_groups(n):
+            cols = torch.cat([torch.arange(width, device=X_all.device), test_cols])
+            sub = Inputs(X_all[idx][:, cols], mask_all[idx][:, cols], inputs.dim_mask[idx], width)
+            cov = self.covariance(sub, symbols[idx], symbol_mask[idx], params[idx], noise[idx])
+            part = self.sample_targets(cov, sub.mask_all, generator, z=z[idx][:, cols])
+            y[idx[:, None], cols[None, :]] = part.y_all
+            valid[idx] = part.valid
+            jitter[idx] = part.jitter
+        return TargetDraw(y, valid, jitter)
 
     # ---------------------------------------------------------------- whole batch
     def sample(self, batch_size: int, generator: torch.Generator) -> SimulatedBatch:
@@ -224,8 +281,7 @@ class Simulator:
             clamp_to_floors=cfg.clamp_to_floors,
         )
         noise = sample_noise(batch_size, generator, clamp_to_floors=cfg.clamp_to_floors)
-        cov = self.covariance(inputs, true_symbols, true_mask, params, noise)
-        draw = self.sample_targets(cov, inputs.mask_all, generator)
+        draw = self.draw_targets(inputs, n, true_symbols, true_mask, params, noise, generator)
         N = inputs.n_train
         test: dict[str, torch.Tensor] = {}
         if cfg.n_test > 0:
