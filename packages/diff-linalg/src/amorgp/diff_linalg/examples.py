@@ -182,8 +182,8 @@ def kalman_nll(
         )
     if m0.shape[-1] != s:
         raise ValueError(f"m0 must have {s} entries, got shape {tuple(m0.shape)}")
-    for name, t in (("y", y), ("F", F), ("H", H), ("Q", Q), ("R", R), ("m0", m0), ("P0", P0)):
-        check_finite(t, name)
+    for name, arr in (("y", y), ("F", F), ("H", H), ("Q", Q), ("R", R), ("m0", m0), ("P0", P0)):
+        check_finite(arr, name)
     eye = torch.eye(s, dtype=y.dtype, device=y.device)
     m, P = m0, P0
     batch = torch.broadcast_shapes(y.shape[:-2], F.shape[:-2], m0.shape[:-1])
