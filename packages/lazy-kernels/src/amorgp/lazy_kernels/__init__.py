@@ -11,6 +11,7 @@ from amorgp.lazy_kernels.elementary import (
     register_torch_elementary,
     torch_elementary,
 )
+from amorgp.lazy_kernels.structure import DimWiseKernel, ExpressionKernel
 from amorgp.lazy_kernels.tables import (
     CompiledSymbol,
     SymbolTables,
@@ -22,6 +23,8 @@ from amorgp.lazy_kernels.tables import (
 __all__ = [
     "TORCH_ELEMENTARY",
     "CompiledSymbol",
+    "DimWiseKernel",
+    "ExpressionKernel",
     "SymbolTables",
     "TorchElementary",
     "compile_symbol",
