@@ -159,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         print(lines[-1], flush=True)
     lines += [
         "",
-        "Encoding a training batch (B = 128) costs well under the time of one forward pass "
-        "of the network; the structure representation is not a bottleneck.",
+        "The integer encoding is what the simulator and the network consume; the GPyTorch "
+        "column is the cost of representing the same batch as kernel modules. Timings come "
+        "from a shared machine, so spreads are wide; compare medians.",
         "",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
