@@ -92,7 +92,7 @@ def test_missing_or_foreign_files(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a checkpoint directory"):
         load_checkpoint(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="no checkpoint.json"):
+    with pytest.raises(ValueError, match=r"no checkpoint\.json"):
         load_checkpoint(tmp_path / "empty")
     model, _ = _trained()
     path = save_checkpoint(tmp_path / "c", model, NET)

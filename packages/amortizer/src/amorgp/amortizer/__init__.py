@@ -1,3 +1,69 @@
-"""The amortized GP hyperparameter inference network of amorgp, its training and CLI."""
+"""amorgp.amortizer: the amortization network g(D, S) -> (theta_S, sigma^2), its training and CLI.
 
-__all__: list[str] = []
+>>> import torch
+>>> from amorgp.amortizer import PRESETS, build_model
+>>> from amorgp.amortizer.testing import random_padded_batch
+>>> model = build_model(PRESETS["tiny"].network).eval()
+>>> batch = random_padded_batch(torch.Generator().manual_seed(0), model.vocabulary, dtype=torch.float32)
+>>> pred = model(**batch.inputs())
+>>> tuple(pred.params.shape), tuple(pred.noise.shape)
+((3, 3, 3, 4), (3,))
+"""
+
+from amorgp.amortizer.ahgp import AHGPSEARD
+from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint, load_model, save_checkpoint
+from amorgp.amortizer.config import PRESETS, NetworkConfig, Preset, TrainConfig, preset
+from amorgp.amortizer.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
+from amorgp.amortizer.model import (
+    AmortizedGP,
+    DatasetEncoder,
+    KernelEncoderDecoder,
+    NoiseHead,
+    Prediction,
+    SymbolHeads,
+    build_model,
+    check_inputs,
+    count_parameters,
+)
+from amorgp.amortizer.train import (
+    SE_VOCABULARY,
+    TrainResult,
+    encoder_view,
+    simulator_config,
+    train,
+    training_loss,
+    validate,
+)
+
+__all__ = [
+    "AHGPSEARD",
+    "PRESETS",
+    "SE_VOCABULARY",
+    "AmortizedGP",
+    "Checkpoint",
+    "DatasetEncoder",
+    "KernelEncoderDecoder",
+    "LossOutput",
+    "NetworkConfig",
+    "NoiseHead",
+    "Prediction",
+    "Preset",
+    "SymbolHeads",
+    "TrainConfig",
+    "TrainResult",
+    "build_model",
+    "check_inputs",
+    "count_parameters",
+    "encoder_view",
+    "gp_nll_per_point",
+    "load_checkpoint",
+    "load_model",
+    "phase1_loss",
+    "phase2_loss",
+    "preset",
+    "save_checkpoint",
+    "simulator_config",
+    "train",
+    "training_loss",
+    "validate",
+]

@@ -55,6 +55,7 @@ __all__ = [
     "SymbolHeads",
     "build_model",
     "check_inputs",
+    "count_parameters",
 ]
 
 UNUSED_SLOT_VALUE = 1.0

@@ -608,6 +608,9 @@ def _train(
                 logger.info("step %d: validation %s", step, val_metrics)
             checkpoint()
             ddp.barrier()
+    except KeyboardInterrupt:
+        stopped_by = "interrupted"
+        checkpoint()
     finally:
         if bar is not None:
             bar.close()
