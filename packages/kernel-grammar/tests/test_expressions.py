@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import os
+import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -128,3 +132,19 @@ def test_nodes_are_flat(e: Expr) -> None:
 
     check(e)
     assert _count_atoms(e) >= 1
+
+
+def test_pickle_in_a_fresh_interpreter_rebuilds_hashes() -> None:
+    # string hashes differ between interpreters; unpickled nodes must not keep stale ones
+    e = (Atom("SE", 0) * Atom("LIN", 0) + Atom("SE", 0)) * Atom("PER", 1)
+    code = (
+        "import pickle, sys; from amorgp.kernel_grammar import parse; "
+        "e = pickle.loads(sys.stdin.buffer.read()); "
+        "assert e == parse('(SE*LIN + SE)@0 * PER@1'); "
+        "assert hash(e) == hash(parse('(SE*LIN + SE)@0 * PER@1'))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps(e), check=True, env=env, timeout=120
+    )
+    assert pickle.loads(pickle.dumps(e)) == e

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -129,3 +131,10 @@ def test_any_text_parses_or_raises_a_syntax_error(text: str) -> None:
         shown = text.replace("\t", " ").replace("\n", " ")
         assert str(error).splitlines()[1] == f"  {shown}"
         assert _caret_column(error) == error.position
+
+
+def test_syntax_error_pickles() -> None:
+    err = _error("SE + PRE")
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, KernelSyntaxError)
+    assert (back.position, back.hint, str(back)) == (err.position, err.hint, str(err))

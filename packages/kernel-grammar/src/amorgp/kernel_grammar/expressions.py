@@ -179,6 +179,10 @@ class Atom(Expr):
     def __repr__(self) -> str:
         return f"Atom({self._kernel!r}, {self._dim!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rebuild on unpickling: cached hashes depend on the interpreter's hash seed
+        return (Atom, (self._kernel, self._dim))
+
 
 class _Nary(Expr):
     """Flattened n-ary node with canonically sorted children."""
@@ -242,6 +246,9 @@ class _Nary(Expr):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self._children)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._children,))
 
 
 class Sum(_Nary):

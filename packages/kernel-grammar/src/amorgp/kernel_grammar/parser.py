@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.registry import ELEMENTARY
@@ -56,6 +57,9 @@ class KernelSyntaxError(ValueError):
         self.length = max(1, length)
         self.hint = hint
         super().__init__(self._message())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.text, self.position, self.length, self.hint))
 
     def _message(self) -> str:
         lines = [
