@@ -27,7 +27,9 @@ Squared distances are formed from differences ``(x - x')^2`` (never from
 ``sin^2`` is even, so PER uses ``sin(pi r / p)`` without ``|r|`` and stays
 smooth at ``r = 0``; MAT52's ``|r|`` has a zero subgradient at ``r = 0``, which
 is the true derivative of the kernel there.  PER uses the paper's ``1/(2 l^2)``;
-GPyTorch's ``PeriodicKernel`` uses ``2 sin^2(...) / l_gp^2``, i.e. ``l_gp = 2 l``.
+GPyTorch's ``PeriodicKernel`` documents ``2 sin^2(...) / l_gp^2`` (``l_gp = 2 l``) but
+its code (1.11-1.15) evaluates ``2 sin^2(...) / l_gp``, so ``l_gp = 4 l^2`` matches
+(see ``amorgp.lazy_kernels.testing.gpytorch_kernel_matrix``).
 """
 
 from __future__ import annotations
