@@ -241,3 +241,56 @@ def test_decode_errors() -> None:
         decode(symbols, gap, P)
     with pytest.raises(ValueError, match=r"structure 0 has no active symbol"):
         decode(symbols, np.zeros_like(mask), P)
+
+
+def _se(x: np.ndarray, y: np.ndarray, s2: float, ls: float) -> np.ndarray:
+    return s2 * np.exp(-((x[:, None] - y[None, :]) ** 2) / (2 * ls**2))
+
+
+def _per(x: np.ndarray, y: np.ndarray, s2: float, ls: float, p: float) -> np.ndarray:
+    r = np.abs(x[:, None] - y[None, :])
+    return s2 * np.exp(-(np.sin(np.pi * r / p) ** 2) / (2 * ls**2))
+
+
+def test_reference_against_closed_form() -> None:
+    rng = np.random.default_rng(0)
+    X1, X2 = rng.uniform(size=(7, 2)), rng.uniform(size=(5, 2))
+    s = DimWiseStructure.parse("(SE + SE*LIN)@0 * PER@1")
+    theta = np.full((3, 4, 5), 7.0)  # padding entries are ignored
+    theta[0, 0, :2] = [1.5, 0.3]  # SE: variance, lengthscale
+    theta[0, 1, :3] = [0.7, 0.2, 0.4]  # SE*LIN: variance, se_lengthscale, lin_offset
+    theta[1, 0, :3] = [2.0, 0.5, 0.6]  # PER: variance, lengthscale, period
+    x, y = X1[:, 0], X2[:, 0]
+    dim0 = _se(x, y, 1.5, 0.3) + _se(x, y, 0.7, 0.2) * (np.outer(x, y) + 0.4)
+    dim1 = _per(X1[:, 1], X2[:, 1], 2.0, 0.5, 0.6)
+    np.testing.assert_allclose(s.reference(X1, X2, theta), dim0 * dim1, rtol=1e-13)
+
+
+@given(structures(P.symbols, max_dims=3, max_addends=3))
+def test_reference_is_psd_and_factorises_over_dimensions(s: DimWiseStructure) -> None:
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(10, s.n_dims))
+    theta = rng.uniform(0.2, 1.5, size=(s.n_dims, s.max_addends, P.max_params))
+    K = s.reference(X, X, theta)
+    assert np.linalg.eigvalsh(K).min() >= -1e-9 * np.abs(K).max()
+    per_dim = [
+        DimWiseStructure((a,)).reference(X[:, d], X[:, d], theta[d : d + 1])
+        for d, a in enumerate(s.dims)
+    ]
+    np.testing.assert_allclose(K, np.prod(per_dim, axis=0), rtol=1e-12)
+
+
+def test_reference_errors() -> None:
+    s = DimWiseStructure.parse("SE + PER", 2)
+    X = np.zeros((3, 2))
+    ok = np.ones((2, 2, 3))
+    with pytest.raises(ValueError, match=r"X1 must have shape \(N, 2\)"):
+        s.reference(X[:, :1], X, ok)
+    with pytest.raises(ValueError, match=r"params must have shape \(>= 2, >= 2, >= 3\)"):
+        s.reference(X, X, np.ones((2, 2, 2)))
+    bad = ok.copy()
+    bad[1, 1, 2] = -1.0
+    with pytest.raises(ValueError, match=r"parameters of PER \(dim 1, addend 1\) must be"):
+        s.reference(X, X, bad)
+    with pytest.raises(ValueError, match="must be finite"):
+        s.reference(np.full((3, 2), np.nan), X, ok)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product as cartesian
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -258,6 +258,64 @@ class DimWiseStructure:
     def n_params(self) -> int:
         """Number of kernel parameters (noise excluded)."""
         return sum(len(base_symbol(s).params) for a in self.dims for s in a)
+
+    def reference(self, X1: Any, X2: Any, params: Any) -> np.ndarray:
+        """Dense numpy float64 kernel matrix, the oracle for batched/lazy evaluators.
+
+        ``K[n, m] = prod_d sum_l k_{s_dl}(X1[n, d], X2[m, d]; params[d, l, :])`` computed
+        with :meth:`BaseSymbol.reference` (plain loops; not for hot paths).
+
+        Args:
+            X1: ``(N, D)`` inputs (``D = n_dims``; a 1-D array is ``(N, 1)``).
+            X2: ``(M, D)`` inputs.
+            params: ``(D', L', P')`` constrained parameter values with ``D' >= n_dims``,
+                ``L' >= max_addends`` and ``P'`` at least the slots of every symbol
+                (slot order = ``base_symbol(name).params``); extra entries are ignored.
+
+        Returns:
+            ``(N, M)`` float64.
+
+        Raises:
+            ValueError: wrong shapes or non-finite inputs/parameters.
+        """
+        X1 = np.asarray(X1, dtype=np.float64)
+        X2 = np.asarray(X2, dtype=np.float64)
+        X1 = X1[:, None] if X1.ndim == 1 else X1
+        X2 = X2[:, None] if X2.ndim == 1 else X2
+        theta = np.asarray(params, dtype=np.float64)
+        for name, arr in (("X1", X1), ("X2", X2)):
+            if arr.ndim != 2 or arr.shape[1] != self.n_dims:
+                raise ValueError(
+                    f"{name} must have shape (N, {self.n_dims}) for {self}, got {arr.shape}"
+                )
+        n_slots = max(len(base_symbol(s).params) for a in self.dims for s in a)
+        if (
+            theta.ndim != 3
+            or theta.shape[0] < self.n_dims
+            or theta.shape[1] < self.max_addends
+            or theta.shape[2] < n_slots
+        ):
+            raise ValueError(
+                f"params must have shape (>= {self.n_dims}, >= {self.max_addends}, "
+                f">= {n_slots}) for {self}, got {theta.shape}"
+            )
+        used = theta[: self.n_dims, : self.max_addends, :n_slots]
+        if not (np.isfinite(X1).all() and np.isfinite(X2).all()):
+            raise ValueError("X1 and X2 must be finite")
+        K = np.ones((X1.shape[0], X2.shape[0]))
+        for d, addends in enumerate(self.dims):
+            S = np.zeros_like(K)
+            for a, name in enumerate(addends):
+                sym = base_symbol(name)
+                values = used[d, a, : len(sym.params)]
+                if not (np.isfinite(values).all() and (values > 0).all()):
+                    raise ValueError(
+                        f"parameters of {name} (dim {d}, addend {a}) must be finite and "
+                        f"positive, got {values.tolist()}"
+                    )
+                S += sym.reference(X1[:, d], X2[:, d], dict(zip(sym.param_names, values)))
+            K *= S
+        return K
 
     def to_expr(self) -> Expr:
         """The equivalent fully indexed expression ``prod_d sum_l prod_factors Atom(f, d)``."""
