@@ -190,3 +190,19 @@ def _fields(cfg: SimulatorConfig) -> dict:
     from dataclasses import fields
 
     return {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_sample_on_cuda_satisfies_contract_and_is_reproducible() -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cfg = CONFIGS["test-points"]
+    sim = Simulator(cfg, device="cuda")
+    a = sim.sample(16, torch.Generator(device="cuda").manual_seed(0))
+    b = sim.sample(16, torch.Generator(device="cuda").manual_seed(0))
+    assert a.X.device.type == "cuda"
+    check_batch(a.to("cpu"), cfg)
+    for name, value in a.tensors().items():
+        assert torch.equal(value, b.tensors()[name]), name
+    with pytest.raises(ValueError, match="generator"):
+        sim.sample(2, torch.Generator().manual_seed(0))
