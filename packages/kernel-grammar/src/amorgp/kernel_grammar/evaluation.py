@@ -77,6 +77,13 @@ def paper_evaluation_set(
 
     Raises:
         ValueError: if the vocabulary has fewer than ``per_size`` distinct sets of some size.
+
+    Example:
+        >>> templates = paper_evaluation_set(seed=0)
+        >>> len(templates), sorted({len(t) for t in templates})
+        (24, [1, 2, 3, 4])
+        >>> str(templates[-1].broadcast(2)) == f"({templates[-1]})@0 * ({templates[-1]})@1"
+        True
     """
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     V = len(vocabulary)

@@ -104,13 +104,19 @@ class Expr:
         return _format(self)
 
     def tree(self) -> str:
-        """A readable multi-line tree print, e.g.::
+        """A readable multi-line tree print.
 
-        Product
-        ├── Sum @0
-        │   ├── SE @0
-        │   └── LIN @0
-        └── PER @1
+        Nodes living on one input dimension show it after ``@``; for
+        ``(SE@0 + LIN@0) * PER@1``::
+
+            Product
+            ├── Sum @0
+            │   ├── SE @0
+            │   └── LIN @0
+            └── PER @1
+
+        Returns:
+            The tree, one node per line.
         """
         lines: list[str] = []
         _tree(self, "", "", lines)

@@ -289,6 +289,19 @@ def parse(text: str, n_dims: int | None = None) -> Expr:
     Raises:
         KernelSyntaxError: (a ``ValueError``) with ``.position`` and a caret message.
         ValueError: if ``n_dims < 1``.
+
+    Example:
+        >>> str(parse("per + se x lin"))
+        'PER + SE*LIN'
+        >>> str(parse("(SE*LIN + SE)@0 * (SE + PER)@1"))
+        '(SE + SE*LIN)@0 * (SE + PER)@1'
+        >>> parse("SE@2", n_dims=2)
+        Traceback (most recent call last):
+        ...
+        amorgp.kernel_grammar.parser.KernelSyntaxError: dimension index 2 out of range for data with 2 input dimensions at position 3
+          SE@2
+             ^
+        hint: valid indices are 0..1 (0-based)
     """
     if not isinstance(text, str):
         raise ValueError(f"a kernel expression must be a string, got {type(text).__name__}")

@@ -136,5 +136,11 @@ def neighbours(
     *,
     max_addends: int | None = None,
 ) -> list[DimWiseStructure]:
-    """The distinct structures one grammar move away (see :func:`moves`)."""
+    """The distinct structures one grammar move away (see :func:`moves`).
+
+    Example:
+        >>> from amorgp.kernel_grammar import DimWiseStructure
+        >>> [str(s) for s in neighbours(DimWiseStructure((("SE",),)))][:3]
+        ['(SE + SE)@0', '(SE + LIN)@0', '(SE + PER)@0']
+    """
     return [result for _, result in moves(structure, vocab, max_addends=max_addends)]
