@@ -101,6 +101,12 @@ def test_from_expr_says_why_not_in_space(text: str, n_dims: int | None, message:
         DimWiseStructure.parse(text, n_dims)
 
 
+def test_products_of_many_sums_fail_without_full_expansion() -> None:
+    text = " * ".join(["(SE + LIN + PER + MAT52 + RQ)"] * 30)  # 5^30 monomials if expanded
+    with pytest.raises(ValueError, match="of 3 elementary kernels"):
+        DimWiseStructure.parse(text, 1)
+
+
 def test_from_expr_argument_errors() -> None:
     with pytest.raises(ValueError, match=r"uses input dimension 3 but the data has 2"):
         DimWiseStructure.from_expr(Atom("SE", 3), 2)

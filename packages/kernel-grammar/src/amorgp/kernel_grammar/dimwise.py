@@ -20,7 +20,7 @@ the batch contract, ``symbols (B, D, L)`` (vocabulary ids, 0 = padding) and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import product as cartesian
 from typing import Any, NamedTuple
@@ -336,29 +336,38 @@ class DimWiseStructure:
         return str(self.to_expr())
 
 
-def _monomials(e: Expr) -> list[list[str]]:
-    """Distribute ``e`` into a sum of monomials (lists of elementary kernel names)."""
+def _monomials(e: Expr, too_long: Callable[[list[str]], None]) -> list[list[str]]:
+    """Distribute ``e`` into a sum of monomials (lists of elementary kernel names).
+
+    ``too_long`` is called (and must raise) as soon as a monomial of more than two
+    factors appears, so products of many sums are never expanded in full.
+    """
     if isinstance(e, Atom):
         return [[e.kernel]]
     if isinstance(e, Sum):
-        return [m for c in e.children for m in _monomials(c)]
+        return [m for c in e.children for m in _monomials(c, too_long)]
     assert isinstance(e, Product)
     out: list[list[str]] = [[]]
     for c in e.children:
-        out = [a + b for a, b in cartesian(out, _monomials(c))]
+        out = [a + b for a, b in cartesian(out, _monomials(c, too_long))]
+        for m in out:
+            if len(m) > 2:
+                too_long(m)
     return out
 
 
 def _dimension_symbols(e: Expr, d: int | None) -> tuple[str, ...]:
     where = "" if d is None else f" in input dimension {d}"
+
+    def too_long(m: list[str]) -> None:
+        raise ValueError(
+            f"{e}{where} contains the product {'*'.join(m)} of {len(m)} elementary kernels "
+            "(after distributing products of sums); base symbols have at most 2 factors"
+        )
+
     symbols = []
-    for m in _monomials(e):
+    for m in _monomials(e, too_long):
         text = "*".join(m)
-        if len(m) > 2:
-            raise ValueError(
-                f"{e}{where} contains the product {text} of {len(m)} elementary kernels "
-                "(after distributing products of sums); base symbols have at most 2 factors"
-            )
         if len(m) == 2 and m[0] == m[1]:
             raise ValueError(
                 f"{e}{where} contains the product {text}, which repeats the factor {m[0]}; "
