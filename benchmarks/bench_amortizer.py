@@ -1,0 +1,243 @@
+"""Benchmark of amorgp.amortizer: forward latency, training throughput, CPU-efficiency ideas.
+
+Writes ``docs/benchmarks/amortizer.md``:
+
+1. Forward latency for one dataset (n = 250 and 500, d = 1..8, structure ``SE + PER``
+   in every dimension), per preset, next to the named peer: a Type-2 ML fit of the
+   same kernel on the same data (``amorgp.baselines.fit_type2ml_batch``, the paper's
+   GP-ML: Adam, lr 0.1, <= 150 steps, float64).
+2. Training throughput (datasets/s) of one optimiser step (forward, float64 loss,
+   backward, RAdam) per preset, and of the simulator that feeds it.
+3. CPU efficiency: the ``small`` preset trained for the same wall-clock budget with
+   the encoder reading all points vs a random subset, compared on validation NLL.
+
+Usage: ``python benchmarks/bench_amortizer.py [--quick] [--minutes M] [--out PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from amorgp.amortizer import (
+    PRESETS,
+    TrainConfig,
+    build_model,
+    count_parameters,
+    train,
+    training_loss,
+)
+from amorgp.amortizer.train import simulator_config
+from amorgp.kernel_grammar import Vocabulary
+from amorgp.simulator import SimulatedBatch, Simulator
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _stats(fn: Callable[[], object], reps: int, warmup: int = 1) -> tuple[float, float, float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+    return statistics.median(times), q[0], q[2]
+
+
+def _fmt(m: float, lo: float, hi: float, unit: float = 1e3) -> str:
+    return f"{m * unit:.1f} [{lo * unit:.1f}, {hi * unit:.1f}]"
+
+
+def _dataset(n: int, d: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, d, generator=g, dtype=torch.float64)
+    y = torch.sin(6.0 * X).sum(-1) + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+    return X, (y - y.mean()) / y.std()
+
+
+def latency(presets: list[str], dims: list[int], reps: int, peer_dims: list[int]) -> list[str]:
+    vocab = PRESETS["small"].network.vocabulary
+    se, per = vocab.id("SE"), vocab.id("PER")
+    lines = [
+        "## Forward latency, one dataset (ms: median [25 %, 75 %])",
+        "",
+        "Structure `SE + PER` in every dimension; float32 network, eval mode, `torch.no_grad`.",
+        "Peer: Type-2 ML fit of the same kernel on the same data (paper GP-ML: Adam lr 0.1,",
+        "at most 150 steps, float64), `amorgp.baselines.fit_type2ml_batch`.",
+        "",
+    ]
+    header = "| n | d | " + " | ".join(presets) + " | Type-2 ML fit | fit / " + presets[0] + " |"
+    lines += [header, "|" + "---|" * (header.count("|") - 1)]
+    models = {}
+    for name in presets:
+        torch.manual_seed(0)
+        models[name] = build_model(PRESETS[name].network).eval()
+    for n in (250, 500):
+        for d in dims:
+            X, y = _dataset(n, d, seed=n + d)
+            inputs = {
+                "X": X[None].float(),
+                "y": y[None].float(),
+                "point_mask": torch.ones(1, n, dtype=torch.bool),
+                "dim_mask": torch.ones(1, d, dtype=torch.bool),
+                "symbols": torch.tensor([[[se, per]] * d]),
+                "symbol_mask": torch.ones(1, d, 2, dtype=torch.bool),
+            }
+            cells = []
+            first = math.nan
+            for name in presets:
+                with torch.no_grad():
+                    m, lo, hi = _stats(
+                        lambda model=models[name], inputs=inputs: model(**inputs), reps
+                    )
+                cells.append(_fmt(m, lo, hi))
+                if name == presets[0]:
+                    first = m
+            peer, ratio = "–", "–"
+            if d in peer_dims:
+                fit = _type2ml(X, y, d)
+                if fit is not None:
+                    pm, plo, phi = _stats(fit, max(1, reps // 2), warmup=0)
+                    peer, ratio = _fmt(pm, plo, phi), f"{pm / first:.0f}x"
+            lines.append(f"| {n} | {d} | " + " | ".join(cells) + f" | {peer} | {ratio} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
+def _type2ml(X: torch.Tensor, y: torch.Tensor, d: int) -> Callable[[], object] | None:
+    try:
+        from amorgp.baselines.gp import GPBatch
+        from amorgp.baselines.type2ml import fit_type2ml_batch
+        from amorgp.kernel_grammar import DimWiseStructure
+    except ImportError:
+        return None
+    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE + PER", d)])
+    return lambda: fit_type2ml_batch(batch)
+
+
+def throughput(presets: list[str], batch_size: int, steps: int) -> list[str]:
+    lines = [
+        "## Training throughput (datasets/s, median [25 %, 75 %])",
+        "",
+        f"One optimiser step on a simulated batch of {batch_size} datasets (n ~ U{{10..100}}, d <= 4,",
+        "paper structure prior, positive and negative pairs): forward (float32), per-point NLL",
+        "(float64, batched evaluator + Cholesky), backward, RAdam.  `simulator` is the cost of",
+        "drawing the same batch (done by DataLoader workers in parallel with training).",
+        "",
+        "| preset | parameters | train step (datasets/s) | simulator (datasets/s) |",
+        "|---|---|---|---|",
+    ]
+    tc = TrainConfig(batch_size=batch_size, n_max=100, max_dims=4)
+    for name in presets:
+        net = PRESETS[name].network
+        sim = Simulator(simulator_config(net, tc))
+        g = torch.Generator().manual_seed(0)
+        batches = [sim.sample(batch_size, g) for _ in range(steps + 1)]
+        sm, slo, shi = _stats(lambda sim=sim, g=g: sim.sample(batch_size, g), steps, warmup=0)
+        torch.manual_seed(0)
+        model = build_model(net)
+        opt = torch.optim.RAdam(model.parameters(), lr=1e-5)
+        it = iter(batches)
+
+        def step(
+            model: torch.nn.Module = model,
+            opt: torch.optim.Optimizer = opt,
+            it: Iterator[SimulatedBatch] = it,
+            vocab: Vocabulary = net.vocabulary,
+        ) -> None:
+            out = training_loss(model, next(it), vocab, tc)
+            opt.zero_grad()
+            out.loss.backward()
+            opt.step()
+
+        m, lo, hi = _stats(step, steps)
+        rate = f"{batch_size / m:.1f} [{batch_size / hi:.1f}, {batch_size / lo:.1f}]"
+        srate = f"{batch_size / sm:.1f} [{batch_size / shi:.1f}, {batch_size / slo:.1f}]"
+        lines.append(f"| {name} | {count_parameters(model):,d} | {rate} | {srate} |")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def efficiency(minutes: float) -> list[str]:
+    lines = [
+        "## CPU efficiency: what the encoder reads (small preset, equal wall-clock budget)",
+        "",
+        f"Each variant trains the `small` preset for {minutes:g} min from the same initialisation",
+        "and data stream (one DataLoader worker), then is evaluated on the same fixed validation",
+        "set (the run directory's `validation/`, 128 simulated datasets).  The loss always uses every point.",
+        "",
+        "| variant | steps | datasets | datasets/s | val NLL | val NLL (positives) | NLL at ground truth | noise RMSE (std) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    base = PRESETS["small"]
+    with tempfile.TemporaryDirectory() as tmp:
+        val_dir = None
+        for label, points in (
+            ("all points", 0),
+            ("random 48 points", 48),
+            ("random 24 points", 24),
+        ):
+            tc = dataclasses.replace(base.train, encoder_points=points, val_every=10_000)
+            out = Path(tmp) / f"run{points}"
+            if val_dir is not None:  # identical validation set for every variant
+                import shutil
+
+                shutil.copytree(val_dir, out / "validation")
+            res = train(out, base.network, tc, max_minutes=minutes, progress=False)
+            val_dir = val_dir or out / "validation"
+            v = res.validation
+            lines.append(
+                f"| {label} | {res.step} | {res.datasets_seen} | {res.datasets_seen / (minutes * 60):.1f} | "
+                f"{v['nll']:.3f} | {v['nll_positive']:.3f} | {v['nll_true']:.3f} | {v['noise_rmse_std']:.3f} |"
+            )
+            print(lines[-1], flush=True)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    parser.add_argument("--minutes", type=float, default=None, help="budget per efficiency variant")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "amortizer.md")
+    parser.add_argument("--skip-efficiency", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    quick = args.quick
+    dims = [1, 2, 4, 8] if quick else list(range(1, 9))
+    presets = ["small", "medium"] if quick else ["small", "medium", "paper"]
+    minutes = args.minutes if args.minutes is not None else (1.0 if quick else 4.0)
+    head = [
+        "# amorgp.amortizer benchmarks",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
+        f"torch {torch.__version__}, CPU only.  The 2 CPU cores were shared with other jobs while this ran",
+        "(load average well above 2), so absolute numbers are noisy and pessimistic; ratios measured",
+        "side by side in one run are the meaningful part.  Regenerate with",
+        "`python benchmarks/bench_amortizer.py` (`--quick` for a short run).",
+        "",
+    ]
+    body = latency(presets, dims, reps=3 if quick else 5, peer_dims=[1, 4, 8])
+    body += ["", *throughput(presets, batch_size=16, steps=2 if quick else 3)]
+    if not args.skip_efficiency:
+        body += ["", *efficiency(minutes)]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(head + body) + "\n")
+    tmp.replace(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
