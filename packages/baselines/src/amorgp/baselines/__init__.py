@@ -1,3 +1,56 @@
-"""GP hyperparameter baselines for amorgp: Type-2 ML, MAP, SVGP, ADVI."""
+"""GP hyperparameter baselines for amorgp: Type-2 ML, MAP, SVGP and ADVI.
 
-__all__: list[str] = []
+Quick start::
+
+    from amorgp.baselines import fit, fit_many
+
+    result = fit(X, y, "SE + PER", method="gp-ml")
+    mean, var = result.predict(X_test)
+    results = fit_many(X, y, ["SE", "SE + LIN", "PER"], method="gp-ml-multistart")
+"""
+
+from amorgp.baselines.advi import ADVIResult, advi, elbo_estimate, paper_gradients, positive_log_density
+from amorgp.baselines.api import METHODS, Baseline, FitResult, Method, fit, fit_many
+from amorgp.baselines.bayesian import ADVISettings, GPPosterior, fit_advi_gp
+from amorgp.baselines.data import Normalizer, as_dataset, train_test_split
+from amorgp.baselines.gp import GPBatch, exact_predictive, log_marginal_likelihood, log_prior
+from amorgp.baselines.optim import batched_adam, lbfgs
+from amorgp.baselines.protocol import HyperparameterInference, KernelFit
+from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_elbo, svgp_predictive
+from amorgp.baselines.type2ml import BatchFit, Type2MLSettings, fit_type2ml_batch
+
+__all__ = [
+    "ADVIResult",
+    "ADVISettings",
+    "METHODS",
+    "Baseline",
+    "BatchFit",
+    "FitResult",
+    "GPBatch",
+    "GPPosterior",
+    "HyperparameterInference",
+    "KernelFit",
+    "Method",
+    "Normalizer",
+    "SVGPFit",
+    "SVGPSettings",
+    "Type2MLSettings",
+    "advi",
+    "as_dataset",
+    "batched_adam",
+    "elbo_estimate",
+    "exact_predictive",
+    "fit",
+    "fit_advi_gp",
+    "fit_many",
+    "fit_svgp_batch",
+    "fit_type2ml_batch",
+    "lbfgs",
+    "log_marginal_likelihood",
+    "log_prior",
+    "paper_gradients",
+    "positive_log_density",
+    "svgp_elbo",
+    "svgp_predictive",
+    "train_test_split",
+]

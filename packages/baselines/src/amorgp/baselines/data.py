@@ -1,0 +1,149 @@
+"""Dataset validation and the normalisation contract (ARCHITECTURE §3).
+
+Inputs are min-max scaled per column to ``[0, 1]`` (a constant column maps to
+``0.5``) and targets are standardised, ``y_n = (y - mean) / std``.  Every GP
+computation of this package runs on normalised data; predictions are mapped
+back to the original units by :meth:`Normalizer.unnormalize_predictive`:
+
+.. math::
+
+    \\mu = \\mu_n \\cdot \\mathrm{std} + \\mathrm{mean}, \\qquad
+    \\sigma^2 = \\sigma_n^2 \\cdot \\mathrm{std}^2 .
+
+Hyperparameters are reported in normalised units; lengthscales and periods of
+input column ``d`` and the noise variance also map exactly to original units
+(``l_orig = l * range_d``, ``sigma^2_orig = sigma^2 * std^2``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["Normalizer", "as_dataset", "train_test_split"]
+
+
+def as_dataset(X: Any, y: Any, *, name: str = "X") -> tuple[Tensor, Tensor]:
+    """Validate a dataset and return float64 tensors ``X (n, d)`` and ``y (n,)``.
+
+    A 1-D ``X`` is read as ``n`` points in one dimension.
+
+    Raises:
+        ValueError: wrong shapes, mismatched lengths, empty data, NaN or infinite values.
+    """
+    Xt = torch.as_tensor(np.asarray(X, dtype=np.float64) if not isinstance(X, Tensor) else X)
+    yt = torch.as_tensor(np.asarray(y, dtype=np.float64) if not isinstance(y, Tensor) else y)
+    Xt = Xt.to(torch.float64)
+    yt = yt.to(torch.float64)
+    if Xt.ndim == 1:
+        Xt = Xt[:, None]
+    if Xt.ndim != 2:
+        raise ValueError(f"{name} must have shape (n, d), got {tuple(Xt.shape)}")
+    if yt.ndim == 2 and yt.shape[1] == 1:
+        yt = yt[:, 0]
+    if yt.ndim != 1:
+        raise ValueError(f"y must have shape (n,), got {tuple(yt.shape)}")
+    if Xt.shape[0] != yt.shape[0]:
+        raise ValueError(f"{name} has {Xt.shape[0]} rows but y has {yt.shape[0]} values")
+    if Xt.shape[0] == 0 or Xt.shape[1] == 0:
+        raise ValueError(f"empty dataset: {name} has shape {tuple(Xt.shape)}")
+    if not torch.isfinite(Xt).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if not torch.isfinite(yt).all():
+        raise ValueError("y contains NaN or infinite values")
+    return Xt, yt
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """Min-max input scaling and target standardisation, fitted on training data.
+
+    Attributes:
+        x_min: ``(d,)`` column minima.
+        x_range: ``(d,)`` column ranges ``max - min`` (0 for a constant column).
+        y_mean: target mean.
+        y_std: target standard deviation (1 if the targets are constant).
+    """
+
+    x_min: Tensor
+    x_range: Tensor
+    y_mean: float
+    y_std: float
+
+    @classmethod
+    def fit(cls, X: Tensor, y: Tensor) -> Normalizer:
+        """Fit on ``X (n, d)`` and ``y (n,)`` (validated by :func:`as_dataset`)."""
+        X, y = as_dataset(X, y)
+        x_min = X.min(0).values
+        x_range = X.max(0).values - x_min
+        std = float(y.std(unbiased=False)) if y.numel() > 1 else 0.0
+        return cls(x_min, x_range, float(y.mean()), std if std > 0 else 1.0)
+
+    @classmethod
+    def identity(cls, d: int) -> Normalizer:
+        """A normaliser that changes nothing (for data that is already normalised)."""
+        return cls(
+            torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64), 0.0, 1.0
+        )
+
+    @property
+    def n_dims(self) -> int:
+        return int(self.x_min.numel())
+
+    def transform_x(self, X: Tensor) -> Tensor:
+        """``(X - min) / range`` per column; a constant training column maps to 0.5."""
+        X = torch.as_tensor(X, dtype=torch.float64)
+        if X.ndim == 1:
+            X = X[:, None]
+        if X.shape[-1] != self.n_dims:
+            raise ValueError(f"X has {X.shape[-1]} columns, the normaliser was fitted on {self.n_dims}")
+        const = self.x_range <= 0
+        scaled = (X - self.x_min) / torch.where(const, torch.ones_like(self.x_range), self.x_range)
+        return torch.where(const, torch.full_like(scaled, 0.5), scaled)
+
+    def transform_y(self, y: Tensor) -> Tensor:
+        return (torch.as_tensor(y, dtype=torch.float64) - self.y_mean) / self.y_std
+
+    def unnormalize_predictive(self, mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
+        """Map a predictive ``(mean, variance)`` from normalised to original units."""
+        return mean * self.y_std + self.y_mean, var * self.y_std**2
+
+    def log_density_offset(self) -> float:
+        """``-log(std)``: add it per point to a normalised log density to get original units."""
+        return -math.log(self.y_std)
+
+    def to_original(self, name: str, dim: int, value: float) -> float | None:
+        """Map one hyperparameter to original units where the map is exact, else ``None``.
+
+        Lengthscales and periods of input ``dim`` scale with the column range; the
+        noise variance scales with ``std^2``.  Variances and offsets of factors in a
+        product over dimensions have no unique original-unit value.
+        """
+        if name == "noise":
+            return value * self.y_std**2
+        if name.endswith("lengthscale") or name.endswith("period"):
+            r = float(self.x_range[dim])
+            return value * r if r > 0 else None
+        return None
+
+
+def train_test_split(
+    n: int, n_train: int, n_test_max: int | None, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """Uniform random split of ``range(n)``: ``n_train`` indices, the rest (capped) for testing.
+
+    Raises:
+        ValueError: if ``n_train`` is not in ``1..n-1``.
+    """
+    if not 0 < n_train < n:
+        raise ValueError(f"n_train must be in 1..{n - 1}, got {n_train}")
+    perm = torch.randperm(n, generator=generator)
+    test = perm[n_train:]
+    if n_test_max is not None:
+        test = test[:n_test_max]
+    return perm[:n_train], test
