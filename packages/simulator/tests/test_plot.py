@@ -27,6 +27,11 @@ def test_plot_draws_each_dataset_and_returns_the_axes(gen: torch.Generator) -> N
     n0 = int(batch.point_mask[0].sum())
     np.testing.assert_array_equal(offsets[:, 1], batch.y[0, :n0].numpy())
     plt.close(fig)
+    fig, ax = plt.subplots()
+    plot_datasets(batch, [1], ax=ax, vocab=cfg.vocabulary)
+    label = ax.get_legend().get_texts()[0].get_text()
+    assert str(batch.true_structures(cfg.vocabulary)[1]) in label
+    plt.close(fig)
     with pytest.raises(ValueError, match="index"):
         plot_datasets(batch, [9])
     with pytest.raises(ValueError, match="dimension"):

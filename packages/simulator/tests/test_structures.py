@@ -100,3 +100,24 @@ def test_bad_dimensions_are_rejected(gen: torch.Generator) -> None:
         sample_structures(torch.tensor([0]), cfg, gen)
     with pytest.raises(ValueError, match="width"):
         sample_structures(torch.tensor([3]), cfg, gen, max_dims=2)
+
+
+def test_negative_law_is_the_prior_conditioned_on_differing(gen: torch.Generator) -> None:
+    # d = 1, V = 3, cap 3: seven structures (non-empty subsets); truth fixed to {SE}
+    from itertools import combinations
+    from math import comb
+
+    cfg = SimulatorConfig(vocabulary=Vocabulary(("SE", "LIN", "PER")), p_addends=0.5)
+    B = 9000
+    d = torch.ones(B, dtype=torch.int64)
+    truth = torch.zeros(B, 1, 1, dtype=torch.int64)
+    truth[:, 0, 0] = 1
+    neg = sample_negative_structures(truth, d, torch.zeros(B, dtype=torch.bool), cfg, gen)
+    assert neg.n_fallback == 0
+    subsets = [s for k in (1, 2, 3) for s in combinations((1, 2, 3), k) if s != (1,)]
+    length = _truncated_geometric(0.5, 3)
+    prior = np.array([length[len(s) - 1] / comb(3, len(s)) for s in subsets])
+    rows = [tuple(int(v) for v in row if v) for row in neg.symbols[:, 0].tolist()]
+    observed = np.array([rows.count(s) for s in subsets])
+    assert observed.sum() == B
+    assert stats.chisquare(observed, prior / prior.sum() * B).pvalue > ALPHA

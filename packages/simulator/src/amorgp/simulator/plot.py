@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
+from amorgp.kernel_grammar import Vocabulary
 from amorgp.simulator.batch import SimulatedBatch
 
 __all__ = ["plot_datasets"]
@@ -17,11 +20,13 @@ def plot_datasets(
     ax: Any = None,
     dim: int = 0,
     show_test: bool = True,
+    vocab: Vocabulary | None = None,
 ) -> Any:
     """Scatter ``y`` against input dimension ``dim`` for a few datasets of a batch.
 
-    Each dataset gets one colour; its label is the true structure (and "negative"
-    when the presented structure differs).  Test points, when present, are drawn
+    Each dataset gets one colour; its label gives the noise variance, the true
+    structure when ``vocab`` is given, and "negative pair" when the presented
+    structure differs from the true one.  Test points, when present, are drawn
     as hollow markers.
 
     Args:
@@ -30,6 +35,7 @@ def plot_datasets(
         ax: a matplotlib ``Axes`` to draw on (default: a new figure's).
         dim: the input dimension on the horizontal axis.
         show_test: also draw the test points.
+        vocab: the batch's vocabulary; when given, labels name the true structures.
 
     Returns:
         The ``Axes``.
@@ -52,9 +58,12 @@ def plot_datasets(
             raise ValueError(f"dataset {i} has no input dimension {dim}")
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
-    for i in chosen:
+    names = batch.select(torch.tensor(chosen)).true_structures(vocab) if vocab else None
+    for k, i in enumerate(chosen):
         m = batch.point_mask[i]
         label = f"#{i}: noise {float(batch.noise[i]):.3g}"
+        if names is not None:
+            label = f"#{i}: {names[k]}, noise {float(batch.noise[i]):.3g}"
         if not bool(batch.is_positive[i]):
             label += " (negative pair)"
         points = ax.scatter(batch.X[i, m, dim].numpy(), batch.y[i, m].numpy(), s=12, label=label)
