@@ -124,10 +124,8 @@ def assert_gradients(
     for x in inputs:
         if x.is_floating_point() and x.requires_grad and x.dtype != torch.float64:
             raise ValueError("gradient checks need float64 inputs")
-    assert torch.autograd.gradcheck(
-        fn, tuple(inputs), eps=eps, atol=atol, rtol=rtol, fast_mode=fast_mode
-    )
-    if second_order:
-        assert torch.autograd.gradgradcheck(
-            fn, tuple(inputs), eps=eps, atol=atol, rtol=rtol, fast_mode=fast_mode
-        )
+    kw = {"eps": eps, "atol": atol, "rtol": rtol, "fast_mode": fast_mode, "raise_exception": False}
+    if not torch.autograd.gradcheck(fn, tuple(inputs), **kw):  # type: ignore[arg-type]
+        raise AssertionError("gradcheck failed: analytical and numerical Jacobians differ")
+    if second_order and not torch.autograd.gradgradcheck(fn, tuple(inputs), **kw):  # type: ignore[arg-type]
+        raise AssertionError("gradgradcheck failed: second derivatives differ")
