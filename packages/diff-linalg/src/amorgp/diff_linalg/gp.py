@@ -154,7 +154,8 @@ def gp_log_marginal_likelihood(
         y: targets, shape ``(..., N)``.
         noise: noise variances ``sigma^2 > 0``, shape ``(...)`` (or a float).
         mask: ``True`` for valid points, shape ``(..., N)``; padded rows and
-            columns are replaced by an identity block, padded targets by 0.
+            columns are replaced by an identity block, padded targets by 0
+            (padded entries may hold any finite values).
         per_point: divide by the number of valid points.
         return_failed: also return the per-element failure mask.
         strategy: ``"pad"``, ``"bucket"``, ``"loop"`` or ``"auto"``
