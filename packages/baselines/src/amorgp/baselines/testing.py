@@ -1,0 +1,111 @@
+"""Reusable checks and dense numpy oracles for anything that fits GP hyperparameters.
+
+* :func:`dense_kernel` / :func:`dense_log_marginal_likelihood` /
+  :func:`dense_predictive`: float64 numpy references built only from
+  :meth:`amorgp.kernel_grammar.BaseSymbol.reference` and ``numpy.linalg``
+  (independent of the torch evaluator and of this package's GP code).
+* :func:`check_kernel_fit`: conformance of a :class:`~amorgp.baselines.protocol.KernelFit`
+  (keys, positivity, predictive shapes, non-negative variances, original units).
+* :func:`check_inference`: conformance of a
+  :class:`~amorgp.baselines.protocol.HyperparameterInference` implementation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from amorgp.kernel_grammar import DimWiseStructure, base_symbol
+
+from amorgp.baselines.protocol import HyperparameterInference, KernelFit
+
+__all__ = [
+    "check_inference",
+    "check_kernel_fit",
+    "dense_kernel",
+    "dense_log_marginal_likelihood",
+    "dense_predictive",
+]
+
+Hyper = Mapping[tuple[int, int, str], float]
+
+
+def dense_kernel(X1: np.ndarray, X2: np.ndarray, structure: DimWiseStructure, hyper: Hyper) -> np.ndarray:
+    """``prod_d sum_l k_{s_dl}(X1[:, d], X2[:, d])`` with numpy reference kernels."""
+    X1 = np.asarray(X1, float).reshape(len(X1), -1)
+    X2 = np.asarray(X2, float).reshape(len(X2), -1)
+    K = np.ones((X1.shape[0], X2.shape[0]))
+    for d, addends in enumerate(structure.dims):
+        acc = np.zeros_like(K)
+        for a, name in enumerate(addends):
+            sym = base_symbol(name)
+            acc += sym.reference(X1[:, d], X2[:, d], {p: hyper[(d, a, p)] for p in sym.param_names})
+        K *= acc
+    return K
+
+
+def dense_log_marginal_likelihood(
+    X: np.ndarray, y: np.ndarray, structure: DimWiseStructure, hyper: Hyper, noise: float
+) -> float:
+    """``log N(y | 0, K + noise I)`` by ``numpy.linalg.slogdet`` and ``solve``."""
+    y = np.asarray(y, float)
+    A = dense_kernel(X, X, structure, hyper) + noise * np.eye(len(y))
+    sign, logdet = np.linalg.slogdet(A)
+    if sign <= 0:
+        return math.nan
+    return float(-0.5 * y @ np.linalg.solve(A, y) - 0.5 * logdet - 0.5 * len(y) * math.log(2 * math.pi))
+
+
+def dense_predictive(
+    X: np.ndarray, y: np.ndarray, X_new: np.ndarray, structure: DimWiseStructure, hyper: Hyper, noise: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact posterior predictive of ``y`` (noise included) by dense numpy algebra."""
+    A = dense_kernel(X, X, structure, hyper) + noise * np.eye(len(y))
+    Ks = dense_kernel(X, X_new, structure, hyper)
+    kss = np.diag(dense_kernel(X_new, X_new, structure, hyper))
+    mean = Ks.T @ np.linalg.solve(A, np.asarray(y, float))
+    var = kss - np.einsum("ij,ij->j", Ks, np.linalg.solve(A, Ks)) + noise
+    return mean, var
+
+
+def check_kernel_fit(result: KernelFit, X_test: Any) -> None:
+    """Assert the :class:`KernelFit` conformance of one fit.
+
+    Checks: the protocol is satisfied; one finite positive value per parameter of
+    the structure (keys ``(dim, addend, name)``); positive noise; finite
+    objective; predictive mean and variance of shape ``(m,)``, finite, variance
+    positive and larger with noise than without (where supported).
+    """
+    assert isinstance(result, KernelFit), f"{type(result).__name__} does not satisfy KernelFit"
+    expected = {(p.dim, p.addend, p.param) for p in result.kernel.param_names()}
+    assert set(result.hyperparameters) == expected, "hyperparameter keys differ from the structure"
+    values = np.array(list(result.hyperparameters.values()))
+    assert np.all(np.isfinite(values)) and np.all(values > 0), "hyperparameters must be finite and positive"
+    assert result.noise > 0 and math.isfinite(result.noise), "noise must be finite and positive"
+    assert math.isfinite(result.log_marginal_likelihood), "log marginal likelihood must be finite"
+    X_test = torch.as_tensor(np.asarray(X_test, float))
+    mean, var = result.predict(X_test)
+    m = X_test.shape[0]
+    assert tuple(mean.shape) == (m,) and tuple(var.shape) == (m,), "predictive must be (m,), (m,)"
+    assert bool(torch.isfinite(mean).all() and torch.isfinite(var).all()), "predictive must be finite"
+    assert bool((var > 0).all()), "predictive variances of y must be positive"
+    try:
+        _, var_f = result.predict(X_test, include_noise=False)  # type: ignore[call-arg]
+    except TypeError:
+        return
+    assert bool((var_f <= var + 1e-12).all()), "variance without noise must not exceed the one with noise"
+
+
+def check_inference(method: HyperparameterInference, X: Any, y: Any, kernels: Sequence[str]) -> list[KernelFit]:
+    """Assert the :class:`HyperparameterInference` conformance on one dataset; returns the fits."""
+    assert isinstance(method, HyperparameterInference)
+    fits = list(method.fit_many(X, y, kernels))
+    assert len(fits) == len(kernels), "one fit per kernel"
+    d = np.asarray(X).reshape(len(X), -1).shape[1]
+    for k, f in zip(kernels, fits, strict=True):
+        assert f.kernel == DimWiseStructure.parse(k, d), f"fit order differs from the kernels ({f.kernel} vs {k})"
+        check_kernel_fit(f, X)
+    return fits
