@@ -11,8 +11,11 @@
 """
 
 from amorgp.amortizer.ahgp import AHGPSEARD
+from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer, Hyperparameter, KernelResult
 from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint, load_model, save_checkpoint
 from amorgp.amortizer.config import PRESETS, NetworkConfig, Preset, TrainConfig, preset
+from amorgp.amortizer.estimator import AmortizedGPRegressor
+from amorgp.amortizer.io import Dataset, Normalization, as_dataset, read_csv
 from amorgp.amortizer.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.amortizer.model import (
     AmortizedGP,
@@ -38,6 +41,15 @@ from amorgp.amortizer.train import (
 __all__ = [
     "AHGPSEARD",
     "PRESETS",
+    "PRETRAINED_DIR",
+    "AmortizedGPRegressor",
+    "Amortizer",
+    "Dataset",
+    "Hyperparameter",
+    "KernelResult",
+    "Normalization",
+    "as_dataset",
+    "read_csv",
     "SE_VOCABULARY",
     "AmortizedGP",
     "Checkpoint",

@@ -227,5 +227,13 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None) -> 
             click.echo(f"  {comp:<18} {n:>12,d}")
 
 
+def _register_inference_commands() -> None:
+    from amorgp.amortizer.cli_infer import register
+
+    register(main)
+
+
+_register_inference_commands()
+
 if __name__ == "__main__":  # torchrun -m amorgp.amortizer.cli ...
     main()

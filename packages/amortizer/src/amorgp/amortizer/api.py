@@ -1,0 +1,626 @@
+"""Amortized inference for users: :class:`Amortizer` and its :class:`KernelResult`.
+
+One forward pass of the amortization network maps a dataset and a kernel
+structure to GP hyperparameters; the GP then conditions on the data with those
+hyperparameters.  Steps of :meth:`Amortizer.infer_many`:
+
+1. validate ``X (n, d)``, ``y (n,)`` and normalise them (ARCHITECTURE §3, see
+   :mod:`amorgp.amortizer.io`);
+2. the **dataset encoder** runs once on the normalised data.  If ``n`` exceeds
+   ``encoder_points`` (default: the largest dataset of the checkpoint's training
+   recipe, ``train.n_max``, else 250) it reads a uniformly random subset of
+   ``encoder_points`` points, drawn with a ``torch.Generator`` seeded by
+   ``seed``: the encoder is permutation invariant, so a subset is a smaller
+   sample of the same dataset;
+3. the kernel encoder-decoder and the heads run for **all kernels in one
+   padded batch** (the dataset embedding is shared, paper Fig. 4c);
+4. the exact GP log marginal likelihood of every kernel is evaluated on **all**
+   ``n`` points in float64 (dense kernel matrices and one Cholesky each from
+   :mod:`amorgp.lazy_kernels` and :mod:`amorgp.diff_linalg`; above
+   ``dense_max`` points lazy-kernels' large-n GP (KeOps + conjugate gradients)
+   is used);
+5. optionally ``refine=k``: ``k`` L-BFGS iterations of Type-2 ML
+   (:mod:`amorgp.baselines`) started from the amortized hyperparameters.
+
+Everything runs under ``torch.inference_mode`` (except the refinement, which
+needs gradients) on the chosen device; the network in float32, the GP algebra
+in ``dtype`` (float64 by default).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from amorgp.amortizer.checkpoint import load_checkpoint
+from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.io import Normalization, as_dataset
+from amorgp.amortizer.layers import masked_mean
+from amorgp.amortizer.model import AmortizedGP
+from amorgp.diff_linalg import gp_log_marginal_likelihood, robust_cholesky
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, base_symbol, encode
+from amorgp.lazy_kernels import kernel_diag_dimwise, kernel_matrix_dimwise
+
+__all__ = [
+    "DEFAULT_ENCODER_POINTS",
+    "PRETRAINED_DIR",
+    "Amortizer",
+    "Hyperparameter",
+    "KernelResult",
+]
+
+PRETRAINED_DIR = Path(__file__).parent / "pretrained" / "default"
+"""The bundled default checkpoint (replaced by the trained model, same format)."""
+
+DEFAULT_ENCODER_POINTS = 250
+"""Encoder subset size when the checkpoint does not state its training range."""
+
+_DENSE_MAX = 8000
+_CHUNK_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    """One kernel hyperparameter of a result.
+
+    Attributes:
+        dim: input dimension.
+        addend: index of the addend within the dimension's sum.
+        symbol: base-symbol name, e.g. ``"SE*PER"``.
+        name: parameter name of the symbol, e.g. ``"per_period"``.
+        kind: parameter kind (``variance``, ``lengthscale``, ``period``, ``offset``...).
+        value: value in normalised units.
+        original: value in original units, ``None`` where no exact map exists
+            (see :mod:`amorgp.amortizer.io`).
+    """
+
+    dim: int
+    addend: int
+    symbol: str
+    name: str
+    kind: str
+    value: float
+    original: float | None
+
+
+@dataclass
+class KernelResult:
+    """Hyperparameters of one kernel on one dataset, with the GP they define.
+
+    Attributes:
+        kernel: the dimension-wise structure.
+        params: ``(D, L, P)`` float64 parameters, normalised units, padded layout.
+        noise: noise variance, normalised units.
+        noise_original: noise variance in original units (``noise * std(y)^2``).
+        log_marginal_likelihood: exact ``log p(y~ | theta, S)`` of the normalised
+            targets on all ``n`` points.
+        log_marginal_likelihood_original: the same density of the original targets
+            (``- n log std(y)``).
+        table: every kernel hyperparameter as a :class:`Hyperparameter`.
+        time_s: wall-clock time of the call that produced this result (shared by
+            all kernels of one :meth:`Amortizer.infer_many` call).
+        refine_steps: L-BFGS iterations of Type-2 ML applied after the network.
+        n_points: points the GP conditions on.
+        encoder_points: points the dataset encoder read.
+        normalization: the data normalisation.
+    """
+
+    kernel: DimWiseStructure
+    params: Tensor
+    noise: float
+    noise_original: float
+    log_marginal_likelihood: float
+    log_marginal_likelihood_original: float
+    table: tuple[Hyperparameter, ...]
+    time_s: float
+    refine_steps: int
+    n_points: int
+    encoder_points: int
+    normalization: Normalization
+    _gp: _GPData | None = field(default=None, repr=False)
+
+    @property
+    def kernel_text(self) -> str:
+        """The kernel as text: ``"SE + PER"`` if every dimension has the same sum, else indexed."""
+        s = self.kernel
+        return " + ".join(s.dims[0]) if s.is_uniform else str(s)
+
+    @property
+    def hyperparameters(self) -> dict[tuple[int, int, str], float]:
+        """``(dim, addend, name) -> value`` in normalised units (baselines' ``KernelFit``)."""
+        return {(h.dim, h.addend, h.name): h.value for h in self.table}
+
+    @property
+    def hyperparameters_original(self) -> dict[tuple[int, int, str], float | None]:
+        """``(dim, addend, name) -> value`` in original units (``None`` where not exact)."""
+        return {(h.dim, h.addend, h.name): h.original for h in self.table}
+
+    def predict(self, X_new: Any, *, include_noise: bool = True) -> tuple[Tensor, Tensor]:
+        """GP predictive at ``X_new (m, d)`` in original units.
+
+        ``mean = K_*^T (K + sigma^2 I)^{-1} y`` and
+        ``var = k_** - diag(K_*^T (K + sigma^2 I)^{-1} K_*)`` (+ ``sigma^2`` with
+        ``include_noise``), mapped back by the normalisation.
+
+        Returns:
+            ``(mean (m,), variance (m,))`` float64 tensors on the CPU.
+
+        Raises:
+            ValueError: wrong number of columns or non-finite inputs.
+        """
+        if self._gp is None:
+            raise ValueError("this result holds no data to condition on")
+        Xq, _ = as_dataset(X_new)
+        Xn = self.normalization.transform_x(Xq)
+        mean, var = self._gp.predict(self.params, self.noise, Xn, include_noise)
+        m, v = self.normalization.inverse_y(mean.cpu().numpy(), var.cpu().numpy())
+        assert v is not None
+        return torch.as_tensor(m), torch.as_tensor(v)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (kernel text, hyperparameters in both units, noise, LML, time)."""
+        return {
+            "kernel": self.kernel_text,
+            "hyperparameters": [
+                {
+                    "dim": h.dim,
+                    "addend": h.addend,
+                    "symbol": h.symbol,
+                    "name": h.name,
+                    "normalised": h.value,
+                    "original": h.original,
+                }
+                for h in self.table
+            ],
+            "noise": self.noise,
+            "noise_original": self.noise_original,
+            "log_marginal_likelihood": self.log_marginal_likelihood,
+            "log_marginal_likelihood_original": self.log_marginal_likelihood_original,
+            "time_s": self.time_s,
+            "refine_steps": self.refine_steps,
+            "n_points": self.n_points,
+            "encoder_points": self.encoder_points,
+        }
+
+
+@dataclass
+class _GPData:
+    """Normalised training data of one kernel, for predictions."""
+
+    X: Tensor  # (n, d)
+    y: Tensor  # (n,)
+    symbols: Tensor  # (1, D, L)
+    symbol_mask: Tensor  # (1, D, L)
+    vocab: Vocabulary
+    structure: DimWiseStructure
+    dense_max: int
+    _chol: Tensor | None = None
+
+    def predict(
+        self, params: Tensor, noise: float, Xn: np.ndarray, include_noise: bool
+    ) -> tuple[Tensor, Tensor]:
+        X, dt = self.X, self.X.dtype
+        Xq = torch.as_tensor(Xn, dtype=dt, device=X.device)
+        p = params.to(device=X.device, dtype=dt)[None]
+        with torch.inference_mode():
+            if X.shape[0] > self.dense_max:
+                return _lazy_predict(self, p[0], noise, Xq, include_noise)
+            if self._chol is None:
+                K = kernel_matrix_dimwise(
+                    X[None], X[None], self.symbols, self.symbol_mask, p, self.vocab, validate=False
+                )[0]
+                K.diagonal().add_(noise)
+                chol = robust_cholesky(K)
+                if bool(chol.failed.any()):
+                    raise ValueError(
+                        f"the kernel matrix of {self.structure} is not positive definite even "
+                        "with jitter; the hyperparameters are degenerate"
+                    )
+                self._chol = chol.L
+            L = self._chol
+            alpha = torch.cholesky_solve(self.y[:, None], L)[:, 0]
+            rows = max(1, _CHUNK_BYTES // (8 * X.shape[0]))
+            means, variances = [], []
+            for start in range(0, Xq.shape[0], rows):  # memory chunks over test points
+                q = Xq[start : start + rows]
+                Ks = kernel_matrix_dimwise(
+                    X[None], q[None], self.symbols, self.symbol_mask, p, self.vocab, validate=False
+                )[0]
+                means.append(Ks.T @ alpha)
+                V = torch.linalg.solve_triangular(L, Ks, upper=False)
+                kss = kernel_diag_dimwise(
+                    q[None], self.symbols, self.symbol_mask, p, self.vocab, validate=False
+                )[0]
+                variances.append((kss - (V * V).sum(0)).clamp_min(0.0))
+            mean, var = torch.cat(means), torch.cat(variances)
+            return mean, var + noise if include_noise else var
+
+
+def _lazy_predict(
+    gp: _GPData, params: Tensor, noise: float, Xq: Tensor, include_noise: bool
+) -> tuple[Tensor, Tensor]:
+    """Large-n predictive through lazy-kernels' exact GP (KeOps + CG)."""
+    exact_gp = _exact_gp_class()
+    model = exact_gp(gp.structure, params, noise, gp.X, gp.y, backend="auto")
+    mean, var = model.predict(Xq, include_noise=include_noise)
+    return mean, var
+
+
+def _exact_gp_class() -> Any:
+    try:
+        from amorgp.lazy_kernels import ExactGP  # type: ignore[attr-defined]
+    except ImportError:
+        raise ValueError(
+            "datasets above the dense limit need amorgp.lazy_kernels.ExactGP "
+            "(KeOps + conjugate gradients), which this installation lacks"
+        ) from None
+    return ExactGP
+
+
+def _dense_lml(
+    X: Tensor,
+    y: Tensor,
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    params: Tensor,
+    noise: Tensor,
+    vocab: Vocabulary,
+) -> Tensor:
+    """``(K,)`` exact LMLs of ``K`` kernels on one dataset; kernels chunked by memory."""
+    n = X.shape[0]
+    per = max(1, _CHUNK_BYTES // (8 * n * n))
+    out = []
+    for s in range(0, symbols.shape[0], per):  # memory chunks of kernels, not a per-kernel loop
+        sl = slice(s, s + per)
+        k = symbols[sl].shape[0]
+        Xb = X[None].expand(k, -1, -1)
+        Kb = kernel_matrix_dimwise(
+            Xb, Xb, symbols[sl], symbol_mask[sl], params[sl], vocab, validate=False
+        )
+        value = gp_log_marginal_likelihood(Kb, y[None].expand(k, -1), noise[sl])
+        assert isinstance(value, Tensor)
+        out.append(value)
+    return torch.cat(out)
+
+
+def _lazy_lml(
+    X: Tensor, y: Tensor, structures: Sequence[DimWiseStructure], params: Tensor, noise: Tensor
+) -> Tensor:
+    exact_gp = _exact_gp_class()
+    values = [
+        exact_gp(s, params[i, : s.n_dims, : s.max_addends], float(noise[i]), X, y, backend="auto")
+        .log_marginal_likelihood()
+        .reshape(())
+        for i, s in enumerate(structures)
+    ]
+    return torch.stack(values)
+
+
+class Amortizer:
+    """Amortized GP hyperparameter inference with a trained network.
+
+    Args:
+        model: a structured :class:`~amorgp.amortizer.model.AmortizedGP`.
+        meta: the checkpoint's JSON metadata (training range, vocabulary...).
+        device: device of the network and the GP algebra.
+        dtype: dtype of the GP algebra (float64 default; the network stays float32).
+        encoder_points: most points the dataset encoder reads (default: the
+            checkpoint's ``train.n_max``, else :data:`DEFAULT_ENCODER_POINTS`).
+        seed: seed of the encoder subset of large datasets.
+        dense_max: above this many points the GP uses lazy-kernels' large-n path.
+
+    Example:
+        >>> import numpy as np
+        >>> amz = Amortizer.from_pretrained()
+        >>> x = np.linspace(0, 10, 50)
+        >>> res = amz.infer(x, np.sin(x), "SE + PER")
+        >>> sorted({h.name for h in res.table})
+        ['lengthscale', 'period', 'variance']
+    """
+
+    def __init__(
+        self,
+        model: AmortizedGP,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float64,
+        encoder_points: int | None = None,
+        seed: int = 0,
+        dense_max: int = _DENSE_MAX,
+    ) -> None:
+        if not isinstance(model, AmortizedGP):
+            raise ValueError(
+                f"Amortizer needs a structured AmortizedGP network, got {type(model).__name__} "
+                "(the ahgp-se-ard model predicts a fixed SE-ARD kernel only)"
+            )
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self.meta: dict[str, Any] = dict(meta or {})
+        train = self.meta.get("train", {}) if isinstance(self.meta.get("train"), dict) else {}
+        if encoder_points is None:
+            encoder_points = int(train.get("n_max", DEFAULT_ENCODER_POINTS))
+        if encoder_points < 1:
+            raise ValueError(f"encoder_points must be >= 1, got {encoder_points}")
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.dtype = dtype
+        self.encoder_points = int(encoder_points)
+        self.max_dims = int(train["max_dims"]) if "max_dims" in train else None
+        self.seed = int(seed)
+        self.dense_max = int(dense_max)
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The base symbols the network knows."""
+        return self.model.vocabulary
+
+    @property
+    def network(self) -> NetworkConfig:
+        return self.model.config
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        device: str | torch.device | None = None,
+        **kwargs: Any,
+    ) -> Amortizer:
+        """Load a checkpoint directory (default: the bundled :data:`PRETRAINED_DIR`).
+
+        The checkpoint's SHA-256 checksums, format tag and architecture are verified.
+
+        Args:
+            path: checkpoint directory; ``None`` for the bundled default.
+            device: ``"cpu"``, ``"cuda"``...; default CUDA if available.
+            **kwargs: more :class:`Amortizer` options (``dtype``, ``encoder_points``...).
+
+        Raises:
+            ValueError: a missing directory or file, a corrupted file (checksum), an
+                unknown format, weights that do not fit the stored architecture, or a
+                checkpoint of a model other than the structured network.
+        """
+        where = Path(path) if path is not None else PRETRAINED_DIR
+        if not where.exists():
+            raise ValueError(
+                f"no checkpoint at {where}"
+                + (
+                    " (the bundled weights are missing from this installation)"
+                    if path is None
+                    else ""
+                )
+            )
+        dev = torch.device(device) if device is not None else _default_device()
+        ckpt = load_checkpoint(where, device=dev)
+        if ckpt.network.model != "structured":
+            raise ValueError(
+                f"checkpoint {where} holds the {ckpt.network.model!r} model; the Amortizer "
+                "needs the structured network"
+            )
+        model = ckpt.model
+        assert isinstance(model, AmortizedGP)
+        return cls(model, ckpt.meta, device=dev, **kwargs)
+
+    # -- structures -----------------------------------------------------------------------
+    def structure(self, kernel: str | DimWiseStructure, n_dims: int) -> DimWiseStructure:
+        """Parse ``kernel`` for data with ``n_dims`` columns and check it against the network.
+
+        Raises:
+            ValueError: the text does not parse, does not match ``n_dims``, or uses a
+                symbol outside the network's vocabulary.
+        """
+        if isinstance(kernel, DimWiseStructure):
+            s = kernel
+        elif isinstance(kernel, str):
+            s = DimWiseStructure.parse(kernel, n_dims)
+        else:
+            raise ValueError(f"kernel must be text or a DimWiseStructure, got {kernel!r}")
+        if s.n_dims != n_dims:
+            raise ValueError(
+                f"kernel {s} has {s.n_dims} input dimension(s) but the data has {n_dims}"
+            )
+        s.check_vocabulary(self.vocabulary)
+        return s
+
+    # -- inference --------------------------------------------------------------------------
+    def infer(
+        self, X: Any, y: Any, kernel: str | DimWiseStructure, *, refine: int = 0
+    ) -> KernelResult:
+        """Hyperparameters of one kernel (see :meth:`infer_many`)."""
+        return self.infer_many(X, y, [kernel], refine=refine)[0]
+
+    def infer_many(
+        self,
+        X: Any,
+        y: Any,
+        kernels: Sequence[str | DimWiseStructure],
+        *,
+        refine: int = 0,
+    ) -> list[KernelResult]:
+        """Hyperparameters of several kernels on one dataset in one batch.
+
+        Args:
+            X: inputs ``(n, d)`` (or ``(n,)``), original units.
+            y: targets ``(n,)``.
+            kernels: kernel expressions (``"SE + PER"`` is the same sum in every
+                dimension; ``"(SE + LIN)@0 * PER@1"`` per dimension) or structures.
+            refine: L-BFGS iterations of Type-2 ML started from the prediction.
+
+        Returns:
+            One :class:`KernelResult` per kernel, in order.
+
+        Raises:
+            ValueError: invalid data (shapes, NaN/Inf, fewer than 3 points, constant
+                targets), a kernel that does not parse or fit the data, a negative
+                ``refine``.
+        """
+        t0 = time.perf_counter()
+        if isinstance(kernels, str | DimWiseStructure):
+            raise ValueError("kernels must be a list; use infer() for one kernel")
+        if len(kernels) == 0:
+            raise ValueError("kernels is empty")
+        if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
+            raise ValueError(f"refine must be a non-negative integer, got {refine!r}")
+        Xa, ya = as_dataset(X, y)
+        assert ya is not None
+        n, d = Xa.shape
+        structures = [self.structure(k, d) for k in kernels]
+        if self.max_dims is not None and d > self.max_dims:
+            warnings.warn(
+                f"the data have {d} input dimensions but the network was trained on at most "
+                f"{self.max_dims}; its predictions may be poor (consider refine=k)",
+                UserWarning,
+                stacklevel=2,
+            )
+        norm = Normalization.fit(Xa, ya)
+        Xn = torch.as_tensor(norm.transform_x(Xa), dtype=self.dtype, device=self.device)
+        yn = torch.as_tensor(norm.transform_y(ya), dtype=self.dtype, device=self.device)
+        params, noise, n_enc = self.predict_parameters(Xn, yn, structures)
+        sym, smask = self._encode(structures, d)
+        steps = 0
+        if refine > 0:
+            params, noise = self._refine(Xn, yn, structures, params, noise, refine)
+            steps = refine
+        with torch.inference_mode():
+            if n > self.dense_max:
+                lml = _lazy_lml(Xn, yn, structures, params, noise)
+            else:
+                lml = _dense_lml(Xn, yn, sym, smask, params, noise, self.vocabulary)
+        elapsed = time.perf_counter() - t0
+        offset = norm.lml_offset(n)
+        results = []
+        for i, s in enumerate(structures):  # assembling per-kernel reports (not a hot path)
+            p = params[i, : s.n_dims, : s.max_addends].detach().to("cpu", torch.float64)
+            table = tuple(
+                Hyperparameter(
+                    pn.dim,
+                    pn.addend,
+                    pn.symbol,
+                    pn.param,
+                    base_symbol(pn.symbol).params[pn.slot].kind.value,
+                    float(p[pn.dim, pn.addend, pn.slot]),
+                    norm.to_original(
+                        pn.dim, pn.symbol, pn.slot, float(p[pn.dim, pn.addend, pn.slot])
+                    ),
+                )
+                for pn in s.param_names()
+            )
+            nz = float(noise[i])
+            value = float(lml[i])
+            gp = _GPData(
+                Xn,
+                yn,
+                sym[i : i + 1, : s.n_dims],
+                smask[i : i + 1, : s.n_dims],
+                self.vocabulary,
+                s,
+                self.dense_max,
+            )
+            results.append(
+                KernelResult(
+                    kernel=s,
+                    params=p,
+                    noise=nz,
+                    noise_original=nz * norm.y_std**2,
+                    log_marginal_likelihood=value,
+                    log_marginal_likelihood_original=value + offset,
+                    table=table,
+                    time_s=elapsed,
+                    refine_steps=steps,
+                    n_points=n,
+                    encoder_points=n_enc,
+                    normalization=norm,
+                    _gp=gp,
+                )
+            )
+        return results
+
+    def _encode(self, structures: Sequence[DimWiseStructure], d: int) -> tuple[Tensor, Tensor]:
+        sym, smask = encode(list(structures), self.vocabulary, max_dims=d)
+        return (
+            torch.as_tensor(sym, device=self.device),
+            torch.as_tensor(smask, device=self.device),
+        )
+
+    def encoder_subset(self, n: int) -> Tensor | None:
+        """Indices of the points the dataset encoder reads, or ``None`` for all of them.
+
+        For ``n > encoder_points``: the first ``encoder_points`` entries of a random
+        permutation drawn from ``torch.Generator().manual_seed(seed)`` (so the same
+        data and seed give the same subset).
+        """
+        if n <= self.encoder_points:
+            return None
+        g = torch.Generator().manual_seed(self.seed)
+        return torch.randperm(n, generator=g)[: self.encoder_points].sort().values
+
+    def predict_parameters(
+        self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
+    ) -> tuple[Tensor, Tensor, int]:
+        """The network's prediction for normalised data and ``K`` structures.
+
+        The dataset encoder runs once; the kernel encoder-decoder, the symbol heads
+        and the noise head run on all ``K`` structures in one padded batch.
+
+        Args:
+            Xn: ``(n, d)`` normalised inputs.
+            yn: ``(n,)`` standardised targets.
+            structures: ``K`` structures with ``d`` dimensions each.
+
+        Returns:
+            ``params (K, d, L, P)`` and ``noise (K,)`` in ``self.dtype`` and the number
+            of points the encoder read.
+        """
+        n, d = Xn.shape
+        idx = self.encoder_subset(n)
+        Xe, ye = (Xn, yn) if idx is None else (Xn[idx.to(Xn.device)], yn[idx.to(yn.device)])
+        sym, smask = self._encode(structures, d)
+        K = sym.shape[0]
+        model = self.model
+        net_dtype = next(model.parameters()).dtype
+        with torch.inference_mode():
+            X1 = Xe[None].to(net_dtype)
+            y1 = ye[None].to(net_dtype)
+            pm = torch.ones(1, X1.shape[1], dtype=torch.bool, device=self.device)
+            dm = torch.ones(1, d, dtype=torch.bool, device=self.device)
+            h = model.dataset_encoder(X1, y1, pm, dm).expand(K, -1, -1)  # shared, once
+            dmK = dm.expand(K, -1)
+            tokens, v = model.kernel_encoder(sym, smask, h, dmK)
+            params = model.heads(tokens, sym, smask)
+            features = torch.cat([masked_mean(v, dmK, 1), masked_mean(h, dmK, 1)], dim=-1)
+            noise = model.noise_head(features)
+        return params.to(self.dtype).clone(), noise.to(self.dtype).clone(), int(Xe.shape[0])
+
+    def _refine(
+        self,
+        Xn: Tensor,
+        yn: Tensor,
+        structures: Sequence[DimWiseStructure],
+        params: Tensor,
+        noise: Tensor,
+        steps: int,
+    ) -> tuple[Tensor, Tensor]:
+        """``steps`` L-BFGS iterations of Type-2 ML from the amortized prediction."""
+        from amorgp.amortizer._refine import refine_type2ml
+
+        return refine_type2ml(Xn, yn, structures, params, noise, steps, self.vocabulary)
+
+    def __repr__(self) -> str:
+        return (
+            f"Amortizer({self.network.model}, vocabulary={list(self.vocabulary.symbols)}, "
+            f"device={self.device}, encoder_points={self.encoder_points})"
+        )
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,0 +1,208 @@
+"""An sklearn-style regressor over the amortized GP: ``fit``, ``predict(return_std=True)``, ``score``.
+
+>>> import numpy as np
+>>> from amorgp.amortizer import AmortizedGPRegressor
+>>> X = np.linspace(0, 10, 40)[:, None]
+>>> reg = AmortizedGPRegressor(kernel="SE + PER").fit(X, np.sin(X[:, 0]))
+>>> mean, std = reg.predict(X[:3], return_std=True)
+>>> mean.shape, bool((std > 0).all())
+((3,), True)
+
+scikit-learn is not needed at run time: with it installed the class derives
+from ``BaseEstimator``/``RegressorMixin`` (tags, ``clone``, pipelines, html
+repr); without it a minimal base provides ``get_params``/``set_params``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import numpy as np
+import torch
+
+from amorgp.amortizer.api import Amortizer, KernelResult
+from amorgp.amortizer.io import as_dataset
+
+__all__ = ["AmortizedGPRegressor"]
+
+
+class _ParamsMixin:
+    """``get_params``/``set_params`` by constructor signature (sklearn's convention)."""
+
+    @classmethod
+    def _get_param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return sorted(p for p in sig.parameters if p != "self")
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._get_param_names()}
+
+    def set_params(self, **params: Any) -> Any:
+        valid = self._get_param_names()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(
+                    f"invalid parameter {key!r} for {type(self).__name__}; valid: {valid}"
+                )
+            setattr(self, key, value)
+        return self
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Coefficient of determination ``R^2`` of ``predict(X)``."""
+        y = np.asarray(y, dtype=np.float64)
+        pred = self.predict(X)  # type: ignore[attr-defined]
+        w = (
+            np.ones_like(y)
+            if sample_weight is None
+            else np.asarray(sample_weight, dtype=np.float64)
+        )
+        ss_res = float((w * (y - pred) ** 2).sum())
+        ss_tot = float((w * (y - np.average(y, weights=w)) ** 2).sum())
+        return 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
+
+
+try:  # sklearn integration when available (it is a test dependency only)
+    from sklearn.base import BaseEstimator, RegressorMixin
+
+    _Bases: tuple[type, ...] = (RegressorMixin, BaseEstimator)
+except ImportError:  # pragma: no cover - exercised only without scikit-learn
+    _Bases = (_ParamsMixin,)
+
+
+class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
+    """GP regression with amortized hyperparameters for a kernel structure.
+
+    ``fit`` normalises the data, predicts the hyperparameters of ``kernel`` with
+    the amortization network (optionally refined by ``refine`` L-BFGS steps of
+    Type-2 ML) and conditions the GP on all points; ``predict`` returns the
+    predictive mean (and standard deviation of the targets, noise included) in
+    the original units.
+
+    Args:
+        kernel: kernel expression; without ``@`` indices the same sum is used in
+            every input dimension (``"SE + PER"``).
+        refine: L-BFGS iterations of Type-2 ML after the network (0 = none).
+        checkpoint: checkpoint directory; ``None`` for the bundled default.
+        device: ``"cpu"``, ``"cuda"``; ``None`` picks CUDA when available.
+        encoder_points: most points the dataset encoder reads (``None``: the
+            checkpoint's training range).
+        seed: seed of the encoder subset of large datasets.
+
+    Attributes (after ``fit``):
+        result_: the :class:`~amorgp.amortizer.api.KernelResult`.
+        hyperparameters_: ``"d<dim>.<addend>.<symbol>.<name>" -> value`` in
+            normalised units, plus ``"noise"`` (see ``result_.table`` for original units).
+        log_marginal_likelihood_: log marginal likelihood of the training targets
+            in original units.
+        n_features_in_: number of input columns.
+    """
+
+    def __init__(
+        self,
+        kernel: str = "SE",
+        *,
+        refine: int = 0,
+        checkpoint: str | None = None,
+        device: str | None = None,
+        encoder_points: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.kernel = kernel
+        self.refine = refine
+        self.checkpoint = checkpoint
+        self.device = device
+        self.encoder_points = encoder_points
+        self.seed = seed
+
+    def _amortizer(self) -> Amortizer:
+        return _load(self.checkpoint, self.device, self.encoder_points, int(self.seed))
+
+    def fit(self, X: Any, y: Any) -> AmortizedGPRegressor:
+        """Predict the hyperparameters of ``kernel`` for ``X (n, d)``, ``y (n,)``.
+
+        Raises:
+            ValueError: invalid data (see :func:`~amorgp.amortizer.io.as_dataset`) or
+                a kernel that does not parse or match the data's dimension.
+        """
+        X_arr = _as_2d(X)
+        Xa, ya = as_dataset(X_arr, _as_1d_target(y))
+        assert ya is not None
+        amz = self._amortizer()
+        result = amz.infer(Xa, ya, self.kernel, refine=int(self.refine))
+        self.result_: KernelResult = result
+        self.n_features_in_ = Xa.shape[1]
+        hyper = {f"d{h.dim}.{h.addend}.{h.symbol}.{h.name}": h.value for h in result.table}
+        self.hyperparameters_: dict[str, float] = {**hyper, "noise": result.noise}
+        self.log_marginal_likelihood_ = result.log_marginal_likelihood_original
+        return self
+
+    def predict(self, X: Any, return_std: bool = False) -> Any:
+        """Predictive mean ``(m,)`` at ``X (m, d)``; with ``return_std`` also the std of ``y``.
+
+        Raises:
+            ValueError: ``fit`` was not called, or ``X`` is invalid / has the wrong width.
+        """
+        if not hasattr(self, "result_"):
+            _not_fitted(self)
+        Xa, _ = as_dataset(_as_2d(X))
+        if Xa.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {Xa.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+        mean, var = self.result_.predict(Xa, include_noise=True)
+        m = mean.numpy()
+        return (m, np.sqrt(var.numpy())) if return_std else m
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.regressor_tags.poor_score = True  # the demo network is small; see the README
+        return tags
+
+
+@functools.lru_cache(maxsize=8)
+def _load(
+    checkpoint: str | None, device: str | None, encoder_points: int | None, seed: int
+) -> Amortizer:
+    """Load and verify the weights once per configuration (estimators are cloned often)."""
+    return Amortizer.from_pretrained(
+        checkpoint, device=device, encoder_points=encoder_points, seed=seed
+    )
+
+
+def _as_2d(X: Any) -> np.ndarray:
+    if isinstance(X, torch.Tensor):
+        X = X.detach().cpu().numpy()
+    try:
+        arr = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"X must be numeric: {err}") from None
+    if arr.ndim != 2:
+        raise ValueError(
+            f"Expected 2D array, got {arr.ndim}D array instead: reshape your data "
+            "(X.reshape(-1, 1) for a single feature)"
+        )
+    return arr
+
+
+def _as_1d_target(y: Any) -> np.ndarray:
+    if isinstance(y, torch.Tensor):
+        y = y.detach().cpu().numpy()
+    try:
+        arr = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"y must be numeric: {err}") from None
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    return arr
+
+
+def _not_fitted(est: Any) -> None:
+    try:
+        from sklearn.exceptions import NotFittedError
+    except ImportError:  # pragma: no cover
+        raise ValueError(f"this {type(est).__name__} is not fitted yet; call fit first") from None
+    raise NotFittedError(f"This {type(est).__name__} instance is not fitted yet. Call 'fit' first.")

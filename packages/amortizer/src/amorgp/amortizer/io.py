@@ -1,0 +1,289 @@
+"""Datasets for inference: validation, CSV loading and the normalisation contract.
+
+The normalisation contract (ARCHITECTURE §3, stored in every checkpoint as
+``NORMALISATION``): each input column is min-max scaled to ``[0, 1]`` (a
+constant column maps to 0.5) and the targets are standardised,
+
+.. math::
+
+    \\tilde x_{d} = (x_d - \\min_d) / r_d, \\qquad \\tilde y = (y - \\bar y) / s_y ,
+
+with ``r_d`` the column range and ``s_y`` the population standard deviation.
+The network and the GP only ever see ``(x~, y~)``.
+
+Hyperparameters map back to original units exactly where the kernel in
+original units has the same parametric form (:meth:`Normalization.to_original`):
+
+* lengthscales and periods of column ``d``: ``l = l~ r_d`` (``None`` for a
+  constant column);
+* the noise variance: ``sigma^2 = sigma~^2 s_y^2``;
+* variances: the kernel is a product over dimensions, so the factor ``s_y^2``
+  belongs to the product, not to one factor.  By convention it is assigned to
+  input dimension 0: variances of dimension 0 are multiplied by ``s_y^2``, those
+  of the other dimensions (unit-free factors) are unchanged.  The kernel built
+  from the original-unit values is exactly the normalised one mapped back;
+* ``LIN``: ``x~ x~' = (x - m)(x' - m) / r^2`` is not of the form
+  ``a x x' + b`` unless the column minimum is 0, so a ``LIN``-containing
+  symbol's variance and offset have no exact original-unit value and are
+  reported in normalised units only (``None`` in original units).
+
+The log marginal likelihood in original units is
+``log p(y) = log p(y~) - n log s_y`` (Jacobian of the target map).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from amorgp.kernel_grammar import base_symbol
+
+__all__ = ["MIN_POINTS", "Dataset", "Normalization", "as_dataset", "read_csv"]
+
+MIN_POINTS = 3
+"""Fewest points a dataset may have (a GP fit to fewer is meaningless)."""
+
+
+def as_dataset(
+    X: Any, y: Any | None = None, *, min_points: int = MIN_POINTS, training: bool = True
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Validate a dataset and return float64 arrays ``X (n, d)`` and ``y (n,)``.
+
+    A 1-D ``X`` is ``n`` points in one dimension; ``y`` may be ``(n,)`` or ``(n, 1)``.
+
+    Args:
+        X: inputs.
+        y: targets, or ``None`` for inputs only (e.g. test points).
+        min_points: fewest rows accepted (only checked for training data).
+        training: the data are to be fitted (at least ``min_points`` rows and a
+            non-constant target); False for test data.
+
+    Raises:
+        ValueError: non-numeric values, wrong shapes, mismatched lengths, too few
+            rows, NaN or infinite values, a constant target.
+    """
+    try:
+        Xa = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"X must be numeric: {err}") from None
+    if Xa.ndim == 1:
+        Xa = Xa[:, None]
+    if Xa.ndim != 2:
+        raise ValueError(f"X must have shape (n, d), got {Xa.shape}")
+    if Xa.shape[0] == 0 or Xa.shape[1] == 0:
+        raise ValueError(f"empty inputs: X has shape {Xa.shape}")
+    if not np.isfinite(Xa).all():
+        rows, cols = np.nonzero(~np.isfinite(Xa))
+        raise ValueError(
+            f"X contains NaN or infinite values (first at row {rows[0]}, column {cols[0]})"
+        )
+    if y is None:
+        return Xa, None
+    try:
+        ya = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"y must be numeric: {err}") from None
+    if ya.ndim == 2 and ya.shape[1] == 1:
+        ya = ya[:, 0]
+    if ya.ndim != 1:
+        raise ValueError(f"y must have shape (n,), got {ya.shape}")
+    if ya.shape[0] != Xa.shape[0]:
+        raise ValueError(f"X has {Xa.shape[0]} rows but y has {ya.shape[0]} values")
+    if training and Xa.shape[0] < min_points:
+        raise ValueError(f"need at least {min_points} data points, got {Xa.shape[0]}")
+    if not np.isfinite(ya).all():
+        raise ValueError(
+            f"y contains NaN or infinite values (first at row {np.nonzero(~np.isfinite(ya))[0][0]})"
+        )
+    if training and float(np.ptp(ya)) == 0.0:
+        raise ValueError("y is constant; a GP needs targets that vary")
+    return Xa, ya
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """Min-max input scaling and target standardisation (ARCHITECTURE §3).
+
+    Attributes:
+        x_min: ``(d,)`` column minima.
+        x_range: ``(d,)`` column ranges ``max - min`` (0 for a constant column).
+        y_mean: target mean.
+        y_std: target population standard deviation (1 for constant targets).
+    """
+
+    x_min: np.ndarray
+    x_range: np.ndarray
+    y_mean: float
+    y_std: float
+
+    @classmethod
+    def fit(cls, X: np.ndarray, y: np.ndarray) -> Normalization:
+        """Fit on ``X (n, d)`` and ``y (n,)`` (validate them with :func:`as_dataset` first)."""
+        x_min = X.min(0)
+        std = float(y.std())
+        return cls(x_min, X.max(0) - x_min, float(y.mean()), std if std > 0 else 1.0)
+
+    @property
+    def n_dims(self) -> int:
+        return int(self.x_min.shape[0])
+
+    def transform_x(self, X: np.ndarray) -> np.ndarray:
+        """``(X - min) / range`` per column; a constant column maps to 0.5.
+
+        Raises:
+            ValueError: ``X`` has a different number of columns.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        X = X[:, None] if X.ndim == 1 else X
+        if X.ndim != 2 or X.shape[1] != self.n_dims:
+            raise ValueError(
+                f"X has shape {X.shape}; the data were fitted with {self.n_dims} column(s)"
+            )
+        const = self.x_range <= 0
+        scaled = (X - self.x_min) / np.where(const, 1.0, self.x_range)
+        return np.where(const, 0.5, scaled)
+
+    def transform_y(self, y: np.ndarray) -> np.ndarray:
+        return (np.asarray(y, dtype=np.float64) - self.y_mean) / self.y_std
+
+    def inverse_y(
+        self, mean: np.ndarray, var: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Predictive mean (and variance) from normalised to original units."""
+        m = np.asarray(mean) * self.y_std + self.y_mean
+        return m, None if var is None else np.asarray(var) * self.y_std**2
+
+    def lml_offset(self, n: int) -> float:
+        """``-n log s_y``: add to a normalised log marginal likelihood of ``n`` points."""
+        return -n * math.log(self.y_std)
+
+    def to_original(self, dim: int, symbol: str, slot: int, value: float) -> float | None:
+        """One kernel hyperparameter in original units, or ``None`` where no exact map exists.
+
+        See the module docstring for the rules.
+        """
+        spec = base_symbol(symbol).params[slot]
+        kind = spec.kind.value
+        if kind in ("lengthscale", "period"):
+            r = float(self.x_range[dim])
+            return value * r if r > 0 else None
+        if "LIN" in base_symbol(symbol).factors:
+            return None
+        if kind == "variance":
+            return value * self.y_std**2 if dim == 0 else value
+        return None
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A table read from CSV.
+
+    Attributes:
+        X: ``(n, d)`` float64 inputs.
+        y: ``(n,)`` float64 targets, or ``None`` if the table has no target column.
+        feature_names: the ``d`` input column names.
+        target_name: the target column name (``None`` without targets).
+    """
+
+    X: np.ndarray
+    y: np.ndarray | None
+    feature_names: tuple[str, ...]
+    target_name: str | None
+
+
+def read_csv(
+    path: str | os.PathLike[str],
+    target: str | None = None,
+    *,
+    require_target: bool = True,
+    feature_names: tuple[str, ...] | None = None,
+    training: bool = True,
+) -> Dataset:
+    """Read a numeric CSV table with a header row.
+
+    Args:
+        path: the file.
+        target: name of the target column; default the last column.
+        require_target: if False and ``feature_names`` are given, a table holding only
+            those columns is read as inputs without targets (e.g. test points).
+        feature_names: expected input columns (e.g. those of the training table), in
+            this order; other columns except the target are an error.
+        training: validate as training data (see :func:`as_dataset`); False for a
+            test table.
+
+    Returns:
+        A validated :class:`Dataset` (see :func:`as_dataset`).
+
+    Raises:
+        ValueError: unreadable file, no header, ragged rows, a non-numeric value
+            (naming column and line), NaN/Inf, fewer than three rows, a constant
+            target, an unknown target column or missing input columns.
+    """
+    try:
+        with open(path, newline="") as fh:
+            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
+    except (csv.Error, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not a CSV text file: {err}") from None
+    if not rows:
+        raise ValueError(f"{path} is empty")
+    header = [c.strip() for c in rows[0]]
+    if len(set(header)) != len(header):
+        raise ValueError(f"{path}: duplicate column names in the header {header}")
+    body = rows[1:]
+    for i, r in enumerate(body):
+        if len(r) != len(header):
+            raise ValueError(
+                f"{path}, line {i + 2}: {len(r)} fields, but the header has {len(header)}"
+            )
+    values = np.empty((len(body), len(header)))
+    for j, name in enumerate(header):
+        for i, r in enumerate(body):
+            try:
+                values[i, j] = float(r[j])
+            except ValueError:
+                raise ValueError(
+                    f"{path}: column {name!r} is not numeric ({r[j]!r} on line {i + 2})"
+                ) from None
+    if target is not None and target not in header:
+        raise ValueError(f"{path}: unknown target column {target!r}; columns are {header}")
+    if feature_names is not None:
+        missing = [c for c in feature_names if c not in header]
+        if missing:
+            raise ValueError(f"{path}: missing input column(s) {missing}; columns are {header}")
+        tname = target if target is not None else None
+        if tname is None:
+            extra = [c for c in header if c not in feature_names]
+            if len(extra) > 1:
+                raise ValueError(f"{path}: unexpected columns {extra}")
+            tname = extra[0] if extra else None
+        if tname is None and require_target:
+            raise ValueError(f"{path} has no target column")
+    else:
+        if len(header) < 2:
+            raise ValueError(
+                f"{path} needs at least one input column and a target column, got {header}"
+            )
+        tname = target if target is not None else header[-1]
+        feature_names = tuple(c for c in header if c != tname)
+    if tname is not None and tname in feature_names:
+        raise ValueError(f"{path}: target column {tname!r} is also an input column")
+    Xcols = [header.index(c) for c in feature_names]
+    X = values[:, Xcols]
+    if tname is None:
+        try:
+            Xa, _ = as_dataset(X)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+        return Dataset(Xa, None, tuple(feature_names), None)
+    try:
+        Xa, ya = as_dataset(X, values[:, header.index(tname)], training=training)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    return Dataset(Xa, ya, tuple(feature_names), tname)
