@@ -142,7 +142,7 @@ def _figure(
     a.barh(names[::-1], meds[::-1])
     a.set_xlabel("seconds per batch (median)")
     a.set_title(f"stages, paper preset, batch {B}")
-    labels = ["amorgp.simulator", "numpy loop (SVD)", "numpy loop (Cholesky)"]
+    labels = ["amorgp.simulator", "numpy loop\n(SVD)", "numpy loop\n(Cholesky)"]
     rates = [B / statistics.median(t) for t in (ours, naive_svd, naive_chol)]
     b.bar(labels, rates)
     b.set_ylabel("datasets per second")
