@@ -80,8 +80,16 @@ def tests_slow(session: nox.Session, package: str) -> None:
     """Tests marked ``slow`` of one package."""
     _install_packages(session, [package], extra="test")
     session.chdir(ROOT / "packages" / package)
-    session.run("python", "-m", "pytest", "tests", "-m", "slow and not cuda", *session.posargs,
-                success_codes=[0, 5])
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "-m",
+        "slow and not cuda",
+        *session.posargs,
+        success_codes=[0, 5],
+    )
 
 
 @nox.session(python=PYTHON)
@@ -90,14 +98,17 @@ def tests_cuda(session: nox.Session, package: str) -> None:
     """Tests marked ``cuda``; skipped where no CUDA device is visible."""
     _install_packages(session, [package], extra="test")
     has_cuda = session.run(
-        "python", "-c", "import torch, sys; sys.stdout.write(str(int(torch.cuda.is_available())))",
+        "python",
+        "-c",
+        "import torch, sys; sys.stdout.write(str(int(torch.cuda.is_available())))",
         silent=True,
     )
     if not has_cuda or has_cuda.strip() != "1":
         session.skip("torch.cuda.is_available() is False")
     session.chdir(ROOT / "packages" / package)
-    session.run("python", "-m", "pytest", "tests", "-m", "cuda", *session.posargs,
-                success_codes=[0, 5])
+    session.run(
+        "python", "-m", "pytest", "tests", "-m", "cuda", *session.posargs, success_codes=[0, 5]
+    )
 
 
 @nox.session(python=PYTHON)

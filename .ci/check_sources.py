@@ -31,8 +31,10 @@ def main(expected: list[str]) -> int:
         ok = path is not None and editable and path.parent == ROOT / "packages"
         found[name] = path
         if not ok:
-            problems.append(f"{name} {dist.version} was not installed editable from {ROOT}/packages "
-                            f"(source: {url or 'a package index'})")
+            problems.append(
+                f"{name} {dist.version} was not installed editable from {ROOT}/packages "
+                f"(source: {url or 'a package index'})"
+            )
     for pkg in expected:
         if f"amorgp-{pkg}" not in found:
             problems.append(f"amorgp-{pkg} is not installed")
