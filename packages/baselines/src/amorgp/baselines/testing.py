@@ -28,9 +28,19 @@ __all__ = [
     "dense_kernel",
     "dense_log_marginal_likelihood",
     "dense_predictive",
+    "synthetic_dataset",
 ]
 
 Hyper = Mapping[tuple[int, int, str], float]
+
+
+def synthetic_dataset(n: int, d: int, seed: int = 0, noise: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """A small float64 regression problem: ``X ~ U[0, 1]^d``, ``y = sin(6 x_0) + sum_{k>0} x_k^2 + eps``, standardised."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, d, generator=g, dtype=torch.float64)
+    f = torch.sin(6.0 * X[:, 0]) + (X[:, 1:] ** 2).sum(1)
+    y = f + noise * torch.randn(n, generator=g, dtype=torch.float64)
+    return X, (y - y.mean()) / y.std()
 
 
 def dense_kernel(X1: np.ndarray, X2: np.ndarray, structure: DimWiseStructure, hyper: Hyper) -> np.ndarray:
