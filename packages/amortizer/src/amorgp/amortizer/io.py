@@ -15,7 +15,8 @@ Hyperparameters map back to original units exactly where the kernel in
 original units has the same parametric form (:meth:`Normalization.to_original`):
 
 * lengthscales and periods of column ``d``: ``l = l~ r_d`` (``None`` for a
-  constant column);
+  constant column); the lengthscale of a ``PER`` factor divides
+  ``sin^2(pi r / p)``, is unit-free and keeps its value;
 * the noise variance: ``sigma^2 = sigma~^2 s_y^2``;
 * variances: the kernel is a product over dimensions, so the factor ``s_y^2``
   belongs to the product, not to one factor.  By convention it is assigned to
@@ -167,14 +168,19 @@ class Normalization:
 
         See the module docstring for the rules.
         """
-        spec = base_symbol(symbol).params[slot]
-        kind = spec.kind.value
-        if kind in ("lengthscale", "period"):
+        sym = base_symbol(symbol)
+        spec = sym.params[slot]
+        if spec.kind.value in ("lengthscale", "period"):
+            factor = next(
+                (f, e) for f in sym.factors for e, n in sym.factor_param_names(f).items() if n == spec.name
+            )
+            if factor == ("PER", "lengthscale"):  # divides sin^2(pi r / p): unit-free
+                return value
             r = float(self.x_range[dim])
             return value * r if r > 0 else None
-        if "LIN" in base_symbol(symbol).factors:
+        if "LIN" in sym.factors:
             return None
-        if kind == "variance":
+        if spec.kind.value == "variance":
             return value * self.y_std**2 if dim == 0 else value
         return None
 

@@ -1,0 +1,274 @@
+"""Tests of the inference API against independent dense float64 oracles."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import multivariate_normal
+
+from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer
+from amorgp.amortizer.checkpoint import save_checkpoint
+from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.model import build_model
+from amorgp.kernel_grammar import DimWiseStructure, encode
+
+
+def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 5, size=(n, d)) * np.arange(1, d + 1)
+    y = np.sin(X).sum(1) * 3 + 10 + 0.1 * rng.normal(size=n)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def amz(tiny_checkpoint: Path) -> Amortizer:
+    return Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+
+
+def _oracle_lml(X: np.ndarray, y: np.ndarray, s: DimWiseStructure, params: np.ndarray, noise: float) -> float:
+    K = s.reference(X, X, params) + noise * np.eye(len(y))
+    return float(multivariate_normal(np.zeros(len(y)), K).logpdf(y))
+
+
+def test_infer_many_equals_the_full_network_per_kernel(amz: Amortizer) -> None:
+    """One encoder pass for all kernels gives the network's own forward for each kernel."""
+    X, y = _data(30, 2)
+    kernels = ["SE", "(SE + PER)@0 * LIN@1", "SE*PER + LIN"]
+    results = amz.infer_many(X, y, kernels)
+    norm = results[0].normalization
+    Xn = torch.as_tensor(norm.transform_x(X), dtype=torch.float32)[None]
+    yn = torch.as_tensor(norm.transform_y(y), dtype=torch.float32)[None]
+    for k, r in zip(kernels, results, strict=True):
+        s = DimWiseStructure.parse(k, 2)
+        sym, mask = encode([s], amz.vocabulary)
+        with torch.no_grad():
+            pred = amz.model(
+                Xn,
+                yn,
+                torch.ones(1, 30, dtype=torch.bool),
+                torch.ones(1, 2, dtype=torch.bool),
+                torch.as_tensor(sym),
+                torch.as_tensor(mask),
+            )
+        L = s.max_addends
+        used = torch.as_tensor(amz.vocabulary.param_kind_table()[1])[torch.as_tensor(sym[0])] & torch.as_tensor(mask[0])[..., None]
+        torch.testing.assert_close(r.params[used], pred.params[0, :, :L][used].double(), rtol=1e-5, atol=1e-6)
+        assert r.noise == pytest.approx(float(pred.noise[0]), rel=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["SE + PER", "(LIN + SE)@0 * (SE*PER)@1"])
+def test_log_marginal_likelihood_matches_dense_oracle(amz: Amortizer, kernel: str) -> None:
+    X, y = _data(25, 2, seed=1)
+    r = amz.infer(X, y, kernel)
+    norm = r.normalization
+    Xn, yn = norm.transform_x(X), norm.transform_y(y)
+    expect = _oracle_lml(Xn, yn, r.kernel, r.params.numpy(), r.noise)
+    assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-9)
+    # original units: y = mean + std * y~; the covariance scales by std^2
+    K = norm.y_std**2 * (r.kernel.reference(Xn, Xn, r.params.numpy()) + r.noise * np.eye(25))
+    orig = multivariate_normal(np.full(25, norm.y_mean), K).logpdf(y)
+    assert r.log_marginal_likelihood_original == pytest.approx(orig, rel=1e-9)
+    assert r.noise_original == pytest.approx(r.noise * y.std() ** 2)
+
+
+def test_predict_matches_dense_oracle(amz: Amortizer) -> None:
+    X, y = _data(30, 1, seed=2)
+    r = amz.infer(X, y, "SE + PER")
+    Xq = np.linspace(-3, 7, 11)[:, None]
+    mean, var = r.predict(Xq)
+    norm = r.normalization
+    Xn, yn, Qn = norm.transform_x(X), norm.transform_y(y), norm.transform_x(Xq)
+    p = r.params.numpy()
+    A = r.kernel.reference(Xn, Xn, p) + r.noise * np.eye(30)
+    Ks = r.kernel.reference(Xn, Qn, p)
+    m = Ks.T @ np.linalg.solve(A, yn)
+    v = r.kernel.reference(Qn, Qn, p).diagonal() - np.einsum("ij,ij->j", Ks, np.linalg.solve(A, Ks)) + r.noise
+    np.testing.assert_allclose(mean.numpy(), m * norm.y_std + norm.y_mean, rtol=1e-8)
+    np.testing.assert_allclose(var.numpy(), v * norm.y_std**2, rtol=1e-7)
+    _, latent = r.predict(Xq, include_noise=False)
+    np.testing.assert_allclose(var.numpy() - latent.numpy(), r.noise_original, rtol=1e-7)
+    with pytest.raises(ValueError, match="fitted with 1 column"):
+        r.predict(np.zeros((2, 2)))
+
+
+def test_table_names_units_and_json(amz: Amortizer) -> None:
+    X, y = _data(20, 1, seed=3)
+    r = amz.infer(X, y, "LIN + SE*PER")
+    names = [(h.symbol, h.name) for h in r.table]
+    assert names == [
+        ("LIN", "variance"),
+        ("LIN", "offset"),
+        ("SE*PER", "variance"),
+        ("SE*PER", "se_lengthscale"),
+        ("SE*PER", "per_lengthscale"),
+        ("SE*PER", "per_period"),
+    ]
+    by = {(h.symbol, h.name): h for h in r.table}
+    assert by[("LIN", "variance")].original is None  # not exactly mappable
+    rng = float(np.ptp(X))
+    assert by[("SE*PER", "per_period")].original == pytest.approx(by[("SE*PER", "per_period")].value * rng)
+    assert by[("SE*PER", "per_lengthscale")].original == by[("SE*PER", "per_lengthscale")].value
+    assert by[("SE*PER", "variance")].original == pytest.approx(by[("SE*PER", "variance")].value * y.std() ** 2)
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["kernel"] == "LIN + SE*PER" and len(d["hyperparameters"]) == 6
+    assert r.hyperparameters[(0, 1, "per_period")] == by[("SE*PER", "per_period")].value
+
+
+def test_large_n_encoder_reads_a_seeded_subset(tiny_checkpoint: Path) -> None:
+    X, y = _data(120, 1, seed=4)
+    a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", encoder_points=50, seed=7)
+    r = a.infer(X, y, "SE")
+    assert r.encoder_points == 50 and r.n_points == 120
+    idx = a.encoder_subset(120)
+    assert idx is not None and len(set(idx.tolist())) == 50
+    assert torch.equal(idx, Amortizer.from_pretrained(tiny_checkpoint, encoder_points=50, seed=7).encoder_subset(120))
+    assert not torch.equal(idx, Amortizer.from_pretrained(tiny_checkpoint, encoder_points=50, seed=8).encoder_subset(120))
+    # the network saw exactly the subset: same result as inferring on the subset alone,
+    # once the normalisation of the full data is applied
+    norm = r.normalization
+    Xn = torch.as_tensor(norm.transform_x(X))
+    yn = torch.as_tensor(norm.transform_y(y))
+    full = Amortizer.from_pretrained(tiny_checkpoint, encoder_points=1000)
+    p_sub, n_sub, read = full.predict_parameters(Xn[idx], yn[idx], [r.kernel])
+    assert read == 50
+    torch.testing.assert_close(r.params, p_sub[0, :1, :1])
+    # the GP conditions on all points
+    expect = _oracle_lml(norm.transform_x(X), norm.transform_y(y), r.kernel, r.params.numpy(), r.noise)
+    assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-9)
+
+
+def test_warns_above_trained_dimension(amz: Amortizer) -> None:
+    X, y = _data(15, 4)  # the tiny preset trains on d <= 3
+    with pytest.warns(UserWarning, match="trained on at most 3"):
+        amz.infer(X, y, "SE")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        amz.infer(X[:, :3], y, "SE")
+
+
+def test_refine_improves_the_likelihood(amz: Amortizer) -> None:
+    X, y = _data(30, 1, seed=5)
+    r0, r1 = amz.infer(X, y, "SE + PER"), amz.infer(X, y, "SE + PER", refine=15)
+    assert r1.refine_steps == 15
+    assert r1.log_marginal_likelihood > r0.log_marginal_likelihood
+    norm = r1.normalization
+    expect = _oracle_lml(norm.transform_x(X), norm.transform_y(y), r1.kernel, r1.params.numpy(), r1.noise)
+    assert r1.log_marginal_likelihood == pytest.approx(expect, rel=1e-9)
+
+
+def test_float32_gp_algebra_agrees(tiny_checkpoint: Path) -> None:
+    X, y = _data(25, 1, seed=6)
+    r64 = Amortizer.from_pretrained(tiny_checkpoint).infer(X, y, "SE")
+    r32 = Amortizer.from_pretrained(tiny_checkpoint, dtype=torch.float32).infer(X, y, "SE")
+    assert r32.log_marginal_likelihood == pytest.approx(r64.log_marginal_likelihood, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("X", "y", "kernel", "match"),
+    [
+        (np.array([[0.0], [1.0], [np.nan]]), np.array([1.0, 2.0, 3.0]), "SE", "NaN or infinite"),
+        (np.array([[0.0], [1.0]]), np.array([1.0, 2.0]), "SE", "at least 3"),
+        (np.array([[0.0], [1.0], [2.0]]), np.array([1.0, 1.0, 1.0]), "SE", "constant"),
+        (np.zeros((3, 2)), np.array([1.0, 2.0, 3.0]), "SE@0", r"no kernel on input dimension\(s\) \[1\]"),
+        (np.zeros((3, 1)), np.array([1.0, 2.0, 3.0]), "SE@0 * PER@1", "out of range for data with 1 input dimension"),
+        (np.zeros((3, 1)), np.array([1.0, 2.0, 3.0]), "MAT52", "not in vocabulary"),
+        (np.zeros((3, 1)), np.array([1.0, 2.0, 3.0]), "SE +", "position"),
+    ],
+)
+def test_bad_input(amz: Amortizer, X: np.ndarray, y: np.ndarray, kernel: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        amz.infer(X, y, kernel)
+
+
+def test_bad_arguments(amz: Amortizer) -> None:
+    X, y = _data(10, 1)
+    with pytest.raises(ValueError, match="kernels is empty"):
+        amz.infer_many(X, y, [])
+    with pytest.raises(ValueError, match="must be a list"):
+        amz.infer_many(X, y, "SE")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="refine must be"):
+        amz.infer(X, y, "SE", refine=-1)
+
+
+# -- checkpoints ------------------------------------------------------------------------
+
+
+def test_bundled_checkpoint_loads_and_predicts() -> None:
+    a = Amortizer.from_pretrained(device="cpu")
+    data = np.loadtxt(Path(__file__).parents[1] / "src/amorgp/amortizer/data/airline.csv", delimiter=",", skiprows=1)
+    r = a.infer(data[:, 0], data[:, 1], "SE + PER")
+    assert np.isfinite(r.log_marginal_likelihood)
+    assert all(np.isfinite(h.value) and h.value > 0 for h in r.table)
+    assert (PRETRAINED_DIR / "checkpoint.json").exists()
+    assert not (PRETRAINED_DIR / "optimizer.safetensors").exists()  # model only
+
+
+def test_missing_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no checkpoint at"):
+        Amortizer.from_pretrained(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no checkpoint.json"):
+        Amortizer.from_pretrained(tmp_path / "empty")
+
+
+def test_corrupted_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_checkpoint, bad)
+    blob = bytearray((bad / "model.safetensors").read_bytes())
+    blob[-5] ^= 0xFF
+    (bad / "model.safetensors").write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match="corrupted"):
+        Amortizer.from_pretrained(bad)
+    (bad / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match="missing model.safetensors"):
+        Amortizer.from_pretrained(bad)
+
+
+def test_corrupted_json(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_checkpoint, bad)
+    (bad / "checkpoint.json").write_text("{ not json")
+    with pytest.raises(ValueError, match="invalid JSON"):
+        Amortizer.from_pretrained(bad)
+
+
+def test_mismatched_architecture(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_checkpoint, bad)
+    meta = json.loads((bad / "checkpoint.json").read_text())
+    meta["network"]["d_data"] = 32  # the stored weights are 16 wide
+    (bad / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="do not match the architecture"):
+        Amortizer.from_pretrained(bad)
+
+
+def test_fixed_kernel_model_is_rejected(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from amorgp.amortizer.train import SE_VOCABULARY
+
+    network = replace(PRESETS["tiny"].network, model="ahgp-se-ard", vocabulary=SE_VOCABULARY)
+    save_checkpoint(tmp_path / "ahgp", build_model(network), network)
+    with pytest.raises(ValueError, match="needs the structured network"):
+        Amortizer.from_pretrained(tmp_path / "ahgp")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu(tiny_checkpoint: Path) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    X, y = _data(40, 2)
+    cpu = Amortizer.from_pretrained(tiny_checkpoint, device="cpu").infer_many(X, y, ["SE", "SE + PER"])
+    gpu = Amortizer.from_pretrained(tiny_checkpoint, device="cuda").infer_many(X, y, ["SE", "SE + PER"])
+    for a, b in zip(cpu, gpu, strict=True):
+        torch.testing.assert_close(a.params, b.params, rtol=1e-4, atol=1e-5)
+        assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-4)
+        ma, va = a.predict(X[:5])
+        mb, vb = b.predict(X[:5])
+        torch.testing.assert_close(ma, mb, rtol=1e-4, atol=1e-4)
