@@ -31,7 +31,9 @@ def amz(tiny_checkpoint: Path) -> Amortizer:
     return Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
 
 
-def _oracle_lml(X: np.ndarray, y: np.ndarray, s: DimWiseStructure, params: np.ndarray, noise: float) -> float:
+def _oracle_lml(
+    X: np.ndarray, y: np.ndarray, s: DimWiseStructure, params: np.ndarray, noise: float
+) -> float:
     K = s.reference(X, X, params) + noise * np.eye(len(y))
     return float(multivariate_normal(np.zeros(len(y)), K).logpdf(y))
 
@@ -57,8 +59,13 @@ def test_infer_many_equals_the_full_network_per_kernel(amz: Amortizer) -> None:
                 torch.as_tensor(mask),
             )
         L = s.max_addends
-        used = torch.as_tensor(amz.vocabulary.param_kind_table()[1])[torch.as_tensor(sym[0])] & torch.as_tensor(mask[0])[..., None]
-        torch.testing.assert_close(r.params[used], pred.params[0, :, :L][used].double(), rtol=1e-5, atol=1e-6)
+        used = (
+            torch.as_tensor(amz.vocabulary.param_kind_table()[1])[torch.as_tensor(sym[0])]
+            & torch.as_tensor(mask[0])[..., None]
+        )
+        torch.testing.assert_close(
+            r.params[used], pred.params[0, :, :L][used].double(), rtol=1e-5, atol=1e-6
+        )
         assert r.noise == pytest.approx(float(pred.noise[0]), rel=1e-5)
 
 
@@ -88,7 +95,11 @@ def test_predict_matches_dense_oracle(amz: Amortizer) -> None:
     A = r.kernel.reference(Xn, Xn, p) + r.noise * np.eye(30)
     Ks = r.kernel.reference(Xn, Qn, p)
     m = Ks.T @ np.linalg.solve(A, yn)
-    v = r.kernel.reference(Qn, Qn, p).diagonal() - np.einsum("ij,ij->j", Ks, np.linalg.solve(A, Ks)) + r.noise
+    v = (
+        r.kernel.reference(Qn, Qn, p).diagonal()
+        - np.einsum("ij,ij->j", Ks, np.linalg.solve(A, Ks))
+        + r.noise
+    )
     np.testing.assert_allclose(mean.numpy(), m * norm.y_std + norm.y_mean, rtol=1e-8)
     np.testing.assert_allclose(var.numpy(), v * norm.y_std**2, rtol=1e-7)
     _, latent = r.predict(Xq, include_noise=False)
@@ -112,11 +123,16 @@ def test_table_names_units_and_json(amz: Amortizer) -> None:
     by = {(h.symbol, h.name): h for h in r.table}
     assert by[("LIN", "variance")].original is None  # not exactly mappable
     rng = float(np.ptp(X))
-    assert by[("SE*PER", "per_period")].original == pytest.approx(by[("SE*PER", "per_period")].value * rng)
+    assert by[("SE*PER", "per_period")].original == pytest.approx(
+        by[("SE*PER", "per_period")].value * rng
+    )
     assert by[("SE*PER", "per_lengthscale")].original == by[("SE*PER", "per_lengthscale")].value
-    assert by[("SE*PER", "variance")].original == pytest.approx(by[("SE*PER", "variance")].value * y.std() ** 2)
+    assert by[("SE*PER", "variance")].original == pytest.approx(
+        by[("SE*PER", "variance")].value * y.std() ** 2
+    )
     d = json.loads(json.dumps(r.to_dict()))
-    assert d["kernel"] == "LIN + SE*PER" and len(d["hyperparameters"]) == 6
+    assert d["kernel"] == "LIN + SE*PER"
+    assert len(d["hyperparameters"]) == 6
     assert r.hyperparameters[(0, 1, "per_period")] == by[("SE*PER", "per_period")].value
 
 
@@ -124,22 +140,32 @@ def test_large_n_encoder_reads_a_seeded_subset(tiny_checkpoint: Path) -> None:
     X, y = _data(120, 1, seed=4)
     a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", encoder_points=50, seed=7)
     r = a.infer(X, y, "SE")
-    assert r.encoder_points == 50 and r.n_points == 120
+    assert r.encoder_points == 50
+    assert r.n_points == 120
     idx = a.encoder_subset(120)
-    assert idx is not None and len(set(idx.tolist())) == 50
-    assert torch.equal(idx, Amortizer.from_pretrained(tiny_checkpoint, encoder_points=50, seed=7).encoder_subset(120))
-    assert not torch.equal(idx, Amortizer.from_pretrained(tiny_checkpoint, encoder_points=50, seed=8).encoder_subset(120))
+    assert idx is not None
+    assert len(set(idx.tolist())) == 50
+    assert torch.equal(
+        idx,
+        Amortizer.from_pretrained(tiny_checkpoint, encoder_points=50, seed=7).encoder_subset(120),
+    )
+    assert not torch.equal(
+        idx,
+        Amortizer.from_pretrained(tiny_checkpoint, encoder_points=50, seed=8).encoder_subset(120),
+    )
     # the network saw exactly the subset: same result as inferring on the subset alone,
     # once the normalisation of the full data is applied
     norm = r.normalization
     Xn = torch.as_tensor(norm.transform_x(X))
     yn = torch.as_tensor(norm.transform_y(y))
     full = Amortizer.from_pretrained(tiny_checkpoint, encoder_points=1000)
-    p_sub, n_sub, read = full.predict_parameters(Xn[idx], yn[idx], [r.kernel])
+    p_sub, _n_sub, read = full.predict_parameters(Xn[idx], yn[idx], [r.kernel])
     assert read == 50
     torch.testing.assert_close(r.params, p_sub[0, :1, :1])
     # the GP conditions on all points
-    expect = _oracle_lml(norm.transform_x(X), norm.transform_y(y), r.kernel, r.params.numpy(), r.noise)
+    expect = _oracle_lml(
+        norm.transform_x(X), norm.transform_y(y), r.kernel, r.params.numpy(), r.noise
+    )
     assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-9)
 
 
@@ -158,7 +184,9 @@ def test_refine_improves_the_likelihood(amz: Amortizer) -> None:
     assert r1.refine_steps == 15
     assert r1.log_marginal_likelihood > r0.log_marginal_likelihood
     norm = r1.normalization
-    expect = _oracle_lml(norm.transform_x(X), norm.transform_y(y), r1.kernel, r1.params.numpy(), r1.noise)
+    expect = _oracle_lml(
+        norm.transform_x(X), norm.transform_y(y), r1.kernel, r1.params.numpy(), r1.noise
+    )
     assert r1.log_marginal_likelihood == pytest.approx(expect, rel=1e-9)
 
 
@@ -175,8 +203,18 @@ def test_float32_gp_algebra_agrees(tiny_checkpoint: Path) -> None:
         (np.array([[0.0], [1.0], [np.nan]]), np.array([1.0, 2.0, 3.0]), "SE", "NaN or infinite"),
         (np.array([[0.0], [1.0]]), np.array([1.0, 2.0]), "SE", "at least 3"),
         (np.array([[0.0], [1.0], [2.0]]), np.array([1.0, 1.0, 1.0]), "SE", "constant"),
-        (np.zeros((3, 2)), np.array([1.0, 2.0, 3.0]), "SE@0", r"no kernel on input dimension\(s\) \[1\]"),
-        (np.zeros((3, 1)), np.array([1.0, 2.0, 3.0]), "SE@0 * PER@1", "out of range for data with 1 input dimension"),
+        (
+            np.zeros((3, 2)),
+            np.array([1.0, 2.0, 3.0]),
+            "SE@0",
+            r"no kernel on input dimension\(s\) \[1\]",
+        ),
+        (
+            np.zeros((3, 1)),
+            np.array([1.0, 2.0, 3.0]),
+            "SE@0 * PER@1",
+            "out of range for data with 1 input dimension",
+        ),
         (np.zeros((3, 1)), np.array([1.0, 2.0, 3.0]), "MAT52", "not in vocabulary"),
         (np.zeros((3, 1)), np.array([1.0, 2.0, 3.0]), "SE +", "position"),
     ],
@@ -201,7 +239,11 @@ def test_bad_arguments(amz: Amortizer) -> None:
 
 def test_bundled_checkpoint_loads_and_predicts() -> None:
     a = Amortizer.from_pretrained(device="cpu")
-    data = np.loadtxt(Path(__file__).parents[1] / "src/amorgp/amortizer/data/airline.csv", delimiter=",", skiprows=1)
+    data = np.loadtxt(
+        Path(__file__).parents[1] / "src/amorgp/amortizer/data/airline.csv",
+        delimiter=",",
+        skiprows=1,
+    )
     r = a.infer(data[:, 0], data[:, 1], "SE + PER")
     assert np.isfinite(r.log_marginal_likelihood)
     assert all(np.isfinite(h.value) and h.value > 0 for h in r.table)
@@ -213,7 +255,7 @@ def test_missing_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no checkpoint at"):
         Amortizer.from_pretrained(tmp_path / "nothing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="no checkpoint.json"):
+    with pytest.raises(ValueError, match=r"no checkpoint\.json"):
         Amortizer.from_pretrained(tmp_path / "empty")
 
 
@@ -226,7 +268,7 @@ def test_corrupted_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="corrupted"):
         Amortizer.from_pretrained(bad)
     (bad / "model.safetensors").unlink()
-    with pytest.raises(ValueError, match="missing model.safetensors"):
+    with pytest.raises(ValueError, match=r"missing model\.safetensors"):
         Amortizer.from_pretrained(bad)
 
 
@@ -264,11 +306,15 @@ def test_fixed_kernel_model_is_rejected(tmp_path: Path) -> None:
 def test_cuda_matches_cpu(tiny_checkpoint: Path) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     X, y = _data(40, 2)
-    cpu = Amortizer.from_pretrained(tiny_checkpoint, device="cpu").infer_many(X, y, ["SE", "SE + PER"])
-    gpu = Amortizer.from_pretrained(tiny_checkpoint, device="cuda").infer_many(X, y, ["SE", "SE + PER"])
+    cpu = Amortizer.from_pretrained(tiny_checkpoint, device="cpu").infer_many(
+        X, y, ["SE", "SE + PER"]
+    )
+    gpu = Amortizer.from_pretrained(tiny_checkpoint, device="cuda").infer_many(
+        X, y, ["SE", "SE + PER"]
+    )
     for a, b in zip(cpu, gpu, strict=True):
         torch.testing.assert_close(a.params, b.params, rtol=1e-4, atol=1e-5)
         assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-4)
-        ma, va = a.predict(X[:5])
-        mb, vb = b.predict(X[:5])
+        ma, _va = a.predict(X[:5])
+        mb, _vb = b.predict(X[:5])
         torch.testing.assert_close(ma, mb, rtol=1e-4, atol=1e-4)

@@ -19,7 +19,8 @@ def _write(path: Path, text: str) -> Path:
 def test_read_csv_default_target_is_last_column(tmp_path: Path) -> None:
     f = _write(tmp_path / "d.csv", "a,b,t\n1,2,3\n4,5,6.5\n7,8,10\n")
     ds = read_csv(f)
-    assert ds.feature_names == ("a", "b") and ds.target_name == "t"
+    assert ds.feature_names == ("a", "b")
+    assert ds.target_name == "t"
     np.testing.assert_array_equal(ds.X, [[1, 2], [4, 5], [7, 8]])
     np.testing.assert_array_equal(ds.y, [3, 6.5, 10])
 
@@ -71,10 +72,12 @@ def test_normalization_contract() -> None:
     y = rng.normal(4, 3, 20)
     norm = Normalization.fit(*as_dataset(X, y))  # type: ignore[arg-type]
     Xn = norm.transform_x(X)
-    assert Xn[:, 0].min() == 0.0 and Xn[:, 0].max() == 1.0
+    assert Xn[:, 0].min() == 0.0
+    assert Xn[:, 0].max() == 1.0
     np.testing.assert_array_equal(Xn[:, 1], 0.5)  # a constant column maps to 0.5
     yn = norm.transform_y(y)
-    assert abs(yn.mean()) < 1e-12 and abs(yn.std() - 1) < 1e-12
+    assert abs(yn.mean()) < 1e-12
+    assert abs(yn.std() - 1) < 1e-12
     m, v = norm.inverse_y(yn, np.ones(20))
     np.testing.assert_allclose(m, y)
     np.testing.assert_allclose(v, np.full(20, y.std() ** 2))

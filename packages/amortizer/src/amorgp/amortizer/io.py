@@ -172,7 +172,10 @@ class Normalization:
         spec = sym.params[slot]
         if spec.kind.value in ("lengthscale", "period"):
             factor = next(
-                (f, e) for f in sym.factors for e, n in sym.factor_param_names(f).items() if n == spec.name
+                (f, e)
+                for f in sym.factors
+                for e, n in sym.factor_param_names(f).items()
+                if n == spec.name
             )
             if factor == ("PER", "lengthscale"):  # divides sin^2(pi r / p): unit-free
                 return value
