@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import torch
 
@@ -125,6 +125,40 @@ def _bucket_slices(counts_sorted: torch.Tensor, n_buckets: int) -> list[tuple[in
     n_buckets = max(1, min(n_buckets, b))
     edges = [round(i * b / n_buckets) for i in range(n_buckets + 1)]
     return [(lo, hi) for lo, hi in itertools.pairwise(edges) if hi > lo]
+
+
+@overload
+def gp_log_marginal_likelihood(
+    K: torch.Tensor,
+    y: torch.Tensor,
+    noise: torch.Tensor | float,
+    mask: torch.Tensor | None = None,
+    per_point: bool = False,
+    *,
+    return_failed: Literal[False] = False,
+    strategy: Strategy = "auto",
+    n_buckets: int = 4,
+    fused: bool = True,
+    jitter: float = 1e-8,
+    max_tries: int = 5,
+) -> torch.Tensor: ...
+
+
+@overload
+def gp_log_marginal_likelihood(
+    K: torch.Tensor,
+    y: torch.Tensor,
+    noise: torch.Tensor | float,
+    mask: torch.Tensor | None = None,
+    per_point: bool = False,
+    *,
+    return_failed: Literal[True],
+    strategy: Strategy = "auto",
+    n_buckets: int = 4,
+    fused: bool = True,
+    jitter: float = 1e-8,
+    max_tries: int = 5,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def gp_log_marginal_likelihood(
