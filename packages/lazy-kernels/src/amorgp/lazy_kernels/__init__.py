@@ -11,6 +11,16 @@ from amorgp.lazy_kernels.elementary import (
     register_torch_elementary,
     torch_elementary,
 )
+from amorgp.lazy_kernels.gp import (
+    CHOLESKY_MAX_N,
+    ExactGP,
+    PivotedCholeskyPreconditioner,
+    choose_backend,
+    pcg,
+    pivoted_cholesky,
+    slq_logdet,
+)
+from amorgp.lazy_kernels.keops import KeOpsKernel, keops_available, keops_formula, warm_up
 from amorgp.lazy_kernels.structure import DimWiseKernel, ExpressionKernel
 from amorgp.lazy_kernels.tables import (
     CompiledSymbol,
@@ -21,6 +31,17 @@ from amorgp.lazy_kernels.tables import (
 )
 
 __all__ = [
+    "CHOLESKY_MAX_N",
+    "ExactGP",
+    "KeOpsKernel",
+    "PivotedCholeskyPreconditioner",
+    "choose_backend",
+    "keops_available",
+    "keops_formula",
+    "pcg",
+    "pivoted_cholesky",
+    "slq_logdet",
+    "warm_up",
     "TORCH_ELEMENTARY",
     "CompiledSymbol",
     "DimWiseKernel",

@@ -35,7 +35,11 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, base_symbol
 
-__all__ = ["KeOpsKernel", "keops_available", "keops_formula", "warm_up"]
+__all__ = ["RHS_WIDTH", "KeOpsKernel", "keops_available", "keops_formula", "warm_up"]
+
+RHS_WIDTH = 16
+"""Right-hand sides are processed in blocks of this many columns (or singly), so each
+structure compiles at most two forward formulas whatever the number of columns."""
 
 _GENRED: dict[tuple[str, str, int], Any] = {}
 _WARM: set[tuple[str, str, int]] = set()
@@ -204,6 +208,19 @@ class KeOpsKernel:
                 out.extend(_derived(kind, p))
         return torch.stack(out)
 
+    def _call(self, X1: Tensor, X2: Tensor, theta: Tensor, V: Tensor) -> Tensor:
+        k = V.shape[1]
+        fn = _genred(self.structure, X1.dtype, k)
+        key = (str(self.structure), str(X1.dtype), k)
+        args = (X1.contiguous(), X2.contiguous(), theta, V.contiguous())
+        backend = "CPU" if X1.device.type == "cpu" else "auto"
+        if key in _WARM:
+            return fn(*args, backend=backend)
+        with _build_lock():
+            out = fn(*args, backend=backend)
+        _WARM.add(key)
+        return out
+
     def matmul(self, X1: Tensor, X2: Tensor, V: Tensor) -> Tensor:
         """``K(X1, X2) @ V`` without forming ``K``: ``X1 (N, D)``, ``X2 (M, D)``, ``V (M, k)``
         or ``(M,)`` -> ``(N, k)`` or ``(N,)``.  Differentiable w.r.t. all inputs and params."""
@@ -216,24 +233,23 @@ class KeOpsKernel:
         if V2.shape[0] != X2.shape[0]:
             raise ValueError(f"V has {V2.shape[0]} rows but X2 has {X2.shape[0]} points")
         dtype = X1.dtype
-        k = V2.shape[1]
-        fn = _genred(self.structure, dtype, k)
         theta = self.theta().to(dtype=dtype, device=X1.device)
-        key = (str(self.structure), str(dtype), k)
-        args = (X1.contiguous(), X2.contiguous(), theta, V2.to(dtype).contiguous())
-        if key not in _WARM:
-            with _build_lock():
-                out = fn(*args, backend="CPU" if X1.device.type == "cpu" else "auto")
-            _WARM.add(key)
-        else:
-            out = fn(*args, backend="CPU" if X1.device.type == "cpu" else "auto")
+        V2 = V2.to(dtype)
+        k = V2.shape[1]
+        width = 1 if k == 1 else RHS_WIDTH
+        if k not in (1, width):
+            pad = (-k) % width
+            if pad:
+                V2 = torch.cat([V2, V2.new_zeros(V2.shape[0], pad)], 1)
+        chunks = [self._call(X1, X2, theta, c) for c in V2.split(width, dim=1)]
+        out = (chunks[0] if len(chunks) == 1 else torch.cat(chunks, 1))[:, :k]
         return out[:, 0] if vec else out
 
 
 def warm_up(
     structures: Sequence[DimWiseStructure | str],
     dtype: torch.dtype = torch.float64,
-    n_rhs: Sequence[int] = (1,),
+    n_rhs: Sequence[int] = (1, RHS_WIDTH),
     n_dims: int | None = None,
     backward: bool = True,
 ) -> None:

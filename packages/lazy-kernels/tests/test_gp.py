@@ -1,0 +1,211 @@
+"""ExactGP, PCG, pivoted Cholesky and SLQ against dense torch.linalg oracles."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.lazy_kernels import DimWiseKernel
+from amorgp.lazy_kernels.gp import (
+    CHOLESKY_MAX_N,
+    ExactGP,
+    PivotedCholeskyPreconditioner,
+    choose_backend,
+    pcg,
+    pivoted_cholesky,
+    slq_logdet,
+)
+from amorgp.lazy_kernels.keops import keops_available
+
+
+def _data(n: int, seed: int, d: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, d, generator=g, dtype=torch.float64)
+    y = torch.sin(6 * X[:, 0]) * X[:, -1] + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+    return X, y
+
+
+def _kernel() -> tuple[DimWiseKernel, torch.Tensor]:
+    params = torch.tensor(
+        [[[1.2, 0.3, 0.0], [0.4, 0.6, 0.7]], [[0.8, 0.5, 1.0], [1.0, 1.0, 1.0]]],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+    # (SE + PER)@0 * LIN@1; unused slots are ignored
+    return DimWiseKernel(DimWiseStructure.parse("(SE + PER)@0 * LIN@1"), params), params
+
+
+def _dense_lml(K: torch.Tensor, y: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    A = K + noise * torch.eye(K.shape[0], dtype=K.dtype)
+    return (
+        -0.5 * y @ torch.linalg.solve(A, y)
+        - 0.5 * torch.linalg.slogdet(A)[1]
+        - 0.5 * len(y) * math.log(2 * math.pi)
+    )
+
+
+def _spd(n: int, seed: int) -> torch.Tensor:
+    X, _ = _data(n, seed, d=1)
+    return torch.exp(-((X - X.T) ** 2) / (2 * 0.2**2))
+
+
+def test_pivoted_cholesky_full_rank_reproduces_matrix() -> None:
+    K = _spd(30, 0) + 1e-3 * torch.eye(30, dtype=torch.float64)
+    L = pivoted_cholesky(torch.diagonal(K), lambda i: K[:, i], rank=30, tol=0.0)
+    torch.testing.assert_close(L @ L.T, K, rtol=1e-10, atol=1e-10)
+
+
+def test_preconditioner_solve_and_logdet() -> None:
+    K = _spd(40, 1)
+    L = pivoted_cholesky(torch.diagonal(K), lambda i: K[:, i], rank=5)
+    noise = torch.tensor(0.1, dtype=torch.float64)
+    P = PivotedCholeskyPreconditioner(L, noise)
+    dense = L @ L.T + noise * torch.eye(40, dtype=torch.float64)
+    V = torch.randn(40, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    torch.testing.assert_close(P.solve(V), torch.linalg.solve(dense, V), rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(P.logdet(), torch.linalg.slogdet(dense)[1], rtol=1e-10, atol=1e-10)
+
+
+def test_pcg_solves_and_slq_estimates_logdet() -> None:
+    n = 60
+    A = _spd(n, 2) + 0.05 * torch.eye(n, dtype=torch.float64)
+    g = torch.Generator().manual_seed(3)
+    P = PivotedCholeskyPreconditioner(
+        pivoted_cholesky(
+            torch.diagonal(A) - 0.05, lambda i: A[:, i] - 0.05 * (torch.arange(n) == i), rank=4
+        ),
+        torch.tensor(0.05, dtype=torch.float64),
+    )
+    Z = P.sample(400, g)
+    X, alphas, betas, _ = pcg(lambda V: A @ V, Z, P.solve, tol=1e-12, max_iter=200)
+    torch.testing.assert_close(X, torch.linalg.solve(A, Z), rtol=1e-7, atol=1e-8)
+    weights = (Z * P.solve(Z)).sum(0)
+    est = P.logdet() + slq_logdet(alphas, betas, weights)
+    exact = torch.linalg.slogdet(A)[1]
+    assert abs(float(est - exact)) < 0.02 * abs(float(exact))
+
+
+def test_cholesky_backend_matches_dense_oracle() -> None:
+    X, y = _data(50, 4)
+    k, params = _kernel()
+    noise = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
+    gp = ExactGP(k, noise, X, y, backend="cholesky")
+    lml = gp.log_marginal_likelihood()
+    g1 = torch.autograd.grad(lml, [params, noise])
+    ref = _dense_lml(k(X), y, noise)
+    g2 = torch.autograd.grad(ref, [params, noise])
+    torch.testing.assert_close(lml, ref, rtol=1e-10, atol=1e-10)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-8)
+    Xt, _ = _data(7, 5)
+    mean, var = gp.predict(Xt)
+    with torch.no_grad():
+        A = k(X) + noise * torch.eye(50, dtype=torch.float64)
+        Ks = k(X, Xt)
+        ref_mean = Ks.T @ torch.linalg.solve(A, y)
+        ref_var = k.diag(Xt) - (Ks * torch.linalg.solve(A, Ks)).sum(0)
+    torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-10)
+    assert var is not None
+    torch.testing.assert_close(var, ref_var.clamp_min(0), rtol=1e-7, atol=1e-10)
+
+
+def test_cg_backend_agrees_with_cholesky() -> None:
+    X, y = _data(300, 6)
+    k, params = _kernel()
+    noise = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
+    chol = ExactGP(k, noise, X, y, backend="cholesky")
+    cg = ExactGP(
+        k,
+        noise,
+        X,
+        y,
+        backend="cg",
+        n_probes=64,
+        precond_rank=32,
+        generator=torch.Generator().manual_seed(0),
+    )
+    l1, l2 = chol.log_marginal_likelihood(), cg.log_marginal_likelihood()
+    assert abs(float((l1 - l2).detach())) < 2e-3 * abs(float(l1.detach()))
+    g1 = torch.autograd.grad(l1, [params, noise])
+    g2 = torch.autograd.grad(l2, [params, noise])
+    for a, b in zip(g1, g2):  # stochastic trace term: loose agreement
+        assert float((a - b).norm()) < 0.15 * float(a.norm()) + 1e-6
+    Xt, _ = _data(20, 7)
+    m1, v1 = chol.predict(Xt)
+    m2, v2 = cg.predict(Xt)
+    torch.testing.assert_close(m2, m1, rtol=1e-6, atol=1e-7)
+    assert v1 is not None
+    assert v2 is not None
+    torch.testing.assert_close(v2, v1, rtol=1e-5, atol=1e-7)
+    assert bool((v2 >= 0).all())
+
+
+def test_choose_backend_rule() -> None:
+    assert choose_backend(100) == "cholesky"
+    assert choose_backend(CHOLESKY_MAX_N + 1) == "cg"
+    assert choose_backend(CHOLESKY_MAX_N, dtype=torch.float32) == "cg"
+    assert choose_backend(100_000, keops=True) == "keops"
+    assert choose_backend(4000, memory_budget=3 * 8 * 4000**2 - 1) == "cg"
+    with pytest.raises(ValueError, match="pykeops"):
+        choose_backend(100_000, keops=False)
+
+
+def test_rejects_bad_input() -> None:
+    X, y = _data(10, 8)
+    k, _ = _kernel()
+    with pytest.raises(ValueError, match="noise"):
+        ExactGP(k, 0.0, X, y)
+    with pytest.raises(ValueError, match="y must have shape"):
+        ExactGP(k, 0.1, X, y[:5])
+    with pytest.raises(ValueError, match="dimensions"):
+        ExactGP(k, 0.1, X[:, :1], y)
+    bad = X.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        ExactGP(k, 0.1, bad, y)
+    with pytest.raises(ValueError, match="unknown backend"):
+        ExactGP(k, 0.1, X, y, backend="magic")  # type: ignore[arg-type]
+    gp = ExactGP(k, 0.1, X, y)
+    with pytest.raises(ValueError, match="X_test"):
+        gp.predict(X[:, :1])
+
+
+KEOPS_STRUCTURE = DimWiseStructure.parse("(SE + PER*RQ)@0 * (LIN + MAT52*LIN)@1")
+
+
+@pytest.mark.skipif(not keops_available(), reason="pykeops is not installed")
+def test_keops_backend_predicts_like_cholesky() -> None:
+    X, y = _data(200, 9)
+    params = 0.4 + torch.rand(
+        2, 2, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64
+    )
+    k = DimWiseKernel(KEOPS_STRUCTURE, params)
+    noise = torch.tensor(0.05, dtype=torch.float64)
+    Xt, _ = _data(5, 10)
+    m1, v1 = ExactGP(k, noise, X, y, backend="cholesky").predict(Xt)
+    m2, v2 = ExactGP(k, noise, X, y, backend="keops").predict(Xt)
+    torch.testing.assert_close(m2, m1, rtol=1e-6, atol=1e-7)
+    assert v1 is not None
+    assert v2 is not None
+    torch.testing.assert_close(v2, v1, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not keops_available(), reason="pykeops is not installed")
+def test_keops_backend_loss_and_gradient_like_dense_cg() -> None:
+    X, y = _data(200, 11)
+    params = (
+        0.4 + torch.rand(2, 2, 5, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    ).requires_grad_()
+    k = DimWiseKernel(KEOPS_STRUCTURE, params)
+    noise = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
+    results = []
+    for backend in ("cg", "keops"):
+        gp = ExactGP(k, noise, X, y, backend=backend, generator=torch.Generator().manual_seed(0))
+        lml = gp.log_marginal_likelihood()
+        results.append((lml, *torch.autograd.grad(lml, [params, noise])))
+    for a, b in zip(*results):  # same probes, same solves: equal up to CG tolerance
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
