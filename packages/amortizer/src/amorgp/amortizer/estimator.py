@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from amorgp.amortizer.api import Amortizer, KernelResult
-from amorgp.amortizer.io import as_dataset
+from amorgp.amortizer.io import MIN_POINTS, as_dataset
 
 __all__ = ["AmortizedGPRegressor"]
 
@@ -65,10 +65,12 @@ class _ParamsMixin:
 
 try:  # sklearn integration when available (it is a test dependency only)
     from sklearn.base import BaseEstimator, RegressorMixin
+    from sklearn.utils.validation import validate_data as _validate_data
 
     _Bases: tuple[type, ...] = (RegressorMixin, BaseEstimator)
 except ImportError:  # pragma: no cover - exercised only without scikit-learn
     _Bases = (_ParamsMixin,)
+    _validate_data = None
 
 
 class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
@@ -126,8 +128,9 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             ValueError: invalid data (see :func:`~amorgp.amortizer.io.as_dataset`) or
                 a kernel that does not parse or match the data's dimension.
         """
-        X_arr = _as_2d(X)
-        Xa, ya = as_dataset(X_arr, _as_1d_target(y))
+        if _validate_data is not None:  # sklearn's messages and conversions when available
+            X, y = _validate_data(self, X, y, ensure_min_samples=MIN_POINTS, y_numeric=True)
+        Xa, ya = as_dataset(_as_2d(X), _as_1d_target(y))
         assert ya is not None
         amz = self._amortizer()
         result = amz.infer(Xa, ya, self.kernel, refine=int(self.refine))
@@ -146,6 +149,8 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         """
         if not hasattr(self, "result_"):
             _not_fitted(self)
+        if _validate_data is not None:
+            X = _validate_data(self, X, reset=False)
         Xa, _ = as_dataset(_as_2d(X))
         if Xa.shape[1] != self.n_features_in_:
             raise ValueError(
@@ -155,12 +160,6 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         mean, var = self.result_.predict(Xa, include_noise=True)
         m = mean.numpy()
         return (m, np.sqrt(var.numpy())) if return_std else m
-
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        tags.regressor_tags.poor_score = True  # the demo network is small; see the README
-        return tags
 
 
 @functools.lru_cache(maxsize=8)
