@@ -127,15 +127,15 @@ def test_model_loss_falls_on_fixed_batch() -> None:
     from amorgp.simulator.simulator import Simulator
 
     torch.manual_seed(0)
-    sim = Simulator(SimulatorConfig(n_min=10, n_max=30, d_max=2, vocabulary=VOCAB))
-    b = sim.sample(8, torch.Generator().manual_seed(0))
+    sim = Simulator(SimulatorConfig(n_min=10, n_max=20, d_max=2, vocabulary=VOCAB))
+    b = sim.sample(6, torch.Generator().manual_seed(0))
     model = build_model(PRESETS["tiny"].network)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     inputs = {
         k: getattr(b, k) for k in ("X", "y", "point_mask", "dim_mask", "symbols", "symbol_mask")
     }
     losses = []
-    for _ in range(40):
+    for _ in range(25):
         out = phase1_loss(model(**inputs), **inputs, vocab=VOCAB, valid=b.valid)
         opt.zero_grad()
         out.loss.backward()
