@@ -426,35 +426,31 @@ def demo(
         f"input {table.feature_names[0]}, target {table.target_name}"
     )
     click.echo(f"model: {amz.network.model}, vocabulary {', '.join(amz.vocabulary.symbols)}")
-    head = f"{'kernel':<14} {'amortized LML':>14}"
-    if baseline is not None:
-        head += f" {'Type-2 ML LML':>14}"
-    click.echo(head)
-    offset = results[0].normalization.lml_offset(n)
-    for i, r in enumerate(results):
-        row = f"{r.kernel_text:<14} {r.log_marginal_likelihood_original:>14.2f}"
-        if baseline is not None:
-            row += f" {baseline[i].log_marginal_likelihood + offset:>14.2f}"
-        click.echo(row)
     click.echo(
-        "hyperparameters (original units; '-' = normalised-only LIN terms), amortized | Type-2 ML:"
+        "hyperparameters in original units (years, thousands of passengers); LIN terms have "
+        "no exact original-unit value and are shown normalised"
     )
+    offset = results[0].normalization.lml_offset(n)
+    cols = ["amortized"] + (["Type-2 ML"] if baseline is not None else [])
     for i, r in enumerate(results):
-        parts = []
+        click.echo("")
+        click.echo(f"{'kernel ' + r.kernel_text:<32}" + "".join(f"{c:>13}" for c in cols))
         for h in r.table:
-            value = h.original if h.original is not None else None
-            text = f"{h.symbol}.{h.name}={_fmt(value if value is not None else h.value)}"
-            if value is None:
-                text += "(n)"
+            name = f"{h.symbol}.{h.name}" + (" (normalised)" if h.original is None else "")
+            values = [h.original if h.original is not None else h.value]
             if baseline is not None:
                 bv = baseline[i].hyperparameters[(h.dim, h.addend, h.name)]
                 bo = r.normalization.to_original(h.dim, h.symbol, _slot(h), bv)
-                text += f"|{_fmt(bo if bo is not None else bv)}"
-            parts.append(text)
-        noise = f"noise={_fmt(r.noise_original)}"
+                values.append(bo if bo is not None else bv)
+            click.echo(f"  {name:<30}" + "".join(f"{_fmt(v):>13}" for v in values))
+        noise = [r.noise_original]
+        lml = [r.log_marginal_likelihood_original]
         if baseline is not None:
-            noise += f"|{_fmt(baseline[i].noise * r.normalization.y_std**2)}"
-        click.echo(f"  {r.kernel_text:<14} {' '.join(parts)} {noise}")
+            noise.append(baseline[i].noise * r.normalization.y_std**2)
+            lml.append(baseline[i].log_marginal_likelihood + offset)
+        click.echo(f"  {'noise variance':<30}" + "".join(f"{_fmt(v):>13}" for v in noise))
+        click.echo(f"  {'log marginal likelihood':<30}" + "".join(f"{v:>13.2f}" for v in lml))
+    click.echo("")
     line = f"time for {len(chosen)} kernels: amortized {1e3 * t_amortized:.1f} ms"
     if refine:
         line += f" (incl. {refine} L-BFGS refinement iterations)"
