@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ __all__ = [
     "check_reference",
     "check_symmetry",
     "gpytorch_kernel_matrix",
+    "gpytorch_symbol_kernel",
     "run_conformance",
     "all_base_symbols",
     "random_dimwise_batch",
@@ -281,23 +283,24 @@ def check_gradients(
     assert torch.autograd.gradcheck(f, (X1, X2, P), eps=1e-6, atol=1e-7)
 
 
-def gpytorch_kernel_matrix(
-    symbol: BaseSymbol | str, x1: Tensor, x2: Tensor, params: dict[str, float]
-) -> Tensor | None:
-    """The same one-dimensional kernel built from GPyTorch modules, or None if GPyTorch
-    lacks a factor.  ``x1 (n,)``, ``x2 (m,)`` float64; returns ``(n, m)``.
+def gpytorch_symbol_kernel(
+    symbol: BaseSymbol | str, params: dict[str, float], active_dim: int | None = None
+) -> Any:
+    """The GPyTorch module equal to base symbol ``symbol`` with ``params`` (float64), acting on
+    input column ``active_dim`` (all columns if None), or None if GPyTorch lacks a factor.
 
     SE = ``RBFKernel``, PER = ``PeriodicKernel`` with ``l_gp = 4 l^2`` (GPyTorch's code
-    computes ``exp(-2 sin^2 / l_gp)``; its docstring says ``l_gp^2``), MAT52 = ``MaternKernel(nu=2.5)``, RQ = ``RQKernel``, the
-    unit LIN factor = ``LinearKernel(variance=1) + ConstantKernel(c^2)``; a symbol is
-    ``s^2`` times the product of its factors.
+    computes ``exp(-2 sin^2 / l_gp)``; its docstring says ``l_gp^2``), MAT52 =
+    ``MaternKernel(nu=2.5)``, RQ = ``RQKernel``, the unit LIN factor =
+    ``LinearKernel(variance=1) + ConstantKernel(c^2)``; a symbol is ``ScaleKernel(s^2)``
+    of the product of its factors.
     """
     import gpytorch.kernels as gk
 
     sym = base_symbol(symbol) if isinstance(symbol, str) else symbol
-    out = torch.full((x1.shape[0], x2.shape[0]), float(params["variance"]), dtype=torch.float64)
-    a, b = x1.reshape(-1, 1), x2.reshape(-1, 1)
+    dims = None if active_dim is None else [active_dim]
     lin_alone = sym.factors == ("LIN",)
+    mods = []
     for f in sym.factors:
         p = {
             k: torch.tensor(float(params[v]), dtype=torch.float64)
@@ -305,35 +308,49 @@ def gpytorch_kernel_matrix(
         }
         k: gk.Kernel
         if f == "SE":
-            k = gk.RBFKernel()
+            k = gk.RBFKernel(active_dims=dims)
             k.lengthscale = p["lengthscale"]
         elif f == "PER":
-            k = gk.PeriodicKernel()
+            k = gk.PeriodicKernel(active_dims=dims)
             # GPyTorch documents exp(-2 sin^2(pi r / p) / l_gp^2) but its code (1.11-1.15)
             # divides by l_gp itself: exp(-2 sin^2(.) / l_gp).  Matching the paper's
             # 1 / (2 l^2) therefore needs l_gp = 4 l^2 (the documented form would be 2 l).
             k.lengthscale = 4.0 * p["lengthscale"] ** 2
             k.period_length = p["period"]
         elif f == "MAT52":
-            k = gk.MaternKernel(nu=2.5)
+            k = gk.MaternKernel(nu=2.5, active_dims=dims)
             k.lengthscale = p["lengthscale"]
         elif f == "RQ":
-            k = gk.RQKernel()
+            k = gk.RQKernel(active_dims=dims)
             k.lengthscale = p["lengthscale"]
             k.alpha = p["alpha"]
         elif f == "LIN":
-            lin = gk.LinearKernel()
+            lin = gk.LinearKernel(active_dims=dims)
             lin.variance = torch.tensor(1.0, dtype=torch.float64)
-            const = gk.ConstantKernel()
-            offset = p["offset"] / params["variance"] if lin_alone else p["offset"]
+            const = gk.ConstantKernel(active_dims=dims)
+            offset = p["offset"] / float(params["variance"]) if lin_alone else p["offset"]
             const.constant = offset
             k = lin + const
         else:
             return None
-        k = k.double()
-        with torch.no_grad():
-            out = out * k(a, b).to_dense()
-    return out
+        mods.append(k)
+    prod = mods[0] if len(mods) == 1 else gk.ProductKernel(*mods)
+    scaled = gk.ScaleKernel(prod)
+    scaled.outputscale = torch.tensor(float(params["variance"]), dtype=torch.float64)
+    return scaled.double()
+
+
+def gpytorch_kernel_matrix(
+    symbol: BaseSymbol | str, x1: Tensor, x2: Tensor, params: dict[str, float]
+) -> Tensor | None:
+    """The same one-dimensional kernel evaluated by GPyTorch modules (see
+    :func:`gpytorch_symbol_kernel`), or None if GPyTorch lacks a factor.
+    ``x1 (n,)``, ``x2 (m,)`` float64; returns ``(n, m)``."""
+    k = gpytorch_symbol_kernel(symbol, params)
+    if k is None:
+        return None
+    with torch.no_grad():
+        return k(x1.reshape(-1, 1), x2.reshape(-1, 1)).to_dense()
 
 
 def check_gpytorch(
