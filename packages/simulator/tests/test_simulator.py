@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from amorgp.kernel_grammar import EXTENDED_VOCABULARY, PAPER_VOCABULARY, Vocabulary
@@ -206,3 +208,48 @@ def test_sample_on_cuda_satisfies_contract_and_is_reproducible() -> None:
         assert torch.equal(value, b.tensors()[name]), name
     with pytest.raises(ValueError, match="generator"):
         sim.sample(2, torch.Generator().manual_seed(0))
+
+
+@settings(
+    max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    n_min=st.integers(1, 6),
+    n_extra=st.integers(0, 6),
+    n_test=st.integers(0, 3),
+    d_max=st.integers(1, 4),
+    max_addends=st.integers(1, 7),
+    vocab=st.sampled_from([PAPER_VOCABULARY, EXTENDED_VOCABULARY, Vocabulary(("SE",))]),
+    ratio=st.sampled_from([0.0, 0.5, 1.0]),
+    fixed=st.booleans(),
+    buckets=st.integers(1, 5),
+    batch_size=st.integers(1, 9),
+    seed=st.integers(0, 2**31),
+)
+def test_any_valid_config_gives_a_valid_batch(
+    n_min: int,
+    n_extra: int,
+    n_test: int,
+    d_max: int,
+    max_addends: int,
+    vocab: Vocabulary,
+    ratio: float,
+    fixed: bool,
+    buckets: int,
+    batch_size: int,
+    seed: int,
+) -> None:
+    cfg = SimulatorConfig(
+        n_min=n_min,
+        n_max=n_min + n_extra,
+        n_test=n_test,
+        d_max=d_max,
+        max_addends=max_addends,
+        vocabulary=vocab,
+        positive_ratio=ratio,
+        fixed_shapes=fixed,
+        size_buckets=buckets,
+    )
+    batch = Simulator(cfg).sample(batch_size, torch.Generator().manual_seed(seed))
+    check_batch(batch, cfg)
+    assert batch.n_failed == 0
