@@ -14,11 +14,13 @@ hyperparameters.  Steps of :meth:`Amortizer.infer_many`:
    sample of the same dataset;
 3. the kernel encoder-decoder and the heads run for **all kernels in one
    padded batch** (the dataset embedding is shared, paper Fig. 4c);
-4. the exact GP log marginal likelihood of every kernel is evaluated on **all**
-   ``n`` points in float64 (dense kernel matrices and one Cholesky each from
-   :mod:`amorgp.lazy_kernels` and :mod:`amorgp.diff_linalg`; above
-   ``dense_max`` points lazy-kernels' large-n GP (KeOps + conjugate gradients)
-   is used);
+4. the GP conditions on **all** ``n`` points in float64, with the backend that
+   ``backend="auto"`` of :class:`amorgp.lazy_kernels.ExactGP` picks for ``n``
+   and ``memory_budget``: dense Cholesky (then the log marginal likelihoods of
+   all kernels are one batched kernel evaluation and one Cholesky each,
+   :func:`amorgp.diff_linalg.gp_log_marginal_likelihood`), dense CG, or KeOps
+   CG (O(n) memory; the log-determinant is a stochastic Lanczos quadrature
+   estimate);
 5. optionally ``refine=k``: ``k`` L-BFGS iterations of Type-2 ML
    (:mod:`amorgp.baselines`) started from the amortized hyperparameters.
 
@@ -46,9 +48,9 @@ from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.io import Normalization, as_dataset
 from amorgp.amortizer.layers import masked_mean
 from amorgp.amortizer.model import AmortizedGP
-from amorgp.diff_linalg import gp_log_marginal_likelihood, robust_cholesky
+from amorgp.diff_linalg import gp_log_marginal_likelihood
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, base_symbol, encode
-from amorgp.lazy_kernels import kernel_diag_dimwise, kernel_matrix_dimwise
+from amorgp.lazy_kernels import DimWiseKernel, ExactGP, choose_backend, kernel_matrix_dimwise
 
 __all__ = [
     "DEFAULT_ENCODER_POINTS",
@@ -64,7 +66,7 @@ PRETRAINED_DIR = Path(__file__).parent / "pretrained" / "default"
 DEFAULT_ENCODER_POINTS = 250
 """Encoder subset size when the checkpoint does not state its training range."""
 
-_DENSE_MAX = 8000
+_MEMORY_BUDGET = 2**30
 _CHUNK_BYTES = 256 * 2**20
 
 
@@ -194,76 +196,43 @@ class KernelResult:
 
 @dataclass
 class _GPData:
-    """Normalised training data of one kernel, for predictions."""
+    """Normalised training data of one kernel, for predictions through lazy-kernels' ExactGP."""
 
     X: Tensor  # (n, d)
     y: Tensor  # (n,)
-    symbols: Tensor  # (1, D, L)
-    symbol_mask: Tensor  # (1, D, L)
-    vocab: Vocabulary
     structure: DimWiseStructure
-    dense_max: int
-    _chol: Tensor | None = None
+    memory_budget: float
 
     def predict(
         self, params: Tensor, noise: float, Xn: np.ndarray, include_noise: bool
     ) -> tuple[Tensor, Tensor]:
-        X, dt = self.X, self.X.dtype
-        Xq = torch.as_tensor(Xn, dtype=dt, device=X.device)
-        p = params.to(device=X.device, dtype=dt)[None]
+        X = self.X
+        Xq = torch.as_tensor(Xn, dtype=X.dtype, device=X.device)
+        gp = _exact_gp(self.structure, params, noise, X, self.y, self.memory_budget)
+        rows = max(1, _CHUNK_BYTES // (8 * X.shape[0]))
+        means, variances = [], []
         with torch.inference_mode():
-            if X.shape[0] > self.dense_max:
-                return _lazy_predict(self, p[0], noise, Xq, include_noise)
-            if self._chol is None:
-                K = kernel_matrix_dimwise(
-                    X[None], X[None], self.symbols, self.symbol_mask, p, self.vocab, validate=False
-                )[0]
-                K.diagonal().add_(noise)
-                chol = robust_cholesky(K)
-                if bool(chol.failed.any()):
-                    raise ValueError(
-                        f"the kernel matrix of {self.structure} is not positive definite even "
-                        "with jitter; the hyperparameters are degenerate"
-                    )
-                self._chol = chol.L
-            L = self._chol
-            alpha = torch.cholesky_solve(self.y[:, None], L)[:, 0]
-            rows = max(1, _CHUNK_BYTES // (8 * X.shape[0]))
-            means, variances = [], []
-            for start in range(0, Xq.shape[0], rows):  # memory chunks over test points
-                q = Xq[start : start + rows]
-                Ks = kernel_matrix_dimwise(
-                    X[None], q[None], self.symbols, self.symbol_mask, p, self.vocab, validate=False
-                )[0]
-                means.append(Ks.T @ alpha)
-                V = torch.linalg.solve_triangular(L, Ks, upper=False)
-                kss = kernel_diag_dimwise(
-                    q[None], self.symbols, self.symbol_mask, p, self.vocab, validate=False
-                )[0]
-                variances.append((kss - (V * V).sum(0)).clamp_min(0.0))
-            mean, var = torch.cat(means), torch.cat(variances)
-            return mean, var + noise if include_noise else var
+            for start in range(0, Xq.shape[0], rows):  # memory chunks of test points
+                mean, var = gp.predict(Xq[start : start + rows])
+                assert var is not None
+                means.append(mean)
+                variances.append(var)
+        mean, var = torch.cat(means), torch.cat(variances)
+        return mean, var + noise if include_noise else var
 
 
-def _lazy_predict(
-    gp: _GPData, params: Tensor, noise: float, Xq: Tensor, include_noise: bool
-) -> tuple[Tensor, Tensor]:
-    """Large-n predictive through lazy-kernels' exact GP (KeOps + CG)."""
-    exact_gp = _exact_gp_class()
-    model = exact_gp(gp.structure, params, noise, gp.X, gp.y, backend="auto")
-    mean, var = model.predict(Xq, include_noise=include_noise)
-    return mean, var
-
-
-def _exact_gp_class() -> Any:
-    try:
-        from amorgp.lazy_kernels import ExactGP  # type: ignore[attr-defined]
-    except ImportError:
-        raise ValueError(
-            "datasets above the dense limit need amorgp.lazy_kernels.ExactGP "
-            "(KeOps + conjugate gradients), which this installation lacks"
-        ) from None
-    return ExactGP
+def _exact_gp(
+    structure: DimWiseStructure,
+    params: Tensor,
+    noise: float,
+    X: Tensor,
+    y: Tensor,
+    memory_budget: float,
+) -> ExactGP:
+    """lazy-kernels' exact GP with ``backend="auto"`` (dense Cholesky, dense CG or KeOps CG)."""
+    p = params[: structure.n_dims, : structure.max_addends].to(device=X.device, dtype=X.dtype)
+    kernel = DimWiseKernel(structure, p)
+    return ExactGP(kernel, float(noise), X, y, backend="auto", memory_budget=memory_budget)
 
 
 def _dense_lml(
@@ -293,16 +262,19 @@ def _dense_lml(
 
 
 def _lazy_lml(
-    X: Tensor, y: Tensor, structures: Sequence[DimWiseStructure], params: Tensor, noise: Tensor
+    X: Tensor,
+    y: Tensor,
+    structures: Sequence[DimWiseStructure],
+    params: Tensor,
+    noise: Tensor,
+    memory_budget: float,
 ) -> Tensor:
-    exact_gp = _exact_gp_class()
-    values = [
-        exact_gp(s, params[i, : s.n_dims, : s.max_addends], float(noise[i]), X, y, backend="auto")
-        .log_marginal_likelihood()
-        .reshape(())
+    """``(K,)`` LMLs through ExactGP's iterative backends (CG solve, SLQ log-determinant)."""
+    values = [  # one large-n GP per kernel: each is a full CG solve
+        _exact_gp(s, params[i], float(noise[i]), X, y, memory_budget).log_marginal_likelihood()
         for i, s in enumerate(structures)
     ]
-    return torch.stack(values)
+    return torch.stack(values).detach()
 
 
 class Amortizer:
@@ -316,7 +288,8 @@ class Amortizer:
         encoder_points: most points the dataset encoder reads (default: the
             checkpoint's ``train.n_max``, else :data:`DEFAULT_ENCODER_POINTS`).
         seed: seed of the encoder subset of large datasets.
-        dense_max: above this many points the GP uses lazy-kernels' large-n path.
+        memory_budget: bytes the dense GP backends may use; ExactGP's ``"auto"``
+            backend rule picks dense Cholesky, dense CG or KeOps CG with it.
 
     Example:
         >>> import numpy as np
@@ -336,7 +309,7 @@ class Amortizer:
         dtype: torch.dtype = torch.float64,
         encoder_points: int | None = None,
         seed: int = 0,
-        dense_max: int = _DENSE_MAX,
+        memory_budget: float = _MEMORY_BUDGET,
     ) -> None:
         if not isinstance(model, AmortizedGP):
             raise ValueError(
@@ -357,7 +330,7 @@ class Amortizer:
         self.encoder_points = int(encoder_points)
         self.max_dims = int(train["max_dims"]) if "max_dims" in train else None
         self.seed = int(seed)
-        self.dense_max = int(dense_max)
+        self.memory_budget = float(memory_budget)
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -492,10 +465,10 @@ class Amortizer:
             params, noise = self._refine(Xn, yn, structures, params, noise, refine)
             steps = refine
         with torch.inference_mode():
-            if n > self.dense_max:
-                lml = _lazy_lml(Xn, yn, structures, params, noise)
-            else:
+            if self.gp_backend(n) == "cholesky":  # all kernels in one batch
                 lml = _dense_lml(Xn, yn, sym, smask, params, noise, self.vocabulary)
+            else:
+                lml = _lazy_lml(Xn, yn, structures, params, noise, self.memory_budget)
         elapsed = time.perf_counter() - t0
         offset = norm.lml_offset(n)
         results = []
@@ -517,15 +490,7 @@ class Amortizer:
             )
             nz = float(noise[i])
             value = float(lml[i])
-            gp = _GPData(
-                Xn,
-                yn,
-                sym[i : i + 1, : s.n_dims],
-                smask[i : i + 1, : s.n_dims],
-                self.vocabulary,
-                s,
-                self.dense_max,
-            )
+            gp = _GPData(Xn, yn, s, self.memory_budget)
             results.append(
                 KernelResult(
                     kernel=s,
@@ -544,6 +509,10 @@ class Amortizer:
                 )
             )
         return results
+
+    def gp_backend(self, n: int) -> str:
+        """The ExactGP backend for ``n`` points: ``"cholesky"``, ``"cg"`` or ``"keops"``."""
+        return choose_backend(n, self.dtype, self.device, self.memory_budget)
 
     def _encode(self, structures: Sequence[DimWiseStructure], d: int) -> tuple[Tensor, Tensor]:
         sym, smask = encode(list(structures), self.vocabulary, max_dims=d)
