@@ -29,11 +29,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 
 from amorgp.diff_linalg import robust_cholesky
+from amorgp.kernel_grammar import Vocabulary
 from amorgp.simulator import (
     SimulatedBatch,
     Simulator,
@@ -106,7 +108,12 @@ def staged(sim: Simulator, batch_size: int, seed: int) -> dict[str, float]:
     return t
 
 
-def naive_loop(batch: SimulatedBatch, vocab, method: str, seed: int) -> None:
+def naive_loop(
+    batch: SimulatedBatch,
+    vocab: Vocabulary,
+    method: Literal["svd", "eigh", "cholesky"],
+    seed: int,
+) -> None:
     """The peer: one dataset at a time, numpy reference kernels + multivariate_normal."""
     rng = np.random.default_rng(seed)
     X_all = batch.X.numpy()
