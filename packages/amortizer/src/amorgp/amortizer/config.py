@@ -132,6 +132,10 @@ class TrainConfig:
         max_dims: maximum input dimension of simulated datasets.
         encoder_points: if > 0, the encoder reads at most this many points of each
             dataset (a random subset) while the loss uses all of them.
+        size_buckets: if > 1, the encoder runs on this many sub-batches of datasets
+            sorted by their number of points, each cropped to its own largest n (exact:
+            the network is padding invariant, so predictions do not change; only padded
+            tokens are removed).
         val_size: datasets in the fixed validation set.
         val_every: optimiser steps between validations (and checkpoints).
         num_workers: DataLoader worker processes drawing simulated batches.
@@ -150,6 +154,7 @@ class TrainConfig:
     n_max: int = 250
     max_dims: int = 8
     encoder_points: int = 0
+    size_buckets: int = 1
     val_size: int = 256
     val_every: int = 200
     num_workers: int = 1
@@ -165,6 +170,8 @@ class TrainConfig:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if self.warmup_steps < 0 or self.num_workers < 0 or self.encoder_points < 0:
             raise ValueError("warmup_steps, num_workers and encoder_points must be >= 0")
+        if self.size_buckets < 1:
+            raise ValueError(f"size_buckets must be >= 1, got {self.size_buckets}")
         if self.grad_clip < 0 or self.alpha < 0 or self.beta < 0:
             raise ValueError("grad_clip, alpha and beta must be >= 0")
 

@@ -62,6 +62,7 @@ __all__ = [
     "TrainResult",
     "encoder_view",
     "make_stream",
+    "predict_bucketed",
     "rank_seed",
     "simulator_config",
     "train",
@@ -159,6 +160,35 @@ def encoder_view(
     return view
 
 
+def predict_bucketed(model: nn.Module, view: dict[str, Tensor], buckets: int) -> Prediction:
+    """Run ``model`` on ``buckets`` sub-batches of datasets sorted by size, reassembled.
+
+    Datasets are sorted by their number of points and split into ``buckets`` groups;
+    each group is cropped to its largest ``n`` (present points moved first), so fewer
+    padded tokens go through the encoder.  The network is invariant to padding and to
+    point order, so the result equals ``model(**view)`` up to float rounding.  The
+    loop runs over the (few) buckets, not over datasets.
+    """
+    if buckets <= 1 or view["X"].shape[0] < 2:
+        return model(**view, validate=False)
+    n = view["point_mask"].sum(1)
+    order = torch.argsort(n)
+    groups = [g for g in torch.tensor_split(order, min(buckets, order.numel())) if g.numel()]
+    params, noise = [], []
+    for idx in groups:
+        m = int(n[idx].max())
+        sub = {k: v[idx] for k, v in view.items()}
+        first = torch.argsort((~sub["point_mask"]).to(torch.int8), dim=1, stable=True)[:, :m]
+        sub["X"] = torch.gather(sub["X"], 1, first[:, :, None].expand(-1, -1, sub["X"].shape[2]))
+        sub["y"] = torch.gather(sub["y"], 1, first)
+        sub["point_mask"] = torch.gather(sub["point_mask"], 1, first)
+        out = model(**sub, validate=False)
+        params.append(out.params)
+        noise.append(out.noise)
+    inverse = torch.argsort(torch.cat(groups))
+    return Prediction(torch.cat(params)[inverse], torch.cat(noise)[inverse])
+
+
 def training_loss(
     model: nn.Module,
     batch: SimulatedBatch,
@@ -170,7 +200,7 @@ def training_loss(
     view = encoder_view(batch, train_cfg.encoder_points, generator)
     device = batch.X.device
     with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        pred = model(**view, validate=False)
+        pred = predict_bucketed(model, view, train_cfg.size_buckets)
     pred = Prediction(pred.params.float(), pred.noise.float())
     inputs = {k: getattr(batch, k) for k in _INPUTS}
     if train_cfg.phase == 1:
