@@ -318,3 +318,59 @@ def test_cuda_matches_cpu(tiny_checkpoint: Path) -> None:
         ma, _va = a.predict(X[:5])
         mb, _vb = b.predict(X[:5])
         torch.testing.assert_close(ma, mb, rtol=1e-4, atol=1e-4)
+
+
+# -- large n: lazy-kernels' iterative backends ------------------------------------------------
+
+
+def _oracle_predict(
+    r, X: np.ndarray, y: np.ndarray, Xq: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    norm = r.normalization
+    Xn, yn, Qn = norm.transform_x(X), norm.transform_y(y), norm.transform_x(Xq)
+    p = r.params.numpy()
+    A = r.kernel.reference(Xn, Xn, p) + r.noise * np.eye(len(y))
+    Ks = r.kernel.reference(Xn, Qn, p)
+    m = Ks.T @ np.linalg.solve(A, yn)
+    v = r.kernel.reference(Qn, Qn, p).diagonal() - np.einsum("ij,ij->j", Ks, np.linalg.solve(A, Ks))
+    return m * norm.y_std + norm.y_mean, (v + r.noise) * norm.y_std**2
+
+
+def test_cg_backend_above_the_memory_budget(tiny_checkpoint: Path) -> None:
+    """With a budget below three dense matrices the GP runs on CG (ExactGP 'auto');
+    predictions match the dense oracle to the CG tolerance, the LML to the SLQ accuracy."""
+    X, y = _data(300, 1, seed=8)
+    a = Amortizer.from_pretrained(
+        tiny_checkpoint, memory_budget=8 * 300**2 * 2, gp_options={"n_probes": 30}
+    )
+    assert a.gp_backend(300) == "cg"
+    r = a.infer(X, y, "SE + PER")
+    Xq = np.linspace(-2, 5, 7)[:, None]
+    mean, var = r.predict(Xq)
+    m, v = _oracle_predict(r, X, y, Xq)
+    np.testing.assert_allclose(mean.numpy(), m, rtol=1e-5, atol=1e-6 * np.abs(m).max())
+    np.testing.assert_allclose(var.numpy(), v, rtol=1e-4)
+    norm = r.normalization
+    exact = _oracle_lml(
+        norm.transform_x(X), norm.transform_y(y), r.kernel, r.params.numpy(), r.noise
+    )
+    assert r.log_marginal_likelihood == pytest.approx(exact, rel=0.05)
+
+
+def test_unknown_gp_options(tiny_checkpoint: Path) -> None:
+    with pytest.raises(ValueError, match="unknown gp_options"):
+        Amortizer.from_pretrained(tiny_checkpoint, gp_options={"tol": 1e-3})
+
+
+@pytest.mark.slow
+def test_keops_backend_matches_dense_oracle(tiny_checkpoint: Path) -> None:
+    pytest.importorskip("pykeops")
+    X, y = _data(500, 2, seed=9)
+    a = Amortizer.from_pretrained(tiny_checkpoint, memory_budget=1e5)
+    assert a.gp_backend(500) == "keops"
+    r = a.infer(X, y, "SE")
+    Xq = X[:5] + 0.01
+    mean, var = r.predict(Xq)
+    m, v = _oracle_predict(r, X, y, Xq)
+    np.testing.assert_allclose(mean.numpy(), m, rtol=1e-5, atol=1e-6 * np.abs(m).max())
+    np.testing.assert_allclose(var.numpy(), v, rtol=1e-4)

@@ -202,13 +202,16 @@ class _GPData:
     y: Tensor  # (n,)
     structure: DimWiseStructure
     memory_budget: float
+    gp_options: Mapping[str, Any]
 
     def predict(
         self, params: Tensor, noise: float, Xn: np.ndarray, include_noise: bool
     ) -> tuple[Tensor, Tensor]:
         X = self.X
         Xq = torch.as_tensor(Xn, dtype=X.dtype, device=X.device)
-        gp = _exact_gp(self.structure, params, noise, X, self.y, self.memory_budget)
+        gp = _exact_gp(
+            self.structure, params, noise, X, self.y, self.memory_budget, self.gp_options
+        )
         rows = max(1, _CHUNK_BYTES // (8 * X.shape[0]))
         means, variances = [], []
         with torch.inference_mode():
@@ -228,11 +231,14 @@ def _exact_gp(
     X: Tensor,
     y: Tensor,
     memory_budget: float,
+    options: Mapping[str, Any],
 ) -> ExactGP:
     """lazy-kernels' exact GP with ``backend="auto"`` (dense Cholesky, dense CG or KeOps CG)."""
     p = params[: structure.n_dims, : structure.max_addends].to(device=X.device, dtype=X.dtype)
     kernel = DimWiseKernel(structure, p)
-    return ExactGP(kernel, float(noise), X, y, backend="auto", memory_budget=memory_budget)
+    return ExactGP(
+        kernel, float(noise), X, y, backend="auto", memory_budget=memory_budget, **options
+    )
 
 
 def _dense_lml(
@@ -268,10 +274,13 @@ def _lazy_lml(
     params: Tensor,
     noise: Tensor,
     memory_budget: float,
+    options: Mapping[str, Any],
 ) -> Tensor:
     """``(K,)`` LMLs through ExactGP's iterative backends (CG solve, SLQ log-determinant)."""
     values = [  # one large-n GP per kernel: each is a full CG solve
-        _exact_gp(s, params[i], float(noise[i]), X, y, memory_budget).log_marginal_likelihood()
+        _exact_gp(
+            s, params[i], float(noise[i]), X, y, memory_budget, options
+        ).log_marginal_likelihood()
         for i, s in enumerate(structures)
     ]
     return torch.stack(values).detach()
@@ -290,6 +299,8 @@ class Amortizer:
         seed: seed of the encoder subset of large datasets.
         memory_budget: bytes the dense GP backends may use; ExactGP's ``"auto"``
             backend rule picks dense Cholesky, dense CG or KeOps CG with it.
+        gp_options: more :class:`~amorgp.lazy_kernels.ExactGP` options for the CG
+            backends (``cg_tol``, ``max_cg_iter``, ``precond_rank``, ``n_probes``).
 
     Example:
         >>> import numpy as np
@@ -310,6 +321,7 @@ class Amortizer:
         encoder_points: int | None = None,
         seed: int = 0,
         memory_budget: float = _MEMORY_BUDGET,
+        gp_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, AmortizedGP):
             raise ValueError(
@@ -331,6 +343,10 @@ class Amortizer:
         self.max_dims = int(train["max_dims"]) if "max_dims" in train else None
         self.seed = int(seed)
         self.memory_budget = float(memory_budget)
+        self.gp_options: dict[str, Any] = dict(gp_options or {})
+        unknown = set(self.gp_options) - {"cg_tol", "max_cg_iter", "precond_rank", "n_probes"}
+        if unknown:
+            raise ValueError(f"unknown gp_options {sorted(unknown)}")
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -468,7 +484,9 @@ class Amortizer:
             if self.gp_backend(n) == "cholesky":  # all kernels in one batch
                 lml = _dense_lml(Xn, yn, sym, smask, params, noise, self.vocabulary)
             else:
-                lml = _lazy_lml(Xn, yn, structures, params, noise, self.memory_budget)
+                lml = _lazy_lml(
+                    Xn, yn, structures, params, noise, self.memory_budget, self.gp_options
+                )
         elapsed = time.perf_counter() - t0
         offset = norm.lml_offset(n)
         results = []
@@ -490,7 +508,7 @@ class Amortizer:
             )
             nz = float(noise[i])
             value = float(lml[i])
-            gp = _GPData(Xn, yn, s, self.memory_budget)
+            gp = _GPData(Xn, yn, s, self.memory_budget, self.gp_options)
             results.append(
                 KernelResult(
                     kernel=s,
