@@ -12,4 +12,3 @@ torch.set_num_threads(1)
 @pytest.fixture
 def gen() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
-

@@ -8,7 +8,13 @@ import scipy.special
 import scipy.stats
 import torch
 
-from amorgp.baselines.advi import ETA_GRID, advi, elbo_estimate, paper_gradients, positive_log_density
+from amorgp.baselines.advi import (
+    ETA_GRID,
+    advi,
+    elbo_estimate,
+    paper_gradients,
+    positive_log_density,
+)
 from amorgp.kernel_grammar import ParamKind, positive
 
 MEAN = torch.tensor([1.0, -2.0], dtype=torch.float64)
@@ -28,7 +34,13 @@ def gauss_grad(z: torch.Tensor) -> torch.Tensor:
 def _fit(family: str, seed: int = 0, **kw: object) -> object:
     opts = dict(eta=1.0, n_grad_samples=30, max_iters=2500, tol_rel_obj=1e-4)
     opts.update(kw)
-    return advi(gauss, torch.zeros(2, dtype=torch.float64), family=family, generator=torch.Generator().manual_seed(seed), **opts)  # type: ignore[arg-type]
+    return advi(
+        gauss,
+        torch.zeros(2, dtype=torch.float64),
+        family=family,
+        generator=torch.Generator().manual_seed(seed),
+        **opts,
+    )  # type: ignore[arg-type]
 
 
 def test_fullrank_recovers_mean_and_covariance() -> None:
@@ -41,7 +53,9 @@ def test_meanfield_recovers_diagonal_of_precision() -> None:
     res = _fit("meanfield")
     torch.testing.assert_close(res.mean, MEAN, atol=0.08, rtol=0)  # type: ignore[attr-defined]
     # KL(q || p) with diagonal q matches the precision's diagonal: var_k = 1 / P_kk
-    torch.testing.assert_close(torch.diagonal(res.covariance), 1.0 / torch.diagonal(PREC), atol=0.05, rtol=0)  # type: ignore[attr-defined]
+    torch.testing.assert_close(
+        torch.diagonal(res.covariance), 1.0 / torch.diagonal(PREC), atol=0.05, rtol=0
+    )  # type: ignore[attr-defined]
     assert float(res.covariance[0, 1]) == 0.0  # type: ignore[attr-defined]
 
 
@@ -75,7 +89,17 @@ def test_normal_conjugate_elbo_reaches_exact_evidence() -> None:
         return lik - 0.5 * th**2 / 4.0 - 0.5 * math.log(2 * math.pi * 4.0)
 
     evidence = scipy.stats.multivariate_normal(np.zeros(5), np.eye(5) + 4.0).logpdf(y)
-    res = advi(log_joint, torch.zeros(1, dtype=torch.float64), family="fullrank", generator=torch.Generator().manual_seed(0), n_grad_samples=5, max_iters=1500, eta=1.0, n_elbo_samples=2000, tol_rel_obj=1e-4)
+    res = advi(
+        log_joint,
+        torch.zeros(1, dtype=torch.float64),
+        family="fullrank",
+        generator=torch.Generator().manual_seed(0),
+        n_grad_samples=5,
+        max_iters=1500,
+        eta=1.0,
+        n_elbo_samples=2000,
+        tol_rel_obj=1e-4,
+    )
     assert res.elbo <= evidence + 1e-6
     # stochastic optimisation: within a few hundredths of a nat of the bound
     assert res.elbo >= evidence - 0.03
@@ -91,7 +115,10 @@ def test_gamma_poisson_elbo_bounds_exact_evidence() -> None:
     y = np.array([3, 5, 2, 4, 6, 3])
     n, s = len(y), y.sum()
     log_ev = (
-        a * math.log(b) - math.lgamma(a) + math.lgamma(a + s) - (a + s) * math.log(b + n)
+        a * math.log(b)
+        - math.lgamma(a)
+        + math.lgamma(a + s)
+        - (a + s) * math.log(b + n)
         - scipy.special.gammaln(y + 1).sum()
     )
     yt = torch.as_tensor(y, dtype=torch.float64)
@@ -99,17 +126,31 @@ def test_gamma_poisson_elbo_bounds_exact_evidence() -> None:
     def log_joint(theta: torch.Tensor) -> torch.Tensor:
         lam = theta[:, 0]
         lp = a * math.log(b) - math.lgamma(a) + (a - 1) * lam.log() - b * lam
-        return lp + (yt[None] * lam[:, None].log() - lam[:, None] - torch.lgamma(yt[None] + 1)).sum(1)
+        return lp + (yt[None] * lam[:, None].log() - lam[:, None] - torch.lgamma(yt[None] + 1)).sum(
+            1
+        )
 
     dens = positive_log_density(log_joint, [ParamKind.VARIANCE])
-    res = advi(dens, torch.zeros(1, dtype=torch.float64), family="meanfield", generator=torch.Generator().manual_seed(1), n_grad_samples=5, max_iters=1500, eta=1.0, n_elbo_samples=4000, tol_rel_obj=1e-4)
+    res = advi(
+        dens,
+        torch.zeros(1, dtype=torch.float64),
+        family="meanfield",
+        generator=torch.Generator().manual_seed(1),
+        n_grad_samples=5,
+        max_iters=1500,
+        eta=1.0,
+        n_elbo_samples=4000,
+        tol_rel_obj=1e-4,
+    )
     assert res.elbo <= log_ev + 0.005
     assert res.elbo >= log_ev - 0.05
 
 
 def test_positive_log_density_adds_the_transform_log_jacobian() -> None:
     zeta = torch.tensor([[-3.0, 0.2], [4.0, -0.5]], dtype=torch.float64)
-    dens = positive_log_density(lambda th: torch.zeros(th.shape[0], dtype=th.dtype), ["lengthscale", "noise"])
+    dens = positive_log_density(
+        lambda th: torch.zeros(th.shape[0], dtype=th.dtype), ["lengthscale", "noise"]
+    )
     expected = []
     for row in zeta:
         jac = 0.0
@@ -118,25 +159,43 @@ def test_positive_log_density_adds_the_transform_log_jacobian() -> None:
             (d,) = torch.autograd.grad(positive(z, kind), z)
             jac += math.log(float(d))
         expected.append(jac)
-    torch.testing.assert_close(dens(zeta), torch.tensor(expected, dtype=torch.float64), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(
+        dens(zeta), torch.tensor(expected, dtype=torch.float64), rtol=1e-10, atol=1e-12
+    )
     with pytest.raises(ValueError, match="coordinates"):
         dens(torch.zeros(1, 3, dtype=torch.float64))
 
 
 def test_eta_search_and_stopping_rule() -> None:
     # the rule is relative, so the target carries a normalising constant of -100
-    res = advi(lambda z: gauss(z) - 100.0, torch.zeros(2, dtype=torch.float64), generator=torch.Generator().manual_seed(2), n_grad_samples=5, max_iters=5000, adapt_iters=30)
+    res = advi(
+        lambda z: gauss(z) - 100.0,
+        torch.zeros(2, dtype=torch.float64),
+        generator=torch.Generator().manual_seed(2),
+        n_grad_samples=5,
+        max_iters=5000,
+        adapt_iters=30,
+    )
     assert res.eta in ETA_GRID
-    assert res.converged and res.status.startswith("converged")
-    assert res.iterations < 5000 and res.iterations % 100 == 0
+    assert res.converged
+    assert res.status.startswith("converged")
+    assert res.iterations < 5000
+    assert res.iterations % 100 == 0
     # the rule fired on relative ELBO changes below the tolerance
     (i1, e1), (i2, e2) = res.elbo_history[-2:]
-    assert i2 - i1 == 100 and abs((e2 - e1) / e1) < 0.05
+    assert i2 - i1 == 100
+    assert abs((e2 - e1) / e1) < 0.05
 
 
 def test_no_finite_step_size_is_reported_not_raised() -> None:
-    res = advi(lambda z: z.sum(-1) * math.nan, torch.zeros(2, dtype=torch.float64), generator=torch.Generator().manual_seed(0))
-    assert res.status == "failed" and not res.converged and math.isnan(res.elbo)
+    res = advi(
+        lambda z: z.sum(-1) * math.nan,
+        torch.zeros(2, dtype=torch.float64),
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert res.status == "failed"
+    assert not res.converged
+    assert math.isnan(res.elbo)
 
 
 def test_advi_rejects_bad_arguments() -> None:

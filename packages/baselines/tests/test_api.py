@@ -5,11 +5,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from amorgp.kernel_grammar import DimWiseStructure
 
 from amorgp.baselines import METHODS, Baseline, HyperparameterInference, fit, fit_many
 from amorgp.baselines.data import Normalizer
-from amorgp.baselines.testing import check_inference, check_kernel_fit, dense_log_marginal_likelihood, dense_predictive
+from amorgp.baselines.testing import (
+    check_inference,
+    check_kernel_fit,
+    dense_log_marginal_likelihood,
+    dense_predictive,
+)
+from amorgp.kernel_grammar import DimWiseStructure
 
 FAST = {
     "gp-ml": {"max_iters": 30},
@@ -18,8 +23,18 @@ FAST = {
     "map": {"max_iters": 30},
     "map-lbfgs": {"max_iters": 20},
     "svgp": {"max_iters": 30},
-    "advi-meanfield": {"max_iters": 200, "adapt_iters": 10, "n_predictive_samples": 8, "n_elbo_samples": 10},
-    "advi-fullrank": {"max_iters": 200, "adapt_iters": 10, "n_predictive_samples": 8, "n_elbo_samples": 10},
+    "advi-meanfield": {
+        "max_iters": 200,
+        "adapt_iters": 10,
+        "n_predictive_samples": 8,
+        "n_elbo_samples": 10,
+    },
+    "advi-fullrank": {
+        "max_iters": 200,
+        "adapt_iters": 10,
+        "n_predictive_samples": 8,
+        "n_elbo_samples": 10,
+    },
 }
 
 
@@ -43,7 +58,14 @@ def test_predict_is_in_original_units_and_matches_the_dense_posterior() -> None:
     Xn = norm.transform_x(torch.as_tensor(X)).numpy()
     yn = norm.transform_y(torch.as_tensor(y)).numpy()
     X_new = X[:5] + 1.0
-    m_ref, v_ref = dense_predictive(Xn, yn, norm.transform_x(torch.as_tensor(X_new)).numpy(), res.kernel, res.hyperparameters, res.noise)
+    m_ref, v_ref = dense_predictive(
+        Xn,
+        yn,
+        norm.transform_x(torch.as_tensor(X_new)).numpy(),
+        res.kernel,
+        res.hyperparameters,
+        res.noise,
+    )
     mean, var = res.predict(X_new)
     np.testing.assert_allclose(mean.numpy(), m_ref * norm.y_std + norm.y_mean, rtol=1e-8)
     np.testing.assert_allclose(var.numpy(), v_ref * norm.y_std**2, rtol=1e-8)
@@ -54,7 +76,9 @@ def test_predict_is_in_original_units_and_matches_the_dense_posterior() -> None:
     np.testing.assert_allclose(lpd.numpy(), ref, rtol=1e-9)
     orig = res.hyperparameters_original()
     rng0 = X[:, 0].max() - X[:, 0].min()
-    assert orig[(0, 0, "lengthscale")] == pytest.approx(res.hyperparameters[(0, 0, "lengthscale")] * rng0)
+    assert orig[(0, 0, "lengthscale")] == pytest.approx(
+        res.hyperparameters[(0, 0, "lengthscale")] * rng0
+    )
     assert orig[(0, 0, "variance")] is None
 
 
@@ -65,7 +89,9 @@ def test_fit_many_equals_separate_fits() -> None:
     for k, r in zip(kernels, many, strict=True):
         alone = fit(X, y, k, method="gp-ml", max_iters=25)
         assert r.kernel == alone.kernel
-        assert r.log_marginal_likelihood == pytest.approx(alone.log_marginal_likelihood, rel=1e-9, abs=1e-9)
+        assert r.log_marginal_likelihood == pytest.approx(
+            alone.log_marginal_likelihood, rel=1e-9, abs=1e-9
+        )
         assert r.hyperparameters == pytest.approx(alone.hyperparameters, rel=1e-8)
 
 
@@ -88,7 +114,11 @@ def test_accepts_structures_and_one_dimensional_inputs() -> None:
     ],
 )
 def test_bad_input_gives_clear_errors(kwargs: dict[str, object], match: str) -> None:
-    args: dict[str, object] = {"X": np.random.default_rng(0).uniform(size=(4, 2)), "y": [1.0, 2.0, 0.5, 3.0], "kernel": "SE"}
+    args: dict[str, object] = {
+        "X": np.random.default_rng(0).uniform(size=(4, 2)),
+        "y": [1.0, 2.0, 0.5, 3.0],
+        "kernel": "SE",
+    }
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         fit(**args)  # type: ignore[arg-type]

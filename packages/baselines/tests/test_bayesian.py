@@ -7,14 +7,22 @@ import pytest
 import scipy.special
 import scipy.stats
 import torch
-from amorgp.kernel_grammar import FLOORS, NOISE, DimWiseStructure, ParamKind, base_symbol
 
-from amorgp.baselines.bayesian import ADVISettings, fit_advi_gp, gp_log_density, mixture_log_density, mixture_moments
+from amorgp.baselines.bayesian import (
+    ADVISettings,
+    fit_advi_gp,
+    gp_log_density,
+    mixture_log_density,
+    mixture_moments,
+)
 from amorgp.baselines.gp import GPBatch
 from amorgp.baselines.testing import synthetic_dataset as make_data
+from amorgp.kernel_grammar import FLOORS, NOISE, DimWiseStructure, ParamKind, base_symbol
 
 
-def _grid_posterior(X: np.ndarray, y: np.ndarray, lo: float, hi: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _grid_posterior(
+    X: np.ndarray, y: np.ndarray, lo: float, hi: float, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard deviation of the posterior over the unconstrained (softplus) coordinates
     (variance, lengthscale, noise) of an SE GP, by dense numpy quadrature on a grid."""
     g = np.linspace(lo, hi, k)
@@ -23,9 +31,13 @@ def _grid_posterior(X: np.ndarray, y: np.ndarray, lo: float, hi: float, k: int) 
     theta = np.stack([FLOORS[kd] + np.logaddexp(0.0, Z[:, i]) for i, kd in enumerate(kinds)], 1)
     s2, ell, noise = theta.T
     r2 = (X[:, None, 0] - X[None, :, 0]) ** 2
-    A = s2[:, None, None] * np.exp(-r2[None] / (2 * ell[:, None, None] ** 2)) + noise[:, None, None] * np.eye(len(y))
+    A = s2[:, None, None] * np.exp(-r2[None] / (2 * ell[:, None, None] ** 2)) + noise[
+        :, None, None
+    ] * np.eye(len(y))
     _, logdet = np.linalg.slogdet(A)
-    quad = np.einsum("i,bi->b", y, np.linalg.solve(A, np.broadcast_to(y, (len(Z), len(y)))[..., None])[..., 0])
+    quad = np.einsum(
+        "i,bi->b", y, np.linalg.solve(A, np.broadcast_to(y, (len(Z), len(y)))[..., None])[..., 0]
+    )
     lml = -0.5 * quad - 0.5 * logdet - 0.5 * len(y) * math.log(2 * math.pi)
     pv, pl = (base_symbol("SE").params[i].prior for i in (0, 1))
     lp = (
@@ -50,7 +62,8 @@ def test_tiny_gp_matches_grid_posterior() -> None:
     lo, hi = -7.0, 4.0
     mean, sd = _grid_posterior(X.numpy(), y.numpy(), lo, hi, 30)
     # the grid must hold the posterior: its mass is away from the edges
-    assert np.all(mean - 4 * sd > lo) and np.all(mean + 4 * sd < hi)
+    assert np.all(mean - 4 * sd > lo)
+    assert np.all(mean + 4 * sd < hi)
     q_mean = post.result.mean.numpy()
     q_sd = np.sqrt(np.diag(post.result.covariance.numpy()))
     assert np.all(np.abs(q_mean - mean) <= 0.3 * sd), (q_mean, mean, sd)
@@ -70,7 +83,9 @@ def test_log_density_is_the_unconstrained_log_joint() -> None:
         r2 = (X.numpy()[:, None, 0] - X.numpy()[None, :, 0]) ** 2
         A = s2 * np.exp(-r2 / (2 * ell**2)) + noise * np.eye(6)
         lml = scipy.stats.multivariate_normal(np.zeros(6), A).logpdf(y.numpy())
-        lp = scipy.stats.gamma(2, scale=1 / 3).logpdf(s2) + scipy.stats.gamma(2, scale=1 / 5).logpdf(ell)
+        lp = scipy.stats.gamma(2, scale=1 / 3).logpdf(s2) + scipy.stats.gamma(
+            2, scale=1 / 5
+        ).logpdf(ell)
         lp += scipy.stats.expon(scale=0.15**2).logpdf(noise)
         ref = lml + lp - np.logaddexp(0.0, -z).sum()
         assert float(value) == pytest.approx(ref, rel=1e-10)

@@ -16,10 +16,13 @@ def test_normalizer_matches_numpy_formulas() -> None:
     lo, hi = X.min(0), X.max(0)
     np.testing.assert_allclose(Xn[:, :2], (X[:, :2] - lo[:2]) / (hi[:2] - lo[:2]), rtol=1e-12)
     np.testing.assert_allclose(Xn[:, 2], 0.5)
-    assert Xn[:, :2].min() == 0.0 and Xn[:, :2].max() == 1.0
+    assert Xn[:, :2].min() == 0.0
+    assert Xn[:, :2].max() == 1.0
     yn = norm.transform_y(torch.as_tensor(y)).numpy()
     np.testing.assert_allclose(yn, (y - y.mean()) / y.std(), rtol=1e-12)
-    mean, var = norm.unnormalize_predictive(torch.as_tensor(yn), torch.ones(20, dtype=torch.float64))
+    mean, var = norm.unnormalize_predictive(
+        torch.as_tensor(yn), torch.ones(20, dtype=torch.float64)
+    )
     np.testing.assert_allclose(mean.numpy(), y, rtol=1e-12)
     np.testing.assert_allclose(var.numpy(), y.var(), rtol=1e-12)
 
@@ -58,8 +61,10 @@ def test_transform_x_checks_columns() -> None:
 def test_train_test_split_is_a_deterministic_partition() -> None:
     a_tr, a_te = train_test_split(50, 30, 10, torch.Generator().manual_seed(3))
     b_tr, b_te = train_test_split(50, 30, 10, torch.Generator().manual_seed(3))
-    assert torch.equal(a_tr, b_tr) and torch.equal(a_te, b_te)
-    assert len(a_tr) == 30 and len(a_te) == 10
+    assert torch.equal(a_tr, b_tr)
+    assert torch.equal(a_te, b_te)
+    assert len(a_tr) == 30
+    assert len(a_te) == 10
     assert not set(a_tr.tolist()) & set(a_te.tolist())
     _, full = train_test_split(50, 30, None, torch.Generator().manual_seed(3))
     assert sorted(torch.cat([a_tr, full]).tolist()) == list(range(50))

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-from amorgp.kernel_grammar import NOISE, PAPER_VOCABULARY, DimWiseStructure, base_symbol
 
 from amorgp.baselines.gp import (
     GPBatch,
@@ -20,6 +19,7 @@ from amorgp.baselines.gp import (
 )
 from amorgp.baselines.testing import dense_log_marginal_likelihood, dense_predictive
 from amorgp.baselines.testing import synthetic_dataset as make_data
+from amorgp.kernel_grammar import NOISE, PAPER_VOCABULARY, DimWiseStructure, base_symbol
 
 STRUCTS = ["SE + PER", "(SE*LIN + LIN)@0 * (SE*PER)@1", "LIN*PER + SE"]
 
@@ -32,10 +32,15 @@ def _random_params(batch: GPBatch, seed: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _hyper(structure: DimWiseStructure, params: torch.Tensor) -> dict[tuple[int, int, str], float]:
-    return {(p.dim, p.addend, p.param): float(params[p.dim, p.addend, p.slot]) for p in structure.param_names()}
+    return {
+        (p.dim, p.addend, p.param): float(params[p.dim, p.addend, p.slot])
+        for p in structure.param_names()
+    }
 
 
-def _ragged_batch() -> tuple[GPBatch, list[tuple[torch.Tensor, torch.Tensor]], list[DimWiseStructure]]:
+def _ragged_batch() -> tuple[
+    GPBatch, list[tuple[torch.Tensor, torch.Tensor]], list[DimWiseStructure]
+]:
     datasets = [make_data(12, 2, seed=1), make_data(7, 2, seed=2), make_data(9, 1, seed=3)]
     structs = [
         DimWiseStructure.parse(STRUCTS[0], 2),
@@ -50,7 +55,9 @@ def test_log_marginal_likelihood_matches_dense_numpy_on_a_ragged_batch() -> None
     params, noise = _random_params(batch, 0)
     value = log_marginal_likelihood(batch, params, noise)
     for b, ((X, y), s) in enumerate(zip(datasets, structs, strict=True)):
-        ref = dense_log_marginal_likelihood(X.numpy(), y.numpy(), s, _hyper(s, params[b]), float(noise[b]))
+        ref = dense_log_marginal_likelihood(
+            X.numpy(), y.numpy(), s, _hyper(s, params[b]), float(noise[b])
+        )
         assert float(value[b]) == pytest.approx(ref, rel=1e-10)
 
 
@@ -64,7 +71,12 @@ def test_padding_does_not_change_the_likelihood() -> None:
         d = int(alone.dim_mask.sum())
         cropped = GPBatch.from_pairs([(alone.X[0, :n, :d], alone.y[0, :n])], list(alone.structures))
         p = params[b : b + 1, :d, : cropped.symbols.shape[2]]
-        torch.testing.assert_close(log_marginal_likelihood(cropped, p, noise[b : b + 1])[0], together[b], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(
+            log_marginal_likelihood(cropped, p, noise[b : b + 1])[0],
+            together[b],
+            rtol=1e-12,
+            atol=1e-12,
+        )
 
 
 def test_failed_element_is_nan_and_others_are_unaffected() -> None:
@@ -105,7 +117,9 @@ def test_log_prior_matches_scipy() -> None:
         ref = scipy.stats.expon(scale=1.0 / NOISE.prior.rate).logpdf(float(noise[b]))
         for p in s.param_names():
             prior = base_symbol(p.symbol).params[p.slot].prior
-            ref += scipy.stats.gamma(prior.shape, scale=1.0 / prior.rate).logpdf(float(params[b, p.dim, p.addend, p.slot]))
+            ref += scipy.stats.gamma(prior.shape, scale=1.0 / prior.rate).logpdf(
+                float(params[b, p.dim, p.addend, p.slot])
+            )
         assert float(lp[b]) == pytest.approx(ref, rel=1e-10)
 
 
@@ -126,7 +140,9 @@ def test_exact_predictive_matches_dense_numpy() -> None:
     mean, var = exact_predictive(batch, params, noise, X_new)
     for b, ((X, y), s) in enumerate(zip(datasets, structs, strict=True)):
         d = X.shape[1]
-        m_ref, v_ref = dense_predictive(X.numpy(), y.numpy(), X_new[b, :, :d].numpy(), s, _hyper(s, params[b]), float(noise[b]))
+        m_ref, v_ref = dense_predictive(
+            X.numpy(), y.numpy(), X_new[b, :, :d].numpy(), s, _hyper(s, params[b]), float(noise[b])
+        )
         np.testing.assert_allclose(mean[b].numpy(), m_ref, rtol=1e-8, atol=1e-10)
         np.testing.assert_allclose(var[b].numpy(), v_ref, rtol=1e-8, atol=1e-10)
     _, var_f = exact_predictive(batch, params, noise, X_new, include_noise=False)

@@ -9,7 +9,10 @@ import torch
 
 from amorgp.baselines.optim import batched_adam, lbfgs
 
-A = torch.tensor([[[3.0, 0.5], [0.5, 1.0]], [[1.0, 0.0], [0.0, 10.0]], [[2.0, -0.3], [-0.3, 0.7]]], dtype=torch.float64)
+A = torch.tensor(
+    [[[3.0, 0.5], [0.5, 1.0]], [[1.0, 0.0], [0.0, 10.0]], [[2.0, -0.3], [-0.3, 0.7]]],
+    dtype=torch.float64,
+)
 C = torch.tensor([[1.0, -2.0], [0.5, 0.5], [-1.0, 3.0]], dtype=torch.float64)
 
 
@@ -40,7 +43,8 @@ def test_converged_elements_stop_changing() -> None:
 
     x0 = torch.tensor([[5.0], [5.0]], dtype=torch.float64)
     res = batched_adam([x0], f, lr=0.1, max_iters=100, rtol=1e-6, patience=3)
-    assert bool(res.converged[0]) and int(res.iterations[0]) <= 3
+    assert bool(res.converged[0])
+    assert int(res.iterations[0]) <= 3
     assert res.params[0][0].item() == 5.0
     assert int(res.iterations[1]) > int(res.iterations[0])
     assert abs(res.params[0][1].item() - 1.0) < abs(5.0 - 1.0)
@@ -57,7 +61,8 @@ def test_failed_element_keeps_last_finite_iterate_and_others_continue() -> None:
 
     x0 = torch.zeros(2, 1, dtype=torch.float64)
     res = batched_adam([x0], f, lr=0.1, max_iters=200, rtol=1e-10, patience=3)
-    assert bool(res.failed[0]) and not bool(res.failed[1])
+    assert bool(res.failed[0])
+    assert not bool(res.failed[1])
     assert res.params[0][0, 0].item() <= 1.0 + 0.11  # stopped right after crossing 1
     assert math.isfinite(res.loss[0].item())
     assert abs(res.params[0][1, 0].item() - 3.0) < 0.2
@@ -78,22 +83,29 @@ def test_lbfgs_reaches_scipy_minimum() -> None:
         return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
 
     x0 = np.array([-1.2, 1.0, 0.5])
-    ref = scipy.optimize.minimize(scipy.optimize.rosen, x0, jac=scipy.optimize.rosen_der, method="BFGS", tol=1e-12)
+    ref = scipy.optimize.minimize(
+        scipy.optimize.rosen, x0, jac=scipy.optimize.rosen_der, method="BFGS", tol=1e-12
+    )
     res = lbfgs([torch.tensor(x0)], rosen, max_iters=500)
-    assert res.converged and not res.failed
+    assert res.converged
+    assert not res.failed
     np.testing.assert_allclose(res.params[0].numpy(), ref.x, atol=1e-5)
 
 
 def test_lbfgs_handles_non_finite_objective() -> None:
     def f(p: list[torch.Tensor]) -> torch.Tensor:
         x = p[0]
-        return torch.where(x.sum() > 2.0, torch.tensor(math.nan, dtype=x.dtype), ((x - 3.0) ** 2).sum())
+        return torch.where(
+            x.sum() > 2.0, torch.tensor(math.nan, dtype=x.dtype), ((x - 3.0) ** 2).sum()
+        )
 
     res = lbfgs([torch.zeros(2, dtype=torch.float64)], f, max_iters=50)
     assert not res.failed
-    assert math.isfinite(res.loss) and float(res.params[0].sum()) <= 2.0
+    assert math.isfinite(res.loss)
+    assert float(res.params[0].sum()) <= 2.0
 
 
 def test_lbfgs_fails_cleanly_when_nothing_is_finite() -> None:
     res = lbfgs([torch.zeros(2, dtype=torch.float64)], lambda p: p[0].sum() * math.nan, max_iters=5)
-    assert res.failed and math.isnan(res.loss)
+    assert res.failed
+    assert math.isnan(res.loss)

@@ -3,12 +3,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from amorgp.kernel_grammar import DimWiseStructure
 
 from amorgp.baselines.gp import GPBatch, log_marginal_likelihood
-from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, inducing_init, svgp_elbo, svgp_predictive
+from amorgp.baselines.svgp import (
+    SVGPFit,
+    SVGPSettings,
+    fit_svgp_batch,
+    inducing_init,
+    svgp_elbo,
+    svgp_predictive,
+)
 from amorgp.baselines.testing import dense_kernel, dense_log_marginal_likelihood, dense_predictive
 from amorgp.baselines.testing import synthetic_dataset as make_data
+from amorgp.kernel_grammar import DimWiseStructure
 
 
 def _ragged() -> tuple[GPBatch, torch.Tensor, torch.Tensor]:
@@ -22,7 +29,9 @@ def _ragged() -> tuple[GPBatch, torch.Tensor, torch.Tensor]:
     return batch, params, noise
 
 
-def _optimal_whitened_q(batch: GPBatch, params: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _optimal_whitened_q(
+    batch: GPBatch, params: torch.Tensor, noise: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Optimal q(v) for Z = X by dense numpy algebra (exact posterior of f, whitened)."""
     B, N = batch.point_mask.shape
     m = torch.zeros(B, N, dtype=torch.float64)
@@ -32,7 +41,10 @@ def _optimal_whitened_q(batch: GPBatch, params: torch.Tensor, noise: torch.Tenso
         d = int(batch.dim_mask[b].sum())
         s = batch.structures[b]
         X, y = batch.X[b, :n, :d].numpy(), batch.y[b, :n].numpy()
-        hyper = {(p.dim, p.addend, p.param): float(params[b, p.dim, p.addend, p.slot]) for p in s.param_names()}
+        hyper = {
+            (p.dim, p.addend, p.param): float(params[b, p.dim, p.addend, p.slot])
+            for p in s.param_names()
+        }
         K = dense_kernel(X, X, s, hyper)
         A = K + float(noise[b]) * np.eye(n)
         mu = K @ np.linalg.solve(A, y)
@@ -59,8 +71,12 @@ def test_elbo_is_a_lower_bound_for_any_q() -> None:
     exact = log_marginal_likelihood(batch, params, noise)
     for _ in range(5):
         m = torch.randn(batch.point_mask.shape, generator=g, dtype=torch.float64)
-        S = 0.5 * torch.randn(*batch.point_mask.shape, batch.point_mask.shape[1], generator=g, dtype=torch.float64)
-        assert bool((svgp_elbo(batch, params, noise, batch.X, batch.point_mask, m, S) < exact).all())
+        S = 0.5 * torch.randn(
+            *batch.point_mask.shape, batch.point_mask.shape[1], generator=g, dtype=torch.float64
+        )
+        assert bool(
+            (svgp_elbo(batch, params, noise, batch.X, batch.point_mask, m, S) < exact).all()
+        )
 
 
 def test_predictive_equals_exact_posterior_with_optimal_q() -> None:
@@ -68,15 +84,27 @@ def test_predictive_equals_exact_posterior_with_optimal_q() -> None:
     m, S = _optimal_whitened_q(batch, params, noise)
     B = batch.batch_size
     nan = torch.zeros(B)
-    fit = SVGPFit(params, noise, batch.X, batch.point_mask, m, S, nan, nan, nan.bool(), nan.bool(), 0.0)
+    fit = SVGPFit(
+        params, noise, batch.X, batch.point_mask, m, S, nan, nan, nan.bool(), nan.bool(), 0.0
+    )
     X_new = torch.rand(B, 5, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     mean, var = svgp_predictive(fit, batch, X_new)
     for b in range(B):
         n = int(batch.point_mask[b].sum())
         d = int(batch.dim_mask[b].sum())
         s = batch.structures[b]
-        hyper = {(p.dim, p.addend, p.param): float(params[b, p.dim, p.addend, p.slot]) for p in s.param_names()}
-        m_ref, v_ref = dense_predictive(batch.X[b, :n, :d].numpy(), batch.y[b, :n].numpy(), X_new[b, :, :d].numpy(), s, hyper, float(noise[b]))
+        hyper = {
+            (p.dim, p.addend, p.param): float(params[b, p.dim, p.addend, p.slot])
+            for p in s.param_names()
+        }
+        m_ref, v_ref = dense_predictive(
+            batch.X[b, :n, :d].numpy(),
+            batch.y[b, :n].numpy(),
+            X_new[b, :, :d].numpy(),
+            s,
+            hyper,
+            float(noise[b]),
+        )
         np.testing.assert_allclose(mean[b].numpy(), m_ref, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(var[b].numpy(), v_ref, rtol=1e-6, atol=1e-7)
 
@@ -101,16 +129,27 @@ def test_inducing_init_counts_and_kmeans_fixed_point() -> None:
 
 def test_fit_improves_the_bound_and_stays_below_the_evidence() -> None:
     X, y = make_data(20, 1, seed=3)
-    batch = GPBatch.from_pairs([(X, y)] * 2, [DimWiseStructure.parse(k, 1) for k in ("SE", "SE + LIN")])
-    fit = fit_svgp_batch(batch, SVGPSettings(max_iters=150), generator=torch.Generator().manual_seed(0))
+    batch = GPBatch.from_pairs(
+        [(X, y)] * 2, [DimWiseStructure.parse(k, 1) for k in ("SE", "SE + LIN")]
+    )
+    fit = fit_svgp_batch(
+        batch, SVGPSettings(max_iters=150), generator=torch.Generator().manual_seed(0)
+    )
     assert not bool(fit.failed.any())
-    start = fit_svgp_batch(batch, SVGPSettings(max_iters=1), generator=torch.Generator().manual_seed(0))
+    start = fit_svgp_batch(
+        batch, SVGPSettings(max_iters=1), generator=torch.Generator().manual_seed(0)
+    )
     assert bool((fit.elbo > start.elbo).all())
     exact = log_marginal_likelihood(batch, fit.params, fit.noise)
     assert bool((fit.elbo <= exact + 1e-8).all())
     s = batch.structures[0]
-    hyper = {(p.dim, p.addend, p.param): float(fit.params[0, p.dim, p.addend, p.slot]) for p in s.param_names()}
-    assert float(exact[0]) == pytest.approx(dense_log_marginal_likelihood(X.numpy(), y.numpy(), s, hyper, float(fit.noise[0])), rel=1e-9)
+    hyper = {
+        (p.dim, p.addend, p.param): float(fit.params[0, p.dim, p.addend, p.slot])
+        for p in s.param_names()
+    }
+    assert float(exact[0]) == pytest.approx(
+        dense_log_marginal_likelihood(X.numpy(), y.numpy(), s, hyper, float(fit.noise[0])), rel=1e-9
+    )
 
 
 def test_settings_are_validated() -> None:

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import scipy.optimize
 import torch
-from amorgp.kernel_grammar import NOISE, DimWiseStructure, base_symbol
 
 from amorgp.baselines.gp import GPBatch
 from amorgp.baselines.testing import dense_log_marginal_likelihood
 from amorgp.baselines.testing import synthetic_dataset as make_data
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
+from amorgp.kernel_grammar import NOISE, DimWiseStructure, base_symbol
 
 
 def _scipy_optimum(X: np.ndarray, y: np.ndarray, structure: DimWiseStructure, map_: bool) -> float:
@@ -24,11 +24,16 @@ def _scipy_optimum(X: np.ndarray, y: np.ndarray, structure: DimWiseStructure, ma
         value = dense_log_marginal_likelihood(X, y, structure, hyper, p[-1])
         if map_:
             value += float(NOISE.prior.log_prob(p[-1]))
-            value += sum(float(base_symbol(n.symbol).params[n.slot].prior.log_prob(p[i])) for i, n in enumerate(names))
+            value += sum(
+                float(base_symbol(n.symbol).params[n.slot].prior.log_prob(p[i]))
+                for i, n in enumerate(names)
+            )
         return -value if math.isfinite(value) else 1e10
 
     x0 = np.log(np.r_[np.ones(len(names)), 0.04])
-    res = scipy.optimize.minimize(neg, x0, method="L-BFGS-B", options={"maxiter": 500, "ftol": 1e-13, "gtol": 1e-9})
+    res = scipy.optimize.minimize(
+        neg, x0, method="L-BFGS-B", options={"maxiter": 500, "ftol": 1e-13, "gtol": 1e-9}
+    )
     return -float(res.fun)
 
 
@@ -36,12 +41,17 @@ def _scipy_optimum(X: np.ndarray, y: np.ndarray, structure: DimWiseStructure, ma
 def test_lbfgs_reaches_the_scipy_optimum(map_: bool) -> None:
     X, y = make_data(25, 1, seed=3)
     s = DimWiseStructure.parse("SE", 1)
-    fit = fit_type2ml_batch(GPBatch.from_pairs([(X, y)], [s]), Type2MLSettings(optimizer="lbfgs", map=map_))
+    fit = fit_type2ml_batch(
+        GPBatch.from_pairs([(X, y)], [s]), Type2MLSettings(optimizer="lbfgs", map=map_)
+    )
     ref = _scipy_optimum(X.numpy(), y.numpy(), s, map_)
     assert fit.status(0) == "converged"
     assert float(fit.objective[0]) == pytest.approx(ref, abs=1e-5)
     # the reported LML is the dense value at the reported hyperparameters
-    hyper = {(0, 0, "variance"): float(fit.params[0, 0, 0, 0]), (0, 0, "lengthscale"): float(fit.params[0, 0, 0, 1])}
+    hyper = {
+        (0, 0, "variance"): float(fit.params[0, 0, 0, 0]),
+        (0, 0, "lengthscale"): float(fit.params[0, 0, 0, 1]),
+    }
     lml = dense_log_marginal_likelihood(X.numpy(), y.numpy(), s, hyper, float(fit.noise[0]))
     assert float(fit.log_marginal_likelihood[0]) == pytest.approx(lml, rel=1e-10)
 
@@ -67,17 +77,28 @@ def test_batched_adam_equals_per_pair_adam() -> None:
     for b in range(3):
         alone = fit_type2ml_batch(GPBatch.from_pairs([datasets[b]], [structs[b]]), s)
         assert int(alone.iterations[0]) == int(together.iterations[b])
-        torch.testing.assert_close(alone.log_marginal_likelihood[0], together.log_marginal_likelihood[b], rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(
+            alone.log_marginal_likelihood[0],
+            together.log_marginal_likelihood[b],
+            rtol=1e-9,
+            atol=1e-9,
+        )
         torch.testing.assert_close(alone.noise[0], together.noise[b], rtol=1e-9, atol=1e-12)
 
 
 def test_multistart_never_worse_than_the_paper_start() -> None:
     X, y = make_data(20, 1, seed=5)
-    batch = GPBatch.from_pairs([(X, y)] * 2, [DimWiseStructure.parse(k, 1) for k in ("PER", "SE + PER")])
+    batch = GPBatch.from_pairs(
+        [(X, y)] * 2, [DimWiseStructure.parse(k, 1) for k in ("PER", "SE + PER")]
+    )
     single = fit_type2ml_batch(batch, Type2MLSettings(max_iters=60))
-    multi = fit_type2ml_batch(batch, Type2MLSettings(max_iters=60, restarts=4), generator=torch.Generator().manual_seed(0))
+    multi = fit_type2ml_batch(
+        batch, Type2MLSettings(max_iters=60, restarts=4), generator=torch.Generator().manual_seed(0)
+    )
     assert bool((multi.objective >= single.objective - 1e-9).all())
-    again = fit_type2ml_batch(batch, Type2MLSettings(max_iters=60, restarts=4), generator=torch.Generator().manual_seed(0))
+    again = fit_type2ml_batch(
+        batch, Type2MLSettings(max_iters=60, restarts=4), generator=torch.Generator().manual_seed(0)
+    )
     torch.testing.assert_close(multi.objective, again.objective)
 
 
@@ -85,10 +106,18 @@ def test_failures_are_per_pair_and_reported() -> None:
     X, y = make_data(10, 1, seed=6)
     bad_y = torch.full_like(y, 1e200)
     s = DimWiseStructure.parse("SE", 1)
-    fit = fit_type2ml_batch(GPBatch.from_pairs([(X, y), (X, bad_y)], [s, s]), Type2MLSettings(max_iters=20, restarts=2), generator=torch.Generator().manual_seed(0))
-    assert fit.status(1) == "failed" and int(fit.failed_restarts[1]) == 2
-    assert fit.status(0) != "failed" and math.isfinite(float(fit.log_marginal_likelihood[0]))
-    lb = fit_type2ml_batch(GPBatch.from_pairs([(X, bad_y)], [s]), Type2MLSettings(optimizer="lbfgs", max_iters=10))
+    fit = fit_type2ml_batch(
+        GPBatch.from_pairs([(X, y), (X, bad_y)], [s, s]),
+        Type2MLSettings(max_iters=20, restarts=2),
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert fit.status(1) == "failed"
+    assert int(fit.failed_restarts[1]) == 2
+    assert fit.status(0) != "failed"
+    assert math.isfinite(float(fit.log_marginal_likelihood[0]))
+    lb = fit_type2ml_batch(
+        GPBatch.from_pairs([(X, bad_y)], [s]), Type2MLSettings(optimizer="lbfgs", max_iters=10)
+    )
     assert lb.status(0) == "failed"
 
 
@@ -106,7 +135,9 @@ def test_settings_are_validated() -> None:
 # --- cross-check against GPyTorch (test extra) ------------------------------------------
 
 
-def _gpytorch_se_fit(X: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> tuple[float, dict[str, float]]:
+def _gpytorch_se_fit(
+    X: torch.Tensor, y: torch.Tensor, steps: int, lr: float
+) -> tuple[float, dict[str, float]]:
     """GPyTorch ExactGP with an SE kernel, the same start and Adam settings; returns (LML, hyperparameters)."""
     gpytorch = pytest.importorskip("gpytorch")
 
@@ -117,9 +148,13 @@ def _gpytorch_se_fit(X: torch.Tensor, y: torch.Tensor, steps: int, lr: float) ->
             self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
 
         def forward(self, x: torch.Tensor) -> object:
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+            return gpytorch.distributions.MultivariateNormal(
+                self.mean_module(x), self.covar_module(x)
+            )
 
-    lik = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=gpytorch.constraints.GreaterThan(1e-6))
+    lik = gpytorch.likelihoods.GaussianLikelihood(
+        noise_constraint=gpytorch.constraints.GreaterThan(1e-6)
+    )
     model = Model(lik).double()
     base = model.covar_module.base_kernel
     model.covar_module.outputscale = 1.0
@@ -128,15 +163,21 @@ def _gpytorch_se_fit(X: torch.Tensor, y: torch.Tensor, steps: int, lr: float) ->
     model.train()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    with gpytorch.settings.fast_computations(False, False, False), gpytorch.settings.max_cholesky_size(10_000):
+    with (
+        gpytorch.settings.fast_computations(False, False, False),
+        gpytorch.settings.max_cholesky_size(10_000),
+    ):
         for _ in range(steps):
             opt.zero_grad()
             loss = -mll(model(X), y)
             loss.backward()
             opt.step()
         value = float(mll(model(X), y).detach()) * len(y)
-    hyper = {"variance": float(model.covar_module.outputscale), "noise": float(lik.noise)}
-    hyper["lengthscale"] = float(base.lengthscale)
+    hyper = {
+        "variance": float(model.covar_module.outputscale.detach()),
+        "noise": float(lik.noise.detach()),
+    }
+    hyper["lengthscale"] = float(base.lengthscale.detach())
     return value, hyper
 
 
@@ -171,11 +212,20 @@ def test_likelihood_equals_gpytorch(kernel: str) -> None:
         base = se * per
     with torch.no_grad():
         K = s2 * base(X).to_dense() + noise * torch.eye(30, dtype=torch.float64)
-        ref = torch.distributions.MultivariateNormal(torch.zeros(30, dtype=torch.float64), K).log_prob(y)
+        ref = torch.distributions.MultivariateNormal(
+            torch.zeros(30, dtype=torch.float64), K
+        ).log_prob(y)
     structure = DimWiseStructure.parse(kernel, 1)
     batch = GPBatch.from_pairs([(X, y)], [structure])
     params = torch.ones(batch.param_shape, dtype=torch.float64)
-    values = {"variance": s2, "lengthscale": l_per, "period": p, "se_lengthscale": l_se, "per_lengthscale": l_per, "per_period": p}
+    values = {
+        "variance": s2,
+        "lengthscale": l_per,
+        "period": p,
+        "se_lengthscale": l_se,
+        "per_lengthscale": l_per,
+        "per_period": p,
+    }
     for j, name in enumerate(base_symbol(kernel).param_names):
         params[0, 0, 0, j] = values[name]
     from amorgp.baselines.gp import log_marginal_likelihood

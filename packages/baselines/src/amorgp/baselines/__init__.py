@@ -9,7 +9,13 @@ Quick start::
     results = fit_many(X, y, ["SE", "SE + LIN", "PER"], method="gp-ml-multistart")
 """
 
-from amorgp.baselines.advi import ADVIResult, advi, elbo_estimate, paper_gradients, positive_log_density
+from amorgp.baselines.advi import (
+    ADVIResult,
+    advi,
+    elbo_estimate,
+    paper_gradients,
+    positive_log_density,
+)
 from amorgp.baselines.api import METHODS, Baseline, FitResult, Method, fit, fit_many
 from amorgp.baselines.bayesian import ADVISettings, GPPosterior, fit_advi_gp
 from amorgp.baselines.data import Normalizer, as_dataset, train_test_split

@@ -196,7 +196,11 @@ class ADVIResult:
     def sample(self, n: int, generator: torch.Generator) -> Tensor:
         """Draw ``n`` samples ``(n, K)`` of ``zeta`` from ``q``."""
         eta = torch.randn(
-            n, self.mean.numel(), generator=generator, dtype=self.mean.dtype, device=self.mean.device
+            n,
+            self.mean.numel(),
+            generator=generator,
+            dtype=self.mean.dtype,
+            device=self.mean.device,
         )
         return self.mean + eta @ self.scale_tril.T
 
@@ -214,7 +218,10 @@ class _StepSize:
         if self.s is None:
             self.s = [g * g for g in grads]
         else:
-            self.s = [self.alpha * g * g + (1.0 - self.alpha) * s for g, s in zip(grads, self.s, strict=True)]
+            self.s = [
+                self.alpha * g * g + (1.0 - self.alpha) * s
+                for g, s in zip(grads, self.s, strict=True)
+            ]
         factor = self.eta * self.i ** (-0.5 + self.eps)
         return [factor * g / (self.tau + s.sqrt()) for g, s in zip(grads, self.s, strict=True)]
 
@@ -243,7 +250,9 @@ def _run(
     for it in range(1, n_iters + 1):
         m = mu.clone().requires_grad_(True)
         s = scale.clone().requires_grad_(True)
-        draws = torch.randn(n_grad_samples, mu.numel(), generator=generator, dtype=mu.dtype, device=mu.device)
+        draws = torch.randn(
+            n_grad_samples, mu.numel(), generator=generator, dtype=mu.dtype, device=mu.device
+        )
         elbo = elbo_estimate(log_density, family, m, s, draws)
         if not torch.isfinite(elbo):
             return mu, scale, it, False
@@ -261,7 +270,12 @@ def _run(
 
 
 def _elbo_value(
-    log_density: LogDensity, family: Family, mu: Tensor, scale: Tensor, n: int, generator: torch.Generator
+    log_density: LogDensity,
+    family: Family,
+    mu: Tensor,
+    scale: Tensor,
+    n: int,
+    generator: torch.Generator,
 ) -> float:
     with torch.no_grad():
         draws = torch.randn(n, mu.numel(), generator=generator, dtype=mu.dtype, device=mu.device)
@@ -310,17 +324,28 @@ def advi(
         raise ValueError(f"init must be a non-empty vector (K,), got shape {tuple(init.shape)}")
     if not torch.isfinite(init).all():
         raise ValueError("init contains NaN or infinite values")
-    if min(n_grad_samples, n_elbo_samples, max_iters, eval_every, adapt_iters) < 1 or tol_rel_obj <= 0:
+    if (
+        min(n_grad_samples, n_elbo_samples, max_iters, eval_every, adapt_iters) < 1
+        or tol_rel_obj <= 0
+    ):
         raise ValueError("sample counts, iteration counts and tol_rel_obj must be positive")
     init = init.to(torch.float64)
     K = init.numel()
 
     if eta is None:
-        elbo_init = _elbo_value(log_density, family, init, _init_scale(family, K, init), n_elbo_samples, generator)
+        elbo_init = _elbo_value(
+            log_density, family, init, _init_scale(family, K, init), n_elbo_samples, generator
+        )
         best_eta, best = None, -math.inf
         for candidate in ETA_GRID:
-            mu, scale, _, ok = _run(log_density, family, init, candidate, adapt_iters, n_grad_samples, generator)
-            value = _elbo_value(log_density, family, mu, scale, n_elbo_samples, generator) if ok else -math.inf
+            mu, scale, _, ok = _run(
+                log_density, family, init, candidate, adapt_iters, n_grad_samples, generator
+            )
+            value = (
+                _elbo_value(log_density, family, mu, scale, n_elbo_samples, generator)
+                if ok
+                else -math.inf
+            )
             if not math.isfinite(value):
                 continue
             if value < best and best > elbo_init:
@@ -329,7 +354,14 @@ def advi(
                 best, best_eta = value, candidate
         if best_eta is None:
             return ADVIResult(
-                family, init, torch.diag(torch.ones_like(init)), math.nan, math.nan, 0, False, "failed"
+                family,
+                init,
+                torch.diag(torch.ones_like(init)),
+                math.nan,
+                math.nan,
+                0,
+                False,
+                "failed",
             )
         eta = best_eta
 
@@ -363,4 +395,6 @@ def advi(
     else:  # flip column signs so the factor has a positive diagonal (same L L^T)
         L = torch.tril(scale)
         L = L * torch.where(torch.diagonal(L) < 0, -1.0, 1.0).to(L.dtype)
-    return ADVIResult(family, mu, L, elbo, float(eta), iters, status.startswith("converged"), status, history)
+    return ADVIResult(
+        family, mu, L, elbo, float(eta), iters, status.startswith("converged"), status, history
+    )

@@ -25,18 +25,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 import torch
-from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, Vocabulary
 from torch import Tensor
 
-from amorgp.baselines.bayesian import ADVISettings, fit_advi_gp, mixture_log_density, mixture_moments
+from amorgp.baselines.bayesian import (
+    ADVISettings,
+    GPPosterior,
+    fit_advi_gp,
+    mixture_log_density,
+    mixture_moments,
+)
 from amorgp.baselines.data import Normalizer, as_dataset
 from amorgp.baselines.gp import GPBatch, exact_predictive
-from amorgp.baselines.svgp import SVGPSettings, fit_svgp_batch, svgp_predictive
+from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_predictive
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
+from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, Vocabulary
 
 __all__ = ["METHODS", "Baseline", "FitResult", "Method", "fit", "fit_many"]
 
@@ -151,17 +157,21 @@ def _structure(kernel: str | DimWiseStructure, d: int, vocab: Vocabulary) -> Dim
 
 
 def _hyper(structure: DimWiseStructure, params: Tensor) -> dict[tuple[int, int, str], float]:
-    return {(p.dim, p.addend, p.param): float(params[p.dim, p.addend, p.slot]) for p in structure.param_names()}
+    return {
+        (p.dim, p.addend, p.param): float(params[p.dim, p.addend, p.slot])
+        for p in structure.param_names()
+    }
 
 
 def _type2_settings(method: str, overrides: dict[str, Any]) -> Type2MLSettings:
-    base: dict[str, Any] = {
+    presets: dict[str, dict[str, Any]] = {
         "gp-ml": {},
         "gp-ml-multistart": {"restarts": 10},
         "gp-ml-lbfgs": {"optimizer": "lbfgs"},
         "map": {"map": True},
         "map-lbfgs": {"map": True, "optimizer": "lbfgs"},
-    }[method]
+    }
+    base = presets[method]
     return Type2MLSettings(**{**base, **overrides})
 
 
@@ -210,108 +220,141 @@ def fit_many(
     Xn, yn = norm.transform_x(Xt), norm.transform_y(yt)
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     batch = GPBatch.from_pairs([(Xn, yn)] * len(structures), structures, vocab)
-    B = len(structures)
 
     if method.startswith("advi"):
         family = "meanfield" if method == "advi-meanfield" else "fullrank"
-        settings = ADVISettings(**{"family": family, **options})
-        out = []
-        for b in range(B):
-            post = fit_advi_gp(batch.select(b), settings, generator=gen)
-            n_pred = settings.n_predictive_samples
-
-            def components(Xq: Tensor, noise: bool, post: Any = post) -> tuple[Tensor, Tensor]:
-                g = torch.Generator().manual_seed(0)
-                return post.predictive_components(Xq, n_pred, g, include_noise=noise)  # type: ignore[no-any-return]
-
-            def predictor(Xq: Tensor, noise: bool, components: Any = components) -> tuple[Tensor, Tensor]:
-                return mixture_moments(*components(Xq, noise))  # type: ignore[no-any-return]
-
-            def log_pred(Xq: Tensor, yq: Tensor, components: Any = components) -> Tensor:
-                return mixture_log_density(*components(Xq, True), yq)  # type: ignore[no-any-return]
-
-            ok = post.result.status != "failed"
-            out.append(
-                FitResult(
-                    method,
-                    structures[b],
-                    _hyper(structures[b], post.median_params),
-                    post.median_noise,
-                    post.result.elbo,
-                    "elbo",
-                    post.time_s,
-                    post.result.iterations,
-                    "failed" if not ok else ("converged" if post.result.converged else "max_iters"),
-                    norm,
-                    _predictor=predictor,
-                    _log_predictive=log_pred,
-                )
-            )
-        return out
-
+        return _advi_results(
+            method, batch, structures, norm, ADVISettings(**{"family": family, **options}), gen
+        )
     if method == "svgp":
-        sfit = fit_svgp_batch(batch, SVGPSettings(**options), generator=gen)
-        out = []
-        for b in range(B):
-            one = batch.select(b)
+        return _svgp_results(method, batch, structures, norm, SVGPSettings(**options), gen)
+    return _type2_results(method, batch, structures, norm, _type2_settings(method, options), gen)
 
-            def predictor(Xq: Tensor, noise: bool, b: int = b, one: GPBatch = one) -> tuple[Tensor, Tensor]:
-                sub = _select_svgp(sfit, b)
-                mean, var = svgp_predictive(sub, one, Xq[None], include_noise=noise)
-                return mean[0], var[0]
 
-            out.append(
-                FitResult(
-                    method,
-                    structures[b],
-                    _hyper(structures[b], sfit.params[b]),
-                    float(sfit.noise[b]),
-                    float(sfit.elbo[b]),
-                    "elbo",
-                    sfit.time_s / B,
-                    int(sfit.iterations[b]),
-                    sfit.status(b),
-                    norm,
-                    _predictor=predictor,
-                )
-            )
-        return out
+def _advi_predictors(post: GPPosterior, n_pred: int) -> tuple[Predictor, LogPredictive]:
+    def components(Xq: Tensor, noise: bool) -> tuple[Tensor, Tensor]:
+        g = torch.Generator().manual_seed(0)  # same draws for every call
+        return post.predictive_components(Xq, n_pred, g, include_noise=noise)
 
-    settings2 = _type2_settings(method, options)
-    tfit = fit_type2ml_batch(batch, settings2, generator=gen)
+    def predictor(Xq: Tensor, noise: bool) -> tuple[Tensor, Tensor]:
+        return mixture_moments(*components(Xq, noise))
+
+    def log_pred(Xq: Tensor, yq: Tensor) -> Tensor:
+        mean, var = components(Xq, True)
+        return mixture_log_density(mean, var, yq)
+
+    return predictor, log_pred
+
+
+def _advi_results(
+    method: str,
+    batch: GPBatch,
+    structures: list[DimWiseStructure],
+    norm: Normalizer,
+    settings: ADVISettings,
+    gen: torch.Generator,
+) -> list[FitResult]:
     out = []
-    for b in range(B):
-        one = batch.select(b)
-        params_b, noise_b = tfit.params[b : b + 1], tfit.noise[b : b + 1]
-
-        def predictor(
-            Xq: Tensor, noise: bool, one: GPBatch = one, p: Tensor = params_b, s2: Tensor = noise_b
-        ) -> tuple[Tensor, Tensor]:
-            mean, var = exact_predictive(one, p, s2, Xq[None], include_noise=noise)
-            return mean[0], var[0]
-
+    for b, structure in enumerate(structures):
+        post = fit_advi_gp(batch.select(b), settings, generator=gen)
+        predictor, log_pred = _advi_predictors(post, settings.n_predictive_samples)
+        res = post.result
+        status = res.status if res.status in ("failed", "max_iters") else "converged"
         out.append(
             FitResult(
                 method,
-                structures[b],
-                _hyper(structures[b], tfit.params[b]),
-                float(tfit.noise[b]),
-                float(tfit.log_marginal_likelihood[b]),
-                "lml",
-                tfit.time_s / B,
-                int(tfit.iterations[b]),
-                tfit.status(b),
+                structure,
+                _hyper(structure, post.median_params),
+                post.median_noise,
+                res.elbo,
+                "elbo",
+                post.time_s,
+                res.iterations,
+                status,
                 norm,
-                log_posterior=float(tfit.objective[b]) if settings2.map else math.nan,
                 _predictor=predictor,
+                _log_predictive=log_pred,
             )
         )
     return out
 
 
-def _select_svgp(fit: Any, b: int) -> Any:
-    from dataclasses import replace
+def _svgp_predictor(fit: SVGPFit, one: GPBatch) -> Predictor:
+    def predictor(Xq: Tensor, noise: bool) -> tuple[Tensor, Tensor]:
+        mean, var = svgp_predictive(fit, one, Xq[None], include_noise=noise)
+        return mean[0], var[0]
 
+    return predictor
+
+
+def _svgp_results(
+    method: str,
+    batch: GPBatch,
+    structures: list[DimWiseStructure],
+    norm: Normalizer,
+    settings: SVGPSettings,
+    gen: torch.Generator,
+) -> list[FitResult]:
+    sfit = fit_svgp_batch(batch, settings, generator=gen)
+    B = len(structures)
+    return [
+        FitResult(
+            method,
+            structure,
+            _hyper(structure, sfit.params[b]),
+            float(sfit.noise[b]),
+            float(sfit.elbo[b]),
+            "elbo",
+            sfit.time_s / B,
+            int(sfit.iterations[b]),
+            sfit.status(b),
+            norm,
+            _predictor=_svgp_predictor(_select_svgp(sfit, b), batch.select(b)),
+        )
+        for b, structure in enumerate(structures)
+    ]
+
+
+def _exact_predictor(one: GPBatch, params: Tensor, noise: Tensor) -> Predictor:
+    def predictor(Xq: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
+        mean, var = exact_predictive(one, params, noise, Xq[None], include_noise=include_noise)
+        return mean[0], var[0]
+
+    return predictor
+
+
+def _type2_results(
+    method: str,
+    batch: GPBatch,
+    structures: list[DimWiseStructure],
+    norm: Normalizer,
+    settings: Type2MLSettings,
+    gen: torch.Generator,
+) -> list[FitResult]:
+    tfit = fit_type2ml_batch(batch, settings, generator=gen)
+    B = len(structures)
+    return [
+        FitResult(
+            method,
+            structure,
+            _hyper(structure, tfit.params[b]),
+            float(tfit.noise[b]),
+            float(tfit.log_marginal_likelihood[b]),
+            "lml",
+            tfit.time_s / B,
+            int(tfit.iterations[b]),
+            tfit.status(b),
+            norm,
+            log_posterior=float(tfit.objective[b]) if settings.map else math.nan,
+            _predictor=_exact_predictor(
+                batch.select(b), tfit.params[b : b + 1], tfit.noise[b : b + 1]
+            ),
+        )
+        for b, structure in enumerate(structures)
+    ]
+
+
+def _select_svgp(fit: SVGPFit, b: int) -> SVGPFit:
     sl = slice(b, b + 1)
     return replace(
         fit,
@@ -349,7 +392,9 @@ def fit(
         >>> result = fit(X, y, "SE", method="gp-ml")
         >>> mean, var = result.predict(X)
     """
-    return fit_many(X, y, [kernel], method, vocab=vocab, generator=generator, normalize=normalize, **options)[0]
+    return fit_many(
+        X, y, [kernel], method, vocab=vocab, generator=generator, normalize=normalize, **options
+    )[0]
 
 
 class Baseline:
@@ -363,7 +408,12 @@ class Baseline:
     """
 
     def __init__(
-        self, method: Method = "gp-ml", *, vocab: Vocabulary = PAPER_VOCABULARY, seed: int = 0, **options: Any
+        self,
+        method: Method = "gp-ml",
+        *,
+        vocab: Vocabulary = PAPER_VOCABULARY,
+        seed: int = 0,
+        **options: Any,
     ):
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -375,7 +425,9 @@ class Baseline:
     def fit(self, X: Any, y: Any, kernel: str | DimWiseStructure) -> FitResult:
         return self.fit_many(X, y, [kernel])[0]
 
-    def fit_many(self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]) -> list[FitResult]:
+    def fit_many(
+        self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
+    ) -> list[FitResult]:
         gen = torch.Generator().manual_seed(self.seed)
         return fit_many(X, y, kernels, self.method, vocab=self.vocab, generator=gen, **self.options)
 

@@ -27,11 +27,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from amorgp.kernel_grammar import DimWiseStructure, ParamKind, positive
 from torch import Tensor
 
 from amorgp.baselines.advi import ADVIResult, Family, advi, positive_log_density
-from amorgp.baselines.gp import GPBatch, exact_predictive, initial_raw, log_marginal_likelihood, log_prior
+from amorgp.baselines.gp import (
+    GPBatch,
+    exact_predictive,
+    initial_raw,
+    log_marginal_likelihood,
+    log_prior,
+)
+from amorgp.kernel_grammar import DimWiseStructure, ParamKind, positive
 
 __all__ = [
     "ADVISettings",
@@ -203,5 +209,12 @@ def fit_advi_gp(
     theta = torch.stack([positive(res.mean[k], kind) for k, kind in enumerate(kinds)])[None]
     params, noise = layout.unpack(theta)
     return GPPosterior(
-        batch.structures[0], res, kinds, params[0], float(noise[0]), time.perf_counter() - t0, batch, layout
+        batch.structures[0],
+        res,
+        kinds,
+        params[0],
+        float(noise[0]),
+        time.perf_counter() - t0,
+        batch,
+        layout,
     )

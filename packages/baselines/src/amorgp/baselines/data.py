@@ -101,7 +101,9 @@ class Normalizer:
         if X.ndim == 1:
             X = X[:, None]
         if X.shape[-1] != self.n_dims:
-            raise ValueError(f"X has {X.shape[-1]} columns, the normaliser was fitted on {self.n_dims}")
+            raise ValueError(
+                f"X has {X.shape[-1]} columns, the normaliser was fitted on {self.n_dims}"
+            )
         const = self.x_range <= 0
         scaled = (X - self.x_min) / torch.where(const, torch.ones_like(self.x_range), self.x_range)
         return torch.where(const, torch.full_like(scaled, 0.5), scaled)

@@ -28,6 +28,8 @@ from functools import cache
 
 import numpy as np
 import torch
+from torch import Tensor
+
 from amorgp.diff_linalg import gp_log_marginal_likelihood, robust_cholesky
 from amorgp.kernel_grammar import (
     NOISE,
@@ -41,7 +43,6 @@ from amorgp.kernel_grammar import (
     positive_inverse,
 )
 from amorgp.lazy_kernels import kernel_diag_dimwise, kernel_matrix_dimwise, validate_dimwise
-from torch import Tensor
 
 __all__ = [
     "GPBatch",
@@ -159,7 +160,9 @@ class GPBatch:
             pm[b, :n] = True
             dm[b, :d] = True
         sym, smask = encode(list(structures), vocab, max_dims=D)
-        return cls(X, y, pm, dm, torch.as_tensor(sym), torch.as_tensor(smask), vocab, tuple(structures))
+        return cls(
+            X, y, pm, dm, torch.as_tensor(sym), torch.as_tensor(smask), vocab, tuple(structures)
+        )
 
     @property
     def batch_size(self) -> int:
@@ -209,7 +212,9 @@ class GPBatch:
     def validate(self) -> None:
         """Check the batch against the evaluator's contract (raises ``ValueError``)."""
         ones = torch.ones(self.param_shape, dtype=self.X.dtype, device=self.X.device)
-        validate_dimwise(self.X, self.X, self.symbols, self.symbol_mask, ones, self.vocab, self.dim_mask)
+        validate_dimwise(
+            self.X, self.X, self.symbols, self.symbol_mask, ones, self.vocab, self.dim_mask
+        )
         if not bool(self.point_mask.any(-1).all()):
             raise ValueError("every batch element needs at least one valid point")
 
@@ -240,7 +245,9 @@ def unconstrain(batch: GPBatch, params: Tensor, noise: Tensor) -> tuple[Tensor, 
     return raw, positive_inverse(noise, ParamKind.NOISE)
 
 
-def initial_raw(batch: GPBatch, value: float = 1.0, noise_std: float = 0.2) -> tuple[Tensor, Tensor]:
+def initial_raw(
+    batch: GPBatch, value: float = 1.0, noise_std: float = 0.2
+) -> tuple[Tensor, Tensor]:
     """Unconstrained start with every kernel parameter ``value`` and noise variance ``noise_std^2``.
 
     The defaults are the paper's Type-2 ML initialisation (Appendix A).
@@ -313,7 +320,9 @@ def log_marginal_likelihood(batch: GPBatch, params: Tensor, noise: Tensor) -> Te
         eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device).expand_as(K)
         K = torch.where(bad[:, None, None], eye, K)
         noise = torch.where(bad, torch.ones_like(noise), noise)
-    value, _failed = gp_log_marginal_likelihood(K, batch.y, noise, batch.point_mask, return_failed=True)
+    value, _failed = gp_log_marginal_likelihood(
+        K, batch.y, noise, batch.point_mask, return_failed=True
+    )
     return torch.where(bad, torch.full_like(value, float("nan")), value)
 
 

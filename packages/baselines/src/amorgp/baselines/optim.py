@@ -93,7 +93,9 @@ def batched_adam(
     if any(p.ndim == 0 or p.shape[0] != B for p in params):
         raise ValueError("every parameter tensor needs the same leading batch size")
     if lr <= 0 or max_iters < 0 or patience < 1:
-        raise ValueError(f"need lr > 0, max_iters >= 0, patience >= 1 (got {lr}, {max_iters}, {patience})")
+        raise ValueError(
+            f"need lr > 0, max_iters >= 0, patience >= 1 (got {lr}, {max_iters}, {patience})"
+        )
     b1, b2 = betas
     x = [p.detach().clone() for p in params]
     m = [torch.zeros_like(p) for p in x]
@@ -117,11 +119,13 @@ def batched_adam(
             raise ValueError(f"objective must return shape ({B},), got {tuple(loss.shape)}")
         finite = torch.isfinite(loss.detach())
         total = torch.where(active & finite, loss, torch.zeros_like(loss)).sum()
-        grads = torch.autograd.grad(total, leaves, allow_unused=True) if total.requires_grad else [None] * len(leaves)
+        grads = (
+            torch.autograd.grad(total, leaves, allow_unused=True)
+            if total.requires_grad
+            else [None] * len(leaves)
+        )
         grads_t = [torch.zeros_like(t) if g is None else g for t, g in zip(x, grads, strict=True)]
-        grad_ok = torch.stack(
-            [torch.isfinite(g).reshape(B, -1).all(1) for g in grads_t]
-        ).all(0)
+        grad_ok = torch.stack([torch.isfinite(g).reshape(B, -1).all(1) for g in grads_t]).all(0)
         lossd = loss.detach().to(torch.float64)
         newly_failed = active & ~(finite & grad_ok)
         failed |= newly_failed

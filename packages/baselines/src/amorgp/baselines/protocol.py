@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from amorgp.kernel_grammar import DimWiseStructure
 from torch import Tensor
+
+from amorgp.kernel_grammar import DimWiseStructure
 
 __all__ = ["HyperparameterInference", "KernelFit"]
 

@@ -35,16 +35,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from amorgp.diff_linalg import robust_cholesky
-from amorgp.lazy_kernels import kernel_diag_dimwise, kernel_matrix_dimwise
 from torch import Tensor
 
 from amorgp.baselines.gp import GPBatch, constrain, initial_raw
 from amorgp.baselines.optim import batched_adam
+from amorgp.diff_linalg import robust_cholesky
+from amorgp.lazy_kernels import kernel_diag_dimwise, kernel_matrix_dimwise
 
 __all__ = [
     "SVGPFit",
@@ -166,7 +167,9 @@ def _whitened_projection(
 ) -> tuple[Tensor, Tensor]:
     """``(A = L_mm^{-1} K_mx (B, M, N), failed (B,))`` with padding masked out."""
     zm = z_mask.to(Z.dtype)
-    kw = dict(symbols=batch.symbols, symbol_mask=batch.symbol_mask, params=params, vocab=batch.vocab)
+    kw = dict(
+        symbols=batch.symbols, symbol_mask=batch.symbol_mask, params=params, vocab=batch.vocab
+    )
     Kmm = kernel_matrix_dimwise(Z, Z, dim_mask=batch.dim_mask, validate=False, **kw)  # type: ignore[arg-type]
     Kmm = Kmm * (zm[:, :, None] * zm[:, None, :]) + torch.diag_embed(1.0 - zm)
     chol = robust_cholesky(Kmm)
@@ -176,7 +179,14 @@ def _whitened_projection(
 
 
 def _marginals(
-    batch: GPBatch, params: Tensor, Z: Tensor, z_mask: Tensor, m: Tensor, S: Tensor, X: Tensor, x_mask: Tensor
+    batch: GPBatch,
+    params: Tensor,
+    Z: Tensor,
+    z_mask: Tensor,
+    m: Tensor,
+    S: Tensor,
+    X: Tensor,
+    x_mask: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     A, failed = _whitened_projection(batch, params, Z, z_mask, X, x_mask)
     mean = (A * m[:, :, None]).sum(1)
@@ -189,7 +199,13 @@ def _marginals(
 
 
 def svgp_elbo(
-    batch: GPBatch, params: Tensor, noise: Tensor, Z: Tensor, z_mask: Tensor, m: Tensor, S_raw: Tensor
+    batch: GPBatch,
+    params: Tensor,
+    noise: Tensor,
+    Z: Tensor,
+    z_mask: Tensor,
+    m: Tensor,
+    S_raw: Tensor,
 ) -> Tensor:
     """``(B,)`` SVGP evidence lower bound (module docstring); NaN where ``K_mm`` fails.
 
@@ -243,7 +259,7 @@ def fit_svgp_batch(
     m0 = torch.zeros(B, M, dtype=torch.float64)
     S0 = torch.eye(M, dtype=torch.float64).expand(B, M, M).clone()
 
-    def objective(p: list[Tensor]) -> Tensor:
+    def objective(p: Sequence[Tensor]) -> Tensor:
         raw, raw_noise, m, S_raw = p[:4]
         Z = p[4] if s.learn_inducing else Z0
         params, noise = constrain(batch, raw, raw_noise)
@@ -251,7 +267,12 @@ def fit_svgp_batch(
 
     start = [raw0, noise0, m0, S0] + ([Z0] if s.learn_inducing else [])
     res = batched_adam(
-        start, objective, lr=s.lr, max_iters=s.max_iters, rtol=s.rtol, patience=s.patience  # type: ignore[arg-type]
+        start,
+        objective,
+        lr=s.lr,
+        max_iters=s.max_iters,
+        rtol=s.rtol,
+        patience=s.patience,
     )
     raw, raw_noise, m, S_raw = res.params[:4]
     Z = res.params[4] if s.learn_inducing else Z0

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from amorgp.kernel_grammar import DimWiseStructure, base_symbol
 
 from amorgp.baselines.protocol import HyperparameterInference, KernelFit
+from amorgp.kernel_grammar import DimWiseStructure, base_symbol
 
 __all__ = [
     "check_inference",
@@ -34,7 +34,9 @@ __all__ = [
 Hyper = Mapping[tuple[int, int, str], float]
 
 
-def synthetic_dataset(n: int, d: int, seed: int = 0, noise: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+def synthetic_dataset(
+    n: int, d: int, seed: int = 0, noise: float = 0.1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A small float64 regression problem: ``X ~ U[0, 1]^d``, ``y = sin(6 x_0) + sum_{k>0} x_k^2 + eps``, standardised."""
     g = torch.Generator().manual_seed(seed)
     X = torch.rand(n, d, generator=g, dtype=torch.float64)
@@ -43,7 +45,9 @@ def synthetic_dataset(n: int, d: int, seed: int = 0, noise: float = 0.1) -> tupl
     return X, (y - y.mean()) / y.std()
 
 
-def dense_kernel(X1: np.ndarray, X2: np.ndarray, structure: DimWiseStructure, hyper: Hyper) -> np.ndarray:
+def dense_kernel(
+    X1: np.ndarray, X2: np.ndarray, structure: DimWiseStructure, hyper: Hyper
+) -> np.ndarray:
     """``prod_d sum_l k_{s_dl}(X1[:, d], X2[:, d])`` with numpy reference kernels."""
     X1 = np.asarray(X1, float).reshape(len(X1), -1)
     X2 = np.asarray(X2, float).reshape(len(X2), -1)
@@ -66,11 +70,18 @@ def dense_log_marginal_likelihood(
     sign, logdet = np.linalg.slogdet(A)
     if sign <= 0:
         return math.nan
-    return float(-0.5 * y @ np.linalg.solve(A, y) - 0.5 * logdet - 0.5 * len(y) * math.log(2 * math.pi))
+    return float(
+        -0.5 * y @ np.linalg.solve(A, y) - 0.5 * logdet - 0.5 * len(y) * math.log(2 * math.pi)
+    )
 
 
 def dense_predictive(
-    X: np.ndarray, y: np.ndarray, X_new: np.ndarray, structure: DimWiseStructure, hyper: Hyper, noise: float
+    X: np.ndarray,
+    y: np.ndarray,
+    X_new: np.ndarray,
+    structure: DimWiseStructure,
+    hyper: Hyper,
+    noise: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact posterior predictive of ``y`` (noise included) by dense numpy algebra."""
     A = dense_kernel(X, X, structure, hyper) + noise * np.eye(len(y))
@@ -93,29 +104,40 @@ def check_kernel_fit(result: KernelFit, X_test: Any) -> None:
     expected = {(p.dim, p.addend, p.param) for p in result.kernel.param_names()}
     assert set(result.hyperparameters) == expected, "hyperparameter keys differ from the structure"
     values = np.array(list(result.hyperparameters.values()))
-    assert np.all(np.isfinite(values)) and np.all(values > 0), "hyperparameters must be finite and positive"
-    assert result.noise > 0 and math.isfinite(result.noise), "noise must be finite and positive"
+    assert np.all(np.isfinite(values)), "hyperparameters must be finite"
+    assert np.all(values > 0), "hyperparameters must be positive"
+    assert result.noise > 0, "noise must be positive"
+    assert math.isfinite(result.noise), "noise must be finite"
     assert math.isfinite(result.log_marginal_likelihood), "log marginal likelihood must be finite"
     X_test = torch.as_tensor(np.asarray(X_test, float))
     mean, var = result.predict(X_test)
     m = X_test.shape[0]
-    assert tuple(mean.shape) == (m,) and tuple(var.shape) == (m,), "predictive must be (m,), (m,)"
-    assert bool(torch.isfinite(mean).all() and torch.isfinite(var).all()), "predictive must be finite"
+    assert tuple(mean.shape) == (m,), "predictive mean must be (m,)"
+    assert tuple(var.shape) == (m,), "predictive variance must be (m,)"
+    assert bool(torch.isfinite(mean).all() and torch.isfinite(var).all()), (
+        "predictive must be finite"
+    )
     assert bool((var > 0).all()), "predictive variances of y must be positive"
     try:
         _, var_f = result.predict(X_test, include_noise=False)  # type: ignore[call-arg]
     except TypeError:
         return
-    assert bool((var_f <= var + 1e-12).all()), "variance without noise must not exceed the one with noise"
+    assert bool((var_f <= var + 1e-12).all()), (
+        "variance without noise must not exceed the one with noise"
+    )
 
 
-def check_inference(method: HyperparameterInference, X: Any, y: Any, kernels: Sequence[str]) -> list[KernelFit]:
+def check_inference(
+    method: HyperparameterInference, X: Any, y: Any, kernels: Sequence[str]
+) -> list[KernelFit]:
     """Assert the :class:`HyperparameterInference` conformance on one dataset; returns the fits."""
     assert isinstance(method, HyperparameterInference)
     fits = list(method.fit_many(X, y, kernels))
     assert len(fits) == len(kernels), "one fit per kernel"
     d = np.asarray(X).reshape(len(X), -1).shape[1]
     for k, f in zip(kernels, fits, strict=True):
-        assert f.kernel == DimWiseStructure.parse(k, d), f"fit order differs from the kernels ({f.kernel} vs {k})"
+        assert f.kernel == DimWiseStructure.parse(k, d), (
+            f"fit order differs from the kernels ({f.kernel} vs {k})"
+        )
         check_kernel_fit(f, X)
     return fits

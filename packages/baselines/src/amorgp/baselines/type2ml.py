@@ -22,6 +22,7 @@ failed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -111,7 +112,7 @@ class BatchFit:
         return "converged" if bool(self.converged[b]) else "max_iters"
 
 
-def _objective(batch: GPBatch, map_: bool):  # type: ignore[no-untyped-def]
+def _objective(batch: GPBatch, map_: bool) -> Callable[[Tensor, Tensor], Tensor]:
     def f(raw: Tensor, raw_noise: Tensor) -> Tensor:
         params, noise = constrain(batch, raw, raw_noise)
         value = log_marginal_likelihood(batch, params, noise)
@@ -122,7 +123,13 @@ def _objective(batch: GPBatch, map_: bool):  # type: ignore[no-untyped-def]
     return f
 
 
-def _starts(batch: GPBatch, s: Type2MLSettings, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+def _first(f: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Sequence[Tensor]], Tensor]:
+    return lambda p: f(p[0], p[1])[0]
+
+
+def _starts(
+    batch: GPBatch, s: Type2MLSettings, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
     """Unconstrained starts of the repeated batch (element ``b * restarts + i``)."""
     R = s.restarts
     if s.init == "default" and R == 1:
@@ -180,7 +187,7 @@ def fit_type2ml_batch(
         for b in range(big.batch_size):
             one = big.select(b)
             f1 = _objective(one, s.map)
-            r = lbfgs([raw0[b : b + 1], noise0[b : b + 1]], lambda p, f1=f1: f1(p[0], p[1])[0], max_iters=s.max_iters)
+            r = lbfgs([raw0[b : b + 1], noise0[b : b + 1]], _first(f1), max_iters=s.max_iters)
             raws.append(r.params[0])
             noises.append(r.params[1])
             losses.append(r.loss)
