@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import platform
 import statistics
@@ -105,9 +106,7 @@ def latency(presets: list[str], dims: list[int], reps: int, peer_dims: list[int]
             first = math.nan
             for name in presets:
                 with torch.no_grad():
-                    m, lo, hi = _stats(
-                        lambda model=models[name], inputs=inputs: model(**inputs), reps
-                    )
+                    m, lo, hi = _stats(functools.partial(models[name], **inputs), reps)
                 cells.append(_fmt(m, lo, hi))
                 if name == presets[0]:
                     first = m
@@ -178,7 +177,7 @@ def throughput(presets: list[str], batch_size: int, steps: int) -> list[str]:
         sim = Simulator(simulator_config(net, tc))
         g = torch.Generator().manual_seed(0)
         batches = [sim.sample(batch_size, g) for _ in range(steps + 1)]
-        sm, slo, shi = _stats(lambda sim=sim, g=g: sim.sample(batch_size, g), steps, warmup=0)
+        sm, slo, shi = _stats(functools.partial(sim.sample, batch_size, g), steps, warmup=0)
         torch.manual_seed(0)
         model = build_model(net)
         opt = torch.optim.RAdam(model.parameters(), lr=1e-5)
@@ -217,13 +216,15 @@ def efficiency(minutes: float) -> list[str]:
     base = PRESETS["small"]
     with tempfile.TemporaryDirectory() as tmp:
         val_dir = None
-        for label, points in (
-            ("all points", 0),
-            ("random 48 points", 48),
-            ("random 24 points", 24),
-        ):
-            tc = dataclasses.replace(base.train, encoder_points=points, val_every=10_000)
-            out = Path(tmp) / f"run{points}"
+        variants: tuple[tuple[str, dict[str, int]], ...] = (
+            ("all points, one padded batch", {}),
+            ("all points, 4 size buckets (exact)", {"size_buckets": 4}),
+            ("random 48 points", {"encoder_points": 48}),
+            ("random 24 points", {"encoder_points": 24}),
+        )
+        for i, (label, change) in enumerate(variants):
+            tc = dataclasses.replace(base.train, val_every=10_000, **change)
+            out = Path(tmp) / f"run{i}"
             if val_dir is not None:  # identical validation set for every variant
                 import shutil
 
@@ -239,18 +240,53 @@ def efficiency(minutes: float) -> list[str]:
     return lines
 
 
+_TITLES = {
+    "latency": "## Forward latency",
+    "throughput": "## Training throughput",
+    "efficiency": "## CPU efficiency",
+}
+
+
+def _merge(path: Path, sections: dict[str, list[str]]) -> list[str]:
+    """New sections, in report order, with sections not re-run taken from ``path``."""
+    old: dict[str, list[str]] = {}
+    if path.exists():
+        current: list[str] | None = None
+        for line in path.read_text().splitlines():
+            key = next((k for k, t in _TITLES.items() if line.startswith(t)), None)
+            if key is not None:
+                current = old.setdefault(key, [])
+            elif line.startswith("## "):
+                current = None
+            if current is not None:
+                current.append(line)
+    body: list[str] = []
+    for key in _TITLES:
+        block = sections.get(key) or old.get(key)
+        if block:
+            while block and not block[-1].strip():
+                block = block[:-1]
+            body += [*block, ""]
+    return body
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     parser.add_argument("--minutes", type=float, default=None, help="budget per efficiency variant")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "amortizer.md")
     parser.add_argument("--skip-efficiency", action="store_true")
+    parser.add_argument(
+        "--sections",
+        default="latency,throughput,efficiency",
+        help="comma-separated subset to run; the other sections of an existing report are kept",
+    )
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     quick = args.quick
-    dims = [1, 2, 4, 8] if quick else list(range(1, 9))
+    dims = [1, 4, 8] if quick else list(range(1, 9))
     presets = ["small", "medium"] if quick else ["small", "medium", "paper"]
-    minutes = args.minutes if args.minutes is not None else (1.0 if quick else 4.0)
+    minutes = args.minutes if args.minutes is not None else (1.0 if quick else 6.0)
     head = [
         "# amorgp.amortizer benchmarks",
         "",
@@ -261,10 +297,19 @@ def main() -> None:
         "`python benchmarks/bench_amortizer.py` (`--quick` for a short run).",
         "",
     ]
-    body = latency(presets, dims, reps=3 if quick else 5, peer_dims=[1] if quick else [1, 4])
-    body += ["", *throughput(presets, batch_size=16, steps=2 if quick else 3)]
-    if not args.skip_efficiency:
-        body += ["", *efficiency(minutes)]
+    wanted = set(args.sections.split(","))
+    if args.skip_efficiency:
+        wanted.discard("efficiency")
+    sections: dict[str, list[str]] = {}
+    if "latency" in wanted:
+        sections["latency"] = latency(
+            presets, dims, reps=3 if quick else 5, peer_dims=[1] if quick else [1, 4]
+        )
+    if "throughput" in wanted:
+        sections["throughput"] = throughput(presets, batch_size=16, steps=2 if quick else 3)
+    if "efficiency" in wanted:
+        sections["efficiency"] = efficiency(minutes)
+    body = _merge(args.out, sections)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".md.tmp")
     tmp.write_text("\n".join(head + body) + "\n")

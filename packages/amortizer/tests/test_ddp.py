@@ -26,6 +26,7 @@ TC = TrainConfig(
     val_size=4,
     val_every=2,
     num_workers=0,
+    size_buckets=2,  # several forward passes per step under DDP
 )
 STEPS = 3
 
