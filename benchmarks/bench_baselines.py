@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from amorgp.baselines import fit, fit_many, train_test_split
 from amorgp.kernel_grammar import DimWiseStructure, paper_evaluation_set
 
@@ -72,7 +73,9 @@ def gpytorch_se(X: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[float, fl
             )
 
         def forward(self, x: torch.Tensor) -> object:
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+            return gpytorch.distributions.MultivariateNormal(
+                self.mean_module(x), self.covar_module(x)
+            )
 
     t0 = time.perf_counter()
     lik = gpytorch.likelihoods.GaussianLikelihood()
@@ -83,7 +86,10 @@ def gpytorch_se(X: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[float, fl
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
     model.train()
-    with gpytorch.settings.fast_computations(False, False, False), gpytorch.settings.max_cholesky_size(10_000):
+    with (
+        gpytorch.settings.fast_computations(False, False, False),
+        gpytorch.settings.max_cholesky_size(10_000),
+    ):
         for _ in range(steps):
             opt.zero_grad()
             loss = -mll(model(X), y)
@@ -103,15 +109,21 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--full", action="store_true", help="paper protocol (hours on a workstation)")
-    p.add_argument("--quick", action="store_true", help="smoke run: airline, 6 kernels, few iterations")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: airline, 6 kernels, few iterations"
+    )
     p.add_argument("--datasets", default="airline,yacht", help="comma-separated dataset names")
     p.add_argument("--splits", type=int, default=1)
     p.add_argument("--n-train-cap", type=int, default=100, help="cap on n_train (paper: 500)")
     p.add_argument("--n-kernels", type=int, default=12, help="first k of the 24 evaluation kernels")
     p.add_argument("--per-pair-kernels", type=int, default=6, help="kernels of the per-pair timing")
-    p.add_argument("--advi-kernels", type=int, default=2, help="kernels fitted by ADVI (first dataset only)")
+    p.add_argument(
+        "--advi-kernels", type=int, default=2, help="kernels fitted by ADVI (first dataset only)"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
@@ -121,7 +133,13 @@ def main(argv: list[str] | None = None) -> None:
         a.datasets, a.splits, a.n_train_cap = ",".join(ALL_DATASETS), 20, 500
         a.n_kernels, a.per_pair_kernels, a.advi_kernels = 24, 24, 24
     if a.quick:
-        a.datasets, a.splits, a.n_kernels, a.per_pair_kernels, a.advi_kernels = "airline", 1, 6, 3, 1
+        a.datasets, a.splits, a.n_kernels, a.per_pair_kernels, a.advi_kernels = (
+            "airline",
+            1,
+            6,
+            3,
+            1,
+        )
         svgp_iters, advi_iters, gp_iters = 100, 500, 50
     datasets = [d.strip() for d in a.datasets.split(",") if d.strip()]
     templates = paper_evaluation_set(0)[: a.n_kernels]
@@ -144,7 +162,9 @@ def main(argv: list[str] | None = None) -> None:
             for m in methods:
                 opts = {"max_iters": svgp_iters} if m == "svgp" else {"max_iters": gp_iters}
                 t0 = time.perf_counter()
-                fits = fit_many(Xtr, ytr, kernels, m, generator=torch.Generator().manual_seed(split), **opts)  # type: ignore[arg-type]
+                fits = fit_many(
+                    Xtr, ytr, kernels, m, generator=torch.Generator().manual_seed(split), **opts
+                )  # type: ignore[arg-type]
                 elapsed = time.perf_counter() - t0
                 r = res.setdefault(m, {"rmse": [], "nll": [], "time": [], "failed": []})
                 for f in fits:
@@ -153,7 +173,10 @@ def main(argv: list[str] | None = None) -> None:
                     r["nll"].append(nll)
                     r["failed"].append(float(f.status == "failed"))
                 r["time"].append(elapsed / len(kernels))
-                print(f"[{time.perf_counter() - t_start:7.1f}s] {ds} split {split} {m}: {elapsed:.1f}s", flush=True)
+                print(
+                    f"[{time.perf_counter() - t_start:7.1f}s] {ds} split {split} {m}: {elapsed:.1f}s",
+                    flush=True,
+                )
             # batched vs per-pair, same kernels, same settings, side by side
             sub = kernels[: a.per_pair_kernels]
             t0 = time.perf_counter()
@@ -167,7 +190,14 @@ def main(argv: list[str] | None = None) -> None:
                 for fam in ("advi-meanfield",) + (("advi-fullrank",) if a.full else ()):
                     for k in kernels[: a.advi_kernels]:
                         t0 = time.perf_counter()
-                        f = fit(Xtr, ytr, k, fam, generator=torch.Generator().manual_seed(0), max_iters=advi_iters)  # type: ignore[arg-type]
+                        f = fit(
+                            Xtr,
+                            ytr,
+                            k,
+                            fam,
+                            generator=torch.Generator().manual_seed(0),
+                            max_iters=advi_iters,
+                        )  # type: ignore[arg-type]
                         elapsed = time.perf_counter() - t0
                         rmse, nll = metrics(f, Xte, yte)
                         r = res.setdefault(fam, {"rmse": [], "nll": [], "time": [], "failed": []})
@@ -175,13 +205,19 @@ def main(argv: list[str] | None = None) -> None:
                         r["nll"].append(nll)
                         r["time"].append(elapsed)
                         r["failed"].append(float(f.status == "failed"))
-                        print(f"[{time.perf_counter() - t_start:7.1f}s] {ds} {fam} {k}: {elapsed:.1f}s", flush=True)
+                        print(
+                            f"[{time.perf_counter() - t_start:7.1f}s] {ds} {fam} {k}: {elapsed:.1f}s",
+                            flush=True,
+                        )
             if split == 0:
                 try:
                     from amorgp.baselines.data import Normalizer
 
                     norm = Normalizer.fit(torch.as_tensor(Xtr), torch.as_tensor(ytr))
-                    Xn, yn = norm.transform_x(torch.as_tensor(Xtr)), norm.transform_y(torch.as_tensor(ytr))
+                    Xn, yn = (
+                        norm.transform_x(torch.as_tensor(Xtr)),
+                        norm.transform_y(torch.as_tensor(ytr)),
+                    )
                     se = DimWiseStructure(tuple(("SE",) for _ in range(Xtr.shape[1])))
                     ours_t, gpt_t, ours_l, gpt_l = [], [], [], []
                     for _ in range(3):
