@@ -63,7 +63,7 @@ def test_failed_element_keeps_last_finite_iterate_and_others_continue() -> None:
     res = batched_adam([x0], f, lr=0.1, max_iters=200, rtol=1e-10, patience=3)
     assert bool(res.failed[0])
     assert not bool(res.failed[1])
-    assert res.params[0][0, 0].item() <= 1.0 + 0.11  # stopped right after crossing 1
+    assert 0.8 < res.params[0][0, 0].item() <= 1.0  # the last iterate before crossing 1
     assert math.isfinite(res.loss[0].item())
     assert abs(res.params[0][1, 0].item() - 3.0) < 0.2
 

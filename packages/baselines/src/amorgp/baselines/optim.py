@@ -107,6 +107,7 @@ def batched_adam(
     failed = torch.zeros(B, dtype=torch.bool, device=device)
     calm = torch.zeros(B, dtype=torch.long, device=device)
     prev = torch.full((B,), float("nan"), dtype=torch.float64, device=device)
+    x_prev = [t.clone() for t in x]
     last_loss = torch.full((B,), float("nan"), dtype=torch.float64, device=device)
 
     def expand(mask: Tensor, like: Tensor) -> Tensor:
@@ -130,6 +131,8 @@ def batched_adam(
         newly_failed = active & ~(finite & grad_ok)
         failed |= newly_failed
         active &= ~newly_failed
+        if bool(newly_failed.any()):  # back to the last iterate with a finite objective
+            x = [torch.where(expand(newly_failed, t), p, t) for t, p in zip(x, x_prev, strict=True)]
         last_loss = torch.where(active, lossd, last_loss)
         # convergence test on the objective change
         small = (lossd - prev).abs() <= rtol * (1.0 + lossd.abs())
@@ -140,6 +143,7 @@ def batched_adam(
         active &= ~now_conv
         if not bool(active.any()) or int(steps.max()) >= max_iters:
             break
+        x_prev = [t.clone() for t in x]
         t = steps + 1
         bc1 = 1.0 - b1 ** t.to(torch.float64)
         bc2 = 1.0 - b2 ** t.to(torch.float64)
