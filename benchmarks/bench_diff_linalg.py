@@ -432,6 +432,11 @@ def write_report(
         "shared by all strategies) and use the default fused adjoint; the GPyTorch row builds",
         "an RBF kernel per dataset at its own size.",
         "",
+        "Repeated runs on the shared machine moved the `bucket` and `loop` rows of this table by",
+        "up to about 20% in either direction (the padded kernel construction and its backward,",
+        "about 0.2 s here, is a large shared part), so their order here is not significant;",
+        "table A isolates the likelihood.",
+        "",
         "| pipeline | time | GPyTorch / this |",
         "|---|---|---:|",
     ]
