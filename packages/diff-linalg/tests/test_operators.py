@@ -300,7 +300,7 @@ def test_cuda_matches_cpu(dtype):
     def run(s, b, a):
         s = s.clone().requires_grad_(True)
         L = potrf(s)
-        out = trsm(L, b, transpose=True).sum() + sumlogdiag(L) + potri(L).sum()
+        out = trsm(L, b, transpose=True).sum() + sumlogdiag(L).sum() + potri(L).sum()
         out = out + gelqf(a).L.sum() + syevd(s).lam.sum() + syrk(b).sum()
         (g,) = torch.autograd.grad(out, s)
         return out.detach(), g
