@@ -374,3 +374,10 @@ def test_keops_backend_matches_dense_oracle(tiny_checkpoint: Path) -> None:
     m, v = _oracle_predict(r, X, y, Xq)
     np.testing.assert_allclose(mean.numpy(), m, rtol=1e-5, atol=1e-6 * np.abs(m).max())
     np.testing.assert_allclose(var.numpy(), v, rtol=1e-4)
+
+
+def test_refine_needs_the_dense_backend(tiny_checkpoint: Path) -> None:
+    X, y = _data(300, 1, seed=10)
+    a = Amortizer.from_pretrained(tiny_checkpoint, memory_budget=8 * 300**2 * 2)
+    with pytest.raises(ValueError, match="refine=2 runs dense Type-2 ML"):
+        a.infer(X, y, "SE", refine=2)

@@ -20,9 +20,12 @@ hyperparameters.  Steps of :meth:`Amortizer.infer_many`:
    all kernels are one batched kernel evaluation and one Cholesky each,
    :func:`amorgp.diff_linalg.gp_log_marginal_likelihood`), dense CG, or KeOps
    CG (O(n) memory; the log-determinant is a stochastic Lanczos quadrature
-   estimate);
+   estimate).  With the CG backends the log marginal likelihood is computed on
+   first access to :attr:`KernelResult.log_marginal_likelihood` (predictions do
+   not need it);
 5. optionally ``refine=k``: ``k`` L-BFGS iterations of Type-2 ML
-   (:mod:`amorgp.baselines`) started from the amortized hyperparameters.
+   (:mod:`amorgp.baselines`, dense, so only where the dense backend applies)
+   started from the amortized hyperparameters.
 
 Everything runs under ``torch.inference_mode`` (except the refinement, which
 needs gradients) on the chosen device; the network in float32, the GP algebra
@@ -103,10 +106,6 @@ class KernelResult:
         params: ``(D, L, P)`` float64 parameters, normalised units, padded layout.
         noise: noise variance, normalised units.
         noise_original: noise variance in original units (``noise * std(y)^2``).
-        log_marginal_likelihood: exact ``log p(y~ | theta, S)`` of the normalised
-            targets on all ``n`` points.
-        log_marginal_likelihood_original: the same density of the original targets
-            (``- n log std(y)``).
         table: every kernel hyperparameter as a :class:`Hyperparameter`.
         time_s: wall-clock time of the call that produced this result (shared by
             all kernels of one :meth:`Amortizer.infer_many` call).
@@ -114,14 +113,17 @@ class KernelResult:
         n_points: points the GP conditions on.
         encoder_points: points the dataset encoder read.
         normalization: the data normalisation.
+
+    The log marginal likelihoods are properties: computed by :meth:`Amortizer.infer_many`
+    when the dense backend applies, on first access otherwise (a CG solve and a
+    stochastic log-determinant on all ``n`` points, which is most of the cost at large
+    ``n`` and not needed for predictions).
     """
 
     kernel: DimWiseStructure
     params: Tensor
     noise: float
     noise_original: float
-    log_marginal_likelihood: float
-    log_marginal_likelihood_original: float
     table: tuple[Hyperparameter, ...]
     time_s: float
     refine_steps: int
@@ -129,6 +131,25 @@ class KernelResult:
     encoder_points: int
     normalization: Normalization
     _gp: _GPData | None = field(default=None, repr=False)
+    _lml: float | None = field(default=None, repr=False)
+
+    @property
+    def log_marginal_likelihood(self) -> float:
+        """``log p(y~ | theta, S)`` of the normalised targets on all ``n`` points.
+
+        Exact with the dense backend; with the CG backends the solve is exact to the CG
+        tolerance and the log-determinant a stochastic Lanczos quadrature estimate.
+        """
+        if self._lml is None:
+            if self._gp is None:
+                raise ValueError("this result holds no data to evaluate the likelihood on")
+            self._lml = self._gp.log_marginal_likelihood(self.params, self.noise)
+        return self._lml
+
+    @property
+    def log_marginal_likelihood_original(self) -> float:
+        """The same density of the original targets: ``- n log std(y)`` added."""
+        return self.log_marginal_likelihood + self.normalization.lml_offset(self.n_points)
 
     @property
     def kernel_text(self) -> str:
@@ -204,6 +225,13 @@ class _GPData:
     memory_budget: float
     gp_options: Mapping[str, Any]
 
+    def log_marginal_likelihood(self, params: Tensor, noise: float) -> float:
+        gp = _exact_gp(
+            self.structure, params, noise, self.X, self.y, self.memory_budget, self.gp_options
+        )
+        with torch.inference_mode():
+            return float(gp.log_marginal_likelihood())
+
     def predict(
         self, params: Tensor, noise: float, Xn: np.ndarray, include_noise: bool
     ) -> tuple[Tensor, Tensor]:
@@ -265,25 +293,6 @@ def _dense_lml(
         assert isinstance(value, Tensor)
         out.append(value)
     return torch.cat(out)
-
-
-def _lazy_lml(
-    X: Tensor,
-    y: Tensor,
-    structures: Sequence[DimWiseStructure],
-    params: Tensor,
-    noise: Tensor,
-    memory_budget: float,
-    options: Mapping[str, Any],
-) -> Tensor:
-    """``(K,)`` LMLs through ExactGP's iterative backends (CG solve, SLQ log-determinant)."""
-    values = [  # one large-n GP per kernel: each is a full CG solve
-        _exact_gp(
-            s, params[i], float(noise[i]), X, y, memory_budget, options
-        ).log_marginal_likelihood()
-        for i, s in enumerate(structures)
-    ]
-    return torch.stack(values).detach()
 
 
 class Amortizer:
@@ -476,19 +485,22 @@ class Amortizer:
         yn = torch.as_tensor(norm.transform_y(ya), dtype=self.dtype, device=self.device)
         params, noise, n_enc = self.predict_parameters(Xn, yn, structures)
         sym, smask = self._encode(structures, d)
+        dense = self.gp_backend(n) == "cholesky"
         steps = 0
         if refine > 0:
+            if not dense:
+                raise ValueError(
+                    f"refine={refine} runs dense Type-2 ML, which n = {n} points exceed "
+                    f"(dense limit of the memory budget {self.memory_budget:.3g} bytes); "
+                    "use refine=0 or a subset of the data"
+                )
             params, noise = self._refine(Xn, yn, structures, params, noise, refine)
             steps = refine
-        with torch.inference_mode():
-            if self.gp_backend(n) == "cholesky":  # all kernels in one batch
-                lml = _dense_lml(Xn, yn, sym, smask, params, noise, self.vocabulary)
-            else:
-                lml = _lazy_lml(
-                    Xn, yn, structures, params, noise, self.memory_budget, self.gp_options
-                )
+        lml: list[float | None] = [None] * len(structures)
+        if dense:  # all kernels in one batch; lazily per kernel on the CG backends
+            with torch.inference_mode():
+                lml = _dense_lml(Xn, yn, sym, smask, params, noise, self.vocabulary).tolist()
         elapsed = time.perf_counter() - t0
-        offset = norm.lml_offset(n)
         results = []
         for i, s in enumerate(structures):  # assembling per-kernel reports (not a hot path)
             p = params[i, : s.n_dims, : s.max_addends].detach().to("cpu", torch.float64)
@@ -507,7 +519,6 @@ class Amortizer:
                 for pn in s.param_names()
             )
             nz = float(noise[i])
-            value = float(lml[i])
             gp = _GPData(Xn, yn, s, self.memory_budget, self.gp_options)
             results.append(
                 KernelResult(
@@ -515,8 +526,6 @@ class Amortizer:
                     params=p,
                     noise=nz,
                     noise_original=nz * norm.y_std**2,
-                    log_marginal_likelihood=value,
-                    log_marginal_likelihood_original=value + offset,
                     table=table,
                     time_s=elapsed,
                     refine_steps=steps,
@@ -524,6 +533,7 @@ class Amortizer:
                     encoder_points=n_enc,
                     normalization=norm,
                     _gp=gp,
+                    _lml=lml[i],
                 )
             )
         return results

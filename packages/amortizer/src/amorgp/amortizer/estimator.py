@@ -138,8 +138,17 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.n_features_in_ = Xa.shape[1]
         hyper = {f"d{h.dim}.{h.addend}.{h.symbol}.{h.name}": h.value for h in result.table}
         self.hyperparameters_: dict[str, float] = {**hyper, "noise": result.noise}
-        self.log_marginal_likelihood_ = result.log_marginal_likelihood_original
         return self
+
+    @property
+    def log_marginal_likelihood_(self) -> float:
+        """Log marginal likelihood of the training targets in original units.
+
+        Computed on first access above the dense limit (see :class:`KernelResult`).
+        """
+        if "result_" not in self.__dict__:
+            raise AttributeError("log_marginal_likelihood_ is available after fit")
+        return self.result_.log_marginal_likelihood_original
 
     def predict(self, X: Any, return_std: bool = False) -> Any:
         """Predictive mean ``(m,)`` at ``X (m, d)``; with ``return_std`` also the std of ``y``.
