@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import functools
 import math
+import os
 import platform
 import statistics
 import tempfile
@@ -171,12 +172,18 @@ def throughput(presets: list[str], batch_size: int, steps: int) -> list[str]:
         "| preset | parameters | train step (datasets/s) | simulator (datasets/s) |",
         "|---|---|---|---|",
     ]
-    tc = TrainConfig(batch_size=batch_size, n_max=100, max_dims=4)
-    for name in presets:
+    base_tc = TrainConfig(batch_size=batch_size, n_max=100, max_dims=4)
+    rows: list[tuple[str, TrainConfig]] = [(name, base_tc) for name in presets]
+    rows += [
+        ("small + 4 size buckets (exact)", dataclasses.replace(base_tc, size_buckets=4)),
+        ("small + random 48 points", dataclasses.replace(base_tc, encoder_points=48)),
+    ]
+    for label, tc in rows:
+        name = label.split(" ")[0]
         net = PRESETS[name].network
         sim = Simulator(simulator_config(net, tc))
         g = torch.Generator().manual_seed(0)
-        batches = [sim.sample(batch_size, g) for _ in range(steps + 1)]
+        batches = [sim.sample(batch_size, g) for _ in range(steps + 1)]  # same data per row
         sm, slo, shi = _stats(functools.partial(sim.sample, batch_size, g), steps, warmup=0)
         torch.manual_seed(0)
         model = build_model(net)
@@ -188,8 +195,9 @@ def throughput(presets: list[str], batch_size: int, steps: int) -> list[str]:
             opt: torch.optim.Optimizer = opt,
             it: Iterator[SimulatedBatch] = it,
             vocab: Vocabulary = net.vocabulary,
+            cfg: TrainConfig = tc,
         ) -> None:
-            out = training_loss(model, next(it), vocab, tc)
+            out = training_loss(model, next(it), vocab, cfg, torch.Generator().manual_seed(0))
             opt.zero_grad()
             out.loss.backward()
             opt.step()
@@ -197,7 +205,7 @@ def throughput(presets: list[str], batch_size: int, steps: int) -> list[str]:
         m, lo, hi = _stats(step, steps)
         rate = f"{batch_size / m:.1f} [{batch_size / hi:.1f}, {batch_size / lo:.1f}]"
         srate = f"{batch_size / sm:.1f} [{batch_size / shi:.1f}, {batch_size / slo:.1f}]"
-        lines.append(f"| {name} | {count_parameters(model):,d} | {rate} | {srate} |")
+        lines.append(f"| {label} | {count_parameters(model):,d} | {rate} | {srate} |")
         print(lines[-1], flush=True)
     return lines
 
@@ -217,8 +225,7 @@ def efficiency(minutes: float) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         val_dir = None
         variants: tuple[tuple[str, dict[str, int]], ...] = (
-            ("all points, one padded batch", {}),
-            ("all points, 4 size buckets (exact)", {"size_buckets": 4}),
+            ("all points", {}),
             ("random 48 points", {"encoder_points": 48}),
             ("random 24 points", {"encoder_points": 24}),
         )
@@ -291,9 +298,10 @@ def main() -> None:
         "# amorgp.amortizer benchmarks",
         "",
         f"Machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-        f"torch {torch.__version__}, CPU only.  The 2 CPU cores were shared with other jobs while this ran",
-        "(load average well above 2), so absolute numbers are noisy and pessimistic; ratios measured",
-        "side by side in one run are the meaningful part.  Regenerate with",
+        f"torch {torch.__version__}, CPU only.  The CPU cores were shared with other jobs while this ran",
+        f"(1-minute load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores when the report was",
+        "written), so absolute numbers are noisy and pessimistic, by up to an order of magnitude;",
+        "rows measured side by side are the meaningful part.  Regenerate with",
         "`python benchmarks/bench_amortizer.py` (`--quick` for a short run).",
         "",
     ]

@@ -225,12 +225,12 @@ PRESETS: dict[str, Preset] = {
         TrainConfig(
             batch_size=32,
             lr=5e-4,
-            warmup_steps=200,
+            warmup_steps=50,
             n_max=100,
             max_dims=4,
-            encoder_points=0,
+            encoder_points=48,  # measured: 1.6x datasets/s, val NLL no worse at equal time
             val_size=128,
-            val_every=100,
+            val_every=50,
             num_workers=1,
         ),
         "a 2-core CPU, about an hour of training",
