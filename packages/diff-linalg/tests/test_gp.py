@@ -208,3 +208,18 @@ def test_padding_invariance_property(n_per, extra, strategy, n_buckets, seed):
         m = mask[i]
         ref = _dense_lml(K[i][m][:, m], y[i][m], noise[i])
         torch.testing.assert_close(out[i], ref, atol=1e-8, rtol=1e-9)
+
+
+def test_readme_example_runs_and_matches_scipy():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S)
+    assert code is not None
+    ns: dict = {}
+    exec(code.group(1), ns)  # the example prints; its variables are checked here
+    K, y, mask, noise = ns["K"].detach(), ns["y"], ns["mask"], ns["noise"]
+    ref = _scipy_lml(K, y, noise, mask) / mask.sum(-1)
+    torch.testing.assert_close(ns["lml"].detach(), ref)
+    assert ns["lengthscale"].grad is not None
