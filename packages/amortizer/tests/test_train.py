@@ -143,3 +143,12 @@ def test_size_buckets_give_the_same_prediction_and_gradient() -> None:
         ).loss.backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-8, atol=1e-10)
+
+
+def test_dataloader_workers_give_the_same_data_as_in_process(tmp_path: Path) -> None:
+    """One worker process produces the stream the main process would (same losses)."""
+    a = train(tmp_path / "w0", NET, TC, max_steps=2, progress=False)
+    b = train(
+        tmp_path / "w1", NET, dataclasses.replace(TC, num_workers=1), max_steps=2, progress=False
+    )
+    assert a.losses == b.losses
