@@ -109,3 +109,11 @@ def test_lin_has_no_original_units() -> None:
     assert norm.to_original(0, "LIN", 0, 1.0) is None
     assert norm.to_original(0, "SE*LIN", 2, 1.0) is None  # lin_offset
     assert norm.to_original(0, "SE*LIN", 1, 1.0) == 3.0  # its lengthscale still maps
+
+
+def test_read_test_table_rejects_unknown_columns(tmp_path: Path) -> None:
+    f = _write(tmp_path / "t.csv", "a,b,other\n1,2,3\n")
+    with pytest.raises(ValueError, match=r"unexpected column\(s\) \['other'\]"):
+        read_csv(f, require_target=False, feature_names=("a", "b"), training=False)
+    ds = read_csv(f, "other", feature_names=("a", "b"), training=False)
+    assert ds.target_name == "other"

@@ -269,9 +269,10 @@ def read_csv(
         tname = target if target is not None else None
         if tname is None:
             extra = [c for c in header if c not in feature_names]
-            if len(extra) > 1:
-                raise ValueError(f"{path}: unexpected columns {extra}")
-            tname = extra[0] if extra else None
+            if extra:
+                raise ValueError(
+                    f"{path}: unexpected column(s) {extra}; the inputs are {list(feature_names)}"
+                )
         if tname is None and require_target:
             raise ValueError(f"{path} has no target column")
     else:
