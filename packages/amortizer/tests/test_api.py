@@ -381,3 +381,13 @@ def test_refine_needs_the_dense_backend(tiny_checkpoint: Path) -> None:
     a = Amortizer.from_pretrained(tiny_checkpoint, memory_budget=8 * 300**2 * 2)
     with pytest.raises(ValueError, match="refine=2 runs dense Type-2 ML"):
         a.infer(X, y, "SE", refine=2)
+
+
+def test_satisfies_the_inference_protocol(amz: Amortizer) -> None:
+    from amorgp.baselines.protocol import HyperparameterInference, KernelFit
+
+    assert isinstance(amz, HyperparameterInference)
+    X, y = _data(20, 1, seed=11)
+    fits = amz.fit_many(X, y, ["SE", "PER"])
+    assert all(isinstance(f, KernelFit) for f in fits)
+    assert fits[1].log_marginal_likelihood == amz.infer(X, y, "PER").log_marginal_likelihood

@@ -538,6 +538,14 @@ class Amortizer:
             )
         return results
 
+    def fit_many(
+        self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
+    ) -> list[KernelResult]:
+        """:meth:`infer_many` under the name of the inference protocol
+        (``amorgp.baselines.protocol.HyperparameterInference``) that model averaging and
+        structure search consume, so the amortizer and the baselines are interchangeable."""
+        return self.infer_many(X, y, kernels)
+
     def gp_backend(self, n: int) -> str:
         """The ExactGP backend for ``n`` points: ``"cholesky"``, ``"cg"`` or ``"keops"``."""
         return choose_backend(n, self.dtype, self.device, self.memory_budget)
