@@ -13,8 +13,10 @@ RQ      ``s^2 (1 + r^2 / (2 alpha l^2))^(-alpha)``                             v
 ======  =====================================================================  =======================
 
 PER uses the paper's ``1/(2 l^2)`` inside the exponent (Bitzer et al. 2023,
-Appendix A).  GPyTorch's ``PeriodicKernel`` and Duvenaud's kernel cookbook use
-``2 sin^2(...) / l^2`` instead, so their lengthscale is ``2 l`` of ours.
+Appendix A).  Duvenaud's kernel cookbook uses ``2 sin^2(...) / l_D^2`` instead,
+so ``l_D = 2 l``.  GPyTorch's ``PeriodicKernel`` documents the same form but its
+code (1.11-1.15) evaluates ``exp(-2 sin^2(...) / l_gp)`` with the lengthscale not
+squared, so ``l_gp = 4 l^2`` (checked by lazy-kernels' conformance suite).
 
 A *base symbol* is an elementary kernel or a 2-gram product of two distinct
 elementary kernels, e.g. ``SE*LIN``.  A product symbol carries **one** variance
