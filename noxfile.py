@@ -136,9 +136,11 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
-    """The main job on a bundled default."""
-    _install_packages(session, ["kernel-grammar"])
-    session.run("python", "-m", "amorgp.kernel_grammar", "SE*LIN + PER", "--dims", "2")
+    """The main job on a bundled default: amortized inference on the airline data."""
+    _install_packages(session, ["amortizer"])
+    out = ROOT / "runs" / "demo"
+    out.mkdir(parents=True, exist_ok=True)
+    session.run("amorgp", "demo", "--plot", str(out / "amorgp-demo.png"), *session.posargs)
 
 
 @nox.session(python=PYTHON)
