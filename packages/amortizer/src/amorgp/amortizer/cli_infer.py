@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -118,10 +119,15 @@ def _infer(
     amz: Amortizer, data: Dataset, kernels: Sequence[str], refine: int
 ) -> list[KernelResult]:
     assert data.y is not None
-    try:
-        return amz.infer_many(data.X, data.y, list(kernels), refine=refine)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        try:
+            results = amz.infer_many(data.X, data.y, list(kernels), refine=refine)
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
+    for w in caught:  # one clean line on stderr instead of a warnings traceback line
+        click.echo(f"Warning: {w.message}", err=True)
+    return results
 
 
 def _fmt(x: float | None) -> str:
@@ -241,13 +247,17 @@ def _plot_prediction(
     else:
         cols = min(d, 4)
         rows = math.ceil(d / cols)
-        fig, axs = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+        fig, axs = plt.subplots(
+            rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, layout="constrained"
+        )
         flat = list(axs.reshape(-1))
         plot_slices(
             flat[:d], train.X, train.y, _predictor(result), feature_names=train.feature_names
         )
         for ax in flat[d:]:
             ax.axis("off")
+        for ax in axs[:, 0]:
+            ax.set_ylabel(train.target_name or "y")
         fig.suptitle(f"{result.kernel_text}: slices through the training medians")
     _save_figure(fig, path)
     plt.close(fig)
