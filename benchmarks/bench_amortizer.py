@@ -25,7 +25,7 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -40,7 +40,7 @@ from amorgp.amortizer import (
 )
 from amorgp.amortizer.train import simulator_config
 from amorgp.kernel_grammar import Vocabulary
-from amorgp.simulator import SimulatedBatch, Simulator
+from amorgp.simulator import Simulator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -160,6 +160,12 @@ def _type2ml(X: torch.Tensor, y: torch.Tensor, d: int) -> Callable[[], object] |
     return lambda: fit_type2ml_batch(batch)
 
 
+def _rate(count: int, times: list[float]) -> str:
+    times = sorted(times)
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+    return f"{count / statistics.median(times):.1f} [{count / q[2]:.1f}, {count / q[0]:.1f}]"
+
+
 def throughput(presets: list[str], batch_size: int, steps: int) -> list[str]:
     lines = [
         "## Training throughput (datasets/s, median [25 %, 75 %])",
@@ -168,6 +174,8 @@ def throughput(presets: list[str], batch_size: int, steps: int) -> list[str]:
         "paper structure prior, positive and negative pairs): forward (float32), per-point NLL",
         "(float64, batched evaluator + Cholesky), backward, RAdam.  `simulator` is the cost of",
         "drawing the same batch (done by DataLoader workers in parallel with training).",
+        "Rows are measured interleaved (each repetition runs every row once), so changes of the",
+        "machine's load affect all rows alike.",
         "",
         "| preset | parameters | train step (datasets/s) | simulator (datasets/s) |",
         "|---|---|---|---|",
@@ -178,34 +186,37 @@ def throughput(presets: list[str], batch_size: int, steps: int) -> list[str]:
         ("small + 4 size buckets (exact)", dataclasses.replace(base_tc, size_buckets=4)),
         ("small + random 48 points", dataclasses.replace(base_tc, encoder_points=48)),
     ]
+    setups = []
     for label, tc in rows:
         name = label.split(" ")[0]
         net = PRESETS[name].network
         sim = Simulator(simulator_config(net, tc))
         g = torch.Generator().manual_seed(0)
         batches = [sim.sample(batch_size, g) for _ in range(steps + 1)]  # same data per row
-        sm, slo, shi = _stats(functools.partial(sim.sample, batch_size, g), steps, warmup=0)
         torch.manual_seed(0)
         model = build_model(net)
         opt = torch.optim.RAdam(model.parameters(), lr=1e-5)
-        it = iter(batches)
-
-        def step(
-            model: torch.nn.Module = model,
-            opt: torch.optim.Optimizer = opt,
-            it: Iterator[SimulatedBatch] = it,
-            vocab: Vocabulary = net.vocabulary,
-            cfg: TrainConfig = tc,
-        ) -> None:
-            out = training_loss(model, next(it), vocab, cfg, torch.Generator().manual_seed(0))
+        setups.append((label, sim, model, opt, batches, tc, net.vocabulary))
+    # interleaved: repetition r runs every row once, so load changes hit all rows alike
+    step_times: list[list[float]] = [[] for _ in setups]
+    sim_times: list[list[float]] = [[] for _ in setups]
+    for rep in range(steps + 1):
+        for i, (_, sim, model, opt, batches, tc, vocab) in enumerate(setups):
+            t = time.perf_counter()
+            out = training_loss(model, batches[rep], vocab, tc, torch.Generator().manual_seed(0))
             opt.zero_grad()
             out.loss.backward()
             opt.step()
-
-        m, lo, hi = _stats(step, steps)
-        rate = f"{batch_size / m:.1f} [{batch_size / hi:.1f}, {batch_size / lo:.1f}]"
-        srate = f"{batch_size / sm:.1f} [{batch_size / shi:.1f}, {batch_size / slo:.1f}]"
-        lines.append(f"| {label} | {count_parameters(model):,d} | {rate} | {srate} |")
+            t1 = time.perf_counter()
+            sim.sample(batch_size, torch.Generator().manual_seed(rep))
+            t2 = time.perf_counter()
+            if rep > 0:  # the first repetition is a warm-up
+                step_times[i].append(t1 - t)
+                sim_times[i].append(t2 - t1)
+    for (label, _, model, *_rest), st, sm in zip(setups, step_times, sim_times):
+        lines.append(
+            f"| {label} | {count_parameters(model):,d} | {_rate(batch_size, st)} | {_rate(batch_size, sm)} |"
+        )
         print(lines[-1], flush=True)
     return lines
 
@@ -314,7 +325,7 @@ def main() -> None:
             presets, dims, reps=3 if quick else 5, peer_dims=[1] if quick else [1, 4]
         )
     if "throughput" in wanted:
-        sections["throughput"] = throughput(presets, batch_size=16, steps=2 if quick else 3)
+        sections["throughput"] = throughput(presets, batch_size=16, steps=3 if quick else 5)
     if "efficiency" in wanted:
         sections["efficiency"] = efficiency(minutes)
     body = _merge(args.out, sections)
