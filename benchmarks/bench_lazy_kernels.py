@@ -412,17 +412,29 @@ def main() -> None:
         "are the result.",
         "",
     ]
-    body: list[str] = []
-    body += section_batched(args.quick)
-    body += section_accuracy()
-    body += section_exact_gp(args.quick)
-    body += section_compile()
-    body += section_matvec(args.quick, args.full)
-    body += ["", f"Total benchmark time: {time.time() - started:.0f} s."]
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = OUT.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(header + body) + "\n")
-    tmp.replace(OUT)
+    body: list[str] = []
+
+    def write(done: bool) -> None:  # rewrite after every section: partial results survive
+        tail = [""] + (
+            [f"Total benchmark time: {time.time() - started:.0f} s."]
+            if done
+            else ["(run in progress: later sections not yet written)"]
+        )
+        tmp = OUT.with_suffix(".md.tmp")
+        tmp.write_text("\n".join(header + body + tail) + "\n")
+        tmp.replace(OUT)
+
+    for section in (
+        lambda: section_batched(args.quick),
+        section_accuracy,
+        lambda: section_exact_gp(args.quick),
+        section_compile,
+        lambda: section_matvec(args.quick, args.full),
+    ):
+        body += section()
+        write(done=False)
+    write(done=True)
     print(f"wrote {OUT}")
 
 
