@@ -152,3 +152,13 @@ def test_dataloader_workers_give_the_same_data_as_in_process(tmp_path: Path) -> 
         tmp_path / "w1", NET, dataclasses.replace(TC, num_workers=1), max_steps=2, progress=False
     )
     assert a.losses == b.losses
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bf16_training_matches_cpu_loss_roughly(tmp_path: Path) -> None:
+    """On CUDA the network runs under bf16 autocast, the loss in float64; the first loss
+    (same initialisation and data) agrees with the CPU float32 one to bf16 accuracy."""
+    cpu = train(tmp_path / "cpu", NET, TC, max_steps=1, progress=False, device="cpu")
+    gpu = train(tmp_path / "gpu", NET, TC, max_steps=1, progress=False, device="cuda")
+    assert abs(gpu.losses[0] - cpu.losses[0]) < 0.05 * abs(cpu.losses[0]) + 0.05
