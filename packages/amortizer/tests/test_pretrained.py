@@ -78,7 +78,8 @@ def test_bundled_weights_load_through_from_pretrained(bundled):
     meta = json.loads((PRETRAINED_DIR / "checkpoint.json").read_text())
     assert set(meta["sha256"]) == {"model.safetensors"}  # model only, no optimiser state
     assert (PRETRAINED_DIR / "model.safetensors").stat().st_size < 16 * 2**20
-    assert "reproduce" in meta and "amorgp train" in meta["reproduce"]
+    assert "reproduce" in meta
+    assert "amorgp train" in meta["reproduce"]
 
 
 def test_bundled_model_beats_prior_mean_parameters(bundled, fixed_set):
