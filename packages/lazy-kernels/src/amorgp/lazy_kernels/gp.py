@@ -64,9 +64,11 @@ __all__ = [
 Backend = Literal["auto", "cholesky", "cg", "keops"]
 
 CHOLESKY_MAX_N = 6000
-"""Largest n for which ``auto`` uses dense Cholesky (float64, CPU): above it, CG with a
-pivoted-Cholesky preconditioner is faster per loss+gradient for smooth kernels with
-noise (crossover measured in docs/benchmarks/lazy-kernels.md)."""
+"""Largest n for which ``auto`` uses dense Cholesky (float64, CPU).  In the benchmark
+(docs/benchmarks/lazy-kernels.md, n <= 2000) Cholesky is still faster per loss+gradient
+than dense CG and exact, so the limit sits where its O(n^3) cost (a few seconds at
+n = 6000 on 2 cores) starts to exceed tens of O(n^2) CG iterations; it is a default, not a
+measured crossover beyond n = 2000."""
 
 
 def choose_backend(
