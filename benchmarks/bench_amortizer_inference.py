@@ -21,6 +21,7 @@ Usage: ``python benchmarks/bench_amortizer_inference.py [--quick] [--repeats R] 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -95,7 +96,8 @@ def main() -> None:
     lines = [
         "# Amortized inference on real data (`Amortizer.infer_many`)",
         "",
-        f"Machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
+        f"Machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, "
+        f"load average {os.getloadavg()[0]:.1f} at the end of the run; "
         f"kernels: {', '.join(kernels)}; repeats: {reps} (median [quartiles]; Type-2 ML and refine: 1 run).",
         f"Checkpoint: `{amz.network.model}`, trained on n <= {amz.encoder_points}. {ckpt}",
         "",
