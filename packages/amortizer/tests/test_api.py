@@ -391,3 +391,17 @@ def test_satisfies_the_inference_protocol(amz: Amortizer) -> None:
     fits = amz.fit_many(X, y, ["SE", "PER"])
     assert all(isinstance(f, KernelFit) for f in fits)
     assert fits[1].log_marginal_likelihood == amz.infer(X, y, "PER").log_marginal_likelihood
+
+
+def test_default_encoder_points_follow_the_training_recipe(tmp_path: Path) -> None:
+    network = PRESETS["tiny"].network
+    model = build_model(network)
+    recipe = PRESETS["tiny"].train.to_dict()
+    save_checkpoint(
+        tmp_path / "a", model, network, meta={"train": {**recipe, "encoder_points": 24}}
+    )
+    save_checkpoint(tmp_path / "b", model, network, meta={"train": {**recipe, "encoder_points": 0}})
+    save_checkpoint(tmp_path / "c", model, network)
+    assert Amortizer.from_pretrained(tmp_path / "a").encoder_points == 24
+    assert Amortizer.from_pretrained(tmp_path / "b").encoder_points == recipe["n_max"]
+    assert Amortizer.from_pretrained(tmp_path / "c").encoder_points == 250

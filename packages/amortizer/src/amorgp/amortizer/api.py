@@ -7,8 +7,9 @@ hyperparameters.  Steps of :meth:`Amortizer.infer_many`:
 1. validate ``X (n, d)``, ``y (n,)`` and normalise them (ARCHITECTURE §3, see
    :mod:`amorgp.amortizer.io`);
 2. the **dataset encoder** runs once on the normalised data.  If ``n`` exceeds
-   ``encoder_points`` (default: the largest dataset of the checkpoint's training
-   recipe, ``train.n_max``, else 250) it reads a uniformly random subset of
+   ``encoder_points`` (default: what the network read in training, the
+   checkpoint's ``train.encoder_points`` if set, else its largest dataset
+   ``train.n_max``, else 250) it reads a uniformly random subset of
    ``encoder_points`` points, drawn with a ``torch.Generator`` seeded by
    ``seed``: the encoder is permutation invariant, so a subset is a smaller
    sample of the same dataset;
@@ -304,7 +305,8 @@ class Amortizer:
         device: device of the network and the GP algebra.
         dtype: dtype of the GP algebra (float64 default; the network stays float32).
         encoder_points: most points the dataset encoder reads (default: the
-            checkpoint's ``train.n_max``, else :data:`DEFAULT_ENCODER_POINTS`).
+            checkpoint's ``train.encoder_points`` if set, else ``train.n_max``, else
+            :data:`DEFAULT_ENCODER_POINTS`).
         seed: seed of the encoder subset of large datasets.
         memory_budget: bytes the dense GP backends may use; ExactGP's ``"auto"``
             backend rule picks dense Cholesky, dense CG or KeOps CG with it.
@@ -342,7 +344,8 @@ class Amortizer:
         self.meta: dict[str, Any] = dict(meta or {})
         train = self.meta.get("train", {}) if isinstance(self.meta.get("train"), dict) else {}
         if encoder_points is None:
-            encoder_points = int(train.get("n_max", DEFAULT_ENCODER_POINTS))
+            trained_subset = int(train.get("encoder_points", 0) or 0)
+            encoder_points = trained_subset or int(train.get("n_max", DEFAULT_ENCODER_POINTS))
         if encoder_points < 1:
             raise ValueError(f"encoder_points must be >= 1, got {encoder_points}")
         self.device = torch.device(device)
