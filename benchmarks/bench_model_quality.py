@@ -426,6 +426,7 @@ def main() -> None:
     ap.add_argument("--n-max", type=int, default=100, help="simulated set: n ~ U{10..n_max}")
     ap.add_argument("--d-max", type=int, default=4, help="simulated set: d <= d_max")
     ap.add_argument("--sweep-pairs", type=int, default=50)
+    ap.add_argument("--sweep-restarts", type=int, default=1, help="Type-2 ML starts in the n sweep")
     ap.add_argument("--splits", type=int, default=2)
     ap.add_argument("--real-n-cap", type=int, default=150)
     ap.add_argument("--real-kernels", type=str, default="0,6,12,18")
@@ -477,7 +478,11 @@ def main() -> None:
         log(f"n_train sweep: n = {n}")
         c = replace(cfg, n_min=n, n_max=n, d_max=2, p_dims=1e-6)
         sweep[n] = evaluate_simulated(
-            models, simulated_pairs(c, args.sweep_pairs, SEED + n), vocab, args.restarts, SEED + n
+            models,
+            simulated_pairs(c, args.sweep_pairs, SEED + n),
+            vocab,
+            args.sweep_restarts,
+            SEED + n,
         )
     files = sorted((ROOT / "data").glob("*.csv"))
     log("real data")
@@ -522,7 +527,8 @@ def main() -> None:
         "",
         *_table(sim),
         "",
-        f"## n_train sweep at d = 2 ({args.sweep_pairs} pairs per n, 50 test points each)",
+        f"## n_train sweep at d = 2 ({args.sweep_pairs} pairs per n, 50 test points each, "
+        f"Type-2 ML with {args.sweep_restarts} start(s))",
         "",
     ]
     for n, res in sweep.items():
