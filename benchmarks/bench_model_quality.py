@@ -420,7 +420,7 @@ def main() -> None:
         help="phase-1 network (no noise fine-tuning); skipped if missing",
     )
     ap.add_argument(
-        "--restarts", type=int, default=1, help="Type-2 ML starts (default start + prior draws)"
+        "--restarts", type=int, default=5, help="Type-2 ML starts on the simulated test set"
     )
     ap.add_argument("--pairs", type=int, default=200)
     ap.add_argument("--n-max", type=int, default=100, help="simulated set: n ~ U{10..n_max}")
