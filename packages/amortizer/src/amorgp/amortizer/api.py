@@ -618,10 +618,29 @@ class Amortizer:
         noise: Tensor,
         steps: int,
     ) -> tuple[Tensor, Tensor]:
-        """``steps`` L-BFGS iterations of Type-2 ML from the amortized prediction."""
-        from amorgp.amortizer._refine import refine_type2ml
+        """``steps`` L-BFGS iterations of Type-2 ML warm-started at the amortized prediction.
 
-        return refine_type2ml(Xn, yn, structures, params, noise, steps, self.vocabulary)
+        The baselines' ``GP-ML (L-BFGS)`` fit (same objective, transform and
+        optimiser) with ``init`` = the network's ``params (K, D, L, P)`` and
+        ``noise (K,)``; a kernel whose refinement fails keeps its last finite
+        iterate.  Returns refined copies of the same shapes, dtype and device.
+        """
+        from amorgp.baselines import GPBatch, Type2MLSettings, fit_type2ml_batch
+
+        X64, y64 = (t.detach().to("cpu", torch.float64) for t in (Xn, yn))
+        batch = GPBatch.from_pairs(
+            [(X64, y64)] * len(structures), list(structures), self.vocabulary
+        )
+        D, L, P = batch.param_shape[1:]
+        start = params.detach().to("cpu", torch.float64)[:, :D, :L, :P]
+        fit = fit_type2ml_batch(
+            batch,
+            Type2MLSettings(optimizer="lbfgs", max_iters=steps),
+            init=(start, noise.detach().to("cpu", torch.float64)),
+        )
+        refined = params.detach().clone()
+        refined[:, :D, :L, :P] = fit.params.to(device=params.device, dtype=params.dtype)
+        return refined, fit.noise.to(device=noise.device, dtype=noise.dtype)
 
     def __repr__(self) -> str:
         return (

@@ -36,6 +36,7 @@ from amorgp.baselines.gp import (
     log_marginal_likelihood,
     log_prior,
     prior_raw,
+    unconstrain,
 )
 from amorgp.baselines.optim import batched_adam, lbfgs
 
@@ -127,18 +128,45 @@ def _first(f: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Sequence[Tensor]]
     return lambda p: f(p[0], p[1])[0]
 
 
+def _warm_raw(batch: GPBatch, init: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    """Unconstrained values of a given start ``(params (B, D, L, P), noise (B,))``."""
+    if not isinstance(init, tuple) or len(init) != 2:
+        raise ValueError("init must be a tuple (params (B, D, L, P), noise (B,))")
+    params, noise = (torch.as_tensor(t).to(batch.X) for t in init)
+    B = batch.batch_size
+    if tuple(params.shape) != batch.param_shape or tuple(noise.shape) != (B,):
+        raise ValueError(
+            f"init must have params of shape {batch.param_shape} and noise of shape ({B},), "
+            f"got {tuple(params.shape)} and {tuple(noise.shape)}"
+        )
+    _, used = batch.slot_kind()
+    if not bool(torch.isfinite(params[used]).all()) or not bool(torch.isfinite(noise).all()):
+        raise ValueError("init contains NaN or infinite values")
+    if bool((params[used] <= 0).any()) or bool((noise <= 0).any()):
+        raise ValueError("init parameters and noise variances must be positive")
+    return unconstrain(batch, params, noise)
+
+
 def _starts(
-    batch: GPBatch, s: Type2MLSettings, generator: torch.Generator | None
+    batch: GPBatch,
+    s: Type2MLSettings,
+    generator: torch.Generator | None,
+    init: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Unconstrained starts of the repeated batch (element ``b * restarts + i``)."""
+    """Unconstrained starts of the repeated batch (element ``b * restarts + i``).
+
+    ``init`` (given for the ``B / restarts`` pairs, already repeated) replaces the
+    default start.
+    """
     R = s.restarts
-    if s.init == "default" and R == 1:
-        return initial_raw(batch)
+    warm = init is not None
+    if (s.init == "default" or warm) and R == 1:
+        return _warm_raw(batch, init) if init is not None else initial_raw(batch)
     if generator is None:
         raise ValueError("random restarts (init='prior' or restarts > 1) need a torch.Generator")
     raw, raw_noise = prior_raw(batch, generator)
-    if s.init == "default":
-        d_raw, d_noise = initial_raw(batch)
+    if s.init == "default" or warm:
+        d_raw, d_noise = _warm_raw(batch, init) if init is not None else initial_raw(batch)
         first = torch.arange(batch.batch_size) % R == 0
         raw = torch.where(first[:, None, None, None], d_raw, raw)
         raw_noise = torch.where(first, d_noise, raw_noise)
@@ -150,6 +178,7 @@ def fit_type2ml_batch(
     settings: Type2MLSettings | None = None,
     *,
     generator: torch.Generator | None = None,
+    init: tuple[Tensor, Tensor] | None = None,
 ) -> BatchFit:
     """Fit every (dataset, kernel) pair of ``batch`` by Type-2 ML or MAP.
 
@@ -157,19 +186,28 @@ def fit_type2ml_batch(
         batch: ``B`` padded pairs (normalised data).
         settings: optimiser settings (default: paper GP-ML).
         generator: random source of prior-drawn restarts.
+        init: warm start ``(params (B, D, L, P), noise (B,))``: constrained kernel
+            parameters in the layout of :attr:`GPBatch.param_shape` (unused slots
+            ignored) and noise variances, normalised units.  It replaces the
+            default start (``settings.init``); with ``restarts > 1`` it is the first
+            start of each pair and the others are drawn from the priors.
 
     Returns:
         A :class:`BatchFit`.
 
     Raises:
-        ValueError: invalid batch or settings, or random restarts without a generator.
+        ValueError: invalid batch, settings or ``init`` (shape, non-finite or
+            non-positive values), or random restarts without a generator.
     """
     s = settings or Type2MLSettings()
     batch.validate()
     t0 = time.perf_counter()
     B, R = batch.batch_size, s.restarts
     big = batch.repeat(R) if R > 1 else batch
-    raw0, noise0 = _starts(big, s, generator)
+    if init is not None:
+        _warm_raw(batch, init)  # validate against the un-repeated batch
+        init = (init[0].repeat_interleave(R, 0), init[1].repeat_interleave(R, 0))
+    raw0, noise0 = _starts(big, s, generator, init)
     if s.optimizer == "adam":
         f = _objective(big, s.map)
         res = batched_adam(
