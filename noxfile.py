@@ -143,9 +143,16 @@ def demo(session: nox.Session) -> None:
     session.run("amorgp", "demo", "--plot", str(out / "amorgp-demo.png"), *session.posargs)
 
 
+BENCHMARKS = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py"))
+
+
 @nox.session(python=PYTHON)
-def benchmark(session: nox.Session) -> None:
-    """Benchmarks; each writes a Markdown table (and figure) under docs/benchmarks/."""
+@nox.parametrize("name", BENCHMARKS)
+def benchmark(session: nox.Session, name: str) -> None:
+    """One benchmark script; writes a Markdown table (and figure) under docs/benchmarks/.
+
+    ``nox -s benchmark`` runs them all; ``nox -s "benchmark(name='simulator')" -- --quick``
+    runs one as a smoke test (every script accepts ``--quick``).
+    """
     _install_packages(session, EXISTING, extra="bench")
-    for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
-        session.run("python", str(script), *session.posargs)
+    session.run("python", str(ROOT / "benchmarks" / f"bench_{name}.py"), *session.posargs)
