@@ -10,10 +10,14 @@ Sections (every ratio measured side by side in this run):
    and GPyTorch (Cholesky and BBMM);
 4. accuracy of CG solves and the SLQ log-determinant vs Cholesky;
 5. the batched heterogeneous evaluator vs a Python loop over GPyTorch kernel modules
-   for 128 mixed dimension-wise structures.
+   for 128 mixed dimension-wise structures;
+6. the batched evaluator on simulator batches (paper preset, B = 128, and B = 16 with
+   n <= 50), forward and forward + backward, process CPU time on one thread, against
+   the previous algorithm (token gather + ``segment_reduce``, frozen below).
 
-Usage: ``python benchmarks/bench_lazy_kernels.py [--quick] [--full]`` (``--full`` adds
-n = 1e5 KeOps matvecs and larger dense sizes).
+Usage: ``python benchmarks/bench_lazy_kernels.py [--quick] [--full] [--section NAME]``
+(``--full`` adds n = 1e5 KeOps matvecs and larger dense sizes; ``--section evaluator``
+runs section 6 alone and rewrites only its part of the report).
 """
 
 from __future__ import annotations
@@ -387,6 +391,116 @@ def section_batched(quick: bool) -> list[str]:
     return lines
 
 
+def _previous_evaluator(X1, X2, symbols, symbol_mask, params, vocab, dim_mask):  # type: ignore[no-untyped-def]
+    """The evaluator's previous algorithm, frozen here as the side-by-side peer: gather
+    every active token's columns, evaluate per symbol id, scatter the ``(T, N, M)`` token
+    values and reduce them with ``segment_reduce`` (sum over addends, product over dims)."""
+    from amorgp.lazy_kernels.tables import evaluate_symbol, symbol_tables
+
+    tables = symbol_tables(vocab, symbols.device)
+    B, N, D = X1.shape
+    L = symbols.shape[2]
+    P = tables.max_params
+    tok_mask = symbol_mask & dim_mask[..., None]
+    flat = tok_mask.reshape(-1).nonzero().squeeze(1)
+    pair_flat = flat // L
+    addends = tok_mask.sum(-1)[dim_mask]
+    n_dims = dim_mask.sum(-1)
+    sym = symbols.reshape(-1)[flat]
+    par = params.reshape(-1, params.shape[-1])[flat, :P]
+    cols1 = X1.transpose(1, 2).reshape(B * D, N)[pair_flat]
+    M = X2.shape[1]
+    cols2 = X2.transpose(1, 2).reshape(B * D, M)[pair_flat]
+    xa, xb = cols1[:, :, None], cols2[:, None, :]
+    T = sym.shape[0]
+    counts = torch.bincount(sym, minlength=tables.n_symbols + 1).tolist()
+    order = torch.argsort(sym, stable=True)
+    values = torch.empty((T, N, M), dtype=X1.dtype, device=X1.device)
+    start = counts[0]
+    for cs, count in zip(tables.compiled[1:], counts[1:]):
+        if count == 0:
+            continue
+        idx = order[start : start + count]
+        values[idx] = evaluate_symbol(cs, xa[idx], xb[idx], par[idx])
+        start += count
+    pair_sum = torch.segment_reduce(values, "sum", lengths=addends, unsafe=True)
+    return torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
+
+
+def _cpu_timeit(fn: Callable[[], object], repeats: int) -> tuple[float, float, float]:
+    """Median and quartiles of process CPU time (the machine is shared: wall time is not)."""
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t = time.process_time()
+        fn()
+        ts.append(time.process_time() - t)
+    ts.sort()
+    return statistics.median(ts), ts[len(ts) // 4], ts[(3 * len(ts)) // 4]
+
+
+def _evaluator_case(label: str, batch, repeats: int) -> list[str]:  # type: ignore[no-untyped-def]
+    from amorgp.kernel_grammar import PAPER_VOCABULARY
+    from amorgp.lazy_kernels import kernel_matrix_dimwise
+
+    X, sym, smask, dmask = batch.X, batch.true_symbols, batch.true_symbol_mask, batch.dim_mask
+    params = batch.params
+    p_req = params.clone().requires_grad_()
+    shape = f"{X.shape[1]} x {X.shape[2]} x {sym.shape[2]}"
+
+    def cur(p: torch.Tensor) -> torch.Tensor:
+        return kernel_matrix_dimwise(X, X, sym, smask, p, PAPER_VOCABULARY, dmask, validate=False)
+
+    def prev(p: torch.Tensor) -> torch.Tensor:
+        return _previous_evaluator(X, X, sym, smask, p, PAPER_VOCABULARY, dmask)
+
+    err = float((cur(params) - prev(params)).abs().max())
+    lines = []
+    for pass_name, grad in (("forward", False), ("forward + backward", True)):
+        ts = []
+        for f in (prev, cur):
+            if grad:
+                ts.append(_cpu_timeit(lambda f=f: f(p_req).sum().backward(), repeats))
+            else:
+                ts.append(_cpu_timeit(lambda f=f: f(params), repeats))
+        lines.append(
+            f"| {label} | {shape} | {pass_name} | {_fmt(ts[0])} | {_fmt(ts[1])} | "
+            f"{ts[0][0] / ts[1][0]:.2f}x | {err:.1e} |"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
+def section_evaluator(quick: bool) -> list[str]:
+    from amorgp.simulator import Simulator, SimulatorConfig
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    repeats = 3 if quick else 5
+    cases = [("paper preset, B = 128", 128, SimulatorConfig.paper())]
+    cases.append(("paper preset, n <= 50, B = 16", 16, SimulatorConfig.paper(n_max=50)))
+    if quick:
+        cases[0] = ("paper preset, n <= 120, B = 64", 64, SimulatorConfig.paper(n_max=120))
+    lines = [
+        "",
+        "## 6. Batched evaluator on simulator batches: current vs previous algorithm",
+        "",
+        "Structures, parameters and inputs drawn by `amorgp.simulator` (true structures); "
+        "float64; `torch.set_num_threads(1)`; process CPU time in ms, median [IQR] of "
+        f"{repeats} runs. *previous* = token gather, per-token `(T, N, M)` scatter and "
+        "`segment_reduce` (frozen copy in this script).",
+        "",
+        "| batch | N x D x L | pass | previous | current | speed-up | max abs diff |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, B, cfg in cases:
+        lines += _evaluator_case(
+            label, Simulator(cfg).sample(B, torch.Generator().manual_seed(3)), repeats
+        )
+    torch.set_num_threads(threads)
+    return lines
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         kind, *rest = sys.argv[2:]
@@ -399,7 +513,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes (CI smoke run)")
     ap.add_argument("--full", action="store_true", help="add n = 1e5 KeOps matvecs")
+    ap.add_argument(
+        "--section",
+        choices=["evaluator"],
+        help="run one section only and replace its part of an existing report",
+    )
     args = ap.parse_args()
+    if args.section == "evaluator":
+        lines = section_evaluator(args.quick)
+        marker = "\n## 6. "
+        old = OUT.read_text() if OUT.exists() else "# lazy-kernels benchmarks\n"
+        head, _, rest = old.partition(marker)
+        tail = rest[rest.index("\n## ") :] if "\n## " in rest else ""
+        if not rest and "\nTotal benchmark time" in head:
+            head, _, total = head.partition("\nTotal benchmark time")
+            tail = "\nTotal benchmark time" + total
+        tmp = OUT.with_suffix(".md.tmp")
+        tmp.write_text(head.rstrip("\n") + "\n" + "\n".join(lines) + "\n" + tail)
+        tmp.replace(OUT)
+        print(f"wrote {OUT}")
+        return
     torch.set_num_threads(2)
     started = time.time()
     header = [
@@ -427,6 +560,7 @@ def main() -> None:
 
     for section in (
         lambda: section_batched(args.quick),
+        lambda: section_evaluator(args.quick),
         section_accuracy,
         lambda: section_exact_gp(args.quick),
         section_compile,
