@@ -79,7 +79,9 @@ def test_predict_is_in_original_units_and_matches_the_dense_posterior() -> None:
     assert orig[(0, 0, "lengthscale")] == pytest.approx(
         res.hyperparameters[(0, 0, "lengthscale")] * rng0
     )
-    assert orig[(0, 0, "variance")] is None
+    assert orig[(0, 0, "variance")] == pytest.approx(
+        res.hyperparameters[(0, 0, "variance")] * norm.y_std**2
+    )
 
 
 def test_fit_many_equals_separate_fits() -> None:

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from amorgp.baselines.data import Normalizer, as_dataset, train_test_split
+from amorgp.kernel_grammar import DimWiseStructure
 
 
 def test_normalizer_matches_numpy_formulas() -> None:
@@ -27,13 +28,34 @@ def test_normalizer_matches_numpy_formulas() -> None:
     np.testing.assert_allclose(var.numpy(), y.var(), rtol=1e-12)
 
 
-def test_to_original_units() -> None:
-    norm = Normalizer.fit(torch.tensor([[0.0, 1.0], [4.0, 1.0]]), torch.tensor([1.0, 3.0]))
-    assert norm.to_original("lengthscale", 0, 0.5) == pytest.approx(2.0)
-    assert norm.to_original("se_period", 0, 0.25) == pytest.approx(1.0)
-    assert norm.to_original("lengthscale", 1, 0.5) is None  # constant column
-    assert norm.to_original("noise", 0, 0.5) == pytest.approx(0.5 * 1.0)  # std of [1, 3] is 1
-    assert norm.to_original("variance", 0, 0.5) is None
+def test_original_units_reproduce_the_kernel() -> None:
+    """The kernel evaluated on original data with original-unit values equals s_y^2 times
+    the normalised kernel on normalised data (lengthscales, periods, variances)."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform([10, -2], [30, 7], size=(15, 2))
+    y = rng.normal(100, 20, 15)
+    norm = Normalizer.fit(X, y)
+    s = DimWiseStructure.parse("(SE + PER)@0 * (SE*PER)@1")
+    params = rng.uniform(0.3, 2.0, size=(2, 2, 4))
+    orig = params.copy()
+    for pn in s.param_names():
+        value = norm.to_original(pn.dim, pn.symbol, pn.slot, params[pn.dim, pn.addend, pn.slot])
+        assert value is not None
+        orig[pn.dim, pn.addend, pn.slot] = value
+    Xn = norm.transform_x(torch.as_tensor(X)).numpy()
+    K_norm = s.reference(Xn, Xn, params)
+    K_orig = s.reference(X, X, orig)
+    np.testing.assert_allclose(K_orig, norm.y_std**2 * K_norm, rtol=1e-10)
+    assert norm.noise_to_original(0.5) == pytest.approx(0.5 * y.var())
+    assert norm.lml_offset(15) == pytest.approx(-15 * np.log(y.std()))
+
+
+def test_lin_and_constant_columns_have_no_original_units() -> None:
+    norm = Normalizer.fit(torch.tensor([[1.0, 5.0], [2.0, 5.0], [4.0, 5.0]]), torch.ones(3))
+    assert norm.to_original(0, "LIN", 0, 1.0) is None
+    assert norm.to_original(0, "SE*LIN", 2, 1.0) is None  # lin_offset
+    assert norm.to_original(0, "SE*LIN", 1, 1.0) == 3.0  # its lengthscale still maps
+    assert norm.to_original(1, "SE", 1, 0.5) is None  # lengthscale of a constant column
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer, Hyperparameter, Kern
 from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint, load_model, save_checkpoint
 from amorgp.amortizer.config import PRESETS, NetworkConfig, Preset, TrainConfig, preset
 from amorgp.amortizer.estimator import AmortizedGPRegressor
-from amorgp.amortizer.io import Dataset, Normalization, as_dataset, read_csv
+from amorgp.amortizer.io import Dataset, as_dataset, read_csv
 from amorgp.amortizer.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.amortizer.model import (
     AmortizedGP,
@@ -47,7 +47,6 @@ __all__ = [
     "Dataset",
     "Hyperparameter",
     "KernelResult",
-    "Normalization",
     "as_dataset",
     "read_csv",
     "SE_VOCABULARY",

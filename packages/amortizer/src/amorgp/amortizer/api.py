@@ -43,15 +43,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import NetworkConfig
-from amorgp.amortizer.io import Normalization, as_dataset
+from amorgp.amortizer.io import as_dataset
 from amorgp.amortizer.layers import masked_mean
 from amorgp.amortizer.model import AmortizedGP
+from amorgp.baselines.data import Normalizer
 from amorgp.diff_linalg import gp_log_marginal_likelihood
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, base_symbol, encode
 from amorgp.lazy_kernels import DimWiseKernel, ExactGP, choose_backend, kernel_matrix_dimwise
@@ -130,7 +130,7 @@ class KernelResult:
     refine_steps: int
     n_points: int
     encoder_points: int
-    normalization: Normalization
+    normalization: Normalizer
     _gp: _GPData | None = field(default=None, repr=False)
     _lml: float | None = field(default=None, repr=False)
 
@@ -186,9 +186,9 @@ class KernelResult:
         Xq, _ = as_dataset(X_new)
         Xn = self.normalization.transform_x(Xq)
         mean, var = self._gp.predict(self.params, self.noise, Xn, include_noise)
-        m, v = self.normalization.inverse_y(mean.cpu().numpy(), var.cpu().numpy())
-        assert v is not None
-        return torch.as_tensor(m), torch.as_tensor(v)
+        return self.normalization.unnormalize_predictive(
+            mean.to("cpu", torch.float64), var.to("cpu", torch.float64)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (kernel text, hyperparameters in both units, noise, LML, time)."""
@@ -234,7 +234,7 @@ class _GPData:
             return float(gp.log_marginal_likelihood())
 
     def predict(
-        self, params: Tensor, noise: float, Xn: np.ndarray, include_noise: bool
+        self, params: Tensor, noise: float, Xn: Tensor, include_noise: bool
     ) -> tuple[Tensor, Tensor]:
         X = self.X
         Xq = torch.as_tensor(Xn, dtype=X.dtype, device=X.device)
@@ -483,7 +483,7 @@ class Amortizer:
                 UserWarning,
                 stacklevel=2,
             )
-        norm = Normalization.fit(Xa, ya)
+        norm = Normalizer.fit(Xa, ya)
         Xn = torch.as_tensor(norm.transform_x(Xa), dtype=self.dtype, device=self.device)
         yn = torch.as_tensor(norm.transform_y(ya), dtype=self.dtype, device=self.device)
         params, noise, n_enc = self.predict_parameters(Xn, yn, structures)

@@ -1,50 +1,23 @@
-"""Datasets for inference: validation, CSV loading and the normalisation contract.
+"""Datasets for inference: validation and CSV loading.
 
 The normalisation contract (ARCHITECTURE §3, stored in every checkpoint as
-``NORMALISATION``): each input column is min-max scaled to ``[0, 1]`` (a
-constant column maps to 0.5) and the targets are standardised,
-
-.. math::
-
-    \\tilde x_{d} = (x_d - \\min_d) / r_d, \\qquad \\tilde y = (y - \\bar y) / s_y ,
-
-with ``r_d`` the column range and ``s_y`` the population standard deviation.
-The network and the GP only ever see ``(x~, y~)``.
-
-Hyperparameters map back to original units exactly where the kernel in
-original units has the same parametric form (:meth:`Normalization.to_original`):
-
-* lengthscales and periods of column ``d``: ``l = l~ r_d`` (``None`` for a
-  constant column); the lengthscale of a ``PER`` factor divides
-  ``sin^2(pi r / p)``, is unit-free and keeps its value;
-* the noise variance: ``sigma^2 = sigma~^2 s_y^2``;
-* variances: the kernel is a product over dimensions, so the factor ``s_y^2``
-  belongs to the product, not to one factor.  By convention it is assigned to
-  input dimension 0: variances of dimension 0 are multiplied by ``s_y^2``, those
-  of the other dimensions (unit-free factors) are unchanged.  The kernel built
-  from the original-unit values is exactly the normalised one mapped back;
-* ``LIN``: ``x~ x~' = (x - m)(x' - m) / r^2`` is not of the form
-  ``a x x' + b`` unless the column minimum is 0, so a ``LIN``-containing
-  symbol's variance and offset have no exact original-unit value and are
-  reported in normalised units only (``None`` in original units).
-
-The log marginal likelihood in original units is
-``log p(y) = log p(y~) - n log s_y`` (Jacobian of the target map).
+``NORMALISATION``) is :class:`amorgp.baselines.Normalizer`: each input column is
+min-max scaled to ``[0, 1]`` (a constant column maps to 0.5), the targets are
+standardised, and hyperparameters map back to original units where the map is
+exact (:meth:`~amorgp.baselines.Normalizer.to_original`).  The network and the
+GP only ever see normalised data.
 """
 
 from __future__ import annotations
 
 import csv
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from amorgp.kernel_grammar import base_symbol
-
-__all__ = ["MIN_POINTS", "Dataset", "Normalization", "as_dataset", "read_csv"]
+__all__ = ["MIN_POINTS", "Dataset", "as_dataset", "read_csv"]
 
 MIN_POINTS = 3
 """Fewest points a dataset may have (a GP fit to fewer is meaningless)."""
@@ -104,88 +77,6 @@ def as_dataset(
     if training and float(np.ptp(ya)) == 0.0:
         raise ValueError("y is constant; a GP needs targets that vary")
     return Xa, ya
-
-
-@dataclass(frozen=True)
-class Normalization:
-    """Min-max input scaling and target standardisation (ARCHITECTURE §3).
-
-    Attributes:
-        x_min: ``(d,)`` column minima.
-        x_range: ``(d,)`` column ranges ``max - min`` (0 for a constant column).
-        y_mean: target mean.
-        y_std: target population standard deviation (1 for constant targets).
-    """
-
-    x_min: np.ndarray
-    x_range: np.ndarray
-    y_mean: float
-    y_std: float
-
-    @classmethod
-    def fit(cls, X: np.ndarray, y: np.ndarray) -> Normalization:
-        """Fit on ``X (n, d)`` and ``y (n,)`` (validate them with :func:`as_dataset` first)."""
-        x_min = X.min(0)
-        std = float(y.std())
-        return cls(x_min, X.max(0) - x_min, float(y.mean()), std if std > 0 else 1.0)
-
-    @property
-    def n_dims(self) -> int:
-        return int(self.x_min.shape[0])
-
-    def transform_x(self, X: np.ndarray) -> np.ndarray:
-        """``(X - min) / range`` per column; a constant column maps to 0.5.
-
-        Raises:
-            ValueError: ``X`` has a different number of columns.
-        """
-        X = np.asarray(X, dtype=np.float64)
-        X = X[:, None] if X.ndim == 1 else X
-        if X.ndim != 2 or X.shape[1] != self.n_dims:
-            raise ValueError(
-                f"X has shape {X.shape}; the data were fitted with {self.n_dims} column(s)"
-            )
-        const = self.x_range <= 0
-        scaled = (X - self.x_min) / np.where(const, 1.0, self.x_range)
-        return np.where(const, 0.5, scaled)
-
-    def transform_y(self, y: np.ndarray) -> np.ndarray:
-        return (np.asarray(y, dtype=np.float64) - self.y_mean) / self.y_std
-
-    def inverse_y(
-        self, mean: np.ndarray, var: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Predictive mean (and variance) from normalised to original units."""
-        m = np.asarray(mean) * self.y_std + self.y_mean
-        return m, None if var is None else np.asarray(var) * self.y_std**2
-
-    def lml_offset(self, n: int) -> float:
-        """``-n log s_y``: add to a normalised log marginal likelihood of ``n`` points."""
-        return -n * math.log(self.y_std)
-
-    def to_original(self, dim: int, symbol: str, slot: int, value: float) -> float | None:
-        """One kernel hyperparameter in original units, or ``None`` where no exact map exists.
-
-        See the module docstring for the rules.
-        """
-        sym = base_symbol(symbol)
-        spec = sym.params[slot]
-        if spec.kind.value in ("lengthscale", "period"):
-            factor = next(
-                (f, e)
-                for f in sym.factors
-                for e, n in sym.factor_param_names(f).items()
-                if n == spec.name
-            )
-            if factor == ("PER", "lengthscale"):  # divides sin^2(pi r / p): unit-free
-                return value
-            r = float(self.x_range[dim])
-            return value * r if r > 0 else None
-        if "LIN" in sym.factors:
-            return None
-        if spec.kind.value == "variance":
-            return value * self.y_std**2 if dim == 0 else value
-        return None
 
 
 @dataclass(frozen=True)

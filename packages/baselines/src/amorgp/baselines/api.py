@@ -96,9 +96,15 @@ class FitResult:
     _log_predictive: LogPredictive | None = field(default=None, repr=False, compare=False)
 
     def hyperparameters_original(self) -> dict[tuple[int, int, str], float | None]:
-        """Hyperparameters in original units where the map is exact (else ``None``)."""
+        """Hyperparameters in original units where the map is exact (else ``None``).
+
+        See :meth:`~amorgp.baselines.data.Normalizer.to_original` for the rules.
+        """
         return {
-            k: self.normalizer.to_original(k[2], k[0], v) for k, v in self.hyperparameters.items()
+            (p.dim, p.addend, p.param): self.normalizer.to_original(
+                p.dim, p.symbol, p.slot, self.hyperparameters[(p.dim, p.addend, p.param)]
+            )
+            for p in self.kernel.param_names()
         }
 
     def _x(self, X_new: Any) -> Tensor:

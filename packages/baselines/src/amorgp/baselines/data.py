@@ -1,18 +1,34 @@
 """Dataset validation and the normalisation contract (ARCHITECTURE §3).
 
 Inputs are min-max scaled per column to ``[0, 1]`` (a constant column maps to
-``0.5``) and targets are standardised, ``y_n = (y - mean) / std``.  Every GP
-computation of this package runs on normalised data; predictions are mapped
-back to the original units by :meth:`Normalizer.unnormalize_predictive`:
+``0.5``) and targets are standardised with the population standard deviation,
 
 .. math::
 
-    \\mu = \\mu_n \\cdot \\mathrm{std} + \\mathrm{mean}, \\qquad
-    \\sigma^2 = \\sigma_n^2 \\cdot \\mathrm{std}^2 .
+    \\tilde x_{d} = (x_d - \\min_d) / r_d, \\qquad \\tilde y = (y - \\bar y) / s_y .
 
-Hyperparameters are reported in normalised units; lengthscales and periods of
-input column ``d`` and the noise variance also map exactly to original units
-(``l_orig = l * range_d``, ``sigma^2_orig = sigma^2 * std^2``).
+Every GP computation runs on normalised data; predictions are mapped back to the
+original units by :meth:`Normalizer.unnormalize_predictive`
+(``mu = mu~ s_y + y_bar``, ``sigma^2 = sigma~^2 s_y^2``), and a normalised log
+density of ``n`` targets becomes one of the original targets by adding
+``-n log s_y`` (:meth:`Normalizer.lml_offset`).
+
+Hyperparameters are reported in normalised units, and in original units where
+the kernel in original units has the same parametric form
+(:meth:`Normalizer.to_original`):
+
+* lengthscales and periods of column ``d``: ``l = l~ r_d`` (``None`` for a
+  constant column); the lengthscale of a ``PER`` factor divides
+  ``sin^2(pi r / p)``, is unit-free and keeps its value;
+* the noise variance: ``sigma^2 = sigma~^2 s_y^2`` (:meth:`Normalizer.noise_to_original`);
+* variances: the kernel is a product over dimensions, so the factor ``s_y^2``
+  belongs to the product, not to one factor.  By convention it is assigned to
+  input dimension 0: variances of dimension 0 are multiplied by ``s_y^2``, those
+  of the other dimensions (unit-free factors) are unchanged.  The kernel built
+  from the original-unit values is exactly the normalised one mapped back;
+* ``LIN``: ``x~ x~' = (x - m)(x' - m) / r^2`` is not of the form
+  ``a x x' + b`` unless the column minimum is 0, so a ``LIN``-containing
+  symbol's variance and offset have no exact original-unit value (``None``).
 """
 
 from __future__ import annotations
@@ -24,6 +40,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+
+from amorgp.kernel_grammar import base_symbol
 
 __all__ = ["Normalizer", "as_dataset", "train_test_split"]
 
@@ -76,8 +94,8 @@ class Normalizer:
     y_std: float
 
     @classmethod
-    def fit(cls, X: Tensor, y: Tensor) -> Normalizer:
-        """Fit on ``X (n, d)`` and ``y (n,)`` (validated by :func:`as_dataset`)."""
+    def fit(cls, X: Any, y: Any) -> Normalizer:
+        """Fit on ``X (n, d)`` and ``y (n,)`` (arrays or tensors, validated by :func:`as_dataset`)."""
         X, y = as_dataset(X, y)
         x_min = X.min(0).values
         x_range = X.max(0).values - x_min
@@ -95,20 +113,21 @@ class Normalizer:
     def n_dims(self) -> int:
         return int(self.x_min.numel())
 
-    def transform_x(self, X: Tensor) -> Tensor:
-        """``(X - min) / range`` per column; a constant training column maps to 0.5."""
+    def transform_x(self, X: Any) -> Tensor:
+        """``(X - min) / range`` per column as float64; a constant training column maps to 0.5."""
         X = torch.as_tensor(X, dtype=torch.float64)
         if X.ndim == 1:
             X = X[:, None]
         if X.shape[-1] != self.n_dims:
             raise ValueError(
-                f"X has {X.shape[-1]} columns, the normaliser was fitted on {self.n_dims}"
+                f"X has {X.shape[-1]} columns; the data were fitted with {self.n_dims} column(s)"
             )
         const = self.x_range <= 0
         scaled = (X - self.x_min) / torch.where(const, torch.ones_like(self.x_range), self.x_range)
         return torch.where(const, torch.full_like(scaled, 0.5), scaled)
 
-    def transform_y(self, y: Tensor) -> Tensor:
+    def transform_y(self, y: Any) -> Tensor:
+        """``(y - mean) / std`` as float64."""
         return (torch.as_tensor(y, dtype=torch.float64) - self.y_mean) / self.y_std
 
     def unnormalize_predictive(self, mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
@@ -119,18 +138,42 @@ class Normalizer:
         """``-log(std)``: add it per point to a normalised log density to get original units."""
         return -math.log(self.y_std)
 
-    def to_original(self, name: str, dim: int, value: float) -> float | None:
-        """Map one hyperparameter to original units where the map is exact, else ``None``.
+    def lml_offset(self, n: int) -> float:
+        """``-n log s_y``: add to a normalised log marginal likelihood of ``n`` points."""
+        return n * self.log_density_offset()
 
-        Lengthscales and periods of input ``dim`` scale with the column range; the
-        noise variance scales with ``std^2``.  Variances and offsets of factors in a
-        product over dimensions have no unique original-unit value.
+    def noise_to_original(self, value: float) -> float:
+        """The noise variance in original units, ``value * s_y^2``."""
+        return value * self.y_std**2
+
+    def to_original(self, dim: int, symbol: str, slot: int, value: float) -> float | None:
+        """One kernel hyperparameter in original units, or ``None`` where no exact map exists.
+
+        Args:
+            dim: input dimension of the parameter.
+            symbol: its base symbol (e.g. ``"SE*PER"``).
+            slot: its slot in ``base_symbol(symbol).params``.
+            value: the value in normalised units.
+
+        See the module docstring for the rules.
         """
-        if name == "noise":
-            return value * self.y_std**2
-        if name.endswith("lengthscale") or name.endswith("period"):
+        sym = base_symbol(symbol)
+        spec = sym.params[slot]
+        if spec.kind.value in ("lengthscale", "period"):
+            factor = next(
+                (f, e)
+                for f in sym.factors
+                for e, n in sym.factor_param_names(f).items()
+                if n == spec.name
+            )
+            if factor == ("PER", "lengthscale"):  # divides sin^2(pi r / p): unit-free
+                return value
             r = float(self.x_range[dim])
             return value * r if r > 0 else None
+        if "LIN" in sym.factors:
+            return None
+        if spec.kind.value == "variance":
+            return value * self.y_std**2 if dim == 0 else value
         return None
 
 
