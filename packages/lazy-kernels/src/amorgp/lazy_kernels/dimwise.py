@@ -35,6 +35,8 @@ slots of a simulated batch are padding.
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 from torch import Tensor
 
@@ -175,6 +177,57 @@ def validate_dimwise(
     return dim_mask
 
 
+@cache
+def _triangle(N: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """Upper-triangle indices ``(iu, ju)`` (``S = N (N + 1) / 2``, row-major, ``i <= j``) and
+    ``full (N * N,)`` mapping each entry ``(i, j)`` of a symmetric matrix to its packed index."""
+    iu, ju = torch.triu_indices(N, N, device=device)
+    pos = torch.arange(iu.shape[0], device=device)
+    full = torch.empty(N, N, dtype=torch.long, device=device)
+    full[iu, ju] = pos
+    full[ju, iu] = pos
+    return iu, ju, full.reshape(-1)
+
+
+def _plan(
+    symbols: Tensor, symbol_mask: Tensor, dim_mask: Tensor, n_symbols: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, list[tuple[int, Tensor]]]:
+    """Index plan of a padded batch, built from the small structure tensors on the host.
+
+    Returns:
+        ``pairs (A,)`` flat ``b * D + d`` of the active dimensions (b-major),
+        ``n_dims (B,)`` active dimensions per batch element,
+        ``tokens (T,)`` flat ``(b * D + d) * L + l`` of the active addends,
+        ``token_pair (T,)`` index into ``pairs`` of each token, and per symbol id
+        present its token positions ``(id, idx)`` (all on the input's device).
+    """
+    device = symbols.device
+    B, D, L = symbols.shape
+    sym_h, smask_h, dmask_h = symbols.cpu(), symbol_mask.cpu(), dim_mask.cpu()
+    tok_mask = smask_h & dmask_h[..., None]
+    pairs = dmask_h.reshape(-1).nonzero().squeeze(1)
+    pair_pos = torch.full((B * D,), -1, dtype=torch.long)
+    pair_pos[pairs] = torch.arange(pairs.shape[0])
+    tokens = tok_mask.reshape(-1).nonzero().squeeze(1)
+    token_pair = pair_pos[tokens // L]
+    sym = sym_h.reshape(-1)[tokens]
+    order = torch.argsort(sym, stable=True)
+    counts = torch.bincount(sym, minlength=n_symbols + 1).tolist()
+    groups: list[tuple[int, Tensor]] = []
+    start = counts[0]
+    for sid in range(1, n_symbols + 1):
+        if counts[sid]:
+            groups.append((sid, order[start : start + counts[sid]].to(device)))
+            start += counts[sid]
+    return (
+        pairs.to(device),
+        dmask_h.sum(-1).to(device),
+        tokens.to(device),
+        token_pair.to(device),
+        groups,
+    )
+
+
 def _evaluate(
     X1: Tensor,
     X2: Tensor | None,
@@ -186,41 +239,52 @@ def _evaluate(
     diag: bool,
 ) -> Tensor:
     B, N, D = X1.shape
-    L = symbols.shape[2]
     P = tables.max_params
-    tok_mask = symbol_mask & dim_mask[..., None]
-    flat = tok_mask.reshape(-1).nonzero().squeeze(1)  # (T,), sorted by (b, d, l)
-    pair_flat = flat // L  # b * D + d of each token
-    addends = tok_mask.sum(-1)[dim_mask]  # (A,) tokens per active (b, d), b-major
-    n_dims = dim_mask.sum(-1)  # (B,)
-
-    sym = symbols.reshape(-1)[flat]
-    par = params.reshape(-1, params.shape[-1])[flat, :P]  # (T, P)
-    cols1 = X1.transpose(1, 2).reshape(B * D, N)[pair_flat]  # (T, N)
+    pairs, n_dims, tokens, token_pair, groups = _plan(
+        symbols, symbol_mask, dim_mask, tables.n_symbols
+    )
+    # index_select (a row copy) rather than advanced indexing: several times faster on CPU
+    par = params.reshape(-1, params.shape[-1]).index_select(0, tokens)[:, :P]  # (T, P)
+    cols1 = X1.transpose(1, 2).reshape(B * D, N).index_select(0, pairs)  # (A, N)
+    full: Tensor | None = None
     if diag:
-        xa, xb = cols1, cols1
-        out_tail: tuple[int, ...] = (N,)
+        u, v = cols1, cols1
+    elif X2 is X1:
+        # symmetric: evaluate the packed upper triangle only, unpack at the end
+        iu, ju, full = _triangle(N, X1.device)
+        u, v = cols1.index_select(1, iu), cols1.index_select(1, ju)  # (A, S)
     else:
         assert X2 is not None
         M = X2.shape[1]
-        cols2 = X2.transpose(1, 2).reshape(B * D, M)[pair_flat]  # (T, M)
-        xa, xb = cols1[:, :, None], cols2[:, None, :]
-        out_tail = (N, M)
-
-    T = sym.shape[0]
-    counts = torch.bincount(sym, minlength=tables.n_symbols + 1).tolist()
-    order = torch.argsort(sym, stable=True)
-    values = torch.empty((T, *out_tail), dtype=X1.dtype, device=X1.device)
-    start = counts[0]
-    for cs, count in zip(tables.compiled[1:], counts[1:]):
-        if count == 0:
-            continue
+        u = cols1[:, :, None]
+        v = X2.transpose(1, 2).reshape(B * D, M).index_select(0, pairs)[:, None, :]  # (A, 1, M)
+    tail = torch.broadcast_shapes(u.shape, v.shape)[1:]
+    compiled = [tables.compiled[sid] for sid, _ in groups]
+    needs = set().union(*(cs.needs for cs in compiled if cs is not None))
+    # per-dimension quantities, formed once and shared by every addend of the dimension
+    r = u - v if needs & {"r", "r2"} else None  # (A, *tail)
+    r2 = r * r if r is not None and "r2" in needs else None
+    pair_sum = torch.zeros((pairs.shape[0], *tail), dtype=X1.dtype, device=X1.device)
+    for cs, (_, idx) in zip(compiled, groups):
         assert cs is not None
-        idx = order[start : start + count]
-        values[idx] = evaluate_symbol(cs, xa[idx], xb[idx], par[idx])
-        start += count
-    pair_sum = torch.segment_reduce(values, "sum", lengths=addends, unsafe=True)  # (A, ...)
-    return torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
+        a = token_pair[idx]
+        need = cs.needs
+        pair_sum.index_add_(
+            0,
+            a,
+            evaluate_symbol(
+                cs,
+                u.index_select(0, a) if "x" in need else None,
+                v.index_select(0, a) if "x" in need else None,
+                par.index_select(0, idx),
+                r=r.index_select(0, a) if r is not None and "r" in need else None,
+                r2=r2.index_select(0, a) if r2 is not None and "r2" in need else None,
+            ),
+        )
+    out = torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
+    if full is None:
+        return out
+    return out.index_select(1, full).reshape(B, N, N)
 
 
 def kernel_matrix_dimwise(

@@ -44,6 +44,7 @@ from torch import Tensor
 __all__ = ["TORCH_ELEMENTARY", "TorchElementary", "register_torch_elementary", "torch_elementary"]
 
 UnitFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+DistFn = Callable[[Tensor, Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,23 @@ class TorchElementary:
         name: the registry name (``SE``).
         log_unit: ``(x1, x2, theta) -> log kt`` for kernels that are positive everywhere.
         unit: ``(x1, x2, theta) -> kt`` otherwise.
+        log_unit_r: optional ``(r, theta) -> log kt`` with ``r = x1 - x2``, for stationary
+            kernels (equal to ``log_unit``); lets an evaluator form ``r`` once per
+            dimension and share it across addends.
+        log_unit_r2: optional ``(r^2, theta) -> log kt`` for kernels of ``r^2`` only.
     """
 
     name: str
     log_unit: UnitFn | None = None
     unit: UnitFn | None = None
+    log_unit_r: DistFn | None = None
+    log_unit_r2: DistFn | None = None
 
     def __post_init__(self) -> None:
         if (self.log_unit is None) == (self.unit is None):
             raise ValueError(f"{self.name}: give exactly one of log_unit and unit")
+        if self.log_unit is None and (self.log_unit_r or self.log_unit_r2) is not None:
+            raise ValueError(f"{self.name}: log_unit_r/log_unit_r2 need log_unit")
 
     def __call__(self, x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
         """The unit factor ``kt(x1, x2)`` itself."""
@@ -72,39 +81,55 @@ class TorchElementary:
         return torch.exp(self.log_unit(x1, x2, theta))
 
 
+def _se_r2(r2: Tensor, theta: Tensor) -> Tensor:
+    ls = theta[..., 0]
+    return r2 * (-0.5 / (ls * ls))
+
+
 def _se(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
     r = x1 - x2
-    ls = theta[..., 0]
-    return (r * r) * (-0.5 / (ls * ls))
+    return _se_r2(r * r, theta)
 
 
 def _lin(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
     return x1 * x2 + theta[..., 0]
 
 
-def _per(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
+def _per_r(r: Tensor, theta: Tensor) -> Tensor:
     ls, period = theta[..., 0], theta[..., 1]
-    s = torch.sin((x1 - x2) * (math.pi / period))
+    s = torch.sin(r * (math.pi / period))
     return (s * s) * (-0.5 / (ls * ls))
 
 
-def _mat52(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
-    a = (x1 - x2).abs() * (math.sqrt(5.0) / theta[..., 0])
+def _per(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
+    return _per_r(x1 - x2, theta)
+
+
+def _mat52_r(r: Tensor, theta: Tensor) -> Tensor:
+    a = r.abs() * (math.sqrt(5.0) / theta[..., 0])
     return torch.log1p(a * (1.0 + a / 3.0)) - a
 
 
-def _rq(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
+def _mat52(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
+    return _mat52_r(x1 - x2, theta)
+
+
+def _rq_r2(r2: Tensor, theta: Tensor) -> Tensor:
     ls, alpha = theta[..., 0], theta[..., 1]
+    return torch.log1p(r2 * (0.5 / (alpha * ls * ls))) * (-alpha)
+
+
+def _rq(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
     r = x1 - x2
-    return torch.log1p((r * r) * (0.5 / (alpha * ls * ls))) * (-alpha)
+    return _rq_r2(r * r, theta)
 
 
 TORCH_ELEMENTARY: dict[str, TorchElementary] = {
-    "SE": TorchElementary("SE", log_unit=_se),
+    "SE": TorchElementary("SE", log_unit=_se, log_unit_r2=_se_r2),
     "LIN": TorchElementary("LIN", unit=_lin),
-    "PER": TorchElementary("PER", log_unit=_per),
-    "MAT52": TorchElementary("MAT52", log_unit=_mat52),
-    "RQ": TorchElementary("RQ", log_unit=_rq),
+    "PER": TorchElementary("PER", log_unit=_per, log_unit_r=_per_r),
+    "MAT52": TorchElementary("MAT52", log_unit=_mat52, log_unit_r=_mat52_r),
+    "RQ": TorchElementary("RQ", log_unit=_rq, log_unit_r2=_rq_r2),
 }
 
 

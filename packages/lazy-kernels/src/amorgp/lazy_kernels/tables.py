@@ -45,6 +45,14 @@ class CompiledSymbol:
     alone_rescale: bool
     n_params: int
 
+    @property
+    def needs(self) -> frozenset[str]:
+        """Inputs :func:`evaluate_symbol` reads: ``"x"`` (``x1, x2``), ``"r"``, ``"r2"``."""
+        out = set()
+        for k, _ in self.factors:
+            out.add("r2" if k.log_unit_r2 else "r" if k.log_unit_r else "x")
+        return frozenset(out)
+
 
 @cache
 def compile_symbol(name: str) -> CompiledSymbol:
@@ -64,20 +72,33 @@ def compile_symbol(name: str) -> CompiledSymbol:
     return CompiledSymbol(sym.name, tuple(factors), alone, len(names))
 
 
-def evaluate_symbol(cs: CompiledSymbol, x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
+def evaluate_symbol(
+    cs: CompiledSymbol,
+    x1: Tensor | None,
+    x2: Tensor | None,
+    theta: Tensor,
+    *,
+    r: Tensor | None = None,
+    r2: Tensor | None = None,
+) -> Tensor:
     """Evaluate one base symbol on a batch of ``T`` one-dimensional input pairs.
 
     Args:
         cs: the compiled symbol.
-        x1: ``(T, N, 1)`` (matrix) or ``(T, N)`` (diagonal / elementwise).
-        x2: ``(T, 1, M)`` or ``(T, N)``, broadcasting against ``x1``.
+        x1: ``(T, N, 1)`` (matrix) or ``(T, N)`` (diagonal / elementwise); may be None
+            when ``"x"`` is not in ``cs.needs``.
+        x2: ``(T, 1, M)`` or ``(T, N)``, broadcasting against ``x1`` (or None likewise).
         theta: ``(T, P)`` parameters in the symbol's slot order (``P >= n_params``).
+        r: optional precomputed ``x1 - x2`` (any shape broadcasting like ``x1 - x2``),
+            used by stationary factors instead of forming the difference.
+        r2: optional precomputed ``(x1 - x2)^2``, likewise.
 
     Returns:
         ``(T, N, M)`` or ``(T, N)`` kernel values.
     """
     T = theta.shape[0]
-    tail = (1,) * (max(x1.ndim, x2.ndim) - 1)
+    ndim = max(t.ndim for t in (x1, x2, r, r2) if t is not None)
+    tail = (1,) * (ndim - 1)
     s2 = theta[:, 0].reshape(T, *tail)
     log_sum: Tensor | None = None
     direct: Tensor | None = None
@@ -86,10 +107,19 @@ def evaluate_symbol(cs: CompiledSymbol, x1: Tensor, x2: Tensor, theta: Tensor) -
         if cs.alone_rescale:
             th = torch.cat([th[..., :1] / s2[..., None], th[..., 1:]], -1)
         if kernel.log_unit is not None:
-            lt = kernel.log_unit(x1, x2, th)
+            if kernel.log_unit_r2 is not None and (r2 is not None or r is not None):
+                lt = kernel.log_unit_r2(r2 if r2 is not None else r * r, th)  # type: ignore[operator]
+            elif kernel.log_unit_r is not None and r is not None:
+                lt = kernel.log_unit_r(r, th)
+            else:
+                assert x1 is not None
+                assert x2 is not None
+                lt = kernel.log_unit(x1, x2, th)
             log_sum = lt if log_sum is None else log_sum + lt
         else:
             assert kernel.unit is not None
+            assert x1 is not None
+            assert x2 is not None
             u = kernel.unit(x1, x2, th)
             direct = u if direct is None else direct * u
     if log_sum is not None:
