@@ -12,6 +12,7 @@ from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.loss import gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.amortizer.model import Prediction, build_model
 from amorgp.kernel_grammar import PAPER_VOCABULARY
+from amorgp.simulator.testing import dense_covariance, structure_of
 
 VOCAB = PAPER_VOCABULARY
 
@@ -22,18 +23,12 @@ def _oracle_nll(
     """Dense float64 numpy/scipy per-point NLL, one dataset at a time."""
     out = []
     for b in range(batch.X.shape[0]):
-        n = int(batch.point_mask[b].sum())
         pts = batch.point_mask[b].nonzero().squeeze(-1).numpy()
-        K = np.ones((n, n))
-        for d in batch.dim_mask[b].nonzero().squeeze(-1).tolist():
-            x = batch.X[b, pts, d].numpy()
-            Kd = np.zeros((n, n))
-            for a in batch.symbol_mask[b, d].nonzero().squeeze(-1).tolist():
-                sym = VOCAB.symbol(int(batch.symbols[b, d, a]))
-                p = {name: float(params[b, d, a, j]) for j, name in enumerate(sym.param_names)}
-                Kd += sym.reference(x, x, p)
-            K *= Kd
-        cov = K + float(noise[b]) * np.eye(n)
+        dims = batch.dim_mask[b].nonzero().squeeze(-1).numpy()
+        symbols = torch.where(batch.symbol_mask, batch.symbols, torch.zeros_like(batch.symbols))
+        X = batch.X[b].numpy()[np.ix_(pts, dims)]
+        cov = dense_covariance(X, structure_of(symbols, params, b, VOCAB), float(noise[b]))
+        n = len(pts)
         out.append(-multivariate_normal(np.zeros(n), cov).logpdf(batch.y[b, pts].numpy()) / n)
     return np.array(out)
 

@@ -2,7 +2,7 @@
 
 * :func:`dense_kernel` / :func:`dense_log_marginal_likelihood` /
   :func:`dense_predictive`: float64 numpy references built only from
-  :meth:`amorgp.kernel_grammar.BaseSymbol.reference` and ``numpy.linalg``
+  :meth:`amorgp.kernel_grammar.DimWiseStructure.reference` and ``numpy.linalg``
   (independent of the torch evaluator and of this package's GP code).
 * :func:`check_kernel_fit`: conformance of a :class:`~amorgp.baselines.protocol.KernelFit`
   (keys, positivity, predictive shapes, non-negative variances, original units).
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from amorgp.baselines.protocol import HyperparameterInference, KernelFit
-from amorgp.kernel_grammar import DimWiseStructure, base_symbol
+from amorgp.kernel_grammar import DimWiseStructure
 
 __all__ = [
     "check_inference",
@@ -48,17 +48,17 @@ def synthetic_dataset(
 def dense_kernel(
     X1: np.ndarray, X2: np.ndarray, structure: DimWiseStructure, hyper: Hyper
 ) -> np.ndarray:
-    """``prod_d sum_l k_{s_dl}(X1[:, d], X2[:, d])`` with numpy reference kernels."""
+    """``prod_d sum_l k_{s_dl}(X1[:, d], X2[:, d])`` by :meth:`DimWiseStructure.reference`.
+
+    ``hyper`` maps ``(dim, addend, name)`` (as in ``structure.param_names()``) to values.
+    """
+    names = structure.param_names()
+    params = np.ones((structure.n_dims, structure.max_addends, 1 + max(p.slot for p in names)))
+    for p in names:
+        params[p.dim, p.addend, p.slot] = hyper[(p.dim, p.addend, p.param)]
     X1 = np.asarray(X1, float).reshape(len(X1), -1)
     X2 = np.asarray(X2, float).reshape(len(X2), -1)
-    K = np.ones((X1.shape[0], X2.shape[0]))
-    for d, addends in enumerate(structure.dims):
-        acc = np.zeros_like(K)
-        for a, name in enumerate(addends):
-            sym = base_symbol(name)
-            acc += sym.reference(X1[:, d], X2[:, d], {p: hyper[(d, a, p)] for p in sym.param_names})
-        K *= acc
-    return K
+    return structure.reference(X1, X2, params)
 
 
 def dense_log_marginal_likelihood(

@@ -4,8 +4,10 @@
 simulator's ground-truth invariants; downstream packages (the amortizer's data
 pipeline, fixed-set loaders) can call it on anything that claims to be a
 :class:`~amorgp.simulator.batch.SimulatedBatch`.  :func:`dense_covariance` is a
-dense float64 numpy oracle of one dataset's covariance built from the registry's
-reference formulas (independent of the batched evaluator).
+dense float64 numpy oracle of one dataset's covariance built on
+:meth:`amorgp.kernel_grammar.DimWiseStructure.reference` (the registry's reference
+formulas, independent of the batched evaluator); :func:`structure_of` reads one
+element of a padded batch in that form.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from amorgp.kernel_grammar import Vocabulary
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, symbol_sort_key
 from amorgp.simulator.batch import SimulatedBatch
 from amorgp.simulator.config import SimulatorConfig
 
@@ -130,48 +132,41 @@ def check_batch(batch: SimulatedBatch, config: SimulatorConfig) -> None:
         _require(batch.X_test is None, "no test points expected")
 
 
-def dense_covariance(
-    X: np.ndarray,
-    structure: list[list[tuple[str, dict[str, float]]]],
-    noise: float,
-) -> np.ndarray:
+StructureParams = tuple[DimWiseStructure, np.ndarray]
+"""A structure and its parameters ``(D, L, P)`` in the structure's canonical addend order."""
+
+
+def dense_covariance(X: np.ndarray, structure: StructureParams, noise: float) -> np.ndarray:
     """Dense float64 ``K(X, X) + noise I`` of one dimension-wise structure (numpy oracle).
 
     Args:
         X: ``(n, d)`` inputs.
-        structure: per dimension a list of ``(symbol name, {param name: value})``.
+        structure: ``(structure, params (d, L, P))`` as returned by :func:`structure_of`.
         noise: observation-noise variance.
 
     Returns:
-        ``(n, n)`` covariance, from ``BaseSymbol.reference`` (kernel-grammar's formulas).
+        ``(n, n)`` covariance from :meth:`~amorgp.kernel_grammar.DimWiseStructure.reference`.
     """
-    from amorgp.kernel_grammar import base_symbol
-
+    s, params = structure
     X = np.asarray(X, dtype=float)
-    K = np.ones((X.shape[0], X.shape[0]))
-    for dim, addends in enumerate(structure):
-        S = np.zeros_like(K)
-        for name, params in addends:
-            S += base_symbol(name).reference(X[:, dim], X[:, dim], params)
-        K *= S
-    return K + noise * np.eye(X.shape[0])
+    return s.reference(X, X, params) + noise * np.eye(X.shape[0])
 
 
 def structure_of(
     symbols: torch.Tensor, params: torch.Tensor, index: int, vocab: Vocabulary
-) -> list[list[tuple[str, dict[str, float]]]]:
-    """Element ``index`` of ``symbols (B, D, L)`` / ``params (B, D, L, P)`` in the
-    :func:`dense_covariance` form (real dimensions only)."""
-    out = []
-    for dim in range(symbols.shape[1]):
-        addends = []
-        for slot in range(symbols.shape[2]):
-            sid = int(symbols[index, dim, slot])
-            if sid == 0:
-                continue
-            sym = vocab.symbol(sid)
-            values = params[index, dim, slot].tolist()
-            addends.append((sym.name, dict(zip(sym.param_names, values))))
+) -> StructureParams:
+    """Element ``index`` of ``symbols (B, D, L)`` (0 = padding) and ``params (B, D, L, P)``
+    as a :class:`~amorgp.kernel_grammar.DimWiseStructure` over its real dimensions, with
+    the parameters permuted to the structure's canonical (sorted) addend order."""
+    ids = symbols[index].tolist()
+    values = params[index].detach().cpu().numpy().astype(float)
+    dims: list[list[tuple[str, np.ndarray]]] = []
+    for d, row in enumerate(ids):
+        addends = [(vocab.symbol(i).name, values[d, a]) for a, i in enumerate(row) if i]
         if addends:
-            out.append(addends)
-    return out
+            dims.append(sorted(addends, key=lambda t: symbol_sort_key(t[0])))
+    aligned = np.ones((len(dims), max(len(a) for a in dims), values.shape[-1]))
+    for d, addends in enumerate(dims):
+        for a, (_, theta) in enumerate(addends):
+            aligned[d, a] = theta
+    return DimWiseStructure(tuple(tuple(n for n, _ in a) for a in dims)), aligned
