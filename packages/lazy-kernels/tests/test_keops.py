@@ -74,3 +74,53 @@ def test_rejects_bad_shapes() -> None:
         k.matmul(X1[:, :1], X2, V)
     with pytest.raises(ValueError, match="rows"):
         k.matmul(X1, X2, V[:3])
+
+
+_PROBE = """
+import fcntl, sys
+with open(sys.argv[1], "w") as fh:
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("held")
+    else:
+        print("free")
+"""
+
+
+def _lock_state_from_another_process() -> str:
+    import os
+    import subprocess
+    import sys
+
+    import pykeops
+
+    path = os.path.join(pykeops.get_build_folder(), "amorgp.lock")
+    out = subprocess.run([sys.executable, "-c", _PROBE, path], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def test_build_lock_covers_compilation_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call compiles on two points under the lock, then evaluates the real input
+    with the lock released (checked from a second process).  A stand-in for the compiled
+    KeOps routine records the calls, so the test needs no C++ compiler."""
+    from amorgp.lazy_kernels import keops
+
+    calls: list[tuple[int, bool, str]] = []
+
+    def fake(X1, X2, T, V, backend):  # type: ignore[no-untyped-def]
+        calls.append((X1.shape[0], keops._LOCK_DEPTH > 0, _lock_state_from_another_process()))
+        return (X1.sum(1, keepdim=True) * T.sum() * V.sum()).expand(-1, V.shape[1])
+
+    monkeypatch.setattr(keops, "_genred", lambda *a: fake)
+    monkeypatch.setattr(keops, "_WARM", set())
+    params, X1, X2, V = _setup(5)
+    params.requires_grad_()
+    k = KeOpsKernel(STRUCTURE, params)
+    k.matmul(X1, X2, V).sum().backward()
+    assert calls[0] == (2, True, "held")  # compile on two points, lock held
+    assert calls[1] == (40, False, "free")  # the real evaluation runs unlocked
+    assert params.grad is not None
+    calls.clear()
+    k.matmul(X1, X2, V)  # compiled already: no second compile, no lock
+    assert calls == [(40, False, "free")]

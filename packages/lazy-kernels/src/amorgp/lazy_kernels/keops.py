@@ -16,8 +16,12 @@ KeOps' gradient with respect to ``T``.
 Compiled formulas are cached in memory by ``(canonical structure, dtype, k)``
 and on disk by KeOps (its build folder).  Compilation of a new formula runs
 under an exclusive file lock in the build folder so concurrent processes do not
-corrupt the cache; :func:`warm_up` compiles the forward and backward formulas of
-given structures ahead of time (e.g. once in CI before the tests).
+corrupt the cache.  The lock covers compilation only: the first call of a formula
+first evaluates it (and, when gradients are wanted, its backward pass) on two
+points under the lock, releases it, and only then evaluates the real input, so a
+long evaluation never blocks other processes.  :func:`warm_up` compiles the
+forward and backward formulas of given structures ahead of time (e.g. once in CI
+before the tests).
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ RHS_WIDTH = 16
 structure compiles at most two forward formulas whatever the number of columns."""
 
 _GENRED: dict[tuple[str, str, int], Any] = {}
-_WARM: set[tuple[str, str, int]] = set()
+_WARM: set[tuple[str, str, int, bool]] = set()
+"""Formulas compiled in this process: ``(structure, dtype, k, with gradients)``."""
 
 
 def keops_available() -> bool:
@@ -54,19 +59,51 @@ def keops_available() -> bool:
     return True
 
 
+_LOCK_DEPTH = 0
+"""How deeply this process holds the build lock (the lock is re-entrant in-process:
+``flock`` on a second descriptor of the same file would block its own holder)."""
+
+
 @contextlib.contextmanager
 def _build_lock() -> Iterator[None]:
     """Exclusive inter-process lock on the KeOps build folder (POSIX ``flock``)."""
+    global _LOCK_DEPTH
+    if _LOCK_DEPTH:
+        _LOCK_DEPTH += 1
+        try:
+            yield
+        finally:
+            _LOCK_DEPTH -= 1
+        return
     import pykeops
 
     folder = pykeops.get_build_folder()
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "amorgp.lock"), "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
+        _LOCK_DEPTH = 1
         try:
             yield
         finally:
+            _LOCK_DEPTH = 0
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _compile(fn: Any, args: tuple[Tensor, ...], backend: str) -> None:
+    """Compile ``fn`` (and the gradients the real call will need) on two points of ``args``.
+
+    Each argument is cut to its first two rows (``T``, a parameter vector, is kept),
+    detached, and marked for gradients like the original when autograd is on, so
+    KeOps builds the same forward and backward binaries the real call uses.
+    """
+    grad = torch.is_grad_enabled() and any(a.requires_grad for a in args)
+    tiny = []
+    for i, a in enumerate(args):
+        t = a.detach() if i == 2 else a.detach()[:2].clone()
+        tiny.append(t.requires_grad_(grad and a.requires_grad))
+    out = fn(*tiny, backend=backend)
+    if grad:
+        out.sum().backward()
 
 
 def _factor_formula(kind: str, r: str, xy: str, th: list[str]) -> str:
@@ -214,12 +251,12 @@ class KeOpsKernel:
         key = (str(self.structure), str(X1.dtype), k)
         args = (X1.contiguous(), X2.contiguous(), theta, V.contiguous())
         backend = "CPU" if X1.device.type == "cpu" else "auto"
-        if key in _WARM:
-            return fn(*args, backend=backend)
-        with _build_lock():
-            out = fn(*args, backend=backend)
-        _WARM.add(key)
-        return out
+        grad = torch.is_grad_enabled() and any(a.requires_grad for a in args)
+        if (*key, True) not in _WARM and (*key, grad) not in _WARM:
+            with _build_lock():  # compilation only, never the real evaluation
+                _compile(fn, args, backend)
+            _WARM.add((*key, grad))
+        return fn(*args, backend=backend)
 
     def matmul(self, X1: Tensor, X2: Tensor, V: Tensor) -> Tensor:
         """``K(X1, X2) @ V`` without forming ``K``: ``X1 (N, D)``, ``X2 (M, D)``, ``V (M, k)``
@@ -268,7 +305,7 @@ def warm_up(
         X = torch.rand(3, st.n_dims, dtype=dtype, requires_grad=backward)
         for k in n_rhs:
             V = torch.ones(3, k, dtype=dtype, requires_grad=backward)
-            with _build_lock():
+            with torch.set_grad_enabled(backward), _build_lock():
                 out = KeOpsKernel(st, params).matmul(X, X, V)
                 if backward:
                     out.sum().backward()
