@@ -64,6 +64,21 @@ def test_parse_uniform_and_per_dimension() -> None:
     assert DimWiseStructure.parse(str(t)) == t
 
 
+def test_coerce_accepts_text_and_structures_for_the_data() -> None:
+    s = DimWiseStructure.parse("(SE + PER)@0 * LIN@1")
+    assert DimWiseStructure.coerce("(SE + PER)@0 * LIN@1", 2) == s
+    assert DimWiseStructure.coerce(s, 2, PAPER_VOCABULARY) is s
+    assert DimWiseStructure.coerce("SE", 3) == DimWiseStructure((("SE",),) * 3)
+    with pytest.raises(ValueError, match=r"2 input dimension\(s\) but the data has 3"):
+        DimWiseStructure.coerce(s, 3)
+    with pytest.raises(ValueError, match="text or a DimWiseStructure, got int"):
+        DimWiseStructure.coerce(3, 1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="RQ"):
+        DimWiseStructure.coerce("RQ", 1, PAPER_VOCABULARY)
+    with pytest.raises(KernelSyntaxError):
+        DimWiseStructure.coerce("SE +", 1)
+
+
 def test_from_expr_distributes_products_of_sums() -> None:
     assert DimWiseStructure.parse("(SE + LIN) * PER", 1).dims == (("SE*PER", "LIN*PER"),)
     assert DimWiseStructure.parse("(SE + LIN) * (PER + MAT52)", 1) == DimWiseStructure(

@@ -420,18 +420,7 @@ class Amortizer:
             ValueError: the text does not parse, does not match ``n_dims``, or uses a
                 symbol outside the network's vocabulary.
         """
-        if isinstance(kernel, DimWiseStructure):
-            s = kernel
-        elif isinstance(kernel, str):
-            s = DimWiseStructure.parse(kernel, n_dims)
-        else:
-            raise ValueError(f"kernel must be text or a DimWiseStructure, got {kernel!r}")
-        if s.n_dims != n_dims:
-            raise ValueError(
-                f"kernel {s} has {s.n_dims} input dimension(s) but the data has {n_dims}"
-            )
-        s.check_vocabulary(self.vocabulary)
-        return s
+        return DimWiseStructure.coerce(kernel, n_dims, self.vocabulary)
 
     # -- inference --------------------------------------------------------------------------
     def infer(

@@ -149,19 +149,6 @@ class FitResult:
         return lp + self.normalizer.log_density_offset()
 
 
-def _structure(kernel: str | DimWiseStructure, d: int, vocab: Vocabulary) -> DimWiseStructure:
-    if isinstance(kernel, DimWiseStructure):
-        s = kernel
-    elif isinstance(kernel, str):
-        s = DimWiseStructure.parse(kernel, d)
-    else:
-        raise ValueError(f"a kernel is a string or a DimWiseStructure, got {type(kernel).__name__}")
-    if s.n_dims != d:
-        raise ValueError(f"kernel {s} has {s.n_dims} input dimensions but the data has {d}")
-    s.check_vocabulary(vocab)
-    return s
-
-
 def _hyper(structure: DimWiseStructure, params: Tensor) -> dict[tuple[int, int, str], float]:
     return {
         (p.dim, p.addend, p.param): float(params[p.dim, p.addend, p.slot])
@@ -221,7 +208,7 @@ def fit_many(
     if not kernels:
         raise ValueError("need at least one kernel")
     d = Xt.shape[1]
-    structures = [_structure(k, d, vocab) for k in kernels]
+    structures = [DimWiseStructure.coerce(k, d, vocab) for k in kernels]
     norm = Normalizer.fit(Xt, yt) if normalize else Normalizer.identity(d)
     Xn, yn = norm.transform_x(Xt), norm.transform_y(yt)
     gen = generator if generator is not None else torch.Generator().manual_seed(0)

@@ -130,6 +130,36 @@ class DimWiseStructure:
         return cls.from_expr(parse(text, n_dims), n_dims, vocabulary)
 
     @classmethod
+    def coerce(
+        cls, kernel: str | DimWiseStructure, n_dims: int, vocabulary: Vocabulary | None = None
+    ) -> DimWiseStructure:
+        """The structure of ``kernel`` (text or a structure) for data with ``n_dims`` columns.
+
+        Args:
+            kernel: kernel text (parsed with :meth:`parse`) or a structure.
+            n_dims: number of input columns of the data.
+            vocabulary: if given, every symbol must belong to it.
+
+        Raises:
+            KernelSyntaxError: the text does not parse.
+            ValueError: ``kernel`` is neither text nor a structure, its number of input
+                dimensions differs from ``n_dims``, or a symbol is outside ``vocabulary``.
+        """
+        if isinstance(kernel, DimWiseStructure):
+            s = kernel
+        elif isinstance(kernel, str):
+            s = cls.parse(kernel, n_dims)
+        else:
+            raise ValueError(f"a kernel is text or a DimWiseStructure, got {type(kernel).__name__}")
+        if s.n_dims != n_dims:
+            raise ValueError(
+                f"kernel {s} has {s.n_dims} input dimension(s) but the data has {n_dims}"
+            )
+        if vocabulary is not None:
+            s.check_vocabulary(vocabulary)
+        return s
+
+    @classmethod
     def from_expr(
         cls, expr: Expr, n_dims: int | None = None, vocabulary: Vocabulary | None = None
     ) -> DimWiseStructure:
