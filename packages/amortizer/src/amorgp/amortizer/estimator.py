@@ -130,7 +130,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         """
         if _validate_data is not None:  # sklearn's messages and conversions when available
             X, y = _validate_data(self, X, y, ensure_min_samples=MIN_POINTS, y_numeric=True)
-        Xa, ya = as_dataset(_as_2d(X), _as_1d_target(y))
+        Xa, ya = as_dataset(_as_2d(X), _host(y))
         assert ya is not None
         amz = self._amortizer()
         result = amz.infer(Xa, ya, self.kernel, refine=int(self.refine))
@@ -182,10 +182,8 @@ def _load(
 
 
 def _as_2d(X: Any) -> np.ndarray:
-    if isinstance(X, torch.Tensor):
-        X = X.detach().cpu().numpy()
     try:
-        arr = np.asarray(X, dtype=np.float64)
+        arr = np.asarray(_host(X), dtype=np.float64)
     except (TypeError, ValueError) as err:
         raise ValueError(f"X must be numeric: {err}") from None
     if arr.ndim != 2:
@@ -196,16 +194,9 @@ def _as_2d(X: Any) -> np.ndarray:
     return arr
 
 
-def _as_1d_target(y: Any) -> np.ndarray:
-    if isinstance(y, torch.Tensor):
-        y = y.detach().cpu().numpy()
-    try:
-        arr = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"y must be numeric: {err}") from None
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    return arr
+def _host(a: Any) -> Any:
+    """A tensor as a host numpy array (anything else unchanged, for :func:`as_dataset`)."""
+    return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
 
 
 def _not_fitted(est: Any) -> None:
