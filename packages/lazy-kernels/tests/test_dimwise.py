@@ -39,9 +39,11 @@ def test_diag_matches_reference_and_matrix(vocab: Vocabulary) -> None:
 
 
 @pytest.mark.parametrize("vocab", VOCABS, ids=lambda v: v.name)
-def test_symmetric_path_matches_reference(vocab: Vocabulary) -> None:
-    """``X2 is X1`` evaluates the packed upper triangle only; values must equal the oracle."""
-    batch = random_dimwise_batch(vocab, torch.Generator().manual_seed(5), batch=6, n=7)
+@pytest.mark.parametrize("n", [1, 6, 7])
+def test_symmetric_path_matches_reference(vocab: Vocabulary, n: int) -> None:
+    """``X2 is X1`` evaluates each unordered pair once (circulant packing, even and odd N);
+    values must equal the oracle and the matrix be exactly symmetric."""
+    batch = random_dimwise_batch(vocab, torch.Generator().manual_seed(5), batch=6, n=n)
     sym = dataclasses.replace(batch, X2=batch.X1)
     K = kernel_matrix_dimwise(batch.X1, batch.X1, *batch.args()[2:])
     np.testing.assert_allclose(K.numpy(), reference_kernel_dimwise(sym), rtol=1e-12, atol=1e-13)

@@ -178,15 +178,22 @@ def validate_dimwise(
 
 
 @cache
-def _triangle(N: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-    """Upper-triangle indices ``(iu, ju)`` (``S = N (N + 1) / 2``, row-major, ``i <= j``) and
-    ``full (N * N,)`` mapping each entry ``(i, j)`` of a symmetric matrix to its packed index."""
-    iu, ju = torch.triu_indices(N, N, device=device)
-    pos = torch.arange(iu.shape[0], device=device)
-    full = torch.empty(N, N, dtype=torch.long, device=device)
-    full[iu, ju] = pos
-    full[ju, iu] = pos
-    return iu, ju, full.reshape(-1)
+def _circulant(N: int, device: torch.device) -> tuple[int, Tensor]:
+    """Circulant packing of a symmetric ``(N, N)`` matrix: ``H = N // 2 + 1`` offsets.
+
+    Entry ``(k, i)`` of the packed ``(H, N)`` array holds the pair ``(i, (i + k) mod N)``;
+    every unordered pair appears (at least) once.  Returns ``H`` and ``full (N * N,)``,
+    the packed position of each matrix entry ``(i, j)`` (symmetric: ``(i, j)`` and
+    ``(j, i)`` read the same position).
+    """
+    i = torch.arange(N, device=device)[:, None]
+    j = torch.arange(N, device=device)[None, :]
+    k = (j - i) % N
+    fwd = k * N + i  # pair stored at offset k from row i
+    bwd = ((N - k) % N) * N + j  # same pair stored at offset N - k from row j
+    tie = k * N + torch.minimum(i, j)  # k == N - k (even N): both stored; pick one
+    full = torch.where(2 * k < N, fwd, torch.where(2 * k > N, bwd, tie))
+    return N // 2 + 1, full.reshape(-1)
 
 
 def _plan(
@@ -250,9 +257,11 @@ def _evaluate(
     if diag:
         u, v = cols1, cols1
     elif X2 is X1:
-        # symmetric: evaluate the packed upper triangle only, unpack at the end
-        iu, ju, full = _triangle(N, X1.device)
-        u, v = cols1.index_select(1, iu), cols1.index_select(1, ju)  # (A, S)
+        # symmetric: each unordered pair once, as x_i against x_{(i + k) mod N} for the
+        # offsets k = 0..N // 2 (strided views, no gather); unpacked at the end
+        H, full = _circulant(N, X1.device)
+        u = cols1[:, None, :]  # (A, 1, N)
+        v = torch.cat([cols1, cols1], 1).unfold(1, N, 1)[:, :H, :]  # (A, H, N)
     else:
         assert X2 is not None
         M = X2.shape[1]
@@ -264,6 +273,7 @@ def _evaluate(
     # per-dimension quantities, formed once and shared by every addend of the dimension
     r = u - v if needs & {"r", "r2"} else None  # (A, *tail)
     r2 = r * r if r is not None and "r2" in needs else None
+    xx = u * v if "xx" in needs else None
     pair_sum = torch.zeros((pairs.shape[0], *tail), dtype=X1.dtype, device=X1.device)
     for cs, (_, idx) in zip(compiled, groups):
         assert cs is not None
@@ -279,12 +289,13 @@ def _evaluate(
                 par.index_select(0, idx),
                 r=r.index_select(0, a) if r is not None and "r" in need else None,
                 r2=r2.index_select(0, a) if r2 is not None and "r2" in need else None,
+                xx=xx.index_select(0, a) if xx is not None and "xx" in need else None,
             ),
         )
     out = torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
     if full is None:
         return out
-    return out.index_select(1, full).reshape(B, N, N)
+    return out.reshape(B, -1).index_select(1, full).reshape(B, N, N)
 
 
 def kernel_matrix_dimwise(

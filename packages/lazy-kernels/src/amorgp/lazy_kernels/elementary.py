@@ -59,6 +59,8 @@ class TorchElementary:
             kernels (equal to ``log_unit``); lets an evaluator form ``r`` once per
             dimension and share it across addends.
         log_unit_r2: optional ``(r^2, theta) -> log kt`` for kernels of ``r^2`` only.
+        unit_xx: optional ``(x1 x2, theta) -> kt`` (equal to ``unit``) for kernels of the
+            product ``x x'`` only (LIN).
     """
 
     name: str
@@ -66,12 +68,15 @@ class TorchElementary:
     unit: UnitFn | None = None
     log_unit_r: DistFn | None = None
     log_unit_r2: DistFn | None = None
+    unit_xx: DistFn | None = None
 
     def __post_init__(self) -> None:
         if (self.log_unit is None) == (self.unit is None):
             raise ValueError(f"{self.name}: give exactly one of log_unit and unit")
         if self.log_unit is None and (self.log_unit_r or self.log_unit_r2) is not None:
             raise ValueError(f"{self.name}: log_unit_r/log_unit_r2 need log_unit")
+        if self.unit is None and self.unit_xx is not None:
+            raise ValueError(f"{self.name}: unit_xx needs unit")
 
     def __call__(self, x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
         """The unit factor ``kt(x1, x2)`` itself."""
@@ -91,8 +96,12 @@ def _se(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
     return _se_r2(r * r, theta)
 
 
+def _lin_xx(xx: Tensor, theta: Tensor) -> Tensor:
+    return xx + theta[..., 0]
+
+
 def _lin(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
-    return x1 * x2 + theta[..., 0]
+    return _lin_xx(x1 * x2, theta)
 
 
 def _per_r(r: Tensor, theta: Tensor) -> Tensor:
@@ -126,7 +135,7 @@ def _rq(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
 
 TORCH_ELEMENTARY: dict[str, TorchElementary] = {
     "SE": TorchElementary("SE", log_unit=_se, log_unit_r2=_se_r2),
-    "LIN": TorchElementary("LIN", unit=_lin),
+    "LIN": TorchElementary("LIN", unit=_lin, unit_xx=_lin_xx),
     "PER": TorchElementary("PER", log_unit=_per, log_unit_r=_per_r),
     "MAT52": TorchElementary("MAT52", log_unit=_mat52, log_unit_r=_mat52_r),
     "RQ": TorchElementary("RQ", log_unit=_rq, log_unit_r2=_rq_r2),

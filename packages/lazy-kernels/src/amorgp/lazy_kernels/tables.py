@@ -47,10 +47,18 @@ class CompiledSymbol:
 
     @property
     def needs(self) -> frozenset[str]:
-        """Inputs :func:`evaluate_symbol` reads: ``"x"`` (``x1, x2``), ``"r"``, ``"r2"``."""
+        """Inputs :func:`evaluate_symbol` reads when given all precomputed forms:
+        ``"x"`` (``x1, x2``), ``"r"``, ``"r2"``, ``"xx"``."""
         out = set()
         for k, _ in self.factors:
-            out.add("r2" if k.log_unit_r2 else "r" if k.log_unit_r else "x")
+            if k.log_unit_r2:
+                out.add("r2")
+            elif k.log_unit_r:
+                out.add("r")
+            elif k.unit_xx:
+                out.add("xx")
+            else:
+                out.add("x")
         return frozenset(out)
 
 
@@ -80,6 +88,7 @@ def evaluate_symbol(
     *,
     r: Tensor | None = None,
     r2: Tensor | None = None,
+    xx: Tensor | None = None,
 ) -> Tensor:
     """Evaluate one base symbol on a batch of ``T`` one-dimensional input pairs.
 
@@ -92,12 +101,13 @@ def evaluate_symbol(
         r: optional precomputed ``x1 - x2`` (any shape broadcasting like ``x1 - x2``),
             used by stationary factors instead of forming the difference.
         r2: optional precomputed ``(x1 - x2)^2``, likewise.
+        xx: optional precomputed ``x1 * x2``, used by factors of ``x x'`` (LIN).
 
     Returns:
         ``(T, N, M)`` or ``(T, N)`` kernel values.
     """
     T = theta.shape[0]
-    ndim = max(t.ndim for t in (x1, x2, r, r2) if t is not None)
+    ndim = max(t.ndim for t in (x1, x2, r, r2, xx) if t is not None)
     tail = (1,) * (ndim - 1)
     s2 = theta[:, 0].reshape(T, *tail)
     log_sum: Tensor | None = None
@@ -118,9 +128,12 @@ def evaluate_symbol(
             log_sum = lt if log_sum is None else log_sum + lt
         else:
             assert kernel.unit is not None
-            assert x1 is not None
-            assert x2 is not None
-            u = kernel.unit(x1, x2, th)
+            if kernel.unit_xx is not None and xx is not None:
+                u = kernel.unit_xx(xx, th)
+            else:
+                assert x1 is not None
+                assert x2 is not None
+                u = kernel.unit(x1, x2, th)
             direct = u if direct is None else direct * u
     if log_sum is not None:
         out = torch.exp(log_sum + torch.log(s2))
