@@ -48,10 +48,8 @@ def random_spd(
     """
     if cond < 1:
         raise ValueError(f"cond must be >= 1, got {cond}")
-    q = random_orthogonal(n, batch_shape=batch_shape, dtype=torch.float64, generator=generator)
     lam = torch.logspace(0.0, float(torch.log10(torch.tensor(cond))), n, dtype=torch.float64)
-    a = (q * lam) @ q.mT
-    return (0.5 * (a + a.mT)).to(dtype)
+    return _with_spectrum(lam, batch_shape, dtype, generator)
 
 
 def random_symmetric(
@@ -63,8 +61,20 @@ def random_symmetric(
     generator: torch.Generator,
 ) -> torch.Tensor:
     """Symmetric matrices with eigenvalues ``-1 + gap * k`` (separated by ``gap``)."""
-    q = random_orthogonal(n, batch_shape=batch_shape, dtype=torch.float64, generator=generator)
     lam = -1.0 + gap * torch.arange(n, dtype=torch.float64)
+    return _with_spectrum(lam, batch_shape, dtype, generator)
+
+
+def _with_spectrum(
+    lam: torch.Tensor,
+    batch_shape: Sequence[int],
+    dtype: torch.dtype,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """``Q diag(lam) Q^T`` (symmetrised) with a random orthogonal ``Q``, built in float64."""
+    q = random_orthogonal(
+        lam.shape[0], batch_shape=batch_shape, dtype=torch.float64, generator=generator
+    )
     a = (q * lam) @ q.mT
     return (0.5 * (a + a.mT)).to(dtype)
 
