@@ -23,12 +23,19 @@ Padded batch contract (``B`` batch, ``N``/``M`` points, ``D`` dimensions,
   contributes the factor 1 and a padded addend contributes 0.  Padded *points*
   are evaluated like any other point; mask them downstream.
 
-Algorithm (no Python loop over batch, dimension or addend): the active tokens
-``(b, d, l)`` are gathered into a flat list of ``T`` tokens; for each elementary
-kernel kind of the vocabulary (at most a handful) the unit factors of all tokens
-containing that kind are evaluated in one call, ``(T_e, N, M)``; token values
-``s^2 kt_A kt_B`` are summed into their ``(b, d)`` pair with ``index_add`` and the
-pairs multiplied into their batch element with ``index_reduce(prod)``.  Memory is
+Algorithm (no Python loop over batch, dimension or addend; the only Python loop is
+over the vocabulary symbols present): the small structure tensors are read on the
+host once and turned into an index plan (active ``(b, d)`` pairs, active tokens
+``(b, d, l)`` grouped by symbol id).  Per active pair the shared quantities
+``r = x - x'``, ``r^2`` and ``x x'`` are formed once (only those the symbols
+present need); each symbol group then gathers its rows with ``index_select``,
+evaluates ``s^2 kt_A kt_B`` for all its tokens at once (stationary factors and the
+variance fused into one ``exp``) and ``index_add``\ s the values into its pair.
+Pairs are multiplied into their batch element with ``segment_reduce(prod)``.
+When ``X2 is X1`` only one entry per unordered point pair is evaluated: the pairs
+``(i, (i + k) mod N)`` for offsets ``k = 0..N // 2`` are strided views of the
+columns (circulant packing, ``(N // 2 + 1) N`` entries instead of ``N^2``), and
+the matrix is unpacked with one gather at the end, exactly symmetric.  Memory is
 ``O((T + #pairs) N M)`` instead of ``O(B D L N M)``, which matters because most
 slots of a simulated batch are padding.
 """
