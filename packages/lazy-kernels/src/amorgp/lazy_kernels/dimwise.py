@@ -30,7 +30,7 @@ host once and turned into an index plan (active ``(b, d)`` pairs, active tokens
 ``r = x - x'``, ``r^2`` and ``x x'`` are formed once (only those the symbols
 present need); each symbol group then gathers its rows with ``index_select``,
 evaluates ``s^2 kt_A kt_B`` for all its tokens at once (stationary factors and the
-variance fused into one ``exp``) and ``index_add``\ s the values into its pair.
+variance fused into one ``exp``) and adds them into its pair with ``index_add``.
 Pairs are multiplied into their batch element with ``segment_reduce(prod)``.
 When ``X2 is X1`` only one entry per unordered point pair is evaluated: the pairs
 ``(i, (i + k) mod N)`` for offsets ``k = 0..N // 2`` are strided views of the
