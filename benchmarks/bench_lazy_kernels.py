@@ -488,7 +488,9 @@ def section_evaluator(quick: bool) -> list[str]:
         "Structures, parameters and inputs drawn by `amorgp.simulator` (true structures); "
         "float64; `torch.set_num_threads(1)`; process CPU time in ms, median [IQR] of "
         f"{repeats} runs. *previous* = token gather, per-token `(T, N, M)` scatter and "
-        "`segment_reduce` (frozen copy in this script).",
+        "`segment_reduce` (frozen copy in this script); *current* = each unordered point pair "
+        "once (circulant packing), `x - x'`, `(x - x')^2`, `x x'` formed once per (element, "
+        "dimension) and shared by its addends, `index_select` row gathers.",
         "",
         "| batch | N x D x L | pass | previous | current | speed-up | max abs diff |",
         "|---|---|---|---|---|---|---|",
