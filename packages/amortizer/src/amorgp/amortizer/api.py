@@ -517,7 +517,7 @@ class Amortizer:
                     kernel=s,
                     params=p,
                     noise=nz,
-                    noise_original=nz * norm.y_std**2,
+                    noise_original=norm.noise_to_original(nz),
                     table=table,
                     time_s=elapsed,
                     refine_steps=steps,

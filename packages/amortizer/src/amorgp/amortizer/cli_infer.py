@@ -456,7 +456,7 @@ def demo(
         noise = [r.noise_original]
         lml = [r.log_marginal_likelihood_original]
         if baseline is not None:
-            noise.append(baseline[i].noise * r.normalization.y_std**2)
+            noise.append(r.normalization.noise_to_original(baseline[i].noise))
             lml.append(baseline[i].log_marginal_likelihood + offset)
         click.echo(f"  {'noise variance':<30}" + "".join(f"{_fmt(v):>13}" for v in noise))
         click.echo(f"  {'log marginal likelihood':<30}" + "".join(f"{v:>13.2f}" for v in lml))
