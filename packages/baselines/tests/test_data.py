@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from amorgp.baselines.data import Normalizer, as_dataset, train_test_split
+from amorgp.baselines.data import Normalizer, as_dataset, as_inputs, train_test_split
 from amorgp.kernel_grammar import DimWiseStructure
 
 
@@ -72,6 +72,26 @@ def test_lin_and_constant_columns_have_no_original_units() -> None:
 def test_as_dataset_rejects_bad_input(X: np.ndarray, y: np.ndarray, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         as_dataset(X, y)
+
+
+def test_as_dataset_names_the_first_bad_entry_and_checks_training_data() -> None:
+    X = np.ones((4, 2))
+    X[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"first at row 2, column 1"):
+        as_dataset(X, np.arange(4.0))
+    with pytest.raises(ValueError, match=r"first at row 3"):
+        as_dataset(np.ones((4, 1)), [0.0, 1.0, 2.0, np.inf])
+    with pytest.raises(ValueError, match="X must be numeric"):
+        as_dataset([["a"], ["b"]], [0.0, 1.0])
+    with pytest.raises(ValueError, match="at least 3 data points"):
+        as_dataset(np.ones((2, 1)), [0.0, 1.0], min_points=3, training=True)
+    with pytest.raises(ValueError, match="y is constant"):
+        as_dataset(np.arange(3.0), np.ones(3), training=True)
+    Xt, yt = as_dataset(np.arange(3.0), np.ones((3, 1)))  # not training: constant y is fine
+    assert tuple(Xt.shape) == (3, 1)
+    assert tuple(yt.shape) == (3,)
+    with pytest.raises(ValueError, match="empty inputs"):
+        as_inputs(np.zeros((0, 2)))
 
 
 def test_transform_x_checks_columns() -> None:

@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from amorgp.baselines.data import as_dataset as _as_dataset
+from amorgp.baselines.data import as_inputs
+
 __all__ = ["MIN_POINTS", "Dataset", "as_dataset", "read_csv"]
 
 MIN_POINTS = 3
@@ -28,7 +31,8 @@ def as_dataset(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Validate a dataset and return float64 arrays ``X (n, d)`` and ``y (n,)``.
 
-    A 1-D ``X`` is ``n`` points in one dimension; ``y`` may be ``(n,)`` or ``(n, 1)``.
+    The checks of :func:`amorgp.baselines.data.as_dataset` (training data by
+    default, at least :data:`MIN_POINTS` rows), returned as numpy arrays.  A 1-D ``X`` is ``n`` points in one dimension; ``y`` may be ``(n,)`` or ``(n, 1)``.
 
     Args:
         X: inputs.
@@ -41,42 +45,10 @@ def as_dataset(
         ValueError: non-numeric values, wrong shapes, mismatched lengths, too few
             rows, NaN or infinite values, a constant target.
     """
-    try:
-        Xa = np.asarray(X, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"X must be numeric: {err}") from None
-    if Xa.ndim == 1:
-        Xa = Xa[:, None]
-    if Xa.ndim != 2:
-        raise ValueError(f"X must have shape (n, d), got {Xa.shape}")
-    if Xa.shape[0] == 0 or Xa.shape[1] == 0:
-        raise ValueError(f"empty inputs: X has shape {Xa.shape}")
-    if not np.isfinite(Xa).all():
-        rows, cols = np.nonzero(~np.isfinite(Xa))
-        raise ValueError(
-            f"X contains NaN or infinite values (first at row {rows[0]}, column {cols[0]})"
-        )
     if y is None:
-        return Xa, None
-    try:
-        ya = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"y must be numeric: {err}") from None
-    if ya.ndim == 2 and ya.shape[1] == 1:
-        ya = ya[:, 0]
-    if ya.ndim != 1:
-        raise ValueError(f"y must have shape (n,), got {ya.shape}")
-    if ya.shape[0] != Xa.shape[0]:
-        raise ValueError(f"X has {Xa.shape[0]} rows but y has {ya.shape[0]} values")
-    if training and Xa.shape[0] < min_points:
-        raise ValueError(f"need at least {min_points} data points, got {Xa.shape[0]}")
-    if not np.isfinite(ya).all():
-        raise ValueError(
-            f"y contains NaN or infinite values (first at row {np.nonzero(~np.isfinite(ya))[0][0]})"
-        )
-    if training and float(np.ptp(ya)) == 0.0:
-        raise ValueError("y is constant; a GP needs targets that vary")
-    return Xa, ya
+        return as_inputs(X).numpy(), None
+    Xt, yt = _as_dataset(X, y, min_points=min_points, training=training)
+    return Xt.numpy(), yt.numpy()
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from amorgp.baselines.advi import (
 )
 from amorgp.baselines.api import METHODS, Baseline, FitResult, Method, fit, fit_many
 from amorgp.baselines.bayesian import ADVISettings, GPPosterior, fit_advi_gp
-from amorgp.baselines.data import Normalizer, as_dataset, train_test_split
+from amorgp.baselines.data import Normalizer, as_dataset, as_inputs, train_test_split
 from amorgp.baselines.gp import GPBatch, exact_predictive, log_marginal_likelihood, log_prior
 from amorgp.baselines.optim import batched_adam, lbfgs
 from amorgp.baselines.protocol import HyperparameterInference, KernelFit
@@ -43,6 +43,7 @@ __all__ = [
     "Type2MLSettings",
     "advi",
     "as_dataset",
+    "as_inputs",
     "batched_adam",
     "elbo_estimate",
     "exact_predictive",

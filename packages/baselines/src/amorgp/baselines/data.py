@@ -43,37 +43,80 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import base_symbol
 
-__all__ = ["Normalizer", "as_dataset", "train_test_split"]
+__all__ = ["Normalizer", "as_dataset", "as_inputs", "train_test_split"]
 
 
-def as_dataset(X: Any, y: Any, *, name: str = "X") -> tuple[Tensor, Tensor]:
-    """Validate a dataset and return float64 tensors ``X (n, d)`` and ``y (n,)``.
+def _float64(a: Any, name: str) -> Tensor:
+    if isinstance(a, Tensor):
+        return a.detach().to("cpu", torch.float64)
+    try:
+        return torch.as_tensor(np.asarray(a, dtype=np.float64))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be numeric: {err}") from None
+
+
+def as_inputs(X: Any, *, name: str = "X") -> Tensor:
+    """Validate inputs and return a float64 CPU tensor ``X (n, d)``.
 
     A 1-D ``X`` is read as ``n`` points in one dimension.
 
     Raises:
-        ValueError: wrong shapes, mismatched lengths, empty data, NaN or infinite values.
+        ValueError: non-numeric values, a wrong shape, empty data, NaN or infinite
+            values (with the first position).
     """
-    Xt = torch.as_tensor(np.asarray(X, dtype=np.float64) if not isinstance(X, Tensor) else X)
-    yt = torch.as_tensor(np.asarray(y, dtype=np.float64) if not isinstance(y, Tensor) else y)
-    Xt = Xt.to(torch.float64)
-    yt = yt.to(torch.float64)
+    Xt = _float64(X, name)
     if Xt.ndim == 1:
         Xt = Xt[:, None]
     if Xt.ndim != 2:
         raise ValueError(f"{name} must have shape (n, d), got {tuple(Xt.shape)}")
+    if Xt.shape[0] == 0 or Xt.shape[1] == 0:
+        raise ValueError(f"empty inputs: {name} has shape {tuple(Xt.shape)}")
+    bad = ~torch.isfinite(Xt)
+    if bool(bad.any()):
+        row, col = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{name} contains NaN or infinite values (first at row {row}, column {col})"
+        )
+    return Xt
+
+
+def as_dataset(
+    X: Any, y: Any, *, name: str = "X", min_points: int = 1, training: bool = False
+) -> tuple[Tensor, Tensor]:
+    """Validate a dataset and return float64 CPU tensors ``X (n, d)`` and ``y (n,)``.
+
+    A 1-D ``X`` is read as ``n`` points in one dimension; ``y`` may be ``(n,)`` or
+    ``(n, 1)``.
+
+    Args:
+        X: inputs (see :func:`as_inputs`).
+        y: targets.
+        name: the name of ``X`` in error messages.
+        min_points: fewest rows accepted (checked for training data only).
+        training: the data are to be fitted: at least ``min_points`` rows and a
+            non-constant target.
+
+    Raises:
+        ValueError: non-numeric values, wrong shapes, mismatched lengths, empty data,
+            NaN or infinite values, too few rows or a constant target (training).
+    """
+    Xt = as_inputs(X, name=name)
+    yt = _float64(y, "y")
     if yt.ndim == 2 and yt.shape[1] == 1:
         yt = yt[:, 0]
     if yt.ndim != 1:
         raise ValueError(f"y must have shape (n,), got {tuple(yt.shape)}")
     if Xt.shape[0] != yt.shape[0]:
         raise ValueError(f"{name} has {Xt.shape[0]} rows but y has {yt.shape[0]} values")
-    if Xt.shape[0] == 0 or Xt.shape[1] == 0:
-        raise ValueError(f"empty dataset: {name} has shape {tuple(Xt.shape)}")
-    if not torch.isfinite(Xt).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
-    if not torch.isfinite(yt).all():
-        raise ValueError("y contains NaN or infinite values")
+    if training and Xt.shape[0] < min_points:
+        raise ValueError(f"need at least {min_points} data points, got {Xt.shape[0]}")
+    bad = ~torch.isfinite(yt)
+    if bool(bad.any()):
+        raise ValueError(
+            f"y contains NaN or infinite values (first at row {int(bad.nonzero()[0, 0])})"
+        )
+    if training and bool((yt == yt[0]).all()):
+        raise ValueError("y is constant; a GP needs targets that vary")
     return Xt, yt
 
 
