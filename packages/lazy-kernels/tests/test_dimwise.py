@@ -71,6 +71,24 @@ def test_symmetric_path_gradients() -> None:
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
 
 
+def test_gradients_after_an_inference_mode_call() -> None:
+    """The symmetric path caches index tensors; one first built under ``inference_mode``
+    must still serve a later differentiable call of the same size (regression test)."""
+    n = 11  # a size no other test uses, so the cache is filled here
+    batch = random_dimwise_batch(
+        PAPER_VOCABULARY, torch.Generator().manual_seed(8), batch=2, n=n, dims=1, addends=1
+    )
+    rest = batch.args()[2:]
+    with torch.inference_mode():
+        K0 = kernel_matrix_dimwise(batch.X1, batch.X1, *rest)
+    params = batch.params.clone().requires_grad_()
+    args = (*rest[:2], params, *rest[3:])
+    K = kernel_matrix_dimwise(batch.X1, batch.X1, *args)
+    (g,) = torch.autograd.grad(K.sum(), params)
+    assert torch.isfinite(g).all()
+    torch.testing.assert_close(K.detach(), K0, rtol=0, atol=0)
+
+
 def test_negative_inputs_lin_products() -> None:
     """LIN factors go negative for negative inputs; the evaluator must not assume positivity."""
     vocab = Vocabulary(("LIN", "SE*LIN", "LIN*PER"))

@@ -192,14 +192,19 @@ def _circulant(N: int, device: torch.device) -> tuple[int, Tensor]:
     every unordered pair appears (at least) once.  Returns ``H`` and ``full (N * N,)``,
     the packed position of each matrix entry ``(i, j)`` (symmetric: ``(i, j)`` and
     ``(j, i)`` read the same position).
+
+    The cached index tensor is built outside inference mode: a tensor created under
+    ``torch.inference_mode`` cannot be saved for backward, and the cache outlives the
+    call that filled it.
     """
-    i = torch.arange(N, device=device)[:, None]
-    j = torch.arange(N, device=device)[None, :]
-    k = (j - i) % N
-    fwd = k * N + i  # pair stored at offset k from row i
-    bwd = ((N - k) % N) * N + j  # same pair stored at offset N - k from row j
-    tie = k * N + torch.minimum(i, j)  # k == N - k (even N): both stored; pick one
-    full = torch.where(2 * k < N, fwd, torch.where(2 * k > N, bwd, tie))
+    with torch.inference_mode(False):
+        i = torch.arange(N, device=device)[:, None]
+        j = torch.arange(N, device=device)[None, :]
+        k = (j - i) % N
+        fwd = k * N + i  # pair stored at offset k from row i
+        bwd = ((N - k) % N) * N + j  # same pair stored at offset N - k from row j
+        tie = k * N + torch.minimum(i, j)  # k == N - k (even N): both stored; pick one
+        full = torch.where(2 * k < N, fwd, torch.where(2 * k > N, bwd, tie))
     return N // 2 + 1, full.reshape(-1)
 
 
