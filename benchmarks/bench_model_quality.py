@@ -397,7 +397,7 @@ def curve_plot(files: list[Path], out: Path) -> None:
             xs,
             [r["nll_gap"] for r in val],
             marker=".",
-            label=f"{f.parent.name}: NLL gap to truth (positives)",
+            label=f"{f.stem}: NLL gap to truth (positives)",
         )
         offset = xs[-1]
     ax.set_xlabel("simulated datasets seen")
