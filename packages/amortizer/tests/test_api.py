@@ -17,6 +17,7 @@ from amorgp.amortizer.checkpoint import save_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model
 from amorgp.kernel_grammar import DimWiseStructure, encode
+from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
 
 
 def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -335,13 +336,16 @@ def _oracle_predict(
 
 
 def test_cg_backend_above_the_memory_budget(tiny_checkpoint: Path) -> None:
-    """With a budget below three dense matrices the GP runs on CG (ExactGP 'auto');
-    predictions match the dense oracle to the CG tolerance, the LML to the SLQ accuracy."""
+    """With a budget that fits the evaluator but not the Cholesky workspace the GP runs on
+    CG (ExactGP 'auto'); predictions match the dense oracle to the CG tolerance, the LML to
+    the SLQ accuracy."""
     X, y = _data(300, 1, seed=8)
+    n_terms = 2  # SE + PER
+    evaluator = (EVALUATOR_MATRICES_PER_TERM * n_terms + 1) * 8 * 300**2
     a = Amortizer.from_pretrained(
-        tiny_checkpoint, memory_budget=8 * 300**2 * 2, gp_options={"n_probes": 30}
+        tiny_checkpoint, memory_budget=evaluator + 8 * 300**2, gp_options={"n_probes": 30}
     )
-    assert a.gp_backend(300) == "cg"
+    assert a.gp_backend(300, n_terms) == "cg"
     r = a.infer(X, y, "SE + PER")
     Xq = np.linspace(-2, 5, 7)[:, None]
     mean, var = r.predict(Xq)

@@ -11,6 +11,7 @@ from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import DimWiseKernel
 from amorgp.lazy_kernels.gp import (
     CHOLESKY_MAX_N,
+    EVALUATOR_MATRICES_PER_TERM,
     ExactGP,
     PivotedCholeskyPreconditioner,
     choose_backend,
@@ -148,7 +149,16 @@ def test_choose_backend_rule() -> None:
     assert choose_backend(CHOLESKY_MAX_N + 1) == "cg"
     assert choose_backend(CHOLESKY_MAX_N, dtype=torch.float32) == "cg"
     assert choose_backend(100_000, keops=True) == "keops"
-    assert choose_backend(4000, memory_budget=3 * 8 * 4000**2 - 1) == "cg"
+    dense = 8 * 4000**2
+    peak = (EVALUATOR_MATRICES_PER_TERM + 1) * dense  # evaluator for one addend, plus K
+    assert choose_backend(4000, memory_budget=peak + 2 * dense) == "cholesky"
+    assert choose_backend(4000, memory_budget=peak + 2 * dense - 1) == "cg"
+    assert choose_backend(4000, memory_budget=peak - 1, keops=True) == "keops"
+    # many addends (d = 8, two per dimension) push a mid-size n off the dense path
+    assert choose_backend(3000, keops=True) == "cholesky"
+    assert choose_backend(3000, keops=True, n_terms=16) == "keops"
+    with pytest.raises(ValueError, match="n_terms"):
+        choose_backend(100, n_terms=0)
     with pytest.raises(ValueError, match="pykeops"):
         choose_backend(100_000, keops=False)
 

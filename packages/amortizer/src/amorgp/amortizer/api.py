@@ -477,7 +477,7 @@ class Amortizer:
         yn = torch.as_tensor(norm.transform_y(ya), dtype=self.dtype, device=self.device)
         params, noise, n_enc = self.predict_parameters(Xn, yn, structures)
         sym, smask = self._encode(structures, d)
-        dense = self.gp_backend(n) == "cholesky"
+        dense = self.gp_backend(n, sum(len(a) for s in structures for a in s.dims)) == "cholesky"
         steps = 0
         if refine > 0:
             if not dense:
@@ -538,9 +538,10 @@ class Amortizer:
         structure search consume, so the amortizer and the baselines are interchangeable."""
         return self.infer_many(X, y, kernels)
 
-    def gp_backend(self, n: int) -> str:
-        """The ExactGP backend for ``n`` points: ``"cholesky"``, ``"cg"`` or ``"keops"``."""
-        return choose_backend(n, self.dtype, self.device, self.memory_budget)
+    def gp_backend(self, n: int, n_terms: int = 1) -> str:
+        """The ExactGP backend for ``n`` points and ``n_terms`` addends evaluated at once:
+        ``"cholesky"``, ``"cg"`` or ``"keops"``."""
+        return choose_backend(n, self.dtype, self.device, self.memory_budget, n_terms=n_terms)
 
     def _encode(self, structures: Sequence[DimWiseStructure], d: int) -> tuple[Tensor, Tensor]:
         sym, smask = encode(list(structures), self.vocabulary, max_dims=d)

@@ -13,6 +13,7 @@ from amorgp.lazy_kernels.elementary import (
 )
 from amorgp.lazy_kernels.gp import (
     CHOLESKY_MAX_N,
+    EVALUATOR_MATRICES_PER_TERM,
     ExactGP,
     PivotedCholeskyPreconditioner,
     choose_backend,
@@ -35,6 +36,7 @@ __all__ = [
     "ExactGP",
     "KeOpsKernel",
     "PivotedCholeskyPreconditioner",
+    "EVALUATOR_MATRICES_PER_TERM",
     "choose_backend",
     "keops_available",
     "keops_formula",

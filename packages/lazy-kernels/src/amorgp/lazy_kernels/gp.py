@@ -55,6 +55,7 @@ __all__ = [
     "CHOLESKY_MAX_N",
     "ExactGP",
     "PivotedCholeskyPreconditioner",
+    "EVALUATOR_MATRICES_PER_TERM",
     "choose_backend",
     "pcg",
     "pivoted_cholesky",
@@ -71,33 +72,52 @@ n = 6000 on 2 cores) starts to exceed tens of O(n^2) CG iterations; it is a defa
 measured crossover beyond n = 2000."""
 
 
+EVALUATOR_MATRICES_PER_TERM = 6
+"""Peak working memory of the dense batched evaluator per active addend, in ``n x n``
+matrices (forward, float64, CPU): measured 4.5-6.4 across SE and ``SE*LIN + PER`` at
+d = 4, 8 and n = 1000, 3000 (docs/benchmarks/lazy-kernels.md, section 1b)."""
+
+
 def choose_backend(
     n: int,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
     memory_budget: float = 4 * 2**30,
     keops: bool | None = None,
+    n_terms: int = 1,
 ) -> str:
     """The backend ``"auto"`` uses for ``n`` training points.
 
+    The dense backends build ``K`` with the batched evaluator, whose peak memory grows
+    with the number of addends: about ``EVALUATOR_MATRICES_PER_TERM * n_terms`` matrices
+    of ``n x n`` (measured in docs/benchmarks/lazy-kernels.md, section 1b), plus ``K``
+    itself, plus two more for Cholesky.
+
     Rule: ``"cholesky"`` if ``n <= CHOLESKY_MAX_N`` (float64; ``CHOLESKY_MAX_N // 2``
-    for float32, whose Cholesky fails earlier) and three ``n x n`` matrices fit
-    ``memory_budget`` bytes; else ``"cg"`` if one dense matrix fits; else ``"keops"``.
+    for float32, whose Cholesky fails earlier) and the Cholesky peak fits
+    ``memory_budget`` bytes; else ``"cg"`` if the evaluator peak fits; else ``"keops"``.
     On CUDA the dense limits double (fast dense kernels).
+
+    Args:
+        n_terms: active addends of the kernel(s) evaluated at once (summed over input
+            dimensions and over the kernels of one batch).
 
     Raises:
         ValueError: if only KeOps would fit and pykeops is unavailable.
     """
     from amorgp.lazy_kernels.keops import keops_available
 
+    if n_terms < 1:
+        raise ValueError(f"n_terms must be >= 1, got {n_terms}")
     item = torch.finfo(dtype).bits // 8
     dense = item * n * n
+    evaluator = (EVALUATOR_MATRICES_PER_TERM * n_terms + 1) * dense
     limit = CHOLESKY_MAX_N if dtype == torch.float64 else CHOLESKY_MAX_N // 2
     if torch.device(device).type == "cuda":
         limit *= 2
-    if n <= limit and 3 * dense <= memory_budget:
+    if n <= limit and evaluator + 2 * dense <= memory_budget:
         return "cholesky"
-    if dense <= memory_budget:
+    if evaluator <= memory_budget:
         return "cg"
     if keops is None:
         keops = keops_available()
@@ -315,7 +335,13 @@ class ExactGP:
             raise ValueError(f"unknown backend {backend!r}; use auto, cholesky, cg or keops")
         self.kernel, self.X, self.y = kernel, X, y
         self.backend = (
-            choose_backend(X.shape[0], X.dtype, X.device, memory_budget)
+            choose_backend(
+                X.shape[0],
+                X.dtype,
+                X.device,
+                memory_budget,
+                n_terms=sum(len(addends) for addends in kernel.structure.dims),
+            )
             if backend == "auto"
             else backend
         )
