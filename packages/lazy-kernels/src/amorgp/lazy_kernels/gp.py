@@ -34,8 +34,9 @@ Gradients use ``d log p = 1/2 a^T dA a - 1/2 tr(A^{-1} dA)`` with
 implemented by differentiating a surrogate through the kernel matvec.
 
 ``backend="auto"`` picks (see :func:`choose_backend`): Cholesky up to
-:data:`CHOLESKY_MAX_N` points when the dense matrix fits the memory budget, dense
-CG while ``8 n^2`` bytes (float64) fit the budget, KeOps CG beyond.
+:data:`CHOLESKY_MAX_N` points when the dense evaluator's working memory (which grows with
+the number of addends) and the Cholesky workspace fit the memory budget, dense CG while the
+evaluator's working memory fits, KeOps CG beyond.
 """
 
 from __future__ import annotations
