@@ -384,7 +384,9 @@ def test_keops_backend_matches_dense_oracle(tiny_checkpoint: Path) -> None:
 
 def test_refine_needs_the_dense_backend(tiny_checkpoint: Path) -> None:
     X, y = _data(300, 1, seed=10)
-    a = Amortizer.from_pretrained(tiny_checkpoint, memory_budget=8 * 300**2 * 2)
+    dense = 8 * 300**2  # a budget for dense CG (evaluator + K) but not the Cholesky workspace
+    budget = (EVALUATOR_MATRICES_PER_TERM + 1) * dense + dense
+    a = Amortizer.from_pretrained(tiny_checkpoint, memory_budget=budget)
     with pytest.raises(ValueError, match="refine=2 runs dense Type-2 ML"):
         a.infer(X, y, "SE", refine=2)
 

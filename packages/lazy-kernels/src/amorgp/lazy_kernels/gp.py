@@ -124,8 +124,9 @@ def choose_backend(
         keops = keops_available()
     if not keops:
         raise ValueError(
-            f"n = {n} needs {dense / 2**30:.1f} GiB for a dense kernel matrix, above the memory "
-            f"budget of {memory_budget / 2**30:.1f} GiB, and pykeops is not installed"
+            f"n = {n} with {n_terms} addend(s) needs {evaluator / 2**30:.2f} GiB to evaluate the "
+            f"dense kernel matrix, above the memory budget of {memory_budget / 2**30:.2f} GiB, "
+            "and pykeops is not installed"
         )
     return "keops"
 
