@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,82 @@ def train_command(
             }
         )
     )
+
+
+def _default_campaign_state() -> Path:
+    root = os.environ.get("AMORGP_CAMPAIGN_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "amorgp" / "campaign"
+
+
+@main.command("campaign")
+@click.option(
+    "--state",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="State directory outside the repository "
+    "(default $AMORGP_CAMPAIGN_DIR or ~/.cache/amorgp/campaign).",
+)
+@click.option(
+    "--export",
+    "export_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("docs/training/campaign"),
+    show_default=True,
+    help="Repository folder for the log, the latest phase-1 weights and the best model.",
+)
+@click.option(
+    "--init",
+    "init_from",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Checkpoint to start from when nothing can be resumed (default: the bundled model).",
+)
+@click.option("--segment-minutes", type=click.FloatRange(min=0.5), default=20.0, show_default=True)
+@click.option("--finetune-steps", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--max-minutes",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=None,
+    help="Stop after this many minutes (default: until Ctrl-C or SIGTERM).",
+)
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
+def campaign_command(
+    state: Path | None,
+    export_dir: Path,
+    init_from: Path | None,
+    segment_minutes: float,
+    finetune_steps: int,
+    max_minutes: float | None,
+    threads: int,
+) -> None:
+    """Run the long, resumable CPU training campaign (see amorgp.amortizer.campaign).
+
+    Start it in the background at low priority, e.g.
+    ``nohup nice -n 19 amorgp campaign > campaign.out 2>&1 &``;
+    stop it with Ctrl-C or SIGTERM (it checkpoints first).
+    """
+    import torch
+
+    from amorgp.amortizer.api import PRETRAINED_DIR
+    from amorgp.amortizer.campaign import run_campaign
+
+    torch.set_num_threads(threads)
+    logging.getLogger("amorgp").setLevel(logging.INFO)
+    try:
+        record = run_campaign(
+            state or _default_campaign_state(),
+            export_dir,
+            init=init_from or PRETRAINED_DIR,
+            baseline=PRETRAINED_DIR,
+            segment_minutes=segment_minutes,
+            finetune_steps=finetune_steps,
+            max_minutes=max_minutes if max_minutes is not None else math.inf,
+        )
+    except ValueError as err:
+        raise click.ClickException(str(err)) from err
+    click.echo(json.dumps(record, default=str))
 
 
 @main.command("model-info")
