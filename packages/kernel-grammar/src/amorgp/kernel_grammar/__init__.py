@@ -7,6 +7,13 @@ from amorgp.kernel_grammar.dimwise import (
     encode,
     symbol_sort_key,
 )
+from amorgp.kernel_grammar.errors import (
+    AmorgpError,
+    CheckpointError,
+    DataError,
+    OptionError,
+    TrainingError,
+)
 from amorgp.kernel_grammar.evaluation import StructureTemplate, paper_evaluation_set
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.parser import KernelSyntaxError, parse
@@ -28,6 +35,11 @@ from amorgp.kernel_grammar.search import Move, moves, neighbours
 from amorgp.kernel_grammar.transforms import FLOORS, ParamKind, positive, positive_inverse
 
 __all__ = [
+    "AmorgpError",
+    "CheckpointError",
+    "DataError",
+    "OptionError",
+    "TrainingError",
     "ELEMENTARY",
     "Atom",
     "DimWiseStructure",

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from amorgp.kernel_grammar.errors import OptionError
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.registry import ELEMENTARY
 
@@ -32,7 +33,7 @@ __all__ = ["KernelSyntaxError", "parse"]
 _ONE_LINE = str.maketrans({"\t": " ", "\n": " ", "\r": " ", "\v": " ", "\f": " "})
 
 
-class KernelSyntaxError(ValueError):
+class KernelSyntaxError(OptionError):
     """A kernel expression that does not parse.
 
     Attributes:
