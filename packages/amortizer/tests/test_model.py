@@ -198,3 +198,24 @@ def test_config_round_trip_and_errors() -> None:
         NetworkConfig.from_dict({"widht": 3})
     with pytest.raises(ValueError, match="unknown model"):
         NetworkConfig(model="gpt")  # type: ignore[arg-type]
+
+
+def test_packed_dataset_encoder_equals_padded_layout() -> None:
+    """The CPU path packs present (dataset, dimension) pairs; values and gradients equal
+    those of the padded layout used on other devices (float64)."""
+    torch.manual_seed(3)
+    model = build_model(PRESETS["tiny"].network).double().train()
+    enc = model.dataset_encoder
+    batch = testing.random_padded_batch(
+        torch.Generator().manual_seed(5), model.vocabulary, dtype=torch.float64
+    )
+    i = batch.inputs()
+    args = (i["X"], i["y"], i["point_mask"], i["dim_mask"])
+    assert not bool(i["dim_mask"].all()), "the test batch must contain padded dimensions"
+    packed, padded = enc._forward_packed(*args), enc._forward_padded(*args)
+    torch.testing.assert_close(packed, padded, rtol=0, atol=1e-12)
+    params = list(enc.parameters())
+    g_packed = torch.autograd.grad(packed.square().sum(), params)
+    g_padded = torch.autograd.grad(padded.square().sum(), params)
+    for a, b in zip(g_packed, g_padded, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
