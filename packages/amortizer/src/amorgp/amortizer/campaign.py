@@ -189,7 +189,11 @@ def _install_sigterm() -> Callable[[], None]:
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, old)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, old)
+
+    return restore
 
 
 def run_campaign(
