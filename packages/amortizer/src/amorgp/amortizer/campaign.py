@@ -178,7 +178,7 @@ def _append(log: Path, record: dict[str, Any]) -> None:
 def _export(source: Path, target: Path, meta: dict[str, Any]) -> None:
     """Write the weights of ``source`` (no optimiser state) to ``target`` atomically."""
     ckpt = load_checkpoint(source)
-    keep = {
+    keep: dict[str, Any] = {
         k: ckpt.meta[k] for k in ("train", "simulator", "progress", "history") if k in ckpt.meta
     }
     save_checkpoint(target, ckpt.model, ckpt.network, meta={**keep, **meta}, overwrite=True)
