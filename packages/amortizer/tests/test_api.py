@@ -16,6 +16,7 @@ from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer
 from amorgp.amortizer.checkpoint import save_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model
+from amorgp.diff_linalg.testing import dense_gp_predictive
 from amorgp.kernel_grammar import DimWiseStructure, encode
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
 
@@ -328,11 +329,14 @@ def _oracle_predict(
         norm.transform_x(Xq).numpy(),
     )
     p = r.params.numpy()
-    A = r.kernel.reference(Xn, Xn, p) + r.noise * np.eye(len(y))
-    Ks = r.kernel.reference(Xn, Qn, p)
-    m = Ks.T @ np.linalg.solve(A, yn)
-    v = r.kernel.reference(Qn, Qn, p).diagonal() - np.einsum("ij,ij->j", Ks, np.linalg.solve(A, Ks))
-    return m * norm.y_std + norm.y_mean, (v + r.noise) * norm.y_std**2
+    m, v = dense_gp_predictive(
+        r.kernel.reference(Xn, Xn, p),
+        r.kernel.reference(Xn, Qn, p),
+        r.kernel.reference(Qn, Qn, p).diagonal(),
+        yn,
+        r.noise,
+    )
+    return m * norm.y_std + norm.y_mean, v * norm.y_std**2
 
 
 def test_cg_backend_above_the_memory_budget(tiny_checkpoint: Path) -> None:

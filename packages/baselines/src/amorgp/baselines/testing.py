@@ -1,9 +1,10 @@
 """Reusable checks and dense numpy oracles for anything that fits GP hyperparameters.
 
 * :func:`dense_kernel` / :func:`dense_log_marginal_likelihood` /
-  :func:`dense_predictive`: float64 numpy references built only from
-  :meth:`amorgp.kernel_grammar.DimWiseStructure.reference` and ``numpy.linalg``
-  (independent of the torch evaluator and of this package's GP code).
+  :func:`dense_predictive`: float64 references built only from
+  :meth:`amorgp.kernel_grammar.DimWiseStructure.reference` and the dense GP oracles of
+  :mod:`amorgp.diff_linalg.testing` (independent of the torch evaluator and of this
+  package's GP code).
 * :func:`check_kernel_fit`: conformance of a :class:`~amorgp.baselines.protocol.KernelFit`
   (keys, positivity, predictive shapes, non-negative variances, original units).
 * :func:`check_inference`: conformance of a
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from amorgp.baselines.protocol import HyperparameterInference, KernelFit
+from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import DimWiseStructure
 
 __all__ = [
@@ -64,15 +66,9 @@ def dense_kernel(
 def dense_log_marginal_likelihood(
     X: np.ndarray, y: np.ndarray, structure: DimWiseStructure, hyper: Hyper, noise: float
 ) -> float:
-    """``log N(y | 0, K + noise I)`` by ``numpy.linalg.slogdet`` and ``solve``."""
-    y = np.asarray(y, float)
-    A = dense_kernel(X, X, structure, hyper) + noise * np.eye(len(y))
-    sign, logdet = np.linalg.slogdet(A)
-    if sign <= 0:
-        return math.nan
-    return float(
-        -0.5 * y @ np.linalg.solve(A, y) - 0.5 * logdet - 0.5 * len(y) * math.log(2 * math.pi)
-    )
+    """``log N(y | 0, K + noise I)`` by the dense oracle of ``amorgp.diff_linalg.testing``."""
+    K = dense_kernel(X, X, structure, hyper)
+    return float(dense_gp_log_marginal_likelihood(K, np.asarray(y, float), noise))
 
 
 def dense_predictive(
@@ -83,13 +79,14 @@ def dense_predictive(
     hyper: Hyper,
     noise: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact posterior predictive of ``y`` (noise included) by dense numpy algebra."""
-    A = dense_kernel(X, X, structure, hyper) + noise * np.eye(len(y))
-    Ks = dense_kernel(X, X_new, structure, hyper)
-    kss = np.diag(dense_kernel(X_new, X_new, structure, hyper))
-    mean = Ks.T @ np.linalg.solve(A, np.asarray(y, float))
-    var = kss - np.einsum("ij,ij->j", Ks, np.linalg.solve(A, Ks)) + noise
-    return mean, var
+    """Exact posterior predictive of ``y`` (noise included) by dense float64 algebra."""
+    return dense_gp_predictive(
+        dense_kernel(X, X, structure, hyper),
+        dense_kernel(X, X_new, structure, hyper),
+        np.diag(dense_kernel(X_new, X_new, structure, hyper)),
+        np.asarray(y, float),
+        noise,
+    )
 
 
 def check_kernel_fit(result: KernelFit, X_test: Any) -> None:

@@ -1,17 +1,26 @@
-"""Reusable test helpers: matrices with controlled conditioning and gradient checks.
+"""Reusable test helpers: matrices with controlled conditioning, gradient checks and
+dense GP oracles.
 
 Every generator takes an explicit ``torch.Generator`` so that tests are
-deterministic and independent of the global random state.
+deterministic and independent of the global random state.  The dense GP oracles
+(:func:`dense_gp_log_marginal_likelihood`, :func:`dense_gp_predictive`) are the one
+reference every package's tests compare against: float64, a general LU solve and
+``slogdet`` (no Cholesky, so they share no code path with the operators under test).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from typing import Any, overload
 
+import numpy as np
 import torch
 
 __all__ = [
     "assert_gradients",
+    "dense_gp_log_marginal_likelihood",
+    "dense_gp_predictive",
     "random_full_rank",
     "random_lower_triangular",
     "random_orthogonal",
@@ -139,3 +148,111 @@ def assert_gradients(
         raise AssertionError("gradcheck failed: analytical and numerical Jacobians differ")
     if second_order and not torch.autograd.gradgradcheck(fn, tuple(inputs), **kw):  # type: ignore[arg-type]
         raise AssertionError("gradgradcheck failed: second derivatives differ")
+
+
+def _as_float64(x: Any) -> torch.Tensor:
+    """``x`` (tensor, array or number) as a float64 tensor; tensors keep their autograd graph."""
+    if isinstance(x, torch.Tensor):
+        return x.to(torch.float64)
+    return torch.from_numpy(np.array(x, dtype=np.float64))
+
+
+def _noisy(K: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """``K + noise I`` with ``noise`` broadcast over the leading (batch) dimensions of ``K``."""
+    if K.ndim < 2 or K.shape[-1] != K.shape[-2]:
+        raise ValueError(f"K must be square, shape (..., n, n); got {tuple(K.shape)}")
+    eye = torch.eye(K.shape[-1], dtype=torch.float64, device=K.device)
+    return K + noise[..., None, None] * eye
+
+
+@overload
+def dense_gp_log_marginal_likelihood(
+    K: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | float
+) -> torch.Tensor: ...
+@overload
+def dense_gp_log_marginal_likelihood(K: np.ndarray, y: Any, noise: Any) -> Any: ...
+def dense_gp_log_marginal_likelihood(K: Any, y: Any, noise: Any) -> Any:
+    """Dense float64 oracle of the GP log marginal likelihood ``log N(y | 0, K + noise I)``.
+
+    ``-1/2 y^T A^{-1} y - 1/2 log det A - n/2 log(2 pi)`` with ``A = K + noise I``, by
+    ``torch.linalg.solve`` and ``torch.linalg.slogdet``.
+
+    Args:
+        K: kernel matrices, shape ``(..., n, n)``; a torch tensor (the result is then
+            differentiable with respect to every tensor argument) or a numpy array.
+        y: targets, shape ``(..., n)`` (broadcast against the batch shape of ``K``).
+        noise: noise variances, a number or shape ``(...)``.
+
+    Returns:
+        Log marginal likelihoods, shape ``(...)``; ``NaN`` where ``A`` is not positive
+        definite (``slogdet`` sign not positive).  A tensor if ``K`` is a tensor, else a
+        numpy array (a Python ``float`` for a single matrix).
+
+    Raises:
+        ValueError: if ``K`` is not square or ``y`` does not match its size.
+    """
+    Kt, yt, nt = _as_float64(K), _as_float64(y), _as_float64(noise)
+    A = _noisy(Kt, nt)
+    n = A.shape[-1]
+    if yt.shape[-1:] != (n,):
+        raise ValueError(f"y must have shape (..., {n}) to match K; got {tuple(yt.shape)}")
+    batch = torch.broadcast_shapes(A.shape[:-2], yt.shape[:-1])
+    A, yt = A.expand(*batch, n, n), yt.expand(*batch, n)
+    quad = (yt * torch.linalg.solve(A, yt.unsqueeze(-1)).squeeze(-1)).sum(-1)
+    sign, logdet = torch.linalg.slogdet(A)
+    logdet = torch.where(sign > 0, logdet, torch.full_like(logdet, math.nan))
+    out = -0.5 * quad - 0.5 * logdet - 0.5 * n * math.log(2 * math.pi)
+    if isinstance(K, torch.Tensor):
+        return out
+    return float(out) if out.ndim == 0 else out.numpy()
+
+
+@overload
+def dense_gp_predictive(
+    K: torch.Tensor,
+    K_cross: torch.Tensor,
+    k_diag: torch.Tensor,
+    y: torch.Tensor,
+    noise: torch.Tensor | float,
+    *,
+    include_noise: bool = ...,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def dense_gp_predictive(
+    K: np.ndarray, K_cross: Any, k_diag: Any, y: Any, noise: Any, *, include_noise: bool = ...
+) -> tuple[np.ndarray, np.ndarray]: ...
+def dense_gp_predictive(
+    K: Any, K_cross: Any, k_diag: Any, y: Any, noise: Any, *, include_noise: bool = True
+) -> tuple[Any, Any]:
+    """Dense float64 oracle of the exact GP posterior predictive at ``m`` new points.
+
+    With ``A = K + noise I``: mean ``K_cross^T A^{-1} y`` and variance
+    ``k_diag - diag(K_cross^T A^{-1} K_cross)`` (``+ noise`` for the predictive of ``y``),
+    by ``torch.linalg.solve``.  The variance is not clamped.
+
+    Args:
+        K: training kernel matrix, shape ``(..., n, n)`` (tensor or numpy array).
+        K_cross: cross covariances ``k(X, X_new)``, shape ``(..., n, m)``.
+        k_diag: prior variances ``k(x_new, x_new)``, shape ``(..., m)``.
+        y: training targets, shape ``(..., n)``.
+        noise: noise variances, a number or shape ``(...)``.
+        include_noise: add ``noise`` to the variance (predictive of ``y``, not of ``f``).
+
+    Returns:
+        ``(mean, var)``, each of shape ``(..., m)``; tensors if ``K`` is a tensor, else numpy.
+
+    Raises:
+        ValueError: if ``K`` is not square.
+    """
+    Kt, Ks, kss = _as_float64(K), _as_float64(K_cross), _as_float64(k_diag)
+    yt, nt = _as_float64(y), _as_float64(noise)
+    A = _noisy(Kt, nt)
+    rhs = torch.cat([yt.unsqueeze(-1).expand(*Ks.shape[:-1], 1), Ks], dim=-1)
+    sol = torch.linalg.solve(A, rhs)
+    mean = (Ks * sol[..., :1]).sum(-2)
+    var = kss - (Ks * sol[..., 1:]).sum(-2)
+    if include_noise:
+        var = var + nt[..., None]
+    if isinstance(K, torch.Tensor):
+        return mean, var
+    return mean.numpy(), var.numpy()
