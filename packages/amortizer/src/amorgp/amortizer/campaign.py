@@ -188,10 +188,13 @@ def _install_sigterm() -> Callable[[], None]:
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
+    # a background job of a non-interactive shell starts with SIGINT ignored: honour it
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     old = signal.signal(signal.SIGTERM, handler)
 
     def restore() -> None:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
 
     return restore
 
