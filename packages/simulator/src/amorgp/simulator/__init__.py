@@ -9,6 +9,7 @@
 
 from amorgp.simulator.batch import SimulatedBatch
 from amorgp.simulator.config import SimulatorConfig
+from amorgp.simulator.inputs import INPUT_LAWS, sample_input_columns
 from amorgp.simulator.parameters import PriorTable, sample_noise, sample_parameters
 from amorgp.simulator.samplers import (
     GammaDraw,
@@ -31,6 +32,8 @@ from amorgp.simulator.structures import (
 )
 
 __all__ = [
+    "INPUT_LAWS",
+    "sample_input_columns",
     "FixedSet",
     "GammaDraw",
     "Inputs",

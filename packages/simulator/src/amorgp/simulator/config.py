@@ -14,6 +14,7 @@ field                         default                         meaning
 ``vocabulary``                ``PAPER_VOCABULARY``            symbols drawn uniformly, without replacement
 ``positive_ratio``            0.5                             fraction of positive (D, S) pairs
 ``x_low``, ``x_high``         0.0, 1.0                        ``X ~ U[x_low, x_high]^d``
+``inputs``                    ``"uniform"``                   input law (:mod:`amorgp.simulator.inputs`)
 ``jitter``, ``max_tries``     1e-8, 5                         robust Cholesky: relative jitter, escalations
 ``negative_rounds``           8                               candidate draws for a distinct negative structure
 ``fixed_shapes``              False                           pad to ``(n_max, d_max, addend_cap)``
@@ -63,6 +64,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from amorgp.kernel_grammar import NOISE, PAPER_VOCABULARY, Vocabulary
+from amorgp.simulator.inputs import INPUT_LAWS
 
 __all__ = ["SimulatorConfig"]
 
@@ -103,6 +105,7 @@ class SimulatorConfig:
     positive_ratio: float = 0.5
     x_low: float = 0.0
     x_high: float = 1.0
+    inputs: str = "uniform"
     jitter: float = 1e-8
     max_tries: int = 5
     negative_rounds: int = 8
@@ -156,6 +159,10 @@ class SimulatorConfig:
         _check_probability("p_dims", self.p_dims, open_low=True, open_high=False)
         _check_probability("p_addends", self.p_addends, open_low=True, open_high=False)
         _check_probability("positive_ratio", self.positive_ratio, open_low=False, open_high=False)
+        if self.inputs not in INPUT_LAWS:
+            raise ValueError(
+                f"SimulatorConfig.inputs must be one of {', '.join(INPUT_LAWS)}, got {self.inputs!r}"
+            )
         if not (math.isfinite(self.jitter) and self.jitter > 0):
             raise ValueError(f"SimulatorConfig.jitter must be finite and > 0, got {self.jitter}")
         if not (math.isfinite(self.x_low) and math.isfinite(self.x_high)):

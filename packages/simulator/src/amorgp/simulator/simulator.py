@@ -8,7 +8,8 @@ One call of :meth:`Simulator.sample` draws ``B`` (dataset, structure) pairs:
    distinct structure ``S~_b`` of the same ``d_b``;
 4. parameters ``theta_b ~ p(theta | S_b)`` and noise ``sigma_b^2 ~ p(sigma^2)``
    (priors of kernel-grammar);
-5. inputs ``X_b ~ U[x_low, x_high]^(d_b)``, ``n_b`` training and ``n_test`` test points;
+5. inputs ``X_b ~ U[x_low, x_high]^(d_b)`` (or another law of
+   :mod:`amorgp.simulator.inputs`, rescaled to ``[x_low, x_high]``), ``n_b`` training and ``n_test`` test points;
 6. targets: ``[y_b; y*_b] ~ N(0, K_{S_b}(X, X) + sigma_b^2 I)`` jointly over training
    and test points, via the batched heterogeneous kernel evaluator
    (``amorgp.lazy_kernels.kernel_matrix_dimwise``), a float64 batched Cholesky with
@@ -33,6 +34,7 @@ from amorgp.diff_linalg import robust_cholesky
 from amorgp.lazy_kernels import kernel_matrix_dimwise
 from amorgp.simulator.batch import SimulatedBatch
 from amorgp.simulator.config import SimulatorConfig
+from amorgp.simulator.inputs import sample_input_columns
 from amorgp.simulator.parameters import PriorTable, sample_noise, sample_parameters
 from amorgp.simulator.samplers import sample_geometric, sample_uniform_int
 from amorgp.simulator.structures import sample_negative_structures, sample_structures
@@ -122,7 +124,7 @@ class Simulator:
         return n, d
 
     def sample_inputs(self, n: torch.Tensor, d: torch.Tensor, generator: torch.Generator) -> Inputs:
-        """Uniform inputs for ``n`` training and ``config.n_test`` test points.
+        """Inputs (law ``config.inputs``) for ``n`` training and ``config.n_test`` test points.
 
         Args:
             n: ``(B,)`` training points per dataset.
@@ -134,11 +136,16 @@ class Simulator:
         n_train = cfg.n_max if cfg.fixed_shapes else int(n.max())
         width = cfg.d_max if cfg.fixed_shapes else int(d.max())
         total = n_train + cfg.n_test
-        u = torch.rand((batch, total, width), generator=generator, dtype=_F64, device=n.device)
-        X = cfg.x_low + (cfg.x_high - cfg.x_low) * u
         slots = torch.arange(total, device=n.device)
         mask_all = (slots < n[:, None]) | (slots >= n_train)
         dim_mask = torch.arange(width, device=n.device) < d[:, None]
+        if cfg.inputs == "uniform":
+            u = torch.rand((batch, total, width), generator=generator, dtype=_F64, device=n.device)
+        else:
+            u = sample_input_columns(
+                cfg.inputs, (batch, total, width), slots < n[:, None], generator
+            )
+        X = cfg.x_low + (cfg.x_high - cfg.x_low) * u
         X = torch.where(mask_all[:, :, None] & dim_mask[:, None, :], X, 0.0)
         return Inputs(X, mask_all, dim_mask, n_train)
 
