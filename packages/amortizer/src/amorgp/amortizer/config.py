@@ -130,6 +130,8 @@ class TrainConfig:
         alpha, beta: phase-2 weights of ``alpha * NLL + beta * MSE(noise std)``.
         n_min, n_max: number of points per simulated dataset.
         max_dims: maximum input dimension of simulated datasets.
+        inputs: the simulator's input law (``"uniform"``, the paper's; see
+            :mod:`amorgp.simulator.inputs`).
         encoder_points: if > 0, the encoder reads at most this many points of each
             dataset (a random subset) while the loss uses all of them.
         size_buckets: if > 1, the encoder runs on this many sub-batches of datasets
@@ -153,6 +155,7 @@ class TrainConfig:
     n_min: int = 10
     n_max: int = 250
     max_dims: int = 8
+    inputs: str = "uniform"
     encoder_points: int = 0
     size_buckets: int = 1
     val_size: int = 256

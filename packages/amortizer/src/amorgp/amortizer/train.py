@@ -115,6 +115,7 @@ def simulator_config(network: NetworkConfig, train_cfg: TrainConfig) -> Simulato
         n_max=train_cfg.n_max,
         d_max=train_cfg.max_dims,
         vocabulary=network.vocabulary,
+        inputs=train_cfg.inputs,
     )
     if network.model == "ahgp-se-ard":
         if network.vocabulary != SE_VOCABULARY:
