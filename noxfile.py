@@ -6,6 +6,16 @@ repository, in dependency order) and its test extra.  A guard fails the session
 if any ``amorgp-*`` distribution was installed from an index instead of the
 repository.
 
+The package graph is read from each ``packages/<name>/pyproject.toml``
+(``[project] dependencies``): its ``amorgp-*`` requirements are its siblings,
+and it needs PyTorch if it or any sibling requires ``torch``.  An unknown
+sibling or a dependency cycle stops nox with an error naming the packages.
+
+A session that collects no test fails (pytest exit code 5 is not a success),
+except ``tests_slow`` and ``tests_cuda`` for a package whose test sources
+contain no ``slow`` (or ``cuda``) marker at all: those sessions are skipped,
+with the reason, instead of running an empty selection.
+
 Environment variables:
     AMORGP_TORCH_SPEC: pip requirement(s) used to install PyTorch
         (default ``torch==2.13.0``; e.g. add ``--index-url`` for CUDA wheels).
@@ -15,9 +25,19 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import nox
+
+sys.path.insert(0, str(Path(__file__).parent / ".ci"))
+from package_graph import (
+    closure,
+    has_marker,
+    needs_torch,
+    read_packages,
+    topological_order,
+)
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
@@ -26,22 +46,9 @@ nox.options.sessions = ["lint", "typecheck", "tests", "integration"]
 ROOT = Path(__file__).parent
 PYTHON = "3.11"
 TORCH_SPEC = os.environ.get("AMORGP_TORCH_SPEC", "torch==2.13.0")
-
-# Package directory -> (declared amorgp siblings in dependency order, needs torch).
-# The dict itself is in topological order (ARCHITECTURE §2).
-PACKAGES: dict[str, tuple[list[str], bool]] = {
-    "kernel-grammar": ([], False),
-    "diff-linalg": ([], True),
-    "lazy-kernels": (["kernel-grammar", "diff-linalg"], True),
-    "simulator": (["kernel-grammar", "diff-linalg", "lazy-kernels"], True),
-    "baselines": (["kernel-grammar", "diff-linalg", "lazy-kernels"], True),
-    "ensembles": (["kernel-grammar", "diff-linalg", "lazy-kernels"], True),
-    "amortizer": (
-        ["kernel-grammar", "diff-linalg", "lazy-kernels", "simulator", "baselines"],
-        True,
-    ),
-}
-EXISTING = [name for name in PACKAGES if (ROOT / "packages" / name / "pyproject.toml").exists()]
+PACKAGES = read_packages(ROOT / "packages")
+EXISTING = topological_order(PACKAGES)
+TORCH_PACKAGES = [n for n in EXISTING if needs_torch(PACKAGES, n)]
 
 
 def _install_torch(session: nox.Session) -> None:
@@ -49,9 +56,10 @@ def _install_torch(session: nox.Session) -> None:
 
 
 def _install_packages(session: nox.Session, names: list[str], extra: str | None = None) -> None:
-    """Install ``names`` (and their siblings) editable, in dependency order."""
-    order = [n for n in EXISTING if n in names or any(n in PACKAGES[m][0] for m in names)]
-    if any(PACKAGES[n][1] for n in order):
+    """Install ``names`` and their siblings editable, in dependency order."""
+    needed = closure(PACKAGES, names)
+    order = [n for n in EXISTING if n in needed]
+    if any(n in TORCH_PACKAGES for n in order):
         _install_torch(session)
     for name in order:
         target = f"packages/{name}"
@@ -62,7 +70,14 @@ def _install_packages(session: nox.Session, names: list[str], extra: str | None 
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
+    """Run pytest; any exit code but 0 fails the session (5: no test was collected)."""
     session.run("python", "-m", "pytest", *args, *session.posargs)
+
+
+def _skip_unless_marked(session: nox.Session, tests: Path, marker: str) -> None:
+    """Skip the session (before installing anything) if no test under ``tests`` is marked."""
+    if not has_marker(tests, marker):
+        session.skip(f"no test under {tests.relative_to(ROOT)} is marked {marker!r}")
 
 
 @nox.session(python=PYTHON)
@@ -77,25 +92,18 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session(python=PYTHON)
 @nox.parametrize("package", EXISTING)
 def tests_slow(session: nox.Session, package: str) -> None:
-    """Tests marked ``slow`` of one package."""
+    """Tests marked ``slow`` of one package (skipped if the package has none)."""
+    _skip_unless_marked(session, ROOT / "packages" / package / "tests", "slow")
     _install_packages(session, [package], extra="test")
     session.chdir(ROOT / "packages" / package)
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests",
-        "-m",
-        "slow and not cuda",
-        *session.posargs,
-        success_codes=[0, 5],
-    )
+    _pytest(session, "tests", "-m", "slow and not cuda")
 
 
 @nox.session(python=PYTHON)
-@nox.parametrize("package", [n for n in EXISTING if PACKAGES[n][1]])
+@nox.parametrize("package", TORCH_PACKAGES)
 def tests_cuda(session: nox.Session, package: str) -> None:
-    """Tests marked ``cuda``; skipped where no CUDA device is visible."""
+    """Tests marked ``cuda``; skipped where no CUDA device is visible or none is marked."""
+    _skip_unless_marked(session, ROOT / "packages" / package / "tests", "cuda")
     _install_packages(session, [package], extra="test")
     has_cuda = session.run(
         "python",
@@ -106,16 +114,25 @@ def tests_cuda(session: nox.Session, package: str) -> None:
     if not has_cuda or has_cuda.strip() != "1":
         session.skip("torch.cuda.is_available() is False")
     session.chdir(ROOT / "packages" / package)
-    session.run(
-        "python", "-m", "pytest", "tests", "-m", "cuda", *session.posargs, success_codes=[0, 5]
-    )
+    _pytest(session, "tests", "-m", "cuda")
 
 
 @nox.session(python=PYTHON)
 def integration(session: nox.Session) -> None:
-    """End-to-end scenarios across all packages."""
+    """End-to-end scenarios across all packages (slow ones deselected)."""
     _install_packages(session, EXISTING, extra="test")
     _pytest(session, "integration_tests", "-m", "not cuda and not slow")
+
+
+@nox.session(python=PYTHON)
+def integration_slow(session: nox.Session) -> None:
+    """End-to-end scenarios marked slow (100,000-point inference: about 30 min on 2 cores).
+
+    Not part of the default sessions nor of ``.ci/run`` (whose budget is 45 minutes on
+    two cores); ``AMORGP_CI_SLOW=1 .ci/run`` adds it together with ``tests_slow``.
+    """
+    _install_packages(session, EXISTING, extra="test")
+    _pytest(session, "integration_tests", "-m", "slow and not cuda")
 
 
 @nox.session(python=PYTHON)

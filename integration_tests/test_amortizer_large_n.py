@@ -18,9 +18,8 @@ import torch
 
 from amorgp.amortizer import Amortizer
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_100k_points_predict() -> None:
     pytest.importorskip("pykeops")
     n = 100_000

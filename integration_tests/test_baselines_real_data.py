@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from amorgp.baselines import Baseline, fit_many, train_test_split
 from amorgp.baselines.testing import check_inference
+from amorgp.diff_linalg.testing import torch_settings
 from amorgp.kernel_grammar import paper_evaluation_set
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "airline.csv"
@@ -20,8 +23,14 @@ def _split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return arr[tr, :-1], arr[tr, -1], arr[te, :-1], arr[te, -1]
 
 
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Small float64 fits run fastest single-threaded; the global setting is restored."""
+    with torch_settings(num_threads=1):
+        yield
+
+
 def test_type2ml_beats_the_constant_predictor_and_batches_match_protocol() -> None:
-    torch.set_num_threads(1)
     X, y, Xt, yt = _split()
     kernels = [str(t) for t in paper_evaluation_set(0)[:6]]
     fits = check_inference(Baseline("gp-ml"), X, y, kernels)
@@ -34,7 +43,6 @@ def test_type2ml_beats_the_constant_predictor_and_batches_match_protocol() -> No
 
 
 def test_map_and_svgp_on_real_data() -> None:
-    torch.set_num_threads(1)
     X, y, Xt, yt = _split()
     constant = float(np.sqrt(np.mean((y.mean() - yt) ** 2)))
     for method in ("map", "svgp"):

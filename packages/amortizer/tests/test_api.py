@@ -16,7 +16,7 @@ from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer
 from amorgp.amortizer.checkpoint import save_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model
-from amorgp.diff_linalg.testing import dense_gp_predictive
+from amorgp.diff_linalg.testing import dense_gp_predictive, torch_settings
 from amorgp.kernel_grammar import DimWiseStructure, encode
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
 
@@ -300,20 +300,20 @@ def test_fixed_kernel_model_is_rejected(tmp_path: Path) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu(tiny_checkpoint: Path) -> None:
-    torch.backends.cuda.matmul.allow_tf32 = False
-    X, y = _data(40, 2)
-    cpu = Amortizer.from_pretrained(tiny_checkpoint, device="cpu").infer_many(
-        X, y, ["SE", "SE + PER"]
-    )
-    gpu = Amortizer.from_pretrained(tiny_checkpoint, device="cuda").infer_many(
-        X, y, ["SE", "SE + PER"]
-    )
-    for a, b in zip(cpu, gpu, strict=True):
-        torch.testing.assert_close(a.params, b.params, rtol=1e-4, atol=1e-5)
-        assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-4)
-        ma, _va = a.predict(X[:5])
-        mb, _vb = b.predict(X[:5])
-        torch.testing.assert_close(ma, mb, rtol=1e-4, atol=1e-4)
+    with torch_settings(allow_tf32=False):
+        X, y = _data(40, 2)
+        cpu = Amortizer.from_pretrained(tiny_checkpoint, device="cpu").infer_many(
+            X, y, ["SE", "SE + PER"]
+        )
+        gpu = Amortizer.from_pretrained(tiny_checkpoint, device="cuda").infer_many(
+            X, y, ["SE", "SE + PER"]
+        )
+        for a, b in zip(cpu, gpu, strict=True):
+            torch.testing.assert_close(a.params, b.params, rtol=1e-4, atol=1e-5)
+            assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-4)
+            ma, _va = a.predict(X[:5])
+            mb, _vb = b.predict(X[:5])
+            torch.testing.assert_close(ma, mb, rtol=1e-4, atol=1e-4)
 
 
 # -- large n: lazy-kernels' iterative backends ------------------------------------------------

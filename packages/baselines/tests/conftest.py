@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
-# Small float64 problems run fastest single-threaded, and CI shares its cores.
-torch.set_num_threads(1)
+from amorgp.diff_linalg.testing import torch_settings
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Small float64 problems run fastest single-threaded, and CI shares its cores."""
+    with torch_settings(num_threads=1):
+        yield
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from amorgp.diff_linalg.testing import (
     random_orthogonal,
     random_spd,
     random_symmetric,
+    torch_settings,
 )
 
 
@@ -136,3 +137,29 @@ def test_dense_predictive_is_the_gaussian_conditional() -> None:
     )
     torch.testing.assert_close(m_t, torch.as_tensor(cond_mean))
     torch.testing.assert_close(v_t, torch.from_numpy(np.diag(cond_cov).copy()))
+
+
+def test_torch_settings_restores_threads_and_tf32_even_on_error() -> None:
+    threads = torch.get_num_threads()
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    other = not tf32[0]
+    seen = []
+
+    def body() -> None:
+        with torch_settings(num_threads=threads + 1, allow_tf32=other):
+            seen.append(
+                (
+                    torch.get_num_threads(),
+                    torch.backends.cuda.matmul.allow_tf32,
+                    torch.backends.cudnn.allow_tf32,
+                )
+            )
+            raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        body()
+    assert seen == [(threads + 1, other, other)]
+    assert torch.get_num_threads() == threads
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == tf32
+    with pytest.raises(ValueError, match="num_threads"), torch_settings(num_threads=0):
+        pass

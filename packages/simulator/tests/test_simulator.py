@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from amorgp.diff_linalg.testing import torch_settings
 from amorgp.kernel_grammar import EXTENDED_VOCABULARY, PAPER_VOCABULARY, Vocabulary
 from amorgp.simulator import Inputs, Simulator, SimulatorConfig
 from amorgp.simulator.testing import check_batch, dense_covariance, structure_of
@@ -197,17 +198,17 @@ def _fields(cfg: SimulatorConfig) -> dict:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_sample_on_cuda_satisfies_contract_and_is_reproducible() -> None:
-    torch.backends.cuda.matmul.allow_tf32 = False
-    cfg = CONFIGS["test-points"]
-    sim = Simulator(cfg, device="cuda")
-    a = sim.sample(16, torch.Generator(device="cuda").manual_seed(0))
-    b = sim.sample(16, torch.Generator(device="cuda").manual_seed(0))
-    assert a.X.device.type == "cuda"
-    check_batch(a.to("cpu"), cfg)
-    for name, value in a.tensors().items():
-        assert torch.equal(value, b.tensors()[name]), name
-    with pytest.raises(ValueError, match="generator"):
-        sim.sample(2, torch.Generator().manual_seed(0))
+    with torch_settings(allow_tf32=False):
+        cfg = CONFIGS["test-points"]
+        sim = Simulator(cfg, device="cuda")
+        a = sim.sample(16, torch.Generator(device="cuda").manual_seed(0))
+        b = sim.sample(16, torch.Generator(device="cuda").manual_seed(0))
+        assert a.X.device.type == "cuda"
+        check_batch(a.to("cpu"), cfg)
+        for name, value in a.tensors().items():
+            assert torch.equal(value, b.tensors()[name]), name
+        with pytest.raises(ValueError, match="generator"):
+            sim.sample(2, torch.Generator().manual_seed(0))
 
 
 @settings(

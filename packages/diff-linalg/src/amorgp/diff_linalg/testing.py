@@ -11,7 +11,8 @@ reference every package's tests compare against: float64, a general LU solve and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, overload
 
 import numpy as np
@@ -26,6 +27,7 @@ __all__ = [
     "random_orthogonal",
     "random_spd",
     "random_symmetric",
+    "torch_settings",
 ]
 
 
@@ -148,6 +150,36 @@ def assert_gradients(
         raise AssertionError("gradcheck failed: analytical and numerical Jacobians differ")
     if second_order and not torch.autograd.gradgradcheck(fn, tuple(inputs), **kw):  # type: ignore[arg-type]
         raise AssertionError("gradgradcheck failed: second derivatives differ")
+
+
+@contextmanager
+def torch_settings(
+    *, num_threads: int | None = None, allow_tf32: bool | None = None
+) -> Iterator[None]:
+    """Set process-wide torch settings for the ``with`` block and restore them afterwards.
+
+    Tests that compare numbers on CUDA turn TF32 off; tests of small float64 problems run
+    single-threaded.  Both are global to the process, so a test must give them back.
+
+    Args:
+        num_threads: ``torch.set_num_threads`` inside the block (``None``: unchanged).
+        allow_tf32: ``torch.backends.cuda.matmul.allow_tf32`` and
+            ``torch.backends.cudnn.allow_tf32`` inside the block (``None``: unchanged).
+    """
+    if num_threads is not None and num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    threads = torch.get_num_threads()
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        if allow_tf32 is not None:
+            torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+            torch.backends.cudnn.allow_tf32 = allow_tf32
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
 
 def _as_float64(x: Any) -> torch.Tensor:
