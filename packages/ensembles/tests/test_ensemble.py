@@ -151,3 +151,18 @@ def test_describe_shares_and_text(data) -> None:
     text = format_description(terms, ["year"])
     assert "dimension 0 (year)" in text
     assert "50.0% of variance" in text
+
+
+def test_batched_member_predictive_equals_each_members_dense_predictive(data) -> None:
+    from amorgp.ensembles.batched import batched_member_predictive
+
+    X, y = data
+    kernels = ["SE", "PER", "SE + PER", "LIN*PER", "SE*LIN + PER"]
+    fits = GridInference().fit_many(X, y, kernels)
+    Xq = torch.linspace(-0.5, 4.5, 11, dtype=torch.float64)[:, None]
+    out = batched_member_predictive(fits, X, y, Xq, chunk=4)
+    assert out is not None
+    for m, fit in enumerate(fits):
+        mean, var = fit.predict(Xq)
+        torch.testing.assert_close(out[0][m], mean, rtol=1e-8, atol=1e-9)
+        torch.testing.assert_close(out[1][m], var, rtol=1e-8, atol=1e-9)

@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from amorgp.ensembles.batched import batched_member_predictive
 from amorgp.ensembles.mixture import GaussianMixture
 from amorgp.ensembles.weights import bma_weights, stacking_weights, uniform_weights
 from amorgp.kernel_grammar import DimWiseStructure
@@ -120,7 +121,8 @@ class KernelEnsemble:
     weighting: str
     log_marginal_likelihoods: Tensor
     time_s: float = 0.0
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    X: Any = field(default=None, repr=False)
+    y: Any = field(default=None, repr=False)
 
     @classmethod
     def fit(
@@ -178,6 +180,8 @@ class KernelEnsemble:
             weighting,
             lml,
             time.perf_counter() - start,
+            X,
+            y,
         )
 
     @property
@@ -187,27 +191,35 @@ class KernelEnsemble:
     def predictive(self, X_new: Any) -> GaussianMixture:
         """The mixture predictive of targets at ``X_new (m, d)`` (original units).
 
-        Members with zero weight are not evaluated; a member whose prediction fails or
-        is non-finite is dropped with a warning and the others renormalised.
+        Members with zero weight are not evaluated.  When the fits expose their
+        normalised hyperparameters and normalisation (the amortizer's and the baselines'
+        results do), all members are computed in one batch
+        (:func:`~amorgp.ensembles.batched.batched_member_predictive`); otherwise each
+        member's ``predict`` is called.  A member whose prediction fails or is
+        non-finite is dropped with a warning and the others renormalised.
         """
+        live = [
+            i
+            for i, (f, w) in enumerate(zip(self.fits, self.weights.tolist(), strict=True))
+            if w > 0 and f is not None
+        ]
+        batched = None
+        if self.X is not None:
+            batched = batched_member_predictive([self.fits[i] for i in live], self.X, self.y, X_new)
+        rows: list[tuple[Tensor, Tensor] | None]
+        if batched is not None:
+            rows = list(zip(batched[0], batched[1], strict=True))
+        else:
+            rows = [self._member_predict(i, X_new) for i in live]
         means, variances, keep = [], [], []
-        for i, (fit, w) in enumerate(zip(self.fits, self.weights.tolist(), strict=True)):
-            if w <= 0 or fit is None:
+        for i, row in zip(live, rows, strict=True):
+            if row is None:
                 continue
-            try:
-                mean, var = fit.predict(X_new)
-            except (RuntimeError, ArithmeticError, torch.linalg.LinAlgError) as err:
-                warnings.warn(
-                    f"member {self.kernels[i]} failed to predict: {err}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                continue
+            mean, var = row
             mean = torch.as_tensor(mean, dtype=torch.float64).reshape(-1)
             var = torch.as_tensor(var, dtype=torch.float64).reshape(-1)
-            if not bool(
-                torch.isfinite(mean).all() and torch.isfinite(var).all() and (var > 0).all()
-            ):
+            ok = torch.isfinite(mean).all() & torch.isfinite(var).all() & (var > 0).all()
+            if not bool(ok):
                 warnings.warn(
                     f"member {self.kernels[i]} gave a non-finite predictive; dropped",
                     RuntimeWarning,
@@ -221,6 +233,19 @@ class KernelEnsemble:
             raise ValueError("no ensemble member could predict")
         w = self.weights[keep]
         return GaussianMixture(w / w.sum(), torch.stack(means), torch.stack(variances))
+
+    def _member_predict(self, i: int, X_new: Any) -> tuple[Tensor, Tensor] | None:
+        fit = self.fits[i]
+        if fit is None:
+            return None
+        try:
+            mean, var = fit.predict(X_new)
+        except (RuntimeError, ArithmeticError, torch.linalg.LinAlgError) as err:
+            warnings.warn(
+                f"member {self.kernels[i]} failed to predict: {err}", RuntimeWarning, stacklevel=3
+            )
+            return None
+        return torch.as_tensor(mean), torch.as_tensor(var)
 
     def predict(self, X_new: Any, *, return_std: bool = False) -> Any:
         """Mixture mean (and standard deviation) at ``X_new``, original units."""

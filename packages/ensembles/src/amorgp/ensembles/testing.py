@@ -19,7 +19,13 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import NOISE, DimWiseStructure, base_symbol
 
-__all__ = ["GridInference", "PriorMeanFit", "PriorMeanInference", "prior_mean_params"]
+__all__ = [
+    "GridInference",
+    "MinMaxNormalisation",
+    "PriorMeanFit",
+    "PriorMeanInference",
+    "prior_mean_params",
+]
 
 
 def prior_mean_params(structure: DimWiseStructure) -> np.ndarray:
@@ -31,6 +37,27 @@ def prior_mean_params(structure: DimWiseStructure) -> np.ndarray:
             for j, spec in enumerate(base_symbol(name).params):
                 theta[d, a, j] = spec.prior.mean
     return theta
+
+
+@dataclass(frozen=True)
+class MinMaxNormalisation:
+    """Inputs min-max scaled, targets standardised (the project's data contract)."""
+
+    X_lo: np.ndarray
+    X_span: np.ndarray
+    y_mean: float
+    y_std: float
+
+    def transform_x(self, X: Any) -> Tensor:
+        Xa = np.asarray(X, dtype=np.float64)
+        Xa = Xa[:, None] if Xa.ndim == 1 else Xa
+        return torch.as_tensor((Xa - self.X_lo) / self.X_span)
+
+    def transform_y(self, y: Any) -> Tensor:
+        return torch.as_tensor((np.asarray(y, dtype=np.float64) - self.y_mean) / self.y_std)
+
+    def unnormalize_predictive(self, mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
+        return mean * self.y_std + self.y_mean, var * self.y_std**2
 
 
 @dataclass
@@ -53,6 +80,10 @@ class PriorMeanFit:
         K = self.kernel.reference(self.Xn, self.Xn, self.params) + self.noise * np.eye(len(self.yn))
         self._chol = np.linalg.cholesky(K)
         self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, self.yn))
+
+    @property
+    def normalization(self) -> MinMaxNormalisation:
+        return MinMaxNormalisation(self.X_lo, self.X_span, self.y_mean, self.y_std)
 
     @property
     def hyperparameters(self) -> dict[tuple[int, int, str], float]:
