@@ -2,7 +2,8 @@
 
 :class:`PriorMeanInference` satisfies the inference protocol with no learning at all:
 every hyperparameter at its prior mean (or a given scale of it), the GP computed
-densely in float64 with numpy/scipy (kernel-grammar's reference formulas).  It is
+densely in float64 (kernel-grammar's reference formulas and the dense GP oracles of
+:mod:`amorgp.diff_linalg.testing`).  It is
 an independent oracle for tests of model averaging and search, not a method to use.
 """
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import NOISE, DimWiseStructure, base_symbol
 
 __all__ = [
@@ -73,13 +75,10 @@ class PriorMeanFit:
     y_std: float
     Xn: np.ndarray
     yn: np.ndarray
-    _chol: np.ndarray = field(init=False, repr=False)
-    _alpha: np.ndarray = field(init=False, repr=False)
+    _K: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        K = self.kernel.reference(self.Xn, self.Xn, self.params) + self.noise * np.eye(len(self.yn))
-        self._chol = np.linalg.cholesky(K)
-        self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, self.yn))
+        self._K = self.kernel.reference(self.Xn, self.Xn, self.params)
 
     @property
     def normalization(self) -> MinMaxNormalisation:
@@ -94,12 +93,7 @@ class PriorMeanFit:
 
     @property
     def log_marginal_likelihood(self) -> float:
-        n = len(self.yn)
-        return float(
-            -0.5 * self.yn @ self._alpha
-            - np.log(np.diag(self._chol)).sum()
-            - 0.5 * n * math.log(2 * math.pi)
-        )
+        return float(dense_gp_log_marginal_likelihood(self._K, self.yn, self.noise))
 
     def predict(self, X_new: Any) -> tuple[Tensor, Tensor]:
         Xq = (
@@ -107,9 +101,10 @@ class PriorMeanFit:
         ) / self.X_span
         Ks = self.kernel.reference(self.Xn, Xq, self.params)
         kss = np.diag(self.kernel.reference(Xq, Xq, self.params))
-        v = np.linalg.solve(self._chol, Ks)
-        mean = Ks.T @ self._alpha
-        var = np.maximum(kss - (v * v).sum(0), 0.0) + self.noise
+        mean, var_f = dense_gp_predictive(
+            self._K, Ks, kss, self.yn, self.noise, include_noise=False
+        )
+        var = np.maximum(var_f, 0.0) + self.noise
         return (
             torch.as_tensor(mean * self.y_std + self.y_mean),
             torch.as_tensor(var * self.y_std**2),
