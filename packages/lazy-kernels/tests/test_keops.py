@@ -7,6 +7,8 @@ and one right-hand-side width: later runs find the binaries in KeOps' cache.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -124,3 +126,74 @@ def test_build_lock_covers_compilation_only(monkeypatch: pytest.MonkeyPatch) -> 
     calls.clear()
     k.matmul(X1, X2, V)  # compiled already: no second compile, no lock
     assert calls == [(40, False, "free")]
+
+
+@pytest.fixture
+def expo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A user kernel EXPO ``s^2 exp(-|r| / l)`` with a torch form and no KeOps formula,
+    registered for one test only."""
+    import numpy as np
+
+    from amorgp.kernel_grammar import ELEMENTARY, ElementaryKernel, Gamma, ParamKind, ParamSpec
+    from amorgp.kernel_grammar.registry import base_symbol
+    from amorgp.lazy_kernels import TORCH_ELEMENTARY, TorchElementary
+    from amorgp.lazy_kernels.tables import compile_symbol
+
+    def unit(a, b, p):  # type: ignore[no-untyped-def]
+        return np.exp(-np.abs(a[:, None] - b[None, :]) / p["lengthscale"])
+
+    spec = ParamSpec("lengthscale", ParamKind.LENGTHSCALE, Gamma(2.0, 5.0))
+    kernel = ElementaryKernel("EXPO", "s^2 exp(-|x-x'| / l)", (spec,), unit)
+    monkeypatch.setitem(ELEMENTARY, "EXPO", kernel)
+    torch_form = TorchElementary(
+        "EXPO",
+        log_unit=lambda a, b, th: -(a - b).abs() / th[..., 0],
+        log_unit_r=lambda r, th: -r.abs() / th[..., 0],
+    )
+    monkeypatch.setitem(TORCH_ELEMENTARY, "EXPO", torch_form)
+    base_symbol.cache_clear()
+    yield
+    base_symbol.cache_clear()
+    compile_symbol.cache_clear()
+
+
+@pytest.mark.usefixtures("expo")
+def test_symbol_without_keops_formula_fails_naming_it() -> None:
+    from amorgp.kernel_grammar import OptionError
+
+    structure = DimWiseStructure.parse("SE*EXPO", 1)
+    with pytest.raises(OptionError, match=r"'EXPO' \(a factor of base symbol 'SE\*EXPO'\)"):
+        keops_formula(structure)
+    with pytest.raises(OptionError, match="register_keops_formula"):
+        KeOpsKernel(structure, torch.full((1, 1, 3), 0.5, dtype=torch.float64)).matmul(
+            torch.rand(3, 1, dtype=torch.float64),
+            torch.rand(3, 1, dtype=torch.float64),
+            torch.ones(3, 1, dtype=torch.float64),
+        )
+
+
+@pytest.mark.usefixtures("expo")
+def test_registered_keops_formula_serves_a_user_kernel() -> None:
+    """Registering the formula beside the torch form gives the user kernel KeOps matvecs
+    equal to the dense evaluator (one new formula: compiled once, then cached by KeOps)."""
+    from amorgp.lazy_kernels import KeOpsFormula, register_keops_formula
+
+    register_keops_formula(
+        "EXPO",
+        KeOpsFormula(lambda r, xy, th: f"Exp({th[0]} * Abs({r}))", lambda p: [-1.0 / p[0]], 1),
+    )
+    with pytest.raises(ValueError, match="already has a KeOps formula"):
+        register_keops_formula("EXPO", KeOpsFormula(lambda r, xy, th: r, lambda p: [], 0))
+    structure = DimWiseStructure.parse("EXPO", 1)
+    assert (
+        keops_formula(structure)
+        == "(Elem(T, 0) * Exp(Elem(T, 1) * Abs((Elem(X, 0) - Elem(Y, 0)))))"
+    )
+    g = torch.Generator().manual_seed(4)
+    params = 0.4 + torch.rand(1, 1, 2, generator=g, dtype=torch.float64)
+    X1 = torch.rand(20, 1, generator=g, dtype=torch.float64)
+    X2 = torch.rand(15, 1, generator=g, dtype=torch.float64)
+    V = torch.randn(15, 1, generator=g, dtype=torch.float64)
+    out = KeOpsKernel(structure, params).matmul(X1, X2, V)
+    dense = DimWiseKernel(structure, params)(X1, X2) @ V
+    torch.testing.assert_close(out, dense, rtol=1e-12, atol=1e-12)

@@ -7,7 +7,10 @@ from amorgp.lazy_kernels.dimwise import (
 )
 from amorgp.lazy_kernels.elementary import (
     TORCH_ELEMENTARY,
+    KeOpsFormula,
     TorchElementary,
+    keops_elementary,
+    register_keops_formula,
     register_torch_elementary,
     torch_elementary,
 )
@@ -21,7 +24,20 @@ from amorgp.lazy_kernels.gp import (
     pivoted_cholesky,
     slq_logdet,
 )
-from amorgp.lazy_kernels.keops import KeOpsKernel, keops_available, keops_formula, warm_up
+from amorgp.lazy_kernels.keops import (
+    KeOpsKernel,
+    KeOpsOperator,
+    keops_available,
+    keops_formula,
+    warm_up,
+)
+from amorgp.lazy_kernels.operators import (
+    DenseKernel,
+    DenseKernelOperator,
+    KernelOperator,
+    kernel_operator,
+)
+from amorgp.lazy_kernels.posterior import Posterior
 from amorgp.lazy_kernels.structure import DimWiseKernel, ExpressionKernel
 from amorgp.lazy_kernels.tables import (
     CompiledSymbol,
@@ -35,6 +51,12 @@ __all__ = [
     "CHOLESKY_MAX_N",
     "ExactGP",
     "KeOpsKernel",
+    "KeOpsOperator",
+    "KernelOperator",
+    "DenseKernel",
+    "DenseKernelOperator",
+    "Posterior",
+    "kernel_operator",
     "PivotedCholeskyPreconditioner",
     "EVALUATOR_MATRICES_PER_TERM",
     "choose_backend",
@@ -50,6 +72,9 @@ __all__ = [
     "ExpressionKernel",
     "SymbolTables",
     "TorchElementary",
+    "KeOpsFormula",
+    "keops_elementary",
+    "register_keops_formula",
     "compile_symbol",
     "evaluate_symbol",
     "kernel_diag_dimwise",

@@ -1,8 +1,10 @@
-"""Torch implementations of the unit-variance elementary kernels.
+"""Torch (and KeOps) implementations of the unit-variance elementary kernels.
 
 Every elementary kernel registered in :mod:`amorgp.kernel_grammar.registry`
 needs a torch counterpart here (the registry holds the numpy float64 reference
-formulas, which the tests use as the oracle).  A kernel is given either in log
+formulas, which the tests use as the oracle); its KeOps formula, if it has one, is
+registered in the same entry (:class:`KeOpsFormula`), so a kernel registered by a
+user runs on the KeOps backend too.  A kernel is given either in log
 form, ``log kt(x, x')`` (all stationary kernels, so that the factors of a
 product symbol and its variance fuse into a single ``exp``), or directly as
 ``kt(x, x')`` (LIN, which can be negative):
@@ -16,6 +18,11 @@ PER     ``log kt = -sin^2(pi r / p) / (2 l^2)`` (paper form)            ``l, p``
 MAT52   ``log kt = log(1 + a + a^2 / 3) - a``, ``a = sqrt(5) |r| / l``   ``l``
 RQ      ``log kt = -alpha log(1 + r^2 / (2 alpha l^2))``                ``l, alpha``
 ======  =============================================================  ==================
+
+KeOps formulas receive the text of ``r = x_d - y_d`` and ``x_d y_d`` of one input
+dimension and the aliases of their *derived* scalars (computed in torch from the raw
+parameters, e.g. ``-1 / (2 l^2)``, ``pi / p``; constants live there because KeOps emits
+``IntInv`` and integer division in single precision).
 
 The functions receive inputs that broadcast against each other (``x1 (T, N, 1)``
 and ``x2 (T, 1, M)`` for a matrix, ``x1 = x2 = (T, N)`` for a diagonal) and a
@@ -36,15 +43,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
-__all__ = ["TORCH_ELEMENTARY", "TorchElementary", "register_torch_elementary", "torch_elementary"]
+from amorgp.kernel_grammar import OptionError
+
+__all__ = [
+    "TORCH_ELEMENTARY",
+    "KeOpsFormula",
+    "TorchElementary",
+    "keops_elementary",
+    "register_keops_formula",
+    "register_torch_elementary",
+    "torch_elementary",
+]
 
 UnitFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 DistFn = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class KeOpsFormula:
+    """KeOps form of one unit-variance elementary factor ``kt(x_d, y_d)``.
+
+    Attributes:
+        formula: ``(r, xy, th) -> text``: the KeOps expression of ``kt`` from the texts of
+            ``r = x_d - y_d`` and ``xy = x_d * y_d`` and the aliases ``th`` of its derived
+            scalars (``len(th) == n_derived``).
+        derived: ``p -> [scalars]``: the derived scalars (0-d tensors, differentiable) from
+            the factor's raw non-variance parameters ``p (k,)`` in registry order.
+        n_derived: number of derived scalars.
+
+    Example (SE): ``KeOpsFormula(lambda r, xy, th: f"Exp({th[0]} * Square({r}))",
+    lambda p: [-0.5 / p[0] ** 2], 1)``.
+    """
+
+    formula: Callable[[str, str, list[str]], str]
+    derived: Callable[[Tensor], list[Tensor]]
+    n_derived: int
 
 
 @dataclass(frozen=True)
@@ -61,6 +99,7 @@ class TorchElementary:
         log_unit_r2: optional ``(r^2, theta) -> log kt`` for kernels of ``r^2`` only.
         unit_xx: optional ``(x1 x2, theta) -> kt`` (equal to ``unit``) for kernels of the
             product ``x x'`` only (LIN).
+        keops: optional KeOps formula of the same factor (:class:`KeOpsFormula`).
     """
 
     name: str
@@ -69,6 +108,7 @@ class TorchElementary:
     log_unit_r: DistFn | None = None
     log_unit_r2: DistFn | None = None
     unit_xx: DistFn | None = None
+    keops: KeOpsFormula | None = None
 
     def __post_init__(self) -> None:
         if (self.log_unit is None) == (self.unit is None):
@@ -133,12 +173,36 @@ def _rq(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
     return _rq_r2(r * r, theta)
 
 
+def _mat52_keops(r: str, xy: str, th: list[str]) -> str:
+    # (1 + q|r| + (q^2 / 3) r^2) exp(-q|r|), with q = sqrt5 / l and q^2 / 3 derived
+    t = f"({th[0]} * Abs({r}))"
+    return f"((IntCst(1) + {t} + {th[1]} * Square({r})) * Exp(-{t}))"
+
+
+_SE_KEOPS = KeOpsFormula(
+    lambda r, xy, th: f"Exp({th[0]} * Square({r}))", lambda p: [-0.5 / p[0] ** 2], 1
+)
+_LIN_KEOPS = KeOpsFormula(lambda r, xy, th: f"({xy} + {th[0]})", lambda p: [p[0]], 1)
+_PER_KEOPS = KeOpsFormula(
+    lambda r, xy, th: f"Exp({th[0]} * Square(Sin({th[1]} * {r})))",
+    lambda p: [-0.5 / p[0] ** 2, math.pi / p[1]],
+    2,
+)
+_MAT52_KEOPS = KeOpsFormula(
+    _mat52_keops, lambda p: [math.sqrt(5.0) / p[0], (5.0 / 3.0) / p[0] ** 2], 2
+)
+_RQ_KEOPS = KeOpsFormula(
+    lambda r, xy, th: f"Exp({th[0]} * Log(IntCst(1) + {th[1]} * Square({r})))",
+    lambda p: [-p[1], 0.5 / (p[1] * p[0] ** 2)],
+    2,
+)
+
 TORCH_ELEMENTARY: dict[str, TorchElementary] = {
-    "SE": TorchElementary("SE", log_unit=_se, log_unit_r2=_se_r2),
-    "LIN": TorchElementary("LIN", unit=_lin, unit_xx=_lin_xx),
-    "PER": TorchElementary("PER", log_unit=_per, log_unit_r=_per_r),
-    "MAT52": TorchElementary("MAT52", log_unit=_mat52, log_unit_r=_mat52_r),
-    "RQ": TorchElementary("RQ", log_unit=_rq, log_unit_r2=_rq_r2),
+    "SE": TorchElementary("SE", log_unit=_se, log_unit_r2=_se_r2, keops=_SE_KEOPS),
+    "LIN": TorchElementary("LIN", unit=_lin, unit_xx=_lin_xx, keops=_LIN_KEOPS),
+    "PER": TorchElementary("PER", log_unit=_per, log_unit_r=_per_r, keops=_PER_KEOPS),
+    "MAT52": TorchElementary("MAT52", log_unit=_mat52, log_unit_r=_mat52_r, keops=_MAT52_KEOPS),
+    "RQ": TorchElementary("RQ", log_unit=_rq, log_unit_r2=_rq_r2, keops=_RQ_KEOPS),
 }
 
 
@@ -166,3 +230,34 @@ def torch_elementary(name: str) -> TorchElementary:
             f"elementary kernel {name!r} has no torch implementation; "
             "add one with amorgp.lazy_kernels.register_torch_elementary"
         ) from None
+
+
+def register_keops_formula(name: str, formula: KeOpsFormula) -> None:
+    """Add the KeOps formula of an elementary kernel that has a torch form without one.
+
+    Raises:
+        ValueError: if ``name`` has no torch form or already has a KeOps formula.
+    """
+    kernel = torch_elementary(name)
+    if kernel.keops is not None:
+        raise ValueError(f"elementary kernel {name!r} already has a KeOps formula")
+    TORCH_ELEMENTARY[name] = replace(kernel, keops=formula)
+
+
+def keops_elementary(name: str, symbol: str | None = None) -> KeOpsFormula:
+    """The KeOps formula of elementary kernel ``name`` (a factor of base symbol ``symbol``).
+
+    Raises:
+        OptionError: if ``name`` has no torch form or no KeOps formula (naming the symbol).
+    """
+    where = f" (a factor of base symbol {symbol!r})" if symbol and symbol != name else ""
+    try:
+        kernel = torch_elementary(name)
+    except ValueError as err:
+        raise OptionError(f"{err}{where}") from None
+    if kernel.keops is None:
+        raise OptionError(
+            f"elementary kernel {name!r}{where} has no KeOps formula: register one with "
+            "amorgp.lazy_kernels.register_keops_formula, or use a dense backend"
+        )
+    return kernel.keops

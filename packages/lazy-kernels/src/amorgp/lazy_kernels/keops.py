@@ -8,10 +8,13 @@ single KeOps formula with **packed inputs** — one ``X = Vi(D)``, one
 inputs, the first backward pass compiles at most one gradient formula per input
 (not one per kernel parameter).
 
-Parameters enter the formula through *derived* scalars computed in torch
-(``-1 / (2 l^2)``, ``pi / p``, ``sqrt(5) / l``, ...), so gradients with respect
-to the constrained parameters flow through ordinary torch autograd into
-KeOps' gradient with respect to ``T``.
+Each elementary factor's formula is registered with its torch form
+(:class:`~amorgp.lazy_kernels.elementary.KeOpsFormula`, see
+:func:`~amorgp.lazy_kernels.register_keops_formula`); a structure using a factor without
+one fails with an error naming the symbol.  Parameters enter the formula through
+*derived* scalars computed in torch (``-1 / (2 l^2)``, ``pi / p``, ``sqrt(5) / l``, ...),
+so gradients with respect to the constrained parameters flow through ordinary torch
+autograd into KeOps' gradient with respect to ``T``.
 
 Compiled formulas are cached in memory by ``(canonical structure, dtype, k)``
 and on disk by KeOps (its build folder).  Compilation of a new formula runs
@@ -28,18 +31,29 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import math
 import os
 from collections.abc import Iterator, Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, base_symbol
+from amorgp.lazy_kernels.elementary import keops_elementary
+from amorgp.lazy_kernels.operators import DenseKernelOperator, check_rhs
 
-__all__ = ["RHS_WIDTH", "KeOpsKernel", "keops_available", "keops_formula", "warm_up"]
+if TYPE_CHECKING:
+    from amorgp.lazy_kernels.structure import DimWiseKernel
+
+__all__ = [
+    "RHS_WIDTH",
+    "KeOpsKernel",
+    "KeOpsOperator",
+    "keops_available",
+    "keops_formula",
+    "warm_up",
+]
 
 RHS_WIDTH = 16
 """Right-hand sides are processed in blocks of this many columns (or singly), so each
@@ -106,39 +120,6 @@ def _compile(fn: Any, args: tuple[Tensor, ...], backend: str) -> None:
         out.sum().backward()
 
 
-def _factor_formula(kind: str, r: str, xy: str, th: list[str]) -> str:
-    """KeOps text of one unit factor; ``th`` are the aliases of its derived parameters."""
-    if kind == "SE":
-        return f"Exp({th[0]} * Square({r}))"
-    if kind == "PER":
-        return f"Exp({th[0]} * Square(Sin({th[1]} * {r})))"
-    if kind == "MAT52":
-        # (1 + q|r| + (q^2 / 3) r^2) exp(-q|r|); the 1/3 lives in a derived scalar because
-        # KeOps emits IntInv(3) (and x / IntCst(3)) in single precision.
-        t = f"({th[0]} * Abs({r}))"
-        return f"((IntCst(1) + {t} + {th[1]} * Square({r})) * Exp(-{t}))"
-    if kind == "RQ":
-        return f"Exp({th[0]} * Log(IntCst(1) + {th[1]} * Square({r})))"
-    if kind == "LIN":
-        return f"({xy} + {th[0]})"
-    raise ValueError(f"elementary kernel {kind!r} has no KeOps formula")
-
-
-def _derived(kind: str, p: Tensor) -> list[Tensor]:
-    """Derived scalars of one factor from its raw parameters ``p`` (registry order)."""
-    if kind == "SE":
-        return [-0.5 / p[0] ** 2]
-    if kind == "PER":
-        return [-0.5 / p[0] ** 2, math.pi / p[1]]
-    if kind == "MAT52":
-        return [math.sqrt(5.0) / p[0], (5.0 / 3.0) / p[0] ** 2]
-    if kind == "RQ":
-        return [-p[1], 0.5 / (p[1] * p[0] ** 2)]
-    if kind == "LIN":
-        return [p[0]]
-    raise ValueError(f"elementary kernel {kind!r} has no KeOps formula")
-
-
 def _plan(structure: DimWiseStructure) -> tuple[str, list[tuple[int, int, str, list[int]]], int]:
     """Formula text and, per derived scalar group, where its raw parameters come from."""
     terms_d: list[str] = []
@@ -169,8 +150,8 @@ def _plan(structure: DimWiseStructure) -> tuple[str, list[tuple[int, int, str, l
             for f in sym.factors:
                 mapping = sym.factor_param_names(f)
                 slots = [names.index(mapping[p.name]) for p in ELEMENTARY[f].params]
-                k = len(_derived(f, torch.ones(len(slots), dtype=torch.float64)))
-                parts.append(_factor_formula(f, r, xy, alias(k)))
+                ke = keops_elementary(f, sym.name)
+                parts.append(ke.formula(r, xy, alias(ke.n_derived)))
                 plan.append((d, a, f, slots))
             terms.append(" * ".join(parts))
         terms_d.append("(" + " + ".join(terms) + ")")
@@ -242,7 +223,7 @@ class KeOpsKernel:
             if kind in ("VAR", "OFFSET"):
                 out.append(p[0])
             else:
-                out.extend(_derived(kind, p))
+                out.extend(keops_elementary(kind).derived(p))
         return torch.stack(out)
 
     def _call(self, X1: Tensor, X2: Tensor, theta: Tensor, V: Tensor) -> Tensor:
@@ -281,6 +262,80 @@ class KeOpsKernel:
         chunks = [self._call(X1, X2, theta, c) for c in V2.split(width, dim=1)]
         out = (chunks[0] if len(chunks) == 1 else torch.cat(chunks, 1))[:, :k]
         return out[:, 0] if vec else out
+
+    @cached_property
+    def dense_kernel(self) -> DimWiseKernel:
+        """The same kernel on the dense evaluator (diagonals, columns, small blocks)."""
+        from amorgp.lazy_kernels.structure import DimWiseKernel
+
+        return DimWiseKernel(self.structure, self.params)
+
+    def operator(self, X1: Tensor, X2: Tensor | None = None) -> KeOpsOperator:
+        """``K(X1, X2)`` as a :class:`~amorgp.lazy_kernels.KernelOperator` whose matvecs are
+        KeOps reductions (``X2=None``: the symmetric ``K(X1, X1)``)."""
+        return KeOpsOperator(self, X1, X2)
+
+
+class KeOpsOperator:
+    """``K(X1, X2)`` of a :class:`KeOpsKernel`: matvecs reduced on the fly by KeOps in
+    ``O(N + M)`` memory; ``diag``, ``columns`` and ``dense`` (blocks the caller sized) by the
+    dense evaluator of the same kernel.
+
+    Args:
+        kernel: the KeOps kernel.
+        X1: ``(N, D)`` inputs; X2: ``(M, D)`` inputs or None (symmetric).
+    """
+
+    def __init__(self, kernel: KeOpsKernel, X1: Tensor, X2: Tensor | None = None) -> None:
+        self._dense = DenseKernelOperator(kernel.dense_kernel, X1, X2)
+        self.kernel = kernel
+
+    @property
+    def X1(self) -> Tensor:
+        return self._dense.X1
+
+    @property
+    def X2(self) -> Tensor:
+        return self._dense.X2
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self._dense.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dense.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._dense.device
+
+    @property
+    def bytes_per_entry(self) -> float:
+        return self._dense.bytes_per_entry
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._dense.requires_grad
+
+    def matmul(self, V: Tensor) -> Tensor:
+        check_rhs(V, self.shape[1])
+        return self.kernel.matmul(self.X1, self.X2, V)
+
+    def diag(self) -> Tensor:
+        return self._dense.diag()
+
+    def dense(self) -> Tensor:
+        return self._dense.kernel(self.X1, None if self.X2 is self.X1 else self.X2)
+
+    def columns(self, index: Tensor) -> Tensor:
+        return self._dense.kernel(self.X1, self.X2[index])
+
+    def on(self, X1: Tensor, X2: Tensor | None = None) -> KeOpsOperator:
+        return KeOpsOperator(self.kernel, X1, X2)
+
+    def __repr__(self) -> str:
+        return f"KeOpsOperator({str(self.kernel.structure)!r}, shape={self.shape})"
 
 
 def warm_up(

@@ -35,6 +35,7 @@ from amorgp.kernel_grammar import (
     parse,
 )
 from amorgp.lazy_kernels.dimwise import kernel_diag_dimwise, kernel_matrix_dimwise
+from amorgp.lazy_kernels.operators import DenseKernelOperator
 from amorgp.lazy_kernels.tables import compile_symbol, evaluate_symbol
 
 __all__ = ["DimWiseKernel", "ExpressionKernel"]
@@ -142,6 +143,16 @@ class DimWiseKernel:
         """Every parameter by name (``str(ParamName)``), as 0-d tensors."""
         return {str(n): self.params[n.dim, n.addend, n.slot] for n in self.structure.param_names()}
 
+    @property
+    def n_terms(self) -> int:
+        """Addends summed over dimensions (sets the dense evaluator's working memory)."""
+        return sum(len(addends) for addends in self.structure.dims)
+
+    def operator(self, X1: Tensor, X2: Tensor | None = None) -> DenseKernelOperator:
+        """``K(X1, X2)`` as a :class:`~amorgp.lazy_kernels.KernelOperator` (dense evaluator;
+        ``X2=None``: the symmetric ``K(X1, X1)``)."""
+        return DenseKernelOperator(self, X1, X2)
+
     def padded(self) -> tuple[Tensor, Tensor, Tensor]:
         """``symbols (1, D, L)``, ``symbol_mask (1, D, L)`` and ``params (1, D, L, P)``
         in this kernel's own vocabulary ``self.vocab``."""
@@ -242,6 +253,16 @@ class ExpressionKernel:
         vals = self.params[mask.to(self.params.device)]
         if not bool(torch.isfinite(vals).all()) or not bool((vals > 0).all()):
             raise ValueError(f"every parameter of {expr} must be finite and positive")
+
+    @property
+    def n_terms(self) -> int:
+        """Number of atoms (sets the dense evaluation's working memory)."""
+        return len(self.atoms)
+
+    def operator(self, X1: Tensor, X2: Tensor | None = None) -> DenseKernelOperator:
+        """``K(X1, X2)`` as a :class:`~amorgp.lazy_kernels.KernelOperator` (``X2=None``:
+        the symmetric ``K(X1, X1)``)."""
+        return DenseKernelOperator(self, X1, X2)
 
     @cached_property
     def _groups(self) -> list[tuple[str, np.ndarray]]:
