@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from amorgp.amortizer import testing
 from amorgp.amortizer.checkpoint import (
+    FORMAT,
     load_checkpoint,
     optimizer_from_tensors,
     optimizer_to_tensors,
@@ -19,6 +23,7 @@ from amorgp.amortizer.checkpoint import (
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model
 from amorgp.kernel_grammar import PAPER_VOCABULARY
+from amorgp.kernel_grammar.errors import CheckpointError
 
 NET = PRESETS["tiny"].network
 
@@ -123,3 +128,71 @@ def test_existing_target_needs_overwrite(tmp_path: Path) -> None:
         save_checkpoint(tmp_path / "c", model, NET)
     save_checkpoint(tmp_path / "c", model, NET, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+
+
+@pytest.mark.parametrize("checksums", ["deleted", "empty", "model-unlisted"])
+def test_checkpoint_without_checksums_is_refused_unless_opted_out(
+    tmp_path: Path, checksums: str
+) -> None:
+    """A bit-flipped model whose checksums were removed must not load silently."""
+    model, opt = _trained()
+    path = save_checkpoint(tmp_path / "c", model, NET, optimizer=opt)
+    meta = json.loads((path / "checkpoint.json").read_text())
+    if checksums == "deleted":
+        del meta["sha256"]
+    elif checksums == "empty":
+        meta["sha256"] = {}
+    else:
+        del meta["sha256"]["model.safetensors"]
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"(no SHA-256 checksum).*verify=False"):
+        load_checkpoint(path)
+    # the caller can opt out explicitly; the weights then load as written
+    loaded = load_checkpoint(path, verify=False)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(loaded.model.state_dict()[name], value, rtol=0, atol=0)
+
+
+def test_checkpoint_with_unlisted_optimizer_file_is_refused(tmp_path: Path) -> None:
+    model, opt = _trained()
+    path = save_checkpoint(tmp_path / "c", model, NET, optimizer=opt)
+    meta = json.loads((path / "checkpoint.json").read_text())
+    del meta["sha256"]["optimizer.safetensors"]
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"checksum of optimizer\.safetensors"):
+        load_checkpoint(path)
+
+
+def test_nan_weights_are_reported_as_a_broken_checkpoint(tmp_path: Path) -> None:
+    """Weights written with NaN (checksums matching) are refused, naming the tensor."""
+    model, _ = _trained()
+    path = save_checkpoint(tmp_path / "c", model, NET)
+    weights = load_file(str(path / "model.safetensors"))
+    name = sorted(weights)[3]
+    weights[name] = weights[name].clone()
+    weights[name].view(-1)[:2] = float("nan")
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": FORMAT})
+    meta = json.loads((path / "checkpoint.json").read_text())
+    digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+    meta["sha256"]["model.safetensors"] = digest
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=rf"broken: tensor '{re.escape(name)}' holds 2 non"):
+        load_checkpoint(path)
+    with pytest.raises(CheckpointError, match="broken"):
+        load_checkpoint(path, verify=False)
+
+
+def test_non_finite_model_is_never_written(tmp_path: Path) -> None:
+    model, _ = _trained()
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("inf")
+    with pytest.raises(CheckpointError, match=r"refusing to write.*non-finite"):
+        save_checkpoint(tmp_path / "c", model, NET)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bundled_default_still_verifies() -> None:
+    from amorgp.amortizer.api import PRETRAINED_DIR
+
+    ckpt = load_checkpoint(PRETRAINED_DIR)
+    assert set(ckpt.meta["sha256"]) == {"model.safetensors"}

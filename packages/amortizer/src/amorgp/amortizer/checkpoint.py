@@ -13,8 +13,12 @@ A checkpoint is a directory::
 
 The directory is written under a temporary sibling name and renamed into place
 (a rename to a new name is atomic), so a crash never leaves a half-written
-checkpoint.  Loading verifies the format tag and the checksums and rebuilds the
-network from its config; a mismatch or a corrupted file raises ``ValueError``.
+checkpoint, and a model holding NaN or infinite values is never written.  Loading
+verifies the format tag, the checksums (a ``checkpoint.json`` without a checksum of
+every tensor file is refused unless the caller passes ``verify=False``) and that
+every stored tensor is finite, then rebuilds the network from its config; each
+failure raises :class:`~amorgp.kernel_grammar.errors.CheckpointError` (a
+``ValueError``) naming the file or tensor.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ from torch import nn
 
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.model import build_model
+from amorgp.kernel_grammar.errors import CheckpointError
 
 __all__ = [
     "FORMAT",
+    "check_finite",
     "NORMALISATION",
     "Checkpoint",
     "load_checkpoint",
@@ -85,6 +91,27 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def check_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
+    """Raise if a floating-point tensor of ``tensors`` holds NaN or infinite values.
+
+    Args:
+        tensors: named tensors (weights, optimiser state...); non-floating ones are skipped.
+        what: how to name the owner in the message, e.g. ``"checkpoint runs/x/last"``.
+
+    Raises:
+        CheckpointError: naming the first non-finite tensor and how many values are bad.
+    """
+    for name, value in tensors.items():
+        if not (value.is_floating_point() or value.is_complex()):
+            continue
+        bad = int((~torch.isfinite(value)).sum())
+        if bad:
+            raise CheckpointError(
+                f"{what} is broken: tensor {name!r} holds {bad} non-finite value(s) "
+                f"(NaN or inf) of {value.numel()}"
+            )
+
+
 def optimizer_to_tensors(
     optimizer: torch.optim.Optimizer,
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -113,7 +140,7 @@ def optimizer_from_tensors(
     """Inverse of :func:`optimizer_to_tensors`: load the state into ``optimizer``.
 
     Raises:
-        ValueError: the stored state does not fit the optimiser's parameters.
+        CheckpointError: the stored state does not fit the optimiser's parameters.
     """
     state: dict[int, dict[str, Any]] = {}
     for key, value in tensors.items():
@@ -127,11 +154,13 @@ def optimizer_from_tensors(
     groups = json_part["param_groups"]
     own = optimizer.state_dict()["param_groups"]
     if [len(g["params"]) for g in groups] != [len(g["params"]) for g in own]:
-        raise ValueError("optimizer state does not match the model's parameters (different layout)")
+        raise CheckpointError(
+            "optimizer state does not match the model's parameters (different layout)"
+        )
     try:
         optimizer.load_state_dict({"state": state, "param_groups": groups})
     except (ValueError, KeyError, RuntimeError) as err:
-        raise ValueError(f"optimizer state does not match the model: {err}") from err
+        raise CheckpointError(f"optimizer state does not match the model: {err}") from err
 
 
 def save_checkpoint(
@@ -158,15 +187,20 @@ def save_checkpoint(
 
     Returns:
         The checkpoint directory.
+
+    Raises:
+        CheckpointError: ``directory`` exists (without ``overwrite``), or a weight or
+            optimiser tensor is not finite (nothing is written then).
     """
     target = Path(directory)
     if target.exists() and not overwrite:
-        raise ValueError(f"checkpoint {target} exists; pass overwrite=True to replace it")
+        raise CheckpointError(f"checkpoint {target} exists; pass overwrite=True to replace it")
     module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    weights = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+    check_finite(weights, f"refusing to write checkpoint {target}: the model")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        weights = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
         save_file(weights, str(tmp / MODEL_FILE), metadata={"format": FORMAT})
         body: dict[str, Any] = {
             "format": FORMAT,
@@ -184,6 +218,7 @@ def save_checkpoint(
             t, j = optimizer_to_tensors(optimizer)
             opt_tensors.update(t)
             body["optimizer"] = {"class": type(optimizer).__name__, **j}
+        check_finite(opt_tensors, f"refusing to write checkpoint {target}: the optimiser state")
         if opt_tensors:
             save_file(opt_tensors, str(tmp / OPTIMIZER_FILE), metadata={"format": FORMAT})
             files.append(OPTIMIZER_FILE)
@@ -206,24 +241,49 @@ def save_checkpoint(
 def _read_meta(path: Path) -> dict[str, Any]:
     meta_path = path / META_FILE
     if not path.is_dir():
-        raise ValueError(f"{path} is not a checkpoint directory")
+        raise CheckpointError(f"{path} is not a checkpoint directory")
     if not meta_path.exists():
-        raise ValueError(f"{path} has no {META_FILE}; not an amorgp checkpoint")
+        raise CheckpointError(f"{path} has no {META_FILE}; not an amorgp checkpoint")
     try:
         meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{meta_path} is corrupted (invalid JSON: {err})") from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{meta_path} is corrupted (invalid JSON: {err})") from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ValueError(
-            f"{meta_path}: unsupported format {meta.get('format') if isinstance(meta, dict) else None!r}; expected {FORMAT!r}"
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise CheckpointError(f"{meta_path}: unsupported format {found!r}; expected {FORMAT!r}")
+    return meta
+
+
+def _verify_checksums(path: Path, meta: dict[str, Any]) -> None:
+    """Every tensor file must exist, be listed in ``meta["sha256"]`` and match its digest."""
+    digests = meta.get("sha256")
+    if not isinstance(digests, dict) or not digests:
+        raise CheckpointError(
+            f"checkpoint {path} has no SHA-256 checksums in {META_FILE}, so its weights "
+            "cannot be verified; refusing to load it (pass verify=False to load it anyway)"
         )
-    for name, digest in meta.get("sha256", {}).items():
+    expected = {MODEL_FILE, *(n for n in (OPTIMIZER_FILE,) if (path / n).exists())}
+    unlisted = sorted(expected - set(digests))
+    if unlisted:
+        raise CheckpointError(
+            f"checkpoint {path}: {META_FILE} holds no SHA-256 checksum of {', '.join(unlisted)}; "
+            "refusing to load unverified tensors (pass verify=False to load it anyway)"
+        )
+    for name, digest in digests.items():
         file = path / name
         if not file.exists():
-            raise ValueError(f"checkpoint {path} is missing {name}")
+            raise CheckpointError(f"checkpoint {path} is missing {name}")
         if _sha256(file) != digest:
-            raise ValueError(f"checkpoint {path}: {name} is corrupted (SHA-256 mismatch)")
-    return meta
+            raise CheckpointError(f"checkpoint {path}: {name} is corrupted (SHA-256 mismatch)")
+
+
+def _load_tensors(path: Path, name: str) -> dict[str, torch.Tensor]:
+    try:
+        tensors = load_file(str(path / name))
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"checkpoint {path}: cannot read {name}: {err}") from err
+    check_finite(tensors, f"checkpoint {path} ({name})")
+    return tensors
 
 
 def load_checkpoint(
@@ -231,6 +291,7 @@ def load_checkpoint(
     *,
     device: torch.device | str = "cpu",
     expect_network: NetworkConfig | None = None,
+    verify: bool = True,
 ) -> Checkpoint:
     """Read and verify a checkpoint; rebuild the network from its config.
 
@@ -238,35 +299,44 @@ def load_checkpoint(
         directory: the checkpoint directory (or a symlink such as ``runs/NAME/last``).
         device: where to put the model.
         expect_network: if given, the stored architecture must equal it.
+        verify: check the SHA-256 of every tensor file against ``checkpoint.json`` and
+            refuse a checkpoint without them.  ``False`` skips the checksums only (for a
+            checkpoint written by hand without them); the format, the architecture and
+            the finiteness of every tensor are always checked.
 
     Raises:
-        ValueError: missing/corrupted files, unknown format, architecture mismatch,
-            or weights that do not fit the architecture.
+        CheckpointError: missing/corrupted files, missing checksums (with ``verify``),
+            unknown format, architecture mismatch, weights that do not fit the
+            architecture, or a tensor holding NaN or infinite values (named).
     """
     path = Path(directory)
     meta = _read_meta(path)
-    network = NetworkConfig.from_dict(meta["network"])
+    if verify:
+        _verify_checksums(path, meta)
+    try:
+        network = NetworkConfig.from_dict(meta["network"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {path}: invalid network config: {err}") from err
     if expect_network is not None and expect_network != network:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {path} holds a different architecture: {network} != expected {expect_network}"
         )
-    try:
-        weights = load_file(str(path / MODEL_FILE))
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"checkpoint {path}: cannot read {MODEL_FILE}: {err}") from err
+    weights = _load_tensors(path, MODEL_FILE)
     model = build_model(network)
     try:
         model.load_state_dict(weights, strict=True)
     except RuntimeError as err:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {path}: weights do not match the architecture: {err}"
         ) from err
     opt: dict[str, torch.Tensor] = {}
     if (path / OPTIMIZER_FILE).exists():
-        opt = load_file(str(path / OPTIMIZER_FILE))
+        opt = _load_tensors(path, OPTIMIZER_FILE)
     return Checkpoint(model.to(device).eval(), network, meta, opt, path)
 
 
-def load_model(directory: str | os.PathLike[str], device: torch.device | str = "cpu") -> nn.Module:
+def load_model(
+    directory: str | os.PathLike[str], device: torch.device | str = "cpu", *, verify: bool = True
+) -> nn.Module:
     """The network of a checkpoint, in eval mode (see :func:`load_checkpoint`)."""
-    return load_checkpoint(directory, device=device).model
+    return load_checkpoint(directory, device=device, verify=verify).model
