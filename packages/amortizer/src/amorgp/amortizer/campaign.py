@@ -24,7 +24,9 @@ Where things live::
 Any interruption (Ctrl-C, SIGTERM, a killed process) loses at most the current
 segment's progress since the last in-run checkpoint; a machine without STATE
 continues from ``EXPORT/phase1-latest`` at the stage the log names, with a fresh
-optimiser and a new data seed.
+optimiser and a new data seed.  A run that diverges (see
+:func:`~amorgp.amortizer.train.train`) appends a ``"failed"`` record and raises
+:class:`~amorgp.kernel_grammar.errors.TrainingError`; nothing is exported from it.
 """
 
 from __future__ import annotations
@@ -37,17 +39,33 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from amorgp.amortizer.campaign_plan import (
+    CAMPAIGN_STAGES,
+    VALSET_BATCHES,
+    VALSET_SEED,
+    CampaignStage,
+    append_record,
+    campaign_validation_set,
+    export_weights,
+    finetune_config,
+    last_record,
+    read_json,
+    score_checkpoint,
+    stage_train_config,
+    write_json,
+)
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
-from amorgp.amortizer.config import NetworkConfig, TrainConfig, preset
-from amorgp.amortizer.train import train, validate
-from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
+from amorgp.amortizer.config import NetworkConfig, preset
+from amorgp.amortizer.model import build_model
+from amorgp.amortizer.rundir import RunDirectory
+from amorgp.amortizer.train import TrainResult, train
+from amorgp.kernel_grammar.errors import TrainingError
 
 __all__ = [
     "CAMPAIGN_STAGES",
@@ -59,129 +77,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-VALSET_SEED = 20_261_122
-"""Seed of the fixed campaign validation set (paper prior, ``d <= 8``, ``n <= 250``)."""
-
-VALSET_BATCHES, VALSET_BATCH_SIZE = 8, 32
-
-
-@dataclass(frozen=True)
-class CampaignStage:
-    """One stage of the curriculum.
-
-    Attributes:
-        name: label in the log.
-        n_max: largest dataset size drawn (``n ~ U{10..n_max}``).
-        lr: RAdam learning rate (after ``warmup_steps``).
-        datasets: datasets to train in this stage before the next one (``None``: open-ended).
-    """
-
-    name: str
-    n_max: int
-    lr: float
-    datasets: int | None
-    warmup_steps: int = 20
-
-
-CAMPAIGN_STAGES: tuple[CampaignStage, ...] = (
-    CampaignStage("d8-n100", n_max=100, lr=5e-4, datasets=150_000),
-    CampaignStage("d8-n250", n_max=250, lr=3e-4, datasets=None),
-)
-
-
-def _stage_train_config(stage: CampaignStage, seed: int, batch_size: int) -> TrainConfig:
-    return TrainConfig(
-        phase=1,
-        batch_size=batch_size,
-        lr=stage.lr,
-        warmup_steps=stage.warmup_steps,
-        n_max=stage.n_max,
-        max_dims=8,
-        encoder_points=0,
-        size_buckets=4,
-        val_size=64,
-        val_every=100,
-        num_workers=0,
-        seed=seed,
-    )
-
-
-def _finetune_config(seed: int, batch_size: int) -> TrainConfig:
-    return TrainConfig(
-        phase=2,
-        batch_size=batch_size,
-        lr=3e-4,
-        warmup_steps=10,
-        n_max=250,
-        max_dims=8,
-        size_buckets=4,
-        val_size=32,
-        val_every=10_000,
-        num_workers=0,
-        seed=seed,
-    )
-
-
-def campaign_validation_set(state: Path, network: NetworkConfig) -> list[Any]:
-    """The fixed campaign validation set (written to ``state/valset`` once, then read)."""
-    path = state / "valset"
-    if path.exists():
-        return list(read_fixed_set(path).batches)
-    cfg = SimulatorConfig(n_min=10, n_max=250, d_max=8, vocabulary=network.vocabulary)
-    return list(
-        generate_fixed_set(
-            path, cfg, n_batches=VALSET_BATCHES, batch_size=VALSET_BATCH_SIZE, seed=VALSET_SEED
-        ).batches
-    )
-
-
-def score_checkpoint(checkpoint: Path, batches: list[Any]) -> dict[str, float]:
-    """Validation metrics (see :func:`~amorgp.amortizer.train.validate`) of a checkpoint."""
-    ckpt = load_checkpoint(checkpoint)
-    return validate(ckpt.model, batches, ckpt.network.vocabulary, torch.device("cpu"))
-
-
-def _read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
-    if not path.exists():
-        return dict(default)
-    return dict(json.loads(path.read_text()))
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def _last_record(log: Path) -> dict[str, Any] | None:
-    if not log.exists():
-        return None
-    last = None
-    for line in log.read_text().splitlines():
-        if line.strip():
-            try:
-                last = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line from a killed writer: ignore it
-    return last
-
-
-def _append(log: Path, record: dict[str, Any]) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as fh:
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _export(source: Path, target: Path, meta: dict[str, Any]) -> None:
-    """Write the weights of ``source`` (no optimiser state) to ``target`` atomically."""
-    ckpt = load_checkpoint(source)
-    keep: dict[str, Any] = {
-        k: ckpt.meta[k] for k in ("train", "simulator", "progress", "history") if k in ckpt.meta
-    }
-    save_checkpoint(target, ckpt.model, ckpt.network, meta={**keep, **meta}, overwrite=True)
 
 
 def _install_sigterm() -> Callable[[], None]:
@@ -199,31 +94,64 @@ def _install_sigterm() -> Callable[[], None]:
     return restore
 
 
+def _initial_status(log: Path) -> dict[str, Any]:
+    """A fresh status, continuing the stage and counters the log names (if any)."""
+    previous = last_record(log)
+    if previous is not None and "stage_datasets" not in previous:
+        previous = None  # a failure record carries no counters
+    return {
+        "stage": int(previous["stage"]) if previous else 0,
+        "stage_offset": int(previous["stage_datasets"]) if previous else 0,
+        "total_offset": int(previous["datasets_total"]) if previous else 0,
+        "seed": int(previous.get("seed", 0)) + 1 if previous else 1,
+        "best_nll": previous.get("best_nll") if previous else None,
+        "minutes_offset": float(previous.get("minutes_total", 0.0)) if previous else 0.0,
+    }
+
+
 def run_campaign(
     state: str | os.PathLike[str],
     export: str | os.PathLike[str],
     *,
-    init: str | os.PathLike[str],
+    init: str | os.PathLike[str] | None = None,
     baseline: str | os.PathLike[str] | None = None,
     segment_minutes: float = 20.0,
     finetune_steps: int = 100,
     max_minutes: float = math.inf,
     batch_size: int = 16,
     preset_name: str = "small",
+    network: NetworkConfig | None = None,
+    stages: Sequence[CampaignStage] = CAMPAIGN_STAGES,
+    segment_datasets: int | None = None,
+    max_segments: int | None = None,
+    valset_batches: int = VALSET_BATCHES,
 ) -> dict[str, Any]:
-    """Run the campaign until ``max_minutes`` or an interruption; returns the last record.
+    """Run the campaign until ``max_minutes``, ``max_segments`` or an interruption.
 
     Args:
         state: the state directory (outside the repository).
         export: the export directory (in the repository): log, latest phase-1 weights, best.
         init: checkpoint to start from when neither ``state`` nor ``export/phase1-latest``
-            has one (e.g. the bundled default weights).
+            has one (e.g. the bundled default weights); ``None``: a fresh network of
+            ``network`` (default: the ``preset_name`` architecture), written to ``state/init``.
         baseline: the model to beat the first time (default: ``init``).
         segment_minutes: training minutes between evaluations.
         finetune_steps: phase-2 steps of the evaluation copy.
         max_minutes: wall-clock budget of this call.
         batch_size: datasets per optimiser step.
         preset_name: architecture used when starting from scratch (unused with ``init``).
+        network: architecture used when starting from scratch (overrides ``preset_name``).
+        stages: the curriculum (default :data:`CAMPAIGN_STAGES`).
+        segment_datasets: also end a segment after this many datasets (``None``: time only).
+        max_segments: stop after this many segments (``None``: no limit).
+        valset_batches: batches of :data:`VALSET_BATCH_SIZE` in a new campaign validation set.
+
+    Returns:
+        The last record appended to ``export/campaign.jsonl`` (``{}`` if none).
+
+    Raises:
+        TrainingError: a training or fine-tuning run diverged (a ``"failed"`` record is
+            appended to the log first).
     """
     state_dir, export_dir = Path(state), Path(export)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -231,48 +159,40 @@ def run_campaign(
     log = export_dir / "campaign.jsonl"
     restore = _install_sigterm()
     started = time.monotonic()
-    run_id = f"{socket.gethostname()}-{int(time.time())}"
     record: dict[str, Any] = {}
     try:
-        status = _read_json(state_dir / "campaign.json", {})
-        if not status:
-            previous = _last_record(log)
-            status = {
-                "stage": int(previous["stage"]) if previous else 0,
-                "stage_offset": int(previous["stage_datasets"]) if previous else 0,
-                "total_offset": int(previous["datasets_total"]) if previous else 0,
-                "seed": int(previous.get("seed", 0)) + 1 if previous else 1,
-                "best_nll": float(previous["best_nll"]) if previous else None,
-                "minutes_offset": float(previous["minutes_total"]) if previous else 0.0,
-            }
-            _write_json(state_dir / "campaign.json", status)
-        network = (
-            load_checkpoint(init).network if Path(init).exists() else preset(preset_name).network
+        status = read_json(state_dir / "campaign.json", {}) or _initial_status(log)
+        write_json(state_dir / "campaign.json", status)
+        if init is None or not Path(init).exists():
+            init = _fresh_init(state_dir, network or preset(preset_name).network)
+        campaign = _Campaign(
+            state_dir,
+            export_dir,
+            status,
+            Path(init),
+            stages=tuple(stages),
+            batch_size=batch_size,
+            finetune_steps=finetune_steps,
+            segment_datasets=segment_datasets,
+            valset=campaign_validation_set(
+                state_dir, load_checkpoint(init).network, valset_batches
+            ),
         )
-        valset = campaign_validation_set(state_dir, network)
-        if status["best_nll"] is None:
-            base = Path(baseline) if baseline is not None else Path(init)
-            status["best_nll"] = score_checkpoint(base, valset)["nll"]
-            status["baseline"] = str(base)
-            _write_json(state_dir / "campaign.json", status)
-            logger.info("campaign baseline %s: nll %.4f", base, status["best_nll"])
-        while True:
+        campaign.score_baseline(Path(baseline) if baseline is not None else Path(init))
+        segments = 0
+        while max_segments is None or segments < max_segments:
             left = max_minutes - (time.monotonic() - started) / 60.0
             if left <= 0.05:
                 break
-            record = _segment(
-                state_dir,
-                export_dir,
-                status,
-                init,
-                min(left, segment_minutes),
-                finetune_steps,
-                batch_size,
-                valset,
-                run_id,
-                started,
-            )
-            _append(log, record)
+            try:
+                record = campaign.segment(min(left, segment_minutes))
+            except TrainingError as err:
+                append_record(
+                    log, {**campaign.base_record(), "stopped_by": "failed", "error": str(err)}
+                )
+                raise
+            append_record(log, record)
+            segments += 1
             if record["stopped_by"] == "interrupted":
                 break
     except KeyboardInterrupt:
@@ -282,125 +202,169 @@ def run_campaign(
     return record
 
 
-def _segment(
-    state_dir: Path,
-    export_dir: Path,
-    status: dict[str, Any],
-    init: str | os.PathLike[str],
-    minutes: float,
-    finetune_steps: int,
-    batch_size: int,
-    valset: list[Any],
-    run_id: str,
-    started: float,
-) -> dict[str, Any]:
-    k = int(status["stage"])
-    stage = CAMPAIGN_STAGES[min(k, len(CAMPAIGN_STAGES) - 1)]
-    run_dir = state_dir / f"stage-{k}"
-    budget = (
-        None if stage.datasets is None else max(stage.datasets - int(status["stage_offset"]), 1)
-    )
-    t0 = time.monotonic()
-    if (run_dir / "last").exists():
-        result = train(
-            run_dir,
-            resume=True,
-            max_minutes=minutes,
-            max_datasets=budget,
+def _fresh_init(state_dir: Path, network: NetworkConfig) -> Path:
+    path = state_dir / "init"
+    if not path.exists():
+        torch.manual_seed(0)
+        save_checkpoint(path, build_model(network), network)
+    return path
+
+
+class _Campaign:
+    """The segments of one :func:`run_campaign` call over its status dictionary."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        export_dir: Path,
+        status: dict[str, Any],
+        init: Path,
+        *,
+        stages: tuple[CampaignStage, ...],
+        batch_size: int,
+        finetune_steps: int,
+        segment_datasets: int | None,
+        valset: list[Any],
+    ) -> None:
+        self.state_dir, self.export_dir = state_dir, export_dir
+        self.status, self.init = status, init
+        self.stages, self.batch_size, self.finetune_steps = stages, batch_size, finetune_steps
+        self.segment_datasets, self.valset = segment_datasets, valset
+        self.run_id = f"{socket.gethostname()}-{int(time.time())}"
+
+    def _save_status(self) -> None:
+        write_json(self.state_dir / "campaign.json", self.status)
+
+    def score_baseline(self, base: Path) -> None:
+        """Score the model to beat, the first time only."""
+        if self.status["best_nll"] is not None:
+            return
+        self.status["best_nll"] = score_checkpoint(base, self.valset)["nll"]
+        self.status["baseline"] = str(base)
+        self._save_status()
+        logger.info("campaign baseline %s: nll %.4f", base, self.status["best_nll"])
+
+    def _stage(self) -> tuple[int, CampaignStage]:
+        k = int(self.status["stage"])
+        return k, self.stages[min(k, len(self.stages) - 1)]
+
+    def base_record(self) -> dict[str, Any]:
+        k, stage = self._stage()
+        return {
+            "run": self.run_id,
+            "stage": k,
+            "stage_name": stage.name,
+            "seed": int(self.status["seed"]),
+            "unix": time.time(),
+        }
+
+    def segment(self, minutes: float) -> dict[str, Any]:
+        """Train one segment, export the phase-1 weights, evaluate a phase-2 copy."""
+        k, stage = self._stage()
+        t0 = time.monotonic()
+        result = self._train(k, stage, minutes)
+        train_minutes = (time.monotonic() - t0) / 60.0
+        stage_datasets = int(self.status["stage_offset"]) + result.datasets_seen
+        total = int(self.status["total_offset"]) + result.datasets_seen
+        record = {
+            **self.base_record(),
+            "stage_datasets": stage_datasets,
+            "datasets_total": total,
+            "stopped_by": result.stopped_by,
+            "minutes_total": float(self.status["minutes_offset"])
+            + _elapsed_minutes(self.state_dir, k),
+            "best_nll": self.status["best_nll"],
+        }
+        if result.last_checkpoint is None:
+            return record
+        counters = {"stage": k, "stage_datasets": stage_datasets, "datasets_total": total}
+        export_weights(
+            result.last_checkpoint, self.export_dir / "phase1-latest", {"campaign": counters}
+        )
+        if result.stopped_by == "interrupted" or not self._evaluate(result, record):
+            return record
+        record.update(train_minutes=train_minutes, segment_minutes=(time.monotonic() - t0) / 60.0)
+        stage_done = stage.datasets is not None and stage_datasets >= stage.datasets
+        if stage_done and k + 1 < len(self.stages):
+            self.status.update(
+                stage=k + 1,
+                stage_offset=0,
+                total_offset=total,
+                minutes_offset=record["minutes_total"],
+                seed=int(self.status["seed"]) + 1,
+            )
+        self._save_status()
+        return record
+
+    def _train(self, k: int, stage: CampaignStage, minutes: float) -> TrainResult:
+        """Train stage ``k`` for up to ``minutes`` (and ``segment_datasets``)."""
+        run_dir = self.state_dir / f"stage-{k}"
+        limits = []  # max_datasets counts the run directory's total
+        if stage.datasets is not None:
+            limits.append(max(stage.datasets - int(self.status["stage_offset"]), 1))
+        run = RunDirectory(run_dir)
+        resume = run.holds_run()
+        done = 0
+        if resume:
+            ckpt = run.load_resumable()
+            prog = ckpt.meta["progress"]
+            done = int(prog["datasets_seen"])
+            if limits and done >= limits[0]:  # reached before an interruption
+                return TrainResult(int(prog["step"]), done, "max_datasets", ckpt.path)
+        if self.segment_datasets is not None:
+            limits.append(done + self.segment_datasets)
+        common: dict[str, Any] = {
+            "max_minutes": minutes,
+            "max_datasets": min(limits) if limits else None,
+            "device": "cpu",
+            "progress": False,
+        }
+        if resume:
+            return train(run_dir, resume=True, **common)
+        latest = self.export_dir / "phase1-latest"
+        start = latest if latest.exists() else self.init
+        cfg = stage_train_config(stage, int(self.status["seed"]), self.batch_size)
+        return train(run_dir, train_cfg=cfg, init_from=start, **common)
+
+    def _evaluate(self, result: TrainResult, record: dict[str, Any]) -> bool:
+        """Fine-tune a phase-2 copy, score it, export it if better; False if interrupted."""
+        assert result.last_checkpoint is not None
+        ft_dir = self.state_dir / "finetune"
+        if ft_dir.exists():
+            shutil.rmtree(ft_dir)
+        ft = train(
+            ft_dir,
+            train_cfg=finetune_config(int(self.status["seed"]), self.batch_size),
+            init_from=result.last_checkpoint,
+            max_steps=self.finetune_steps,
             device="cpu",
             progress=False,
         )
-    else:
-        latest = export_dir / "phase1-latest"
-        start = latest if latest.exists() else Path(init)
-        cfg = _stage_train_config(stage, int(status["seed"]), batch_size)
-        result = train(
-            run_dir,
-            train_cfg=cfg,
-            init_from=start,
-            max_minutes=minutes,
-            max_datasets=budget,
-            device="cpu",
-            progress=False,
+        if ft.stopped_by == "interrupted":
+            record["stopped_by"] = "interrupted"
+            return False
+        metrics = score_checkpoint(ft_dir / "last", self.valset)
+        phase1 = score_checkpoint(result.last_checkpoint, self.valset)
+        improved = metrics["nll"] < float(self.status["best_nll"])
+        record.update(
+            validation=metrics,
+            validation_phase1={"nll": phase1["nll"], "nll_gap": phase1["nll_gap"]},
+            improved=improved,
         )
-    train_minutes = (time.monotonic() - t0) / 60.0
-    stage_datasets = int(status["stage_offset"]) + result.datasets_seen
-    total = int(status["total_offset"]) + result.datasets_seen
-    record: dict[str, Any] = {
-        "run": run_id,
-        "stage": k,
-        "stage_name": stage.name,
-        "stage_datasets": stage_datasets,
-        "datasets_total": total,
-        "seed": int(status["seed"]),
-        "stopped_by": result.stopped_by,
-        "minutes_total": float(status["minutes_offset"]) + _elapsed_minutes(state_dir, k),
-        "unix": time.time(),
-    }
-    if result.last_checkpoint is None:
-        record["best_nll"] = status["best_nll"]
-        return record
-    _export(
-        run_dir / "last",
-        export_dir / "phase1-latest",
-        {"campaign": {"stage": k, "stage_datasets": stage_datasets, "datasets_total": total}},
-    )
-    if result.stopped_by == "interrupted":
-        record["best_nll"] = status["best_nll"]
-        return record
-    # evaluation: phase-2 copy of the current weights on the fixed campaign set
-    ft_dir = state_dir / "finetune"
-    if ft_dir.exists():
-        shutil.rmtree(ft_dir)
-    ft = train(
-        ft_dir,
-        train_cfg=_finetune_config(int(status["seed"]), batch_size),
-        init_from=run_dir / "last",
-        max_steps=finetune_steps,
-        device="cpu",
-        progress=False,
-    )
-    if ft.stopped_by == "interrupted":
-        record["best_nll"] = status["best_nll"]
-        record["stopped_by"] = "interrupted"
-        return record
-    metrics = score_checkpoint(ft_dir / "last", valset)
-    phase1 = score_checkpoint(run_dir / "last", valset)
-    improved = metrics["nll"] < float(status["best_nll"])
-    record.update(
-        validation=metrics,
-        validation_phase1={"nll": phase1["nll"], "nll_gap": phase1["nll_gap"]},
-        improved=improved,
-        train_minutes=train_minutes,
-        segment_minutes=(time.monotonic() - t0) / 60.0,
-    )
-    if improved:
-        status["best_nll"] = metrics["nll"]
-        _export(
-            ft_dir / "last",
-            export_dir / "best",
-            {"campaign": {**record, "valset_seed": VALSET_SEED}},
-        )
-    record["best_nll"] = status["best_nll"]
-    if (
-        stage.datasets is not None
-        and stage_datasets >= stage.datasets
-        and k + 1 < len(CAMPAIGN_STAGES)
-    ):
-        status.update(
-            stage=k + 1,
-            stage_offset=0,
-            total_offset=total,
-            minutes_offset=record["minutes_total"],
-            seed=int(status["seed"]) + 1,
-        )
-    _write_json(state_dir / "campaign.json", status)
-    return record
+        if improved:
+            self.status["best_nll"] = metrics["nll"]
+            meta = {"campaign": {**record, "valset_seed": VALSET_SEED}}
+            export_weights(ft_dir / "last", self.export_dir / "best", meta)
+        record["best_nll"] = self.status["best_nll"]
+        return True
 
 
 def _elapsed_minutes(state_dir: Path, k: int) -> float:
     last = state_dir / f"stage-{k}" / "last"
     if not last.exists():
         return 0.0
-    meta = json.loads((last / "checkpoint.json").read_text())
+    try:
+        meta = json.loads((last / "checkpoint.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return 0.0
     return float(meta.get("progress", {}).get("elapsed_s", 0.0)) / 60.0

@@ -15,47 +15,31 @@ function of ``(seed, rank, step, num_workers)`` alone.  A checkpoint stores the
 step; resuming regenerates the current chunk and skips the batches already used,
 then continues bit-for-bit (model, optimiser state, step, RNG states restored).
 
-Run directory::
-
-    runs/NAME/
-      metrics.jsonl          one JSON record per logged step and per validation
-      validation/            the fixed validation set (simulator fixed-set format)
-      step-00000200/         checkpoints (see :mod:`amorgp.amortizer.checkpoint`)
-      last -> step-00000200  symlink, swapped atomically
+The loop itself is :class:`amorgp.amortizer.trainer.Trainer` (over the run state of
+:mod:`amorgp.amortizer.runstate`); the run directory (``last``, ``best``, the metrics
+log, the lock) is :mod:`amorgp.amortizer.rundir`.  This module holds the step
+functions (the encoder's view, the loss, validation) and the entry point :func:`train`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import shutil
-import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
-from amorgp.amortizer.checkpoint import load_checkpoint, optimizer_from_tensors, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
-from amorgp.amortizer.model import Prediction, build_model
+from amorgp.amortizer.model import Prediction
 from amorgp.kernel_grammar import Vocabulary
-from amorgp.simulator import (
-    SimulatedBatch,
-    SimulatorConfig,
-    SimulatorStream,
-    generate_fixed_set,
-    read_fixed_set,
-    stream_seed,
-)
+from amorgp.kernel_grammar.errors import OptionError
+from amorgp.simulator import SimulatedBatch, SimulatorConfig, SimulatorStream, stream_seed
 
 __all__ = [
     "SE_VOCABULARY",
@@ -85,10 +69,13 @@ class TrainResult:
     Attributes:
         step: optimiser steps done in total (over resumes).
         datasets_seen: datasets consumed in this phase, summed over ranks.
-        stopped_by: ``"max_steps"``, ``"max_datasets"``, ``"max_minutes"``.
+        stopped_by: ``"max_steps"``, ``"max_datasets"``, ``"max_minutes"``,
+            ``"interrupted"`` (Ctrl-C), ``"other_rank"`` (DDP).
         last_checkpoint: the checkpoint directory written last (rank 0), if any.
         validation: the last validation metrics.
         losses: training losses of this call, per step.
+        best_checkpoint: the checkpoint with the lowest validation NLL of the run
+            (``runs/NAME/best`` names it; rank 0), if any.
     """
 
     step: int
@@ -97,6 +84,7 @@ class TrainResult:
     last_checkpoint: Path | None
     validation: dict[str, float] = field(default_factory=dict)
     losses: list[float] = field(default_factory=list)
+    best_checkpoint: Path | None = None
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -282,88 +270,6 @@ def validate(
     return out
 
 
-class _Distributed:
-    """World size, rank and whether this call initialised the process group."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.owned = False
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world > 1 and not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-            self.owned = True
-        self.active = dist.is_initialized() and dist.get_world_size() > 1
-        self.world = dist.get_world_size() if self.active else 1
-        self.rank = dist.get_rank() if self.active else 0
-
-    def any(self, flag: bool) -> bool:
-        """True on every rank if ``flag`` is True on any rank."""
-        if not self.active:
-            return flag
-        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item() > 0)
-
-    def barrier(self) -> None:
-        if self.active:
-            dist.barrier()
-
-    def close(self) -> None:
-        if self.owned:
-            dist.destroy_process_group()
-
-
-def _default_device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
-
-
-def _worker_init(_: int) -> None:
-    torch.set_num_threads(1)
-
-
-def _batches(stream: SimulatorStream, num_workers: int, skip: int) -> Iterator[SimulatedBatch]:
-    loader = DataLoader(
-        stream,
-        batch_size=None,
-        num_workers=num_workers,
-        worker_init_fn=_worker_init if num_workers else None,
-        prefetch_factor=2 if num_workers else None,
-    )
-    for i, batch in enumerate(loader):
-        if i >= skip:
-            yield batch
-
-
-def _validation_set(
-    out: Path, sim_cfg: SimulatorConfig, train_cfg: TrainConfig
-) -> list[SimulatedBatch]:
-    path = out / "validation"
-    if path.exists():
-        return list(read_fixed_set(path).batches)
-    size = min(train_cfg.val_size, 64)
-    n_batches = math.ceil(train_cfg.val_size / size)
-    return list(
-        generate_fixed_set(
-            path, sim_cfg, n_batches=n_batches, batch_size=size, seed=train_cfg.seed + 7_777_777
-        ).batches
-    )
-
-
-def _update_last(out: Path, target: Path, keep: int = 2) -> None:
-    """Point ``out/last`` at ``target`` atomically and delete older step checkpoints."""
-    tmp = out / ".last.tmp"
-    if tmp.is_symlink() or tmp.exists():
-        tmp.unlink()
-    tmp.symlink_to(target.name)
-    os.replace(tmp, out / "last")
-    steps = sorted(p for p in out.glob("step-*") if p.is_dir())
-    for old in steps[:-keep]:
-        if old != target:
-            shutil.rmtree(old, ignore_errors=True)
-
-
 def train(
     out_dir: str | os.PathLike[str],
     network: NetworkConfig | None = None,
@@ -377,274 +283,62 @@ def train(
     device: torch.device | str | None = None,
     progress: bool = True,
     log_every: int = 10,
+    train_overrides: Mapping[str, Any] | None = None,
 ) -> TrainResult:
     """Train (or resume training) an amortization network.
 
+    Every chunk of ``train_cfg.val_every`` steps ends with a validation and a
+    checkpoint ``out_dir/step-*``; ``out_dir/last`` names the newest, ``out_dir/best``
+    the one with the lowest validation NLL.  Only one process trains in a directory
+    at a time (a lock); temporaries of killed writers are removed on start.
+
     Args:
         out_dir: the run directory (created).
-        network: architecture (ignored when resuming or with ``init_from``: taken from the checkpoint).
-        train_cfg: recipe (ignored when resuming: taken from the checkpoint).
-        resume: continue from ``out_dir/last`` exactly.
+        network: architecture of a new run.  With ``resume`` or ``init_from`` the
+            architecture is the checkpoint's; a ``network`` given there must equal it.
+        train_cfg: recipe of a new run or of ``init_from`` (default there: the
+            checkpoint's recipe).  With ``resume`` it must equal the stored recipe.
+        resume: continue from ``out_dir``'s newest intact checkpoint, exactly (if
+            ``last`` fails verification, the newest ``step-*`` that verifies is used,
+            with a logged warning).  The metrics log is rewound to that checkpoint.
         init_from: start from the weights of this checkpoint (e.g. phase 2 after phase 1);
             the optimiser starts fresh.
         max_minutes, max_datasets, max_steps: budgets; training stops at the first one
-            reached, writes a checkpoint and returns.  ``max_steps`` counts total steps.
+            reached, writes a checkpoint and returns.  ``max_steps`` and ``max_datasets``
+            count the run's totals (over resumes); ``max_minutes`` this call's time.
         device: default CUDA (``LOCAL_RANK``) if available, else CPU.
         progress: show a progress bar (only on a terminal, only on rank 0).
         log_every: steps between JSONL training records.
+        train_overrides: training-config fields the caller sets explicitly (e.g. the
+            command line's ``--set``): applied on top of ``train_cfg`` (or of the
+            checkpoint's recipe with ``init_from``); with ``resume`` each must equal the
+            stored value.
 
     Raises:
-        ValueError: no budget given, nothing to resume, or an invalid configuration.
+        OptionError: no budget, a budget out of its domain or already reached by a
+            resumed run, nothing to resume, a directory that already holds a run, or
+            a configuration that differs from the resumed run's (fields listed).
+        CheckpointError: no intact checkpoint to resume or start from.
+        TrainingError: the run diverged (non-finite loss or weights, every dataset of
+            a batch failed) or a validation in which every dataset failed; nothing is
+            written then and ``last`` keeps the newest finite checkpoint.  Another
+            process training in ``out_dir`` raises it too.
     """
-    if max_minutes is None and max_datasets is None and max_steps is None:
-        raise ValueError("give at least one budget: max_minutes, max_datasets or max_steps")
-    out = Path(out_dir)
-    dev = torch.device(device) if device is not None else _default_device()
-    ddp = _Distributed(dev)
-    try:
-        return _train(
-            out,
-            network,
-            train_cfg,
-            resume,
-            init_from,
-            max_minutes,
-            max_datasets,
-            max_steps,
-            dev,
-            ddp,
-            progress,
-            log_every,
-        )
-    finally:
-        ddp.close()
+    from amorgp.amortizer.runstate import Budget  # these modules build on this one
+    from amorgp.amortizer.trainer import run_training
 
-
-def _train(
-    out: Path,
-    network: NetworkConfig | None,
-    train_cfg: TrainConfig | None,
-    resume: bool,
-    init_from: str | os.PathLike[str] | None,
-    max_minutes: float | None,
-    max_datasets: int | None,
-    max_steps: int | None,
-    dev: torch.device,
-    ddp: _Distributed,
-    progress: bool,
-    log_every: int,
-) -> TrainResult:
-    history: list[dict[str, Any]] = []
-    step = datasets = 0
-    elapsed_before = 0.0
-    opt_state = None
-    if resume:
-        last = out / "last"
-        if not last.exists():
-            raise ValueError(f"nothing to resume: {last} does not exist")
-        ckpt = load_checkpoint(last)
-        network = ckpt.network
-        train_cfg = TrainConfig.from_dict(ckpt.meta["train"])
-        prog = ckpt.meta["progress"]
-        step, datasets, elapsed_before = (
-            int(prog["step"]),
-            int(prog["datasets_seen"]),
-            float(prog["elapsed_s"]),
-        )
-        history = list(ckpt.meta.get("history", []))
-        model = ckpt.model
-        opt_state = ckpt
-    elif init_from is not None:
-        ckpt = load_checkpoint(init_from)
-        network = ckpt.network
-        if train_cfg is None:
-            raise ValueError("init_from needs a training config (e.g. the phase-2 recipe)")
-        previous = {
-            "phase": ckpt.meta.get("train", {}).get("phase"),
-            **ckpt.meta.get("progress", {}),
-            "from": str(init_from),
-        }
-        history = [*ckpt.meta.get("history", []), previous]
-        model = ckpt.model
-    else:
-        if network is None or train_cfg is None:
-            raise ValueError("a new run needs a network and a training config")
-        if (out / "last").exists():
-            raise ValueError(
-                f"{out} already holds a run; pass resume=True or choose another directory"
-            )
-        torch.manual_seed(train_cfg.seed)
-        model = build_model(network)
-    assert network is not None
-    assert train_cfg is not None
-    vocab = network.vocabulary
-    sim_cfg = simulator_config(network, train_cfg)
-    if train_cfg.batch_size % ddp.world:
-        raise ValueError(
-            f"batch_size {train_cfg.batch_size} is not divisible by the world size {ddp.world}"
-        )
-    per_rank = train_cfg.batch_size // ddp.world
-
-    model.to(dev).train()
-    net: nn.Module = model
-    if ddp.active:
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[dev.index] if dev.type == "cuda" else None
-        )
-    optimizer = torch.optim.RAdam(
-        model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay
+    budget = Budget(max_steps=max_steps, max_datasets=max_datasets, max_minutes=max_minutes)
+    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
+        raise OptionError(f"log_every must be a positive integer, got {log_every!r}")
+    return run_training(
+        Path(out_dir),
+        network,
+        train_cfg,
+        budget,
+        resume=resume,
+        init_from=init_from,
+        overrides=train_overrides,
+        device=device,
+        progress=progress,
+        log_every=log_every,
     )
-    if opt_state is not None:
-        optimizer_from_tensors(optimizer, opt_state.optimizer_tensors, opt_state.meta["optimizer"])
-        if "rng/torch" in opt_state.optimizer_tensors:
-            torch.set_rng_state(opt_state.optimizer_tensors["rng/torch"])
-
-    is_main = ddp.rank == 0
-    if is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        val_batches = _validation_set(out, sim_cfg, train_cfg)
-    ddp.barrier()
-    metrics_file = (out / "metrics.jsonl").open("a") if is_main else None
-
-    def log(record: dict[str, Any]) -> None:
-        if metrics_file is not None:
-            metrics_file.write(json.dumps(record) + "\n")
-            metrics_file.flush()
-
-    bar = None
-    if progress and is_main and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True)
-
-    start = time.monotonic()
-    last_ckpt: Path | None = None
-    val_metrics: dict[str, float] = {}
-    losses: list[float] = []
-    stopped_by = ""
-
-    def checkpoint() -> None:
-        nonlocal last_ckpt
-        if not is_main:
-            return
-        chunk_steps = train_cfg.val_every
-        meta = {
-            "train": train_cfg.to_dict(),
-            "simulator": sim_cfg.to_dict(),
-            "progress": {
-                "phase": train_cfg.phase,
-                "step": step,
-                "datasets_seen": datasets,
-                "chunk": step // chunk_steps,
-                "chunk_offset": step % chunk_steps,
-                "world_size": ddp.world,
-                "elapsed_s": elapsed_before + time.monotonic() - start,
-            },
-            "history": history,
-            "validation": val_metrics,
-        }
-        target = out / f"step-{step:08d}"
-        save_checkpoint(
-            target,
-            model,
-            network,
-            optimizer=optimizer,
-            extra_tensors={"rng/torch": torch.get_rng_state()},
-            meta=meta,
-            overwrite=True,
-        )
-        _update_last(out, target)
-        last_ckpt = target
-
-    window_start, window_datasets = time.monotonic(), 0
-    try:
-        while not stopped_by:
-            chunk, offset = divmod(step, train_cfg.val_every)
-            stream = make_stream(
-                sim_cfg, per_rank, train_cfg.seed, ddp.rank, chunk, train_cfg.val_every
-            )
-            for batch in _batches(stream, train_cfg.num_workers, offset):
-                gen = torch.Generator(device=dev).manual_seed(
-                    stream_seed(train_cfg.seed, step + 1, 2 + ddp.rank)
-                )
-                batch = batch.to(dev)
-                lr = (
-                    train_cfg.lr * min(1.0, (step + 1) / train_cfg.warmup_steps)
-                    if train_cfg.warmup_steps
-                    else train_cfg.lr
-                )
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                result = training_loss(net, batch, vocab, train_cfg, gen)
-                optimizer.zero_grad(set_to_none=True)
-                result.loss.backward()
-                grad_norm = (
-                    float(torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip))
-                    if train_cfg.grad_clip > 0
-                    else float("nan")
-                )
-                optimizer.step()
-                step += 1
-                datasets += per_rank * ddp.world
-                window_datasets += per_rank * ddp.world
-                loss_value = float(result.loss.detach())
-                losses.append(loss_value)
-                if step % log_every == 0 and is_main:
-                    now = time.monotonic()
-                    rate = window_datasets / max(now - window_start, 1e-9)
-                    window_start, window_datasets = now, 0
-                    log(
-                        {
-                            "kind": "train",
-                            "phase": train_cfg.phase,
-                            "step": step,
-                            "datasets_seen": datasets,
-                            "loss": loss_value,
-                            "n_used": int(result.used.sum()),
-                            "n_failed": result.n_failed,
-                            "lr": lr,
-                            "grad_norm": grad_norm,
-                            "datasets_per_s": rate,
-                            "elapsed_s": elapsed_before + now - start,
-                        }
-                    )
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{loss_value:.3f}", ds_per_s=f"{rate:.1f}")
-                if bar is not None:
-                    bar.update(1)
-                minutes = (time.monotonic() - start) / 60.0
-                reason = ""
-                if max_steps is not None and step >= max_steps:
-                    reason = "max_steps"
-                elif max_datasets is not None and datasets >= max_datasets:
-                    reason = "max_datasets"
-                elif max_minutes is not None and minutes >= max_minutes:
-                    reason = "max_minutes"
-                if ddp.any(bool(reason)):
-                    stopped_by = reason or "other_rank"
-                    break
-                if step % train_cfg.val_every == 0:
-                    break
-            if is_main and (step % train_cfg.val_every == 0 or stopped_by):
-                val_metrics = validate(model, val_batches, vocab, dev)
-                log(
-                    {
-                        "kind": "validation",
-                        "phase": train_cfg.phase,
-                        "step": step,
-                        "datasets_seen": datasets,
-                        **val_metrics,
-                    }
-                )
-                logger.info("step %d: validation %s", step, val_metrics)
-            checkpoint()
-            ddp.barrier()
-    except KeyboardInterrupt:
-        stopped_by = "interrupted"
-        checkpoint()
-    finally:
-        if bar is not None:
-            bar.close()
-        if metrics_file is not None:
-            metrics_file.close()
-    return TrainResult(step, datasets, stopped_by, last_ckpt, val_metrics, losses)

@@ -1,0 +1,154 @@
+"""The plan of the training campaign (stages, recipes, validation set) and its files.
+
+See :mod:`amorgp.amortizer.campaign` for the campaign itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
+from amorgp.amortizer.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.train import validate
+from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
+
+__all__ = [
+    "CAMPAIGN_STAGES",
+    "VALSET_BATCHES",
+    "VALSET_BATCH_SIZE",
+    "VALSET_SEED",
+    "CampaignStage",
+    "campaign_validation_set",
+    "score_checkpoint",
+]
+
+VALSET_SEED = 20_261_122
+"""Seed of the fixed campaign validation set (paper prior, ``d <= 8``, ``n <= 250``)."""
+
+VALSET_BATCHES, VALSET_BATCH_SIZE = 8, 32
+
+
+@dataclass(frozen=True)
+class CampaignStage:
+    """One stage of the curriculum.
+
+    Attributes:
+        name: label in the log.
+        n_max: largest dataset size drawn (``n ~ U{10..n_max}``).
+        lr: RAdam learning rate (after ``warmup_steps``).
+        datasets: datasets to train in this stage before the next one (``None``: open-ended).
+    """
+
+    name: str
+    n_max: int
+    lr: float
+    datasets: int | None
+    warmup_steps: int = 20
+
+
+CAMPAIGN_STAGES: tuple[CampaignStage, ...] = (
+    CampaignStage("d8-n100", n_max=100, lr=5e-4, datasets=150_000),
+    CampaignStage("d8-n250", n_max=250, lr=3e-4, datasets=None),
+)
+
+
+def stage_train_config(stage: CampaignStage, seed: int, batch_size: int) -> TrainConfig:
+    return TrainConfig(
+        phase=1,
+        batch_size=batch_size,
+        lr=stage.lr,
+        warmup_steps=stage.warmup_steps,
+        n_max=stage.n_max,
+        max_dims=8,
+        encoder_points=0,
+        size_buckets=4,
+        val_size=64,
+        val_every=100,
+        num_workers=0,
+        seed=seed,
+    )
+
+
+def finetune_config(seed: int, batch_size: int) -> TrainConfig:
+    return TrainConfig(
+        phase=2,
+        batch_size=batch_size,
+        lr=3e-4,
+        warmup_steps=10,
+        n_max=250,
+        max_dims=8,
+        size_buckets=4,
+        val_size=32,
+        val_every=10_000,
+        num_workers=0,
+        seed=seed,
+    )
+
+
+def campaign_validation_set(
+    state: Path, network: NetworkConfig, n_batches: int = VALSET_BATCHES
+) -> list[Any]:
+    """The fixed campaign validation set (written to ``state/valset`` once, then read)."""
+    path = state / "valset"
+    if path.exists():
+        return list(read_fixed_set(path).batches)
+    cfg = SimulatorConfig(n_min=10, n_max=250, d_max=8, vocabulary=network.vocabulary)
+    return list(
+        generate_fixed_set(
+            path, cfg, n_batches=n_batches, batch_size=VALSET_BATCH_SIZE, seed=VALSET_SEED
+        ).batches
+    )
+
+
+def score_checkpoint(checkpoint: Path, batches: list[Any]) -> dict[str, float]:
+    """Validation metrics (see :func:`~amorgp.amortizer.train.validate`) of a checkpoint."""
+    ckpt = load_checkpoint(checkpoint)
+    return validate(ckpt.model, batches, ckpt.network.vocabulary, torch.device("cpu"))
+
+
+def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
+    if not path.exists():
+        return dict(default)
+    return dict(json.loads(path.read_text()))
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def last_record(log: Path) -> dict[str, Any] | None:
+    if not log.exists():
+        return None
+    last = None
+    for line in log.read_text().splitlines():
+        if line.strip():
+            try:
+                last = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line from a killed writer: ignore it
+    return last
+
+
+def append_record(log: Path, record: dict[str, Any]) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def export_weights(source: Path, target: Path, meta: dict[str, Any]) -> None:
+    """Write the weights of ``source`` (no optimiser state) to ``target`` atomically."""
+    ckpt = load_checkpoint(source)
+    keep: dict[str, Any] = {
+        k: ckpt.meta[k] for k in ("train", "simulator", "progress", "history") if k in ckpt.meta
+    }
+    save_checkpoint(target, ckpt.model, ckpt.network, meta={**keep, **meta}, overwrite=True)

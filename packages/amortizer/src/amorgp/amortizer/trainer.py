@@ -1,0 +1,393 @@
+"""The training loop of :func:`amorgp.amortizer.train.train`: a trainer over a run state.
+
+:class:`Trainer` runs chunks of ``val_every`` optimiser steps; after each chunk
+it validates on the run's fixed set and writes a checkpoint (``last``, and
+``best`` when the validation NLL is the lowest so far).  A step whose loss is not
+finite, whose weights become non-finite, or in which every dataset of the batch
+failed stops the run with :class:`~amorgp.kernel_grammar.errors.TrainingError`,
+as does a validation in which every dataset failed; no checkpoint is written
+then, so ``last`` keeps the newest finite one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader
+
+from amorgp.amortizer.checkpoint import optimizer_from_tensors
+from amorgp.amortizer.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.loss import LossOutput
+from amorgp.amortizer.rundir import RunDirectory
+from amorgp.amortizer.runstate import Budget, RunStart, start_run
+from amorgp.amortizer.train import (
+    TrainResult,
+    make_stream,
+    simulator_config,
+    training_loss,
+    validate,
+)
+from amorgp.kernel_grammar.errors import OptionError, TrainingError
+from amorgp.simulator import SimulatedBatch, SimulatorStream, stream_seed
+
+__all__ = ["Trainer", "run_training"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Distributed:
+    """World size, rank and whether this call initialised the process group."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.owned = False
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world > 1 and not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+            self.owned = True
+        self.active = dist.is_initialized() and dist.get_world_size() > 1
+        self.world = dist.get_world_size() if self.active else 1
+        self.rank = dist.get_rank() if self.active else 0
+
+    def any(self, *flags: bool) -> tuple[bool, ...]:
+        """Each flag, True on every rank if it is True on any rank (one all-reduce)."""
+        if not self.active:
+            return flags
+        t = torch.tensor([1.0 if f else 0.0 for f in flags], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return tuple(bool(v > 0) for v in t.tolist())
+
+    def barrier(self) -> None:
+        if self.active:
+            dist.barrier()
+
+    def close(self) -> None:
+        if self.owned:
+            dist.destroy_process_group()
+
+
+def _default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _worker_init(_: int) -> None:
+    torch.set_num_threads(1)
+
+
+def _batches(stream: SimulatorStream, num_workers: int, skip: int) -> Iterator[SimulatedBatch]:
+    loader = DataLoader(
+        stream,
+        batch_size=None,
+        num_workers=num_workers,
+        worker_init_fn=_worker_init if num_workers else None,
+        prefetch_factor=2 if num_workers else None,
+    )
+    for i, batch in enumerate(loader):
+        if i >= skip:
+            yield batch
+
+
+def _divergence(loss: float, result: LossOutput, model: nn.Module) -> str:
+    """What makes this step unusable (non-finite loss or weights, nothing used), or ``""``."""
+    if not math.isfinite(loss):
+        return f"the training loss is {loss}"
+    if int(result.used.sum()) == 0 and result.n_failed > 0:
+        return f"every dataset of the batch failed ({result.n_failed} failed Cholesky factorisations or non-finite predictions)"
+    named = list(model.named_parameters())
+    finite = torch.stack([torch.isfinite(p).all() for _, p in named]).tolist()
+    bad = [name for (name, _), ok in zip(named, finite, strict=True) if not ok]
+    if bad:
+        return f"non-finite weights in {len(bad)} tensor(s), e.g. {bad[0]!r}"
+    return ""
+
+
+class Trainer:
+    """Runs one call of training over a :class:`~amorgp.amortizer.runstate.RunState`.
+
+    Args:
+        run: the run directory (locked by rank 0).
+        start: model, configs, state, and the checkpoint to restore (if resuming).
+        budget: when to stop.
+        device: where to train.
+        ddp: the process group (one process: world 1).
+        progress: show a progress bar (only on a terminal, only on rank 0).
+        log_every: steps between JSONL training records.
+    """
+
+    def __init__(
+        self,
+        run: RunDirectory,
+        start: RunStart,
+        budget: Budget,
+        device: torch.device,
+        ddp: _Distributed,
+        *,
+        progress: bool = True,
+        log_every: int = 10,
+    ) -> None:
+        self.run, self.budget, self.dev, self.ddp = run, budget, device, ddp
+        self.model, self.network, self.cfg = start.model, start.network, start.train_cfg
+        self.state = start.state
+        self.vocab = self.network.vocabulary
+        self.sim_cfg = simulator_config(self.network, self.cfg)
+        if self.cfg.batch_size % ddp.world:
+            raise OptionError(
+                f"batch_size {self.cfg.batch_size} is not divisible by the world size {ddp.world}"
+            )
+        self.per_rank = self.cfg.batch_size // ddp.world
+        self.is_main = ddp.rank == 0
+        self.show_progress, self.log_every = progress, log_every
+        self.model.to(device).train()
+        self.net: nn.Module = self.model
+        if ddp.active:
+            ids = [device.index] if device.type == "cuda" else None
+            self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        self.optimizer = torch.optim.RAdam(
+            self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
+        )
+        if start.resume_from is not None:
+            ckpt = start.resume_from
+            optimizer_from_tensors(self.optimizer, ckpt.optimizer_tensors, ckpt.meta["optimizer"])
+            if "rng/torch" in ckpt.optimizer_tensors:
+                torch.set_rng_state(ckpt.optimizer_tensors["rng/torch"])
+        self.losses: list[float] = []
+        self.last_checkpoint: Path | None = None
+        self.val_batches: list[SimulatedBatch] = []
+        self._t0 = self._window_t0 = time.monotonic()
+        self._window_datasets = 0
+        self._bar: Any = None
+
+    # -- the loop ---------------------------------------------------------------------
+    def run_all(self) -> TrainResult:
+        """Train until a budget is reached or Ctrl-C; checkpoint after every chunk."""
+        self._open()
+        stopped_by = ""
+        try:
+            while not stopped_by:
+                stopped_by = self._run_chunk()
+                self._end_of_chunk()
+        except KeyboardInterrupt:
+            stopped_by = "interrupted"
+            self._checkpoint(best=False)
+        finally:
+            if self._bar is not None:
+                self._bar.close()
+        s = self.state
+        best = self.run.named("best") if self.is_main else None
+        return TrainResult(
+            s.step,
+            s.datasets_seen,
+            stopped_by,
+            self.last_checkpoint,
+            s.validation,
+            self.losses,
+            best,
+        )
+
+    def _open(self) -> None:
+        if self.is_main:
+            self.run.rewind_metrics(self.state.step)
+            if not self.run.restore_best(self.state.best_step):
+                self.state.best_nll = self.state.best_step = None
+            self.val_batches = self.run.validation_set(self.sim_cfg, self.cfg)
+            if self.show_progress and sys.stderr.isatty():
+                from tqdm import tqdm
+
+                self._bar = tqdm(
+                    total=self.budget.max_steps,
+                    initial=self.state.step,
+                    unit="step",
+                    dynamic_ncols=True,
+                )
+        self.ddp.barrier()
+        self._t0 = self._window_t0 = time.monotonic()
+
+    def _elapsed(self) -> float:
+        return self.state.elapsed_before + time.monotonic() - self._t0
+
+    def _run_chunk(self) -> str:
+        """Steps up to the end of the current chunk; returns the budget reached or ``""``."""
+        chunk, offset = divmod(self.state.step, self.cfg.val_every)
+        stream = make_stream(
+            self.sim_cfg, self.per_rank, self.cfg.seed, self.ddp.rank, chunk, self.cfg.val_every
+        )
+        for batch in _batches(stream, self.cfg.num_workers, offset):
+            problem = self._step(batch)
+            reason = self.budget.reached(self.state, (time.monotonic() - self._t0) / 60.0)
+            failed, stop = self.ddp.any(bool(problem), bool(reason))
+            if failed:
+                self._fail(
+                    f"training diverged at step {self.state.step}: {problem or 'on another rank'}"
+                )
+            if stop:
+                return reason or "other_rank"
+            if self.state.step % self.cfg.val_every == 0:
+                break
+        return ""
+
+    def _lr(self) -> float:
+        warmup = self.cfg.warmup_steps
+        return self.cfg.lr * min(1.0, (self.state.step + 1) / warmup) if warmup else self.cfg.lr
+
+    def _step(self, batch: SimulatedBatch) -> str:
+        """One optimiser step; returns what makes it unusable, or ``""``."""
+        seed = stream_seed(self.cfg.seed, self.state.step + 1, 2 + self.ddp.rank)
+        gen = torch.Generator(device=self.dev).manual_seed(seed)
+        batch = batch.to(self.dev)
+        lr = self._lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        result = training_loss(self.net, batch, self.vocab, self.cfg, gen)
+        self.optimizer.zero_grad(set_to_none=True)
+        result.loss.backward()
+        clip = self.cfg.grad_clip
+        params = self.model.parameters()
+        grad_norm = float(nn.utils.clip_grad_norm_(params, clip)) if clip > 0 else float("nan")
+        self.optimizer.step()
+        self.state.step += 1
+        self.state.datasets_seen += self.per_rank * self.ddp.world
+        self._window_datasets += self.per_rank * self.ddp.world
+        loss = float(result.loss.detach())
+        self.losses.append(loss)
+        problem = _divergence(loss, result, self.model)
+        if not problem:
+            self._log_step(loss, result, lr, grad_norm)
+        return problem
+
+    def _log_step(self, loss: float, result: LossOutput, lr: float, grad_norm: float) -> None:
+        if self.is_main and self.state.step % self.log_every == 0:
+            now = time.monotonic()
+            rate = self._window_datasets / max(now - self._window_t0, 1e-9)
+            self._window_t0, self._window_datasets = now, 0
+            self.run.log(
+                {
+                    **self._where("train"),
+                    "loss": loss,
+                    "n_used": int(result.used.sum()),
+                    "n_failed": result.n_failed,
+                    "lr": lr,
+                    "grad_norm": grad_norm,
+                    "datasets_per_s": rate,
+                    "elapsed_s": self._elapsed(),
+                }
+            )
+            if self._bar is not None:
+                self._bar.set_postfix(loss=f"{loss:.3f}", ds_per_s=f"{rate:.1f}")
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def _where(self, kind: str) -> dict[str, Any]:
+        s = self.state
+        return {
+            "kind": kind,
+            "phase": self.cfg.phase,
+            "step": s.step,
+            "datasets_seen": s.datasets_seen,
+        }
+
+    # -- validation, checkpoints, failures --------------------------------------------
+    def _end_of_chunk(self) -> None:
+        problem, best = self._validate() if self.is_main else ("", False)
+        (failed,) = self.ddp.any(bool(problem))
+        if failed:
+            self._fail(f"validation failed at step {self.state.step}: {problem or 'on rank 0'}")
+        self._checkpoint(best=best)
+        self.ddp.barrier()
+
+    def _validate(self) -> tuple[str, bool]:
+        """Validate (rank 0); returns (what failed or ``""``, whether it is a new best)."""
+        metrics = validate(self.model, self.val_batches, self.vocab, self.dev)
+        if metrics.get("n_datasets", 0) == 0:
+            n = int(metrics.get("n_failed", 0))
+            return f"every validation dataset failed ({n} failed, none could be scored)", False
+        if not math.isfinite(metrics["nll"]):
+            return f"the validation NLL is {metrics['nll']}", False
+        self.run.log({**self._where("validation"), **metrics})
+        logger.info("step %d: validation %s", self.state.step, metrics)
+        return "", self.state.record_validation(metrics)
+
+    def _checkpoint(self, *, best: bool) -> None:
+        if not self.is_main:
+            return
+        s = self.state
+        progress = {
+            "phase": self.cfg.phase,
+            "step": s.step,
+            "datasets_seen": s.datasets_seen,
+            "chunk": s.step // self.cfg.val_every,
+            "chunk_offset": s.step % self.cfg.val_every,
+            "world_size": self.ddp.world,
+            "elapsed_s": self._elapsed(),
+            "best": {"step": s.best_step, "nll": s.best_nll},
+        }
+        meta = {
+            "train": self.cfg.to_dict(),
+            "simulator": self.sim_cfg.to_dict(),
+            "progress": progress,
+            "history": s.history,
+            "validation": s.validation,
+        }
+        self.last_checkpoint = self.run.write_checkpoint(
+            s.step, self.model, self.network, self.optimizer, meta, best=best
+        )
+
+    def _fail(self, problem: str) -> None:
+        """Log the failure and raise; ``last`` keeps the newest finite checkpoint."""
+        kept = self.run.named("last")
+        message = (
+            f"{problem}; stopped without writing a checkpoint: "
+            + (
+                f"{self.run.path / 'last'} still holds step {kept.name}"
+                if kept
+                else "none was written"
+            )
+            + " (lower lr, keep grad_clip > 0, or resume from an earlier checkpoint)"
+        )
+        if self.is_main:
+            self.run.log({**self._where("failure"), "error": message})
+        raise TrainingError(message)
+
+
+def run_training(
+    out: Path,
+    network: NetworkConfig | None,
+    train_cfg: TrainConfig | None,
+    budget: Budget,
+    *,
+    resume: bool,
+    init_from: str | os.PathLike[str] | None,
+    overrides: Mapping[str, Any] | None,
+    device: torch.device | str | None,
+    progress: bool,
+    log_every: int,
+) -> TrainResult:
+    """Lock the run directory, build the start, train (see :func:`~amorgp.amortizer.train.train`)."""
+    started = time.time()
+    dev = torch.device(device) if device is not None else _default_device()
+    ddp = _Distributed(dev)
+    run = RunDirectory(out)
+    try:
+        if ddp.rank == 0 and resume == run.holds_run():  # else start_run refuses
+            run.lock()
+            run.clean_stale(started)
+        start = start_run(
+            run, network, train_cfg, resume=resume, init_from=init_from, overrides=overrides
+        )
+        budget.check_reachable(start.state, out)
+        trainer = Trainer(run, start, budget, dev, ddp, progress=progress, log_every=log_every)
+        return trainer.run_all()
+    finally:
+        run.close()
+        ddp.close()

@@ -1,0 +1,141 @@
+"""Tests of the training campaign: segments, log records, stages, resume, export rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from amorgp.amortizer import trainer as trainer_module
+from amorgp.amortizer.campaign import CampaignStage, run_campaign, score_checkpoint
+from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
+from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.model import build_model
+from amorgp.kernel_grammar.errors import TrainingError
+
+NET = PRESETS["tiny"].network
+STAGES = (
+    CampaignStage("small-n", n_max=16, lr=1e-3, datasets=8, warmup_steps=1),
+    CampaignStage("larger-n", n_max=24, lr=1e-3, datasets=None, warmup_steps=1),
+)
+FAST: dict[str, Any] = {
+    "stages": STAGES,
+    "batch_size": 4,
+    "segment_datasets": 8,
+    "finetune_steps": 1,
+    "valset_batches": 1,
+    "segment_minutes": 30.0,
+}
+
+
+@pytest.fixture
+def init(tmp_path: Path) -> Path:
+    torch.manual_seed(0)
+    return save_checkpoint(tmp_path / "init", build_model(NET), NET)
+
+
+def _log(export: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (export / "campaign.jsonl").read_text().splitlines()]
+
+
+def _status(state: Path, **values: Any) -> None:
+    status = {"stage": 0, "stage_offset": 0, "total_offset": 0, "seed": 1, "minutes_offset": 0.0}
+    (state / "campaign.json").write_text(json.dumps({**status, **values}))
+
+
+def test_segments_advance_stages_and_export_only_when_improved(tmp_path: Path, init: Path) -> None:
+    state, export = tmp_path / "state", tmp_path / "export"
+    state.mkdir()
+    _status(state, best_nll=1e9)  # anything beats it: the first segment exports
+    first = run_campaign(state, export, init=init, max_segments=1, **FAST)
+    assert first["stopped_by"] == "max_datasets"
+    assert first["improved"] is True
+    assert (first["stage"], first["stage_datasets"], first["datasets_total"]) == (0, 8, 8)
+    best = export / "best"
+    assert score_checkpoint(best, _valset(state))["nll"] == pytest.approx(
+        first["validation"]["nll"], rel=1e-12
+    )
+    assert load_checkpoint(best).meta["campaign"]["validation"] == first["validation"]
+    status = json.loads((state / "campaign.json").read_text())
+    assert (status["stage"], status["total_offset"]) == (1, 8)  # stage 0's 8 datasets done
+    assert status["best_nll"] == first["validation"]["nll"]
+
+    _status(state, **{**status, "best_nll": -1e9})  # nothing beats it: no export
+    best_bytes = (best / "model.safetensors").read_bytes()
+    second = run_campaign(state, export, init=init, max_segments=1, **FAST)
+    assert second["improved"] is False
+    assert (second["stage"], second["stage_name"]) == (1, "larger-n")
+    assert (second["stage_datasets"], second["datasets_total"]) == (8, 16)
+    assert second["best_nll"] == -1e9
+    assert (best / "model.safetensors").read_bytes() == best_bytes
+    # stage 1 started from the exported phase-1 weights of stage 0
+    history = load_checkpoint(state / "stage-1" / "last").meta["history"]
+    assert history[-1]["from"] == str(export / "phase1-latest")
+    assert [r["datasets_total"] for r in _log(export)] == [8, 16]
+
+
+def _valset(state: Path) -> list[Any]:
+    from amorgp.simulator import read_fixed_set
+
+    return list(read_fixed_set(state / "valset").batches)
+
+
+def test_interrupted_segment_resumes_without_counting_twice(
+    tmp_path: Path, init: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state, export = tmp_path / "state", tmp_path / "export"
+    real = trainer_module.training_loss
+    calls = {"n": 0}
+
+    def interrupted_at_second_step(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "training_loss", interrupted_at_second_step)
+    first = run_campaign(state, export, init=init, baseline=init, **FAST)
+    assert first["stopped_by"] == "interrupted"
+    assert first["datasets_total"] == 4  # one step of 4 datasets, checkpointed on Ctrl-C
+    assert "improved" not in first
+    assert not (export / "best").exists()
+    baseline_nll = json.loads((state / "campaign.json").read_text())["best_nll"]
+    assert baseline_nll == pytest.approx(score_checkpoint(init, _valset(state))["nll"])
+
+    monkeypatch.setattr(trainer_module, "training_loss", real)
+    second = run_campaign(state, export, init=init, max_segments=1, **FAST)
+    assert second["stopped_by"] == "max_datasets"
+    assert (second["stage_datasets"], second["datasets_total"]) == (8, 8)
+    assert second["improved"] is (second["validation"]["nll"] < baseline_nll)
+    assert (export / "best").exists() is second["improved"]
+    steps = [
+        json.loads(line)["step"]
+        for line in (state / "stage-0" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "validation"
+    ]
+    assert steps == [2]  # the Ctrl-C checkpoint at step 1 is not validated
+    assert load_checkpoint(state / "stage-0" / "last").meta["progress"]["step"] == 2
+    assert [r["stopped_by"] for r in _log(export)] == ["interrupted", "max_datasets"]
+
+
+def test_diverging_segment_logs_a_failure_and_raises(
+    tmp_path: Path, init: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state, export = tmp_path / "state", tmp_path / "export"
+    real = trainer_module.training_loss
+
+    def nan_loss(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(trainer_module, "training_loss", nan_loss)
+    with pytest.raises(TrainingError, match="diverged"):
+        run_campaign(state, export, init=init, max_segments=1, **FAST)
+    record = _log(export)[-1]
+    assert record["stopped_by"] == "failed"
+    assert "diverged" in record["error"]
+    assert not (export / "phase1-latest").exists()

@@ -1,0 +1,321 @@
+"""Tests of the trainer: divergence, best checkpoint, budgets, resume checks, interrupted runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from amorgp.amortizer import trainer as trainer_module
+from amorgp.amortizer.checkpoint import load_checkpoint
+from amorgp.amortizer.config import PRESETS, TrainConfig, preset
+from amorgp.amortizer.rundir import RunDirectory
+from amorgp.amortizer.train import train
+from amorgp.kernel_grammar.errors import CheckpointError, OptionError, TrainingError
+
+NET = PRESETS["tiny"].network
+TC = TrainConfig(
+    batch_size=4,
+    lr=1e-3,
+    warmup_steps=2,
+    n_min=5,
+    n_max=16,
+    max_dims=2,
+    val_size=8,
+    val_every=3,
+    num_workers=0,
+)
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path).model.state_dict()
+
+
+def _assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = _weights(a), _weights(b)
+    for name in wa:
+        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=0, msg=name)
+
+
+def _poison_loss_from_call(monkeypatch: pytest.MonkeyPatch, first_bad: int) -> None:
+    """Make the training loss NaN (and so every gradient) from the ``first_bad``-th call on."""
+    real = trainer_module.training_loss
+    calls = {"n": 0}
+
+    def poisoned(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        out = real(*args, **kwargs)
+        if calls["n"] >= first_bad:
+            out = dataclasses.replace(out, loss=out.loss * float("nan"))
+        return out
+
+    monkeypatch.setattr(trainer_module, "training_loss", poisoned)
+
+
+# -- divergence -------------------------------------------------------------------------
+def test_diverging_run_raises_and_writes_no_non_finite_checkpoint(tmp_path: Path) -> None:
+    """The issue's run (tiny preset, lr 1e6, no clipping) stops with an error."""
+    tiny = preset("tiny", lr=1e6, grad_clip=0.0)
+    with pytest.raises(TrainingError, match="diverged at step"):
+        train(tmp_path / "run", tiny.network, tiny.train, max_steps=60, progress=False)
+    assert not (tmp_path / "run" / "last").exists()
+    assert list((tmp_path / "run").glob("step-*")) == []
+    failure = _records(tmp_path / "run")[-1]
+    assert failure["kind"] == "failure"
+    assert not any(r["kind"] == "validation" for r in _records(tmp_path / "run"))
+
+
+def test_divergence_keeps_the_last_finite_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _poison_loss_from_call(monkeypatch, first_bad=5)  # steps 1-4 fine, step 5 NaN
+    with pytest.raises(TrainingError, match=r"step 5: the training loss is nan.*step-00000003"):
+        train(tmp_path / "run", NET, TC, max_steps=9, progress=False)
+    run = tmp_path / "run"
+    assert (run / "last").resolve().name == "step-00000003"
+    assert sorted(p.name for p in run.glob("step-*")) == ["step-00000003"]
+    ckpt = load_checkpoint(run / "last")  # loads: every tensor finite
+    assert all(torch.isfinite(v).all() for v in ckpt.model.state_dict().values())
+    assert _records(run)[-1]["kind"] == "failure"
+
+
+def test_validation_with_every_dataset_failed_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = trainer_module.validate
+
+    def all_failed(*args: Any, **kwargs: Any) -> dict[str, float]:
+        metrics = real(*args, **kwargs)
+        return {**metrics, "nll": 0.0, "n_datasets": 0.0, "n_failed": 8.0}
+
+    monkeypatch.setattr(trainer_module, "validate", all_failed)
+    with pytest.raises(TrainingError, match="every validation dataset failed"):
+        train(tmp_path / "run", NET, TC, max_steps=3, progress=False)
+    assert list((tmp_path / "run").glob("step-*")) == []
+    assert not any(r["kind"] == "validation" for r in _records(tmp_path / "run"))
+
+
+# -- best checkpoint --------------------------------------------------------------------
+def test_best_checkpoint_is_kept_beside_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``best`` names the lowest validation NLL, and survives pruning and resume."""
+    real = trainer_module.validate
+    scores = iter([2.0, 1.0, 3.0, 4.0, 0.5])
+
+    def scripted(*args: Any, **kwargs: Any) -> dict[str, float]:
+        return {**real(*args, **kwargs), "nll": next(scores)}
+
+    monkeypatch.setattr(trainer_module, "validate", scripted)
+    run = tmp_path / "run"
+    result = train(run, NET, TC, max_steps=12, progress=False)
+    assert result.best_checkpoint == (run / "step-00000006").resolve()
+    assert (run / "best").resolve().name == "step-00000006"
+    assert (run / "last").resolve().name == "step-00000012"
+    # pruning keeps the newest two and the best
+    names = ["step-00000006", "step-00000009", "step-00000012"]
+    assert sorted(p.name for p in run.glob("step-*")) == names
+    meta = load_checkpoint(run / "last").meta
+    assert meta["progress"]["best"] == {"step": 6, "nll": 1.0}
+    assert load_checkpoint(run / "best").meta["validation"]["nll"] == 1.0
+    resumed = train(run, resume=True, max_steps=15, progress=False)
+    assert resumed.best_checkpoint == (run / "step-00000015").resolve()
+    assert not (run / "step-00000006").exists()
+
+
+# -- budgets ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("budget", "match"),
+    [
+        ({"max_steps": 0}, "max_steps must be a positive integer"),
+        ({"max_steps": -5}, "max_steps must be a positive integer"),
+        ({"max_steps": 2.5}, "max_steps must be a positive integer"),
+        ({"max_datasets": 0}, "max_datasets must be a positive integer"),
+        ({"max_minutes": -1}, "max_minutes must be positive"),
+        ({"max_minutes": 0}, "max_minutes must be positive"),
+        ({"max_minutes": float("nan")}, "max_minutes must be positive"),
+        ({}, "give at least one budget"),
+    ],
+)
+def test_invalid_budgets_are_rejected_before_any_work(
+    tmp_path: Path, budget: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(OptionError, match=match):
+        train(tmp_path / "run", NET, TC, progress=False, **budget)
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_past_the_budget_is_rejected(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(run, NET, TC, max_steps=3, progress=False)
+    before = (run / "metrics.jsonl").read_text()
+    for budget in ({"max_steps": 2}, {"max_steps": 3}, {"max_datasets": 12}):
+        with pytest.raises(OptionError, match="already at"):
+            train(run, resume=True, progress=False, **budget)
+    assert sorted(p.name for p in run.glob("step-*")) == ["step-00000003"]
+    assert (run / "metrics.jsonl").read_text() == before
+
+
+# -- configuration on resume ------------------------------------------------------------
+def test_resume_rejects_a_different_configuration_listing_the_fields(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(run, NET, TC, max_steps=3, progress=False)
+    other_net = dataclasses.replace(NET, d_data=32, d_kernel=32)
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"train_cfg": dataclasses.replace(TC, lr=1e6)}, r"lr: given 1000000\.0, stored 0\.001"),
+        ({"network": other_net}, r"network\.d_data: given 32, stored 16.*network\.d_kernel"),
+        ({"train_overrides": {"lr": 5.0, "batch_size": 4}}, r"differ from it: lr: given 5\.0"),
+        ({"train_overrides": {"nonsense": 1}}, "unknown training config keys"),
+    ]
+    for kwargs, match in cases:
+        with pytest.raises(OptionError, match=match):
+            train(run, resume=True, max_steps=6, progress=False, **kwargs)
+    # the same values as stored are accepted (nothing is ignored silently)
+    result = train(
+        run,
+        NET,
+        TC,
+        resume=True,
+        max_steps=6,
+        progress=False,
+        train_overrides={"lr": TC.lr, "batch_size": 4},
+    )
+    assert result.step == 6
+
+
+def test_init_from_applies_overrides_to_the_stored_recipe(tmp_path: Path) -> None:
+    train(tmp_path / "p1", NET, TC, max_steps=1, progress=False)
+    result = train(
+        tmp_path / "p2",
+        init_from=tmp_path / "p1" / "last",
+        train_overrides={"phase": 2, "lr": 5e-4},
+        max_steps=1,
+        progress=False,
+    )
+    meta = load_checkpoint(result.last_checkpoint).meta  # type: ignore[arg-type]
+    assert meta["train"] == {**TC.to_dict(), "phase": 2, "lr": 5e-4}
+    with pytest.raises(OptionError, match="already holds a run"):
+        train(tmp_path / "p2", init_from=tmp_path / "p1" / "last", max_steps=1, progress=False)
+
+
+# -- interrupted runs -------------------------------------------------------------------
+class _Killed(Exception):
+    """Stands for kill -9: nothing after it runs."""
+
+
+def test_killed_run_resumes_with_each_metrics_step_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    straight = tmp_path / "straight"
+    train(straight, NET, TC, max_steps=6, progress=False, log_every=1)
+    run = tmp_path / "run"
+    train(run, NET, TC, max_steps=3, progress=False, log_every=1)
+    real = trainer_module.training_loss
+    calls = {"n": 0}
+
+    def killed_at_step_6(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise _Killed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "training_loss", killed_at_step_6)
+    with pytest.raises(_Killed):
+        train(run, resume=True, max_steps=6, progress=False, log_every=1)
+    monkeypatch.setattr(trainer_module, "training_loss", real)
+    steps = [r["step"] for r in _records(run) if r["kind"] == "train"]
+    assert steps == [1, 2, 3, 4, 5]  # 4 and 5 were written after the checkpoint at 3
+    with (run / "metrics.jsonl").open("a") as fh:
+        fh.write('{"kind": "train", "phase": 1, "st')  # torn by the kill
+    train(run, resume=True, max_steps=6, progress=False, log_every=1)
+    records = _records(run)
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in records if r["kind"] == "validation"] == [3, 6]
+    expected = [r["loss"] for r in _records(straight) if r["kind"] == "train"]
+    assert [r["loss"] for r in records if r["kind"] == "train"] == expected
+    _assert_same_weights(straight / "last", run / "last")
+
+
+def test_stale_temporaries_are_removed_on_start(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(run, NET, TC, max_steps=3, progress=False)
+    stale = run / ".step-00000006.k1ll3d"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    (run / ".last.tmp").symlink_to("step-00000006")
+    old = time.time() - 3600
+    for p in (stale, stale / "model.safetensors"):
+        os.utime(p, (old, old))
+    os.utime(run / ".last.tmp", (old, old), follow_symlinks=False)
+    fresh = run / ".step-00000009.inuse"  # newer than this process's start: kept
+    fresh.mkdir()
+    future = time.time() + 3600
+    os.utime(fresh, (future, future))
+    train(run, resume=True, max_steps=6, progress=False)
+    assert not stale.exists()
+    assert not (run / ".last.tmp").is_symlink()
+    assert fresh.exists()
+
+
+def test_corrupted_last_falls_back_to_the_newest_intact_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    straight = tmp_path / "straight"
+    train(straight, NET, TC, max_steps=9, progress=False)
+    run = tmp_path / "run"
+    train(run, NET, TC, max_steps=6, progress=False)
+    weights = run / "step-00000006" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    with pytest.raises(CheckpointError, match="corrupted"):
+        load_checkpoint(run / "last")
+    with caplog.at_level(logging.WARNING, logger="amorgp.amortizer.rundir"):
+        result = train(run, resume=True, max_steps=9, progress=False)
+    assert "step-00000006" in caplog.text
+    assert "resuming from" in caplog.text
+    assert "step-00000003" in caplog.text
+    assert result.step == 9
+    _assert_same_weights(straight / "last", run / "last")  # exact from step 3
+    val_steps = [r["step"] for r in _records(run) if r["kind"] == "validation"]
+    assert val_steps == [3, 6, 9]
+
+
+def test_no_intact_checkpoint_lists_the_problems(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(run, NET, TC, max_steps=3, progress=False)
+    (run / "step-00000003" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no intact checkpoint to resume"):
+        train(run, resume=True, max_steps=6, progress=False)
+
+
+def test_a_second_process_cannot_train_in_a_locked_directory(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(run, NET, TC, max_steps=3, progress=False)
+    holder = RunDirectory(run)
+    holder.lock()
+    try:
+        with pytest.raises(TrainingError, match="is in use"):
+            train(run, resume=True, max_steps=6, progress=False)
+    finally:
+        holder.close()
+    assert train(run, resume=True, max_steps=6, progress=False).step == 6
+
+
+def test_rewind_metrics_drops_late_and_torn_records(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path)
+    lines = [{"kind": "train", "step": s} for s in (1, 2, 3, 4)]
+    text = "".join(json.dumps(r) + "\n" for r in lines) + '{"kind": "tr'
+    (tmp_path / "metrics.jsonl").write_text(text)
+    assert run.rewind_metrics(2) == 3
+    assert [r["step"] for r in _records(tmp_path)] == [1, 2]
+    assert run.rewind_metrics(2) == 0
