@@ -159,7 +159,7 @@ def run_campaign(
     log = export_dir / "campaign.jsonl"
     restore = _install_sigterm()
     started = time.monotonic()
-    record: dict[str, Any] = {}
+    campaign: _Campaign | None = None
     try:
         status = read_json(state_dir / "campaign.json", {}) or _initial_status(log)
         write_json(state_dir / "campaign.json", status)
@@ -179,27 +179,12 @@ def run_campaign(
             ),
         )
         campaign.score_baseline(Path(baseline) if baseline is not None else Path(init))
-        segments = 0
-        while max_segments is None or segments < max_segments:
-            left = max_minutes - (time.monotonic() - started) / 60.0
-            if left <= 0.05:
-                break
-            try:
-                record = campaign.segment(min(left, segment_minutes))
-            except TrainingError as err:
-                append_record(
-                    log, {**campaign.base_record(), "stopped_by": "failed", "error": str(err)}
-                )
-                raise
-            append_record(log, record)
-            segments += 1
-            if record["stopped_by"] == "interrupted":
-                break
+        campaign.run_segments(log, started + 60.0 * max_minutes, segment_minutes, max_segments)
     except KeyboardInterrupt:
         logger.info("campaign interrupted")
     finally:
         restore()
-    return record
+    return campaign.record if campaign is not None else {}
 
 
 def _fresh_init(state_dir: Path, network: NetworkConfig) -> Path:
@@ -231,6 +216,30 @@ class _Campaign:
         self.stages, self.batch_size, self.finetune_steps = stages, batch_size, finetune_steps
         self.segment_datasets, self.valset = segment_datasets, valset
         self.run_id = f"{socket.gethostname()}-{int(time.time())}"
+        self.record: dict[str, Any] = {}
+
+    def run_segments(
+        self, log: Path, deadline: float, segment_minutes: float, max_segments: int | None
+    ) -> None:
+        """Segments until ``deadline`` (monotonic seconds), ``max_segments`` or Ctrl-C.
+
+        Each record is appended to ``log`` and kept in :attr:`record`.
+        """
+        segments = 0
+        while max_segments is None or segments < max_segments:
+            left = (deadline - time.monotonic()) / 60.0
+            if left <= 0.05:
+                break
+            try:
+                self.record = self.segment(min(left, segment_minutes))
+            except TrainingError as err:
+                failed = {**self.base_record(), "stopped_by": "failed", "error": str(err)}
+                append_record(log, failed)
+                raise
+            append_record(log, self.record)
+            segments += 1
+            if self.record["stopped_by"] == "interrupted":
+                break
 
     def _save_status(self) -> None:
         write_json(self.state_dir / "campaign.json", self.status)
