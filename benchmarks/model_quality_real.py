@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 PAPER_N_TRAIN = {"airline": 100, "yacht": 250}
 PAPER_TABLE1_SE_ARD = {"energy": 0.0830, "concrete": 0.3635, "airline": 0.2866, "yacht": 0.0606}
