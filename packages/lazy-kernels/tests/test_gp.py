@@ -152,6 +152,17 @@ def test_choose_backend_rule() -> None:
         choose_backend(100_000, keops=False)
 
 
+def test_dense_backend_picks_the_solver_by_memory() -> None:
+    X, y = _data(50, 12)
+    k, _ = _kernel()
+    assert ExactGP(k, 0.1, X, y, backend="dense").backend == "cholesky"
+    small = ExactGP(k, 0.1, X, y, backend="dense", memory_budget=8 * 50 * 50)
+    assert small.backend == "cg"  # never KeOps, even where only KeOps would fit
+    m1, _ = small.predict(X[:4])
+    m2, _ = ExactGP(k, 0.1, X, y, backend="cholesky").predict(X[:4])
+    torch.testing.assert_close(m1, m2, rtol=1e-6, atol=1e-8)
+
+
 def test_rejects_bad_input() -> None:
     X, y = _data(10, 8)
     k, _ = _kernel()

@@ -12,6 +12,9 @@ for every log marginal likelihood and prediction:
 ``"keops"``
     :class:`~amorgp.lazy_kernels.keops.KeOpsOperator` (``K`` never formed, ``O(n)``
     memory) and preconditioned CG + SLQ.
+``"dense"``
+    the dense operator with the solver of the memory rule: ``"cholesky"`` where it fits,
+    ``"cg"`` otherwise (never KeOps).
 
 ``backend="auto"`` picks (see :func:`choose_backend`): Cholesky up to
 :data:`CHOLESKY_MAX_N` points when the dense evaluator's working memory (which grows with
@@ -53,7 +56,7 @@ __all__ = [
     "slq_logdet",
 ]
 
-Backend = Literal["auto", "cholesky", "cg", "keops"]
+Backend = Literal["auto", "cholesky", "cg", "keops", "dense"]
 
 CHOLESKY_MAX_N = 6000
 """Largest n for which ``auto`` uses dense Cholesky (float64, CPU).  In the benchmark
@@ -126,8 +129,10 @@ class ExactGP:
             require grad).
         X: ``(n, D)`` training inputs.
         y: ``(n,)`` training targets.
-        backend: ``"auto"``, ``"cholesky"``, ``"cg"`` or ``"keops"`` (with an operator:
-            ``"cholesky"`` or ``"cg"``, ``"auto"`` by the memory rule).
+        backend: ``"auto"``, ``"cholesky"``, ``"cg"``, ``"keops"`` or ``"dense"`` (the dense
+            operator, solver by the memory rule); with an operator ``"cholesky"`` or ``"cg"``
+            (``"auto"``/``"dense"``: by the memory rule). :attr:`backend` holds the
+            resolved name (``"cholesky"``, ``"cg"`` or ``"keops"``).
         memory_budget: bytes the dense backends may use (for ``"auto"``).
         cg_tol, max_cg_iter, precond_rank, n_probes, generator: of the CG backends (see
             :class:`Posterior`).
@@ -158,8 +163,10 @@ class ExactGP:
         chunk_budget: float = 256 * 2**20,
     ) -> None:
         _check_data(X, y)
-        if backend not in ("auto", "cholesky", "cg", "keops"):
-            raise OptionError(f"unknown backend {backend!r}; use auto, cholesky, cg or keops")
+        if backend not in ("auto", "cholesky", "cg", "keops", "dense"):
+            raise OptionError(
+                f"unknown backend {backend!r}; use auto, cholesky, cg, keops or dense"
+            )
         self.noise = torch.as_tensor(noise, dtype=X.dtype, device=X.device)
         nd = self.noise.detach()
         if nd.ndim != 0 or not bool(torch.isfinite(nd)) or not float(nd) > 0:
@@ -170,15 +177,22 @@ class ExactGP:
             item = torch.finfo(X.dtype).bits // 8
             dense_fits = n * n * (kernel.bytes_per_entry + 2 * item) <= memory_budget
             self.backend: str = backend
-            if backend == "auto":
+            if backend in ("auto", "dense"):
                 self.backend = "cholesky" if n <= CHOLESKY_MAX_N and dense_fits else "cg"
         else:
             _check_kernel(kernel, X)
             self.backend = backend
-            if backend == "auto":
+            if backend in ("auto", "dense"):
                 self.backend = choose_backend(
-                    n, X.dtype, X.device, memory_budget, n_terms=kernel.n_terms
+                    n,
+                    X.dtype,
+                    X.device,
+                    memory_budget,
+                    keops=True if backend == "dense" else None,
+                    n_terms=kernel.n_terms,
                 )
+                if backend == "dense" and self.backend == "keops":
+                    self.backend = "cg"  # where only KeOps would fit: dense CG as asked
             self._operator = kernel_operator(
                 kernel, X, backend="keops" if self.backend == "keops" else "dense"
             )
