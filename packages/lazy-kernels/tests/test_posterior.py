@@ -199,6 +199,11 @@ def test_in_place_parameter_change_rebuilds_the_factor() -> None:
     fresh = ExactGP(DimWiseKernel(STRUCTURE, k.params.clone()), 0.05, X, y, backend="cholesky")
     torch.testing.assert_close(after, fresh.predict(X[:4])[0], rtol=1e-12, atol=1e-13)
     assert not torch.allclose(before, after)
+    via_operator = ExactGP(k.operator(X), 0.05, X, y)
+    post = via_operator.posterior()
+    with torch.no_grad():
+        k.params.mul_(1.1)
+    assert via_operator.posterior() is not post
 
 
 def test_samples_match_predictive_moments() -> None:

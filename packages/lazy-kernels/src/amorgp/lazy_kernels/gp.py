@@ -209,7 +209,8 @@ class ExactGP:
         self._versions: tuple[int, ...] = ()
 
     def _state(self) -> tuple[int, ...]:
-        params = getattr(self.kernel, "params", None)
+        owner = getattr(self.kernel, "kernel", self.kernel)  # an operator's kernel
+        params = getattr(owner, "params", None)
         tensors = [self.noise] + ([params] if isinstance(params, Tensor) else [])
         return tuple(t._version for t in tensors)
 
