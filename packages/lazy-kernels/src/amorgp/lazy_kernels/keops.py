@@ -276,10 +276,10 @@ class KeOpsKernel:
         return KeOpsOperator(self, X1, X2)
 
 
-class KeOpsOperator:
+class KeOpsOperator(DenseKernelOperator):
     """``K(X1, X2)`` of a :class:`KeOpsKernel`: matvecs reduced on the fly by KeOps in
     ``O(N + M)`` memory; ``diag``, ``columns`` and ``dense`` (blocks the caller sized) by the
-    dense evaluator of the same kernel.
+    dense evaluator of the same kernel, as in :class:`DenseKernelOperator`.
 
     Args:
         kernel: the KeOps kernel.
@@ -287,55 +287,18 @@ class KeOpsOperator:
     """
 
     def __init__(self, kernel: KeOpsKernel, X1: Tensor, X2: Tensor | None = None) -> None:
-        self._dense = DenseKernelOperator(kernel.dense_kernel, X1, X2)
-        self.kernel = kernel
-
-    @property
-    def X1(self) -> Tensor:
-        return self._dense.X1
-
-    @property
-    def X2(self) -> Tensor:
-        return self._dense.X2
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self._dense.shape
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._dense.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self._dense.device
-
-    @property
-    def bytes_per_entry(self) -> float:
-        return self._dense.bytes_per_entry
-
-    @property
-    def requires_grad(self) -> bool:
-        return self._dense.requires_grad
+        super().__init__(kernel.dense_kernel, X1, X2)
+        self.keops = kernel
 
     def matmul(self, V: Tensor) -> Tensor:
         check_rhs(V, self.shape[1])
-        return self.kernel.matmul(self.X1, self.X2, V)
-
-    def diag(self) -> Tensor:
-        return self._dense.diag()
-
-    def dense(self) -> Tensor:
-        return self._dense.kernel(self.X1, None if self.X2 is self.X1 else self.X2)
-
-    def columns(self, index: Tensor) -> Tensor:
-        return self._dense.kernel(self.X1, self.X2[index])
+        return self.keops.matmul(self.X1, self.X2, V)
 
     def on(self, X1: Tensor, X2: Tensor | None = None) -> KeOpsOperator:
-        return KeOpsOperator(self.kernel, X1, X2)
+        return KeOpsOperator(self.keops, X1, X2)
 
     def __repr__(self) -> str:
-        return f"KeOpsOperator({str(self.kernel.structure)!r}, shape={self.shape})"
+        return f"KeOpsOperator({str(self.keops.structure)!r}, shape={self.shape})"
 
 
 def warm_up(
