@@ -319,3 +319,22 @@ def test_rewind_metrics_drops_late_and_torn_records(tmp_path: Path) -> None:
     assert run.rewind_metrics(2) == 3
     assert [r["step"] for r in _records(tmp_path)] == [1, 2]
     assert run.rewind_metrics(2) == 0
+
+
+def test_stale_validation_set_of_other_settings_is_drawn_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A validation set left by a killed run with other settings is not reused silently."""
+    train(tmp_path / "other", NET, dataclasses.replace(TC, n_max=30), max_steps=3, progress=False)
+    run = tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "other" / "validation").rename(run / "validation")
+    with caplog.at_level(logging.WARNING, logger="amorgp.amortizer.rundir"):
+        train(run, NET, TC, max_steps=3, progress=False)
+    assert "drawn with other settings" in caplog.text
+    reference = tmp_path / "reference"
+    train(reference, NET, TC, max_steps=3, progress=False)
+    scores = [
+        [r["nll"] for r in _records(d) if r["kind"] == "validation"] for d in (run, reference)
+    ]
+    assert scores[0] == scores[1]  # scored on the run's own validation set

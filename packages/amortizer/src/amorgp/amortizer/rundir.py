@@ -265,14 +265,28 @@ class RunDirectory:
     def validation_set(
         self, sim_cfg: SimulatorConfig, train_cfg: TrainConfig
     ) -> list[SimulatedBatch]:
-        """The fixed validation set of the run (drawn and written once, then read)."""
+        """The fixed validation set of the run (drawn and written once, then read).
+
+        A stored set drawn with another simulator config, seed or size (left by a
+        killed run with other settings), or one that does not read, is drawn again
+        (drawing is deterministic, so a matching set is never changed).
+        """
         path = self.path / "validation"
-        if path.exists():
-            return list(read_fixed_set(path).batches)
         size = min(train_cfg.val_size, 64)
         n_batches = -(-train_cfg.val_size // size)
-        return list(
-            generate_fixed_set(
-                path, sim_cfg, n_batches=n_batches, batch_size=size, seed=train_cfg.seed + 7_777_777
-            ).batches
+        seed = train_cfg.seed + 7_777_777
+        wanted = {"seed": seed, "n_batches": n_batches, "batch_size": size}
+        if path.exists():
+            try:
+                fixed = read_fixed_set(path)
+                stored = {k: fixed.metadata.get(k) for k in wanted}
+                if fixed.config == sim_cfg and stored == wanted:
+                    return list(fixed.batches)
+                problem = "was drawn with other settings"
+            except ValueError as err:
+                problem = f"does not read ({err})"
+            logger.warning("%s %s; drawing it again", path, problem)
+        fixed = generate_fixed_set(
+            path, sim_cfg, n_batches=n_batches, batch_size=size, seed=seed, overwrite=True
         )
+        return list(fixed.batches)
