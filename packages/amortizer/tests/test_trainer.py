@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -338,3 +339,31 @@ def test_stale_validation_set_of_other_settings_is_drawn_again(
         [r["nll"] for r in _records(d) if r["kind"] == "validation"] for d in (run, reference)
     ]
     assert scores[0] == scores[1]  # scored on the run's own validation set
+
+
+def test_ctrl_c_stops_at_a_step_boundary_and_resumes_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first Ctrl-C finishes the step, validates and checkpoints; resuming is exact."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is handled by the test runner here")
+    straight = tmp_path / "straight"
+    train(straight, NET, TC, max_steps=6, progress=False)
+    real = trainer_module.training_loss
+    calls = {"n": 0}
+
+    def ctrl_c_during_step_2(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "training_loss", ctrl_c_during_step_2)
+    run = tmp_path / "run"
+    first = train(run, NET, TC, max_steps=6, progress=False)
+    assert (first.stopped_by, first.step) == ("interrupted", 2)
+    assert first.validation  # validated at the stop
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    monkeypatch.setattr(trainer_module, "training_loss", real)
+    assert train(run, resume=True, max_steps=6, progress=False).step == 6
+    _assert_same_weights(straight / "last", run / "last")

@@ -11,10 +11,13 @@ then, so ``last`` keeps the newest finite one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -99,6 +102,34 @@ def _batches(stream: SimulatorStream, num_workers: int, skip: int) -> Iterator[S
             yield batch
 
 
+@contextlib.contextmanager
+def _deferred_sigint() -> Iterator[threading.Event]:
+    """Turn the first Ctrl-C into a request to stop after the current step.
+
+    Only where Python's default SIGINT handler is active (the main thread, no
+    handler of the caller's): the first Ctrl-C sets the event, the loop stops at the
+    next step boundary and checkpoints normally; a second Ctrl-C raises
+    ``KeyboardInterrupt`` at once (a checkpoint is still attempted).
+    """
+    pending = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield pending
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if pending.is_set():
+            raise KeyboardInterrupt
+        pending.set()
+        logger.warning("interrupt: stopping after this step (Ctrl-C again to stop at once)")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield pending
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _divergence(loss: float, result: LossOutput, model: nn.Module) -> str:
     """What makes this step unusable (non-finite loss or weights, nothing used), or ``""``."""
     if not math.isfinite(loss):
@@ -168,6 +199,7 @@ class Trainer:
         self._t0 = self._window_t0 = time.monotonic()
         self._window_datasets = 0
         self._bar: Any = None
+        self._interrupt = threading.Event()
 
     # -- the loop ---------------------------------------------------------------------
     def run_all(self) -> TrainResult:
@@ -175,9 +207,10 @@ class Trainer:
         self._open()
         stopped_by = ""
         try:
-            while not stopped_by:
-                stopped_by = self._run_chunk()
-                self._end_of_chunk()
+            with _deferred_sigint() as self._interrupt:
+                while not stopped_by:
+                    stopped_by = self._run_chunk()
+                    self._end_of_chunk()
         except KeyboardInterrupt:
             stopped_by = "interrupted"
             self._checkpoint(best=False)
@@ -226,6 +259,7 @@ class Trainer:
         for batch in _batches(stream, self.cfg.num_workers, offset):
             problem = self._step(batch)
             reason = self.budget.reached(self.state, (time.monotonic() - self._t0) / 60.0)
+            reason = "interrupted" if self._interrupt.is_set() else reason
             failed, stop = self.ddp.any(bool(problem), bool(reason))
             if failed:
                 self._fail(
