@@ -166,10 +166,11 @@ class Posterior:
         )
 
     def _cholesky(self, K: Tensor | None = None) -> Tensor:
-        """``L`` (built once, from ``K`` when given) and ``alpha``."""
+        """``L`` (built once, from ``K`` when given) and ``alpha``.  ``K`` is evaluated by a
+        fresh operator and factored in place, so only ``L`` stays in memory."""
         if self._L is None:
             with torch.no_grad():
-                A = (self.operator.dense() if K is None else K).detach().clone()
+                A = self.operator.on(self.X).dense() if K is None else K.detach().clone()
                 A.diagonal().add_(self.noise.detach())
                 res = robust_cholesky(A, jitter=self.jitter, max_tries=self.max_tries)
                 del A
