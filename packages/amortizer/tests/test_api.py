@@ -45,7 +45,7 @@ def test_infer_many_equals_the_full_network_per_kernel(amz: Amortizer) -> None:
     X, y = _data(30, 2)
     kernels = ["SE", "(SE + PER)@0 * LIN@1", "SE*PER + LIN"]
     results = amz.infer_many(X, y, kernels)
-    norm = results[0].normalization
+    norm = results[0].normalizer
     Xn = torch.as_tensor(norm.transform_x(X), dtype=torch.float32)[None]
     yn = torch.as_tensor(norm.transform_y(y), dtype=torch.float32)[None]
     for k, r in zip(kernels, results, strict=True):
@@ -75,7 +75,7 @@ def test_infer_many_equals_the_full_network_per_kernel(amz: Amortizer) -> None:
 def test_log_marginal_likelihood_matches_dense_oracle(amz: Amortizer, kernel: str) -> None:
     X, y = _data(25, 2, seed=1)
     r = amz.infer(X, y, kernel)
-    norm = r.normalization
+    norm = r.normalizer
     Xn, yn = norm.transform_x(X).numpy(), norm.transform_y(y).numpy()
     expect = _oracle_lml(Xn, yn, r.kernel, r.params.numpy(), r.noise)
     assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-9)
@@ -147,7 +147,7 @@ def test_large_n_encoder_reads_a_seeded_subset(tiny_checkpoint: Path) -> None:
     )
     # the network saw exactly the subset: same result as inferring on the subset alone,
     # once the normalisation of the full data is applied
-    norm = r.normalization
+    norm = r.normalizer
     Xn = torch.as_tensor(norm.transform_x(X))
     yn = torch.as_tensor(norm.transform_y(y))
     full = Amortizer.from_pretrained(tiny_checkpoint, encoder_points=1000)
@@ -179,7 +179,7 @@ def test_refine_improves_the_likelihood(amz: Amortizer) -> None:
     r0, r1 = amz.infer(X, y, "SE + PER"), amz.infer(X, y, "SE + PER", refine=15)
     assert r1.refine_steps == 15
     assert r1.log_marginal_likelihood > r0.log_marginal_likelihood
-    norm = r1.normalization
+    norm = r1.normalizer
     expect = _oracle_lml(
         norm.transform_x(X), norm.transform_y(y), r1.kernel, r1.params.numpy(), r1.noise
     )
@@ -322,7 +322,7 @@ def test_cuda_matches_cpu(tiny_checkpoint: Path) -> None:
 def _oracle_predict(
     r, X: np.ndarray, y: np.ndarray, Xq: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
-    norm = r.normalization
+    norm = r.normalizer
     Xn, yn, Qn = (
         norm.transform_x(X).numpy(),
         norm.transform_y(y).numpy(),
@@ -356,7 +356,7 @@ def test_cg_backend_above_the_memory_budget(tiny_checkpoint: Path) -> None:
     m, v = _oracle_predict(r, X, y, Xq)
     np.testing.assert_allclose(mean.numpy(), m, rtol=1e-5, atol=1e-6 * np.abs(m).max())
     np.testing.assert_allclose(var.numpy(), v, rtol=1e-4)
-    norm = r.normalization
+    norm = r.normalizer
     exact = _oracle_lml(
         norm.transform_x(X).numpy(),
         norm.transform_y(y).numpy(),

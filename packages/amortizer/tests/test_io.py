@@ -35,8 +35,9 @@ def test_read_csv_named_target(tmp_path: Path) -> None:
     ("text", "target", "match"),
     [
         ("a,t\n1,2\nx,3\n4,5\n", None, r"column 'a' is not numeric \('x' on line 3\)"),
-        ("a,t\n1,2\n2,nan\n4,5\n", None, "y contains NaN or infinite"),
-        ("a,t\n1,2\ninf,3\n4,5\n", None, "X contains NaN or infinite"),
+        ("a,t\n1,2\n2,nan\n4,5\n", None, r"column 't' has a NaN .*\('nan' on line 3\)"),
+        ("a,t\n1,2\ninf,3\n4,5\n", None, r"column 'a' has a NaN or infinite .*line 3"),
+        ("a,t\n1,2\n\n\n2,3\n4,x\n", None, r"'x' on line 6"),  # blank lines counted
         ("a,t\n1,2\n2,2\n4,2\n", None, "y is constant"),
         ("a,t\n1,2\n2,3\n", None, "at least 3 data points"),
         ("a,t\n1,2\n2,3\n4,5\n", "nope", "unknown target column 'nope'"),

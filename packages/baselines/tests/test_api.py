@@ -74,7 +74,7 @@ def test_predict_is_in_original_units_and_matches_the_dense_posterior() -> None:
     lpd = res.log_predictive_density(X_new, y[:5])
     ref = -0.5 * (np.log(2 * np.pi * var.numpy()) + (y[:5] - mean.numpy()) ** 2 / var.numpy())
     np.testing.assert_allclose(lpd.numpy(), ref, rtol=1e-9)
-    orig = res.hyperparameters_original()
+    orig = res.hyperparameters_original
     rng0 = X[:, 0].max() - X[:, 0].min()
     assert orig[(0, 0, "lengthscale")] == pytest.approx(
         res.hyperparameters[(0, 0, "lengthscale")] * rng0

@@ -11,7 +11,7 @@
 """
 
 from amorgp.amortizer.ahgp import AHGPSEARD
-from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer, Hyperparameter, KernelResult
+from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer, Hyperparameter, KernelResult, Progress
 from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint, load_model, save_checkpoint
 from amorgp.amortizer.config import PRESETS, NetworkConfig, Preset, TrainConfig, preset
 from amorgp.amortizer.estimator import AmortizedGPRegressor
@@ -47,6 +47,7 @@ __all__ = [
     "Dataset",
     "Hyperparameter",
     "KernelResult",
+    "Progress",
     "as_dataset",
     "read_csv",
     "SE_VOCABULARY",

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from amorgp.amortizer.api import Amortizer, KernelResult
-from amorgp.amortizer.io import MIN_POINTS, as_dataset
+from amorgp.amortizer.inference import Amortizer
+from amorgp.amortizer.io import MIN_POINTS
+from amorgp.amortizer.results import KernelResult
+from amorgp.lazy_kernels import as_dataset
 
 __all__ = ["AmortizedGPRegressor"]
 
@@ -85,7 +87,8 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
     Args:
         kernel: kernel expression; without ``@`` indices the same sum is used in
             every input dimension (``"SE + PER"``).
-        refine: L-BFGS iterations of Type-2 ML after the network (0 = none).
+        refine: most L-BFGS iterations of Type-2 ML after the network (0 = none), or
+            ``"auto"``: until the log marginal likelihood stops improving.
         checkpoint: checkpoint directory; ``None`` for the bundled default.
         device: ``"cpu"``, ``"cuda"``; ``None`` picks CUDA when available.
         encoder_points: most points the dataset encoder reads (``None``: the
@@ -93,7 +96,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         seed: seed of the encoder subset of large datasets.
 
     Attributes (after ``fit``):
-        result_: the :class:`~amorgp.amortizer.api.KernelResult`.
+        result_: the :class:`~amorgp.amortizer.results.KernelResult`.
         hyperparameters_: ``"d<dim>.<addend>.<symbol>.<name>" -> value`` in
             normalised units, plus ``"noise"`` (see ``result_.table`` for original units).
         log_marginal_likelihood_: log marginal likelihood of the training targets
@@ -105,7 +108,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self,
         kernel: str = "SE",
         *,
-        refine: int = 0,
+        refine: int | Literal["auto"] = 0,
         checkpoint: str | None = None,
         device: str | None = None,
         encoder_points: int | None = None,
@@ -125,15 +128,14 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         """Predict the hyperparameters of ``kernel`` for ``X (n, d)``, ``y (n,)``.
 
         Raises:
-            ValueError: invalid data (see :func:`~amorgp.amortizer.io.as_dataset`) or
+            ValueError: invalid data (see :func:`~amorgp.lazy_kernels.as_dataset`) or
                 a kernel that does not parse or match the data's dimension.
         """
         if _validate_data is not None:  # sklearn's messages and conversions when available
             X, y = _validate_data(self, X, y, ensure_min_samples=MIN_POINTS, y_numeric=True)
-        Xa, ya = as_dataset(_as_2d(X), _host(y))
-        assert ya is not None
+        Xa, ya = as_dataset(_as_2d(X), _host(y), min_points=MIN_POINTS, training=True)
         amz = self._amortizer()
-        result = amz.infer(Xa, ya, self.kernel, refine=int(self.refine))
+        result = amz.infer(Xa, ya, self.kernel, refine=self.refine)
         self.result_: KernelResult = result
         self.n_features_in_ = Xa.shape[1]
         hyper = {f"d{h.dim}.{h.addend}.{h.symbol}.{h.name}": h.value for h in result.table}

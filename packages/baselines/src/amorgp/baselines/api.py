@@ -24,6 +24,7 @@ of kernels.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
@@ -38,11 +39,11 @@ from amorgp.baselines.bayesian import (
     mixture_log_density,
     mixture_moments,
 )
-from amorgp.baselines.data import Normalizer, as_dataset
 from amorgp.baselines.gp import GPBatch, exact_predictive
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_predictive
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
-from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, Vocabulary
+from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, OptionError, Vocabulary
+from amorgp.lazy_kernels import KernelFit, Normalizer, as_dataset
 
 __all__ = ["METHODS", "Baseline", "FitResult", "Method", "fit", "fit_many"]
 
@@ -62,98 +63,60 @@ Predictor = Callable[[Tensor, bool], tuple[Tensor, Tensor]]
 LogPredictive = Callable[[Tensor, Tensor], Tensor]
 
 
-@dataclass(frozen=True)
-class FitResult:
-    """Hyperparameters of one kernel on one dataset, with its predictive.
+@dataclass(frozen=True, eq=False, kw_only=True)
+class FitResult(KernelFit):
+    """Hyperparameters of one kernel on one dataset by one baseline, with its predictive.
+
+    Extends :class:`~amorgp.lazy_kernels.KernelFit` (``kernel``, ``params``, ``noise``,
+    ``normalizer``, ``n_points``, ``time_s``, ``call_time_s``; ``hyperparameters`` and
+    ``hyperparameters_original``, ``table``, ``predict``, ``log_predictive_density``).
 
     Attributes:
         method: the method name (see :data:`METHODS`).
-        kernel: the fitted dimension-wise structure.
-        hyperparameters: ``(dim, addend, name) -> value``, normalised units.
-        noise: noise variance, normalised units.
-        log_marginal_likelihood: exact log marginal likelihood of the normalised
-            targets (Type-2 ML, MAP), or the ELBO (SVGP, ADVI) — see ``objective``.
-        objective: ``"lml"``, ``"elbo"``.
-        log_posterior: LML + log prior (MAP only, else NaN).
-        time_s: wall-clock fitting time (batch time / batch size for batched fits).
-        iterations: optimiser iterations.
+        objective: ``"lml"`` (Type-2 ML, MAP) or ``"elbo"`` (SVGP, ADVI).
+        objective_value: the exact log marginal likelihood of the normalised targets
+            (``"lml"``) or the ELBO; also :attr:`log_marginal_likelihood`.
+        iterations: optimiser iterations run.
         status: ``"converged"``, ``"max_iters"`` or ``"failed"``.
-        normalizer: the data normalisation used.
+        log_posterior: LML + log prior (MAP only, else NaN).
     """
 
     method: str
-    kernel: DimWiseStructure
-    hyperparameters: dict[tuple[int, int, str], float]
-    noise: float
-    log_marginal_likelihood: float
     objective: str
-    time_s: float
+    objective_value: float
     iterations: int
     status: str
-    normalizer: Normalizer
     log_posterior: float = math.nan
-    _predictor: Predictor | None = field(default=None, repr=False, compare=False)
-    _log_predictive: LogPredictive | None = field(default=None, repr=False, compare=False)
+    _predictor: Predictor | None = field(default=None, repr=False)
+    _log_predictive: LogPredictive | None = field(default=None, repr=False)
 
-    def hyperparameters_original(self) -> dict[tuple[int, int, str], float | None]:
-        """Hyperparameters in original units where the map is exact (else ``None``).
+    @property
+    def log_marginal_likelihood(self) -> float:
+        """The exact log marginal likelihood (Type-2 ML, MAP) or the ELBO (SVGP, ADVI)."""
+        return self.objective_value
 
-        See :meth:`~amorgp.baselines.data.Normalizer.to_original` for the rules.
-        """
-        return {
-            (p.dim, p.addend, p.param): self.normalizer.to_original(
-                p.dim, p.symbol, p.slot, self.hyperparameters[(p.dim, p.addend, p.param)]
-            )
-            for p in self.kernel.param_names()
-        }
-
-    def _x(self, X_new: Any) -> Tensor:
-        X = torch.as_tensor(X_new, dtype=torch.float64)
-        if X.ndim == 1:
-            X = X[:, None]
-        if X.ndim != 2 or X.shape[1] != self.kernel.n_dims:
-            raise ValueError(
-                f"X_new must have shape (m, {self.kernel.n_dims}), got {tuple(X.shape)}"
-            )
-        if not torch.isfinite(X).all():
-            raise ValueError("X_new contains NaN or infinite values")
-        return self.normalizer.transform_x(X)
-
-    def predict(self, X_new: Any, *, include_noise: bool = True) -> tuple[Tensor, Tensor]:
-        """Predictive ``(mean (m,), variance (m,))`` at ``X_new (m, d)`` in original units.
-
-        ``include_noise`` adds the observation noise (predictive of ``y``, not ``f``).
-
-        Raises:
-            ValueError: wrong shape, NaN/inf input, or a failed fit.
-        """
+    def _predict_normalized(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
         if self._predictor is None or self.status == "failed":
             raise ValueError(f"no predictive: the {self.method} fit of {self.kernel} failed")
-        mean, var = self._predictor(self._x(X_new), include_noise)
-        return self.normalizer.unnormalize_predictive(mean, var)
+        return self._predictor(Xn, include_noise)
 
-    def log_predictive_density(self, X_new: Any, y_new: Any) -> Tensor:
-        """``(m,)`` log predictive density of ``y_new`` in original units (mixture for ADVI)."""
-        Xn = self._x(X_new)
-        y = torch.as_tensor(y_new, dtype=torch.float64).reshape(-1)
-        if y.shape[0] != Xn.shape[0]:
-            raise ValueError(f"y_new has {y.shape[0]} values for {Xn.shape[0]} inputs")
-        yn = self.normalizer.transform_y(y)
-        if self._log_predictive is not None:
-            lp = self._log_predictive(Xn, yn)
-        else:
-            if self._predictor is None or self.status == "failed":
-                raise ValueError(f"no predictive: the {self.method} fit of {self.kernel} failed")
-            mean, var = self._predictor(Xn, True)
-            lp = -0.5 * (math.log(2.0 * math.pi) + var.log() + (yn - mean) ** 2 / var)
-        return lp + self.normalizer.log_density_offset()
+    def _log_predictive_normalized(self, Xn: Tensor, yn: Tensor) -> Tensor:
+        if self._log_predictive is not None and self.status != "failed":
+            return self._log_predictive(Xn, yn)
+        return super()._log_predictive_normalized(Xn, yn)
 
-
-def _hyper(structure: DimWiseStructure, params: Tensor) -> dict[tuple[int, int, str], float]:
-    return {
-        (p.dim, p.addend, p.param): float(params[p.dim, p.addend, p.slot])
-        for p in structure.param_names()
-    }
+    def to_dict(self) -> dict[str, Any]:
+        """The :class:`~amorgp.lazy_kernels.KernelFit` summary plus method, objective,
+        iterations and status."""
+        lp = self.log_posterior
+        return {
+            **super().to_dict(),
+            "method": self.method,
+            "objective": self.objective,
+            "iterations": self.iterations,
+            "status": self.status,
+            "log_posterior": lp if math.isfinite(lp) else None,
+        }
 
 
 def _type2_settings(method: str, overrides: dict[str, Any]) -> Type2MLSettings:
@@ -202,11 +165,12 @@ def fit_many(
         ValueError: invalid data, unknown method, or a kernel that does not parse or
             does not match the data's dimension.
     """
+    t0 = time.perf_counter()
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        raise OptionError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     Xt, yt = as_dataset(X, y)
     if not kernels:
-        raise ValueError("need at least one kernel")
+        raise OptionError("need at least one kernel")
     d = Xt.shape[1]
     structures = [DimWiseStructure.coerce(k, d, vocab) for k in kernels]
     norm = Normalizer.fit(Xt, yt) if normalize else Normalizer.identity(d)
@@ -214,14 +178,27 @@ def fit_many(
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     batch = GPBatch.from_pairs([(Xn, yn)] * len(structures), structures, vocab)
 
+    common: dict[str, Any] = {
+        "method": method,
+        "normalizer": norm,
+        "n_points": Xt.shape[0],
+        "call_time_s": math.nan,
+    }
     if method.startswith("advi"):
         family = "meanfield" if method == "advi-meanfield" else "fullrank"
-        return _advi_results(
-            method, batch, structures, norm, ADVISettings(**{"family": family, **options}), gen
-        )
-    if method == "svgp":
-        return _svgp_results(method, batch, structures, norm, SVGPSettings(**options), gen)
-    return _type2_results(method, batch, structures, norm, _type2_settings(method, options), gen)
+        settings = ADVISettings(**{"family": family, **options})
+        results = _advi_results(common, batch, structures, settings, gen)
+    elif method == "svgp":
+        results = _svgp_results(common, batch, structures, SVGPSettings(**options), gen)
+    else:
+        settings2 = _type2_settings(method, options)
+        results = _type2_results(common, batch, structures, settings2, gen)
+    elapsed = time.perf_counter() - t0
+    return [replace(r, call_time_s=elapsed) for r in results]
+
+
+def _cpu(params: Tensor) -> Tensor:
+    return params.detach().to("cpu", torch.float64)
 
 
 def _advi_predictors(post: GPPosterior, n_pred: int) -> tuple[Predictor, LogPredictive]:
@@ -240,10 +217,9 @@ def _advi_predictors(post: GPPosterior, n_pred: int) -> tuple[Predictor, LogPred
 
 
 def _advi_results(
-    method: str,
+    common: dict[str, Any],
     batch: GPBatch,
     structures: list[DimWiseStructure],
-    norm: Normalizer,
     settings: ADVISettings,
     gen: torch.Generator,
 ) -> list[FitResult]:
@@ -255,16 +231,15 @@ def _advi_results(
         status = res.status if res.status in ("failed", "max_iters") else "converged"
         out.append(
             FitResult(
-                method,
-                structure,
-                _hyper(structure, post.median_params),
-                post.median_noise,
-                res.elbo,
-                "elbo",
-                post.time_s,
-                res.iterations,
-                status,
-                norm,
+                **common,
+                kernel=structure,
+                params=_cpu(post.median_params),
+                noise=float(post.median_noise),
+                objective="elbo",
+                objective_value=float(res.elbo),
+                time_s=post.time_s,
+                iterations=int(res.iterations),
+                status=status,
                 _predictor=predictor,
                 _log_predictive=log_pred,
             )
@@ -281,10 +256,9 @@ def _svgp_predictor(fit: SVGPFit, one: GPBatch) -> Predictor:
 
 
 def _svgp_results(
-    method: str,
+    common: dict[str, Any],
     batch: GPBatch,
     structures: list[DimWiseStructure],
-    norm: Normalizer,
     settings: SVGPSettings,
     gen: torch.Generator,
 ) -> list[FitResult]:
@@ -292,16 +266,15 @@ def _svgp_results(
     B = len(structures)
     return [
         FitResult(
-            method,
-            structure,
-            _hyper(structure, sfit.params[b]),
-            float(sfit.noise[b]),
-            float(sfit.elbo[b]),
-            "elbo",
-            sfit.time_s / B,
-            int(sfit.iterations[b]),
-            sfit.status(b),
-            norm,
+            **common,
+            kernel=structure,
+            params=_cpu(sfit.params[b]),
+            noise=float(sfit.noise[b]),
+            objective="elbo",
+            objective_value=float(sfit.elbo[b]),
+            time_s=sfit.time_s / B,
+            iterations=int(sfit.iterations[b]),
+            status=sfit.status(b),
             _predictor=_svgp_predictor(_select_svgp(sfit, b), batch.select(b)),
         )
         for b, structure in enumerate(structures)
@@ -317,10 +290,9 @@ def _exact_predictor(one: GPBatch, params: Tensor, noise: Tensor) -> Predictor:
 
 
 def _type2_results(
-    method: str,
+    common: dict[str, Any],
     batch: GPBatch,
     structures: list[DimWiseStructure],
-    norm: Normalizer,
     settings: Type2MLSettings,
     gen: torch.Generator,
 ) -> list[FitResult]:
@@ -328,16 +300,15 @@ def _type2_results(
     B = len(structures)
     return [
         FitResult(
-            method,
-            structure,
-            _hyper(structure, tfit.params[b]),
-            float(tfit.noise[b]),
-            float(tfit.log_marginal_likelihood[b]),
-            "lml",
-            tfit.time_s / B,
-            int(tfit.iterations[b]),
-            tfit.status(b),
-            norm,
+            **common,
+            kernel=structure,
+            params=_cpu(tfit.params[b]),
+            noise=float(tfit.noise[b]),
+            objective="lml",
+            objective_value=float(tfit.log_marginal_likelihood[b]),
+            time_s=tfit.time_s / B,
+            iterations=int(tfit.iterations[b]),
+            status=tfit.status(b),
             log_posterior=float(tfit.objective[b]) if settings.map else math.nan,
             _predictor=_exact_predictor(
                 batch.select(b), tfit.params[b : b + 1], tfit.noise[b : b + 1]
@@ -409,7 +380,7 @@ class Baseline:
         **options: Any,
     ):
         if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+            raise OptionError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
         self.method: Method = method
         self.vocab = vocab
         self.seed = seed

@@ -5,14 +5,16 @@
   :meth:`amorgp.kernel_grammar.DimWiseStructure.reference` and the dense GP oracles of
   :mod:`amorgp.diff_linalg.testing` (independent of the torch evaluator and of this
   package's GP code).
-* :func:`check_kernel_fit`: conformance of a :class:`~amorgp.baselines.protocol.KernelFit`
-  (keys, positivity, predictive shapes, non-negative variances, original units).
+* :func:`check_kernel_fit`: conformance of a :class:`~amorgp.lazy_kernels.KernelFit`
+  (keys, positivity, predictive shapes, non-negative variances, original units, a JSON
+  summary without NaN/inf).
 * :func:`check_inference`: conformance of a
-  :class:`~amorgp.baselines.protocol.HyperparameterInference` implementation.
+  :class:`~amorgp.lazy_kernels.HyperparameterInference` implementation.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from amorgp.baselines.protocol import HyperparameterInference, KernelFit
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.lazy_kernels import HyperparameterInference, KernelFit
 
 __all__ = [
     "check_inference",
@@ -92,12 +94,12 @@ def dense_predictive(
 def check_kernel_fit(result: KernelFit, X_test: Any) -> None:
     """Assert the :class:`KernelFit` conformance of one fit.
 
-    Checks: the protocol is satisfied; one finite positive value per parameter of
-    the structure (keys ``(dim, addend, name)``); positive noise; finite
-    objective; predictive mean and variance of shape ``(m,)``, finite, variance
-    positive and larger with noise than without (where supported).
+    Checks: it is a :class:`KernelFit`; one finite positive value per parameter of
+    the structure (keys ``(dim, addend, name)``, also in original units); positive
+    noise; finite objective; predictive mean and variance of shape ``(m,)``, finite,
+    variance positive and larger with noise than without; a JSON summary.
     """
-    assert isinstance(result, KernelFit), f"{type(result).__name__} does not satisfy KernelFit"
+    assert isinstance(result, KernelFit), f"{type(result).__name__} is not a KernelFit"
     expected = {(p.dim, p.addend, p.param) for p in result.kernel.param_names()}
     assert set(result.hyperparameters) == expected, "hyperparameter keys differ from the structure"
     values = np.array(list(result.hyperparameters.values()))
@@ -115,13 +117,13 @@ def check_kernel_fit(result: KernelFit, X_test: Any) -> None:
         "predictive must be finite"
     )
     assert bool((var > 0).all()), "predictive variances of y must be positive"
-    try:
-        _, var_f = result.predict(X_test, include_noise=False)  # type: ignore[call-arg]
-    except TypeError:
-        return
+    _, var_f = result.predict(X_test, include_noise=False)
     assert bool((var_f <= var + 1e-12).all()), (
         "variance without noise must not exceed the one with noise"
     )
+    assert set(result.hyperparameters_original) == expected, "original-unit keys differ"
+    summary = json.dumps(result.to_dict(), allow_nan=False)  # finite numbers only
+    assert result.kernel_text in summary
 
 
 def check_inference(

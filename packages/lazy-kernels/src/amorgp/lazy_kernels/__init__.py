@@ -1,5 +1,7 @@
-"""Kernel operators from amorgp grammar expressions (dense torch and KeOps) and exact GPs at large n."""
+"""Kernel operators from amorgp grammar expressions (dense torch and KeOps), exact GPs at large n,
+the normalisation and dataset-validation contract, and the fit-result base shared by every method."""
 
+from amorgp.lazy_kernels.data import Y_STD_MAX, Y_STD_MIN, Normalizer, as_dataset, as_inputs
 from amorgp.lazy_kernels.dimwise import (
     kernel_diag_dimwise,
     kernel_matrix_dimwise,
@@ -14,6 +16,7 @@ from amorgp.lazy_kernels.elementary import (
     register_torch_elementary,
     torch_elementary,
 )
+from amorgp.lazy_kernels.fit import Hyperparameter, HyperparameterInference, KernelFit
 from amorgp.lazy_kernels.gp import (
     CHOLESKY_MAX_N,
     EVALUATOR_MATRICES_PER_TERM,
@@ -48,6 +51,14 @@ from amorgp.lazy_kernels.tables import (
 )
 
 __all__ = [
+    "Y_STD_MAX",
+    "Y_STD_MIN",
+    "Hyperparameter",
+    "HyperparameterInference",
+    "KernelFit",
+    "Normalizer",
+    "as_dataset",
+    "as_inputs",
     "CHOLESKY_MAX_N",
     "ExactGP",
     "KeOpsKernel",

@@ -1,0 +1,467 @@
+"""The :class:`Amortizer`: a trained network turned into GP hyperparameters for user data.
+
+Steps of :meth:`Amortizer.infer_many`:
+
+1. validate ``X (n, d)``, ``y (n,)`` and normalise them
+   (:class:`amorgp.lazy_kernels.Normalizer`, ARCHITECTURE §3);
+2. the **dataset encoder** runs once on the normalised data.  If ``n`` exceeds
+   ``encoder_points`` (default: what the network read in training, the
+   checkpoint's ``train.encoder_points`` if set, else its largest dataset
+   ``train.n_max``, else 250) it reads a uniformly random subset of
+   ``encoder_points`` points, drawn with a ``torch.Generator`` seeded by
+   ``seed``: the encoder is permutation invariant, so a subset is a smaller
+   sample of the same dataset;
+3. the kernel encoder-decoder and the heads run for **all kernels in one
+   padded batch** (the dataset embedding is shared, paper Fig. 4c);
+4. the GP conditions on **all** ``n`` points in float64, with the backend that
+   ``backend="auto"`` of :class:`amorgp.lazy_kernels.ExactGP` picks for ``n``
+   and ``memory_budget``: dense Cholesky (then the log marginal likelihoods of
+   all kernels are one batched kernel evaluation and one Cholesky each), dense CG,
+   or KeOps CG (O(n) memory; the log-determinant is a stochastic Lanczos quadrature
+   estimate).  With the CG backends the log marginal likelihood is computed on
+   first access to :attr:`KernelResult.log_marginal_likelihood` unless
+   ``evaluate_lml=True`` (predictions do not need it);
+5. optionally ``refine``: L-BFGS iterations of Type-2 ML started from the amortized
+   hyperparameters (:mod:`amorgp.amortizer.refine`; dense, so only where the dense
+   backend applies).
+
+Everything runs under ``torch.inference_mode`` (except the refinement, which
+needs gradients) on the chosen device; the network in float32, the GP algebra
+in ``dtype`` (float64 by default).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from amorgp.amortizer.checkpoint import load_checkpoint
+from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.io import MIN_POINTS
+from amorgp.amortizer.layers import masked_mean
+from amorgp.amortizer.model import AmortizedGP
+from amorgp.amortizer.refine import check_refine
+from amorgp.amortizer.refine import refine as run_refinement
+from amorgp.amortizer.results import ConditionedGP, KernelResult
+from amorgp.diff_linalg import gp_log_marginal_likelihood
+from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary, encode
+from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend, kernel_matrix_dimwise
+
+__all__ = [
+    "DEFAULT_ENCODER_POINTS",
+    "DEFAULT_MAX_ADDENDS",
+    "PRETRAINED_DIR",
+    "Amortizer",
+    "Progress",
+]
+
+PRETRAINED_DIR = Path(__file__).parent / "pretrained" / "default"
+"""The bundled default checkpoint (replaced by the trained model, same format)."""
+
+DEFAULT_ENCODER_POINTS = 250
+"""Encoder subset size when the checkpoint does not state its training range."""
+
+DEFAULT_MAX_ADDENDS = 6
+"""Addends per dimension of the paper prior's simulator (its cap), assumed when the
+checkpoint does not record its simulator configuration."""
+
+Progress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``: stages ``"network"``, ``"refine"`` (iterations) and
+``"likelihood"`` (kernels)."""
+
+_MEMORY_BUDGET = 2**30
+_CHUNK_BYTES = 256 * 2**20
+
+
+def _dense_lml(
+    X: Tensor,
+    y: Tensor,
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    params: Tensor,
+    noise: Tensor,
+    vocab: Vocabulary,
+) -> Tensor:
+    """``(K,)`` exact LMLs of ``K`` kernels on one dataset; kernels chunked by memory."""
+    n = X.shape[0]
+    per = max(1, _CHUNK_BYTES // (8 * n * n))
+    out = []
+    for s in range(0, symbols.shape[0], per):  # memory chunks of kernels, not a per-kernel loop
+        sl = slice(s, s + per)
+        k = symbols[sl].shape[0]
+        Xb = X[None].expand(k, -1, -1)
+        Kb = kernel_matrix_dimwise(
+            Xb, Xb, symbols[sl], symbol_mask[sl], params[sl], vocab, validate=False
+        )
+        value = gp_log_marginal_likelihood(Kb, y[None].expand(k, -1), noise[sl])
+        assert isinstance(value, Tensor)
+        out.append(value)
+    return torch.cat(out)
+
+
+class Amortizer:
+    """Amortized GP hyperparameter inference with a trained network.
+
+    Args:
+        model: a structured :class:`~amorgp.amortizer.model.AmortizedGP`.
+        meta: the checkpoint's JSON metadata (training range, vocabulary...).
+        device: device of the network and the GP algebra.
+        dtype: dtype of the GP algebra (float64 default; the network stays float32).
+        encoder_points: most points the dataset encoder reads (default: the
+            checkpoint's ``train.encoder_points`` if set, else ``train.n_max``, else
+            :data:`DEFAULT_ENCODER_POINTS`).
+        seed: seed of the encoder subset of large datasets.
+        memory_budget: bytes the dense GP backends may use; ExactGP's ``"auto"``
+            backend rule picks dense Cholesky, dense CG or KeOps CG with it.
+        gp_options: more :class:`~amorgp.lazy_kernels.ExactGP` options for the CG
+            backends (``cg_tol``, ``max_cg_iter``, ``precond_rank``, ``n_probes``).
+
+    Example:
+        >>> import numpy as np
+        >>> amz = Amortizer.from_pretrained()
+        >>> x = np.linspace(0, 10, 50)
+        >>> res = amz.infer(x, np.sin(x), "SE + PER")
+        >>> sorted({h.name for h in res.table})
+        ['lengthscale', 'period', 'variance']
+    """
+
+    def __init__(
+        self,
+        model: AmortizedGP,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float64,
+        encoder_points: int | None = None,
+        seed: int = 0,
+        memory_budget: float = _MEMORY_BUDGET,
+        gp_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(model, AmortizedGP):
+            raise OptionError(
+                f"Amortizer needs a structured AmortizedGP network, got {type(model).__name__} "
+                "(the ahgp-se-ard model predicts a fixed SE-ARD kernel only)"
+            )
+        if dtype not in (torch.float32, torch.float64):
+            raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self.meta: dict[str, Any] = dict(meta or {})
+        train = _section(self.meta, "train")
+        if encoder_points is None:
+            trained_subset = int(train.get("encoder_points", 0) or 0)
+            encoder_points = trained_subset or int(train.get("n_max", DEFAULT_ENCODER_POINTS))
+        if encoder_points < 1:
+            raise OptionError(f"encoder_points must be >= 1, got {encoder_points}")
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.dtype = dtype
+        self.encoder_points = int(encoder_points)
+        self.max_dims = int(train["max_dims"]) if "max_dims" in train else None
+        sim = _section(_section(self.meta, "simulator"), "config")
+        self.max_addends = int(sim.get("max_addends", DEFAULT_MAX_ADDENDS))
+        self.seed = int(seed)
+        self.memory_budget = float(memory_budget)
+        self.gp_options: dict[str, Any] = dict(gp_options or {})
+        unknown = set(self.gp_options) - {"cg_tol", "max_cg_iter", "precond_rank", "n_probes"}
+        if unknown:
+            raise OptionError(f"unknown gp_options {sorted(unknown)}")
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The base symbols the network knows."""
+        return self.model.vocabulary
+
+    @property
+    def network(self) -> NetworkConfig:
+        return self.model.config
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        device: str | torch.device | None = None,
+        **kwargs: Any,
+    ) -> Amortizer:
+        """Load a checkpoint directory (default: the bundled :data:`PRETRAINED_DIR`).
+
+        The checkpoint's SHA-256 checksums, format tag and architecture are verified.
+
+        Args:
+            path: checkpoint directory; ``None`` for the bundled default.
+            device: ``"cpu"``, ``"cuda"``...; default CUDA if available.
+            **kwargs: more :class:`Amortizer` options (``dtype``, ``encoder_points``...).
+
+        Raises:
+            ValueError: a missing directory or file, a corrupted file (checksum), an
+                unknown format, weights that do not fit the stored architecture, or a
+                checkpoint of a model other than the structured network.
+        """
+        where = Path(path) if path is not None else PRETRAINED_DIR
+        if not where.exists():
+            raise ValueError(
+                f"no checkpoint at {where}"
+                + (
+                    " (the bundled weights are missing from this installation)"
+                    if path is None
+                    else ""
+                )
+            )
+        dev = torch.device(device) if device is not None else _default_device()
+        ckpt = load_checkpoint(where, device=dev)
+        if ckpt.network.model != "structured":
+            raise ValueError(
+                f"checkpoint {where} holds the {ckpt.network.model!r} model; the Amortizer "
+                "needs the structured network"
+            )
+        model = ckpt.model
+        assert isinstance(model, AmortizedGP)
+        return cls(model, ckpt.meta, device=dev, **kwargs)
+
+    # -- structures -----------------------------------------------------------------------
+    def structure(self, kernel: str | DimWiseStructure, n_dims: int) -> DimWiseStructure:
+        """Parse ``kernel`` for data with ``n_dims`` columns and check it against the network.
+
+        Raises:
+            ValueError: the text does not parse, does not match ``n_dims``, or uses a
+                symbol outside the network's vocabulary.
+        """
+        return DimWiseStructure.coerce(kernel, n_dims, self.vocabulary)
+
+    def _warn_outside_training(self, d: int, structures: Sequence[DimWiseStructure]) -> None:
+        """Warn about inputs the network never saw in training (the result may be poor)."""
+        hint = "its predictions may be poor (consider refine='auto')"
+        if self.max_dims is not None and d > self.max_dims:
+            warnings.warn(
+                f"the data have {d} input dimensions but the network was trained on at most "
+                f"{self.max_dims}; {hint}",
+                UserWarning,
+                stacklevel=3,
+            )
+        most = max(len(a) for s in structures for a in s.dims)
+        if most > self.max_addends:
+            warnings.warn(
+                f"a kernel has {most} addends in one dimension but the network was trained "
+                f"with at most {self.max_addends} per dimension; {hint}",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    # -- inference --------------------------------------------------------------------------
+    def infer(
+        self,
+        X: Any,
+        y: Any,
+        kernel: str | DimWiseStructure,
+        *,
+        refine: int | Literal["auto"] = 0,
+        evaluate_lml: bool | None = None,
+        progress: Progress | None = None,
+    ) -> KernelResult:
+        """Hyperparameters of one kernel (see :meth:`infer_many`)."""
+        return self.infer_many(
+            X, y, [kernel], refine=refine, evaluate_lml=evaluate_lml, progress=progress
+        )[0]
+
+    def infer_many(
+        self,
+        X: Any,
+        y: Any,
+        kernels: Sequence[str | DimWiseStructure],
+        *,
+        refine: int | Literal["auto"] = 0,
+        evaluate_lml: bool | None = None,
+        progress: Progress | None = None,
+    ) -> list[KernelResult]:
+        """Hyperparameters of several kernels on one dataset in one batch.
+
+        Args:
+            X: inputs ``(n, d)`` (or ``(n,)``), original units.
+            y: targets ``(n,)``.
+            kernels: kernel expressions (``"SE + PER"`` is the same sum in every
+                dimension; ``"(SE + LIN)@0 * PER@1"`` per dimension) or structures.
+            refine: most L-BFGS iterations of Type-2 ML started from the prediction (any
+                integral number), or ``"auto"``: until the log marginal likelihood stops
+                improving (see :mod:`amorgp.amortizer.refine`).
+            evaluate_lml: compute every kernel's log marginal likelihood before returning
+                (``None``: only where the dense backend makes it cheap; else on first
+                access).
+            progress: called as ``progress(stage, done, total)`` while working (see
+                :data:`Progress`), e.g. to drive a progress bar.
+
+        Returns:
+            One :class:`~amorgp.amortizer.results.KernelResult` per kernel, in order.
+
+        Raises:
+            DataError: invalid data (shapes, NaN/Inf, fewer than 3 points, constant
+                targets, scales float64 cannot represent).
+            OptionError: a kernel that does not parse or fit the data, an invalid
+                ``refine``, refinement above the dense limit.
+
+        Warns:
+            UserWarning: more input dimensions or addends than the network was trained
+                with, or constant input columns.
+        """
+        t0 = time.perf_counter()
+        if isinstance(kernels, str | DimWiseStructure):
+            raise OptionError("kernels must be a list; use infer() for one kernel")
+        if len(kernels) == 0:
+            raise OptionError("kernels is empty")
+        steps = check_refine(refine)
+        Xa, ya = as_dataset(X, y, min_points=MIN_POINTS, training=True)
+        n, d = Xa.shape
+        structures = [self.structure(k, d) for k in kernels]
+        self._warn_outside_training(d, structures)
+        norm = Normalizer.fit(Xa, ya)
+        Xn = norm.transform_x(Xa).to(self.device, self.dtype)
+        yn = norm.transform_y(ya).to(self.device, self.dtype)
+        params, noise, n_enc = self.predict_parameters(Xn, yn, structures)
+        if progress is not None:
+            progress("network", 1, 1)
+        n_terms = sum(len(a) for s in structures for a in s.dims)
+        dense = self.gp_backend(n, n_terms) == "cholesky"
+        K = len(structures)
+        iterations, status = [0] * K, ["none"] * K
+        if steps != 0:
+            if not dense:
+                raise OptionError(
+                    f"refine={steps} runs dense Type-2 ML, which n = {n} points exceed "
+                    f"(dense limit of the memory budget {self.memory_budget:.3g} bytes); "
+                    "use refine=0 or a subset of the data"
+                )
+            ref = run_refinement(
+                Xn, yn, structures, self.vocabulary, params, noise, steps, progress
+            )
+            params, noise, iterations, status = ref.params, ref.noise, ref.iterations, ref.status
+        lml: list[float | None] = [None] * K
+        if dense and evaluate_lml is not False:  # all kernels in one batch
+            sym, smask = self._encode(structures, d)
+            with torch.inference_mode():
+                lml = _dense_lml(Xn, yn, sym, smask, params, noise, self.vocabulary).tolist()
+            if progress is not None:
+                progress("likelihood", K, K)
+        gps = [
+            ConditionedGP(
+                s,
+                params[i],
+                float(noise[i]),
+                Xn,
+                yn,
+                memory_budget=self.memory_budget,
+                options=self.gp_options,
+                lml=lml[i],
+            )
+            for i, s in enumerate(structures)
+        ]
+        if evaluate_lml:
+            for i, gp in enumerate(gps):  # per kernel: one CG solve each on large n
+                gp.log_marginal_likelihood()
+                if progress is not None:
+                    progress("likelihood", i + 1, K)
+        elapsed = time.perf_counter() - t0
+        return [
+            KernelResult(
+                kernel=s,
+                params=params[i, : s.n_dims, : s.max_addends].detach().to("cpu", torch.float64),
+                noise=float(noise[i]),
+                normalizer=norm,
+                n_points=n,
+                time_s=elapsed / K,
+                call_time_s=elapsed,
+                encoder_points=n_enc,
+                refine_steps=iterations[i],
+                refine_status=status[i],
+                _gp=gps[i],
+            )
+            for i, s in enumerate(structures)
+        ]
+
+    def fit_many(
+        self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
+    ) -> list[KernelResult]:
+        """:meth:`infer_many` under the name of the inference protocol
+        (:class:`amorgp.lazy_kernels.HyperparameterInference`) that model averaging and
+        structure search consume, so the amortizer and the baselines are interchangeable."""
+        return self.infer_many(X, y, kernels)
+
+    def gp_backend(self, n: int, n_terms: int = 1) -> str:
+        """The ExactGP backend for ``n`` points and ``n_terms`` addends evaluated at once:
+        ``"cholesky"``, ``"cg"`` or ``"keops"``."""
+        return choose_backend(n, self.dtype, self.device, self.memory_budget, n_terms=n_terms)
+
+    def _encode(self, structures: Sequence[DimWiseStructure], d: int) -> tuple[Tensor, Tensor]:
+        sym, smask = encode(list(structures), self.vocabulary, max_dims=d)
+        return (
+            torch.as_tensor(sym, device=self.device),
+            torch.as_tensor(smask, device=self.device),
+        )
+
+    def encoder_subset(self, n: int) -> Tensor | None:
+        """Indices of the points the dataset encoder reads, or ``None`` for all of them.
+
+        For ``n > encoder_points``: the first ``encoder_points`` entries of a random
+        permutation drawn from ``torch.Generator().manual_seed(seed)`` (so the same
+        data and seed give the same subset).
+        """
+        if n <= self.encoder_points:
+            return None
+        g = torch.Generator().manual_seed(self.seed)
+        return torch.randperm(n, generator=g)[: self.encoder_points].sort().values
+
+    def predict_parameters(
+        self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
+    ) -> tuple[Tensor, Tensor, int]:
+        """The network's prediction for normalised data and ``K`` structures.
+
+        The dataset encoder runs once; the kernel encoder-decoder, the symbol heads
+        and the noise head run on all ``K`` structures in one padded batch.
+
+        Args:
+            Xn: ``(n, d)`` normalised inputs.
+            yn: ``(n,)`` standardised targets.
+            structures: ``K`` structures with ``d`` dimensions each.
+
+        Returns:
+            ``params (K, d, L, P)`` and ``noise (K,)`` in ``self.dtype`` and the number
+            of points the encoder read.
+        """
+        n, d = Xn.shape
+        idx = self.encoder_subset(n)
+        Xe, ye = (Xn, yn) if idx is None else (Xn[idx.to(Xn.device)], yn[idx.to(yn.device)])
+        sym, smask = self._encode(structures, d)
+        K = sym.shape[0]
+        model = self.model
+        net_dtype = next(model.parameters()).dtype
+        with torch.inference_mode():
+            X1 = Xe[None].to(net_dtype)
+            y1 = ye[None].to(net_dtype)
+            pm = torch.ones(1, X1.shape[1], dtype=torch.bool, device=self.device)
+            dm = torch.ones(1, d, dtype=torch.bool, device=self.device)
+            h = model.dataset_encoder(X1, y1, pm, dm).expand(K, -1, -1)  # shared, once
+            dmK = dm.expand(K, -1)
+            tokens, v = model.kernel_encoder(sym, smask, h, dmK)
+            params = model.heads(tokens, sym, smask)
+            features = torch.cat([masked_mean(v, dmK, 1), masked_mean(h, dmK, 1)], dim=-1)
+            noise = model.noise_head(features)
+        return params.to(self.dtype).clone(), noise.to(self.dtype).clone(), int(Xe.shape[0])
+
+    def __repr__(self) -> str:
+        return (
+            f"Amortizer({self.network.model}, vocabulary={list(self.vocabulary.symbols)}, "
+            f"device={self.device}, encoder_points={self.encoder_points})"
+        )
+
+
+def _section(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = meta.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

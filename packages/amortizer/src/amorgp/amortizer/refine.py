@@ -1,0 +1,141 @@
+"""Refinement of amortized hyperparameters by Type-2 ML (L-BFGS), warm-started at the network.
+
+The objective, transform and optimiser are the baselines' ``GP-ML (L-BFGS)`` fit
+(:func:`amorgp.baselines.fit_type2ml_batch`), imported here on first use only: plain
+amortized inference never imports :mod:`amorgp.baselines`.
+
+``refine=k`` runs at most ``k`` L-BFGS iterations per kernel (fewer when L-BFGS's own
+tolerances stop it).  ``refine="auto"`` runs rounds of :data:`AUTO_ROUND` iterations,
+warm-started at the previous round, until the log marginal likelihood of a kernel improves
+by less than :data:`AUTO_RTOL` relatively (``Delta <= AUTO_RTOL * max(1, |LML|)``) over a
+round, L-BFGS converges, or :data:`AUTO_MAX_ITERS` iterations have run.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
+
+__all__ = ["AUTO_MAX_ITERS", "AUTO_ROUND", "AUTO_RTOL", "Refinement", "check_refine", "refine"]
+
+AUTO_ROUND = 10
+"""L-BFGS iterations per round of ``refine="auto"``."""
+
+AUTO_RTOL = 1e-4
+"""Relative improvement of the log marginal likelihood over one round below which
+``refine="auto"`` stops."""
+
+AUTO_MAX_ITERS = 500
+"""Most L-BFGS iterations ``refine="auto"`` runs per kernel."""
+
+Refine = int | Literal["auto"]
+Progress = Callable[[str, int, int], None]
+
+
+def check_refine(refine: Any) -> int | Literal["auto"]:
+    """``refine`` as a plain ``int`` or ``"auto"``.
+
+    Raises:
+        OptionError: anything but a non-negative integral number (``int``, ``numpy.int64``...;
+            not ``bool``) or ``"auto"``.
+    """
+    if isinstance(refine, str) and refine == "auto":
+        return "auto"
+    if isinstance(refine, bool) or not isinstance(refine, numbers.Integral) or int(refine) < 0:
+        raise OptionError(f"refine must be a non-negative integer or 'auto', got {refine!r}")
+    return int(refine)
+
+
+@dataclass(frozen=True)
+class Refinement:
+    """Refined parameters of ``K`` kernels.
+
+    Attributes:
+        params: ``(K, D, L, P)`` refined parameters (same layout, dtype, device as given).
+        noise: ``(K,)`` refined noise variances.
+        iterations: L-BFGS iterations run per kernel.
+        status: per kernel ``"converged"``, ``"max_iters"`` or ``"failed"``.
+    """
+
+    params: Tensor
+    noise: Tensor
+    iterations: list[int]
+    status: list[str]
+
+
+def refine(
+    Xn: Tensor,
+    yn: Tensor,
+    structures: Sequence[DimWiseStructure],
+    vocabulary: Vocabulary,
+    params: Tensor,
+    noise: Tensor,
+    steps: int | Literal["auto"],
+    progress: Progress | None = None,
+) -> Refinement:
+    """Type-2 ML L-BFGS warm-started at ``params (K, D, L, P)`` and ``noise (K,)``.
+
+    Args:
+        Xn, yn: normalised data ``(n, d)``, ``(n,)``.
+        structures: the ``K`` kernel structures.
+        vocabulary: the symbol vocabulary of the parameter layout.
+        params, noise: the network's prediction (normalised units).
+        steps: most L-BFGS iterations, or ``"auto"`` (see the module docstring).
+        progress: called as ``progress("refine", iterations_done, budget)``.
+
+    A kernel whose refinement fails keeps its last finite iterate.
+    """
+    from amorgp.baselines import GPBatch, Type2MLSettings, fit_type2ml_batch
+
+    X64, y64 = (t.detach().to("cpu", torch.float64) for t in (Xn, yn))
+    batch = GPBatch.from_pairs([(X64, y64)] * len(structures), list(structures), vocabulary)
+    D, L, P = batch.param_shape[1:]
+    cur = params.detach().to("cpu", torch.float64)[:, :D, :L, :P].clone()
+    cur_noise = noise.detach().to("cpu", torch.float64).clone()
+    K = len(structures)
+    budget = AUTO_MAX_ITERS if steps == "auto" else steps
+    per_round = AUTO_ROUND if steps == "auto" else steps
+    iterations, status = [0] * K, ["max_iters"] * K
+    active = list(range(K))
+    last: list[float | None] = [None] * K
+    done = 0
+    while active and done < budget:
+        n_iter = min(per_round, budget - done)
+        sub = batch
+        if len(active) < K:  # the kernels still improving, re-padded
+            sub = GPBatch.from_pairs(
+                [(X64, y64)] * len(active), [structures[k] for k in active], vocabulary
+            )
+        sd, sl, sp = sub.param_shape[1:]
+        fit = fit_type2ml_batch(
+            sub,
+            Type2MLSettings(optimizer="lbfgs", max_iters=n_iter),
+            init=(cur[active][:, :sd, :sl, :sp], cur_noise[active]),
+        )
+        still = []
+        for j, k in enumerate(active):  # per-kernel bookkeeping, K small
+            cur[k, :sd, :sl, :sp], cur_noise[k] = fit.params[j], fit.noise[j]
+            iterations[k] += int(fit.iterations[j])
+            st = fit.status(j)
+            lml = float(fit.log_marginal_likelihood[j])
+            prev = last[k]
+            last[k] = lml
+            stalled = prev is not None and lml - prev <= AUTO_RTOL * max(1.0, abs(lml))
+            if st != "max_iters" or (steps == "auto" and stalled):
+                status[k] = "converged" if st != "failed" else "failed"
+            else:
+                still.append(k)
+        active = still if steps == "auto" else []
+        done += n_iter
+        if progress is not None:
+            progress("refine", min(done, budget), budget)
+    out = params.detach().clone()
+    out[:, :D, :L, :P] = cur.to(device=params.device, dtype=params.dtype)
+    return Refinement(out, cur_noise.to(device=noise.device, dtype=noise.dtype), iterations, status)

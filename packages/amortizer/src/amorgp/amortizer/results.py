@@ -1,0 +1,179 @@
+"""The result of amortized inference for one kernel: :class:`KernelResult`.
+
+A :class:`KernelResult` extends the fit-result base :class:`amorgp.lazy_kernels.KernelFit`
+(named hyperparameters in both units, ``predict``, ``log_predictive_density``,
+``to_dict``) with what the amortizer adds: the points the dataset encoder read and the
+refinement that ran.  It keeps one :class:`ConditionedGP`, the exact GP of its kernel
+conditioned on the normalised training data, which serves the log marginal likelihood and
+every prediction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.lazy_kernels import DimWiseKernel, ExactGP, KernelFit, Normalizer
+
+__all__ = ["ConditionedGP", "KernelResult"]
+
+_CHUNK_BYTES = 256 * 2**20
+
+
+class ConditionedGP:
+    """The exact GP of one kernel conditioned on normalised data, built once and kept.
+
+    Wraps one :class:`amorgp.lazy_kernels.ExactGP` (``backend="auto"``: dense Cholesky,
+    dense CG or KeOps CG by ``memory_budget``), created on first use and reused by the log
+    marginal likelihood and every prediction.  The log marginal likelihood is cached.
+
+    Args:
+        structure: the kernel structure.
+        params: ``(D, L, P)`` parameters (at least the structure's dimensions and addends).
+        noise: noise variance, normalised units.
+        X: ``(n, d)`` normalised inputs (device and dtype of the GP algebra).
+        y: ``(n,)`` standardised targets.
+        memory_budget: bytes the dense backends may use.
+        options: more ExactGP options (``cg_tol``, ``max_cg_iter``, ``precond_rank``,
+            ``n_probes``).
+        lml: an already computed log marginal likelihood (cached as is).
+    """
+
+    def __init__(
+        self,
+        structure: DimWiseStructure,
+        params: Tensor,
+        noise: float,
+        X: Tensor,
+        y: Tensor,
+        *,
+        memory_budget: float,
+        options: Mapping[str, Any] | None = None,
+        lml: float | None = None,
+    ) -> None:
+        self.structure = structure
+        self.params = params[: structure.n_dims, : structure.max_addends].to(
+            device=X.device, dtype=X.dtype
+        )
+        self.noise = float(noise)
+        self.X, self.y = X, y
+        self.memory_budget = float(memory_budget)
+        self.options = dict(options or {})
+        self._lml = lml
+        self._gp: ExactGP | None = None
+
+    @property
+    def gp(self) -> ExactGP:
+        """The one :class:`~amorgp.lazy_kernels.ExactGP` of this kernel (built on first use)."""
+        if self._gp is None:
+            kernel = DimWiseKernel(self.structure, self.params)
+            self._gp = ExactGP(
+                kernel,
+                self.noise,
+                self.X,
+                self.y,
+                backend="auto",
+                memory_budget=self.memory_budget,
+                **self.options,
+            )
+        return self._gp
+
+    @property
+    def backend(self) -> str:
+        """``"cholesky"``, ``"cg"`` or ``"keops"``."""
+        return self.gp.backend
+
+    def log_marginal_likelihood(self) -> float:
+        """``log p(y~ | theta, S)`` (computed once, then cached)."""
+        if self._lml is None:
+            with torch.inference_mode():
+                self._lml = float(self.gp.log_marginal_likelihood())
+        return self._lml
+
+    def predict(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
+        """Predictive ``(mean (m,), variance (m,))`` at normalised ``Xn (m, d)``.
+
+        Test points are processed in chunks whose cross-covariance block ``(n, rows)``
+        stays within 256 MiB.
+        """
+        X = self.X
+        Xq = torch.as_tensor(Xn, dtype=X.dtype, device=X.device)
+        rows = max(1, _CHUNK_BYTES // (8 * X.shape[0]))
+        gp = self.gp
+        means, variances = [], []
+        with torch.inference_mode():
+            for start in range(0, Xq.shape[0], rows):  # memory chunks of test points
+                mean, var = gp.predict(Xq[start : start + rows])
+                assert var is not None
+                means.append(mean)
+                variances.append(var)
+        mean, var = torch.cat(means), torch.cat(variances)
+        return mean, var + self.noise if include_noise else var
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class KernelResult(KernelFit):
+    """Amortized hyperparameters of one kernel on one dataset, with the GP they define.
+
+    Extends :class:`~amorgp.lazy_kernels.KernelFit`: ``kernel``, ``params (D, L, P)``,
+    ``noise``, ``normalizer``, ``n_points``, ``time_s`` (the call's time divided by its
+    number of kernels), ``call_time_s``; ``table``, ``hyperparameters``,
+    ``hyperparameters_original``, ``noise_original``, ``log_marginal_likelihood_original``,
+    ``predict``, ``log_predictive_density``.
+
+    Attributes:
+        encoder_points: points the dataset encoder read.
+        refine_steps: L-BFGS iterations of Type-2 ML actually run after the network (0:
+            no refinement).
+        refine_status: why the refinement stopped: ``"none"`` (not asked for),
+            ``"converged"`` (L-BFGS's own tolerances, or with ``refine="auto"`` the
+            objective stopped improving), ``"max_iters"`` (the iteration budget ran out)
+            or ``"failed"`` (non-finite objective; the last finite iterate is kept).
+
+    :attr:`log_marginal_likelihood` is computed by :meth:`Amortizer.infer_many
+    <amorgp.amortizer.inference.Amortizer.infer_many>` when the dense backend applies (or
+    when asked to), else on first access (a CG solve and a stochastic log-determinant on
+    all ``n`` points, which is most of the cost at large ``n`` and not needed for
+    predictions).
+    """
+
+    encoder_points: int
+    refine_steps: int = 0
+    refine_status: str = "none"
+    _gp: ConditionedGP | None = field(default=None, repr=False)
+
+    @property
+    def log_marginal_likelihood(self) -> float:
+        """``log p(y~ | theta, S)`` of the normalised targets on all ``n`` points.
+
+        Exact with the dense backend; with the CG backends the solve is exact to the CG
+        tolerance and the log-determinant a stochastic Lanczos quadrature estimate.
+        """
+        if self._gp is None:
+            raise ValueError("this result holds no data to evaluate the likelihood on")
+        return self._gp.log_marginal_likelihood()
+
+    @property
+    def normalization(self) -> Normalizer:
+        """Alias of :attr:`normalizer` (the name used before the fit-result base)."""
+        return self.normalizer
+
+    def _predict_normalized(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
+        if self._gp is None:
+            raise ValueError("this result holds no data to condition on")
+        return self._gp.predict(Xn, include_noise)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary: the :class:`~amorgp.lazy_kernels.KernelFit` one plus the
+        encoder subset and the refinement."""
+        return {
+            **super().to_dict(),
+            "refine_steps": self.refine_steps,
+            "refine_status": self.refine_status,
+            "encoder_points": self.encoder_points,
+        }

@@ -1,0 +1,109 @@
+"""The Amortizer's front end: no baselines on the plain path, warnings, extreme scales."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from amorgp.amortizer.api import Amortizer
+from amorgp.kernel_grammar import DataError
+
+
+@pytest.fixture(scope="module")
+def amz(tiny_checkpoint: Path) -> Amortizer:
+    return Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+
+
+def _data(n: int = 30, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 6, size=(n, 1))
+    return X, np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
+
+
+_NO_BASELINES = """
+import sys
+import numpy as np
+from amorgp.amortizer import Amortizer, AmortizedGPRegressor
+x = np.linspace(0, 5, 20)
+r = Amortizer.from_pretrained({ckpt!r}, device="cpu").infer(x, np.sin(x), "SE + PER")
+r.predict(x[:3]); r.log_marginal_likelihood
+reg = AmortizedGPRegressor("SE", checkpoint={ckpt!r}, device="cpu").fit(x[:, None], np.cos(x))
+reg.predict(x[:2, None], return_std=True)
+assert "amorgp.baselines" not in sys.modules, "plain inference imported amorgp.baselines"
+r = Amortizer.from_pretrained({ckpt!r}, device="cpu").infer(x, np.sin(x), "SE", refine=1)
+assert "amorgp.baselines" in sys.modules
+print("ok")
+"""
+
+
+def test_plain_inference_does_not_import_the_baselines(tiny_checkpoint: Path) -> None:
+    code = _NO_BASELINES.format(ckpt=str(tiny_checkpoint))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_warns_about_addends_and_constant_columns(amz: Amortizer) -> None:
+    X, y = _data()
+    many = " + ".join(["SE"] * (amz.max_addends + 1))
+    with pytest.warns(
+        UserWarning, match=rf"{amz.max_addends + 1} addends .* at most {amz.max_addends}"
+    ):
+        amz.infer(X, y, many)
+    X2 = np.column_stack([X[:, 0], np.full(len(X), 3.0)])
+    with pytest.warns(UserWarning, match=r"input column\(s\) 2 \(counting from 1\) are constant"):
+        amz.infer(X2, y, "SE")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        amz.infer(X, y, " + ".join(["SE"] * amz.max_addends))
+
+
+@pytest.mark.parametrize("scale", [1e-140, 1e-60, 1e60, 1e140])
+def test_extreme_target_scales_map_exactly(amz: Amortizer, scale: float) -> None:
+    """Scaling y by c scales means by c, variances by c^2 and shifts the LML by -n log c;
+    the normalised result is unchanged (oracle: the unit-scale run)."""
+    X, y = _data()
+    ref, r = amz.infer(X, y, "SE + PER"), amz.infer(X, y * scale, "SE + PER")
+    assert r.noise == pytest.approx(ref.noise, rel=1e-9)
+    assert r.log_marginal_likelihood == pytest.approx(ref.log_marginal_likelihood, rel=1e-9)
+    assert r.log_marginal_likelihood_original == pytest.approx(
+        ref.log_marginal_likelihood_original - len(y) * math.log(scale), rel=1e-9
+    )
+    assert r.noise_original == pytest.approx(ref.noise_original * scale**2, rel=1e-9)
+    m, v = r.predict(X[:4])
+    m0, v0 = ref.predict(X[:4])
+    np.testing.assert_allclose(m.numpy(), m0.numpy() * scale, rtol=1e-8)
+    np.testing.assert_allclose(v.numpy(), v0.numpy() * scale**2, rtol=1e-8)
+    assert all(h.original is None or math.isfinite(h.original) for h in r.table)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-162, 1e160, 1e300])
+def test_unrepresentable_target_scales_are_refused(amz: Amortizer, scale: float) -> None:
+    X, y = _data()
+    with pytest.raises(DataError, match=r"standard deviation .* rescale y"):
+        amz.infer(X, y * scale, "SE")
+
+
+def test_input_ranges(amz: Amortizer) -> None:
+    X, y = _data()
+    Xs = X / 6.0 * 3.4e307 - 1.7e307  # a representable range of 3.4e307
+    r = amz.infer(Xs, y, "SE")
+    assert math.isfinite(r.log_marginal_likelihood)
+    assert bool(np.isfinite(r.predict(Xs[:3])[0].numpy()).all())
+    with pytest.raises(DataError, match=r"input column 1 spans .* rescale the inputs"):
+        amz.infer((X / 6.0 - 0.5) * 2.0 * 1.7e308, y, "SE")
+
+
+def test_data_rows_count_from_one(amz: Amortizer) -> None:
+    X, y = _data(10)
+    y[4] = np.nan
+    with pytest.raises(DataError, match=r"first at data row 5; counting from 1"):
+        amz.infer(X, y, "SE")
