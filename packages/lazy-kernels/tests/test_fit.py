@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +11,7 @@ import torch
 from scipy.stats import norm as normal
 from torch import Tensor
 
+from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import DataError, DimWiseStructure
 from amorgp.lazy_kernels import (
     DimWiseKernel,
@@ -73,16 +73,13 @@ def _dense(fit: _ExactFit, X: np.ndarray, y: np.ndarray, Xq: np.ndarray) -> tupl
             h.original
         )
     noise = fit.noise_original
-    A = s.reference(X, X, p) + noise * np.eye(len(y))
-    Ks = s.reference(X, Xq, p)
-    kss = np.diag(s.reference(Xq, Xq, p))
-    ym = fit.normalizer.y_mean
-    mean = ym + Ks.T @ np.linalg.solve(A, y - ym)
-    var = kss - np.einsum("ij,ij->j", Ks, np.linalg.solve(A, Ks)) + noise
-    _sign, logdet = np.linalg.slogdet(A)
-    r = y - ym
-    lml = -0.5 * r @ np.linalg.solve(A, r) - 0.5 * logdet - 0.5 * len(y) * math.log(2 * math.pi)
-    return mean, var, lml
+    K = s.reference(X, X, p)
+    r = y - fit.normalizer.y_mean
+    mean, var = dense_gp_predictive(
+        K, s.reference(X, Xq, p), np.diag(s.reference(Xq, Xq, p)), r, noise
+    )
+    lml = dense_gp_log_marginal_likelihood(K, r, noise)
+    return fit.normalizer.y_mean + mean, var, lml
 
 
 def test_original_units_reproduce_the_gp_in_original_units() -> None:
