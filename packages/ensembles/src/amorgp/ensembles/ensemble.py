@@ -25,7 +25,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -34,30 +34,21 @@ from amorgp.ensembles.batched import batched_member_predictive
 from amorgp.ensembles.mixture import GaussianMixture
 from amorgp.ensembles.weights import bma_weights, stacking_weights, uniform_weights
 from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.lazy_kernels import HyperparameterInference, KernelFit
 
 __all__ = ["FitLike", "InferenceLike", "KernelEnsemble", "Weighting"]
 
 Weighting = Literal["bma", "uniform", "stacking"]
 
 
-@runtime_checkable
-class FitLike(Protocol):
-    """What the ensemble reads of one fit (the inference protocol's ``KernelFit``)."""
+InferenceLike = HyperparameterInference
+"""The inference protocol consumed here (:class:`amorgp.lazy_kernels.HyperparameterInference`):
+``fit_many(X, y, kernels)`` returns one fit per kernel, in order.  Besides the project's
+:class:`~amorgp.lazy_kernels.KernelFit` results (amortizer, baselines), any fit with
+``kernel``, ``noise``, ``log_marginal_likelihood`` and ``predict(X_new) -> (mean, var)``
+works."""
 
-    kernel: DimWiseStructure
-    noise: float
-
-    @property
-    def log_marginal_likelihood(self) -> float: ...
-
-    def predict(self, X_new: Any) -> tuple[Tensor, Tensor]: ...
-
-
-@runtime_checkable
-class InferenceLike(Protocol):
-    """The inference protocol (``HyperparameterInference``): one fit per kernel, in order."""
-
-    def fit_many(self, X: Any, y: Any, kernels: Sequence[Any]) -> Sequence[Any]: ...
+FitLike = KernelFit
 
 
 def _label(kernel: Any) -> str:
@@ -69,7 +60,7 @@ def _fit_members(
 ) -> list[Any | None]:
     """``fit_many`` on all kernels; if it raises, kernel by kernel (failures become None)."""
     try:
-        fits = list(inference.fit_many(X, y, list(kernels)))
+        fits: list[Any | None] = list(inference.fit_many(X, y, list(kernels)))
     except (ValueError, RuntimeError, ArithmeticError, torch.linalg.LinAlgError) as err:
         warnings.warn(
             f"fitting the {len(kernels)} kernels together failed ({err}); fitting one by one",
