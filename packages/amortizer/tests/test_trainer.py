@@ -367,3 +367,11 @@ def test_ctrl_c_stops_at_a_step_boundary_and_resumes_exactly(
     monkeypatch.setattr(trainer_module, "training_loss", real)
     assert train(run, resume=True, max_steps=6, progress=False).step == 6
     _assert_same_weights(straight / "last", run / "last")
+
+
+def test_a_file_is_not_a_run_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OptionError, match="is a file"):
+        train(tmp_path / "file", NET, TC, max_steps=1, progress=False)
+    with pytest.raises(OptionError, match="nothing to resume"):
+        train(tmp_path / "file", resume=True, max_steps=1, progress=False)

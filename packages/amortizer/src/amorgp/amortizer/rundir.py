@@ -68,8 +68,11 @@ class RunDirectory:
         """Create the directory and take its lock.
 
         Raises:
+            OptionError: the path is a file.
             TrainingError: another process holds the lock (is training here).
         """
+        if self.path.exists() and not self.path.is_dir():
+            raise OptionError(f"{self.path} is a file, not a run directory")
         self.path.mkdir(parents=True, exist_ok=True)
         handle = (self.path / LOCK).open("a+")
         if fcntl is not None:

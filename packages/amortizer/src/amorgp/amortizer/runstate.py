@@ -213,7 +213,11 @@ def _resume(
     overrides: Mapping[str, Any] | None,
 ) -> RunStart:
     ckpt = run.load_resumable()
-    stored = TrainConfig.from_dict(ckpt.meta["train"])
+    try:
+        stored = TrainConfig.from_dict(ckpt.meta["train"])
+        state = RunState.from_meta(ckpt.meta)
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {ckpt.path}: invalid progress or recipe: {err}") from err
     diffs: list[str] = []
     if network is not None:
         diffs += config_differences(network.to_dict(), ckpt.network.to_dict(), "network.")
@@ -228,7 +232,7 @@ def _resume(
             f"differ from it: {'; '.join(diffs)}. Resume without them, or start a new run "
             "(init_from=the checkpoint keeps the weights)"
         )
-    return RunStart(ckpt.model, ckpt.network, stored, RunState.from_meta(ckpt.meta), ckpt)
+    return RunStart(ckpt.model, ckpt.network, stored, state, ckpt)
 
 
 def _init_from(

@@ -380,14 +380,14 @@ class Trainer:
     def _fail(self, problem: str) -> None:
         """Log the failure and raise; ``last`` keeps the newest finite checkpoint."""
         kept = self.run.named("last")
+        where = (
+            f"{self.run.path / 'last'} still names {kept.name}, the newest finite checkpoint"
+            if kept
+            else "no checkpoint had been written yet"
+        )
         message = (
-            f"{problem}; stopped without writing a checkpoint: "
-            + (
-                f"{self.run.path / 'last'} still holds step {kept.name}"
-                if kept
-                else "none was written"
-            )
-            + " (lower lr, keep grad_clip > 0, or resume from an earlier checkpoint)"
+            f"{problem}. Stopped without writing a checkpoint; {where}. Lower lr or keep "
+            "grad_clip > 0 (a new run, or init_from an earlier checkpoint)"
         )
         if self.is_main:
             self.run.log({**self._where("failure"), "error": message})
