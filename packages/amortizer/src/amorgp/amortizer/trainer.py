@@ -11,28 +11,30 @@ then, so ``last`` keeps the newest finite one.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
-import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader
 
 from amorgp.amortizer.checkpoint import optimizer_from_tensors
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.loss import LossOutput
 from amorgp.amortizer.rundir import RunDirectory
 from amorgp.amortizer.runstate import Budget, RunStart, start_run
+from amorgp.amortizer.runtime import (
+    Distributed,
+    default_device,
+    deferred_sigint,
+    simulated_batches,
+)
 from amorgp.amortizer.train import (
     TrainResult,
     make_stream,
@@ -41,93 +43,11 @@ from amorgp.amortizer.train import (
     validate,
 )
 from amorgp.kernel_grammar.errors import OptionError, TrainingError
-from amorgp.simulator import SimulatedBatch, SimulatorStream, stream_seed
+from amorgp.simulator import SimulatedBatch, stream_seed
 
 __all__ = ["Trainer", "run_training"]
 
 logger = logging.getLogger(__name__)
-
-
-class _Distributed:
-    """World size, rank and whether this call initialised the process group."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.owned = False
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world > 1 and not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-            self.owned = True
-        self.active = dist.is_initialized() and dist.get_world_size() > 1
-        self.world = dist.get_world_size() if self.active else 1
-        self.rank = dist.get_rank() if self.active else 0
-
-    def any(self, *flags: bool) -> tuple[bool, ...]:
-        """Each flag, True on every rank if it is True on any rank (one all-reduce)."""
-        if not self.active:
-            return flags
-        t = torch.tensor([1.0 if f else 0.0 for f in flags], device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return tuple(bool(v > 0) for v in t.tolist())
-
-    def barrier(self) -> None:
-        if self.active:
-            dist.barrier()
-
-    def close(self) -> None:
-        if self.owned:
-            dist.destroy_process_group()
-
-
-def _default_device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
-
-
-def _worker_init(_: int) -> None:
-    torch.set_num_threads(1)
-
-
-def _batches(stream: SimulatorStream, num_workers: int, skip: int) -> Iterator[SimulatedBatch]:
-    loader = DataLoader(
-        stream,
-        batch_size=None,
-        num_workers=num_workers,
-        worker_init_fn=_worker_init if num_workers else None,
-        prefetch_factor=2 if num_workers else None,
-    )
-    for i, batch in enumerate(loader):
-        if i >= skip:
-            yield batch
-
-
-@contextlib.contextmanager
-def _deferred_sigint() -> Iterator[threading.Event]:
-    """Turn the first Ctrl-C into a request to stop after the current step.
-
-    Only where Python's default SIGINT handler is active (the main thread, no
-    handler of the caller's): the first Ctrl-C sets the event, the loop stops at the
-    next step boundary and checkpoints normally; a second Ctrl-C raises
-    ``KeyboardInterrupt`` at once (a checkpoint is still attempted).
-    """
-    pending = threading.Event()
-    main = threading.current_thread() is threading.main_thread()
-    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield pending
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        if pending.is_set():
-            raise KeyboardInterrupt
-        pending.set()
-        logger.warning("interrupt: stopping after this step (Ctrl-C again to stop at once)")
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield pending
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _divergence(loss: float, result: LossOutput, model: nn.Module) -> str:
@@ -163,7 +83,7 @@ class Trainer:
         start: RunStart,
         budget: Budget,
         device: torch.device,
-        ddp: _Distributed,
+        ddp: Distributed,
         *,
         progress: bool = True,
         log_every: int = 10,
@@ -207,7 +127,7 @@ class Trainer:
         self._open()
         stopped_by = ""
         try:
-            with _deferred_sigint() as self._interrupt:
+            with deferred_sigint() as self._interrupt:
                 while not stopped_by:
                     stopped_by = self._run_chunk()
                     self._end_of_chunk()
@@ -256,7 +176,7 @@ class Trainer:
         stream = make_stream(
             self.sim_cfg, self.per_rank, self.cfg.seed, self.ddp.rank, chunk, self.cfg.val_every
         )
-        for batch in _batches(stream, self.cfg.num_workers, offset):
+        for batch in simulated_batches(stream, self.cfg.num_workers, offset):
             problem = self._step(batch)
             reason = self.budget.reached(self.state, (time.monotonic() - self._t0) / 60.0)
             reason = "interrupted" if self._interrupt.is_set() else reason
@@ -409,8 +329,8 @@ def run_training(
 ) -> TrainResult:
     """Lock the run directory, build the start, train (see :func:`~amorgp.amortizer.train.train`)."""
     started = time.time()
-    dev = torch.device(device) if device is not None else _default_device()
-    ddp = _Distributed(dev)
+    dev = torch.device(device) if device is not None else default_device()
+    ddp = Distributed(dev)
     run = RunDirectory(out)
     try:
         if ddp.rank == 0 and resume == run.holds_run():  # else start_run refuses
