@@ -10,22 +10,13 @@ import pytest
 import torch
 
 from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import PRESETS, TrainConfig
+from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.testing import TINY_TRAIN
 from amorgp.amortizer.train import SE_VOCABULARY, encoder_view, simulator_config, train
 from amorgp.simulator import Simulator
 
 NET = PRESETS["tiny"].network
-TC = TrainConfig(
-    batch_size=4,
-    lr=1e-3,
-    warmup_steps=2,
-    n_min=5,
-    n_max=16,
-    max_dims=2,
-    val_size=8,
-    val_every=3,
-    num_workers=0,
-)
+TC = TINY_TRAIN
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:

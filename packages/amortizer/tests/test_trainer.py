@@ -16,23 +16,14 @@ import torch
 
 from amorgp.amortizer import trainer as trainer_module
 from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import PRESETS, TrainConfig, preset
+from amorgp.amortizer.config import PRESETS, preset
 from amorgp.amortizer.rundir import RunDirectory
+from amorgp.amortizer.testing import TINY_TRAIN
 from amorgp.amortizer.train import train
 from amorgp.kernel_grammar.errors import CheckpointError, OptionError, TrainingError
 
 NET = PRESETS["tiny"].network
-TC = TrainConfig(
-    batch_size=4,
-    lr=1e-3,
-    warmup_steps=2,
-    n_min=5,
-    n_max=16,
-    max_dims=2,
-    val_size=8,
-    val_every=3,
-    num_workers=0,
-)
+TC = TINY_TRAIN
 
 
 def _records(run: Path) -> list[dict[str, Any]]:

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from amorgp.amortizer.config import TrainConfig
 from amorgp.kernel_grammar import Vocabulary
 
 __all__ = [
+    "TINY_TRAIN",
     "PaddedBatch",
     "assert_addend_equivariant",
     "assert_dimension_equivariant",
@@ -169,3 +171,18 @@ def assert_padding_invariant(model: nn.Module, batch: PaddedBatch, atol: float =
             alone.params[0], ref.params[b, :d, :L], f"params of dataset {b} alone vs padded", atol
         )
         _close(alone.noise[0], ref.noise[b], f"noise of dataset {b} alone vs padded", atol)
+
+
+TINY_TRAIN = TrainConfig(
+    batch_size=4,
+    lr=1e-3,
+    warmup_steps=2,
+    n_min=5,
+    n_max=16,
+    max_dims=2,
+    val_size=8,
+    val_every=3,
+    num_workers=0,
+)
+"""A recipe for tests of the training loop (with the ``tiny`` network: milliseconds a step):
+batches of 4 datasets with ``n <= 16``, ``d <= 2``; validation and checkpoint every 3 steps."""
