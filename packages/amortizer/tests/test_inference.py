@@ -13,6 +13,7 @@ import pytest
 
 from amorgp.amortizer.api import Amortizer
 from amorgp.kernel_grammar import DataError
+from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +108,42 @@ def test_data_rows_count_from_one(amz: Amortizer) -> None:
     y[4] = np.nan
     with pytest.raises(DataError, match=r"first at data row 5; counting from 1"):
         amz.infer(X, y, "SE")
+
+
+@pytest.mark.parametrize("budget", [None, "cg"])
+def test_one_factorisation_serves_the_likelihood_and_every_prediction(
+    tiny_checkpoint: Path, budget: str | None
+) -> None:
+    """The result keeps one posterior: LML and repeated predictions share its factor, and
+    the predictions equal those of a fresh posterior (dense oracle path)."""
+    X, y = _data(120 if budget else 30)
+    kwargs = {}
+    if budget:  # dense CG: evaluator + K fit, the Cholesky workspace does not
+        dense = 8 * len(y) ** 2
+        kwargs["memory_budget"] = (EVALUATOR_MATRICES_PER_TERM * 2 + 1) * dense + dense
+    a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", **kwargs)
+    r = a.infer(X, y, "SE + PER")
+    assert r._gp is not None
+    assert r._gp.backend == ("cg" if budget else "cholesky")
+    post = r.posterior
+    assert math.isfinite(r.log_marginal_likelihood)
+    m1, v1 = r.predict(X[:7])
+    m2, _ = r.predict(np.linspace(0, 6, 50)[:, None])
+    r.log_predictive_density(X[:5], y[:5])
+    assert r.posterior is post
+    assert post.factorizations == 1
+    again = a.infer(X, y, "SE + PER").predict(X[:7])
+    np.testing.assert_allclose(m1.numpy(), again[0].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(v1.numpy(), again[1].numpy(), rtol=1e-6)
+    assert m2.shape == (50,)
+
+
+def test_estimator_keeps_one_posterior(tiny_checkpoint: Path) -> None:
+    from amorgp.amortizer import AmortizedGPRegressor
+
+    X, y = _data()
+    reg = AmortizedGPRegressor("SE", checkpoint=str(tiny_checkpoint), device="cpu").fit(X, y)
+    assert math.isfinite(reg.log_marginal_likelihood_)
+    reg.predict(X[:3])
+    reg.predict(X[:5], return_std=True)
+    assert reg.result_.posterior.factorizations == 1

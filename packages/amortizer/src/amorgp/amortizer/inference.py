@@ -15,10 +15,10 @@ Steps of :meth:`Amortizer.infer_many`:
    padded batch** (the dataset embedding is shared, paper Fig. 4c);
 4. the GP conditions on **all** ``n`` points in float64, with the backend that
    ``backend="auto"`` of :class:`amorgp.lazy_kernels.ExactGP` picks for ``n``
-   and ``memory_budget``: dense Cholesky (then the log marginal likelihoods of
-   all kernels are one batched kernel evaluation and one Cholesky each), dense CG,
-   or KeOps CG (O(n) memory; the log-determinant is a stochastic Lanczos quadrature
-   estimate).  With the CG backends the log marginal likelihood is computed on
+   and ``memory_budget``: dense Cholesky, dense CG, or KeOps CG (O(n) memory; the
+   log-determinant is a stochastic Lanczos quadrature estimate).  Each result keeps one
+   :class:`~amorgp.lazy_kernels.Posterior` whose factor serves its log marginal
+   likelihood and all its predictions.  With the CG backends the log marginal likelihood is computed on
    first access to :attr:`KernelResult.log_marginal_likelihood` unless
    ``evaluate_lml=True`` (predictions do not need it);
 5. optionally ``refine``: L-BFGS iterations of Type-2 ML started from the amortized
@@ -50,9 +50,8 @@ from amorgp.amortizer.model import AmortizedGP
 from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.refine import refine as run_refinement
 from amorgp.amortizer.results import ConditionedGP, KernelResult
-from amorgp.diff_linalg import gp_log_marginal_likelihood
 from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary, encode
-from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend, kernel_matrix_dimwise
+from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend
 
 __all__ = [
     "DEFAULT_ENCODER_POINTS",
@@ -77,33 +76,6 @@ Progress = Callable[[str, int, int], None]
 ``"likelihood"`` (kernels)."""
 
 _MEMORY_BUDGET = 2**30
-_CHUNK_BYTES = 256 * 2**20
-
-
-def _dense_lml(
-    X: Tensor,
-    y: Tensor,
-    symbols: Tensor,
-    symbol_mask: Tensor,
-    params: Tensor,
-    noise: Tensor,
-    vocab: Vocabulary,
-) -> Tensor:
-    """``(K,)`` exact LMLs of ``K`` kernels on one dataset; kernels chunked by memory."""
-    n = X.shape[0]
-    per = max(1, _CHUNK_BYTES // (8 * n * n))
-    out = []
-    for s in range(0, symbols.shape[0], per):  # memory chunks of kernels, not a per-kernel loop
-        sl = slice(s, s + per)
-        k = symbols[sl].shape[0]
-        Xb = X[None].expand(k, -1, -1)
-        Kb = kernel_matrix_dimwise(
-            Xb, Xb, symbols[sl], symbol_mask[sl], params[sl], vocab, validate=False
-        )
-        value = gp_log_marginal_likelihood(Kb, y[None].expand(k, -1), noise[sl])
-        assert isinstance(value, Tensor)
-        out.append(value)
-    return torch.cat(out)
 
 
 class Amortizer:
@@ -291,7 +263,8 @@ class Amortizer:
                 improving (see :mod:`amorgp.amortizer.refine`).
             evaluate_lml: compute every kernel's log marginal likelihood before returning
                 (``None``: only where the dense backend makes it cheap; else on first
-                access).
+                access).  Each likelihood factors its kernel's posterior, which the result
+                keeps for its predictions.
             progress: called as ``progress(stage, done, total)`` while working (see
                 :data:`Progress`), e.g. to drive a progress bar.
 
@@ -339,13 +312,6 @@ class Amortizer:
                 Xn, yn, structures, self.vocabulary, params, noise, steps, progress
             )
             params, noise, iterations, status = ref.params, ref.noise, ref.iterations, ref.status
-        lml: list[float | None] = [None] * K
-        if dense and evaluate_lml is not False:  # all kernels in one batch
-            sym, smask = self._encode(structures, d)
-            with torch.inference_mode():
-                lml = _dense_lml(Xn, yn, sym, smask, params, noise, self.vocabulary).tolist()
-            if progress is not None:
-                progress("likelihood", K, K)
         gps = [
             ConditionedGP(
                 s,
@@ -355,12 +321,11 @@ class Amortizer:
                 yn,
                 memory_budget=self.memory_budget,
                 options=self.gp_options,
-                lml=lml[i],
             )
             for i, s in enumerate(structures)
         ]
-        if evaluate_lml:
-            for i, gp in enumerate(gps):  # per kernel: one CG solve each on large n
+        if evaluate_lml or (dense and evaluate_lml is None):
+            for i, gp in enumerate(gps):  # per kernel: its posterior's factor, kept
                 gp.log_marginal_likelihood()
                 if progress is not None:
                     progress("likelihood", i + 1, K)

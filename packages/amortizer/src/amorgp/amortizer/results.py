@@ -4,8 +4,8 @@ A :class:`KernelResult` extends the fit-result base :class:`amorgp.lazy_kernels.
 (named hyperparameters in both units, ``predict``, ``log_predictive_density``,
 ``to_dict``) with what the amortizer adds: the points the dataset encoder read and the
 refinement that ran.  It keeps one :class:`ConditionedGP`, the exact GP of its kernel
-conditioned on the normalised training data, which serves the log marginal likelihood and
-every prediction.
+conditioned on the normalised training data, whose one cached posterior (one factor of
+``K + sigma^2 I``) serves the log marginal likelihood and every prediction.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import DimWiseKernel, ExactGP, KernelFit, Normalizer
+from amorgp.lazy_kernels import DimWiseKernel, ExactGP, KernelFit, Normalizer, Posterior
 
 __all__ = ["ConditionedGP", "KernelResult"]
 
@@ -26,11 +26,13 @@ _CHUNK_BYTES = 256 * 2**20
 
 
 class ConditionedGP:
-    """The exact GP of one kernel conditioned on normalised data, built once and kept.
+    """The exact GP of one kernel conditioned on normalised data: one cached posterior.
 
     Wraps one :class:`amorgp.lazy_kernels.ExactGP` (``backend="auto"``: dense Cholesky,
-    dense CG or KeOps CG by ``memory_budget``), created on first use and reused by the log
-    marginal likelihood and every prediction.  The log marginal likelihood is cached.
+    dense CG or KeOps CG by ``memory_budget``), created on first use.  Its
+    :class:`~amorgp.lazy_kernels.Posterior` factors ``K + sigma^2 I`` once (Cholesky, or
+    the CG preconditioner and ``alpha``) and serves the log marginal likelihood and every
+    prediction from that factor; test points are processed in chunks that reuse it.
 
     Args:
         structure: the kernel structure.
@@ -41,7 +43,6 @@ class ConditionedGP:
         memory_budget: bytes the dense backends may use.
         options: more ExactGP options (``cg_tol``, ``max_cg_iter``, ``precond_rank``,
             ``n_probes``).
-        lml: an already computed log marginal likelihood (cached as is).
     """
 
     def __init__(
@@ -54,23 +55,29 @@ class ConditionedGP:
         *,
         memory_budget: float,
         options: Mapping[str, Any] | None = None,
-        lml: float | None = None,
     ) -> None:
         self.structure = structure
-        self.params = params[: structure.n_dims, : structure.max_addends].to(
-            device=X.device, dtype=X.dtype
-        )
+        with torch.inference_mode(False):  # a normal tensor: ExactGP tracks its version
+            self.params = (
+                params[: structure.n_dims, : structure.max_addends]
+                .detach()
+                .to(device=X.device, dtype=X.dtype)
+                .clone()
+            )
         self.noise = float(noise)
         self.X, self.y = X, y
         self.memory_budget = float(memory_budget)
         self.options = dict(options or {})
-        self._lml = lml
+        self._lml: float | None = None
         self._gp: ExactGP | None = None
 
     @property
     def gp(self) -> ExactGP:
         """The one :class:`~amorgp.lazy_kernels.ExactGP` of this kernel (built on first use)."""
         if self._gp is None:
+            if torch.is_inference_mode_enabled():
+                with torch.inference_mode(False):
+                    return self.gp
             kernel = DimWiseKernel(self.structure, self.params)
             self._gp = ExactGP(
                 kernel,
@@ -79,9 +86,15 @@ class ConditionedGP:
                 self.y,
                 backend="auto",
                 memory_budget=self.memory_budget,
+                chunk_budget=_CHUNK_BYTES,
                 **self.options,
             )
         return self._gp
+
+    @property
+    def posterior(self) -> Posterior:
+        """The cached :class:`~amorgp.lazy_kernels.Posterior` (factored on first use)."""
+        return self.gp.posterior()
 
     @property
     def backend(self) -> str:
@@ -89,30 +102,20 @@ class ConditionedGP:
         return self.gp.backend
 
     def log_marginal_likelihood(self) -> float:
-        """``log p(y~ | theta, S)`` (computed once, then cached)."""
+        """``log p(y~ | theta, S)`` from the posterior's factor (computed once, then cached)."""
         if self._lml is None:
+            post = self.posterior
             with torch.inference_mode():
-                self._lml = float(self.gp.log_marginal_likelihood())
+                self._lml = float(post.log_marginal_likelihood())
         return self._lml
 
     def predict(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
-        """Predictive ``(mean (m,), variance (m,))`` at normalised ``Xn (m, d)``.
-
-        Test points are processed in chunks whose cross-covariance block ``(n, rows)``
-        stays within 256 MiB.
-        """
-        X = self.X
-        Xq = torch.as_tensor(Xn, dtype=X.dtype, device=X.device)
-        rows = max(1, _CHUNK_BYTES // (8 * X.shape[0]))
-        gp = self.gp
-        means, variances = [], []
+        """Predictive ``(mean (m,), variance (m,))`` at normalised ``Xn (m, d)``."""
+        Xq = torch.as_tensor(Xn, dtype=self.X.dtype, device=self.X.device)
+        post = self.posterior
         with torch.inference_mode():
-            for start in range(0, Xq.shape[0], rows):  # memory chunks of test points
-                mean, var = gp.predict(Xq[start : start + rows])
-                assert var is not None
-                means.append(mean)
-                variances.append(var)
-        mean, var = torch.cat(means), torch.cat(variances)
+            mean, var = post.predict(Xq)
+        assert var is not None
         return mean, var + self.noise if include_noise else var
 
 
@@ -157,6 +160,15 @@ class KernelResult(KernelFit):
         if self._gp is None:
             raise ValueError("this result holds no data to evaluate the likelihood on")
         return self._gp.log_marginal_likelihood()
+
+    @property
+    def posterior(self) -> Posterior:
+        """The exact GP posterior of this kernel on the normalised training data (one factor,
+        shared by :attr:`log_marginal_likelihood` and :meth:`predict`; its ``sample`` and
+        ``covariance`` are in normalised units)."""
+        if self._gp is None:
+            raise ValueError("this result holds no data to condition on")
+        return self._gp.posterior
 
     @property
     def normalization(self) -> Normalizer:
