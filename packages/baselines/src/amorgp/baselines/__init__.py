@@ -20,6 +20,7 @@ from amorgp.baselines.api import METHODS, Baseline, FitResult, Method, fit, fit_
 from amorgp.baselines.bayesian import ADVISettings, GPPosterior, fit_advi_gp
 from amorgp.baselines.data import Normalizer, as_dataset, as_inputs, train_test_split
 from amorgp.baselines.gp import GPBatch, exact_predictive, log_marginal_likelihood, log_prior
+from amorgp.baselines.gram_kernels import GRAM_KERNELS, GramBlocks, GramKernel, gram_kernel
 from amorgp.baselines.optim import batched_adam, lbfgs
 from amorgp.baselines.protocol import HyperparameterInference, KernelFit
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_elbo, svgp_predictive
@@ -32,6 +33,9 @@ __all__ = [
     "Baseline",
     "BatchFit",
     "FitResult",
+    "GRAM_KERNELS",
+    "GramBlocks",
+    "GramKernel",
     "GPBatch",
     "GPPosterior",
     "HyperparameterInference",
@@ -52,6 +56,7 @@ __all__ = [
     "fit_many",
     "fit_svgp_batch",
     "fit_type2ml_batch",
+    "gram_kernel",
     "lbfgs",
     "log_marginal_likelihood",
     "log_prior",
