@@ -2,13 +2,43 @@
 
 The front end in small modules, re-exported here:
 
-* :mod:`amorgp.amortizer.inference` — :class:`Amortizer` (loading, validation, the
-  network forward for a batch of kernels, the GP backend rule);
+* :mod:`amorgp.amortizer.inference` — :class:`Amortizer` (loading, validation,
+  warnings, the GP backend rule);
 * :mod:`amorgp.amortizer.results` — :class:`KernelResult` (extends the fit-result base
   :class:`amorgp.lazy_kernels.KernelFit`) and the conditioned GP it keeps;
 * :mod:`amorgp.amortizer.refine` — Type-2 ML refinement (``refine=k`` or ``"auto"``);
+* :mod:`amorgp.amortizer.forward` — the network forward for one dataset and many kernels;
 * :class:`Hyperparameter` — one row of a result's table (owned by
   :mod:`amorgp.lazy_kernels.fit`).
+
+Steps of :meth:`Amortizer.infer_many`:
+
+1. validate ``X (n, d)``, ``y (n,)`` and normalise them
+   (:class:`amorgp.lazy_kernels.Normalizer`, ARCHITECTURE §3);
+2. the **dataset encoder** runs once on the normalised data.  If ``n`` exceeds
+   ``encoder_points`` (default: what the network read in training, the
+   checkpoint's ``train.encoder_points`` if set, else its largest dataset
+   ``train.n_max``, else 250) it reads a uniformly random subset of
+   ``encoder_points`` points, drawn with a ``torch.Generator`` seeded by
+   ``seed``: the encoder is permutation invariant, so a subset is a smaller
+   sample of the same dataset;
+3. the kernel encoder-decoder and the heads run for **all kernels in one
+   padded batch** (the dataset embedding is shared, paper Fig. 4c);
+4. the GP conditions on **all** ``n`` points in float64, with the backend that
+   ``backend="auto"`` of :class:`amorgp.lazy_kernels.ExactGP` picks for ``n``
+   and ``memory_budget``: dense Cholesky, dense CG, or KeOps CG (O(n) memory; the
+   log-determinant is a stochastic Lanczos quadrature estimate).  Each result keeps one
+   :class:`~amorgp.lazy_kernels.Posterior` whose factor serves its log marginal
+   likelihood and all its predictions.  With the CG backends the log marginal
+   likelihood is computed on first access to :attr:`KernelResult.log_marginal_likelihood`
+   unless ``evaluate_lml=True`` (predictions do not need it);
+5. optionally ``refine``: L-BFGS iterations of Type-2 ML started from the amortized
+   hyperparameters (:mod:`amorgp.amortizer.refine`; dense, so only where the dense
+   backend applies).
+
+Everything runs under ``torch.inference_mode`` (except the refinement, which
+needs gradients) on the chosen device; the network in float32, the GP algebra
+in ``dtype`` (float64 by default).
 """
 
 from amorgp.amortizer.inference import (

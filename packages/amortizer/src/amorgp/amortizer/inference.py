@@ -1,33 +1,6 @@
 """The :class:`Amortizer`: a trained network turned into GP hyperparameters for user data.
 
-Steps of :meth:`Amortizer.infer_many`:
-
-1. validate ``X (n, d)``, ``y (n,)`` and normalise them
-   (:class:`amorgp.lazy_kernels.Normalizer`, ARCHITECTURE §3);
-2. the **dataset encoder** runs once on the normalised data.  If ``n`` exceeds
-   ``encoder_points`` (default: what the network read in training, the
-   checkpoint's ``train.encoder_points`` if set, else its largest dataset
-   ``train.n_max``, else 250) it reads a uniformly random subset of
-   ``encoder_points`` points, drawn with a ``torch.Generator`` seeded by
-   ``seed``: the encoder is permutation invariant, so a subset is a smaller
-   sample of the same dataset;
-3. the kernel encoder-decoder and the heads run for **all kernels in one
-   padded batch** (the dataset embedding is shared, paper Fig. 4c);
-4. the GP conditions on **all** ``n`` points in float64, with the backend that
-   ``backend="auto"`` of :class:`amorgp.lazy_kernels.ExactGP` picks for ``n``
-   and ``memory_budget``: dense Cholesky, dense CG, or KeOps CG (O(n) memory; the
-   log-determinant is a stochastic Lanczos quadrature estimate).  Each result keeps one
-   :class:`~amorgp.lazy_kernels.Posterior` whose factor serves its log marginal
-   likelihood and all its predictions.  With the CG backends the log marginal likelihood is computed on
-   first access to :attr:`KernelResult.log_marginal_likelihood` unless
-   ``evaluate_lml=True`` (predictions do not need it);
-5. optionally ``refine``: L-BFGS iterations of Type-2 ML started from the amortized
-   hyperparameters (:mod:`amorgp.amortizer.refine`; dense, so only where the dense
-   backend applies).
-
-Everything runs under ``torch.inference_mode`` (except the refinement, which
-needs gradients) on the chosen device; the network in float32, the GP algebra
-in ``dtype`` (float64 by default).
+The steps of :meth:`Amortizer.infer_many` are described in :mod:`amorgp.amortizer.api`.
 """
 
 from __future__ import annotations
@@ -44,13 +17,13 @@ from torch import Tensor
 
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.forward import encode_structures, encoder_subset, network_parameters
 from amorgp.amortizer.io import MIN_POINTS
-from amorgp.amortizer.layers import masked_mean
 from amorgp.amortizer.model import AmortizedGP
 from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.refine import refine as run_refinement
 from amorgp.amortizer.results import ConditionedGP, KernelResult
-from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary, encode
+from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
 from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend
 
 __all__ = [
@@ -287,19 +260,13 @@ class Amortizer:
         if len(kernels) == 0:
             raise OptionError("kernels is empty")
         steps = check_refine(refine)
-        Xa, ya = as_dataset(X, y, min_points=MIN_POINTS, training=True)
-        n, d = Xa.shape
-        structures = [self.structure(k, d) for k in kernels]
-        self._warn_outside_training(d, structures)
-        norm = Normalizer.fit(Xa, ya)
-        Xn = norm.transform_x(Xa).to(self.device, self.dtype)
-        yn = norm.transform_y(ya).to(self.device, self.dtype)
+        norm, Xn, yn, structures = self._prepare(X, y, kernels)
         params, noise, n_enc = self.predict_parameters(Xn, yn, structures)
         if progress is not None:
             progress("network", 1, 1)
+        n, K = Xn.shape[0], len(structures)
         n_terms = sum(len(a) for s in structures for a in s.dims)
         dense = self.gp_backend(n, n_terms) == "cholesky"
-        K = len(structures)
         iterations, status = [0] * K, ["none"] * K
         if steps != 0:
             if not dense:
@@ -312,18 +279,7 @@ class Amortizer:
                 Xn, yn, structures, self.vocabulary, params, noise, steps, progress
             )
             params, noise, iterations, status = ref.params, ref.noise, ref.iterations, ref.status
-        gps = [
-            ConditionedGP(
-                s,
-                params[i],
-                float(noise[i]),
-                Xn,
-                yn,
-                memory_budget=self.memory_budget,
-                options=self.gp_options,
-            )
-            for i, s in enumerate(structures)
-        ]
+        gps = self._condition(structures, params, noise, Xn, yn)
         if evaluate_lml or (dense and evaluate_lml is None):
             for i, gp in enumerate(gps):  # per kernel: its posterior's factor, kept
                 gp.log_marginal_likelihood()
@@ -347,6 +303,42 @@ class Amortizer:
             for i, s in enumerate(structures)
         ]
 
+    def _prepare(
+        self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
+    ) -> tuple[Normalizer, Tensor, Tensor, list[DimWiseStructure]]:
+        """Validated, normalised data on the device and the checked structures (warns
+        about inputs outside the training range)."""
+        Xa, ya = as_dataset(X, y, min_points=MIN_POINTS, training=True)
+        d = Xa.shape[1]
+        structures = [self.structure(k, d) for k in kernels]
+        self._warn_outside_training(d, structures)
+        norm = Normalizer.fit(Xa, ya)
+        Xn = norm.transform_x(Xa).to(self.device, self.dtype)
+        yn = norm.transform_y(ya).to(self.device, self.dtype)
+        return norm, Xn, yn, structures
+
+    def _condition(
+        self,
+        structures: Sequence[DimWiseStructure],
+        params: Tensor,
+        noise: Tensor,
+        Xn: Tensor,
+        yn: Tensor,
+    ) -> list[ConditionedGP]:
+        """One :class:`~amorgp.amortizer.results.ConditionedGP` per kernel."""
+        return [
+            ConditionedGP(
+                s,
+                params[i],
+                float(noise[i]),
+                Xn,
+                yn,
+                memory_budget=self.memory_budget,
+                options=self.gp_options,
+            )
+            for i, s in enumerate(structures)
+        ]
+
     def fit_many(
         self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
     ) -> list[KernelResult]:
@@ -360,32 +352,19 @@ class Amortizer:
         ``"cholesky"``, ``"cg"`` or ``"keops"``."""
         return choose_backend(n, self.dtype, self.device, self.memory_budget, n_terms=n_terms)
 
-    def _encode(self, structures: Sequence[DimWiseStructure], d: int) -> tuple[Tensor, Tensor]:
-        sym, smask = encode(list(structures), self.vocabulary, max_dims=d)
-        return (
-            torch.as_tensor(sym, device=self.device),
-            torch.as_tensor(smask, device=self.device),
-        )
-
     def encoder_subset(self, n: int) -> Tensor | None:
-        """Indices of the points the dataset encoder reads, or ``None`` for all of them.
-
-        For ``n > encoder_points``: the first ``encoder_points`` entries of a random
-        permutation drawn from ``torch.Generator().manual_seed(seed)`` (so the same
-        data and seed give the same subset).
-        """
-        if n <= self.encoder_points:
-            return None
-        g = torch.Generator().manual_seed(self.seed)
-        return torch.randperm(n, generator=g)[: self.encoder_points].sort().values
+        """Indices of the points the dataset encoder reads, or ``None`` for all of them
+        (see :func:`amorgp.amortizer.forward.encoder_subset`; seeded by ``seed``)."""
+        return encoder_subset(n, self.encoder_points, self.seed)
 
     def predict_parameters(
         self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
     ) -> tuple[Tensor, Tensor, int]:
         """The network's prediction for normalised data and ``K`` structures.
 
-        The dataset encoder runs once; the kernel encoder-decoder, the symbol heads
-        and the noise head run on all ``K`` structures in one padded batch.
+        The dataset encoder runs once (on :meth:`encoder_subset` of the points); the
+        kernel encoder-decoder, the symbol heads and the noise head run on all ``K``
+        structures in one padded batch.
 
         Args:
             Xn: ``(n, d)`` normalised inputs.
@@ -399,21 +378,8 @@ class Amortizer:
         n, d = Xn.shape
         idx = self.encoder_subset(n)
         Xe, ye = (Xn, yn) if idx is None else (Xn[idx.to(Xn.device)], yn[idx.to(yn.device)])
-        sym, smask = self._encode(structures, d)
-        K = sym.shape[0]
-        model = self.model
-        net_dtype = next(model.parameters()).dtype
-        with torch.inference_mode():
-            X1 = Xe[None].to(net_dtype)
-            y1 = ye[None].to(net_dtype)
-            pm = torch.ones(1, X1.shape[1], dtype=torch.bool, device=self.device)
-            dm = torch.ones(1, d, dtype=torch.bool, device=self.device)
-            h = model.dataset_encoder(X1, y1, pm, dm).expand(K, -1, -1)  # shared, once
-            dmK = dm.expand(K, -1)
-            tokens, v = model.kernel_encoder(sym, smask, h, dmK)
-            params = model.heads(tokens, sym, smask)
-            features = torch.cat([masked_mean(v, dmK, 1), masked_mean(h, dmK, 1)], dim=-1)
-            noise = model.noise_head(features)
+        sym, smask = encode_structures(structures, self.vocabulary, d, self.device)
+        params, noise = network_parameters(self.model, Xe, ye, sym, smask)
         return params.to(self.dtype).clone(), noise.to(self.dtype).clone(), int(Xe.shape[0])
 
     def __repr__(self) -> str:

@@ -1,0 +1,63 @@
+"""Prediction helpers of the :class:`~amorgp.amortizer.inference.Amortizer`: the network
+forward for one dataset and many kernels, and the encoder's subset of a large dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from amorgp.amortizer.layers import masked_mean
+from amorgp.amortizer.model import AmortizedGP
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, encode
+
+__all__ = ["encode_structures", "encoder_subset", "network_parameters"]
+
+
+def encode_structures(
+    structures: Sequence[DimWiseStructure], vocabulary: Vocabulary, d: int, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """``symbols (K, d, L)`` and ``symbol_mask (K, d, L)`` of ``K`` structures on ``device``."""
+    sym, smask = encode(list(structures), vocabulary, max_dims=d)
+    return torch.as_tensor(sym, device=device), torch.as_tensor(smask, device=device)
+
+
+def encoder_subset(n: int, encoder_points: int, seed: int) -> Tensor | None:
+    """Indices of the points the dataset encoder reads, or ``None`` for all of them.
+
+    For ``n > encoder_points``: the first ``encoder_points`` entries of a random
+    permutation drawn from ``torch.Generator().manual_seed(seed)``, sorted (so the same
+    data and seed give the same subset).
+    """
+    if n <= encoder_points:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    return torch.randperm(n, generator=g)[:encoder_points].sort().values
+
+
+def network_parameters(
+    model: AmortizedGP, Xe: Tensor, ye: Tensor, symbols: Tensor, symbol_mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The network's ``params (K, d, L, P)`` and ``noise (K,)`` for one dataset, ``K`` kernels.
+
+    The dataset encoder runs once on ``Xe (m, d)``, ``ye (m,)`` (normalised; the points
+    it reads); the kernel encoder-decoder, the symbol heads and the noise head run on all
+    ``K`` structures in one padded batch with the shared dataset embedding (paper
+    Fig. 4c).  Runs under ``torch.inference_mode`` in the network's dtype.
+    """
+    K, d = symbols.shape[0], Xe.shape[1]
+    device = symbols.device
+    net_dtype = next(model.parameters()).dtype
+    with torch.inference_mode():
+        X1 = Xe[None].to(net_dtype)
+        y1 = ye[None].to(net_dtype)
+        pm = torch.ones(1, X1.shape[1], dtype=torch.bool, device=device)
+        dm = torch.ones(1, d, dtype=torch.bool, device=device)
+        h = model.dataset_encoder(X1, y1, pm, dm).expand(K, -1, -1)  # shared, once
+        dmK = dm.expand(K, -1)
+        tokens, v = model.kernel_encoder(symbols, symbol_mask, h, dmK)
+        params = model.heads(tokens, symbols, symbol_mask)
+        features = torch.cat([masked_mean(v, dmK, 1), masked_mean(h, dmK, 1)], dim=-1)
+        noise = model.noise_head(features)
+    return params, noise
