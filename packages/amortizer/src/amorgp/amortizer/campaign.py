@@ -56,6 +56,7 @@ from amorgp.amortizer.campaign_plan import (
     finetune_config,
     last_record,
     read_json,
+    real_data_scores,
     score_checkpoint,
     stage_train_config,
     write_json,
@@ -125,6 +126,7 @@ def run_campaign(
     segment_datasets: int | None = None,
     max_segments: int | None = None,
     valset_batches: int = VALSET_BATCHES,
+    real_data: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Run the campaign until ``max_minutes``, ``max_segments`` or an interruption.
 
@@ -145,6 +147,9 @@ def run_campaign(
         segment_datasets: also end a segment after this many datasets (``None``: time only).
         max_segments: stop after this many segments (``None``: no limit).
         valset_batches: batches of :data:`VALSET_BATCH_SIZE` in a new campaign validation set.
+        real_data: a folder of CSV datasets (last column the target); if given, every
+            segment's evaluation copy is also scored there
+            (:func:`~amorgp.amortizer.campaign_plan.real_data_scores`, record key ``"real"``).
 
     Returns:
         The last record appended to ``export/campaign.jsonl`` (``{}`` if none).
@@ -174,6 +179,7 @@ def run_campaign(
             batch_size=batch_size,
             finetune_steps=finetune_steps,
             segment_datasets=segment_datasets,
+            real_data=Path(real_data) if real_data is not None else None,
             valset=campaign_validation_set(
                 state_dir, load_checkpoint(init).network, valset_batches
             ),
@@ -210,11 +216,13 @@ class _Campaign:
         finetune_steps: int,
         segment_datasets: int | None,
         valset: list[Any],
+        real_data: Path | None = None,
     ) -> None:
         self.state_dir, self.export_dir = state_dir, export_dir
         self.status, self.init = status, init
         self.stages, self.batch_size, self.finetune_steps = stages, batch_size, finetune_steps
         self.segment_datasets, self.valset = segment_datasets, valset
+        self.real_data = real_data
         self.run_id = f"{socket.gethostname()}-{int(time.time())}"
         self.record: dict[str, Any] = {}
 
@@ -360,6 +368,8 @@ class _Campaign:
             validation_phase1={"nll": phase1["nll"], "nll_gap": phase1["nll_gap"]},
             improved=improved,
         )
+        if self.real_data is not None:
+            record["real"] = real_data_scores(ft_dir / "last", self.real_data)
         if improved:
             self.status["best_nll"] = metrics["nll"]
             meta = {"campaign": {**record, "valset_seed": VALSET_SEED}}

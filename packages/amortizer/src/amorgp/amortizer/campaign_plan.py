@@ -25,6 +25,7 @@ __all__ = [
     "VALSET_SEED",
     "CampaignStage",
     "campaign_validation_set",
+    "real_data_scores",
     "score_checkpoint",
 ]
 
@@ -110,6 +111,52 @@ def score_checkpoint(checkpoint: Path, batches: list[Any]) -> dict[str, float]:
     """Validation metrics (see :func:`~amorgp.amortizer.train.validate`) of a checkpoint."""
     ckpt = load_checkpoint(checkpoint)
     return validate(ckpt.model, batches, ckpt.network.vocabulary, torch.device("cpu"))
+
+
+PAPER_N_TRAIN = {"airline": 100, "yacht": 250}
+"""Training-set sizes of the paper's real-data protocol (500 for the other datasets)."""
+
+
+def real_data_scores(
+    checkpoint: Path, data_dir: Path, *, n_kernels: int = 6, seed: int = 0
+) -> dict[str, dict[str, float]]:
+    """Amortized test RMSE and NLL of ``checkpoint`` on every ``data_dir/*.csv``.
+
+    One random split per dataset (paper sizes: ``n_train`` 500, airline 100, yacht 250;
+    at most 1000 test points), the first ``n_kernels`` paper evaluation kernels in every
+    dimension, no refinement; medians over the kernels, in standardised target units
+    (training mean and standard deviation).  A cheap real-data learning curve for the
+    campaign log, not the full benchmark (``benchmarks/bench_model_quality.py``).
+    """
+    import warnings
+
+    import numpy as np
+
+    from amorgp.amortizer.inference import Amortizer
+    from amorgp.kernel_grammar import paper_evaluation_set
+
+    amz = Amortizer.from_pretrained(checkpoint, device="cpu")
+    out: dict[str, dict[str, float]] = {}
+    for path in sorted(Path(data_dir).glob("*.csv")):
+        arr = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+        X, y = arr[:, :-1], arr[:, -1]
+        n_train = min(PAPER_N_TRAIN.get(path.stem, 500), len(y) - 10)
+        perm = np.random.default_rng(seed).permutation(len(y))
+        tr, te = perm[:n_train], perm[n_train : n_train + 1000]
+        mu, sd = float(y[tr].mean()), float(y[tr].std())
+        kernels = [t.broadcast(X.shape[1]) for t in paper_evaluation_set(0)[:n_kernels]]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fits = amz.infer_many(X[tr], y[tr], kernels)
+        rmse, nll = [], []
+        t = (y[te] - mu) / sd
+        for f in fits:
+            m, v = (a.numpy() for a in f.predict(X[te]))
+            m, v = (m - mu) / sd, v / sd**2
+            rmse.append(float(np.sqrt(np.mean((m - t) ** 2))))
+            nll.append(float(np.mean(0.5 * (np.log(2 * np.pi * v) + (t - m) ** 2 / v))))
+        out[path.stem] = {"rmse": float(np.median(rmse)), "nll": float(np.median(nll))}
+    return out
 
 
 def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
