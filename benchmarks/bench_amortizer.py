@@ -151,12 +151,12 @@ def _lml_step(
 
 def _type2ml(X: torch.Tensor, y: torch.Tensor, d: int) -> Callable[[], object] | None:
     try:
-        from amorgp.baselines.gp import GPBatch
         from amorgp.baselines.type2ml import fit_type2ml_batch
         from amorgp.kernel_grammar import DimWiseStructure
+        from amorgp.lazy_kernels import PaddedBatch
     except ImportError:
         return None
-    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE + PER", d)])
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE + PER", d)])
     return lambda: fit_type2ml_batch(batch)
 
 

@@ -54,15 +54,15 @@ from torch import Tensor
 
 from amorgp.amortizer import load_checkpoint
 from amorgp.amortizer.api import PRETRAINED_DIR
-from amorgp.baselines import GPBatch, Type2MLSettings, exact_predictive, fit_type2ml_batch
+from amorgp.baselines import Type2MLSettings, exact_predictive, fit_type2ml_batch
 from amorgp.baselines.gp import log_marginal_likelihood
 from amorgp.kernel_grammar import (
     NOISE,
     Vocabulary,
-    decode,
     encode,
     paper_evaluation_set,
 )
+from amorgp.lazy_kernels import PaddedBatch
 from amorgp.simulator import SimulatedBatch, Simulator, SimulatorConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,12 @@ Params = tuple[Tensor, Tensor]
 
 # --------------------------------------------------------------------------- metrics
 def predictive_metrics(
-    batch: GPBatch, params: Tensor, noise: Tensor, X_test: Tensor, y_test: Tensor, test_mask: Tensor
+    batch: PaddedBatch,
+    params: Tensor,
+    noise: Tensor,
+    X_test: Tensor,
+    y_test: Tensor,
+    test_mask: Tensor,
 ) -> dict[str, Tensor]:
     """Per-pair test RMSE, test NLL per point and training NLL per point (float64)."""
     params, noise = params.double(), noise.double()
@@ -112,7 +117,7 @@ def summary(values: Tensor) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- methods
-def amortized(model: torch.nn.Module, batch: GPBatch, chunk: int = 50) -> Params:
+def amortized(model: torch.nn.Module, batch: PaddedBatch, chunk: int = 50) -> Params:
     """The network's parameters for every pair of ``batch`` (float32 network, chunks)."""
     ps, ns = [], []
     with torch.inference_mode():
@@ -131,7 +136,7 @@ def amortized(model: torch.nn.Module, batch: GPBatch, chunk: int = 50) -> Params
     return torch.cat(ps), torch.cat(ns)
 
 
-def prior_means(batch: GPBatch) -> Params:
+def prior_means(batch: PaddedBatch) -> Params:
     """Every kernel parameter at its prior mean, noise at its prior mean."""
     vocab = batch.vocab
     table = np.ones((len(vocab) + 1, vocab.max_params))
@@ -145,7 +150,7 @@ def prior_means(batch: GPBatch) -> Params:
 CACHE: Path | None = None
 
 
-def type2ml(batch: GPBatch, restarts: int, seed: int) -> tuple[Tensor, Tensor, float]:
+def type2ml(batch: PaddedBatch, restarts: int, seed: int) -> tuple[Tensor, Tensor, float]:
     """GP-ML fit of every pair (cached on disk under :data:`CACHE` by data hash and settings).
 
     Returns the parameters and the fit's wall-clock seconds (of the original fit when
@@ -209,14 +214,12 @@ def simulated_pairs(
     return out
 
 
-def gp_batches(b: SimulatedBatch, vocab: Vocabulary) -> tuple[GPBatch, GPBatch]:
+def gp_batches(b: SimulatedBatch, vocab: Vocabulary) -> tuple[PaddedBatch, PaddedBatch]:
     """The batch with the presented structure and with the generating one (equal for positives)."""
-    structs = tuple(decode(b.symbols.numpy(), b.symbol_mask.numpy(), vocab))
-    true_structs = tuple(decode(b.true_symbols.numpy(), b.true_symbol_mask.numpy(), vocab))
     common = (b.X, b.y, b.point_mask, b.dim_mask)
     return (
-        GPBatch(*common, b.symbols, b.symbol_mask, vocab, structs),
-        GPBatch(*common, b.true_symbols, b.true_symbol_mask, vocab, true_structs),
+        PaddedBatch(*common, b.symbols, b.symbol_mask, vocab),
+        PaddedBatch(*common, b.true_symbols, b.true_symbol_mask, vocab),
     )
 
 
@@ -309,7 +312,7 @@ def evaluate_real(
             structs = tuple(t.broadcast(d) for t in chosen)
             K = len(structs)
             sym, smask = encode(list(structs), vocab, max_dims=d)
-            gb = GPBatch(
+            gb = PaddedBatch(
                 Xn[None].expand(K, -1, -1).contiguous(),
                 yn[None].expand(K, -1).contiguous(),
                 torch.ones(K, n_train, dtype=torch.bool),
@@ -317,7 +320,6 @@ def evaluate_real(
                 torch.as_tensor(sym),
                 torch.as_tensor(smask),
                 vocab,
-                structs,
             )
             Xtb = Xt[None].expand(K, -1, -1).contiguous()
             ytb = yt[None].expand(K, -1).contiguous()
@@ -348,7 +350,7 @@ def evaluate_real(
 
 
 def amortized_encoder_subset(
-    model: torch.nn.Module, gb: GPBatch, seed: int, max_points: int = 100
+    model: torch.nn.Module, gb: PaddedBatch, seed: int, max_points: int = 100
 ) -> Params:
     """Amortized parameters where the encoder reads at most ``max_points`` random points."""
     n = gb.X.shape[1]

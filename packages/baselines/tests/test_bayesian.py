@@ -13,10 +13,10 @@ from amorgp.baselines.bayesian import (
     mixture_log_density,
     mixture_moments,
 )
-from amorgp.baselines.gp import GPBatch
 from amorgp.baselines.testing import synthetic_dataset as make_data
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood
 from amorgp.kernel_grammar import FLOORS, NOISE, DimWiseStructure, ParamKind, base_symbol
+from amorgp.lazy_kernels import PaddedBatch
 
 
 def _grid_posterior(
@@ -48,7 +48,7 @@ def _grid_posterior(
 
 def test_tiny_gp_matches_grid_posterior() -> None:
     X, y = make_data(30, 1, seed=21, noise=0.3)
-    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE", 1)])
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
     settings = ADVISettings(family="fullrank", n_grad_samples=5, max_iters=2000, tol_rel_obj=1e-3)
     post = fit_advi_gp(batch, settings, generator=torch.Generator().manual_seed(0))
     assert post.result.status != "failed"
@@ -65,7 +65,7 @@ def test_tiny_gp_matches_grid_posterior() -> None:
 
 def test_log_density_is_the_unconstrained_log_joint() -> None:
     X, y = make_data(6, 1, seed=2)
-    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE", 1)])
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
     log_density, kinds, init = gp_log_density(batch)
     assert kinds == [ParamKind.VARIANCE, ParamKind.LENGTHSCALE, ParamKind.NOISE]
     zeta = torch.tensor([[0.1, -1.0, -2.0], [1.0, 0.5, -3.0]], dtype=torch.float64)
@@ -102,6 +102,6 @@ def test_mixture_moments_and_log_density() -> None:
 
 def test_needs_a_single_pair() -> None:
     X, y = make_data(6, 1)
-    batch = GPBatch.from_pairs([(X, y)] * 2, [DimWiseStructure.parse("SE", 1)] * 2)
+    batch = PaddedBatch.from_datasets([(X, y)] * 2, [DimWiseStructure.parse("SE", 1)] * 2)
     with pytest.raises(ValueError, match="one pair"):
         gp_log_density(batch)

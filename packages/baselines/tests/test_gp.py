@@ -8,23 +8,24 @@ import scipy.stats
 import torch
 
 from amorgp.baselines.gp import (
-    GPBatch,
     constrain,
     exact_predictive,
     initial_raw,
     log_marginal_likelihood,
     log_prior,
     prior_raw,
+    slot_kind,
     unconstrain,
 )
 from amorgp.baselines.testing import dense_log_marginal_likelihood, dense_predictive
 from amorgp.baselines.testing import synthetic_dataset as make_data
 from amorgp.kernel_grammar import NOISE, PAPER_VOCABULARY, DimWiseStructure, base_symbol
+from amorgp.lazy_kernels import PaddedBatch
 
 STRUCTS = ["SE + PER", "(SE*LIN + LIN)@0 * (SE*PER)@1", "LIN*PER + SE"]
 
 
-def _random_params(batch: GPBatch, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _random_params(batch: PaddedBatch, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     params = 0.3 + torch.rand(batch.param_shape, generator=g, dtype=torch.float64)
     noise = 0.05 + 0.1 * torch.rand(batch.batch_size, generator=g, dtype=torch.float64)
@@ -39,7 +40,7 @@ def _hyper(structure: DimWiseStructure, params: torch.Tensor) -> dict[tuple[int,
 
 
 def _ragged_batch() -> tuple[
-    GPBatch, list[tuple[torch.Tensor, torch.Tensor]], list[DimWiseStructure]
+    PaddedBatch, list[tuple[torch.Tensor, torch.Tensor]], list[DimWiseStructure]
 ]:
     datasets = [make_data(12, 2, seed=1), make_data(7, 2, seed=2), make_data(9, 1, seed=3)]
     structs = [
@@ -47,7 +48,7 @@ def _ragged_batch() -> tuple[
         DimWiseStructure.parse(STRUCTS[1]),
         DimWiseStructure.parse(STRUCTS[2], 1),
     ]
-    return GPBatch.from_pairs(datasets, structs), datasets, structs
+    return PaddedBatch.from_datasets(datasets, structs), datasets, structs
 
 
 def test_log_marginal_likelihood_matches_dense_numpy_on_a_ragged_batch() -> None:
@@ -69,7 +70,9 @@ def test_padding_does_not_change_the_likelihood() -> None:
         alone = batch.select(b)
         n = int(alone.point_mask.sum())
         d = int(alone.dim_mask.sum())
-        cropped = GPBatch.from_pairs([(alone.X[0, :n, :d], alone.y[0, :n])], list(alone.structures))
+        cropped = PaddedBatch.from_datasets(
+            [(alone.X[0, :n, :d], alone.y[0, :n])], alone.structures()
+        )
         p = params[b : b + 1, :d, : cropped.symbols.shape[2]]
         torch.testing.assert_close(
             log_marginal_likelihood(cropped, p, noise[b : b + 1])[0],
@@ -95,7 +98,7 @@ def test_constrain_is_the_shared_transform_and_inverts() -> None:
     params, noise = _random_params(batch, 3)
     raw, raw_noise = unconstrain(batch, params, noise)
     p2, n2 = constrain(batch, raw, raw_noise)
-    _, used = batch.slot_kind()
+    _, used = slot_kind(batch)
     torch.testing.assert_close(p2[used], params[used], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(n2, noise, rtol=1e-12, atol=1e-12)
     assert bool((p2[~used] == 1.0).all())
@@ -104,7 +107,7 @@ def test_constrain_is_the_shared_transform_and_inverts() -> None:
 def test_initial_raw_is_the_paper_start() -> None:
     batch, _, _ = _ragged_batch()
     params, noise = constrain(batch, *initial_raw(batch))
-    _, used = batch.slot_kind()
+    _, used = slot_kind(batch)
     torch.testing.assert_close(params[used], torch.ones_like(params[used]))
     torch.testing.assert_close(noise, torch.full_like(noise, 0.04))
 
@@ -152,8 +155,8 @@ def test_exact_predictive_matches_dense_numpy() -> None:
 def test_from_pairs_rejects_mismatches() -> None:
     X, y = make_data(5, 2)
     with pytest.raises(ValueError, match="one structure per dataset"):
-        GPBatch.from_pairs([(X, y)], [])
+        PaddedBatch.from_datasets([(X, y)], [])
     with pytest.raises(ValueError, match="dimensions"):
-        GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE", 1)])
+        PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
     with pytest.raises(ValueError, match="vocabulary"):
-        GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("MAT52", 2)], PAPER_VOCABULARY)
+        PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("MAT52", 2)], PAPER_VOCABULARY)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from amorgp.baselines.gp import GPBatch, log_marginal_likelihood
+from amorgp.baselines.gp import log_marginal_likelihood
 from amorgp.baselines.svgp import (
     SVGPFit,
     SVGPSettings,
@@ -16,12 +16,13 @@ from amorgp.baselines.svgp import (
 from amorgp.baselines.testing import dense_kernel, dense_log_marginal_likelihood, dense_predictive
 from amorgp.baselines.testing import synthetic_dataset as make_data
 from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.lazy_kernels import PaddedBatch
 
 
-def _ragged() -> tuple[GPBatch, torch.Tensor, torch.Tensor]:
+def _ragged() -> tuple[PaddedBatch, torch.Tensor, torch.Tensor]:
     datasets = [make_data(10, 2, seed=1), make_data(6, 1, seed=2)]
     structs = [DimWiseStructure.parse("SE + PER", 2), DimWiseStructure.parse("SE*LIN", 1)]
-    batch = GPBatch.from_pairs(datasets, structs)
+    batch = PaddedBatch.from_datasets(datasets, structs)
     params = torch.ones(batch.param_shape, dtype=torch.float64)
     params[..., 1] = 0.3  # lengthscales
     params[0, :, 1, 2] = 0.8  # PER period
@@ -30,7 +31,7 @@ def _ragged() -> tuple[GPBatch, torch.Tensor, torch.Tensor]:
 
 
 def _optimal_whitened_q(
-    batch: GPBatch, params: torch.Tensor, noise: torch.Tensor
+    batch: PaddedBatch, params: torch.Tensor, noise: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Optimal q(v) for Z = X by dense numpy algebra (exact posterior of f, whitened)."""
     B, N = batch.point_mask.shape
@@ -39,7 +40,7 @@ def _optimal_whitened_q(
     for b in range(B):
         n = int(batch.point_mask[b].sum())
         d = int(batch.dim_mask[b].sum())
-        s = batch.structures[b]
+        s = batch.structures()[b]
         X, y = batch.X[b, :n, :d].numpy(), batch.y[b, :n].numpy()
         hyper = {
             (p.dim, p.addend, p.param): float(params[b, p.dim, p.addend, p.slot])
@@ -92,7 +93,7 @@ def test_predictive_equals_exact_posterior_with_optimal_q() -> None:
     for b in range(B):
         n = int(batch.point_mask[b].sum())
         d = int(batch.dim_mask[b].sum())
-        s = batch.structures[b]
+        s = batch.structures()[b]
         hyper = {
             (p.dim, p.addend, p.param): float(params[b, p.dim, p.addend, p.slot])
             for p in s.param_names()
@@ -129,7 +130,7 @@ def test_inducing_init_counts_and_kmeans_fixed_point() -> None:
 
 def test_fit_improves_the_bound_and_stays_below_the_evidence() -> None:
     X, y = make_data(20, 1, seed=3)
-    batch = GPBatch.from_pairs(
+    batch = PaddedBatch.from_datasets(
         [(X, y)] * 2, [DimWiseStructure.parse(k, 1) for k in ("SE", "SE + LIN")]
     )
     fit = fit_svgp_batch(
@@ -142,7 +143,7 @@ def test_fit_improves_the_bound_and_stays_below_the_evidence() -> None:
     assert bool((fit.elbo > start.elbo).all())
     exact = log_marginal_likelihood(batch, fit.params, fit.noise)
     assert bool((fit.elbo <= exact + 1e-8).all())
-    s = batch.structures[0]
+    s = batch.structures()[0]
     hyper = {
         (p.dim, p.addend, p.param): float(fit.params[0, p.dim, p.addend, p.slot])
         for p in s.param_names()

@@ -7,11 +7,12 @@ import pytest
 import scipy.optimize
 import torch
 
-from amorgp.baselines.gp import GPBatch
+from amorgp.baselines.gp import slot_kind
 from amorgp.baselines.testing import dense_log_marginal_likelihood
 from amorgp.baselines.testing import synthetic_dataset as make_data
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
 from amorgp.kernel_grammar import NOISE, DimWiseStructure, base_symbol
+from amorgp.lazy_kernels import PaddedBatch
 
 
 def _scipy_optimum(
@@ -53,7 +54,7 @@ def test_lbfgs_reaches_the_scipy_optimum(map_: bool) -> None:
     X, y = make_data(25, 1, seed=3)
     s = DimWiseStructure.parse("SE", 1)
     fit = fit_type2ml_batch(
-        GPBatch.from_pairs([(X, y)], [s]), Type2MLSettings(optimizer="lbfgs", map=map_)
+        PaddedBatch.from_datasets([(X, y)], [s]), Type2MLSettings(optimizer="lbfgs", map=map_)
     )
     ref = _scipy_optimum(X.numpy(), y.numpy(), s, map_)
     assert fit.status(0) == "converged"
@@ -69,7 +70,7 @@ def test_lbfgs_reaches_the_scipy_optimum(map_: bool) -> None:
 
 def test_adam_close_to_the_lbfgs_optimum() -> None:
     X, y = make_data(25, 1, seed=3)
-    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE", 1)])
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
     adam = fit_type2ml_batch(batch, Type2MLSettings(max_iters=1000, rtol=1e-9, patience=20))
     lbfgs = fit_type2ml_batch(batch, Type2MLSettings(optimizer="lbfgs"))
     assert float(adam.objective[0]) <= float(lbfgs.objective[0]) + 1e-8
@@ -84,9 +85,9 @@ def test_batched_adam_equals_per_pair_adam() -> None:
         DimWiseStructure.parse("(SE*LIN)@0 * (SE + LIN)@1"),
     ]
     s = Type2MLSettings(max_iters=30)
-    together = fit_type2ml_batch(GPBatch.from_pairs(datasets, structs), s)
+    together = fit_type2ml_batch(PaddedBatch.from_datasets(datasets, structs), s)
     for b in range(3):
-        alone = fit_type2ml_batch(GPBatch.from_pairs([datasets[b]], [structs[b]]), s)
+        alone = fit_type2ml_batch(PaddedBatch.from_datasets([datasets[b]], [structs[b]]), s)
         assert int(alone.iterations[0]) == int(together.iterations[b])
         torch.testing.assert_close(
             alone.log_marginal_likelihood[0],
@@ -99,7 +100,7 @@ def test_batched_adam_equals_per_pair_adam() -> None:
 
 def test_multistart_never_worse_than_the_paper_start() -> None:
     X, y = make_data(20, 1, seed=5)
-    batch = GPBatch.from_pairs(
+    batch = PaddedBatch.from_datasets(
         [(X, y)] * 2, [DimWiseStructure.parse(k, 1) for k in ("PER", "SE + PER")]
     )
     single = fit_type2ml_batch(batch, Type2MLSettings(max_iters=60))
@@ -118,7 +119,7 @@ def test_failures_are_per_pair_and_reported() -> None:
     bad_y = torch.full_like(y, 1e200)
     s = DimWiseStructure.parse("SE", 1)
     fit = fit_type2ml_batch(
-        GPBatch.from_pairs([(X, y), (X, bad_y)], [s, s]),
+        PaddedBatch.from_datasets([(X, y), (X, bad_y)], [s, s]),
         Type2MLSettings(max_iters=20, restarts=2),
         generator=torch.Generator().manual_seed(0),
     )
@@ -127,7 +128,8 @@ def test_failures_are_per_pair_and_reported() -> None:
     assert fit.status(0) != "failed"
     assert math.isfinite(float(fit.log_marginal_likelihood[0]))
     lb = fit_type2ml_batch(
-        GPBatch.from_pairs([(X, bad_y)], [s]), Type2MLSettings(optimizer="lbfgs", max_iters=10)
+        PaddedBatch.from_datasets([(X, bad_y)], [s]),
+        Type2MLSettings(optimizer="lbfgs", max_iters=10),
     )
     assert lb.status(0) == "failed"
 
@@ -138,14 +140,14 @@ def test_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="restarts"):
         Type2MLSettings(restarts=0)
     X, y = make_data(8, 1)
-    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE", 1)])
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
     with pytest.raises(ValueError, match="Generator"):
         fit_type2ml_batch(batch, Type2MLSettings(restarts=3))
 
 
 def test_warm_start_at_the_optimum_stays_there() -> None:
     X, y = make_data(25, 1, seed=3)
-    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE + PER", 1)])
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE + PER", 1)])
     cold = fit_type2ml_batch(batch, Type2MLSettings(optimizer="lbfgs", max_iters=300))
     assert cold.status(0) == "converged"
     warm = fit_type2ml_batch(
@@ -153,7 +155,7 @@ def test_warm_start_at_the_optimum_stays_there() -> None:
     )
     assert warm.status(0) == "converged"
     assert float(warm.objective[0]) == pytest.approx(float(cold.objective[0]), abs=1e-8)
-    _, used = batch.slot_kind()
+    _, used = slot_kind(batch)
     torch.testing.assert_close(warm.params[used], cold.params[used], rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(warm.noise, cold.noise, rtol=1e-4, atol=1e-8)
 
@@ -161,7 +163,7 @@ def test_warm_start_at_the_optimum_stays_there() -> None:
 def test_warm_started_lbfgs_matches_scipy_from_the_same_start() -> None:
     X, y = make_data(25, 1, seed=3)
     s = DimWiseStructure.parse("SE", 1)
-    batch = GPBatch.from_pairs([(X, y)], [s])
+    batch = PaddedBatch.from_datasets([(X, y)], [s])
     params = torch.ones(batch.param_shape, dtype=torch.float64)
     params[0, 0, 0, :2] = torch.tensor([0.5, 0.3], dtype=torch.float64)
     noise = torch.tensor([0.3], dtype=torch.float64)
@@ -177,7 +179,7 @@ def test_warm_started_lbfgs_matches_scipy_from_the_same_start() -> None:
 
 def test_warm_start_is_the_first_restart() -> None:
     X, y = make_data(20, 1, seed=5)
-    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("PER", 1)])
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("PER", 1)])
     gen = torch.Generator().manual_seed(0)
     params = torch.full(batch.param_shape, 0.7, dtype=torch.float64)
     noise = torch.tensor([0.1], dtype=torch.float64)
@@ -190,7 +192,7 @@ def test_warm_start_is_the_first_restart() -> None:
 
 def test_warm_start_is_validated() -> None:
     X, y = make_data(8, 1)
-    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE", 1)])
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
     ok = torch.ones(batch.param_shape, dtype=torch.float64)
     noise = torch.tensor([0.1], dtype=torch.float64)
     with pytest.raises(ValueError, match="shape"):
@@ -256,7 +258,7 @@ def test_same_optimum_as_gpytorch() -> None:
     X, y = make_data(50, 1, seed=11)
     steps = 300
     g_lml, g_hyper = _gpytorch_se_fit(X, y, steps, 0.1)
-    batch = GPBatch.from_pairs([(X, y)], [DimWiseStructure.parse("SE", 1)])
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
     ours = fit_type2ml_batch(batch, Type2MLSettings(max_iters=steps, rtol=1e-10, patience=50))
     assert float(ours.log_marginal_likelihood[0]) == pytest.approx(g_lml, abs=1e-2)
     for j, name in enumerate(("variance", "lengthscale")):
@@ -285,7 +287,7 @@ def test_likelihood_equals_gpytorch(kernel: str) -> None:
             torch.zeros(30, dtype=torch.float64), K
         ).log_prob(y)
     structure = DimWiseStructure.parse(kernel, 1)
-    batch = GPBatch.from_pairs([(X, y)], [structure])
+    batch = PaddedBatch.from_datasets([(X, y)], [structure])
     params = torch.ones(batch.param_shape, dtype=torch.float64)
     values = {
         "variance": s2,

@@ -92,10 +92,11 @@ def refine(
 
     A kernel whose refinement fails keeps its last finite iterate.
     """
-    from amorgp.baselines import GPBatch, Type2MLSettings, fit_type2ml_batch
+    from amorgp.baselines import Type2MLSettings, fit_type2ml_batch
+    from amorgp.lazy_kernels import PaddedBatch
 
     X64, y64 = (t.detach().to("cpu", torch.float64) for t in (Xn, yn))
-    batch = GPBatch.from_pairs([(X64, y64)] * len(structures), list(structures), vocabulary)
+    batch = PaddedBatch.from_datasets([(X64, y64)] * len(structures), list(structures), vocabulary)
     D, L, P = batch.param_shape[1:]
     cur = params.detach().to("cpu", torch.float64)[:, :D, :L, :P].clone()
     cur_noise = noise.detach().to("cpu", torch.float64).clone()
@@ -110,7 +111,7 @@ def refine(
         n_iter = min(per_round, budget - done)
         sub = batch
         if len(active) < K:  # the kernels still improving, re-padded
-            sub = GPBatch.from_pairs(
+            sub = PaddedBatch.from_datasets(
                 [(X64, y64)] * len(active), [structures[k] for k in active], vocabulary
             )
         sd, sl, sp = sub.param_shape[1:]

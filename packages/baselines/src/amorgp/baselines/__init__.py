@@ -19,7 +19,7 @@ from amorgp.baselines.advi import (
 from amorgp.baselines.api import METHODS, Baseline, FitResult, Method, fit, fit_many
 from amorgp.baselines.bayesian import ADVISettings, GPPosterior, fit_advi_gp
 from amorgp.baselines.data import Normalizer, as_dataset, as_inputs, train_test_split
-from amorgp.baselines.gp import GPBatch, exact_predictive, log_marginal_likelihood, log_prior
+from amorgp.baselines.gp import exact_predictive, log_marginal_likelihood, log_prior
 from amorgp.baselines.gram_kernels import GRAM_KERNELS, GramBlocks, GramKernel, gram_kernel
 from amorgp.baselines.optim import batched_adam, lbfgs
 from amorgp.baselines.protocol import HyperparameterInference, KernelFit
@@ -36,7 +36,6 @@ __all__ = [
     "GRAM_KERNELS",
     "GramBlocks",
     "GramKernel",
-    "GPBatch",
     "GPPosterior",
     "HyperparameterInference",
     "KernelFit",

@@ -39,11 +39,11 @@ from amorgp.baselines.bayesian import (
     mixture_log_density,
     mixture_moments,
 )
-from amorgp.baselines.gp import GPBatch, exact_predictive
+from amorgp.baselines.gp import exact_predictive
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_predictive
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
 from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, OptionError, Vocabulary
-from amorgp.lazy_kernels import KernelFit, Normalizer, as_dataset
+from amorgp.lazy_kernels import KernelFit, Normalizer, PaddedBatch, as_dataset
 
 __all__ = ["METHODS", "Baseline", "FitResult", "Method", "fit", "fit_many"]
 
@@ -176,7 +176,7 @@ def fit_many(
     norm = Normalizer.fit(Xt, yt) if normalize else Normalizer.identity(d)
     Xn, yn = norm.transform_x(Xt), norm.transform_y(yt)
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    batch = GPBatch.from_pairs([(Xn, yn)] * len(structures), structures, vocab)
+    batch = PaddedBatch.from_datasets([(Xn, yn)] * len(structures), structures, vocab)
 
     common: dict[str, Any] = {
         "method": method,
@@ -218,7 +218,7 @@ def _advi_predictors(post: GPPosterior, n_pred: int) -> tuple[Predictor, LogPred
 
 def _advi_results(
     common: dict[str, Any],
-    batch: GPBatch,
+    batch: PaddedBatch,
     structures: list[DimWiseStructure],
     settings: ADVISettings,
     gen: torch.Generator,
@@ -247,7 +247,7 @@ def _advi_results(
     return out
 
 
-def _svgp_predictor(fit: SVGPFit, one: GPBatch) -> Predictor:
+def _svgp_predictor(fit: SVGPFit, one: PaddedBatch) -> Predictor:
     def predictor(Xq: Tensor, noise: bool) -> tuple[Tensor, Tensor]:
         mean, var = svgp_predictive(fit, one, Xq[None], include_noise=noise)
         return mean[0], var[0]
@@ -257,7 +257,7 @@ def _svgp_predictor(fit: SVGPFit, one: GPBatch) -> Predictor:
 
 def _svgp_results(
     common: dict[str, Any],
-    batch: GPBatch,
+    batch: PaddedBatch,
     structures: list[DimWiseStructure],
     settings: SVGPSettings,
     gen: torch.Generator,
@@ -281,7 +281,7 @@ def _svgp_results(
     ]
 
 
-def _exact_predictor(one: GPBatch, params: Tensor, noise: Tensor) -> Predictor:
+def _exact_predictor(one: PaddedBatch, params: Tensor, noise: Tensor) -> Predictor:
     def predictor(Xq: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
         mean, var = exact_predictive(one, params, noise, Xq[None], include_noise=include_noise)
         return mean[0], var[0]
@@ -291,7 +291,7 @@ def _exact_predictor(one: GPBatch, params: Tensor, noise: Tensor) -> Predictor:
 
 def _type2_results(
     common: dict[str, Any],
-    batch: GPBatch,
+    batch: PaddedBatch,
     structures: list[DimWiseStructure],
     settings: Type2MLSettings,
     gen: torch.Generator,

@@ -31,13 +31,14 @@ from torch import Tensor
 
 from amorgp.baselines.advi import ADVIResult, Family, advi, positive_log_density
 from amorgp.baselines.gp import (
-    GPBatch,
     exact_predictive,
     initial_raw,
     log_marginal_likelihood,
     log_prior,
+    slot_kind,
 )
 from amorgp.kernel_grammar import DimWiseStructure, ParamKind, positive
+from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = [
     "ADVISettings",
@@ -79,16 +80,16 @@ class ADVISettings:
 class _Layout:
     """Flat parameter vector ``(kernel parameters in (dim, addend, slot) order, noise)``."""
 
-    def __init__(self, batch: GPBatch):
-        kind, used = batch.slot_kind()
+    def __init__(self, batch: PaddedBatch):
+        kind, used = slot_kind(batch)
         self.used = used[0]
         kinds = list(ParamKind)
         self.kinds = [kinds[int(k)] for k in kind[0][self.used]] + [ParamKind.NOISE]
         self.shape = batch.param_shape[1:]
         self.batch = batch
-        self._cache: dict[int, GPBatch] = {}
+        self._cache: dict[int, PaddedBatch] = {}
 
-    def repeated(self, s: int) -> GPBatch:
+    def repeated(self, s: int) -> PaddedBatch:
         if s not in self._cache:
             self._cache = {s: self.batch.repeat(s)}
         return self._cache[s]
@@ -101,7 +102,7 @@ class _Layout:
         return params, theta[:, -1]
 
 
-def gp_log_density(batch: GPBatch) -> tuple[object, list[ParamKind], Tensor]:
+def gp_log_density(batch: PaddedBatch) -> tuple[object, list[ParamKind], Tensor]:
     """Unconstrained log joint of one pair, its parameter kinds and the default start.
 
     Args:
@@ -146,7 +147,7 @@ class GPPosterior:
     median_params: Tensor
     median_noise: float
     time_s: float
-    _batch: GPBatch
+    _batch: PaddedBatch
     _layout: _Layout
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -180,7 +181,7 @@ def mixture_log_density(mean: Tensor, var: Tensor, y: Tensor) -> Tensor:
 
 
 def fit_advi_gp(
-    batch: GPBatch, settings: ADVISettings | None = None, *, generator: torch.Generator
+    batch: PaddedBatch, settings: ADVISettings | None = None, *, generator: torch.Generator
 ) -> GPPosterior:
     """ADVI over the hyperparameters of the single pair in ``batch``.
 
@@ -209,7 +210,7 @@ def fit_advi_gp(
     theta = torch.stack([positive(res.mean[k], kind) for k, kind in enumerate(kinds)])[None]
     params, noise = layout.unpack(theta)
     return GPPosterior(
-        batch.structures[0],
+        batch.structures()[0],
         res,
         kinds,
         params[0],

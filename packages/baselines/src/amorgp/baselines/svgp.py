@@ -42,10 +42,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from amorgp.baselines.gp import GPBatch, constrain, initial_raw
+from amorgp.baselines.gp import constrain, initial_raw
 from amorgp.baselines.optim import batched_adam
 from amorgp.diff_linalg import robust_cholesky
-from amorgp.lazy_kernels import kernel_diag_dimwise, kernel_matrix_dimwise
+from amorgp.lazy_kernels import PaddedBatch, kernel_diag_dimwise, kernel_matrix_dimwise
 
 __all__ = [
     "SVGPFit",
@@ -124,7 +124,7 @@ class SVGPFit:
 
 
 def inducing_init(
-    batch: GPBatch,
+    batch: PaddedBatch,
     fraction: float,
     generator: torch.Generator,
     method: Literal["kmeans", "random"] = "kmeans",
@@ -163,7 +163,7 @@ def _factor(S_raw: Tensor, z_mask: Tensor) -> Tensor:
 
 
 def _whitened_projection(
-    batch: GPBatch, params: Tensor, Z: Tensor, z_mask: Tensor, X: Tensor, x_mask: Tensor
+    batch: PaddedBatch, params: Tensor, Z: Tensor, z_mask: Tensor, X: Tensor, x_mask: Tensor
 ) -> tuple[Tensor, Tensor]:
     """``(A = L_mm^{-1} K_mx (B, M, N), failed (B,))`` with padding masked out."""
     zm = z_mask.to(Z.dtype)
@@ -179,7 +179,7 @@ def _whitened_projection(
 
 
 def _marginals(
-    batch: GPBatch,
+    batch: PaddedBatch,
     params: Tensor,
     Z: Tensor,
     z_mask: Tensor,
@@ -199,7 +199,7 @@ def _marginals(
 
 
 def svgp_elbo(
-    batch: GPBatch,
+    batch: PaddedBatch,
     params: Tensor,
     noise: Tensor,
     Z: Tensor,
@@ -230,7 +230,7 @@ def svgp_elbo(
 
 
 def svgp_predictive(
-    fit: SVGPFit, batch: GPBatch, X_new: Tensor, *, include_noise: bool = True
+    fit: SVGPFit, batch: PaddedBatch, X_new: Tensor, *, include_noise: bool = True
 ) -> tuple[Tensor, Tensor]:
     """Predictive ``(mean (B, M'), var (B, M'))`` at ``X_new (B, M', D)`` (normalised units)."""
     S = _factor(fit.S, fit.z_mask)
@@ -243,7 +243,7 @@ def svgp_predictive(
 
 
 def fit_svgp_batch(
-    batch: GPBatch, settings: SVGPSettings | None = None, *, generator: torch.Generator
+    batch: PaddedBatch, settings: SVGPSettings | None = None, *, generator: torch.Generator
 ) -> SVGPFit:
     """Fit an SVGP to every (dataset, kernel) pair of ``batch`` at once (Adam, full batch).
 

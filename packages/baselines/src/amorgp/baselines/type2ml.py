@@ -30,15 +30,16 @@ import torch
 from torch import Tensor
 
 from amorgp.baselines.gp import (
-    GPBatch,
     constrain,
     initial_raw,
     log_marginal_likelihood,
     log_prior,
     prior_raw,
+    slot_kind,
     unconstrain,
 )
 from amorgp.baselines.optim import batched_adam, lbfgs
+from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = ["BatchFit", "Type2MLSettings", "fit_type2ml_batch"]
 
@@ -113,7 +114,7 @@ class BatchFit:
         return "converged" if bool(self.converged[b]) else "max_iters"
 
 
-def _objective(batch: GPBatch, map_: bool) -> Callable[[Tensor, Tensor], Tensor]:
+def _objective(batch: PaddedBatch, map_: bool) -> Callable[[Tensor, Tensor], Tensor]:
     def f(raw: Tensor, raw_noise: Tensor) -> Tensor:
         params, noise = constrain(batch, raw, raw_noise)
         value = log_marginal_likelihood(batch, params, noise)
@@ -128,7 +129,7 @@ def _first(f: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Sequence[Tensor]]
     return lambda p: f(p[0], p[1])[0]
 
 
-def _warm_raw(batch: GPBatch, init: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+def _warm_raw(batch: PaddedBatch, init: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
     """Unconstrained values of a given start ``(params (B, D, L, P), noise (B,))``."""
     if not isinstance(init, tuple) or len(init) != 2:
         raise ValueError("init must be a tuple (params (B, D, L, P), noise (B,))")
@@ -139,7 +140,7 @@ def _warm_raw(batch: GPBatch, init: tuple[Tensor, Tensor]) -> tuple[Tensor, Tens
             f"init must have params of shape {batch.param_shape} and noise of shape ({B},), "
             f"got {tuple(params.shape)} and {tuple(noise.shape)}"
         )
-    _, used = batch.slot_kind()
+    _, used = slot_kind(batch)
     if not bool(torch.isfinite(params[used]).all()) or not bool(torch.isfinite(noise).all()):
         raise ValueError("init contains NaN or infinite values")
     if bool((params[used] <= 0).any()) or bool((noise <= 0).any()):
@@ -148,7 +149,7 @@ def _warm_raw(batch: GPBatch, init: tuple[Tensor, Tensor]) -> tuple[Tensor, Tens
 
 
 def _starts(
-    batch: GPBatch,
+    batch: PaddedBatch,
     s: Type2MLSettings,
     generator: torch.Generator | None,
     init: tuple[Tensor, Tensor] | None = None,
@@ -174,7 +175,7 @@ def _starts(
 
 
 def fit_type2ml_batch(
-    batch: GPBatch,
+    batch: PaddedBatch,
     settings: Type2MLSettings | None = None,
     *,
     generator: torch.Generator | None = None,
@@ -187,7 +188,7 @@ def fit_type2ml_batch(
         settings: optimiser settings (default: paper GP-ML).
         generator: random source of prior-drawn restarts.
         init: warm start ``(params (B, D, L, P), noise (B,))``: constrained kernel
-            parameters in the layout of :attr:`GPBatch.param_shape` (unused slots
+            parameters in the layout of :attr:`PaddedBatch.param_shape` (unused slots
             ignored) and noise variances, normalised units.  It replaces the
             default start (``settings.init``); with ``restarts > 1`` it is the first
             start of each pair and the others are drawn from the priors.

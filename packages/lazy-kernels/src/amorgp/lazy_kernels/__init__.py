@@ -1,6 +1,7 @@
 """Kernel operators from amorgp grammar expressions (dense torch and KeOps), exact GPs at large n,
 the normalisation and dataset-validation contract, and the fit-result base shared by every method."""
 
+from amorgp.lazy_kernels.batch import PaddedBatch, check_structures
 from amorgp.lazy_kernels.data import Y_STD_MAX, Y_STD_MIN, Normalizer, as_dataset, as_inputs
 from amorgp.lazy_kernels.dimwise import (
     kernel_diag_dimwise,
@@ -41,6 +42,13 @@ from amorgp.lazy_kernels.operators import (
     kernel_operator,
 )
 from amorgp.lazy_kernels.posterior import Posterior
+from amorgp.lazy_kernels.slots import (
+    PARAM_KINDS,
+    UNUSED_SLOT_VALUE,
+    SlotTable,
+    size_buckets,
+    slot_table,
+)
 from amorgp.lazy_kernels.structure import DimWiseKernel, ExpressionKernel
 from amorgp.lazy_kernels.tables import (
     CompiledSymbol,
@@ -59,6 +67,13 @@ __all__ = [
     "Normalizer",
     "as_dataset",
     "as_inputs",
+    "PARAM_KINDS",
+    "UNUSED_SLOT_VALUE",
+    "PaddedBatch",
+    "check_structures",
+    "SlotTable",
+    "size_buckets",
+    "slot_table",
     "CHOLESKY_MAX_N",
     "ExactGP",
     "KeOpsKernel",

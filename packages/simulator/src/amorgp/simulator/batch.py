@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Self
 
 import torch
 
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, decode
+from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = ["SimulatedBatch"]
 
@@ -15,12 +17,18 @@ _OPTIONAL = ("X_test", "y_test", "test_mask")
 _COUNTERS = ("n_gamma_rejections", "n_negative_fallback")
 
 
-@dataclass(frozen=True)
-class SimulatedBatch:
-    """A batch of ``B`` simulated datasets in the padded contract (ARCHITECTURE §3).
+@dataclass(frozen=True, kw_only=True)
+class SimulatedBatch(PaddedBatch):
+    """A :class:`~amorgp.lazy_kernels.PaddedBatch` of ``B`` simulated pairs with ground truth.
+
+    The inherited fields hold what a network sees (``symbols`` is the structure
+    *presented* with the data, equal to the generating one for positive pairs);
+    ``params`` and ``noise`` are the ground truth of the *generating* structure
+    ``true_symbols`` (:meth:`param_structure`), so :meth:`truth` is the batch whose
+    parameters fit its kernels.
 
     Shapes: ``N`` padded training points, ``T`` test points, ``D`` padded
-    dimensions, ``L`` (``L_true``) padded addends, ``P`` parameter slots.
+    dimensions, ``L`` / ``L_true`` padded addends, ``P`` parameter slots.
 
     Attributes:
         X: ``(B, N, D)`` float64 inputs (0 at padding).
@@ -29,6 +37,7 @@ class SimulatedBatch:
         dim_mask: ``(B, D)`` bool, the first ``d[b]`` dimensions are real.
         symbols: ``(B, D, L)`` int64 structure presented with the data (0 = padding).
         symbol_mask: ``(B, D, L)`` bool.
+        vocab: the vocabulary of the ids.
         true_symbols: ``(B, D, L_true)`` int64 structure the data was drawn from.
         true_symbol_mask: ``(B, D, L_true)`` bool.
         params: ``(B, D, L_true, P)`` float64 parameters of ``true_symbols`` (slot order of
@@ -46,12 +55,6 @@ class SimulatedBatch:
         n_negative_fallback: requested negatives that stayed positive.
     """
 
-    X: torch.Tensor
-    y: torch.Tensor
-    point_mask: torch.Tensor
-    dim_mask: torch.Tensor
-    symbols: torch.Tensor
-    symbol_mask: torch.Tensor
     true_symbols: torch.Tensor
     true_symbol_mask: torch.Tensor
     params: torch.Tensor
@@ -65,23 +68,6 @@ class SimulatedBatch:
     n_gamma_rejections: int = 0
     n_negative_fallback: int = 0
 
-    def __len__(self) -> int:
-        return int(self.X.shape[0])
-
-    @property
-    def batch_size(self) -> int:
-        return len(self)
-
-    @property
-    def n_points(self) -> torch.Tensor:
-        """``(B,)`` number of training points per dataset."""
-        return self.point_mask.sum(dim=1)
-
-    @property
-    def n_dims(self) -> torch.Tensor:
-        """``(B,)`` number of input dimensions per dataset."""
-        return self.dim_mask.sum(dim=1)
-
     @property
     def n_failed(self) -> int:
         """Number of elements whose draw was rejected (Cholesky failure after jitter)."""
@@ -91,22 +77,35 @@ class SimulatedBatch:
     def has_test(self) -> bool:
         return self.X_test is not None
 
-    def structures(self, vocab: Vocabulary) -> list[DimWiseStructure]:
-        """The presented structures ``symbols`` as kernel-grammar objects."""
-        return decode(self.symbols.cpu().numpy(), self.symbol_mask.cpu().numpy(), vocab)
+    def param_structure(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(true_symbols, true_symbol_mask)``: the ground truth belongs to these."""
+        return self.true_symbols, self.true_symbol_mask
 
-    def true_structures(self, vocab: Vocabulary) -> list[DimWiseStructure]:
+    def presented(self) -> PaddedBatch:
+        """The pairs as a network sees them: the presented structures, no parameters."""
+        return self.with_params(None, None)
+
+    def truth(self) -> PaddedBatch:
+        """The pairs with their generating structures and ground-truth parameters."""
+        return PaddedBatch(
+            self.X,
+            self.y,
+            self.point_mask,
+            self.dim_mask,
+            self.true_symbols,
+            self.true_symbol_mask,
+            self.vocab,
+            self.params,
+            self.noise,
+        )
+
+    def true_structures(self, vocab: Vocabulary | None = None) -> list[DimWiseStructure]:
         """The structures the data was drawn from."""
-        return decode(self.true_symbols.cpu().numpy(), self.true_symbol_mask.cpu().numpy(), vocab)
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """All tensor fields by name (optional ones only when present)."""
-        out: dict[str, torch.Tensor] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
-                out[f.name] = value
-        return out
+        return decode(
+            self.true_symbols.cpu().numpy(),
+            self.true_symbol_mask.cpu().numpy(),
+            vocab or self.vocab,
+        )
 
     def counters(self) -> dict[str, int]:
         """The integer counters (JSON-ready)."""
@@ -114,14 +113,18 @@ class SimulatedBatch:
 
     @classmethod
     def from_tensors(
-        cls, tensors: dict[str, torch.Tensor], counters: dict[str, Any] | None = None
+        cls,
+        tensors: dict[str, torch.Tensor],
+        counters: dict[str, Any] | None = None,
+        *,
+        vocab: Vocabulary,
     ) -> SimulatedBatch:
         """Inverse of :meth:`tensors` and :meth:`counters`.
 
         Raises:
             ValueError: a required tensor is missing or an unknown name is present.
         """
-        names = {f.name for f in fields(cls)} - set(_COUNTERS)
+        names = {f.name for f in fields(cls)} - set(_COUNTERS) - {"vocab"}
         required = names - set(_OPTIONAL)
         missing = required - set(tensors)
         if missing:
@@ -131,22 +134,11 @@ class SimulatedBatch:
             raise ValueError(f"simulated batch has unknown tensors {sorted(unknown)}")
         counts: dict[str, Any] = {k: int(v) for k, v in (counters or {}).items() if k in _COUNTERS}
         kwargs: dict[str, Any] = {**tensors, **counts}
-        return cls(**kwargs)
+        return cls(vocab=vocab, **kwargs)
 
-    def to(self, device: torch.device | str) -> SimulatedBatch:
-        """The batch on ``device`` (dtypes unchanged)."""
-        moved: dict[str, Any] = {k: v.to(device) for k, v in self.tensors().items()}
-        return replace(self, **moved)
-
-    def pin_memory(self) -> SimulatedBatch:
-        """Page-locked copy (called by ``DataLoader(pin_memory=True)``)."""
-        pinned: dict[str, Any] = {k: v.pin_memory() for k, v in self.tensors().items()}
-        return replace(self, **pinned)
-
-    def select(self, index: torch.Tensor | slice) -> SimulatedBatch:
+    def select(self, index: torch.Tensor | slice | int | Sequence[int]) -> Self:
         """The sub-batch ``index`` along the batch axis (padding is kept as is).
 
         Counters are per batch and are not split: the sub-batch reports zero.
         """
-        picked: dict[str, Any] = {k: v[index] for k, v in self.tensors().items()}
-        return replace(self, **picked, n_gamma_rejections=0, n_negative_fallback=0)
+        return replace(super().select(index), n_gamma_rejections=0, n_negative_fallback=0)

@@ -17,11 +17,12 @@ import numpy as np
 import torch
 
 from amorgp.kernel_grammar import FLOORS, NOISE, Vocabulary
+from amorgp.lazy_kernels import UNUSED_SLOT_VALUE, slot_table
 from amorgp.simulator.samplers import gamma_parameters, sample_gamma, sample_prior
 
 __all__ = ["PriorTable", "sample_noise", "sample_parameters"]
 
-UNUSED_VALUE = 1.0
+UNUSED_VALUE = UNUSED_SLOT_VALUE
 """Value written into parameter slots that a symbol does not use (and into padding)."""
 
 
@@ -44,17 +45,13 @@ class PriorTable:
     @classmethod
     def from_vocabulary(cls, vocab: Vocabulary) -> PriorTable:
         """Gather the priors of every symbol of ``vocab`` in slot order."""
-        rows, cols = len(vocab) + 1, vocab.max_params
-        shape = np.ones((rows, cols))
-        rate = np.ones((rows, cols))
-        floor = np.zeros((rows, cols))
-        mask = np.zeros((rows, cols), dtype=bool)
-        for i, sym in enumerate(vocab, start=1):
-            for j, spec in enumerate(sym.params):
-                shape[i, j], rate[i, j] = gamma_parameters(spec.prior)
-                floor[i, j] = FLOORS[spec.kind]
-                mask[i, j] = True
-        return cls(shape, rate, floor, mask)
+        slots = slot_table(vocab)
+        laws = np.array([gamma_parameters(p) for p in slots.priors], dtype=np.float64)  # (K, 2)
+        mask = slots.used.numpy()
+        per_slot = laws[slots.prior_index.numpy()]  # (V + 1, P, 2)
+        shape = np.where(mask, per_slot[..., 0], 1.0)
+        rate = np.where(mask, per_slot[..., 1], 1.0)
+        return cls(shape, rate, slots.floor.numpy().copy(), mask.copy())
 
     def tensors(self, device: torch.device | str) -> tuple[torch.Tensor, ...]:
         """``(shape, rate, floor, slot_mask)`` as tensors on ``device``."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from amorgp.diff_linalg import robust_cholesky
-from amorgp.lazy_kernels import kernel_matrix_dimwise
+from amorgp.lazy_kernels import kernel_matrix_dimwise, size_buckets
 from amorgp.simulator.batch import SimulatedBatch
 from amorgp.simulator.config import SimulatorConfig
 from amorgp.simulator.inputs import sample_input_columns
@@ -202,14 +202,10 @@ class Simulator:
         """Batch elements grouped by similar ``n`` (``config.size_buckets`` equal-count groups).
 
         Returns:
-            ``[(indices, width), ...]`` with ``width`` the largest ``n`` of the group.
+            ``[(indices, width), ...]`` with ``width`` the largest ``n`` of the group
+            (:func:`amorgp.lazy_kernels.size_buckets`).
         """
-        order = torch.argsort(n, stable=True)
-        groups = []
-        for idx in order.tensor_split(min(self.config.size_buckets, n.numel())):
-            if idx.numel():
-                groups.append((idx, int(n[idx].max())))
-        return groups
+        return size_buckets(n, self.config.size_buckets)
 
     def draw_targets(
         self,
@@ -304,6 +300,7 @@ class Simulator:
             dim_mask=inputs.dim_mask,
             symbols=shown.symbols,
             symbol_mask=shown.symbol_mask,
+            vocab=cfg.vocabulary,
             true_symbols=true_symbols,
             true_symbol_mask=true_mask,
             params=params,

@@ -176,7 +176,7 @@ def read_fixed_set(path: str | os.PathLike[str]) -> FixedSet:
         tensors = {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
         if sorted(tensors) != sorted(entry["tensors"]):
             raise ValueError(f"read_fixed_set: batch {i} tensors do not match the index")
-        batch = SimulatedBatch.from_tensors(tensors, entry)
+        batch = SimulatedBatch.from_tensors(tensors, entry, vocab=config.vocabulary)
         if len(batch) != entry["batch_size"]:
             raise ValueError(f"read_fixed_set: batch {i} has the wrong batch size")
         batches.append(batch)

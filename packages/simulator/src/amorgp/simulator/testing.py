@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, symbol_sort_key
+from amorgp.lazy_kernels import UNUSED_SLOT_VALUE
 from amorgp.simulator.batch import SimulatedBatch
 from amorgp.simulator.config import SimulatorConfig
 
@@ -30,29 +31,25 @@ def _require(cond: bool, msg: str) -> None:
 def check_batch(batch: SimulatedBatch, config: SimulatorConfig) -> None:
     """Assert that ``batch`` satisfies the contract for ``config``.
 
-    Checks dtypes and shapes; that masks are prefixes (real points, dimensions and
-    addends first); that padding holds zeros (``X``, ``y``, ids); that ``n`` and
-    ``d`` lie in their ranges; that ids lie in the vocabulary, are distinct and
-    sorted within a dimension, and that every real dimension has an addend; that
-    used parameters and the noise are finite and positive; that ``is_positive``
-    is exactly "presented structure equals true structure"; that invalid elements
-    have ``y = 0``; and the test-point fields when present.
+    First the padded-batch contract itself (:meth:`~amorgp.lazy_kernels.PaddedBatch.validate`:
+    shapes, dtypes, ids, masks, finite data, positive ground truth), then the
+    simulator's invariants: float64 data; masks that are prefixes (real points,
+    dimensions and addends first); zeros at padding (``X``, ``y``, ids); ``n`` and
+    ``d`` in their ranges; ids distinct and sorted within a dimension; 1.0 in unused
+    parameter slots; ``is_positive`` exactly "presented structure equals true
+    structure"; ``y = 0`` for invalid elements; and the test-point fields when present.
 
     Raises:
         AssertionError: naming the first violated property.
     """
-    B, N, D = batch.X.shape
+    try:
+        batch.validate()
+    except ValueError as err:
+        raise AssertionError(f"padded batch contract: {err}") from None
+    _require(batch.vocab == config.vocabulary, "batch vocabulary differs from the config's")
+    B, _, D = batch.X.shape
     V = len(config.vocabulary)
     _require(batch.X.dtype == torch.float64, f"X must be float64, got {batch.X.dtype}")
-    _require(batch.y.shape == (B, N), f"y shape {tuple(batch.y.shape)} != {(B, N)}")
-    _require(
-        batch.point_mask.shape == (B, N) and batch.point_mask.dtype == torch.bool,
-        "point_mask must be bool (B, N)",
-    )
-    _require(
-        batch.dim_mask.shape == (B, D) and batch.dim_mask.dtype == torch.bool,
-        "dim_mask must be bool (B, D)",
-    )
     for name in ("symbols", "true_symbols"):
         sym = getattr(batch, name)
         mask = getattr(batch, name.replace("symbols", "symbol_mask"))
@@ -92,14 +89,8 @@ def check_batch(batch: SimulatedBatch, config: SimulatorConfig) -> None:
     _require(bool((batch.y[~batch.point_mask] == 0).all()), "y must be 0 at padded points")
     _require(bool(torch.isfinite(batch.y).all()), "y must be finite")
     _require(bool((batch.y[~batch.valid] == 0).all()), "invalid elements must have y = 0")
-    P = config.vocabulary.max_params
-    _require(
-        batch.params.shape == (*batch.true_symbols.shape, P),
-        f"params shape {tuple(batch.params.shape)} != (B, D, L_true, {P})",
-    )
-    used = batch.params[batch.true_symbol_mask]
-    _require(bool(torch.isfinite(used).all() and (used > 0).all()), "params must be positive")
-    _require(batch.noise.shape == (B,) and bool((batch.noise > 0).all()), "noise must be > 0")
+    unused = batch.params[~batch.used_slots()]
+    _require(bool((unused == UNUSED_SLOT_VALUE).all()), "unused parameter slots must hold 1.0")
     w = max(batch.symbols.shape[-1], batch.true_symbols.shape[-1])
     pad = torch.nn.functional.pad
     same = (
