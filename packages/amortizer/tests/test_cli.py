@@ -1,96 +1,80 @@
-"""Tests of the ``amorgp`` click group (train, model-info)."""
+"""Tests of the ``amorgp`` click group: commands, help, the error-to-exit-code mapping."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import subprocess
+import sys
 
+import click
+import pytest
 from click.testing import CliRunner
 
-from amorgp.amortizer.cli import main
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.model import build_model, count_parameters
+from amorgp.amortizer.cli import AmorgpCommand, main
+from amorgp.amortizer.cli._errors import as_click_exception
+from amorgp.kernel_grammar import KernelSyntaxError
+from amorgp.kernel_grammar.errors import CheckpointError, DataError, OptionError, TrainingError
 
-TINY_SETS = [
-    "--set", "batch_size=4", "--set", "n_max=12", "--set", "max_dims=2",
-    "--set", "val_size=4", "--set", "val_every=2", "--set", "num_workers=0",
-]  # fmt: skip
+COMMANDS = ("train", "campaign", "model-info", "infer", "predict", "demo")
 
 
-def test_model_info_counts_match_the_model() -> None:
-    result = CliRunner().invoke(main, ["model-info", "--preset", "small"])
-    assert result.exit_code == 0, result.output
-    n = count_parameters(build_model(PRESETS["small"].network))
-    assert f"{n:,d} parameters" in result.output
+def test_every_command_maps_errors() -> None:
+    assert set(main.commands) == set(COMMANDS)
+    for name, command in main.commands.items():
+        assert isinstance(command, AmorgpCommand), name
 
 
-def test_train_resume_phase2_and_model_info(tmp_path: Path) -> None:
-    runner = CliRunner()
-    out = tmp_path / "run"
-    args = [
-        "train",
-        "--preset",
-        "tiny",
-        "--out",
-        str(out),
-        "--max-steps",
-        "2",
-        "--no-progress",
-        *TINY_SETS,
-    ]
-    result = runner.invoke(main, args)
-    assert result.exit_code == 0, result.output
-    summary = json.loads(result.output.strip().splitlines()[-1])
-    assert summary["step"] == 2
-    result = runner.invoke(
-        main, ["train", "--out", str(out), "--resume", "--max-steps", "3", "--no-progress"]
-    )
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.output.strip().splitlines()[-1])["step"] == 3
-    result = runner.invoke(
-        main,
-        [
-            "train",
-            "--phase",
-            "2",
-            "--from",
-            str(out / "last"),
-            "--out",
-            str(tmp_path / "p2"),
-            "--max-steps",
-            "1",
-            "--no-progress",
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(main, ["model-info", str(tmp_path / "p2" / "last")])
-    assert result.exit_code == 0, result.output
-    assert '"phase": 2' in result.output
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (OptionError("bad option"), 2),
+        (KernelSyntaxError("bad kernel", "SE +", 4), 2),
+        (DataError("bad data"), 1),
+        (CheckpointError("bad checkpoint"), 1),
+        (TrainingError("diverged"), 1),
+        (ValueError("older code"), 1),
+        (PermissionError(13, "Permission denied", "/x/y"), 1),
+    ],
+)
+def test_typed_errors_become_exit_codes_without_traceback(error: Exception, code: int) -> None:
+    @click.command("boom", cls=AmorgpCommand)
+    def boom() -> None:
+        raise error
+
+    group = click.Group(commands=[boom])
+    res = CliRunner().invoke(group, ["boom"])
+    assert res.exit_code == code
+    shown = error.strerror if isinstance(error, OSError) else str(error).splitlines()[0]
+    assert shown in res.output
+    assert "Traceback" not in res.output
+    assert isinstance(res.exception, SystemExit)  # handled, not escaped
+    if code == 2:
+        assert "Usage:" in res.output
 
 
-def test_usage_errors(tmp_path: Path) -> None:
-    runner = CliRunner()
-    result = runner.invoke(main, ["train", "--phase", "2", "--out", str(tmp_path / "x")])
-    assert result.exit_code == 2
-    assert "--from" in result.output
-    result = runner.invoke(
-        main, ["train", "--out", str(tmp_path / "x"), "--set", "bogus=1", "--max-steps", "1"]
-    )
-    assert result.exit_code == 2
-    assert "unknown training option" in result.output
-    result = runner.invoke(
-        main, ["train", "--out", str(tmp_path / "x"), "--resume", "--max-steps", "1"]
-    )
-    assert result.exit_code == 1
-    assert "nothing to resume" in result.output
-    (tmp_path / "bad").mkdir()
-    result = runner.invoke(main, ["model-info", str(tmp_path / "bad")])
-    assert result.exit_code == 1
-    assert "not an amorgp checkpoint" in result.output
+def test_a_bug_keeps_its_traceback() -> None:
+    @click.command("bug", cls=AmorgpCommand)
+    def bug() -> None:
+        raise KeyError("a bug")
+
+    res = CliRunner().invoke(click.Group(commands=[bug]), ["bug"])
+    assert isinstance(res.exception, KeyError)
+    with pytest.raises(TypeError):
+        as_click_exception(KeyError("x"), None)
 
 
 def test_help_on_every_command() -> None:
-    for cmd in ([], ["train"], ["model-info"]):
+    for cmd in ([], *([c] for c in COMMANDS)):
         result = CliRunner().invoke(main, [*cmd, "--help"])
-        assert result.exit_code == 0
+        assert result.exit_code == 0, cmd
         assert "Usage" in result.output
+
+
+def test_python_dash_m_runs_the_group() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "amorgp.amortizer.cli", "model-info", "--preset", "tiny"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "tiny (structured)" in res.stdout

@@ -16,6 +16,7 @@ Positions in messages: :func:`as_dataset` names data rows counting from 1;
 from __future__ import annotations
 
 import csv
+import io
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -50,21 +51,50 @@ class Dataset:
     lines: tuple[int, ...] = ()
 
 
-def _rows(path: str | os.PathLike[str]) -> tuple[list[list[str]], list[int]]:
-    """Non-blank CSV records and the file line each starts on."""
+_BOMS = (
+    (b"\xef\xbb\xbf", "utf-8-sig"),
+    (b"\xff\xfe\x00\x00", "utf-32"),
+    (b"\x00\x00\xfe\xff", "utf-32"),
+    (b"\xff\xfe", "utf-16"),
+    (b"\xfe\xff", "utf-16"),
+)
+
+
+def _decode(path: str | os.PathLike[str]) -> str:
+    """The text of ``path``: UTF-8, or any UTF with a byte-order mark."""
     try:
-        with open(path, newline="") as fh:
-            reader = csv.reader(fh)
-            rows, lines = [], []
-            start = 1
-            for r in reader:
-                if r and any(c.strip() for c in r):
-                    rows.append(r)
-                    lines.append(start)
-                start = reader.line_num + 1
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as err:
         raise DataError(f"cannot read {path}: {err.strerror or err}") from None
-    except (csv.Error, UnicodeDecodeError) as err:
+    encoding = next((enc for bom, enc in _BOMS if raw.startswith(bom)), "utf-8")
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{path} is not {encoding.upper()} text (byte {raw[err.start]:#04x} at offset "
+            f"{err.start}); save it as UTF-8"
+        ) from None
+
+
+def _rows(path: str | os.PathLike[str]) -> tuple[list[list[str]], list[int]]:
+    """Non-blank CSV records and the file line each starts on.
+
+    The delimiter is ``,``, or ``;`` or a tab when the first non-blank line holds no comma.
+    """
+    text = _decode(path)
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    delimiter = "," if "," in first else ";" if ";" in first else "\t" if "\t" in first else ","
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+        rows, lines = [], []
+        start = 1
+        for r in reader:
+            if r and any(c.strip() for c in r):
+                rows.append(r)
+                lines.append(start)
+            start = reader.line_num + 1
+    except csv.Error as err:
         raise DataError(f"{path} is not a CSV text file: {err}") from None
     if not rows:
         raise DataError(f"{path} is empty")
@@ -82,10 +112,14 @@ def _values(path: Any, header: list[str], body: list[list[str]], lines: list[int
     for j, name in enumerate(header):
         for i, r in enumerate(body):
             try:
+                if "_" in r[j]:  # float() reads '1_000' as 1000
+                    raise ValueError(r[j])
                 values[i, j] = float(r[j])
             except ValueError:
+                hint = "; write plain numbers: no thousands separators, '.' for decimals"
                 raise DataError(
                     f"{path}: column {name!r} is not numeric ({r[j]!r} on line {lines[i]})"
+                    + (hint if any(c in r[j] for c in ",_' ") else "")
                 ) from None
             if not np.isfinite(values[i, j]):
                 raise DataError(
@@ -104,6 +138,8 @@ def _columns(
 ) -> tuple[tuple[str, ...], str | None]:
     """The input columns and the target column (``None``: a table of inputs only)."""
     if target is not None and target not in header:
+        if not require_target and feature_names is not None:
+            return _columns(path, header, None, feature_names, require_target)  # no targets
         raise OptionError(f"{path}: unknown target column {target!r}; columns are {header}")
     if feature_names is not None:
         missing = [c for c in feature_names if c not in header]
@@ -140,11 +176,16 @@ def read_csv(
 ) -> Dataset:
     """Read a numeric CSV table with a header row.
 
+    The text may be UTF-8 (with or without a byte-order mark) or UTF-16/32 with a
+    byte-order mark; the delimiter is ``,``, or ``;`` or a tab when the header holds
+    no comma.  Blank lines are skipped.
+
     Args:
         path: the file.
         target: name of the target column; default the last column.
         require_target: if False and ``feature_names`` are given, a table holding only
-            those columns is read as inputs without targets (e.g. test points).
+            those columns (without ``target``) is read as inputs without targets
+            (e.g. test points).
         feature_names: expected input columns (e.g. those of the training table), in
             this order; other columns except the target are an error.
         training: validate as training data (at least :data:`MIN_POINTS` rows and a
@@ -161,8 +202,15 @@ def read_csv(
     """
     rows, lines = _rows(path)
     header = [c.strip() for c in rows[0]]
+    if "" in header:
+        raise DataError(
+            f"{path}: column {header.index('') + 1} of the header has no name "
+            "(a trailing delimiter?)"
+        )
     if len(set(header)) != len(header):
         raise DataError(f"{path}: duplicate column names in the header {header}")
+    if len(rows) == 1:
+        raise DataError(f"{path} has a header but no data rows")
     values = _values(path, header, rows[1:], lines[1:])
     names, tname = _columns(path, header, target, feature_names, require_target)
     X = values[:, [header.index(c) for c in names]]

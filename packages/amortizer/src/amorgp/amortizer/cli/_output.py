@@ -1,0 +1,183 @@
+"""What the commands write: clean stdout, strict JSON, validated and atomic output files.
+
+* :func:`library_output_to_stderr`: stdout is for results only; anything a library
+  prints meanwhile (KeOps' ``[KeOps] Warning ...``, compiler output of C extensions)
+  goes to stderr, at the Python and at the file-descriptor level.
+* :func:`json_text` / :func:`non_finite`: JSON without ``NaN``/``Infinity`` tokens.
+* :func:`check_output_path`, :func:`check_plot_path`: validate a path before the
+  work starts (writable folder, a supported plot format).
+* :func:`atomic_write`: write to a private temporary file in the target folder and
+  rename, so an interrupted write or two concurrent runs never leave a torn file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = [
+    "atomic_write",
+    "check_output_path",
+    "check_plot_path",
+    "json_text",
+    "library_output_to_stderr",
+    "non_finite",
+]
+
+
+@contextlib.contextmanager
+def library_output_to_stderr() -> Iterator[None]:
+    """Send everything printed to stdout inside the block to stderr.
+
+    Python-level prints go through :func:`contextlib.redirect_stdout`; C-level writes to
+    file descriptor 1 (when ``sys.stdout`` is the real descriptor 1) are redirected by
+    ``dup2`` and restored afterwards.
+    """
+    fd_level = _stdout_fd() == 1
+    saved = None
+    if fd_level:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _stdout_fd() -> int | None:
+    try:
+        return sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # e.g. click's CliRunner, pytest capture
+        return None
+
+
+def non_finite(obj: Any, path: str = "") -> list[str]:
+    """The paths (``results[0].noise``) of every NaN or infinite float inside ``obj``."""
+    if isinstance(obj, float):
+        return [] if math.isfinite(obj) else [f"{path} = {obj}"]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in non_finite(v, f"{path}.{k}" if path else k)]
+    if isinstance(obj, list | tuple):
+        return [p for i, v in enumerate(obj) for p in non_finite(v, f"{path}[{i}]")]
+    return []
+
+
+def _nulls(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nulls(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_nulls(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any, *, indent: int | None = None) -> str:
+    """Strict JSON of ``obj``: NaN and infinite floats become ``null`` (never a non-JSON
+    token); other objects are written as their ``str``."""
+    return json.dumps(_nulls(obj), indent=indent, allow_nan=False, default=str)
+
+
+def check_output_path(path: Path, option: str) -> None:
+    """Check before any work that a file can be written at ``path``.
+
+    An existing device or pipe (``/dev/stdout``) is written in place if writable.
+
+    Raises:
+        click.BadParameter: ``path`` is a folder, its folder does not exist or is not
+            a folder, or a file cannot be created there (read-only, no permission).
+    """
+    if path.is_dir():
+        raise click.BadParameter(f"{path} is a folder; give a file name", param_hint=option)
+    target = path.resolve()
+    if target.exists() and not target.is_file():
+        if not os.access(target, os.W_OK):
+            raise click.BadParameter(f"{path} is not writable", param_hint=option)
+        return
+    parent = target.parent
+    if not parent.exists():
+        raise click.BadParameter(f"the folder {path.parent} does not exist", param_hint=option)
+    if not parent.is_dir():
+        raise click.BadParameter(f"{path.parent} is not a folder", param_hint=option)
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".check"):
+            pass
+    except OSError as err:
+        raise click.BadParameter(
+            f"cannot write in {path.parent}: {err.strerror or err}", param_hint=option
+        ) from None
+
+
+def plot_formats() -> dict[str, str]:
+    """File extensions matplotlib writes (``{"png": "Portable Network Graphics", ...}``)."""
+    from amorgp.amortizer.plotting import require_matplotlib
+
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return dict(FigureCanvasBase.get_supported_filetypes())
+
+
+def check_plot_path(path: Path, option: str = "--plot") -> None:
+    """Check before any work that a figure can be written at ``path``.
+
+    Raises:
+        click.BadParameter: no extension or one matplotlib cannot write, or see
+            :func:`check_output_path`.
+        ValueError: matplotlib is not installed.
+    """
+    formats = plot_formats()
+    ext = path.suffix.lower().lstrip(".")
+    if ext not in formats:
+        what = f"format {ext!r} is not supported" if ext else "the file name has no extension"
+        raise click.BadParameter(
+            f"{path}: {what}; use one of {', '.join(sorted(formats))}", param_hint=option
+        )
+    check_output_path(path, option)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` on a fresh temporary file beside ``path``, then rename it to
+    ``path`` (``os.replace``): readers and concurrent writers see the old file or a
+    whole new one, never a partial one; the temporary file is removed on failure.
+
+    A symbolic link is followed (its target is replaced, not the link); an existing
+    device or pipe (``/dev/stdout``) is written in place, never replaced.
+    """
+    target = path.resolve()
+    try:
+        if target.exists() and not target.is_file():
+            write(target)
+            return
+        _replace_atomically(target, write)
+    except OSError as err:
+        raise click.ClickException(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def _replace_atomically(target: Path, write: Callable[[Path], None]) -> None:
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=target.suffix)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,94 @@
+"""``amorgp campaign``: the long, resumable CPU training campaign.
+
+Example::
+
+    nohup nice -n 19 amorgp campaign > campaign.out 2>&1 &
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+import click
+
+from amorgp.amortizer.cli._errors import AmorgpCommand
+from amorgp.amortizer.cli._output import json_text
+
+__all__ = ["campaign_command", "default_campaign_state"]
+
+
+def default_campaign_state() -> Path:
+    """``$AMORGP_CAMPAIGN_DIR``, else ``$XDG_CACHE_HOME/amorgp/campaign`` (``~/.cache``)."""
+    root = os.environ.get("AMORGP_CAMPAIGN_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "amorgp" / "campaign"
+
+
+@click.command("campaign", cls=AmorgpCommand)
+@click.option(
+    "--state",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="State directory outside the repository "
+    "(default $AMORGP_CAMPAIGN_DIR or ~/.cache/amorgp/campaign).",
+)
+@click.option(
+    "--export",
+    "export_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("docs/training/campaign"),
+    show_default=True,
+    help="Repository folder for the log, the latest phase-1 weights and the best model.",
+)
+@click.option(
+    "--init",
+    "init_from",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Checkpoint to start from when nothing can be resumed (default: the bundled model).",
+)
+@click.option("--segment-minutes", type=click.FloatRange(min=0.5), default=20.0, show_default=True)
+@click.option("--finetune-steps", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--max-minutes",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=None,
+    help="Stop after this many minutes (default: until Ctrl-C or SIGTERM).",
+)
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
+def campaign_command(
+    state: Path | None,
+    export_dir: Path,
+    init_from: Path | None,
+    segment_minutes: float,
+    finetune_steps: int,
+    max_minutes: float | None,
+    threads: int,
+) -> None:
+    """Run the long, resumable CPU training campaign (see amorgp.amortizer.campaign).
+
+    Start it in the background at low priority, e.g.
+    ``nohup nice -n 19 amorgp campaign > campaign.out 2>&1 &``;
+    stop it with Ctrl-C or SIGTERM (it checkpoints first).
+    """
+    import torch
+
+    from amorgp.amortizer.api import PRETRAINED_DIR
+    from amorgp.amortizer.campaign import run_campaign
+
+    torch.set_num_threads(threads)
+    logging.getLogger("amorgp").setLevel(logging.INFO)
+    record = run_campaign(
+        state or default_campaign_state(),
+        export_dir,
+        init=init_from or PRETRAINED_DIR,
+        baseline=PRETRAINED_DIR,
+        segment_minutes=segment_minutes,
+        finetune_steps=finetune_steps,
+        max_minutes=max_minutes if max_minutes is not None else math.inf,
+    )
+    click.echo(json_text(record))

@@ -1,0 +1,75 @@
+"""``amorgp model-info``: parameter counts of a preset or a checkpoint.
+
+Examples::
+
+    amorgp model-info
+    amorgp model-info --preset small
+    amorgp model-info runs/small/last
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import click
+from torch import nn
+
+from amorgp.amortizer.cli._errors import AmorgpCommand
+from amorgp.amortizer.cli._output import json_text
+from amorgp.amortizer.config import PRESETS
+
+__all__ = ["component_counts", "model_info"]
+
+
+def component_counts(model: nn.Module) -> list[tuple[str, int]]:
+    """``(child name, parameters)`` of each top-level child, then ``("total", n)``."""
+    rows = [
+        (name, sum(p.numel() for p in child.parameters())) for name, child in model.named_children()
+    ]
+    return [*rows, ("total", sum(p.numel() for p in model.parameters()))]
+
+
+@click.command("model-info", cls=AmorgpCommand)
+@click.option(
+    "--preset", "preset_name", type=click.Choice(sorted(PRESETS)), help="Describe a preset."
+)
+@click.option(
+    "--model",
+    type=click.Choice(["structured", "ahgp-se-ard"]),
+    default="structured",
+    show_default=True,
+)
+@click.argument(
+    "checkpoint", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+def model_info(preset_name: str | None, model: str, checkpoint: Path | None) -> None:
+    """Parameter counts of a preset (default: all presets) or of a CHECKPOINT directory."""
+    from amorgp.amortizer.checkpoint import load_checkpoint
+    from amorgp.amortizer.model import build_model
+    from amorgp.amortizer.train import SE_VOCABULARY
+
+    if checkpoint is not None and preset_name is not None:
+        raise click.UsageError("give either --preset or CHECKPOINT, not both")
+    if checkpoint is not None:
+        ckpt = load_checkpoint(checkpoint)
+        click.echo(
+            f"checkpoint {checkpoint}: {ckpt.network.model}, vocabulary {', '.join(ckpt.network.vocabulary.symbols)}"
+        )
+        for name, n in component_counts(ckpt.model):
+            click.echo(f"  {name:<18} {n:>12,d}")
+        click.echo(f"  progress: {json_text(ckpt.meta.get('progress', {}))}")
+        click.echo(f"  validation: {json_text(ckpt.meta.get('validation', {}))}")
+        return
+    names = [preset_name] if preset_name else list(PRESETS)
+    for name in names:
+        network = PRESETS[name].network
+        if model == "ahgp-se-ard":
+            network = dataclasses.replace(network, model="ahgp-se-ard", vocabulary=SE_VOCABULARY)
+        counts = component_counts(build_model(network))
+        total = counts[-1][1]
+        click.echo(
+            f"{name} ({network.model}): {total:,d} parameters, {4 * total / 2**20:.1f} MiB float32 — {PRESETS[name].description}"
+        )
+        for comp, n in counts[:-1]:
+            click.echo(f"  {comp:<18} {n:>12,d}")

@@ -1,0 +1,197 @@
+"""``amorgp predict``: GP predictions on a test set with amortized hyperparameters.
+
+Examples::
+
+    amorgp predict data.csv --kernel "SE*PER + LIN" --split 0.2 --plot pred.png
+    amorgp predict data.csv -k "SE + PER" --test new.csv --output pred.csv --refine 10
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from amorgp.amortizer.cli._common import (
+    check_finite,
+    inference_options,
+    load_amortizer,
+    run_inference,
+)
+from amorgp.amortizer.cli._errors import AmorgpCommand
+from amorgp.amortizer.cli._output import (
+    atomic_write,
+    check_output_path,
+    check_plot_path,
+    library_output_to_stderr,
+)
+from amorgp.amortizer.io import Dataset, read_csv
+
+__all__ = ["predict", "holdout_scores", "write_predictions"]
+
+
+def write_predictions(
+    path: Path, names: tuple[str, ...], X: np.ndarray, mean: np.ndarray, std: np.ndarray
+) -> None:
+    """CSV of the test inputs, predictive mean and std, every float written so that it
+    reads back exactly (shortest round-trip ``repr``), atomically (see
+    :func:`~amorgp.amortizer.cli._output.atomic_write`)."""
+    body = np.column_stack([X, mean, std]).tolist()
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            out = csv.writer(fh, lineterminator="\n")
+            out.writerow([*names, "mean", "std"])
+            out.writerows([repr(v) for v in row] for row in body)
+
+    atomic_write(path, write)
+
+
+def holdout_scores(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> tuple[float, float]:
+    """Test RMSE ``sqrt(mean((y - m)^2))`` and mean Gaussian NLL
+    ``mean(log(2 pi v) / 2 + (y - m)^2 / (2 v))``, computed without overflow for
+    values near the float64 limit (residuals scaled by their largest magnitude).
+
+    Raises:
+        click.ClickException: a score is not finite all the same.
+    """
+    resid = y - mean
+    scale = float(np.max(np.abs(resid)))
+    rmse = scale * float(np.sqrt(np.mean((resid / scale) ** 2))) if scale > 0 else 0.0
+    z = resid / np.sqrt(var)
+    nll = float(np.mean(0.5 * np.log(2 * np.pi) + 0.5 * np.log(var) + 0.5 * z**2))
+    if not (np.isfinite(rmse) and np.isfinite(nll)):
+        raise click.ClickException(
+            "the test scores are not finite; the test targets are probably beyond the "
+            "float64 range: rescale the columns"
+        )
+    return rmse, nll
+
+
+def _split(table: Dataset, split: float, seed: int) -> tuple[Dataset, Dataset]:
+    import torch
+
+    assert table.y is not None
+    n = table.X.shape[0]
+    n_test = round(split * n)
+    if n_test < 1 or n - n_test < 3:
+        raise click.BadParameter(
+            f"{split} leaves {n - n_test} training and {n_test} test rows of {n}; "
+            "need at least 3 training rows and 1 test row",
+            param_hint="--split",
+        )
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
+    te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    train = Dataset(table.X[tr], table.y[tr], table.feature_names, table.target_name)
+    test = Dataset(table.X[te], table.y[te], table.feature_names, table.target_name)
+    if float(np.ptp(train.y)) == 0.0:  # type: ignore[arg-type]
+        raise click.ClickException("the training part of the split has a constant target")
+    return train, test
+
+
+def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None) -> None:
+    """Validate the output paths before any work (and never overwrite an input)."""
+    for path, option in ((output, "--output"), (plot_path, "--plot")):
+        if path is None:
+            continue
+        if any(path.resolve() == p.resolve() for p in inputs):
+            raise click.BadParameter(f"{path} is an input file", param_hint=option)
+        (check_output_path if option == "--output" else check_plot_path)(path, option)
+
+
+@click.command("predict", cls=AmorgpCommand)
+@click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--kernel", "-k", required=True, help="Kernel expression, e.g. 'SE*PER + LIN'.")
+@click.option(
+    "--test",
+    "test_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="CSV of test inputs (targets optional).",
+)
+@click.option(
+    "--split", type=float, help="Hold out this fraction of DATA (0 < split < 1) as test set."
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a plot here (format by extension: png, pdf, svg, ...); checked before the work.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write test predictions (CSV, full float precision) here; replaced atomically.",
+)
+@inference_options
+def predict(
+    data: Path,
+    kernel: str,
+    test_path: Path | None,
+    split: float | None,
+    plot_path: Path | None,
+    output: Path | None,
+    target: str | None,
+    seed: int,
+    device: str | None,
+    dtype: str,
+    checkpoint: Path | None,
+    refine: int | str,
+) -> None:
+    """GP predictions on a test set with amortized hyperparameters; RMSE and NLL when targets are known."""
+    if (test_path is None) == (split is None):
+        raise click.UsageError("give exactly one of --test TEST.csv or --split FRACTION")
+    if split is not None and not 0.0 < split < 1.0:
+        raise click.BadParameter(
+            f"must lie strictly between 0 and 1, got {split}", param_hint="--split"
+        )
+    _check_paths([data] + ([test_path] if test_path else []), output, plot_path)
+    table = read_csv(data, target)
+    if split is not None:
+        train, test = _split(table, split, seed)
+    else:
+        assert test_path is not None
+        train = table
+        test = read_csv(
+            test_path,
+            table.target_name,
+            require_target=False,
+            feature_names=table.feature_names,
+            training=False,
+        )
+    amz = load_amortizer(checkpoint, device, dtype, seed)
+    (result,) = run_inference(amz, train, [kernel], refine)
+    check_finite([result])
+    t0 = time.perf_counter()
+    with library_output_to_stderr():
+        mean_t, var_t = result.predict(test.X, include_noise=True)
+    t_pred = time.perf_counter() - t0
+    mean, var = mean_t.numpy(), var_t.numpy()
+    if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var > 0).all()):
+        raise click.ClickException(
+            f"kernel {result.kernel_text}: the predictions are not finite; the data's values "
+            "are probably beyond the float64 range of the GP algebra: rescale the columns"
+        )
+    refined = (
+        f", refined with {result.refine_steps} L-BFGS iterations ({result.refine_status})"
+        if result.refine_status != "none"
+        else ""
+    )
+    click.echo(
+        f"kernel {result.kernel_text}: n_train = {train.X.shape[0]}, n_test = {test.X.shape[0]}, "
+        f"inference {1e3 * result.call_time_s:.1f} ms, prediction {1e3 * t_pred:.1f} ms" + refined
+    )
+    if test.y is not None:
+        rmse, nll = holdout_scores(test.y, mean, var)
+        click.echo(f"test RMSE {rmse:.4g}   test NLL {nll:.4g} (per point, original units)")
+    if output is not None:
+        write_predictions(output, test.feature_names, test.X, mean, np.sqrt(var))
+        click.echo(f"predictions written to {output}")
+    if plot_path is not None:
+        from amorgp.amortizer.cli._plots import plot_prediction
+
+        with library_output_to_stderr():
+            plot_prediction(plot_path, result, train, test)
+        click.echo(f"plot written to {plot_path}")

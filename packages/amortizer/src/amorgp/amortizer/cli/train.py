@@ -1,0 +1,283 @@
+"""``amorgp train``: train an amortization network on simulated data.
+
+Examples::
+
+    amorgp train --preset small --phase 1 --out runs/small --max-minutes 60
+    amorgp train --out runs/small --resume --max-minutes 60
+    amorgp train --phase 2 --from runs/small/last --out runs/small-p2 --max-minutes 10
+    torchrun --nproc_per_node 2 -m amorgp.amortizer.cli train --preset small --out runs/ddp ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from amorgp.amortizer.cli._common import check_device
+from amorgp.amortizer.cli._errors import AmorgpCommand
+from amorgp.amortizer.cli._output import json_text
+from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig, preset
+
+__all__ = ["LOCK_NAME", "parse_overrides", "train_command"]
+
+LOCK_NAME = ".amorgp-train.lock"
+"""File in the run directory locked (``flock``) while a run writes there."""
+
+
+def _parse_value(key: str, typ: Any, value: str) -> Any:
+    if typ is int:
+        try:
+            return int(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{key} expects an integer, got {value!r}", param_hint="--set"
+            ) from None
+    if typ is float:
+        try:
+            out = float(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{key} expects a number, got {value!r}", param_hint="--set"
+            ) from None
+        if not math.isfinite(out):
+            raise click.BadParameter(f"{key} must be finite, got {value!r}", param_hint="--set")
+        return out
+    if typ is str:
+        return value
+    raise click.BadParameter(f"{key} cannot be set from the command line", param_hint="--set")
+
+
+def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
+    """``("lr=1e-4", "batch_size=64")`` -> ``{"lr": 1e-4, "batch_size": 64}``, each value
+    parsed by the type of its :class:`~amorgp.amortizer.config.TrainConfig` field.
+
+    Raises:
+        click.BadParameter: not ``KEY=VALUE``, an unknown key, ``phase`` (use
+            ``--phase``), or a value that does not parse as the field's type.
+    """
+    types = typing.get_type_hints(TrainConfig)
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"expects KEY=VALUE, got {item!r}", param_hint="--set")
+        key, value = item.split("=", 1)
+        key = key.strip().replace("-", "_")
+        if key == "phase":
+            raise click.BadParameter("the phase is chosen by --phase", param_hint="--set")
+        if key not in types:
+            known = ", ".join(k for k in types if k != "phase")
+            raise click.BadParameter(
+                f"unknown training option {key!r}; known: {known}", param_hint="--set"
+            )
+        out[key] = _parse_value(key, types[key], value.strip())
+    return out
+
+
+@contextlib.contextmanager
+def run_lock(out_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out_dir`` (rank 0 only under torchrun), so two runs
+    never write one run directory at once; released on exit, also on kill -9."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / LOCK_NAME, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise click.ClickException(
+                f"another amorgp train is writing {out_dir}; wait for it or choose another --out"
+            ) from None
+        yield
+
+
+def _check_combination(
+    ctx: click.Context, out_dir: Path, resume: bool, init_from: Path | None, phase: int
+) -> None:
+    if resume:
+        given = [
+            opt
+            for name, opt in (
+                ("preset_name", "--preset"),
+                ("model", "--model"),
+                ("phase", "--phase"),
+            )
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        ]
+        if ctx.params["overrides"]:
+            given.append("--set")
+        if init_from is not None:
+            given.append("--from")
+        if given:
+            raise click.UsageError(
+                f"{', '.join(given)} conflict(s) with --resume: a resumed run continues with "
+                "the configuration stored in --out",
+                ctx,
+            )
+        if not (out_dir / "last").exists():
+            raise click.ClickException(
+                f"nothing to resume: {out_dir / 'last'} does not exist (start the run without --resume)"
+            )
+        return
+    if phase == 2 and init_from is None:
+        raise click.UsageError(
+            "phase 2 fine-tunes a trained network: pass --from runs/NAME/last", ctx
+        )
+    if (out_dir / "last").exists():
+        raise click.UsageError(
+            f"{out_dir} already holds a run: add --resume to continue it, or choose another --out",
+            ctx,
+        )
+
+
+def _configs(
+    preset_name: str, model: str, phase: int, init_from: Path | None, extra: dict[str, Any]
+) -> tuple[NetworkConfig | None, TrainConfig]:
+    """The network (None: from ``init_from``) and the recipe of a new run."""
+    from amorgp.amortizer.checkpoint import load_checkpoint
+    from amorgp.amortizer.train import SE_VOCABULARY
+
+    base = load_checkpoint(init_from).meta.get("train", {}) if init_from is not None else None
+    try:
+        if base is not None:
+            return None, TrainConfig.from_dict({**base, **extra, "phase": phase})
+        chosen = preset(preset_name, phase=phase, **extra)
+    except ValueError as err:  # a --set value outside its domain
+        raise click.BadParameter(str(err), param_hint="--set") from None
+    network = chosen.network
+    if model == "ahgp-se-ard":
+        network = dataclasses.replace(network, model="ahgp-se-ard", vocabulary=SE_VOCABULARY)
+    return network, chosen.train
+
+
+@click.command("train", cls=AmorgpCommand)
+@click.option(
+    "--preset",
+    "preset_name",
+    type=click.Choice(sorted(PRESETS)),
+    default="small",
+    show_default=True,
+    help="Architecture and training recipe (not with --resume).",
+)
+@click.option(
+    "--model",
+    type=click.Choice(["structured", "ahgp-se-ard"]),
+    default="structured",
+    show_default=True,
+    help="Network class (ahgp-se-ard: the fixed SE-ARD comparison model; not with --resume).",
+)
+@click.option(
+    "--phase",
+    type=click.IntRange(1, 2),
+    default=1,
+    show_default=True,
+    help="1: per-point NLL on all pairs; 2: noise fine-tuning (needs --from; not with --resume).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Run directory (checkpoints, metrics.jsonl, validation set); one run at a time.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the run in --out exactly where it stopped, with its stored configuration "
+    "(--preset, --model, --phase, --set and --from are refused).",
+)
+@click.option(
+    "--from",
+    "init_from",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Start from the weights of this checkpoint (e.g. runs/NAME/last for phase 2).",
+)
+@click.option(
+    "--max-minutes",
+    type=click.FloatRange(min=0.0, min_open=True),
+    help="Wall-clock budget of this call (> 0).",
+)
+@click.option(
+    "--max-datasets", type=click.IntRange(min=1), help="Budget in datasets (summed over ranks)."
+)
+@click.option(
+    "--max-steps",
+    type=click.IntRange(min=1),
+    help="Stop at this total number of optimiser steps, counted from the start of the run "
+    "(also with --resume).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a training option, e.g. --set batch_size=64 --set lr=1e-4 (not with --resume).",
+)
+@click.option("--device", help="torch device (default: cuda if available, else cpu).")
+@click.option("--no-progress", is_flag=True, help="Do not show a progress bar.")
+@click.pass_context
+def train_command(
+    ctx: click.Context,
+    preset_name: str,
+    model: str,
+    phase: int,
+    out_dir: Path,
+    resume: bool,
+    init_from: Path | None,
+    max_minutes: float | None,
+    max_datasets: int | None,
+    max_steps: int | None,
+    overrides: tuple[str, ...],
+    device: str | None,
+    no_progress: bool,
+) -> None:
+    """Train an amortization network on simulated data (Ctrl-C stops and checkpoints).
+
+    Without a budget (--max-minutes, --max-datasets, --max-steps) it runs until
+    interrupted.  Prints a JSON summary (step, datasets seen, stop reason, checkpoint).
+    """
+    from amorgp.amortizer.train import train
+
+    extra = parse_overrides(overrides)
+    _check_combination(ctx, out_dir, resume, init_from, phase)
+    check_device(device)
+    if max_minutes is None and max_datasets is None and max_steps is None:
+        max_minutes = math.inf  # until interrupted
+    network: NetworkConfig | None = None
+    train_cfg: TrainConfig | None = None
+    if not resume:
+        network, train_cfg = _configs(preset_name, model, phase, init_from, extra)
+    with run_lock(out_dir):
+        result = train(
+            out_dir,
+            network,
+            train_cfg,
+            resume=resume,
+            init_from=init_from,
+            max_minutes=max_minutes,
+            max_datasets=max_datasets,
+            max_steps=max_steps,
+            device=device,
+            progress=not no_progress,
+        )
+    summary = {
+        "step": result.step,
+        "datasets_seen": result.datasets_seen,
+        "stopped_by": result.stopped_by,
+        "checkpoint": str(result.last_checkpoint) if result.last_checkpoint else None,
+        "validation": result.validation,
+    }
+    click.echo(json_text(summary))

@@ -1,0 +1,59 @@
+"""Tests of ``amorgp demo`` through ``CliRunner``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+import amorgp.amortizer.cli.demo as demo_module
+from amorgp.amortizer.cli import main
+
+
+def _run(args: list[str], ckpt: Path | None = None) -> Result:
+    full = [*args, "--checkpoint", str(ckpt)] if ckpt is not None else args
+    return CliRunner().invoke(main, full)
+
+
+def test_demo_runs_with_baseline_and_plot(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    plot = tmp_path / "demo.png"
+    res = _run(["demo", "--plot", str(plot), "-k", "SE", "-k", "SE + PER"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    assert "Type-2 ML" in res.output
+    assert "speed-up x" in res.output
+    assert plot.stat().st_size > 1000
+
+
+def test_help_of_every_command() -> None:
+    for cmd in ("infer", "predict", "demo"):
+        res = CliRunner().invoke(main, [cmd, "--help"])
+        assert res.exit_code == 0
+        assert "--seed" in res.output
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("out.txt", "format 'txt' is not supported"), ("tmp", "the file name has no extension")],
+)
+def test_demo_checks_the_plot_path_before_the_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, message: str
+) -> None:
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("inference ran before the plot path was checked")
+
+    monkeypatch.setattr(demo_module, "run_inference", never)
+    res = CliRunner().invoke(main, ["demo", "--plot", str(tmp_path / name)])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_demo_without_plot_writes_nothing(
+    tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    res = _run(["demo", "--no-plot", "--no-baseline", "-k", "SE"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    assert "Type-2 ML" not in res.output
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,211 @@
+"""Tests of ``amorgp train`` and ``amorgp model-info``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from amorgp.amortizer.cli import main
+from amorgp.amortizer.cli.train import LOCK_NAME, parse_overrides
+from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.model import build_model, count_parameters
+
+TINY_SETS = [
+    "--set", "batch_size=4", "--set", "n_max=12", "--set", "max_dims=2",
+    "--set", "val_size=4", "--set", "val_every=2", "--set", "num_workers=0",
+]  # fmt: skip
+
+
+def test_model_info_counts_match_the_model() -> None:
+    result = CliRunner().invoke(main, ["model-info", "--preset", "small"])
+    assert result.exit_code == 0, result.output
+    n = count_parameters(build_model(PRESETS["small"].network))
+    assert f"{n:,d} parameters" in result.output
+
+
+def test_train_resume_phase2_and_model_info(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "run"
+    args = [
+        "train",
+        "--preset",
+        "tiny",
+        "--out",
+        str(out),
+        "--max-steps",
+        "2",
+        "--no-progress",
+        *TINY_SETS,
+    ]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["step"] == 2
+    result = runner.invoke(
+        main, ["train", "--out", str(out), "--resume", "--max-steps", "3", "--no-progress"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["step"] == 3
+    result = runner.invoke(
+        main,
+        [
+            "train",
+            "--phase",
+            "2",
+            "--from",
+            str(out / "last"),
+            "--out",
+            str(tmp_path / "p2"),
+            "--max-steps",
+            "1",
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["model-info", str(tmp_path / "p2" / "last")])
+    assert result.exit_code == 0, result.output
+    assert '"phase": 2' in result.output
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["train", "--phase", "2", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "--from" in result.output
+    result = runner.invoke(
+        main, ["train", "--out", str(tmp_path / "x"), "--set", "bogus=1", "--max-steps", "1"]
+    )
+    assert result.exit_code == 2
+    assert "unknown training option" in result.output
+    result = runner.invoke(
+        main, ["train", "--out", str(tmp_path / "x"), "--resume", "--max-steps", "1"]
+    )
+    assert result.exit_code == 1
+    assert "nothing to resume" in result.output
+    (tmp_path / "bad").mkdir()
+    result = runner.invoke(main, ["model-info", str(tmp_path / "bad")])
+    assert result.exit_code == 1
+    assert "not an amorgp checkpoint" in result.output
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        ["--max-steps", "0"],
+        ["--max-steps", "-5"],
+        ["--max-minutes", "-1"],
+        ["--max-minutes", "0"],
+        ["--max-datasets", "0"],
+    ],
+)
+def test_budgets_that_allow_no_step_are_refused(tmp_path: Path, budget: list[str]) -> None:
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["train", "--preset", "tiny", "--out", str(out), *budget])
+    assert res.exit_code == 2, res.output
+    assert budget[0] in res.output
+    assert not out.exists()  # nothing ran, no checkpoint
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("lr=abc", "lr expects a number, got 'abc'"),
+        ("lr=nan", "lr must be finite"),
+        ("lr=inf", "lr must be finite"),
+        ("batch_size=1.5", "batch_size expects an integer"),
+        ("phase=2", "the phase is chosen by --phase"),
+        ("lr=-1", "lr must be positive"),
+        ("n_min=50", "n_min=50 exceeds n_max"),
+        ("novalue", "expects KEY=VALUE"),
+        ("bogus=1", "unknown training option 'bogus'"),
+    ],
+)
+def test_set_values_are_parsed_by_field_type(tmp_path: Path, item: str, message: str) -> None:
+    out = tmp_path / "run"
+    res = CliRunner().invoke(
+        main, ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "1", "--set", item]
+    )
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "--set" in res.output
+    assert "Traceback" not in res.output
+    assert not out.exists()
+
+
+def test_parse_overrides_types() -> None:
+    got = parse_overrides(("lr=1e-4", "batch_size=64", "grad-clip=0"))
+    assert got == {"lr": 1e-4, "batch_size": 64, "grad_clip": 0.0}
+    assert type(got["batch_size"]) is int
+    assert type(got["grad_clip"]) is float
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--preset", "tiny"], "--preset"),
+        (["--set", "lr=1e-3"], "--set"),
+        (["--phase", "2"], "--phase"),
+        (["--model", "ahgp-se-ard"], "--model"),
+    ],
+)
+def test_resume_refuses_options_it_would_ignore(
+    tmp_path: Path, extra: list[str], named: str
+) -> None:
+    out = tmp_path / "run"
+    (out / "last").mkdir(parents=True)
+    res = CliRunner().invoke(
+        main, ["train", "--out", str(out), "--resume", "--max-steps", "5", *extra]
+    )
+    assert res.exit_code == 2, res.output
+    assert f"{named} conflict(s) with --resume" in res.output
+
+
+def test_resume_help_says_what_it_refuses() -> None:
+    res = CliRunner().invoke(main, ["train", "--help"])
+    assert "--set and --from are refused" in " ".join(res.output.split())
+
+
+def test_existing_run_names_the_cli_option(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    (out / "last").mkdir(parents=True)
+    res = CliRunner().invoke(
+        main, ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "1"]
+    )
+    assert res.exit_code == 2, res.output
+    assert "add --resume" in res.output
+    assert "resume=True" not in res.output
+
+
+def test_a_second_run_in_the_same_folder_is_refused(tmp_path: Path) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    out = tmp_path / "run"
+    out.mkdir()
+    with open(out / LOCK_NAME, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a run in progress
+        res = CliRunner().invoke(
+            main,
+            ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "1", *TINY_SETS],
+        )
+    assert res.exit_code == 1, res.output
+    assert "another amorgp train is writing" in res.output
+    assert not (out / "last").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--device", "nonsense"], 2, "--device"),
+        (["--out", "FILE"], 2, "is a file"),
+    ],
+)
+def test_train_usage_errors(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    (tmp_path / "f").write_text("x")
+    args = [a.replace("FILE", str(tmp_path / "f")) for a in args]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "run")]
+    res = CliRunner().invoke(main, ["train", "--preset", "tiny", "--max-steps", "1", *args])
+    assert res.exit_code == code, res.output
+    assert message in res.output
