@@ -10,12 +10,9 @@ Examples::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
 import typing
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +22,9 @@ from amorgp.amortizer.cli._common import check_device
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import json_text
 from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig, preset
+from amorgp.amortizer.rundir import RunDirectory
 
-__all__ = ["LOCK_NAME", "parse_overrides", "train_command"]
-
-LOCK_NAME = ".amorgp-train.lock"
-"""File in the run directory locked (``flock``) while a run writes there."""
+__all__ = ["parse_overrides", "train_command"]
 
 
 def _parse_value(key: str, typ: Any, value: str) -> Any:
@@ -81,29 +76,6 @@ def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-@contextlib.contextmanager
-def run_lock(out_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``out_dir`` (rank 0 only under torchrun), so two runs
-    never write one run directory at once; released on exit, also on kill -9."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        yield
-        return
-    if int(os.environ.get("RANK", "0")) != 0:
-        yield
-        return
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / LOCK_NAME, "w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise click.ClickException(
-                f"another amorgp train is writing {out_dir}; wait for it or choose another --out"
-            ) from None
-        yield
-
-
 def _check_combination(
     ctx: click.Context, out_dir: Path, resume: bool, init_from: Path | None, phase: int
 ) -> None:
@@ -127,16 +99,12 @@ def _check_combination(
                 "the configuration stored in --out",
                 ctx,
             )
-        if not (out_dir / "last").exists():
-            raise click.ClickException(
-                f"nothing to resume: {out_dir / 'last'} does not exist (start the run without --resume)"
-            )
         return
     if phase == 2 and init_from is None:
         raise click.UsageError(
             "phase 2 fine-tunes a trained network: pass --from runs/NAME/last", ctx
         )
-    if (out_dir / "last").exists():
+    if RunDirectory(out_dir).holds_run():
         raise click.UsageError(
             f"{out_dir} already holds a run: add --resume to continue it, or choose another --out",
             ctx,
@@ -144,16 +112,12 @@ def _check_combination(
 
 
 def _configs(
-    preset_name: str, model: str, phase: int, init_from: Path | None, extra: dict[str, Any]
-) -> tuple[NetworkConfig | None, TrainConfig]:
-    """The network (None: from ``init_from``) and the recipe of a new run."""
-    from amorgp.amortizer.checkpoint import load_checkpoint
+    preset_name: str, model: str, phase: int, extra: dict[str, Any]
+) -> tuple[NetworkConfig, TrainConfig]:
+    """The network and the recipe of a new run (checked before any work)."""
     from amorgp.amortizer.train import SE_VOCABULARY
 
-    base = load_checkpoint(init_from).meta.get("train", {}) if init_from is not None else None
     try:
-        if base is not None:
-            return None, TrainConfig.from_dict({**base, **extra, "phase": phase})
         chosen = preset(preset_name, phase=phase, **extra)
     except ValueError as err:  # a --set value outside its domain
         raise click.BadParameter(str(err), param_hint="--set") from None
@@ -191,7 +155,7 @@ def _configs(
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Run directory (checkpoints, metrics.jsonl, validation set); one run at a time.",
+    help="Run directory (checkpoints, metrics.jsonl, validation set); one process at a time.",
 )
 @click.option(
     "--resume",
@@ -258,21 +222,24 @@ def train_command(
         max_minutes = math.inf  # until interrupted
     network: NetworkConfig | None = None
     train_cfg: TrainConfig | None = None
-    if not resume:
-        network, train_cfg = _configs(preset_name, model, phase, init_from, extra)
-    with run_lock(out_dir):
-        result = train(
-            out_dir,
-            network,
-            train_cfg,
-            resume=resume,
-            init_from=init_from,
-            max_minutes=max_minutes,
-            max_datasets=max_datasets,
-            max_steps=max_steps,
-            device=device,
-            progress=not no_progress,
-        )
+    overrides_given: dict[str, Any] | None = None
+    if init_from is not None:  # the checkpoint's recipe, with --phase and --set on top
+        overrides_given = {**extra, "phase": phase}
+    elif not resume:
+        network, train_cfg = _configs(preset_name, model, phase, extra)
+    result = train(
+        out_dir,
+        network,
+        train_cfg,
+        resume=resume,
+        init_from=init_from,
+        max_minutes=max_minutes,
+        max_datasets=max_datasets,
+        max_steps=max_steps,
+        device=device,
+        progress=not no_progress,
+        train_overrides=overrides_given,
+    )
     summary = {
         "step": result.step,
         "datasets_seen": result.datasets_seen,
