@@ -19,6 +19,7 @@ def _record(run: str, total: int, nll: float, best: float, improved: bool) -> di
         "validation_phase1": {"nll": nll - 0.01},
         "best_nll": best,
         "improved": improved,
+        "baseline_nll": 0.9,
         "real": {"airline": {"rmse": 0.3, "nll": 0.5}},
     }
 
@@ -34,6 +35,7 @@ def test_report_summarises_runs_and_skips_torn_lines(tmp_path: Path) -> None:
     assert [r["datasets_total"] for r in read_campaign_log(log)] == [1000, 2000, 3000]
     text = campaign_report(log, tmp_path / "out.md", tmp_path / "curve.png")
     assert "3 segments; 3,000 datasets" in text
+    assert "started from scores 0.9000" in text
     assert "| a | 2 | d8-n100 | 1,000-2,000 |" in text
     assert "| 0.8200 | 0.8000 | 1 |" in text  # run a: last validation, best, exports
     assert "| b | 1 |" in text

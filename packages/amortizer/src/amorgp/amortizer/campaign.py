@@ -258,6 +258,7 @@ class _Campaign:
             return
         self.status["best_nll"] = score_checkpoint(base, self.valset)["nll"]
         self.status["baseline"] = str(base)
+        self.status["baseline_nll"] = self.status["best_nll"]
         self._save_status()
         logger.info("campaign baseline %s: nll %.4f", base, self.status["best_nll"])
 
@@ -272,6 +273,7 @@ class _Campaign:
             "stage": k,
             "stage_name": stage.name,
             "seed": int(self.status["seed"]),
+            "baseline_nll": self.status.get("baseline_nll"),
             "unix": time.time(),
         }
 

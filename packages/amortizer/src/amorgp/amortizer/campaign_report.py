@@ -66,7 +66,17 @@ def campaign_report(
         f"{len(records)} segments; {records[-1]['datasets_total'] if records else 0:,} datasets of the paper prior "
         f"(d <= 8) in {records[-1].get('minutes_total', 0.0) / 60 if records else 0:.1f} hours of one CPU thread "
         "(validation: the fixed campaign set, 256 paper-prior datasets, mean per-point NLL of the noise-fine-tuned copy; "
-        "lower is better).",
+        "lower is better)."
+        + (
+            f" The bundled model the campaign started from scores {base:.4f} on this set."
+            if (
+                base := next(
+                    (r["baseline_nll"] for r in records if r.get("baseline_nll") is not None), None
+                )
+            )
+            is not None
+            else ""
+        ),
         "",
         "| run | segments | stages | datasets | hours (cumulative) | last validation NLL | best so far | exports |",
         "|---|---|---|---|---|---|---|---|",
