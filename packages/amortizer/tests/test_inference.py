@@ -147,3 +147,16 @@ def test_estimator_keeps_one_posterior(tiny_checkpoint: Path) -> None:
     reg.predict(X[:3])
     reg.predict(X[:5], return_std=True)
     assert reg.result_.posterior.factorizations == 1
+
+
+def test_broken_weights_are_an_error_not_a_result(tiny_checkpoint: Path) -> None:
+    import torch
+
+    from amorgp.kernel_grammar import CheckpointError
+
+    a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    with torch.no_grad():
+        next(a.model.parameters()).fill_(float("nan"))
+    X, y = _data()
+    with pytest.raises(CheckpointError, match="non-finite hyperparameters"):
+        a.infer(X, y, "SE")

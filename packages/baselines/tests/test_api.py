@@ -14,7 +14,8 @@ from amorgp.baselines.testing import (
     dense_log_marginal_likelihood,
     dense_predictive,
 )
-from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.kernel_grammar import DataError, DimWiseStructure
+from amorgp.lazy_kernels import KernelFit
 
 FAST = {
     "gp-ml": {"max_iters": 30},
@@ -135,3 +136,35 @@ def test_predict_validates_inputs() -> None:
         res.predict(np.array([[np.nan, 1.0]]))
     with pytest.raises(ValueError, match="values"):
         res.log_predictive_density(X[:3], y[:2])
+
+
+@pytest.mark.parametrize("scale", [1e-120, 1e120])
+def test_extreme_target_scales_map_exactly(scale: float) -> None:
+    """Scaling y by c leaves the normalised fit unchanged and maps predictions exactly."""
+    X, y = _raw_data()
+    ref = fit(X, y, "SE", method="gp-ml", max_iters=20)
+    res = fit(X, y * scale, "SE", method="gp-ml", max_iters=20)
+    assert res.hyperparameters == pytest.approx(ref.hyperparameters, rel=1e-9)
+    assert res.log_marginal_likelihood_original == pytest.approx(
+        ref.log_marginal_likelihood_original - len(y) * math.log(scale), rel=1e-9
+    )
+    mean, var = res.predict(X[:3])
+    m0, v0 = ref.predict(X[:3])
+    np.testing.assert_allclose(mean.numpy(), m0.numpy() * scale, rtol=1e-8)
+    np.testing.assert_allclose(var.numpy(), v0.numpy() * scale**2, rtol=1e-8)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+def test_unrepresentable_target_scales_are_refused(scale: float) -> None:
+    X, y = _raw_data()
+    with pytest.raises(DataError, match=r"standard deviation .* rescale y"):
+        fit(X, y * scale, "SE", max_iters=5)
+
+
+def test_results_share_the_fit_result_base() -> None:
+    X, y = _raw_data()
+    (res,) = fit_many(X, y, ["SE"], max_iters=5)
+    assert isinstance(res, KernelFit)
+    assert res.call_time_s >= res.time_s > 0
+    assert res.noise_original == pytest.approx(res.noise * res.normalizer.y_std**2)
+    assert res.to_dict()["status"] == res.status

@@ -23,7 +23,7 @@ from amorgp.amortizer.model import AmortizedGP
 from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.refine import refine as run_refinement
 from amorgp.amortizer.results import ConditionedGP, KernelResult
-from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
+from amorgp.kernel_grammar import CheckpointError, DimWiseStructure, OptionError, Vocabulary
 from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend
 
 __all__ = [
@@ -374,12 +374,20 @@ class Amortizer:
         Returns:
             ``params (K, d, L, P)`` and ``noise (K,)`` in ``self.dtype`` and the number
             of points the encoder read.
+
+        Raises:
+            CheckpointError: the network's output is not finite (broken weights).
         """
         n, d = Xn.shape
         idx = self.encoder_subset(n)
         Xe, ye = (Xn, yn) if idx is None else (Xn[idx.to(Xn.device)], yn[idx.to(yn.device)])
         sym, smask = encode_structures(structures, self.vocabulary, d, self.device)
         params, noise = network_parameters(self.model, Xe, ye, sym, smask)
+        if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
+            raise CheckpointError(
+                "the network predicted non-finite hyperparameters for normalised data: its "
+                "weights are broken (e.g. a diverged training run); use another checkpoint"
+            )
         return params.to(self.dtype).clone(), noise.to(self.dtype).clone(), int(Xe.shape[0])
 
     def __repr__(self) -> str:
