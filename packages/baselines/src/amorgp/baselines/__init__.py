@@ -1,4 +1,5 @@
-"""GP hyperparameter baselines for amorgp: Type-2 ML, MAP, SVGP and ADVI.
+"""GP hyperparameter baselines for amorgp: Type-2 ML, MAP, SVGP, ADVI, and the deep inverse
+Wishart process (DIWP).
 
 Quick start::
 
@@ -19,6 +20,7 @@ from amorgp.baselines.advi import (
 from amorgp.baselines.api import METHODS, Baseline, FitResult, Method, fit, fit_many
 from amorgp.baselines.bayesian import ADVISettings, GPPosterior, fit_advi_gp
 from amorgp.baselines.data import Normalizer, as_dataset, as_inputs, train_test_split
+from amorgp.baselines.diwp import DIWP, DIWPFit, DIWPSettings, fit_diwp
 from amorgp.baselines.gp import exact_predictive, log_marginal_likelihood, log_prior
 from amorgp.baselines.gram_kernels import GRAM_KERNELS, GramBlocks, GramKernel, gram_kernel
 from amorgp.baselines.optim import batched_adam, lbfgs
@@ -32,6 +34,9 @@ __all__ = [
     "METHODS",
     "Baseline",
     "BatchFit",
+    "DIWP",
+    "DIWPFit",
+    "DIWPSettings",
     "FitResult",
     "GRAM_KERNELS",
     "GramBlocks",
@@ -52,6 +57,7 @@ __all__ = [
     "exact_predictive",
     "fit",
     "fit_advi_gp",
+    "fit_diwp",
     "fit_many",
     "fit_svgp_batch",
     "fit_type2ml_batch",
