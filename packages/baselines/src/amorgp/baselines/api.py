@@ -11,6 +11,7 @@ method                  what runs
 ``svgp``                SVGP, I = n/2 k-means inducing points, Adam lr 0.03, <= 500 steps
 ``advi-meanfield``      ADVI posterior over the hyperparameters, mean-field family
 ``advi-fullrank``       ADVI, full-rank family
+``diwp``                deep inverse Wishart process (a kernel names its Gram kernel)
 ======================  ============================================================
 
 Data are normalised by the contract of :mod:`amorgp.baselines.data` before
@@ -39,6 +40,7 @@ from amorgp.baselines.bayesian import (
     mixture_log_density,
     mixture_moments,
 )
+from amorgp.baselines.diwp.fit import diwp_results
 from amorgp.baselines.gp import exact_predictive
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_predictive
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
@@ -56,6 +58,7 @@ Method = Literal[
     "svgp",
     "advi-meanfield",
     "advi-fullrank",
+    "diwp",
 ]
 METHODS: tuple[str, ...] = get_args(Method)
 
@@ -155,8 +158,10 @@ def fit_many(
             generator seeded with 0.
         normalize: apply the normalisation contract (else data are used as given).
         **options: fields of :class:`~amorgp.baselines.type2ml.Type2MLSettings`,
-            :class:`~amorgp.baselines.svgp.SVGPSettings` or
-            :class:`~amorgp.baselines.bayesian.ADVISettings` overriding the defaults.
+            :class:`~amorgp.baselines.svgp.SVGPSettings`,
+            :class:`~amorgp.baselines.bayesian.ADVISettings` or
+            :class:`~amorgp.baselines.diwp.DIWPSettings` (``quick=True``: its quick
+            configuration) overriding the defaults.
 
     Returns:
         One :class:`FitResult` per kernel, in order.
@@ -188,6 +193,8 @@ def fit_many(
         family = "meanfield" if method == "advi-meanfield" else "fullrank"
         settings = ADVISettings(**{"family": family, **options})
         results = _advi_results(common, batch, structures, settings, gen)
+    elif method == "diwp":
+        results = diwp_results(common, Xn, yn, structures, options, gen)
     elif method == "svgp":
         results = _svgp_results(common, batch, structures, SVGPSettings(**options), gen)
     else:
