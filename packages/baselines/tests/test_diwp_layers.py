@@ -155,3 +155,16 @@ def test_conditional_of_a_point_at_an_inducing_input_reproduces_the_inducing_blo
     torch.testing.assert_close(
         G.tt, G_ii.diagonal(dim1=-2, dim2=-1)[:, [2, 0]], rtol=1e-5, atol=1e-6
     )
+
+
+def test_analytic_kl_is_the_expectation_of_the_single_sample_log_ratio() -> None:
+    K = _kernel(3, seed=11)
+    delta, gamma = torch.tensor(4.0, dtype=F64), torch.tensor(1.5, dtype=F64)
+    V = 0.5 * torch.randn(3, 3, generator=torch.Generator().manual_seed(12), dtype=F64)
+    gen = torch.Generator().manual_seed(13)
+    _, lr = sample_inducing_gram(K, delta, gamma, V, gen, (40_000,))
+    _, neg_kl = sample_inducing_gram(K, delta, gamma, V, gen, (2,), analytic_kl=True)
+    assert neg_kl.shape == (2,)
+    se = float(lr.std()) / math.sqrt(lr.numel())
+    assert float(lr.mean()) == pytest.approx(float(neg_kl[0]), abs=4 * se)
+    assert float(neg_kl[0]) < 0

@@ -57,7 +57,8 @@ class DIWPFit:
         elbo: final ELBO of the normalised targets (``test_samples`` samples).
         trace: ``(iterations,)`` the ELBO estimate of each training step.
         n_points: training points.
-        skipped: steps skipped because the ELBO estimate was not finite.
+        skipped: steps skipped because the ELBO estimate or its gradient was not finite
+            or a factorisation failed (no parameter update; counted, never hidden).
         time_s: training time in seconds.
     """
 
@@ -138,19 +139,11 @@ def fit_diwp_normalized(
         if s.batch_size is not None and s.batch_size < n:
             rows = torch.randperm(n, generator=generator)[: s.batch_size]
             Xb, yb = Xn[rows], yn[rows]
-        opt.zero_grad()
-        elbo = model.elbo(Xb, yb, s.train_samples, generator, n_total=n)
-        if not torch.isfinite(elbo):
+        value = _step(model, opt, params, Xb, yb, s.train_samples, generator, n)
+        if value is None:
             skipped += 1
-            continue
-        (-elbo / n).backward()
-        if all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params):
-            opt.step()
-        else:
-            skipped += 1
-        trace[it] = elbo.detach()
-    with torch.no_grad():
-        final = float(model.elbo(Xn, yn, s.test_samples, generator))
+        trace[it] = math.nan if value is None else value
+    final = _evaluate(model, Xn, yn, s.test_samples, generator)
     return DIWPFit(
         model=model,
         normalizer=normalizer or Normalizer.identity(Xn.shape[1]),
@@ -161,6 +154,41 @@ def fit_diwp_normalized(
         skipped=skipped,
         time_s=time.perf_counter() - t0,
     )
+
+
+def _step(
+    model: DIWP,
+    opt: torch.optim.Optimizer,
+    params: list[torch.nn.Parameter],
+    X: Tensor,
+    y: Tensor,
+    n_samples: int,
+    generator: torch.Generator,
+    n_total: int,
+) -> float | None:
+    """One Adam step on ``-ELBO / n``; ``None`` (no step) when the estimate or its gradient is
+    not finite or a factorisation failed (the inverse Wishart's Cholesky raises)."""
+    opt.zero_grad()
+    try:
+        elbo = model.elbo(X, y, n_samples, generator, n_total=n_total)
+    except ValueError:  # a scale matrix that is not positive definite or not finite
+        return None
+    if not torch.isfinite(elbo):
+        return None
+    (-elbo / n_total).backward()
+    if not all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params):
+        return None
+    opt.step()
+    return float(elbo.detach())
+
+
+@torch.no_grad()
+def _evaluate(model: DIWP, X: Tensor, y: Tensor, n_samples: int, gen: torch.Generator) -> float:
+    """The ELBO estimate with ``n_samples`` samples (NaN if a factorisation fails)."""
+    try:
+        return float(model.elbo(X, y, n_samples, gen))
+    except ValueError:
+        return math.nan
 
 
 def fit_diwp(

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from amorgp.baselines.gram_kernels import GramBlocks
-from amorgp.diff_linalg import InverseWishart, robust_cholesky, trsm
+from amorgp.diff_linalg import InverseWishart, kl_inverse_wishart, robust_cholesky, trsm
 
 __all__ = [
     "PointNoise",
@@ -91,6 +91,8 @@ def sample_inducing_gram(
     V: Tensor,
     generator: torch.Generator | None,
     sample_shape: tuple[int, ...] = (),
+    *,
+    analytic_kl: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """One draw of ``G_ii ~ Q`` per batch element and ``log P(G_ii | K_ii) - log Q(G_ii)``.
 
@@ -103,6 +105,9 @@ def sample_inducing_gram(
         delta, gamma: positive scalars (tensors).
         V: ``(P, P)`` variational factor.
         sample_shape: extra leading sample dimensions (the input layer's ``(S,)``).
+        analytic_kl: return ``-KL(Q || P)`` in closed form
+            (:func:`~amorgp.diff_linalg.kl_inverse_wishart`), the expectation of the
+            single-sample log ratio over ``G_ii``, instead of the single-sample ratio.
 
     Returns:
         ``G_ii (*sample_shape, ..., P, P)`` and the log ratio ``(*sample_shape, ...)``.
@@ -111,6 +116,8 @@ def sample_inducing_gram(
     prior = InverseWishart(delta * K_ii, delta + P + 1.0)
     q = InverseWishart(delta * K_ii + V @ V.mT, delta + gamma + P + 1.0)
     G = q.rsample(sample_shape, generator=generator)
+    if analytic_kl:
+        return G, (-kl_inverse_wishart(q, prior)).expand(G.shape[:-2])
     return G, prior.log_prob(G) - q.log_prob(G)
 
 

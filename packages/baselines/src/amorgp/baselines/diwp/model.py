@@ -87,6 +87,10 @@ class DIWPSettings:
             variance and top-kernel variance (normalised units).
         v_init_scale: initial ``V_l = v_init_scale I``.
         jitter: relative diagonal jitter of every kernel matrix.
+        analytic_kl: replace the single-sample ``log P - log Q`` of ``Omega`` and of each
+            ``G^l_ii`` by ``-KL(Q || P)`` given the previous layer (closed form, the same
+            expectation, less variance); the paper's estimator is the single sample.
+        chunk_size: test points per chunk at prediction (memory ``S P_i chunk_size``).
     """
 
     n_hidden: int = 2
@@ -107,6 +111,8 @@ class DIWPSettings:
     variance_init: float = 1.0
     v_init_scale: float = 0.1
     jitter: float = 1e-6
+    analytic_kl: bool = False
+    chunk_size: int = 512
     _kernel: GramKernel = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -118,6 +124,7 @@ class DIWPSettings:
             "late_iterations": (self.late_iterations, 0),
             "train_samples": (self.train_samples, 1),
             "test_samples": (self.test_samples, 1),
+            "chunk_size": (self.chunk_size, 1),
         }
         for name, (value, low) in ints.items():
             if int(value) != value or value < low:
@@ -263,8 +270,9 @@ class DIWP(nn.Module):
         n0 = self.Z.shape[1]
         eye = torch.eye(n0, dtype=torch.float64)
         delta, gamma = self.delta, self.gamma
+        kl = self.settings.analytic_kl
         omega, log_ratio = sample_inducing_gram(
-            eye, delta[0], gamma[0], self.V[0], generator, (n_samples,)
+            eye, delta[0], gamma[0], self.V[0], generator, (n_samples,), analytic_kl=kl
         )
         Zs = self._scale(self.Z)
         grams = [Zs @ omega @ Zs.mT / n0]
@@ -273,7 +281,7 @@ class DIWP(nn.Module):
             kernels.append(self._kernel_ii(grams[-1], layer - 1))
             factors.append(robust_cholesky(kernels[-1]).L)
             G, lr = sample_inducing_gram(
-                kernels[-1], delta[layer], gamma[layer], self.V[layer], generator
+                kernels[-1], delta[layer], gamma[layer], self.V[layer], generator, analytic_kl=kl
             )
             grams.append(G)
             log_ratio = log_ratio + lr
@@ -343,21 +351,21 @@ class DIWP(nn.Module):
         n_samples: int,
         generator: torch.Generator,
         include_noise: bool = True,
-        chunk_size: int = 4096,
+        chunk_size: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The Gaussian mixture components ``(mean, var)``, each ``(S, m)``, at ``X (m, N_0)``.
 
         One inducing sample serves every point; points are processed in chunks of
-        ``chunk_size`` (the per-point draws are made for all points first, so chunking
-        does not change the result).
+        ``chunk_size`` (default: the settings'), each with its own per-point draws, so
+        memory is ``O(S P_i chunk_size)`` and time linear in ``m``.
         """
+        size = chunk_size or self.settings.chunk_size
         ind = self.sample_inducing(n_samples, generator)
-        noise = self.draw_noise(n_samples, X.shape[0], generator)
         means, variances = [], []
-        for start in range(0, X.shape[0], chunk_size):
-            sl = slice(start, start + chunk_size)
-            part = [PointNoise(n.gamma[:, sl], n.normal[..., sl]) for n in noise]
-            m, v = self.sample_points(ind, X[sl], part)
+        for start in range(0, X.shape[0], size):
+            Xc = X[start : start + size]
+            noise = self.draw_noise(n_samples, Xc.shape[0], generator)
+            m, v = self.sample_points(ind, Xc, noise)
             means.append(m)
             variances.append(v)
         var = torch.cat(variances, -1)
