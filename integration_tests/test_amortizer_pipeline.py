@@ -17,6 +17,7 @@ from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import PRESETS, TrainConfig, gp_nll_per_point, load_checkpoint, train
 from amorgp.kernel_grammar import DimWiseStructure, encode
+from amorgp.lazy_kernels import PaddedBatch
 
 
 def test_grammar_to_prediction_to_likelihood(tmp_path: Path) -> None:
@@ -40,18 +41,10 @@ def test_grammar_to_prediction_to_likelihood(tmp_path: Path) -> None:
     point_mask = torch.arange(12)[None] < torch.tensor(n)[:, None]
     y = torch.where(point_mask, y, torch.zeros_like(y))
     dim_mask = symbol_mask.any(-1)
+    batch = PaddedBatch(X, y, point_mask, dim_mask, symbols, symbol_mask, vocab).validate()
     with torch.no_grad():
-        pred = model(
-            X=X,
-            y=y,
-            point_mask=point_mask,
-            dim_mask=dim_mask,
-            symbols=symbols,
-            symbol_mask=symbol_mask,
-        )
-        nll, failed = gp_nll_per_point(
-            X, y, point_mask, dim_mask, symbols, symbol_mask, pred.params, pred.noise, vocab
-        )
+        pred = model(batch)
+        nll, failed = gp_nll_per_point(batch, pred.params, pred.noise)
     assert not bool(failed.any())
     for b, s in enumerate(structures):
         x = X[b, : n[b]].numpy()

@@ -11,6 +11,7 @@ from amorgp.amortizer import testing
 from amorgp.amortizer.ahgp import AHGPSEARD
 from amorgp.amortizer.config import PRESETS
 from amorgp.kernel_grammar import PAPER_VOCABULARY, base_symbol
+from amorgp.lazy_kernels import PaddedBatch
 
 CONFIG = dataclasses.replace(PRESETS["tiny"].network, model="ahgp-se-ard")
 
@@ -26,7 +27,7 @@ def model() -> AHGPSEARD:
 
 
 @pytest.fixture
-def batch() -> testing.PaddedBatch:
+def batch() -> PaddedBatch:
     return testing.random_padded_batch(
         torch.Generator().manual_seed(3),
         PAPER_VOCABULARY,
@@ -37,19 +38,19 @@ def batch() -> testing.PaddedBatch:
     )
 
 
-def test_symmetries_and_padding(model: AHGPSEARD, batch: testing.PaddedBatch) -> None:
+def test_symmetries_and_padding(model: AHGPSEARD, batch: PaddedBatch) -> None:
     g = torch.Generator().manual_seed(0)
     testing.assert_point_invariant(model, batch, g)
     testing.assert_dimension_equivariant(model, batch, g)
     testing.assert_padding_invariant(model, batch)
 
 
-def test_product_of_se_factors_is_se_ard(model: AHGPSEARD, batch: testing.PaddedBatch) -> None:
+def test_product_of_se_factors_is_se_ard(model: AHGPSEARD, batch: PaddedBatch) -> None:
     """prod_d s_d^2 exp(-r_d^2 / 2 l_d^2) equals s^2 exp(-sum_d r_d^2 / 2 l_d^2) (numpy oracle)."""
     import numpy as np
 
     with torch.no_grad():
-        pred = model(**batch.inputs())
+        pred = model(batch)
     readable = model.se_ard(pred, batch.dim_mask)
     se = base_symbol("SE")
     b = 0
@@ -72,11 +73,11 @@ def test_product_of_se_factors_is_se_ard(model: AHGPSEARD, batch: testing.Padded
     np.testing.assert_allclose(prod, ard, rtol=1e-12)
 
 
-def test_rejects_other_structures(model: AHGPSEARD, batch: testing.PaddedBatch) -> None:
+def test_rejects_other_structures(model: AHGPSEARD, batch: PaddedBatch) -> None:
     symbols = batch.symbols.clone()
     symbols[0, 0, 0] = PAPER_VOCABULARY.id("PER")
     with pytest.raises(ValueError, match="only predicts the SE kernel"):
-        model(**{**batch.inputs(), "symbols": symbols})
+        model(dataclasses.replace(batch, symbols=symbols))
 
 
 def test_wrong_model_kind() -> None:

@@ -36,7 +36,7 @@ def _trained(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         torch.Generator().manual_seed(seed), PAPER_VOCABULARY, dtype=torch.float32
     )
     for _ in range(2):
-        out = model(**batch.inputs())
+        out = model(batch)
         loss = out.params.log().square().mean() + out.noise.log().square().mean()
         opt.zero_grad()
         loss.backward()
@@ -56,7 +56,7 @@ def test_round_trip_predictions_identical(tmp_path: Path) -> None:
     )
     model.eval()
     with torch.no_grad():
-        a, b = model(**batch.inputs()), ckpt.model(**batch.inputs())
+        a, b = model(batch), ckpt.model(batch)
     torch.testing.assert_close(a.params, b.params, rtol=0, atol=0)
     torch.testing.assert_close(a.noise, b.noise, rtol=0, atol=0)
     assert not any(p.suffix == ".pkl" for p in (tmp_path / "c").iterdir())
@@ -74,7 +74,7 @@ def test_optimizer_state_round_trip_continues_identically() -> None:
         torch.Generator().manual_seed(9), PAPER_VOCABULARY, dtype=torch.float32
     )
     for m, o in ((model, opt), (clone, opt2)):
-        out = m(**batch.inputs())
+        out = m(batch)
         loss = out.params.log().square().mean()
         o.zero_grad()
         loss.backward()

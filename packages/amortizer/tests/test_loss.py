@@ -12,14 +12,13 @@ from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.loss import gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.amortizer.model import Prediction, build_model
 from amorgp.kernel_grammar import PAPER_VOCABULARY
+from amorgp.lazy_kernels import PaddedBatch
 from amorgp.simulator.testing import dense_covariance, structure_of
 
 VOCAB = PAPER_VOCABULARY
 
 
-def _oracle_nll(
-    batch: testing.PaddedBatch, params: torch.Tensor, noise: torch.Tensor
-) -> np.ndarray:
+def _oracle_nll(batch: PaddedBatch, params: torch.Tensor, noise: torch.Tensor) -> np.ndarray:
     """Dense float64 numpy/scipy per-point NLL, one dataset at a time."""
     out = []
     for b in range(batch.X.shape[0]):
@@ -34,7 +33,7 @@ def _oracle_nll(
 
 
 @pytest.fixture
-def batch() -> testing.PaddedBatch:
+def batch() -> PaddedBatch:
     g = torch.Generator().manual_seed(7)
     b = testing.random_padded_batch(g, VOCAB, batch=4, n_max=9, d_max=2, l_max=2)
     # padding must hold valid numbers for the kernel evaluator; shuffle points so that
@@ -42,12 +41,12 @@ def batch() -> testing.PaddedBatch:
     X = torch.where(b.point_mask[:, :, None] & b.dim_mask[:, None, :], b.X, torch.zeros_like(b.X))
     y = torch.where(b.point_mask, b.y, torch.zeros_like(b.y))
     perm = torch.randperm(X.shape[1], generator=g)
-    return testing.PaddedBatch(
-        X[:, perm], y[:, perm], b.point_mask[:, perm], b.dim_mask, b.symbols, b.symbol_mask
+    return PaddedBatch(
+        X[:, perm], y[:, perm], b.point_mask[:, perm], b.dim_mask, b.symbols, b.symbol_mask, VOCAB
     )
 
 
-def _random_params(batch: testing.PaddedBatch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def _random_params(batch: PaddedBatch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     B, D, L = batch.symbols.shape
     params = 0.2 + torch.rand(B, D, L, VOCAB.max_params, generator=g, dtype=torch.float64)
@@ -55,57 +54,54 @@ def _random_params(batch: testing.PaddedBatch, seed: int = 0) -> tuple[torch.Ten
     return params, noise
 
 
-def test_nll_matches_dense_oracle(batch: testing.PaddedBatch) -> None:
+def test_nll_matches_dense_oracle(batch: PaddedBatch) -> None:
     params, noise = _random_params(batch)
-    nll, failed = gp_nll_per_point(*batch.inputs().values(), params, noise, VOCAB)
+    nll, failed = gp_nll_per_point(batch, params, noise)
     assert not bool(failed.any())
     np.testing.assert_allclose(nll.numpy(), _oracle_nll(batch, params, noise), rtol=1e-9)
-    out = phase1_loss(Prediction(params, noise), **batch.inputs(), vocab=VOCAB)
+    out = phase1_loss(Prediction(params, noise), batch)
     np.testing.assert_allclose(float(out.loss), _oracle_nll(batch, params, noise).mean(), rtol=1e-9)
 
 
-def test_failed_and_invalid_elements_are_masked_and_counted(batch: testing.PaddedBatch) -> None:
+def test_failed_and_invalid_elements_are_masked_and_counted(batch: PaddedBatch) -> None:
     params, noise = _random_params(batch)
     params = params.clone()
     params[1, 0, 0, 0] = float("nan")  # a diverged prediction
     valid = torch.tensor([True, True, True, False])
-    out = phase1_loss(Prediction(params, noise), **batch.inputs(), vocab=VOCAB, valid=valid)
+    out = phase1_loss(Prediction(params, noise), batch, valid=valid)
     oracle = _oracle_nll(batch, *_random_params(batch))
     assert out.n_failed == 1
     assert out.used.tolist() == [True, False, True, False]
     np.testing.assert_allclose(float(out.loss), oracle[[0, 2]].mean(), rtol=1e-9)
 
 
-def test_gradient_flows_only_from_used_elements(batch: testing.PaddedBatch) -> None:
+def test_gradient_flows_only_from_used_elements(batch: PaddedBatch) -> None:
     params, noise = _random_params(batch)
     params.requires_grad_(True)
     valid = torch.tensor([True, False, True, True])
-    phase1_loss(
-        Prediction(params, noise), **batch.inputs(), vocab=VOCAB, valid=valid
-    ).loss.backward()
+    phase1_loss(Prediction(params, noise), batch, valid=valid).loss.backward()
     assert params.grad is not None
     assert bool((params.grad[1] == 0).all())
     assert bool(params.grad[0].abs().sum() > 0)
 
 
-def test_phase1_gradient_matches_finite_differences(batch: testing.PaddedBatch) -> None:
+def test_phase1_gradient_matches_finite_differences(batch: PaddedBatch) -> None:
     params, noise = _random_params(batch)
     noise = noise.clone().requires_grad_(True)
 
     def f(nz: torch.Tensor) -> torch.Tensor:
-        return phase1_loss(Prediction(params, nz), **batch.inputs(), vocab=VOCAB).loss
+        return phase1_loss(Prediction(params, nz), batch).loss
 
     torch.autograd.gradcheck(f, (noise,), eps=1e-6, atol=1e-6)
 
 
-def test_phase2_loss_is_alpha_nll_plus_beta_std_mse(batch: testing.PaddedBatch) -> None:
+def test_phase2_loss_is_alpha_nll_plus_beta_std_mse(batch: PaddedBatch) -> None:
     params, noise = _random_params(batch)
     true_noise = torch.tensor([0.01, 0.04, 0.09, 0.16], dtype=torch.float64)
     positive = torch.tensor([True, True, False, True])
     out = phase2_loss(
         Prediction(params, noise),
-        **batch.inputs(),
-        vocab=VOCAB,
+        batch,
         true_noise=true_noise,
         is_positive=positive,
     )
@@ -126,14 +122,45 @@ def test_model_loss_falls_on_fixed_batch() -> None:
     b = sim.sample(6, torch.Generator().manual_seed(0))
     model = build_model(PRESETS["tiny"].network)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    inputs = {
-        k: getattr(b, k) for k in ("X", "y", "point_mask", "dim_mask", "symbols", "symbol_mask")
-    }
+    shown = b.presented()
     losses = []
     for _ in range(25):
-        out = phase1_loss(model(**inputs), **inputs, vocab=VOCAB, valid=b.valid)
+        out = phase1_loss(model(shown), shown, valid=b.valid)
         opt.zero_grad()
         out.loss.backward()
         opt.step()
         losses.append(float(out.loss.detach()))
     assert losses[-1] < losses[0] - 0.05, losses
+
+
+def test_nll_reads_parameters_from_the_batch(batch: PaddedBatch) -> None:
+    params, noise = _random_params(batch)
+    with_params = batch.with_params(params, noise)
+    a, _ = gp_nll_per_point(with_params)
+    b, _ = gp_nll_per_point(batch, params, noise)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="needs params"):
+        gp_nll_per_point(batch)
+
+
+def test_nll_is_unchanged_by_extra_padding(batch: PaddedBatch) -> None:
+    """An extra padded point, dimension and addend (junk values) change no element's NLL."""
+    params, noise = _random_params(batch)
+    ref, _ = gp_nll_per_point(batch, params, noise)
+    B, N, D = batch.X.shape
+    L = batch.symbols.shape[2]
+    pad = lambda t, *p, v=0: torch.nn.functional.pad(t, p, value=v)  # noqa: E731
+    wider = PaddedBatch(
+        pad(batch.X, 0, 1, 0, 1, v=0.37),
+        pad(batch.y, 0, 1, v=-2.5),
+        pad(batch.point_mask, 0, 1, v=False),
+        pad(batch.dim_mask, 0, 1, v=False),
+        pad(batch.symbols, 0, 1, 0, 1, v=1),
+        pad(batch.symbol_mask, 0, 1, 0, 1, v=False),
+        VOCAB,
+    )
+    wider_params = pad(params, 0, 0, 0, 1, 0, 1, v=7.0)
+    assert wider.X.shape == (B, N + 1, D + 1)
+    assert wider.symbols.shape[2] == L + 1
+    out, _ = gp_nll_per_point(wider, wider_params, noise)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)

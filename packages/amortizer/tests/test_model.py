@@ -13,6 +13,7 @@ from amorgp.amortizer.model import AmortizedGP, build_model, count_parameters
 from amorgp.kernel_grammar import EXTENDED_VOCABULARY, PAPER_VOCABULARY, base_symbol
 
 TINY = PRESETS["tiny"].network
+_FIELDS = ("X", "y", "point_mask", "dim_mask", "symbols", "symbol_mask")
 
 
 def _model(config: NetworkConfig = TINY, seed: int = 0) -> torch.nn.Module:
@@ -58,11 +59,11 @@ def test_padding_invariance(gen: torch.Generator) -> None:
 def test_padded_values_do_not_leak_even_if_nan(gen: torch.Generator) -> None:
     model = _model()
     batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=3, n_max=10, d_max=3, l_max=2)
-    ref = model(**batch.inputs())
+    ref = model(batch)
     pad = ~(batch.point_mask[:, :, None] & batch.dim_mask[:, None, :])
     X = torch.where(pad, torch.full_like(batch.X, float("nan")), batch.X)
     y = torch.where(batch.point_mask, batch.y, torch.full_like(batch.y, float("inf")))
-    out = model(**{**batch.inputs(), "X": X, "y": y})
+    out = model(dataclasses.replace(batch, X=X, y=y))
     torch.testing.assert_close(out.params, ref.params, rtol=0, atol=0)
     torch.testing.assert_close(out.noise, ref.noise, rtol=0, atol=0)
 
@@ -71,10 +72,10 @@ def test_structure_changes_prediction(gen: torch.Generator) -> None:
     """The kernel encoder is not ignored: another symbol in dimension 0 changes the parameters."""
     model = _model()
     batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=2, n_max=8, d_max=2, l_max=2)
-    ref = model(**batch.inputs())
+    ref = model(batch)
     symbols = batch.symbols.clone()
     symbols[:, 0, 0] = symbols[:, 0, 0] % len(PAPER_VOCABULARY) + 1
-    out = model(**{**batch.inputs(), "symbols": symbols})
+    out = model(dataclasses.replace(batch, symbols=symbols))
     assert not torch.allclose(out.params[:, 1], ref.params[:, 1])
 
 
@@ -86,7 +87,7 @@ def test_output_contract_and_transform(gen: torch.Generator) -> None:
     model = _model(dataclasses.replace(TINY, vocabulary=vocab))
     batch = testing.random_padded_batch(gen, vocab, batch=3, n_max=9, d_max=3, l_max=3)
     with torch.no_grad():
-        out = model(**batch.inputs())
+        out = model(batch)
     B, D, L = batch.symbols.shape
     assert out.params.shape == (B, D, L, vocab.max_params)
     assert out.noise.shape == (B,)
@@ -114,7 +115,7 @@ def test_untrained_heads_predict_prior_means() -> None:
         model.heads.w2.zero_()
         model.noise_head.mlp[-1].weight.zero_()
     batch = testing.random_padded_batch(torch.Generator().manual_seed(0), PAPER_VOCABULARY)
-    out = model(**batch.inputs())
+    out = model(batch)
     for b, d, a in batch.symbol_mask.nonzero().tolist():
         sym = PAPER_VOCABULARY.symbol(int(batch.symbols[b, d, a]))
         expect = torch.tensor([p.prior.mean for p in sym.params], dtype=torch.float64)
@@ -147,7 +148,7 @@ def test_heads_match_per_symbol_mlp(gen: torch.Generator) -> None:
 def test_gradients_reach_every_parameter(gen: torch.Generator) -> None:
     model = _model()
     batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=4, n_max=8, d_max=3, l_max=3)
-    out = model(**batch.inputs())
+    out = model(batch)
     (out.params.log().sum() + out.noise.log().sum()).backward()
     missing = [
         n for n, p in model.named_parameters() if p.grad is None or not bool(p.grad.abs().sum() > 0)
@@ -162,6 +163,7 @@ def test_gradients_reach_every_parameter(gen: torch.Generator) -> None:
         ("X", lambda b: b.X[..., None], "X must have shape"),
         ("y", lambda b: b.y[:, :-1], "y must have shape"),
         ("point_mask", lambda b: b.point_mask.long(), "point_mask must be a bool"),
+        ("symbol_mask", lambda b: b.symbol_mask[:, :, :1], "symbol_mask must have shape"),
         ("symbols", lambda b: b.symbols + 10, "symbol ids must lie"),
         ("point_mask", lambda b: torch.zeros_like(b.point_mask), "at least one point"),
         (
@@ -177,9 +179,11 @@ def test_bad_input_raises(gen: torch.Generator, field: str, make, message: str) 
     batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=2, n_max=6, d_max=2, l_max=2)
     batch.symbols[0, 0, 1] = 0
     batch.symbol_mask[0, 0, 1] = False
-    inputs = {**batch.inputs(), field: make(batch)}
+    bad = dataclasses.replace(batch, **{field: make(batch)})
     with pytest.raises(ValueError, match=message):
-        model(**inputs)
+        model(bad)
+    with pytest.raises(ValueError, match=message):
+        model(**{**{k: getattr(bad, k) for k in _FIELDS}})
 
 
 def test_presets_sizes() -> None:
@@ -209,9 +213,8 @@ def test_packed_dataset_encoder_equals_padded_layout() -> None:
     batch = testing.random_padded_batch(
         torch.Generator().manual_seed(5), model.vocabulary, dtype=torch.float64
     )
-    i = batch.inputs()
-    args = (i["X"], i["y"], i["point_mask"], i["dim_mask"])
-    assert not bool(i["dim_mask"].all()), "the test batch must contain padded dimensions"
+    args = (batch.X, batch.y, batch.point_mask, batch.dim_mask)
+    assert not bool(batch.dim_mask.all()), "the test batch must contain padded dimensions"
     packed, padded = enc._forward_packed(*args), enc._forward_padded(*args)
     torch.testing.assert_close(packed, padded, rtol=0, atol=1e-12)
     params = list(enc.parameters())
@@ -219,3 +222,45 @@ def test_packed_dataset_encoder_equals_padded_layout() -> None:
     g_padded = torch.autograd.grad(padded.square().sum(), params)
     for a, b in zip(g_packed, g_padded, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_keyword_and_positional_forms_equal_the_batch_form(gen: torch.Generator) -> None:
+    model = _model()
+    batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=3, n_max=7, d_max=2, l_max=2)
+    ref = model(batch)
+    by_name = model(**{k: getattr(batch, k) for k in _FIELDS})
+    by_position = model(*(getattr(batch, k) for k in _FIELDS))
+    for out in (by_name, by_position):
+        torch.testing.assert_close(out.params, ref.params, rtol=0, atol=0)
+        torch.testing.assert_close(out.noise, ref.noise, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="missing"):
+        model(X=batch.X, y=batch.y)
+
+
+def test_encode_once_decode_many_equals_the_forward(gen: torch.Generator) -> None:
+    """One dataset encoded once and decoded with K kernels equals K forwards of the pair."""
+    model = _model()
+    batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=4, n_max=9, d_max=2, l_max=3)
+    one = testing.crop(batch, 0)  # d = 2 (the first element has d_max dimensions)
+    K = 3
+    symbols = batch.symbols[:K, :2]
+    symbol_mask = batch.symbol_mask[:K, :2]
+    ok = symbol_mask.any(-1).all(-1)
+    symbols, symbol_mask = symbols[ok], symbol_mask[ok]
+    enc = model.encode_dataset(one)
+    model.check_kernels(symbols, symbol_mask, enc.expand(len(symbols)).dim_mask)
+    pred = model.decode(enc.expand(len(symbols)), symbols, symbol_mask)
+    for k in range(len(symbols)):
+        pair = dataclasses.replace(
+            one, symbols=symbols[k : k + 1], symbol_mask=symbol_mask[k : k + 1]
+        )
+        ref = model(pair)
+        torch.testing.assert_close(pred.params[k], ref.params[0], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(pred.noise[k], ref.noise[0], rtol=1e-12, atol=1e-12)
+
+
+def test_batch_over_another_vocabulary_is_refused(gen: torch.Generator) -> None:
+    model = _model()
+    batch = testing.random_padded_batch(gen, EXTENDED_VOCABULARY, batch=2, n_max=6, d_max=2)
+    with pytest.raises(ValueError, match="vocabulary"):
+        model(batch)

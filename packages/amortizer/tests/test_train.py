@@ -94,7 +94,7 @@ def test_ahgp_trains_with_the_same_loop(tmp_path: Path) -> None:
     assert result.step == 2
     assert all(torch.isfinite(torch.tensor(result.losses)))
     assert type(load_checkpoint(tmp_path / "ahgp" / "last").model).__name__ == "AHGPSEARD"
-    with pytest.raises(ValueError, match="SE-only"):
+    with pytest.raises(ValueError, match="trained with the vocabulary"):
         simulator_config(dataclasses.replace(NET, model="ahgp-se-ard"), TC)
 
 
@@ -102,14 +102,14 @@ def test_encoder_view_subsamples_present_points_only() -> None:
     sim = Simulator(simulator_config(NET, dataclasses.replace(TC, n_min=3, n_max=16)))
     batch = sim.sample(6, torch.Generator().manual_seed(0))
     view = encoder_view(batch, 5, torch.Generator().manual_seed(1))
-    assert view["X"].shape[1] == 5
+    assert view.X.shape[1] == 5
     n = batch.point_mask.sum(1)
-    assert view["point_mask"].sum(1).tolist() == torch.clamp(n, max=5).tolist()
+    assert view.point_mask.sum(1).tolist() == torch.clamp(n, max=5).tolist()
     for b in range(6):  # every kept point is one of the dataset's present points
         rows = batch.X[b][batch.point_mask[b]]
-        for x in view["X"][b][view["point_mask"][b]]:
+        for x in view.X[b][view.point_mask[b]]:
             assert bool((rows == x).all(-1).any())
-    assert encoder_view(batch, 0, None)["X"] is batch.X
+    assert encoder_view(batch, 0, None).X is batch.X
 
 
 def test_size_buckets_give_the_same_prediction_and_gradient() -> None:
@@ -122,7 +122,7 @@ def test_size_buckets_give_the_same_prediction_and_gradient() -> None:
     torch.manual_seed(0)
     model = build_model(NET).double()
     view = encoder_view(batch, 0, None)
-    ref = model(**view)
+    ref = model(view)
     out = predict_bucketed(model, view, 3)
     torch.testing.assert_close(out.params, ref.params, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(out.noise, ref.noise, rtol=1e-10, atol=1e-12)

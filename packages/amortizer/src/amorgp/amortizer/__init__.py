@@ -5,7 +5,7 @@
 >>> from amorgp.amortizer.testing import random_padded_batch
 >>> model = build_model(PRESETS["tiny"].network).eval()
 >>> batch = random_padded_batch(torch.Generator().manual_seed(0), model.vocabulary, dtype=torch.float32)
->>> pred = model(**batch.inputs())
+>>> pred = model(batch)
 >>> tuple(pred.params.shape), tuple(pred.noise.shape)
 ((3, 3, 3, 4), (3,))
 """
@@ -24,12 +24,18 @@ from amorgp.amortizer.model import (
     NoiseHead,
     Prediction,
     SymbolHeads,
-    build_model,
-    check_inputs,
     count_parameters,
 )
-from amorgp.amortizer.train import (
+from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding
+from amorgp.amortizer.registry import (
     SE_VOCABULARY,
+    NetworkSpec,
+    build_model,
+    network_names,
+    network_spec,
+    register_network,
+)
+from amorgp.amortizer.train import (
     TrainResult,
     encoder_view,
     simulator_config,
@@ -39,6 +45,12 @@ from amorgp.amortizer.train import (
 )
 
 __all__ = [
+    "AmortizationNetwork",
+    "DatasetEncoding",
+    "NetworkSpec",
+    "network_names",
+    "network_spec",
+    "register_network",
     "AHGPSEARD",
     "PRESETS",
     "PRETRAINED_DIR",
@@ -64,7 +76,6 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "build_model",
-    "check_inputs",
     "count_parameters",
     "encoder_view",
     "gp_nll_per_point",

@@ -28,19 +28,31 @@ from torch import Tensor, nn
 
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.layers import masked_mean
-from amorgp.amortizer.model import UNUSED_SLOT_VALUE, DatasetEncoder, Prediction, check_inputs
-from amorgp.kernel_grammar import NOISE, ParamKind, base_symbol, positive, positive_inverse
+from amorgp.amortizer.model import DatasetEncoder
+from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding, Prediction
+from amorgp.kernel_grammar import (
+    NOISE,
+    DataError,
+    ParamKind,
+    base_symbol,
+    positive,
+    positive_inverse,
+)
+from amorgp.lazy_kernels import UNUSED_SLOT_VALUE, PaddedBatch
 
 __all__ = ["AHGPSEARD"]
 
 
-class AHGPSEARD(nn.Module):
-    """Amortized SE-ARD hyperparameters (variance, one lengthscale per dimension, noise)."""
+class AHGPSEARD(AmortizationNetwork):
+    """Amortized SE-ARD hyperparameters (variance, one lengthscale per dimension, noise).
+
+    :meth:`encode_dataset` runs the dataset encoder; :meth:`decode` the heads, which
+    read only the encoding (the kernels must be one SE per present dimension).
+    """
 
     def __init__(self, config: NetworkConfig) -> None:
         super().__init__()
-        if config.model != "ahgp-se-ard":
-            raise ValueError(f"AHGPSEARD needs model='ahgp-se-ard', got {config.model!r}")
+        self.check_config(config)
         self.config = config
         self.vocabulary = config.vocabulary
         self.se_id = config.vocabulary.id("SE")
@@ -71,31 +83,30 @@ class AHGPSEARD(nn.Module):
                 )
             )
 
-    def forward(
-        self,
-        X: Tensor,
-        y: Tensor,
-        point_mask: Tensor,
-        dim_mask: Tensor,
-        symbols: Tensor,
-        symbol_mask: Tensor,
-        validate: bool = True,
-    ) -> Prediction:
-        """Predict SE-ARD hyperparameters in the padded contract (see module docstring).
+    def restrict_kernels(self, symbols: Tensor, symbol_mask: Tensor, dim_mask: Tensor) -> None:
+        """Only one SE per present dimension (addend slot 0).
 
         Raises:
-            ValueError: bad padded batch, or a structure other than one SE per dimension.
+            DataError: another structure.
         """
-        if validate:
-            check_inputs(X, y, point_mask, dim_mask, symbols, symbol_mask, len(self.vocabulary))
-            first = symbol_mask[..., 0]
-            rest = symbol_mask[..., 1:]
-            if not (bool((first == dim_mask).all()) and not bool(rest.any())):
-                raise ValueError("AHGP-SE-ARD needs exactly one addend (SE) per present dimension")
-            if not bool((symbols[..., 0][first] == self.se_id).all()):
-                raise ValueError("AHGP-SE-ARD only predicts the SE kernel; got another symbol")
+        first = symbol_mask[..., 0]
+        rest = symbol_mask[..., 1:]
+        if not (bool((first == dim_mask).all()) and not bool(rest.any())):
+            raise DataError("AHGP-SE-ARD needs exactly one addend (SE) per present dimension")
+        if not bool((symbols[..., 0][first] == self.se_id).all()):
+            raise DataError("AHGP-SE-ARD only predicts the SE kernel; got another symbol")
+
+    def encode_dataset(self, batch: PaddedBatch) -> DatasetEncoding:
+        """Dimension embeddings ``h (B, D, H)`` of the datasets (network dtype)."""
         dtype = next(self.parameters()).dtype
-        h = self.dataset_encoder(X.to(dtype), y.to(dtype), point_mask, dim_mask)  # (B,D,H)
+        X, y = batch.X.to(dtype), batch.y.to(dtype)
+        h = self.dataset_encoder(X, y, batch.point_mask, batch.dim_mask)
+        return DatasetEncoding(h, batch.dim_mask)
+
+    def decode(self, encoding: DatasetEncoding, symbols: Tensor, symbol_mask: Tensor) -> Prediction:
+        """SE-ARD hyperparameters in the padded contract of ``symbols`` (module docstring)."""
+        h, dim_mask = encoding.h, encoding.dim_mask
+        dtype = next(self.parameters()).dtype
         lengthscale = positive(self.lengthscale_head(h).squeeze(-1), ParamKind.LENGTHSCALE)  # (B,D)
         g = self.global_head(masked_mean(h, dim_mask, 1))  # (B,2)
         variance = positive(g[:, 0], ParamKind.VARIANCE)
@@ -105,11 +116,11 @@ class AHGPSEARD(nn.Module):
         B, D, L = symbols.shape
         P = self.vocabulary.max_params
         se_slots = torch.stack([per_dim_var[:, None].expand(B, D), lengthscale], dim=-1)  # (B,D,2)
-        ones = torch.full((B, D, L, P), UNUSED_SLOT_VALUE, dtype=dtype, device=X.device)
+        ones = torch.full((B, D, L, P), UNUSED_SLOT_VALUE, dtype=dtype, device=h.device)
         first = torch.cat([se_slots, ones[:, :, 0, 2:]], dim=-1)[:, :, None, :]  # (B,D,1,P)
         params = torch.cat([first, ones[:, :, 1:]], dim=2)
         params = torch.where(
-            symbol_mask[..., None] & (torch.arange(P, device=X.device) < 2), params, ones
+            symbol_mask[..., None] & (torch.arange(P, device=h.device) < 2), params, ones
         )
         return Prediction(params=params, noise=noise)
 

@@ -17,8 +17,9 @@ and recipe it was built with.  Presets:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any
 
+from amorgp.amortizer.registry import network_spec
 from amorgp.kernel_grammar import PAPER_VOCABULARY, Vocabulary
 
 __all__ = [
@@ -44,8 +45,9 @@ class NetworkConfig:
     """Architecture of the amortization network (Bitzer et al. 2023, §3.1).
 
     Attributes:
-        model: ``"structured"`` (the paper's network, any dimension-wise structure) or
-            ``"ahgp-se-ard"`` (the fixed SE-ARD kernel comparison model).
+        model: a name of :mod:`amorgp.amortizer.registry`: ``"structured"`` (the
+            paper's network, any dimension-wise structure) or ``"ahgp-se-ard"`` (the
+            fixed SE-ARD kernel comparison model).
         vocabulary: the base symbols the kernel encoder and the heads know.
         d_data: width ``H`` of the dataset encoder (embeddings ``h_i``).
         d_kernel: width ``K`` of the kernel encoder-decoder tokens.
@@ -61,7 +63,7 @@ class NetworkConfig:
         noise_hidden: hidden width of the noise head.
     """
 
-    model: Literal["structured", "ahgp-se-ard"] = "structured"
+    model: str = "structured"
     vocabulary: Vocabulary = PAPER_VOCABULARY
     d_data: int = 64
     d_kernel: int = 64
@@ -73,8 +75,7 @@ class NetworkConfig:
     noise_hidden: int = 64
 
     def __post_init__(self) -> None:
-        if self.model not in ("structured", "ahgp-se-ard"):
-            raise ValueError(f"unknown model {self.model!r}; use 'structured' or 'ahgp-se-ard'")
+        spec = network_spec(self.model)
         _check_positive(self, ("d_data", "d_kernel", "n_heads", "ff_mult"))
         _check_positive(self, ("head_hidden", "noise_hidden"))
         for width in ("d_data", "d_kernel"):
@@ -90,8 +91,7 @@ class NetworkConfig:
             )
         object.__setattr__(self, "data_blocks", tuple(int(b) for b in self.data_blocks))
         object.__setattr__(self, "kernel_blocks", tuple(int(b) for b in self.kernel_blocks))
-        if self.model == "ahgp-se-ard" and "SE" not in self.vocabulary:
-            raise ValueError("the ahgp-se-ard model needs SE in its vocabulary")
+        spec.check_vocabulary(self.vocabulary)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

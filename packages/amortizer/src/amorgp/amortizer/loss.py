@@ -33,10 +33,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.model import Prediction
+from amorgp.amortizer.network import Prediction
 from amorgp.diff_linalg import gp_log_marginal_likelihood
-from amorgp.kernel_grammar import Vocabulary
-from amorgp.lazy_kernels import kernel_matrix_dimwise
+from amorgp.lazy_kernels import PaddedBatch, kernel_matrix_dimwise
 
 __all__ = ["LossOutput", "gp_nll_per_point", "phase1_loss", "phase2_loss"]
 
@@ -64,38 +63,37 @@ class LossOutput:
 
 
 def gp_nll_per_point(
-    X: Tensor,
-    y: Tensor,
-    point_mask: Tensor,
-    dim_mask: Tensor,
-    symbols: Tensor,
-    symbol_mask: Tensor,
-    params: Tensor,
-    noise: Tensor,
-    vocab: Vocabulary,
+    batch: PaddedBatch, params: Tensor | None = None, noise: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """Per-point GP negative log marginal likelihood of a padded batch, in float64.
 
     Args:
-        X, y, point_mask, dim_mask, symbols, symbol_mask: the padded batch.
-        params: ``(B, D, L, P)`` positive parameters.
-        noise: ``(B,)`` noise variances.
-        vocab: the vocabulary of ``symbols``.
+        batch: the padded batch; its kernels are ``batch.param_structure()``.
+        params: ``(B, D, L, P)`` positive parameters (default ``batch.params``).
+        noise: ``(B,)`` noise variances (default ``batch.noise``).
 
     Returns:
         ``nll (B,)`` (NaN where failed) and ``failed (B,)`` bool: Cholesky failure
         after jitter or a non-finite parameter or noise.
+
+    Raises:
+        ValueError: no parameters given and none in the batch.
     """
+    params = batch.params if params is None else params
+    noise = batch.noise if noise is None else noise
+    if params is None or noise is None:
+        raise ValueError("gp_nll_per_point needs params and noise (or a batch holding them)")
+    symbols, symbol_mask = batch.param_structure()
     params64, noise64 = params.to(_F64), noise.to(_F64)
     bad = ~torch.isfinite(params64).flatten(1).all(-1) | ~torch.isfinite(noise64) | (noise64 <= 0)
     params64 = torch.where(bad[:, None, None, None], torch.ones_like(params64), params64)
     noise64 = torch.where(bad, torch.ones_like(noise64), noise64)
-    X64 = X.to(_F64)
+    X64 = batch.X.to(_F64)
     K = kernel_matrix_dimwise(
-        X64, X64, symbols, symbol_mask, params64, vocab, dim_mask, validate=False
+        X64, X64, symbols, symbol_mask, params64, batch.vocab, batch.dim_mask, validate=False
     )
     result = gp_log_marginal_likelihood(
-        K, y.to(_F64), noise64, mask=point_mask, per_point=True, return_failed=True
+        K, batch.y.to(_F64), noise64, mask=batch.point_mask, per_point=True, return_failed=True
     )
     assert isinstance(result, tuple)
     lml, failed = result
@@ -110,31 +108,20 @@ def _masked_mean(values: Tensor, used: Tensor) -> Tensor:
 
 
 def phase1_loss(
-    prediction: Prediction,
-    X: Tensor,
-    y: Tensor,
-    point_mask: Tensor,
-    dim_mask: Tensor,
-    symbols: Tensor,
-    symbol_mask: Tensor,
-    vocab: Vocabulary,
-    valid: Tensor | None = None,
+    prediction: Prediction, batch: PaddedBatch, valid: Tensor | None = None
 ) -> LossOutput:
     """Mean per-point NLL over the batch (phase 1); see the module docstring.
 
     Args:
-        prediction: the network output for the batch.
-        X, y, point_mask, dim_mask, symbols, symbol_mask: the padded batch (the loss
-            uses every point in ``point_mask``, even if the encoder read fewer).
-        vocab: the vocabulary of ``symbols``.
+        prediction: the network output for the batch's kernels ``symbols``.
+        batch: the padded batch (the loss uses every point in ``point_mask``, even if
+            the encoder read fewer).
         valid: ``(B,)`` bool, elements the simulator produced correctly (default all).
 
     Returns:
         A :class:`LossOutput` (``loss`` is float64).
     """
-    nll, failed = gp_nll_per_point(
-        X, y, point_mask, dim_mask, symbols, symbol_mask, prediction.params, prediction.noise, vocab
-    )
+    nll, failed = gp_nll_per_point(batch.with_params(prediction.params, prediction.noise))
     used = ~failed if valid is None else (~failed & valid)
     n_failed = int(failed.sum()) if valid is None else int((failed & valid).sum())
     return LossOutput(_masked_mean(nll, used), nll, used, n_failed)
@@ -142,13 +129,7 @@ def phase1_loss(
 
 def phase2_loss(
     prediction: Prediction,
-    X: Tensor,
-    y: Tensor,
-    point_mask: Tensor,
-    dim_mask: Tensor,
-    symbols: Tensor,
-    symbol_mask: Tensor,
-    vocab: Vocabulary,
+    batch: PaddedBatch,
     true_noise: Tensor,
     is_positive: Tensor,
     valid: Tensor | None = None,
@@ -158,8 +139,7 @@ def phase2_loss(
     """Noise fine-tuning loss ``alpha * NLL + beta * MSE(sigma)`` on positive pairs.
 
     Args:
-        prediction, X, y, point_mask, dim_mask, symbols, symbol_mask, vocab, valid:
-            as in :func:`phase1_loss`.
+        prediction, batch, valid: as in :func:`phase1_loss`.
         true_noise: ``(B,)`` ground-truth noise variances ``sigma*^2``.
         is_positive: ``(B,)`` bool, pairs whose structure is the generating one.
         alpha, beta: the weights (paper: 10 and 1).
@@ -167,9 +147,7 @@ def phase2_loss(
     Returns:
         A :class:`LossOutput` with ``noise_mse`` set.
     """
-    nll, failed = gp_nll_per_point(
-        X, y, point_mask, dim_mask, symbols, symbol_mask, prediction.params, prediction.noise, vocab
-    )
+    nll, failed = gp_nll_per_point(batch.with_params(prediction.params, prediction.noise))
     keep = is_positive if valid is None else (is_positive & valid)
     used = keep & ~failed
     sq = (true_noise.to(_F64).sqrt() - prediction.noise.to(_F64).clamp_min(0).sqrt()) ** 2

@@ -36,15 +36,15 @@ are learned at the same rate on every scale.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.layers import KernelEncoderBlock, TransformerStack, masked_mean, zero_padded
-from amorgp.kernel_grammar import NOISE, ParamKind, Vocabulary, positive, positive_inverse
+from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding, Prediction
+from amorgp.amortizer.registry import build_model
+from amorgp.kernel_grammar import NOISE, Vocabulary, positive, positive_inverse
+from amorgp.lazy_kernels import PaddedBatch, slot_table
 
 __all__ = [
     "AmortizedGP",
@@ -54,90 +54,8 @@ __all__ = [
     "Prediction",
     "SymbolHeads",
     "build_model",
-    "check_inputs",
     "count_parameters",
 ]
-
-UNUSED_SLOT_VALUE = 1.0
-
-
-@dataclass
-class Prediction:
-    """Predicted GP hyperparameters in the padded contract.
-
-    Attributes:
-        params: ``(B, D, L, P)`` positive kernel parameters, slot order as
-            ``base_symbol(name).params``; padded addends/dimensions and unused
-            slots hold 1.0.
-        noise: ``(B,)`` observation-noise variances ``sigma^2``.
-    """
-
-    params: Tensor
-    noise: Tensor
-
-
-def check_inputs(
-    X: Tensor,
-    y: Tensor,
-    point_mask: Tensor,
-    dim_mask: Tensor,
-    symbols: Tensor,
-    symbol_mask: Tensor,
-    n_symbols: int,
-) -> None:
-    """Validate a padded batch; raises ``ValueError`` naming the problem.
-
-    Checks shapes ``X (B,N,D)``, ``y (B,N)``, ``point_mask (B,N)``, ``dim_mask (B,D)``,
-    ``symbols/symbol_mask (B,D,L)``, boolean masks, ids in ``0..n_symbols`` with
-    present addends non-padding, and finite ``X``/``y`` where present.
-    """
-    if X.ndim != 3:
-        raise ValueError(f"X must have shape (B, N, D), got {tuple(X.shape)}")
-    B, N, D = X.shape
-    expect = {
-        "y": (y, (B, N)),
-        "point_mask": (point_mask, (B, N)),
-        "dim_mask": (dim_mask, (B, D)),
-    }
-    for name, (t, shape) in expect.items():
-        if tuple(t.shape) != shape:
-            raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
-    if symbols.ndim != 3 or tuple(symbols.shape[:2]) != (B, D):
-        raise ValueError(
-            f"symbols must have shape (B, D, L) = ({B}, {D}, L), got {tuple(symbols.shape)}"
-        )
-    if tuple(symbol_mask.shape) != tuple(symbols.shape):
-        raise ValueError(
-            f"symbol_mask must have the shape of symbols {tuple(symbols.shape)}, got {tuple(symbol_mask.shape)}"
-        )
-    for name, t in (
-        ("point_mask", point_mask),
-        ("dim_mask", dim_mask),
-        ("symbol_mask", symbol_mask),
-    ):
-        if t.dtype != torch.bool:
-            raise ValueError(f"{name} must be a bool tensor, got {t.dtype}")
-    if symbols.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"symbols must be an integer tensor, got {symbols.dtype}")
-    if N == 0 or D == 0 or symbols.shape[2] == 0:
-        raise ValueError(f"empty batch axes: N={N}, D={D}, L={symbols.shape[2]}")
-    if bool((symbols < 0).any()) or bool((symbols > n_symbols).any()):
-        raise ValueError(f"symbol ids must lie in 0..{n_symbols} (0 = padding)")
-    if bool((symbol_mask & (symbols == 0)).any()):
-        raise ValueError("symbol_mask marks a padding id 0 as present")
-    if bool((symbol_mask & ~dim_mask[:, :, None]).any()):
-        raise ValueError("symbol_mask marks addends of a padded dimension as present")
-    if not bool(point_mask.any(-1).all()):
-        raise ValueError("every dataset needs at least one point (a point_mask row is all False)")
-    if not bool(dim_mask.any(-1).all()):
-        raise ValueError("every dataset needs at least one dimension (a dim_mask row is all False)")
-    if not bool((symbol_mask.any(-1) == dim_mask).all()):
-        raise ValueError("every present dimension needs at least one addend in symbol_mask")
-    present = point_mask[:, :, None] & dim_mask[:, None, :]
-    if not bool(torch.isfinite(X[present]).all()):
-        raise ValueError("X contains NaN or infinite values at present entries")
-    if not bool(torch.isfinite(y[point_mask]).all()):
-        raise ValueError("y contains NaN or infinite values at present points")
 
 
 class DatasetEncoder(nn.Module):
@@ -243,46 +161,27 @@ class KernelEncoderDecoder(nn.Module):
         return t, v
 
 
-def _kind_tables(vocab: Vocabulary) -> tuple[Tensor, Tensor, Tensor]:
-    """Kind index, slot mask and initial raw bias (prior means), each ``(V + 1, P)``."""
-    kinds, slot_mask = vocab.param_kind_table()
-    bias = np.zeros(kinds.shape, dtype=np.float64)
-    for i, sym in enumerate(vocab, start=1):
-        for j, spec in enumerate(sym.params):
-            bias[i, j] = float(positive_inverse(spec.prior.mean, spec.kind))
-    return (
-        torch.as_tensor(kinds),
-        torch.as_tensor(slot_mask),
-        torch.as_tensor(bias, dtype=torch.float32),
-    )
-
-
 class SymbolHeads(nn.Module):
     """One two-layer MLP per base symbol, evaluated for all tokens at once.
 
     For a token ``t (K,)`` with symbol id ``s``:
     ``raw = W2[s]^T gelu(W1[s]^T t + b1[s]) + b2[s]`` and
-    ``theta_j = positive(raw_j, kind(s, j))``.  The first layer of every symbol is one
+    ``theta_j = positive(raw_j, kind(s, j))`` (the vocabulary's slot table,
+    :meth:`amorgp.lazy_kernels.SlotTable.constrain`; 1.0 in unused slots).  The first layer of every symbol is one
     matmul ``(T, K) @ (K, V * Hh)`` followed by a gather of the token's symbol block; the
     second gathers its ``(Hh, P)`` weights per token (no loop over symbols).
     """
 
-    kinds: Tensor
-    slot_mask: Tensor
-
     def __init__(self, vocab: Vocabulary, width: int, hidden: int) -> None:
         super().__init__()
         V, P = len(vocab), vocab.max_params
+        self.vocabulary = vocab
         self.n_symbols, self.hidden, self.n_slots = V, hidden, P
         self.w1 = nn.Parameter(torch.randn(width, V * hidden) / width**0.5)
         self.b1 = nn.Parameter(torch.zeros(V, hidden))
         self.w2 = nn.Parameter(torch.randn(V, hidden, P) * (0.01 / hidden**0.5))
-        kinds, slot_mask, bias = _kind_tables(vocab)
+        bias = slot_table(vocab).raw_prior_mean().to(torch.float32)
         self.b2 = nn.Parameter(bias[1:].clone())
-        self.register_buffer("kinds", kinds, persistent=False)
-        self.register_buffer("slot_mask", slot_mask, persistent=False)
-        self.kind_list = list(ParamKind)
-        self.used_kinds = sorted({int(k) for k in kinds[slot_mask].tolist()})
 
     def forward(self, tokens: Tensor, symbols: Tensor, symbol_mask: Tensor) -> Tensor:
         """``tokens (B,D,L,K)``, ``symbols (B,D,L)`` -> positive parameters ``(B,D,L,P)``."""
@@ -294,13 +193,8 @@ class SymbolHeads(nn.Module):
         a = torch.gather(a, 1, idx[:, None, None].expand(-1, 1, self.hidden)).squeeze(1)
         a = nn.functional.gelu(a + self.b1[idx])
         raw = torch.einsum("th,thp->tp", a, self.w2[idx]) + self.b2[idx]
-        raw = raw.reshape(*lead, self.n_slots)
-        kinds = self.kinds[symbols.long()]  # (B,D,L,P)
-        out = torch.full_like(raw, UNUSED_SLOT_VALUE)
-        for k in self.used_kinds:  # loop over parameter kinds (<= 6), not over data
-            out = torch.where(kinds == k, positive(raw, self.kind_list[k]), out)
-        used = self.slot_mask[symbols.long()] & symbol_mask[..., None]
-        return torch.where(used, out, torch.full_like(out, UNUSED_SLOT_VALUE))
+        table = slot_table(self.vocabulary, raw.device)
+        return table.constrain(raw.reshape(*lead, self.n_slots), symbols, symbol_mask)
 
 
 class NoiseHead(nn.Module):
@@ -320,19 +214,20 @@ class NoiseHead(nn.Module):
         return positive(self.mlp(features).squeeze(-1), NOISE.kind)
 
 
-class AmortizedGP(nn.Module):
+class AmortizedGP(AmortizationNetwork):
     """The structured-kernel amortization network (Bitzer et al. 2023, §3.1).
 
     Args:
         config: architecture (``config.model == "structured"``).
 
-    Call with a padded batch (see :meth:`forward`); returns a :class:`Prediction`.
+    Call with a padded batch (:meth:`AmortizationNetwork.forward`); returns a
+    :class:`Prediction`.  :meth:`encode_dataset` runs the dataset encoder,
+    :meth:`decode` the kernel encoder-decoder and the heads.
     """
 
     def __init__(self, config: NetworkConfig) -> None:
         super().__init__()
-        if config.model != "structured":
-            raise ValueError(f"AmortizedGP needs model='structured', got {config.model!r}")
+        self.check_config(config)
         self.config = config
         self.vocabulary = config.vocabulary
         c = config
@@ -343,48 +238,20 @@ class AmortizedGP(nn.Module):
         self.heads = SymbolHeads(c.vocabulary, c.d_kernel, c.head_hidden)
         self.noise_head = NoiseHead(c.d_kernel + c.d_data, c.noise_hidden)
 
-    def forward(
-        self,
-        X: Tensor,
-        y: Tensor,
-        point_mask: Tensor,
-        dim_mask: Tensor,
-        symbols: Tensor,
-        symbol_mask: Tensor,
-        validate: bool = True,
-    ) -> Prediction:
-        """Predict hyperparameters for a padded batch.
-
-        Args:
-            X: inputs ``(B, N, D)``, normalised to [0, 1].
-            y: standardised targets ``(B, N)``.
-            point_mask: ``(B, N)`` bool, present points.
-            dim_mask: ``(B, D)`` bool, present dimensions.
-            symbols: ``(B, D, L)`` vocabulary ids (0 = padding).
-            symbol_mask: ``(B, D, L)`` bool, present addends.
-            validate: check the inputs first (``ValueError`` on bad input).
-
-        Returns:
-            :class:`Prediction` with ``params (B, D, L, P)`` and ``noise (B,)``.
-        """
-        if validate:
-            check_inputs(X, y, point_mask, dim_mask, symbols, symbol_mask, len(self.vocabulary))
+    def encode_dataset(self, batch: PaddedBatch) -> DatasetEncoding:
+        """Dimension embeddings ``h (B, D, H)`` of the datasets (network dtype)."""
         dtype = self.heads.w1.dtype
-        X, y = X.to(dtype), y.to(dtype)
-        h = self.dataset_encoder(X, y, point_mask, dim_mask)
+        X, y = batch.X.to(dtype), batch.y.to(dtype)
+        h = self.dataset_encoder(X, y, batch.point_mask, batch.dim_mask)
+        return DatasetEncoding(h, batch.dim_mask)
+
+    def decode(self, encoding: DatasetEncoding, symbols: Tensor, symbol_mask: Tensor) -> Prediction:
+        """Kernel encoder-decoder, symbol heads and noise head for ``symbols (B, D, L)``."""
+        h, dim_mask = encoding.h, encoding.dim_mask
         tokens, v = self.kernel_encoder(symbols, symbol_mask, h, dim_mask)
         params = self.heads(tokens, symbols, symbol_mask)
         features = torch.cat([masked_mean(v, dim_mask, 1), masked_mean(h, dim_mask, 1)], dim=-1)
         return Prediction(params=params, noise=self.noise_head(features))
-
-
-def build_model(config: NetworkConfig) -> nn.Module:
-    """Instantiate the model class named by ``config.model``."""
-    if config.model == "structured":
-        return AmortizedGP(config)
-    from amorgp.amortizer.ahgp import AHGPSEARD
-
-    return AHGPSEARD(config)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,7 +1,7 @@
 """Reusable checks for amortization networks (any module mapping a padded batch to a Prediction).
 
-A network ``model(X, y, point_mask, dim_mask, symbols, symbol_mask) -> Prediction``
-must be
+A network ``model(batch) -> Prediction`` (``batch`` a
+:class:`~amorgp.lazy_kernels.PaddedBatch`) must be
 
 * invariant to shuffling the data points,
 * equivariant to permuting the input dimensions (data and structure together),
@@ -13,45 +13,24 @@ Run these in float64 (``model.double()``) so the comparisons are tight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
 
 from amorgp.amortizer.config import TrainConfig
 from amorgp.kernel_grammar import Vocabulary
+from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = [
     "TINY_TRAIN",
-    "PaddedBatch",
     "assert_addend_equivariant",
     "assert_dimension_equivariant",
     "assert_padding_invariant",
     "assert_point_invariant",
+    "crop",
     "random_padded_batch",
 ]
-
-
-@dataclass
-class PaddedBatch:
-    """A padded batch of datasets and structures (ARCHITECTURE §3)."""
-
-    X: Tensor
-    y: Tensor
-    point_mask: Tensor
-    dim_mask: Tensor
-    symbols: Tensor
-    symbol_mask: Tensor
-
-    def inputs(self) -> dict[str, Tensor]:
-        return {
-            "X": self.X,
-            "y": self.y,
-            "point_mask": self.point_mask,
-            "dim_mask": self.dim_mask,
-            "symbols": self.symbols,
-            "symbol_mask": self.symbol_mask,
-        }
 
 
 def random_padded_batch(
@@ -90,7 +69,7 @@ def random_padded_batch(
         symbols = torch.randint(1, len(vocab) + 1, (batch, d_max, l_max), generator=g)
     symbol_mask = (torch.arange(l_max)[None, None, :] < n_add[..., None]) & dim_mask[..., None]
     symbols = torch.where(symbol_mask, symbols, torch.zeros_like(symbols))
-    return PaddedBatch(X, y, point_mask, dim_mask, symbols, symbol_mask)
+    return PaddedBatch(X, y, point_mask, dim_mask, symbols, symbol_mask, vocab)
 
 
 def _close(a: Tensor, b: Tensor, what: str, atol: float) -> None:
@@ -104,15 +83,8 @@ def assert_point_invariant(
 ) -> None:
     """Shuffling the point axis (data and mask together) leaves the prediction unchanged."""
     perm = torch.randperm(batch.X.shape[1], generator=generator)
-    ref = model(**batch.inputs())
-    out = model(
-        **{
-            **batch.inputs(),
-            "X": batch.X[:, perm],
-            "y": batch.y[:, perm],
-            "point_mask": batch.point_mask[:, perm],
-        }
-    )
+    ref = model(batch)
+    out = model(batch.take_points(perm.expand(len(batch), -1)))
     _close(out.params, ref.params, "params after shuffling points", atol)
     _close(out.noise, ref.noise, "noise after shuffling points", atol)
 
@@ -122,14 +94,15 @@ def assert_dimension_equivariant(
 ) -> None:
     """Permuting dimensions of data and structure permutes the predicted parameters."""
     perm = torch.randperm(batch.X.shape[2], generator=generator)
-    ref = model(**batch.inputs())
+    ref = model(batch)
     out = model(
-        X=batch.X[:, :, perm],
-        y=batch.y,
-        point_mask=batch.point_mask,
-        dim_mask=batch.dim_mask[:, perm],
-        symbols=batch.symbols[:, perm],
-        symbol_mask=batch.symbol_mask[:, perm],
+        replace(
+            batch,
+            X=batch.X[:, :, perm],
+            dim_mask=batch.dim_mask[:, perm],
+            symbols=batch.symbols[:, perm],
+            symbol_mask=batch.symbol_mask[:, perm],
+        )
     )
     _close(out.params, ref.params[:, perm], "params after permuting dimensions", atol)
     _close(out.noise, ref.noise, "noise after permuting dimensions", atol)
@@ -140,33 +113,41 @@ def assert_addend_equivariant(
 ) -> None:
     """Reordering the addend axis (symbols with their masks) reorders the parameters."""
     perm = torch.randperm(batch.symbols.shape[2], generator=generator)
-    ref = model(**batch.inputs())
+    ref = model(batch)
     out = model(
-        **{
-            **batch.inputs(),
-            "symbols": batch.symbols[:, :, perm],
-            "symbol_mask": batch.symbol_mask[:, :, perm],
-        }
+        replace(batch, symbols=batch.symbols[:, :, perm], symbol_mask=batch.symbol_mask[:, :, perm])
     )
     _close(out.params, ref.params[:, :, perm], "params after reordering addends", atol)
     _close(out.noise, ref.noise, "noise after reordering addends", atol)
 
 
+def crop(batch: PaddedBatch, b: int) -> PaddedBatch:
+    """Pair ``b`` alone, cropped to its own ``n``, ``d`` and ``L`` (its present entries first).
+
+    Assumes prefix masks (present points, dimensions and addends first), as
+    :func:`random_padded_batch` and the simulator produce.
+    """
+    one = batch.select(b)
+    n = int(one.point_mask.sum())
+    d = int(one.dim_mask.sum())
+    L = int(one.symbol_mask.sum(-1).max())
+    return replace(
+        one,
+        X=one.X[:, :n, :d],
+        y=one.y[:, :n],
+        point_mask=one.point_mask[:, :n],
+        dim_mask=one.dim_mask[:, :d],
+        symbols=one.symbols[:, :d, :L],
+        symbol_mask=one.symbol_mask[:, :d, :L],
+    )
+
+
 def assert_padding_invariant(model: nn.Module, batch: PaddedBatch, atol: float = 1e-10) -> None:
     """Each dataset alone (cropped to its own n, d, L) predicts what it predicts in the batch."""
-    ref = model(**batch.inputs())
-    for b in range(batch.X.shape[0]):  # a test helper, not a hot path
-        n = int(batch.point_mask[b].sum())
-        d = int(batch.dim_mask[b].sum())
-        L = int(batch.symbol_mask[b].sum(-1).max())
-        alone = model(
-            X=batch.X[b : b + 1, :n, :d],
-            y=batch.y[b : b + 1, :n],
-            point_mask=batch.point_mask[b : b + 1, :n],
-            dim_mask=batch.dim_mask[b : b + 1, :d],
-            symbols=batch.symbols[b : b + 1, :d, :L],
-            symbol_mask=batch.symbol_mask[b : b + 1, :d, :L],
-        )
+    ref = model(batch)
+    for b in range(len(batch)):  # a test helper, not a hot path
+        alone = model(crop(batch, b))
+        d, L = alone.params.shape[1:3]
         _close(
             alone.params[0], ref.params[b, :d, :L], f"params of dataset {b} alone vs padded", atol
         )

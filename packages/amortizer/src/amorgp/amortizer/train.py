@@ -27,18 +27,20 @@ import logging
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
-from amorgp.amortizer.model import Prediction
+from amorgp.amortizer.network import Prediction
+from amorgp.amortizer.registry import SE_VOCABULARY, network_spec
 from amorgp.kernel_grammar import Vocabulary
 from amorgp.kernel_grammar.errors import OptionError
+from amorgp.lazy_kernels import PaddedBatch
 from amorgp.simulator import SimulatedBatch, SimulatorConfig, SimulatorStream, stream_seed
 
 __all__ = [
@@ -55,11 +57,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-SE_VOCABULARY = Vocabulary(("SE",), "se")
-"""Vocabulary of the AHGP-SE-ARD model (one SE per dimension)."""
-
-_INPUTS = ("X", "y", "point_mask", "dim_mask", "symbols", "symbol_mask")
 
 
 @dataclass
@@ -96,8 +93,11 @@ def simulator_config(network: NetworkConfig, train_cfg: TrainConfig) -> Simulato
     """The simulator prior used to train ``network`` with ``train_cfg``.
 
     Paper laws (Appendix A) with ``n ~ U{n_min..n_max}``, ``d <= max_dims``; phase 2
-    draws positive pairs only; the AHGP-SE-ARD model sees one SE per dimension.
+    draws positive pairs only; the network's registry entry adjusts the prior (the
+    AHGP-SE-ARD model sees one SE per dimension).
     """
+    spec = network_spec(network.model)
+    spec.check_training(network.vocabulary)
     cfg = SimulatorConfig(
         n_min=train_cfg.n_min,
         n_max=train_cfg.n_max,
@@ -105,12 +105,7 @@ def simulator_config(network: NetworkConfig, train_cfg: TrainConfig) -> Simulato
         vocabulary=network.vocabulary,
         inputs=train_cfg.inputs,
     )
-    if network.model == "ahgp-se-ard":
-        if network.vocabulary != SE_VOCABULARY:
-            raise ValueError(
-                "the ahgp-se-ard model is trained with the SE-only vocabulary SE_VOCABULARY"
-            )
-        cfg = replace(cfg, max_addends=1, positive_ratio=1.0)
+    cfg = spec.adjust_simulator(cfg)
     if train_cfg.phase == 2:
         cfg = cfg.finetune()
     return cfg
@@ -128,54 +123,35 @@ def make_stream(
 
 
 def encoder_view(
-    batch: SimulatedBatch, max_points: int, generator: torch.Generator | None
-) -> dict[str, Tensor]:
-    """The inputs the network reads: all points, or a random subset of ``max_points``.
+    batch: PaddedBatch, max_points: int, generator: torch.Generator | None
+) -> PaddedBatch:
+    """The batch the network reads: all points, or a random subset of ``max_points``.
 
     Each dataset keeps ``min(n_b, max_points)`` of its points, drawn uniformly
     without replacement; the padded axis shrinks to ``max_points`` (that is the
     saving).  The loss still uses every point.
     """
-    view = {k: getattr(batch, k) for k in _INPUTS}
-    N = batch.X.shape[1]
-    if max_points <= 0 or max_points >= N:
-        return view
-    scores = torch.rand(batch.point_mask.shape, generator=generator, device=batch.X.device)
-    scores = torch.where(batch.point_mask, scores, torch.full_like(scores, 2.0))
-    idx = torch.argsort(scores, dim=1)[:, :max_points]
-    view["X"] = torch.gather(batch.X, 1, idx[:, :, None].expand(-1, -1, batch.X.shape[2]))
-    view["y"] = torch.gather(batch.y, 1, idx)
-    view["point_mask"] = torch.gather(batch.point_mask, 1, idx)
-    return view
+    shown = batch.presented() if isinstance(batch, SimulatedBatch) else batch
+    return shown.subsample_points(max_points, generator)
 
 
-def predict_bucketed(model: nn.Module, view: dict[str, Tensor], buckets: int) -> Prediction:
+def predict_bucketed(model: nn.Module, view: PaddedBatch, buckets: int) -> Prediction:
     """Run ``model`` on ``buckets`` sub-batches of datasets sorted by size, reassembled.
 
-    Datasets are sorted by their number of points and split into ``buckets`` groups;
-    each group is cropped to its largest ``n`` (present points moved first), so fewer
-    padded tokens go through the encoder.  The network is invariant to padding and to
-    point order, so the result equals ``model(**view)`` up to float rounding.  The
-    loop runs over the (few) buckets, not over datasets.
+    Datasets are sorted by their number of points and split into ``buckets`` groups
+    (:meth:`~amorgp.lazy_kernels.PaddedBatch.size_buckets`); each group is cropped to
+    its largest ``n`` (present points moved first), so fewer padded tokens go through
+    the encoder.  The network is invariant to padding and to point order, so the
+    result equals ``model(view)`` up to float rounding.  The loop runs over the (few)
+    buckets, not over datasets.
     """
-    if buckets <= 1 or view["X"].shape[0] < 2:
-        return model(**view, validate=False)
-    n = view["point_mask"].sum(1)
-    order = torch.argsort(n)
-    groups = [g for g in torch.tensor_split(order, min(buckets, order.numel())) if g.numel()]
-    params, noise = [], []
-    for idx in groups:
-        m = int(n[idx].max())
-        sub = {k: v[idx] for k, v in view.items()}
-        first = torch.argsort((~sub["point_mask"]).to(torch.int8), dim=1, stable=True)[:, :m]
-        sub["X"] = torch.gather(sub["X"], 1, first[:, :, None].expand(-1, -1, sub["X"].shape[2]))
-        sub["y"] = torch.gather(sub["y"], 1, first)
-        sub["point_mask"] = torch.gather(sub["point_mask"], 1, first)
-        out = model(**sub, validate=False)
-        params.append(out.params)
-        noise.append(out.noise)
-    inverse = torch.argsort(torch.cat(groups))
-    return Prediction(torch.cat(params)[inverse], torch.cat(noise)[inverse])
+    if buckets <= 1 or len(view) < 2:
+        return model(view, validate=False)
+    groups = view.size_buckets(buckets)
+    outs = [model(sub, validate=False) for _, sub in groups]
+    inverse = torch.argsort(torch.cat([idx for idx, _ in groups]))
+    params = torch.cat([o.params for o in outs])[inverse]
+    return Prediction(params, torch.cat([o.noise for o in outs])[inverse])
 
 
 def training_loss(
@@ -185,19 +161,21 @@ def training_loss(
     train_cfg: TrainConfig,
     generator: torch.Generator | None = None,
 ) -> LossOutput:
-    """Forward pass and loss of one batch (phase from ``train_cfg``)."""
+    """Forward pass and loss of one batch (phase from ``train_cfg``).
+
+    ``vocab`` is the batch's vocabulary (kept for callers; ``batch.vocab`` is used).
+    """
     view = encoder_view(batch, train_cfg.encoder_points, generator)
     device = batch.X.device
     with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
         pred = predict_bucketed(model, view, train_cfg.size_buckets)
     pred = Prediction(pred.params.float(), pred.noise.float())
-    inputs = {k: getattr(batch, k) for k in _INPUTS}
+    shown = batch.presented()
     if train_cfg.phase == 1:
-        return phase1_loss(pred, **inputs, vocab=vocab, valid=batch.valid)
+        return phase1_loss(pred, shown, valid=batch.valid)
     return phase2_loss(
         pred,
-        **inputs,
-        vocab=vocab,
+        shown,
         true_noise=batch.noise,
         is_positive=batch.is_positive,
         valid=batch.valid,
@@ -228,22 +206,10 @@ def validate(
     failed_total = 0
     for cpu_batch in batches:
         b = cpu_batch.to(device)
-        pred = module(**{k: getattr(b, k) for k in _INPUTS}, validate=False)
-        inputs = {k: getattr(b, k) for k in _INPUTS}
-        nll, failed = gp_nll_per_point(
-            **inputs, params=pred.params.float(), noise=pred.noise.float(), vocab=vocab
-        )
-        true_nll, true_failed = gp_nll_per_point(
-            b.X,
-            b.y,
-            b.point_mask,
-            b.dim_mask,
-            b.true_symbols,
-            b.true_symbol_mask,
-            b.params,
-            b.noise,
-            vocab,
-        )
+        shown = b.presented()
+        pred = module(shown, validate=False)
+        nll, failed = gp_nll_per_point(shown, pred.params.float(), pred.noise.float())
+        true_nll, true_failed = gp_nll_per_point(b.truth())
         ok = b.valid & ~failed
         pos = ok & b.is_positive & ~true_failed
         failed_total += int((failed & b.valid).sum())
