@@ -9,6 +9,7 @@ module           command
 ``infer``        ``amorgp infer``: amortized hyperparameters for a CSV table
 ``predict``      ``amorgp predict``: GP predictions on a test set
 ``demo``         ``amorgp demo``: the airline series, amortized next to Type-2 ML
+``ensemble``     ``amorgp ensemble`` / ``amorgp search``: model averaging, structure search
 ===============  ================================================================
 
 Errors: every command is an :class:`~amorgp.amortizer.cli._errors.AmorgpCommand`,
@@ -34,7 +35,7 @@ import logging
 
 import click
 
-from amorgp.amortizer.cli import campaign, demo, infer, model_info, predict, train
+from amorgp.amortizer.cli import campaign, demo, ensemble, infer, model_info, predict, train
 from amorgp.amortizer.cli._errors import AmorgpCommand, AmorgpGroup
 
 __all__ = ["AmorgpCommand", "main"]
@@ -59,5 +60,7 @@ for _command in (
     infer.infer,
     predict.predict,
     demo.demo,
+    ensemble.ensemble,
+    ensemble.search,
 ):
     main.add_command(_command)

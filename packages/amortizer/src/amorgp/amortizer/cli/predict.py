@@ -71,7 +71,8 @@ def holdout_scores(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> tuple[fl
     return rmse, nll
 
 
-def _split(table: Dataset, split: float, seed: int) -> tuple[Dataset, Dataset]:
+def split_table(table: Dataset, split: float, seed: int) -> tuple[Dataset, Dataset]:
+    """A random ``split`` fraction of ``table`` as test rows (usage error if too few remain)."""
     import torch
 
     assert table.y is not None
@@ -150,7 +151,7 @@ def predict(
     _check_paths([data] + ([test_path] if test_path else []), output, plot_path)
     table = read_csv(data, target)
     if split is not None:
-        train, test = _split(table, split, seed)
+        train, test = split_table(table, split, seed)
     else:
         assert test_path is not None
         train = table

@@ -1,0 +1,384 @@
+"""``amorgp ensemble`` and ``amorgp search``: model averaging and structure search over kernels.
+
+Both run the amortization network through :mod:`amorgp.ensembles` (one batched
+``fit_many`` call per kernel list or search level).
+
+Examples::
+
+    amorgp ensemble data.csv                        # the 24 paper kernels, BMA, 20 % held out
+    amorgp ensemble data.csv -k SE -k "SE + PER" -k "LIN + SE*PER" --weighting stacking --json
+    amorgp ensemble airline.csv --plot ensemble.png
+    amorgp search data.csv --depth 3 --beam 2 --refine 5
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+import numpy as np
+
+from amorgp.amortizer.cli._common import check_kernels, fmt, inference_options, load_amortizer
+from amorgp.amortizer.cli._errors import AmorgpCommand
+from amorgp.amortizer.cli._output import check_plot_path, json_text, library_output_to_stderr
+from amorgp.amortizer.cli.predict import holdout_scores, split_table
+
+if TYPE_CHECKING:
+    from amorgp.amortizer.api import Amortizer
+    from amorgp.amortizer.io import Dataset
+    from amorgp.ensembles import KernelEnsemble
+
+__all__ = ["ensemble", "search"]
+
+
+class _Refined:
+    """The amortizer with ``refine`` L-BFGS iterations, as an inference method."""
+
+    def __init__(self, amz: Amortizer, refine: int | str) -> None:
+        self.amz, self.refine = amz, refine
+
+    def fit_many(self, X: Any, y: Any, kernels: Any) -> Any:
+        steps: Any = "auto" if self.refine == "auto" else int(self.refine)
+        return self.amz.infer_many(X, y, kernels, refine=steps)
+
+
+def _kernels(amz: Amortizer, table: Dataset, given: tuple[str, ...], preset: str) -> list[Any]:
+    from amorgp.kernel_grammar import paper_evaluation_set
+
+    if given:
+        return check_kernels(amz, list(given), table)
+    d = table.X.shape[1]
+    return [t.broadcast(d) for t in paper_evaluation_set(0)] if preset == "paper24" else []
+
+
+def _member_rows(ens: KernelEnsemble, test: Dataset | None) -> list[dict[str, Any]]:
+    rows = ens.table()
+    if test is None or test.y is None:
+        return rows
+    for row, fit in zip(rows, ens.fits, strict=True):
+        if fit is None or row["status"] == "failed":
+            continue
+        m, v = (t.numpy() for t in fit.predict(test.X))
+        row["test_rmse"], row["test_nll"] = holdout_scores(test.y, m, v)
+    return rows
+
+
+def _plot(path: Path, ens: KernelEnsemble, train: Dataset, test: Dataset | None) -> None:
+    from amorgp.amortizer.cli._output import atomic_write
+    from amorgp.amortizer.plotting import require_matplotlib
+
+    plt = require_matplotlib()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train.X.shape[1] == 1:
+        lo, hi = float(train.X.min()), float(train.X.max())
+        if test is not None:
+            lo, hi = min(lo, float(test.X.min())), max(hi, float(test.X.max()))
+        grid = np.linspace(lo, hi, 400)[:, None]
+        mix = ens.predictive(grid)
+        mean, sd = mix.mean().numpy(), mix.variance().sqrt().numpy()
+        order = np.argsort(-ens.weights.numpy())[:3]
+        for i in order:
+            fit = ens.fits[i]
+            if fit is not None and float(ens.weights[i]) > 0:
+                ax.plot(
+                    grid[:, 0],
+                    fit.predict(grid)[0].numpy(),
+                    lw=0.8,
+                    alpha=0.8,
+                    label=f"{ens.kernels[i]} (w {float(ens.weights[i]):.2f})",
+                )
+        ax.fill_between(grid[:, 0], mean - 2 * sd, mean + 2 * sd, color="C0", alpha=0.2)
+        ax.plot(grid[:, 0], mean, color="k", lw=1.5, label="ensemble mean +- 2 sd")
+        ax.plot(train.X[:, 0], train.y, "k.", ms=3, label="training data")
+        if test is not None and test.y is not None:
+            ax.plot(test.X[:, 0], test.y, "rx", ms=3, label="held out")
+        ax.set_xlabel(train.feature_names[0])
+    else:
+        assert test is not None
+        assert test.y is not None
+        mix = ens.predictive(test.X)
+        ax.errorbar(
+            test.y, mix.mean().numpy(), yerr=2 * mix.variance().sqrt().numpy(), fmt=".", alpha=0.6
+        )
+        lim = [
+            float(min(test.y.min(), mix.mean().min())),
+            float(max(test.y.max(), mix.mean().max())),
+        ]
+        ax.plot(lim, lim, "k--", lw=0.8)
+        ax.set_xlabel(f"observed {train.target_name}")
+    ax.set_ylabel(train.target_name or "target")
+    ax.set_title(f"{ens.n_members}-kernel ensemble ({ens.weighting})")
+    ax.legend(fontsize=7)
+    fmt_ = path.suffix.lower().lstrip(".")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt_, dpi=120, bbox_inches="tight"))
+    plt.close(fig)
+
+
+@click.command("ensemble", cls=AmorgpCommand)
+@click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--kernel", "-k", "kernel_texts", multiple=True, help="A member kernel (repeatable).")
+@click.option(
+    "--kernels",
+    "preset",
+    type=click.Choice(["paper24"]),
+    default="paper24",
+    show_default=True,
+    help="Member set when no --kernel is given: the paper's 24 evaluation kernels.",
+)
+@click.option(
+    "--weighting",
+    type=click.Choice(["bma", "uniform", "stacking"]),
+    default="bma",
+    show_default=True,
+    help="bma: softmax of the log marginal likelihoods; stacking: held-out log score.",
+)
+@click.option(
+    "--split",
+    type=float,
+    default=0.2,
+    show_default=True,
+    help="Fraction of DATA held out for the predictive metrics (0: none).",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a plot of the mixture and its top members (checked before the work).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON only on stdout.")
+@inference_options
+def ensemble(
+    data: Path,
+    kernel_texts: tuple[str, ...],
+    preset: str,
+    weighting: str,
+    split: float,
+    plot_path: Path | None,
+    as_json: bool,
+    target: str | None,
+    seed: int,
+    device: str | None,
+    dtype: str,
+    checkpoint: Path | None,
+    refine: int | str,
+) -> None:
+    """Bayesian model averaging over kernel structures for the table DATA (CSV with a header)."""
+    from amorgp.amortizer.io import read_csv
+    from amorgp.ensembles import KernelEnsemble
+
+    if not 0.0 <= split < 1.0:
+        raise click.BadParameter(f"must lie in [0, 1), got {split}", param_hint="--split")
+    if plot_path is not None:
+        check_plot_path(plot_path)
+    table = read_csv(data, target)
+    train, test = split_table(table, split, seed) if split > 0 else (table, None)
+    if plot_path is not None and train.X.shape[1] > 1 and test is None:
+        raise click.BadParameter(
+            "a plot of d > 1 data needs held-out points (--split > 0)", param_hint="--plot"
+        )
+    amz = load_amortizer(checkpoint, device, dtype, seed)
+    kernels = _kernels(amz, train, kernel_texts, preset)
+    inference = amz if refine in (0, "0") else _Refined(amz, refine)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught, library_output_to_stderr():
+        warnings.simplefilter("always")
+        ens = KernelEnsemble.fit(
+            inference,
+            train.X,
+            train.y,
+            kernels,
+            weighting=weighting,  # type: ignore[arg-type]
+            generator=_generator(seed),
+        )
+        rows = _member_rows(ens, test)
+        scores = None
+        if test is not None and test.y is not None:
+            mix = ens.predictive(test.X)
+            scores = holdout_scores(test.y, mix.mean().numpy(), mix.variance().numpy())
+    elapsed = time.perf_counter() - t0
+    for w in caught:
+        click.echo(f"Warning: {w.message}", err=True)
+    if as_json:
+        click.echo(
+            json_text(
+                {
+                    "data": str(data),
+                    "weighting": weighting,
+                    "n_train": int(train.X.shape[0]),
+                    "n_test": 0 if test is None else int(test.X.shape[0]),
+                    "members": rows,
+                    "ensemble": None
+                    if scores is None
+                    else {"test_rmse": scores[0], "test_nll": scores[1]},
+                    "time_s": elapsed,
+                },
+                indent=2,
+            )
+        )
+    else:
+        click.echo(
+            f"{ens.n_members} kernels, {weighting} weights, n_train = {train.X.shape[0]}"
+            + (f", n_test = {test.X.shape[0]}" if test is not None else "")
+            + f", {elapsed:.2f} s"
+        )
+        click.echo(
+            f"  {'kernel':<34} {'weight':>8} {'log ML':>10} {'test RMSE':>10} {'test NLL':>9}"
+        )
+        for r in sorted(rows, key=lambda r: -r["weight"]):
+            lml = (
+                "failed"
+                if r["log_marginal_likelihood"] is None
+                else f"{r['log_marginal_likelihood']:.2f}"
+            )
+            click.echo(
+                f"  {r['kernel']:<34} {r['weight']:>8.3f} {lml:>10} {fmt(r.get('test_rmse')):>10} "
+                f"{fmt(r.get('test_nll')):>9}"
+            )
+        if scores is not None:
+            click.echo(
+                f"ensemble: test RMSE {scores[0]:.4g}   test NLL {scores[1]:.4g} (per point, original units)"
+            )
+    if plot_path is not None:
+        with library_output_to_stderr():
+            _plot(plot_path, ens, train, test)
+        click.echo(f"plot written to {plot_path}", err=as_json)
+
+
+def _generator(seed: int) -> Any:
+    import torch
+
+    return torch.Generator().manual_seed(seed)
+
+
+@click.command("search", cls=AmorgpCommand)
+@click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--depth", type=click.IntRange(min=0), default=3, show_default=True, help="Expansion levels."
+)
+@click.option(
+    "--beam",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Structures kept per level.",
+)
+@click.option("--criterion", type=click.Choice(["bic", "lml"]), default="bic", show_default=True)
+@click.option(
+    "--max-addends",
+    type=click.IntRange(min=1, max=6),
+    default=4,
+    show_default=True,
+    help="Addends per dimension at most (the network was trained with <= 6).",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Structures listed per level; with --refine, the best ones refitted.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON only on stdout.")
+@inference_options
+def search(
+    data: Path,
+    depth: int,
+    beam: int,
+    criterion: str,
+    max_addends: int,
+    top: int,
+    as_json: bool,
+    target: str | None,
+    seed: int,
+    device: str | None,
+    dtype: str,
+    checkpoint: Path | None,
+    refine: int | str,
+) -> None:
+    """Greedy/beam search for the kernel structure of the table DATA, scored by the
+    amortized log marginal likelihood (or BIC); --refine k refits the best --top
+    structures with k L-BFGS iterations."""
+    from tqdm import tqdm
+
+    from amorgp.amortizer.io import read_csv
+    from amorgp.ensembles import describe_structure, format_description, structure_search
+
+    table = read_csv(data, target)
+    amz = load_amortizer(checkpoint, device, dtype, seed)
+    bar = tqdm(total=depth + 1, desc="search levels", disable=None, file=sys.stderr, leave=False)
+
+    def progress(level: int, n: int, best: float) -> None:
+        bar.set_postfix(scored=n, best=f"{best:.2f}")
+        bar.update(1)
+
+    with warnings.catch_warnings(record=True) as caught, library_output_to_stderr():
+        warnings.simplefilter("always")
+        res = structure_search(
+            amz,
+            table.X,
+            table.y,
+            depth=depth,
+            beam=beam,
+            criterion=criterion,  # type: ignore[arg-type]
+            max_addends=max_addends,
+            refine=None if refine in (0, "0") else _Refined(amz, refine),
+            refine_top=top,
+            progress=progress,
+        )
+        terms = describe_structure(res.best.fit, table.X)
+    bar.close()
+    for w in {str(w.message) for w in caught}:
+        click.echo(f"Warning: {w}", err=True)
+    if as_json:
+        click.echo(
+            json_text(
+                {
+                    "data": str(data),
+                    "criterion": criterion,
+                    "n_scored": res.n_scored,
+                    "time_s": res.time_s,
+                    "best": {
+                        "kernel": str(res.best.structure),
+                        "score": res.best.score,
+                        "log_marginal_likelihood": res.best.log_marginal_likelihood,
+                        "terms": [
+                            {
+                                "dim": t.dim,
+                                "column": table.feature_names[t.dim],
+                                "symbol": t.symbol,
+                                "variance_share": t.share,
+                                "normalised": t.hyperparameters,
+                                "original": t.original,
+                            }
+                            for t in terms
+                        ],
+                    },
+                    "levels": [
+                        [
+                            {
+                                "kernel": str(c.structure),
+                                "score": c.score if math.isfinite(c.score) else None,
+                            }
+                            for c in lvl[:top]
+                        ]
+                        for lvl in res.levels
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    for i, lvl in enumerate(res.levels):
+        click.echo(
+            f"level {i}: {len(lvl)} structures; best "
+            + ", ".join(f"{c.structure} ({c.score:.2f})" for c in lvl[:top])
+        )
+    click.echo(
+        f"best structure ({criterion} {res.best.score:.2f}, {res.n_scored} structures scored "
+        f"in {res.time_s:.2f} s{', refined' if res.refined else ''}): {res.best.structure}"
+    )
+    click.echo(format_description(terms, list(table.feature_names)))
