@@ -60,6 +60,13 @@ def default_campaign_state() -> Path:
     help="Stop after this many minutes (default: until Ctrl-C or SIGTERM).",
 )
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--real-data",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of CSV datasets (last column the target) on which every segment's "
+    "model is also scored (e.g. the repository's data/).",
+)
 def campaign_command(
     state: Path | None,
     export_dir: Path,
@@ -68,6 +75,7 @@ def campaign_command(
     finetune_steps: int,
     max_minutes: float | None,
     threads: int,
+    real_data: Path | None,
 ) -> None:
     """Run the long, resumable CPU training campaign (see amorgp.amortizer.campaign).
 
@@ -90,5 +98,6 @@ def campaign_command(
         segment_minutes=segment_minutes,
         finetune_steps=finetune_steps,
         max_minutes=max_minutes if max_minutes is not None else math.inf,
+        real_data=real_data,
     )
     click.echo(json_text(record))
