@@ -12,6 +12,7 @@
 
 from amorgp.amortizer.ahgp import AHGPSEARD
 from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer, Hyperparameter, KernelResult, Progress
+from amorgp.amortizer.bundled import pretrained_names, resolve_checkpoint
 from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint, load_model, save_checkpoint
 from amorgp.amortizer.config import PRESETS, NetworkConfig, Preset, TrainConfig, preset
 from amorgp.amortizer.estimator import AmortizedGPRegressor
@@ -54,6 +55,8 @@ __all__ = [
     "AHGPSEARD",
     "PRESETS",
     "PRETRAINED_DIR",
+    "pretrained_names",
+    "resolve_checkpoint",
     "AmortizedGPRegressor",
     "Amortizer",
     "Dataset",

@@ -9,12 +9,12 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.bundled import PRETRAINED_DIR, resolve_checkpoint
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.forward import encode_structures, encoder_subset, network_parameters
@@ -34,7 +34,6 @@ __all__ = [
     "Progress",
 ]
 
-PRETRAINED_DIR = Path(__file__).parent / "pretrained" / "default"
 """The bundled default checkpoint (replaced by the trained model, same format)."""
 
 DEFAULT_ENCODER_POINTS = 250
@@ -134,12 +133,14 @@ class Amortizer:
         device: str | torch.device | None = None,
         **kwargs: Any,
     ) -> Amortizer:
-        """Load a checkpoint directory (default: the bundled :data:`PRETRAINED_DIR`).
+        """Load a checkpoint directory or a bundled model by name (default: :data:`PRETRAINED_DIR`).
 
         The checkpoint's SHA-256 checksums, format tag and architecture are verified.
 
         Args:
-            path: checkpoint directory; ``None`` for the bundled default.
+            path: checkpoint directory, the name of a bundled model (see
+                :func:`pretrained_names`; earlier defaults stay loadable by name), or
+                ``None`` for the bundled default.
             device: ``"cpu"``, ``"cuda"``...; default CUDA if available.
             **kwargs: more :class:`Amortizer` options (``dtype``, ``encoder_points``...).
 
@@ -148,16 +149,7 @@ class Amortizer:
                 unknown format, weights that do not fit the stored architecture, or a
                 checkpoint of a model other than the structured network.
         """
-        where = Path(path) if path is not None else PRETRAINED_DIR
-        if not where.exists():
-            raise ValueError(
-                f"no checkpoint at {where}"
-                + (
-                    " (the bundled weights are missing from this installation)"
-                    if path is None
-                    else ""
-                )
-            )
+        where = resolve_checkpoint(path)
         dev = torch.device(device) if device is not None else _default_device()
         ckpt = load_checkpoint(where, device=dev)
         if ckpt.network.model != "structured":

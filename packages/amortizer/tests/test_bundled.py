@@ -1,0 +1,29 @@
+"""Bundled models by name: the default, earlier defaults, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from amorgp.amortizer import Amortizer, pretrained_names, resolve_checkpoint
+from amorgp.amortizer.bundled import PRETRAINED_DIR, PRETRAINED_ROOT
+from amorgp.kernel_grammar import CheckpointError
+
+
+def test_every_bundled_name_loads_and_default_is_the_default() -> None:
+    names = pretrained_names()
+    assert "default" in names
+    assert resolve_checkpoint(None) == PRETRAINED_DIR
+    for name in names:
+        assert resolve_checkpoint(name) == PRETRAINED_ROOT / name
+        amz = Amortizer.from_pretrained(name, device="cpu")
+        assert amz.model is not None
+
+
+def test_a_path_wins_and_unknown_names_list_the_bundled_ones(tmp_path: Path) -> None:
+    assert resolve_checkpoint(str(PRETRAINED_DIR)) == PRETRAINED_DIR
+    with pytest.raises(CheckpointError, match="name of a bundled model.*default"):
+        resolve_checkpoint("no-such-model")
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        Amortizer.from_pretrained(tmp_path / "missing")
