@@ -23,7 +23,7 @@ def test_every_bundled_name_loads_and_default_is_the_default() -> None:
 
 def test_a_path_wins_and_unknown_names_list_the_bundled_ones(tmp_path: Path) -> None:
     assert resolve_checkpoint(str(PRETRAINED_DIR)) == PRETRAINED_DIR
-    with pytest.raises(CheckpointError, match="name of a bundled model.*default"):
+    with pytest.raises(CheckpointError, match=r"name of a bundled model.*default"):
         resolve_checkpoint("no-such-model")
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         Amortizer.from_pretrained(tmp_path / "missing")
