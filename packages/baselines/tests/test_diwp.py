@@ -16,7 +16,7 @@ from amorgp.baselines.bayesian import mixture_moments
 from amorgp.baselines.diwp import DIWP, DIWPSettings, PointNoise, fit_diwp
 from amorgp.baselines.testing import check_inference
 from amorgp.baselines.testing import synthetic_dataset as make_data
-from amorgp.diff_linalg.testing import dense_gp_predictive
+from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import EXTENDED_VOCABULARY, DataError, OptionError
 
 F64 = torch.float64
@@ -63,6 +63,12 @@ def test_very_large_delta_reproduces_the_nngp_limit() -> None:
     # f_i ~ Q is random (the GP posterior at Z = X): Monte Carlo tolerances
     np.testing.assert_allclose(mean.numpy(), m_ref, atol=0.02)
     np.testing.assert_allclose(var.numpy(), v_ref, rtol=0.05)
+    # the ELBO with Z = X is the exact log marginal likelihood of the composed kernel
+    # (the inverse Wishart layers' log ratios vanish as Q -> P)
+    with torch.no_grad():
+        elbo = float(model.elbo(X, y, 4, gen))
+    exact = dense_gp_log_marginal_likelihood(K[:n, :n], y.numpy(), 0.05)
+    assert elbo == pytest.approx(exact, abs=1e-3), (elbo, exact)
     # and with no hidden layer it is the ARD-SE GP itself
     model0 = DIWP(X, y, replace(s, n_hidden=0))
     with torch.no_grad():

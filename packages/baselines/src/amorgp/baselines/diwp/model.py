@@ -262,7 +262,7 @@ class DIWP(nn.Module):
         ls, var = self._kernel_params(layer)
         k = self.settings.gram_kernel
         d_i = G.ii.diagonal(dim1=-2, dim2=-1)
-        return k.cross(G.tt, G.ti, d_i, ls, var), k.diag(G.tt, var) * (1 + self.settings.jitter)
+        return k.cross(G.tt, G.ti, d_i, ls, var), k.diag(G.tt, var) + self.settings.jitter * var
 
     # -- sampling -----------------------------------------------------------------------------
     def sample_inducing(self, n_samples: int, generator: torch.Generator) -> InducingSample:
