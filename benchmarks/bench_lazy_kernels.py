@@ -16,11 +16,15 @@ Sections (every ratio measured side by side in this run):
    the previous algorithm (token gather + ``segment_reduce``, frozen below);
 7. prediction at many test points (n = 3000, m = 20 000, ``SE*LIN + PER``, d = 4): one
    cached ``Posterior`` vs a fresh factorisation per 256 MiB chunk (the previous
-   amortizer path, frozen below), time, peak memory and factorisation count.
+   amortizer path, frozen below), time, peak memory and factorisation count;
+8. the evaluator's CPU speed on the training, ensemble and prediction workloads, before
+   (the lazy-kernels source of a git revision) vs after, in alternating worker processes
+   (``bench_evaluator_speed.py``).
 
-Usage: ``python benchmarks/bench_lazy_kernels.py [--quick] [--full] [--section NAME]``
-(``--full`` adds n = 1e5 KeOps matvecs and larger dense sizes; ``--section evaluator`` or
-``--section posterior`` runs section 6 or 7 alone and rewrites only its part of the report).
+Usage: ``python benchmarks/bench_lazy_kernels.py [--quick] [--full] [--section NAME]
+[--baseline REV]`` (``--full`` adds n = 1e5 KeOps matvecs and larger dense sizes;
+``--section evaluator``, ``posterior`` or ``evaluator-speed`` runs section 6, 7 or 8 alone
+and rewrites only its part of the report; ``--baseline`` is section 8's *before* revision).
 """
 
 from __future__ import annotations
@@ -643,7 +647,11 @@ def _replace_section(number: str, lines: list[str]) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         kind, *rest = sys.argv[2:]
-        if kind == "matvec":
+        if kind == "evaluator-speed":
+            import bench_evaluator_speed
+
+            out = bench_evaluator_speed.worker(bool(int(rest[0])), int(rest[1]))
+        elif kind == "matvec":
             out = _worker_matvec(rest[0], rest[1], int(rest[2]), int(rest[3]), int(rest[4]))
         elif kind == "posterior":
             out = _worker_posterior(rest[0], int(rest[1]), int(rest[2]))
@@ -656,10 +664,16 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="add n = 1e5 KeOps matvecs")
     ap.add_argument(
         "--section",
-        choices=["evaluator", "posterior"],
+        choices=["evaluator", "posterior", "evaluator-speed"],
         help="run one section only and replace its part of an existing report",
     )
+    ap.add_argument("--baseline", help="git revision of section 8's 'before' evaluator")
     args = ap.parse_args()
+    if args.section == "evaluator-speed":
+        import bench_evaluator_speed
+
+        _replace_section("8", bench_evaluator_speed.section(__file__, args.quick, args.baseline))
+        return
     if args.section == "evaluator":
         _replace_section("6", section_evaluator(args.quick))
         return
@@ -680,6 +694,7 @@ def main() -> None:
     ]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     body: list[str] = []
+    import bench_evaluator_speed
 
     def write(done: bool) -> None:  # rewrite after every section: partial results survive
         tail = [""] + (
@@ -699,6 +714,7 @@ def main() -> None:
         section_compile,
         lambda: section_matvec(args.quick, args.full),
         lambda: section_posterior(args.quick),
+        lambda: bench_evaluator_speed.section(__file__, args.quick, args.baseline),
     ):
         body += section()
         write(done=False)

@@ -43,6 +43,7 @@ slots of a simulated batch are padding.
 from __future__ import annotations
 
 from functools import cache
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -208,17 +209,27 @@ def _circulant(N: int, device: torch.device) -> tuple[int, Tensor]:
     return N // 2 + 1, full.reshape(-1)
 
 
+class _Group(NamedTuple):
+    """The tokens of one symbol id: their positions ``idx`` in the token list, their
+    pairs ``a``, and ``span = (first, stop)`` when ``a`` is the consecutive run
+    ``first..stop - 1`` (the per-pair quantities are then sliced, not gathered)."""
+
+    sid: int
+    idx: Tensor
+    a: Tensor
+    span: tuple[int, int] | None
+
+
 def _plan(
     symbols: Tensor, symbol_mask: Tensor, dim_mask: Tensor, n_symbols: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor, list[tuple[int, Tensor]]]:
+) -> tuple[Tensor, Tensor, Tensor, list[_Group]]:
     """Index plan of a padded batch, built from the small structure tensors on the host.
 
     Returns:
         ``pairs (A,)`` flat ``b * D + d`` of the active dimensions (b-major),
         ``n_dims (B,)`` active dimensions per batch element,
-        ``tokens (T,)`` flat ``(b * D + d) * L + l`` of the active addends,
-        ``token_pair (T,)`` index into ``pairs`` of each token, and per symbol id
-        present its token positions ``(id, idx)`` (all on the input's device).
+        ``tokens (T,)`` flat ``(b * D + d) * L + l`` of the active addends, and per
+        symbol id present its :class:`_Group` (all on the input's device).
     """
     device = symbols.device
     B, D, L = symbols.shape
@@ -232,19 +243,79 @@ def _plan(
     sym = sym_h.reshape(-1)[tokens]
     order = torch.argsort(sym, stable=True)
     counts = torch.bincount(sym, minlength=n_symbols + 1).tolist()
-    groups: list[tuple[int, Tensor]] = []
+    groups: list[_Group] = []
     start = counts[0]
     for sid in range(1, n_symbols + 1):
         if counts[sid]:
-            groups.append((sid, order[start : start + counts[sid]].to(device)))
+            idx = order[start : start + counts[sid]]
+            a = token_pair[idx]
+            run = bool((a.diff() == 1).all())
+            span = (int(a[0]), int(a[-1]) + 1) if run else None
+            groups.append(_Group(sid, idx.to(device), a.to(device), span))
             start += counts[sid]
-    return (
-        pairs.to(device),
-        dmask_h.sum(-1).to(device),
-        tokens.to(device),
-        token_pair.to(device),
-        groups,
-    )
+    return pairs.to(device), dmask_h.sum(-1).to(device), tokens.to(device), groups
+
+
+def _rows(t: Tensor | None, g: _Group) -> Tensor | None:
+    """Rows ``g.a`` of a per-pair quantity: a slice (view) for a consecutive run."""
+    if t is None:
+        return None
+    return t[g.span[0] : g.span[1]] if g.span is not None else t.index_select(0, g.a)
+
+
+def _shared(u: Tensor, v: Tensor, needs: set[str]) -> tuple[Tensor | None, ...]:
+    """``r = u - v``, ``r^2`` and ``x x'`` per active pair, only those some symbol reads.
+
+    ``r^2`` overwrites ``r`` when ``r`` itself is not read and no graph is recorded.
+    """
+    r = u - v if needs & {"r", "r2"} else None
+    r2 = None
+    if r is not None and "r2" in needs:
+        r2 = r.mul_(r) if "r" not in needs and not r.requires_grad else r * r
+    if "r" not in needs:
+        r = None
+    xx = u * v if "xx" in needs else None
+    return r, r2, xx
+
+
+def _sum_addends(
+    u: Tensor, v: Tensor, par: Tensor, tables: SymbolTables, groups: list[_Group], A: int
+) -> Tensor:
+    """``(A, *tail)`` sums over the addends of each active pair, one symbol id at a time.
+
+    Without a recorded graph the sums accumulate in place; a symbol covering every pair
+    in order starts the sum (no zero fill, no scatter).
+    """
+    compiled = [tables.compiled[g.sid] for g in groups]
+    needs = set().union(*(cs.needs for cs in compiled if cs is not None))
+    r, r2, xx = _shared(u, v, needs)
+    tail = torch.broadcast_shapes(u.shape, v.shape)[1:]
+    total: Tensor | None = None
+    for cs, g in zip(compiled, groups):
+        assert cs is not None
+        x = "x" in cs.needs
+        val = evaluate_symbol(
+            cs,
+            _rows(u, g) if x else None,
+            _rows(v, g) if x else None,
+            par.index_select(0, g.idx),
+            r=_rows(r, g) if "r" in cs.needs else None,
+            r2=_rows(r2, g) if "r2" in cs.needs else None,
+            xx=_rows(xx, g) if "xx" in cs.needs else None,
+        )
+        # evaluate_symbol returns a fresh tensor of the full shape: it may become the sum
+        whole = g.span == (0, A) and val.shape[1:] == tail
+        if total is None and whole:
+            total = val
+        elif total is None:
+            total = torch.zeros((A, *tail), dtype=par.dtype, device=par.device)
+            total = total.index_add_(0, g.a, val)
+        elif total.requires_grad or val.requires_grad:  # out of place: exp saved ``val``
+            total = total + val if whole else total.index_add(0, g.a, val)
+        else:
+            total = total.add_(val) if whole else total.index_add_(0, g.a, val)
+    assert total is not None
+    return total
 
 
 def _evaluate(
@@ -259,9 +330,7 @@ def _evaluate(
 ) -> Tensor:
     B, N, D = X1.shape
     P = tables.max_params
-    pairs, n_dims, tokens, token_pair, groups = _plan(
-        symbols, symbol_mask, dim_mask, tables.n_symbols
-    )
+    pairs, n_dims, tokens, groups = _plan(symbols, symbol_mask, dim_mask, tables.n_symbols)
     # index_select (a row copy) rather than advanced indexing: several times faster on CPU
     par = params.reshape(-1, params.shape[-1]).index_select(0, tokens)[:, :P]  # (T, P)
     cols1 = X1.transpose(1, 2).reshape(B * D, N).index_select(0, pairs)  # (A, N)
@@ -279,32 +348,11 @@ def _evaluate(
         M = X2.shape[1]
         u = cols1[:, :, None]
         v = X2.transpose(1, 2).reshape(B * D, M).index_select(0, pairs)[:, None, :]  # (A, 1, M)
-    tail = torch.broadcast_shapes(u.shape, v.shape)[1:]
-    compiled = [tables.compiled[sid] for sid, _ in groups]
-    needs = set().union(*(cs.needs for cs in compiled if cs is not None))
-    # per-dimension quantities, formed once and shared by every addend of the dimension
-    r = u - v if needs & {"r", "r2"} else None  # (A, *tail)
-    r2 = r * r if r is not None and "r2" in needs else None
-    xx = u * v if "xx" in needs else None
-    pair_sum = torch.zeros((pairs.shape[0], *tail), dtype=X1.dtype, device=X1.device)
-    for cs, (_, idx) in zip(compiled, groups):
-        assert cs is not None
-        a = token_pair[idx]
-        need = cs.needs
-        pair_sum.index_add_(
-            0,
-            a,
-            evaluate_symbol(
-                cs,
-                u.index_select(0, a) if "x" in need else None,
-                v.index_select(0, a) if "x" in need else None,
-                par.index_select(0, idx),
-                r=r.index_select(0, a) if r is not None and "r" in need else None,
-                r2=r2.index_select(0, a) if r2 is not None and "r2" in need else None,
-                xx=xx.index_select(0, a) if xx is not None and "xx" in need else None,
-            ),
-        )
-    out = torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
+    pair_sum = _sum_addends(u, v, par, tables, groups, pairs.shape[0])
+    if pairs.shape[0] == B:  # one active dimension per element: nothing to multiply
+        out = pair_sum
+    else:
+        out = torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
     if full is None:
         return out
     return out.reshape(B, -1).index_select(1, full).reshape(B, N, N)

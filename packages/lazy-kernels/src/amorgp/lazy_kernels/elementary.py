@@ -100,6 +100,10 @@ class TorchElementary:
         unit_xx: optional ``(x1 x2, theta) -> kt`` (equal to ``unit``) for kernels of the
             product ``x x'`` only (LIN).
         keops: optional KeOps formula of the same factor (:class:`KeOpsFormula`).
+        owns_output: every form returns a new tensor (never an input or a view of one)
+            that autograd has not saved for backward, so an evaluator may update it in
+            place (add the variance, ``exp_``); False (the safe default) for a kernel
+            that cannot promise it.
     """
 
     name: str
@@ -109,6 +113,7 @@ class TorchElementary:
     log_unit_r2: DistFn | None = None
     unit_xx: DistFn | None = None
     keops: KeOpsFormula | None = None
+    owns_output: bool = False
 
     def __post_init__(self) -> None:
         if (self.log_unit is None) == (self.unit is None):
@@ -146,8 +151,13 @@ def _lin(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
 
 def _per_r(r: Tensor, theta: Tensor) -> Tensor:
     ls, period = theta[..., 0], theta[..., 1]
-    s = torch.sin(r * (math.pi / period))
-    return (s * s) * (-0.5 / (ls * ls))
+    w = r * (math.pi / period)
+    if w.requires_grad:
+        s = torch.sin(w)
+        return (s * s) * (-0.5 / (ls * ls))
+    # no graph: update the fresh tensor in place (same values, no new allocations)
+    w.sin_()
+    return w.mul_(w).mul_(-0.5 / (ls * ls))
 
 
 def _per(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
@@ -155,8 +165,13 @@ def _per(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
 
 
 def _mat52_r(r: Tensor, theta: Tensor) -> Tensor:
-    a = r.abs() * (math.sqrt(5.0) / theta[..., 0])
-    return torch.log1p(a * (1.0 + a / 3.0)) - a
+    a = r.abs()
+    q = math.sqrt(5.0) / theta[..., 0]
+    if a.requires_grad or q.requires_grad:
+        a = a * q
+        return torch.log1p(a * (1.0 + a / 3.0)) - a
+    a.mul_(q)
+    return (a / 3.0).add_(1.0).mul_(a).log1p_().sub_(a)
 
 
 def _mat52(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
@@ -165,7 +180,10 @@ def _mat52(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
 
 def _rq_r2(r2: Tensor, theta: Tensor) -> Tensor:
     ls, alpha = theta[..., 0], theta[..., 1]
-    return torch.log1p(r2 * (0.5 / (alpha * ls * ls))) * (-alpha)
+    t = r2 * (0.5 / (alpha * ls * ls))
+    if t.requires_grad:
+        return torch.log1p(t) * (-alpha)
+    return t.log1p_().mul_(-alpha)
 
 
 def _rq(x1: Tensor, x2: Tensor, theta: Tensor) -> Tensor:
@@ -198,11 +216,19 @@ _RQ_KEOPS = KeOpsFormula(
 )
 
 TORCH_ELEMENTARY: dict[str, TorchElementary] = {
-    "SE": TorchElementary("SE", log_unit=_se, log_unit_r2=_se_r2, keops=_SE_KEOPS),
-    "LIN": TorchElementary("LIN", unit=_lin, unit_xx=_lin_xx, keops=_LIN_KEOPS),
-    "PER": TorchElementary("PER", log_unit=_per, log_unit_r=_per_r, keops=_PER_KEOPS),
-    "MAT52": TorchElementary("MAT52", log_unit=_mat52, log_unit_r=_mat52_r, keops=_MAT52_KEOPS),
-    "RQ": TorchElementary("RQ", log_unit=_rq, log_unit_r2=_rq_r2, keops=_RQ_KEOPS),
+    "SE": TorchElementary(
+        "SE", log_unit=_se, log_unit_r2=_se_r2, keops=_SE_KEOPS, owns_output=True
+    ),
+    "LIN": TorchElementary("LIN", unit=_lin, unit_xx=_lin_xx, keops=_LIN_KEOPS, owns_output=True),
+    "PER": TorchElementary(
+        "PER", log_unit=_per, log_unit_r=_per_r, keops=_PER_KEOPS, owns_output=True
+    ),
+    "MAT52": TorchElementary(
+        "MAT52", log_unit=_mat52, log_unit_r=_mat52_r, keops=_MAT52_KEOPS, owns_output=True
+    ),
+    "RQ": TorchElementary(
+        "RQ", log_unit=_rq, log_unit_r2=_rq_r2, keops=_RQ_KEOPS, owns_output=True
+    ),
 }
 
 

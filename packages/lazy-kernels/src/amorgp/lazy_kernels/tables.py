@@ -46,6 +46,12 @@ class CompiledSymbol:
     n_params: int
 
     @property
+    def owns_output(self) -> bool:
+        """Every factor's forms return a fresh tensor that no backward reads
+        (:attr:`TorchElementary.owns_output`): :func:`evaluate_symbol` may update it in place."""
+        return all(k.owns_output for k, _ in self.factors)
+
+    @property
     def needs(self) -> frozenset[str]:
         """Inputs :func:`evaluate_symbol` reads when given all precomputed forms:
         ``"x"`` (``x1, x2``), ``"r"``, ``"r2"``, ``"xx"``."""
@@ -110,6 +116,7 @@ def evaluate_symbol(
     ndim = max(t.ndim for t in (x1, x2, r, r2, xx) if t is not None)
     tail = (1,) * (ndim - 1)
     s2 = theta[:, 0].reshape(T, *tail)
+    own = cs.owns_output
     log_sum: Tensor | None = None
     direct: Tensor | None = None
     for kernel, slots in cs.factors:
@@ -125,7 +132,7 @@ def evaluate_symbol(
                 assert x1 is not None
                 assert x2 is not None
                 lt = kernel.log_unit(x1, x2, th)
-            log_sum = lt if log_sum is None else log_sum + lt
+            log_sum = lt if log_sum is None else _acc(log_sum, lt, own, add=True)
         else:
             assert kernel.unit is not None
             if kernel.unit_xx is not None and xx is not None:
@@ -134,12 +141,28 @@ def evaluate_symbol(
                 assert x1 is not None
                 assert x2 is not None
                 u = kernel.unit(x1, x2, th)
-            direct = u if direct is None else direct * u
+            direct = u if direct is None else _acc(direct, u, own and _untracked(direct, u))
     if log_sum is not None:
-        out = torch.exp(log_sum + torch.log(s2))
-        return out if direct is None else out * direct
+        # own: the factors' sum is a fresh tensor no backward reads, so the variance and
+        # the exp may update it in place (exp saves its result, which is what it needs)
+        ls2 = torch.log(s2)
+        out = _acc(log_sum, ls2, own, add=True).exp_() if own else torch.exp(log_sum + ls2)
+        return out if direct is None else _acc(out, direct, _untracked(out, direct))
     assert direct is not None
-    return s2 * direct
+    return _acc(direct, s2, own and _untracked(direct, s2))
+
+
+def _untracked(*ts: Tensor) -> bool:
+    """No autograd graph is recorded through these tensors (in-place updates are safe)."""
+    return not any(t.requires_grad for t in ts)
+
+
+def _acc(a: Tensor, b: Tensor, inplace: bool, add: bool = False) -> Tensor:
+    """``a + b`` (``add``) or ``a * b``, written into ``a`` when ``inplace`` and ``a`` has
+    the result's shape (the same values either way)."""
+    if inplace and a.shape == torch.broadcast_shapes(a.shape, b.shape):
+        return a.add_(b) if add else a.mul_(b)
+    return a + b if add else a * b
 
 
 @dataclass(frozen=True)
