@@ -291,6 +291,7 @@ def _sum_addends(
     r, r2, xx = _shared(u, v, needs)
     tail = torch.broadcast_shapes(u.shape, v.shape)[1:]
     total: Tensor | None = None
+    saved = False  # ``total`` is a symbol's value, which its backward reads: no in-place update
     for cs, g in zip(compiled, groups):
         assert cs is not None
         x = "x" in cs.needs
@@ -306,13 +307,13 @@ def _sum_addends(
         # evaluate_symbol returns a fresh tensor of the full shape: it may become the sum
         whole = g.span == (0, A) and val.shape[1:] == tail
         if total is None and whole:
-            total = val
+            total, saved = val, val.requires_grad
         elif total is None:
             total = torch.zeros((A, *tail), dtype=par.dtype, device=par.device)
             total = total.index_add_(0, g.a, val)
-        elif total.requires_grad or val.requires_grad:  # out of place: exp saved ``val``
-            total = total + val if whole else total.index_add(0, g.a, val)
-        else:
+        elif saved:
+            total, saved = (total + val if whole else total.index_add(0, g.a, val)), False
+        else:  # neither add_ nor index_add_ needs ``total``'s values for backward
             total = total.add_(val) if whole else total.index_add_(0, g.a, val)
     assert total is not None
     return total
