@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from amorgp.kernel_grammar import EXTENDED_VOCABULARY, PAPER_VOCABULARY, Vocabulary
-from amorgp.lazy_kernels import kernel_diag_dimwise, kernel_matrix_dimwise
+from amorgp.lazy_kernels import dimwise, kernel_diag_dimwise, kernel_matrix_dimwise
 from amorgp.lazy_kernels.testing import (
     DimWiseBatch,
     random_dimwise_batch,
@@ -143,10 +143,16 @@ def _plan_shapes_batch(vocab: Vocabulary, seed: int) -> DimWiseBatch:
 @pytest.mark.parametrize("vocab", VOCABS, ids=lambda v: v.name)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("kind", ["cross", "symmetric", "diag"])
-def test_recording_modes_match_reference(vocab: Vocabulary, seed: int, kind: str) -> None:
-    """Without a recorded graph the evaluator updates fresh tensors in place; with one it
-    does not.  Every mode (graph, ``no_grad``, ``inference_mode``) must give the oracle's
+@pytest.mark.parametrize("chunk", [None, 1, 40])
+def test_recording_modes_match_reference(
+    vocab: Vocabulary, seed: int, kind: str, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a recorded graph the evaluator updates fresh tensors in place and works by
+    blocks of points (``chunk`` values per block: one row, a few rows); with one it does
+    neither.  Every mode (graph, ``no_grad``, ``inference_mode``) must give the oracle's
     values, on random heterogeneous batches and on one taking every path of the plan."""
+    if chunk is not None:
+        monkeypatch.setattr(dimwise, "CHUNK_ELEMENTS", chunk)
     for batch in (
         random_dimwise_batch(vocab, torch.Generator().manual_seed(20 + seed), batch=8, n=6),
         _plan_shapes_batch(vocab, seed),

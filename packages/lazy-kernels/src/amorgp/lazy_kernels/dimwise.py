@@ -42,6 +42,7 @@ slots of a simulated batch are padding.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import NamedTuple
 
@@ -52,6 +53,9 @@ from amorgp.kernel_grammar import Vocabulary
 from amorgp.lazy_kernels.tables import SymbolTables, evaluate_symbol, symbol_tables
 
 __all__ = ["kernel_diag_dimwise", "kernel_matrix_dimwise", "validate_dimwise"]
+
+CHUNK_ELEMENTS = 1 << 18
+"""Values per block of the point axis (over all active pairs) without a recorded graph."""
 
 
 def _fail(msg: str) -> None:
@@ -319,6 +323,38 @@ def _sum_addends(
     return total
 
 
+def _product(
+    u: Tensor, v: Tensor, par: Tensor, tables: SymbolTables, groups: list[_Group], n_dims: Tensor
+) -> Tensor:
+    """``(B, *tail)``: the addend sums of each pair, multiplied over each element's pairs."""
+    A = u.shape[0]
+    pair_sum = _sum_addends(u, v, par, tables, groups, A)
+    if n_dims.shape[0] == A:  # one active dimension per element: nothing to multiply
+        return pair_sum
+    return torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
+
+
+def _chunked(
+    u: Tensor, v: Tensor, par: Tensor, tables: SymbolTables, groups: list[_Group], n_dims: Tensor
+) -> Tensor:
+    """:func:`_product`, by blocks of the first point axis when no graph is recorded.
+
+    A block's working tensors (``CHUNK_ELEMENTS`` values over all pairs) stay in cache and
+    are recycled by the allocator, where whole-matrix temporaries are fresh memory pages.
+    """
+    tail = torch.broadcast_shapes(u.shape, v.shape)[1:]
+    A, B = u.shape[0], n_dims.shape[0]
+    rows = max(1, CHUNK_ELEMENTS // (A * math.prod(tail[1:])))
+    tracked = torch.is_grad_enabled() and (u.requires_grad or v.requires_grad or par.requires_grad)
+    if tracked or rows >= tail[0]:
+        return _product(u, v, par, tables, groups, n_dims)
+    out = torch.empty((B, *tail), dtype=par.dtype, device=par.device)
+    for s in range(0, tail[0], rows):
+        ub, vb = (t[:, s : s + rows] if t.shape[1] > 1 else t for t in (u, v))
+        out[:, s : s + rows] = _product(ub, vb, par, tables, groups, n_dims)
+    return out
+
+
 def _evaluate(
     X1: Tensor,
     X2: Tensor | None,
@@ -349,11 +385,7 @@ def _evaluate(
         M = X2.shape[1]
         u = cols1[:, :, None]
         v = X2.transpose(1, 2).reshape(B * D, M).index_select(0, pairs)[:, None, :]  # (A, 1, M)
-    pair_sum = _sum_addends(u, v, par, tables, groups, pairs.shape[0])
-    if pairs.shape[0] == B:  # one active dimension per element: nothing to multiply
-        out = pair_sum
-    else:
-        out = torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
+    out = _chunked(u, v, par, tables, groups, n_dims)
     if full is None:
         return out
     return out.reshape(B, -1).index_select(1, full).reshape(B, N, N)
