@@ -1,5 +1,6 @@
 """Differentiable linear algebra (Seeger et al.) and GP building blocks for amorgp."""
 
+from amorgp.diff_linalg.buckets import size_buckets
 from amorgp.diff_linalg.cholesky import CholeskyResult, robust_cholesky
 from amorgp.diff_linalg.distributions import (
     InverseWishart,
@@ -25,6 +26,7 @@ from amorgp.diff_linalg.operators import (
 )
 
 __all__ = [
+    "size_buckets",
     "blr_log_evidence",
     "kalman_nll",
     "sparse_gp_titsias_bound",

@@ -31,13 +31,13 @@ adjoint halves the time of differentiating through the Cholesky factor.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any, Literal, overload
 
 import torch
 
 from amorgp.diff_linalg._validation import check_finite, check_square, check_tensor
+from amorgp.diff_linalg.buckets import size_buckets
 from amorgp.diff_linalg.cholesky import jittered_cholesky_ex, robust_cholesky
 
 __all__ = ["DEFAULT_STRATEGY", "Strategy", "gp_log_marginal_likelihood"]
@@ -123,12 +123,38 @@ def _valid_first(
     return K_c, y_c, m_c
 
 
-def _bucket_slices(counts_sorted: torch.Tensor, n_buckets: int) -> list[tuple[int, int]]:
-    """Split a sorted batch into at most ``n_buckets`` contiguous groups of equal count."""
-    b = counts_sorted.shape[0]
-    n_buckets = max(1, min(n_buckets, b))
-    edges = [round(i * b / n_buckets) for i in range(n_buckets + 1)]
-    return [(lo, hi) for lo, hi in itertools.pairwise(edges) if hi > lo]
+def _ragged(
+    K: torch.Tensor,
+    y: torch.Tensor,
+    noise: torch.Tensor,
+    mask: torch.Tensor,
+    counts: torch.Tensor,
+    n_groups: int,
+    jitter: float,
+    max_tries: int,
+    fused: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_core`` per size bucket (:func:`~amorgp.diff_linalg.size_buckets`), reassembled.
+
+    One gather into bucket order, then contiguous splits: the backward allocates the
+    full batch gradient once instead of once per bucket.  ``n_groups = B`` is the
+    per-element loop.
+    """
+    groups = size_buckets(counts, n_groups)
+    order = torch.cat([idx for idx, _ in groups])
+    lens = [int(idx.numel()) for idx, _ in groups]
+    Ks, ys, ns, ms = K[order], y[order], noise[order], mask[order]
+    parts = zip(Ks.split(lens), ys.split(lens), ns.split(lens), ms.split(lens), groups)
+    values, fails = [], []
+    for K_p, y_p, n_p, m_p, (_, size) in parts:
+        K_c, y_c, m_c = _valid_first(K_p, y_p, m_p, size)
+        full = bool(m_c.all())
+        v, f = _core(K_c, y_c, n_p, None if full else m_c, jitter, max_tries, fused)
+        values.append(v)
+        fails.append(f)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=K.device)
+    return torch.cat(values)[inverse], torch.cat(fails)[inverse]
 
 
 @overload
@@ -260,31 +286,8 @@ def gp_log_marginal_likelihood(
     if mf is None or chosen == "pad" or Kf.shape[0] == 1:
         value, failed = _core(Kf, yf, nf, mf, jitter, max_tries, fused)
     else:
-        if chosen == "loop":
-            order = torch.arange(Kf.shape[0], device=K.device)
-            groups = [(i, i + 1) for i in range(Kf.shape[0])]
-            Ks, ys, ns, ms = Kf, yf, nf, mf
-        else:
-            order = torch.argsort(counts, stable=True)
-            groups = _bucket_slices(counts[order], n_buckets)
-            # one gather, then contiguous splits: the backward allocates the full
-            # batch gradient once instead of once per bucket
-            Ks, ys, ns, ms = Kf[order], yf[order], nf[order], mf[order]
-        counts_o = counts[order].tolist()
-        lens = [hi - lo for lo, hi in groups]
-        parts = zip(Ks.split(lens), ys.split(lens), ns.split(lens), ms.split(lens), groups)
-        values, fails = [], []
-        for K_p, y_p, n_p, m_p, (lo, hi) in parts:
-            size = int(max(counts_o[lo:hi]))
-            K_c, y_c, m_c = _valid_first(K_p, y_p, m_p, size)
-            full = bool(m_c.all())
-            v, f = _core(K_c, y_c, n_p, None if full else m_c, jitter, max_tries, fused)
-            values.append(v)
-            fails.append(f)
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.numel(), device=K.device)
-        value = torch.cat(values)[inverse]
-        failed = torch.cat(fails)[inverse]
+        n_groups = Kf.shape[0] if chosen == "loop" else n_buckets
+        value, failed = _ragged(Kf, yf, nf, mf, counts, n_groups, jitter, max_tries, fused)
 
     value = value - 0.5 * counts.to(value.dtype) * _LOG_2PI
     if per_point:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from amorgp.diff_linalg import size_buckets
 from amorgp.kernel_grammar import (
     FLOORS,
     ParamKind,
@@ -182,21 +183,3 @@ def _slot_table(vocab: Vocabulary, device: torch.device) -> SlotTable:
 def slot_table(vocab: Vocabulary, device: torch.device | str = "cpu") -> SlotTable:
     """The :class:`SlotTable` of ``vocab`` on ``device`` (built once per pair, then cached)."""
     return _slot_table(vocab, torch.device(device))
-
-
-def size_buckets(counts: Tensor, n_buckets: int) -> list[tuple[Tensor, int]]:
-    """Batch elements grouped by size, for padding only to each group's largest size.
-
-    Elements are sorted by ``counts (B,)`` (stable) and split into at most
-    ``n_buckets`` contiguous groups of equal count (``torch.tensor_split``).
-
-    Returns:
-        ``[(indices, width), ...]``: the element indices of each non-empty group, in
-        ascending size, and ``width`` the group's largest count.
-    """
-    order = torch.argsort(counts, stable=True)
-    groups = []
-    for idx in order.tensor_split(max(1, min(int(n_buckets), counts.numel()))):
-        if idx.numel():
-            groups.append((idx, int(counts[idx].max())))
-    return groups
