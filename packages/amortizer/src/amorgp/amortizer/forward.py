@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.layers import masked_mean
 from amorgp.amortizer.model import AmortizedGP
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, encode
+from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = ["encode_structures", "encoder_subset", "network_parameters"]
 
@@ -50,14 +50,16 @@ def network_parameters(
     device = symbols.device
     net_dtype = next(model.parameters()).dtype
     with torch.inference_mode():
-        X1 = Xe[None].to(net_dtype)
-        y1 = ye[None].to(net_dtype)
-        pm = torch.ones(1, X1.shape[1], dtype=torch.bool, device=device)
-        dm = torch.ones(1, d, dtype=torch.bool, device=device)
-        h = model.dataset_encoder(X1, y1, pm, dm).expand(K, -1, -1)  # shared, once
-        dmK = dm.expand(K, -1)
-        tokens, v = model.kernel_encoder(symbols, symbol_mask, h, dmK)
-        params = model.heads(tokens, symbols, symbol_mask)
-        features = torch.cat([masked_mean(v, dmK, 1), masked_mean(h, dmK, 1)], dim=-1)
-        noise = model.noise_head(features)
+        one = PaddedBatch(
+            Xe[None].to(net_dtype),
+            ye[None].to(net_dtype),
+            torch.ones(1, Xe.shape[0], dtype=torch.bool, device=device),
+            torch.ones(1, d, dtype=torch.bool, device=device),
+            symbols[:1],
+            symbol_mask[:1],
+            model.vocabulary,
+        )
+        encoding = model.encode_dataset(one).expand(K)  # the dataset encoder runs once
+        pred = model.decode(encoding, symbols, symbol_mask)
+        params, noise = pred.params, pred.noise
     return params, noise

@@ -22,6 +22,7 @@ from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.model import AmortizedGP
 from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.refine import refine as run_refinement
+from amorgp.amortizer.registry import network_spec
 from amorgp.amortizer.results import ConditionedGP, KernelResult
 from amorgp.kernel_grammar import CheckpointError, DimWiseStructure, OptionError, Vocabulary
 from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend
@@ -152,7 +153,7 @@ class Amortizer:
         where = resolve_checkpoint(path)
         dev = torch.device(device) if device is not None else _default_device()
         ckpt = load_checkpoint(where, device=dev)
-        if ckpt.network.model != "structured":
+        if not network_spec(ckpt.network.model).any_structure:
             raise ValueError(
                 f"checkpoint {where} holds the {ckpt.network.model!r} model; the Amortizer "
                 "needs the structured network"

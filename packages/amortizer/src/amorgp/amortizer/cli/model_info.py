@@ -9,7 +9,6 @@ Examples::
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
@@ -18,6 +17,7 @@ from torch import nn
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import json_text
 from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.registry import network_names, network_spec
 
 __all__ = ["component_counts", "model_info"]
 
@@ -36,7 +36,7 @@ def component_counts(model: nn.Module) -> list[tuple[str, int]]:
 )
 @click.option(
     "--model",
-    type=click.Choice(["structured", "ahgp-se-ard"]),
+    type=click.Choice(list(network_names())),
     default="structured",
     show_default=True,
 )
@@ -47,7 +47,6 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None) -> 
     """Parameter counts of a preset (default: all presets) or of a CHECKPOINT directory."""
     from amorgp.amortizer.checkpoint import load_checkpoint
     from amorgp.amortizer.model import build_model
-    from amorgp.amortizer.train import SE_VOCABULARY
 
     if checkpoint is not None and preset_name is not None:
         raise click.UsageError("give either --preset or CHECKPOINT, not both")
@@ -64,8 +63,7 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None) -> 
     names = [preset_name] if preset_name else list(PRESETS)
     for name in names:
         network = PRESETS[name].network
-        if model == "ahgp-se-ard":
-            network = dataclasses.replace(network, model="ahgp-se-ard", vocabulary=SE_VOCABULARY)
+        network = network_spec(model).configure(network)
         counts = component_counts(build_model(network))
         total = counts[-1][1]
         click.echo(

@@ -10,7 +10,6 @@ Examples::
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import typing
 from pathlib import Path
@@ -22,6 +21,7 @@ from amorgp.amortizer.cli._common import check_device
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import json_text
 from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig, preset
+from amorgp.amortizer.registry import network_names, network_spec
 from amorgp.amortizer.rundir import RunDirectory
 
 __all__ = ["parse_overrides", "train_command"]
@@ -115,16 +115,11 @@ def _configs(
     preset_name: str, model: str, phase: int, extra: dict[str, Any]
 ) -> tuple[NetworkConfig, TrainConfig]:
     """The network and the recipe of a new run (checked before any work)."""
-    from amorgp.amortizer.train import SE_VOCABULARY
-
     try:
         chosen = preset(preset_name, phase=phase, **extra)
     except ValueError as err:  # a --set value outside its domain
         raise click.BadParameter(str(err), param_hint="--set") from None
-    network = chosen.network
-    if model == "ahgp-se-ard":
-        network = dataclasses.replace(network, model="ahgp-se-ard", vocabulary=SE_VOCABULARY)
-    return network, chosen.train
+    return network_spec(model).configure(chosen.network), chosen.train
 
 
 @click.command("train", cls=AmorgpCommand)
@@ -138,7 +133,7 @@ def _configs(
 )
 @click.option(
     "--model",
-    type=click.Choice(["structured", "ahgp-se-ard"]),
+    type=click.Choice(list(network_names())),
     default="structured",
     show_default=True,
     help="Network class (ahgp-se-ard: the fixed SE-ARD comparison model; not with --resume).",
