@@ -53,7 +53,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from amorgp.amortizer import load_checkpoint
-from amorgp.amortizer.api import PRETRAINED_DIR
+from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer
 from amorgp.baselines import Type2MLSettings, exact_predictive, fit_type2ml_batch
 from amorgp.baselines.gp import log_marginal_likelihood
 from amorgp.kernel_grammar import (
@@ -425,8 +425,8 @@ def main() -> None:
         "--restarts", type=int, default=5, help="Type-2 ML starts on the simulated test set"
     )
     ap.add_argument("--pairs", type=int, default=200)
-    ap.add_argument("--n-max", type=int, default=100, help="simulated set: n ~ U{10..n_max}")
-    ap.add_argument("--d-max", type=int, default=4, help="simulated set: d <= d_max")
+    ap.add_argument("--n-max", type=int, default=250, help="simulated set: n ~ U{10..n_max}")
+    ap.add_argument("--d-max", type=int, default=8, help="simulated set: d <= d_max (paper prior)")
     ap.add_argument("--sweep-pairs", type=int, default=50)
     ap.add_argument("--sweep-restarts", type=int, default=1, help="Type-2 ML starts in the n sweep")
     ap.add_argument("--splits", type=int, default=2)
@@ -443,6 +443,16 @@ def main() -> None:
     )
     ap.add_argument("--real-restarts", type=int, default=1)
     ap.add_argument(
+        "--paper-splits",
+        type=int,
+        default=3,
+        help="splits of the paper-protocol real-data targets (0 skips them; see model_quality_real.py)",
+    )
+    ap.add_argument("--paper-kernels", type=int, default=24, help="first k of the 24 kernels")
+    ap.add_argument(
+        "--paper-datasets", default="airline,yacht,energy,concrete,housing", help="comma-separated"
+    )
+    ap.add_argument(
         "--metrics", type=Path, nargs="*", default=[], help="metrics.jsonl files for the curve plot"
     )
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "model-quality.md")
@@ -451,6 +461,7 @@ def main() -> None:
     if args.quick:
         args.pairs, args.sweep_pairs, args.splits, args.real_n_cap = 40, 20, 1, 100
         args.real_kernels, args.restarts = "0,6,12,18", min(args.restarts, 2)
+        args.paper_splits, args.paper_kernels, args.paper_datasets = 1, 4, "airline,yacht"
 
     global CACHE
     CACHE = args.cache
@@ -492,6 +503,21 @@ def main() -> None:
     real = evaluate_real(
         models, vocab, files, kernel_ids, args.splits, args.real_n_cap, args.real_restarts, SEED
     )
+    paper = None
+    if args.paper_splits > 0 and not args.fits_only:
+        import model_quality_real
+
+        log("real data, paper protocol")
+        paper = model_quality_real.evaluate(
+            Amortizer.from_pretrained(args.checkpoint, device="cpu"),
+            ROOT / "data",
+            [d for d in args.paper_datasets.split(",") if d],
+            args.paper_splits,
+            5,
+            args.cache / "paper-protocol",
+            n_kernels=args.paper_kernels,
+            log=log,
+        )
     elapsed = time.perf_counter() - t0
     if args.fits_only:
         log(f"fits cached in {args.cache} ({elapsed:.0f} s)")
@@ -505,6 +531,7 @@ def main() -> None:
         "simulated": sim,
         "n_sweep_d2": {str(k): v for k, v in sweep.items()},
         "real": real,
+        "paper_protocol": paper,
         "elapsed_s": elapsed,
         "host": f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads",
     }
@@ -547,6 +574,10 @@ def main() -> None:
     ]
     for name, r in real["datasets"].items():
         L += [f"### {name} (n_train = {r['n_train']}, d = {r['d']})", "", *_table(r["methods"]), ""]
+    if paper is not None:
+        import model_quality_real
+
+        L += [*model_quality_real.markdown(paper), ""]
     if args.metrics:
         png = args.out.with_name(args.out.stem + "-curve.png")
         curve_plot(args.metrics, png)
