@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -223,3 +224,65 @@ def test_refine_takes_a_count_or_auto(
         assert 1 <= got["refine_steps"] <= (3 if value == "3" else 10**6)
     else:
         assert "neither a non-negative integer nor 'auto'" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--device", "meta"], 2, "use cpu, cuda or mps"),
+        (["-k", ""], 2, "empty kernel expression"),
+        (["--checkpoint", "FILE"], 1, "cannot load the model"),
+        (["--checkpoint", "GARBAGE"], 1, "corrupted"),
+        (["--checkpoint", "NOSUMS"], 1, "checksum"),
+    ],
+)
+def test_bad_options_and_checkpoints(
+    data_1d: Path, tiny_checkpoint: Path, tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "checkpoint.json").write_text("not json")
+    nosums = tmp_path / "nosums"
+    shutil.copytree(tiny_checkpoint, nosums)
+    meta = json.loads((nosums / "checkpoint.json").read_text())
+    meta.pop("sha256")
+    (nosums / "checkpoint.json").write_text(json.dumps(meta))
+    subst = {"FILE": tmp_path / "file", "GARBAGE": tmp_path / "garbage", "NOSUMS": nosums}
+    args = [str(subst.get(a, a)) for a in args]
+    if "-k" not in args:
+        args += ["-k", "SE"]
+    if "--checkpoint" in args:
+        res = CliRunner().invoke(main, ["infer", str(data_1d), *args])
+    else:
+        res = _run(["infer", str(data_1d), *args], tiny_checkpoint)
+    assert res.exit_code == code, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_library_warnings_are_one_line_each_on_stderr(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "const.csv"
+    path.write_text("c,t,y\n" + "".join(f"5,{i},{(i * 7) % 5}\n" for i in range(12)))
+    res = _run(["infer", str(path), "-k", "SE", "--json"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    json.loads(res.stdout)
+    assert "Warning: " in res.stderr
+    assert "constant" in res.stderr
+
+
+@pytest.mark.parametrize(("edge", "code"), [(1.7e307, 0), (1e308, 1)])
+def test_huge_input_ranges_give_finite_results_or_a_clean_error(
+    tiny_checkpoint: Path, tmp_path: Path, edge: float, code: int
+) -> None:
+    path = tmp_path / "wide.csv"
+    path.write_text(f"x,y\n{-edge!r},1\n0,3\n{edge!r},2\n1,5\n")
+    res = _run(["infer", str(path), "-k", "SE", "--json"], tiny_checkpoint)
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output
+    if code == 0:
+        got = json.loads(res.stdout)["results"][0]
+        assert np.isfinite(got["log_marginal_likelihood"])
+    else:
+        assert res.stdout == ""

@@ -98,6 +98,11 @@ def test_predict_test_file_without_targets_and_2d_plot(
         ([], "exactly one of --test"),
         (["--split", "0.2", "--test", "x.csv"], "exactly one of --test"),
         (["--split", "1.5"], "strictly between 0 and 1"),
+        (["--split", "nan"], "strictly between 0 and 1"),
+        (
+            ["--split", "0.2", "--output", "same.png", "--plot", "same.png"],
+            "the same file as --output",
+        ),
         (["--split", "0.99"], "need at least 3 training rows"),
         (["--split", "0.2", "--device", "nonsense"], "--device"),
     ],

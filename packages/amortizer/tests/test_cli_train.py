@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 
+from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.cli import main
 from amorgp.amortizer.cli.train import parse_overrides
 from amorgp.amortizer.config import PRESETS
@@ -211,3 +213,28 @@ def test_train_usage_errors(tmp_path: Path, args: list[str], code: int, message:
     res = CliRunner().invoke(main, ["train", "--preset", "tiny", "--max-steps", "1", *args])
     assert res.exit_code == code, res.output
     assert message in res.output
+
+
+def test_a_diverging_run_is_an_error_and_keeps_no_nan_checkpoint(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = CliRunner().invoke(
+        main,
+        ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "60", "--no-progress",
+         "--set", "lr=1e6", "--set", "grad_clip=0", *TINY_SETS],
+    )  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert "diverged" in res.output
+    assert "Traceback" not in res.output
+    if (out / "last").exists():  # a checkpoint from before the divergence: finite
+        ckpt = load_checkpoint(out / "last")
+        assert all(torch.isfinite(v).all() for v in ckpt.model.state_dict().values())
+
+
+def test_resume_past_its_budget_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out), "--no-progress"]
+    res = CliRunner().invoke(main, [*args, "--preset", "tiny", "--max-steps", "2", *TINY_SETS])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, [*args, "--resume", "--max-steps", "2"])
+    assert res.exit_code == 2, res.output
+    assert "already at 2" in res.output

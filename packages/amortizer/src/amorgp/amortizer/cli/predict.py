@@ -95,6 +95,8 @@ def split_table(table: Dataset, split: float, seed: int) -> tuple[Dataset, Datas
 
 def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None) -> None:
     """Validate the output paths before any work (and never overwrite an input)."""
+    if output is not None and plot_path is not None and output.resolve() == plot_path.resolve():
+        raise click.BadParameter(f"{plot_path}: the same file as --output", param_hint="--plot")
     for path, option in ((output, "--output"), (plot_path, "--plot")):
         if path is None:
             continue
