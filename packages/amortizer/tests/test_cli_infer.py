@@ -120,7 +120,14 @@ def chatty(self, *args, **kwargs):
     os.write(1, b"[KeOps] compiler output on file descriptor 1\\n")
     return infer_many(self, *args, **kwargs)
 
+gp_backend = Amortizer.gp_backend
+
+def chatty_backend(self, *args, **kwargs):  # KeOps' first import, at the -v log line
+    os.write(1, b"[KeOps] Warning : CUDA libraries not found (backend choice)\\n")
+    return gp_backend(self, *args, **kwargs)
+
 Amortizer.infer_many = chatty
+Amortizer.gp_backend = chatty_backend
 main()
 """
 
@@ -138,6 +145,7 @@ def test_json_stdout_is_only_json_and_library_chatter_goes_to_stderr(
     assert out["results"][0]["kernel"] == "SE"
     assert "python print" in res.stderr
     assert "file descriptor 1" in res.stderr
+    assert "backend choice" in res.stderr
     assert "working on n = 30 points, d = 1, 1 kernel(s) with backend cholesky" in res.stderr
     assert "%|" not in res.stderr  # no progress bar when stderr is not a terminal
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -238,3 +241,52 @@ def test_resume_past_its_budget_is_refused(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, [*args, "--resume", "--max-steps", "2"])
     assert res.exit_code == 2, res.output
     assert "already at 2" in res.output
+
+
+def _steps(run: Path, kind: str) -> list[int]:
+    log = run / "metrics.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [r["step"] for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_and_a_truncated_last(tmp_path: Path) -> None:
+    """A real ``kill -9`` of ``amorgp train``; ``--resume`` continues with every metrics
+    step once and no temporary left; a truncated ``last`` falls back to an intact one."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "amorgp.amortizer.cli"]
+    proc = subprocess.Popen(
+        [*cmd, "train", "--preset", "tiny", "--out", str(run), "--no-progress", *TINY_SETS],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600  # a guard against a hung child, not a timing
+        while not (run / "last").exists() or len(_steps(run, "validation")) < 2:
+            assert proc.poll() is None, "the training process stopped by itself"
+            assert time.monotonic() < deadline, "no second checkpoint"
+            time.sleep(0.2)
+    finally:
+        proc.kill()  # SIGKILL: no clean-up runs
+        proc.wait()
+    done = int(load_checkpoint(run / "last").meta["progress"]["step"])
+    target = done + 4
+    res = subprocess.run(
+        [*cmd, "train", "--out", str(run), "--resume", "--max-steps", str(target), "--no-progress"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1])["step"] == target
+    train_steps = _steps(run, "train")
+    assert len(train_steps) == len(set(train_steps))  # no step logged twice
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".step-")]
+    newest = (run / "last").resolve()
+    weights = newest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    res = subprocess.run(
+        [*cmd, "train", "--out", str(run), "--resume", "--max-steps", str(target + 2), "--no-progress"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert newest.name in res.stderr  # the warning names the broken checkpoint
+    assert "Traceback" not in res.stderr
+    assert json.loads(res.stdout.splitlines()[-1])["step"] == target + 2

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import click
 
-from amorgp.amortizer.cli._output import library_output_to_stderr, non_finite
+from amorgp.amortizer.cli._output import non_finite
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import Amortizer, KernelResult
@@ -142,13 +142,12 @@ def load_amortizer(checkpoint: Path | None, device: str | None, dtype: str, seed
 
     check_device(device)
     try:
-        with library_output_to_stderr():
-            return Amortizer.from_pretrained(
-                checkpoint,
-                device=device,
-                dtype=torch.float64 if dtype == "float64" else torch.float32,
-                seed=seed,
-            )
+        return Amortizer.from_pretrained(
+            checkpoint,
+            device=device,
+            dtype=torch.float64 if dtype == "float64" else torch.float32,
+            seed=seed,
+        )
     except ValueError as err:
         raise click.ClickException(f"cannot load the model: {err}") from None
 
@@ -193,7 +192,7 @@ def run_inference(
     steps: int | Literal["auto"] = "auto" if refine == "auto" else int(refine)
     bars = _ProgressBars()
     try:
-        with warnings.catch_warnings(record=True) as caught, library_output_to_stderr():
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
             results = amz.infer_many(
                 data.X, data.y, list(kernels), refine=steps, evaluate_lml=True, progress=bars

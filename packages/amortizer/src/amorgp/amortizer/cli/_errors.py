@@ -16,6 +16,9 @@ raised by the library                                       the user sees
 ==========================================================  =======================
 
 No traceback is printed for these; anything else is a bug and keeps its traceback.
+The command runs inside :func:`~amorgp.amortizer.cli._output.results_only_on_stdout`:
+its results (written with :func:`~amorgp.amortizer.cli._output.emit`) are the only
+thing on stdout.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import click
 
+from amorgp.amortizer.cli._output import results_only_on_stdout
 from amorgp.kernel_grammar.errors import OptionError, TrainingError
 
 __all__ = ["AmorgpCommand", "AmorgpGroup", "as_click_exception"]
@@ -55,7 +59,8 @@ class AmorgpCommand(click.Command):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with results_only_on_stdout():
+                return super().invoke(ctx)
         except _MAPPED as err:
             raise as_click_exception(err, ctx) from None
 

@@ -1,8 +1,9 @@
 """What the commands write: clean stdout, strict JSON, validated and atomic output files.
 
-* :func:`library_output_to_stderr`: stdout is for results only; anything a library
-  prints meanwhile (KeOps' ``[KeOps] Warning ...``, compiler output of C extensions)
-  goes to stderr, at the Python and at the file-descriptor level.
+* :func:`results_only_on_stdout` (around every command) and :func:`emit`: stdout is
+  for results only; anything a library prints (KeOps' ``[KeOps] Warning ...``,
+  compiler output of C extensions) goes to stderr, at the Python and at the
+  file-descriptor level.
 * :func:`json_text` / :func:`non_finite`: JSON without ``NaN``/``Infinity`` tokens.
 * :func:`check_output_path`, :func:`check_plot_path`: validate a path before the
   work starts (writable folder, a supported plot format).
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -20,7 +22,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -28,30 +30,45 @@ __all__ = [
     "atomic_write",
     "check_output_path",
     "check_plot_path",
+    "emit",
     "json_text",
-    "library_output_to_stderr",
     "non_finite",
+    "results_only_on_stdout",
 ]
 
 
-@contextlib.contextmanager
-def library_output_to_stderr() -> Iterator[None]:
-    """Send everything printed to stdout inside the block to stderr.
+_RESULTS: list[TextIO] = []
+"""The real stdout of each command running (a stack), where :func:`emit` writes."""
 
-    Python-level prints go through :func:`contextlib.redirect_stdout`; C-level writes to
-    file descriptor 1 (when ``sys.stdout`` is the real descriptor 1) are redirected by
-    ``dup2`` and restored afterwards.
+
+@contextlib.contextmanager
+def results_only_on_stdout() -> Iterator[None]:
+    """Run a command with stdout reserved for its results (see :func:`emit`).
+
+    Inside the block ``sys.stdout`` is stderr, so anything a library prints (KeOps'
+    ``[KeOps] Warning ...``) lands on stderr; when ``sys.stdout`` is file descriptor 1,
+    descriptor 1 is pointed at stderr too (C-level writes, compilers run by KeOps) and
+    restored afterwards.  :func:`emit` writes to the real stdout.
     """
-    fd_level = _stdout_fd() == 1
-    saved = None
-    if fd_level:
+    real: TextIO = sys.stdout
+    saved = _stdout_fd()
+    if saved is not None:
         sys.stdout.flush()
         saved = os.dup(1)
+        real = io.TextIOWrapper(
+            io.FileIO(saved, "w", closefd=False),
+            encoding=sys.stdout.encoding,
+            errors=sys.stdout.errors,
+            line_buffering=True,
+        )
         os.dup2(2, 1)
+    _RESULTS.append(real)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
+        _RESULTS.pop()
+        real.flush()
         if saved is not None:
             with contextlib.suppress(OSError, ValueError):
                 sys.stderr.flush()
@@ -59,10 +76,16 @@ def library_output_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
+def emit(text: str = "") -> None:
+    """Print a result line on the real stdout (outside a command: on ``sys.stdout``)."""
+    click.echo(text, file=_RESULTS[-1] if _RESULTS else None)
+
+
 def _stdout_fd() -> int | None:
+    """1 when ``sys.stdout`` writes to file descriptor 1 (not e.g. click's CliRunner)."""
     try:
-        return sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # e.g. click's CliRunner, pytest capture
+        return 1 if sys.stdout.fileno() == 1 else None
+    except (AttributeError, OSError, ValueError):
         return None
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import json_text
+from amorgp.amortizer.cli._output import emit, json_text
 
 __all__ = ["campaign_command", "default_campaign_state"]
 
@@ -100,4 +100,4 @@ def campaign_command(
         max_minutes=max_minutes if max_minutes is not None else math.inf,
         real_data=real_data,
     )
-    click.echo(json_text(record))
+    emit(json_text(record))

@@ -24,7 +24,7 @@ from amorgp.amortizer.cli._common import (
     run_inference,
 )
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import check_plot_path, library_output_to_stderr
+from amorgp.amortizer.cli._output import check_plot_path, emit
 
 __all__ = ["DEMO_DATA", "DEMO_KERNELS", "demo"]
 
@@ -43,8 +43,8 @@ def _report(results: list[Any], baseline: list[Any] | None, n: int) -> None:
     offset = results[0].normalization.lml_offset(n)
     cols = ["amortized"] + (["Type-2 ML"] if baseline is not None else [])
     for i, r in enumerate(results):
-        click.echo("")
-        click.echo(f"{'kernel ' + r.kernel_text:<32}" + "".join(f"{c:>13}" for c in cols))
+        emit("")
+        emit(f"{'kernel ' + r.kernel_text:<32}" + "".join(f"{c:>13}" for c in cols))
         for h in r.table:
             name = f"{h.symbol}.{h.name}" + (" (normalised)" if h.original is None else "")
             values = [h.original if h.original is not None else h.value]
@@ -52,14 +52,14 @@ def _report(results: list[Any], baseline: list[Any] | None, n: int) -> None:
                 bv = baseline[i].hyperparameters[(h.dim, h.addend, h.name)]
                 bo = r.normalization.to_original(h.dim, h.symbol, _slot(h), bv)
                 values.append(bo if bo is not None else bv)
-            click.echo(f"  {name:<30}" + "".join(f"{fmt(v):>13}" for v in values))
+            emit(f"  {name:<30}" + "".join(f"{fmt(v):>13}" for v in values))
         noise = [r.noise_original]
         lml = [r.log_marginal_likelihood_original]
         if baseline is not None:
             noise.append(r.normalization.noise_to_original(baseline[i].noise))
             lml.append(baseline[i].log_marginal_likelihood + offset)
-        click.echo(f"  {'noise variance':<30}" + "".join(f"{fmt(v):>13}" for v in noise))
-        click.echo(f"  {'log marginal likelihood':<30}" + "".join(f"{v:>13.2f}" for v in lml))
+        emit(f"  {'noise variance':<30}" + "".join(f"{fmt(v):>13}" for v in noise))
+        emit(f"  {'log marginal likelihood':<30}" + "".join(f"{v:>13.2f}" for v in lml))
 
 
 @click.command("demo", cls=AmorgpCommand)
@@ -118,36 +118,32 @@ def demo(
 
         t0 = time.perf_counter()
         try:
-            with library_output_to_stderr():
-                baseline = list(fit_many(table.X, table.y, chosen, "gp-ml", vocab=amz.vocabulary))
+            baseline = list(fit_many(table.X, table.y, chosen, "gp-ml", vocab=amz.vocabulary))
         except ValueError as err:
             raise click.ClickException(f"Type-2 ML failed: {err}") from None
         t_baseline = time.perf_counter() - t0
     n = table.X.shape[0]
-    click.echo(
+    emit(
         f"airline passengers (Box & Jenkins 1949-1960), n = {n}, "
         f"input {table.feature_names[0]}, target {table.target_name}"
     )
-    click.echo(f"model: {amz.network.model}, vocabulary {', '.join(amz.vocabulary.symbols)}")
-    click.echo(
+    emit(f"model: {amz.network.model}, vocabulary {', '.join(amz.vocabulary.symbols)}")
+    emit(
         "hyperparameters in original units (years, thousands of passengers); LIN terms have "
         "no exact original-unit value and are shown normalised"
     )
     _report(results, baseline, n)
-    click.echo("")
+    emit("")
     line = f"time for {len(chosen)} kernels: amortized {1e3 * t_amortized:.1f} ms"
     if any(r.refine_status != "none" for r in results):
         steps = ", ".join(str(r.refine_steps) for r in results)
         line += f" (incl. L-BFGS refinement: {steps} iterations)"
     if baseline is not None:
         line += f", Type-2 ML (Adam, <= 150 steps) {1e3 * t_baseline:.1f} ms, speed-up x{t_baseline / t_amortized:.1f}"
-    click.echo(line)
+    emit(line)
     if not no_plot:
         from amorgp.amortizer.cli._plots import plot_demo
 
         best = max(range(len(results)), key=lambda i: results[i].log_marginal_likelihood)
-        with library_output_to_stderr():
-            plot_demo(plot_path, table, results[best], None if baseline is None else baseline[best])
-        click.echo(
-            f"plot written to {plot_path} (best amortized kernel: {results[best].kernel_text})"
-        )
+        plot_demo(plot_path, table, results[best], None if baseline is None else baseline[best])
+        emit(f"plot written to {plot_path} (best amortized kernel: {results[best].kernel_text})")

@@ -22,7 +22,7 @@ from amorgp.amortizer.cli._common import (
     run_inference,
 )
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import json_text
+from amorgp.amortizer.cli._output import emit, json_text
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import KernelResult
@@ -101,6 +101,6 @@ def infer(
             "features": list(table.feature_names),
             "results": [r.to_dict() for r in results],
         }
-        click.echo(json_text(out, indent=2))
+        emit(json_text(out, indent=2))
     else:
-        click.echo(_table(results, table))
+        emit(_table(results, table))

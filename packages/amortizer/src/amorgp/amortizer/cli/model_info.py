@@ -15,7 +15,7 @@ import click
 from torch import nn
 
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import json_text
+from amorgp.amortizer.cli._output import emit, json_text
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.registry import network_names, network_spec
 
@@ -52,13 +52,13 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None) -> 
         raise click.UsageError("give either --preset or CHECKPOINT, not both")
     if checkpoint is not None:
         ckpt = load_checkpoint(checkpoint)
-        click.echo(
+        emit(
             f"checkpoint {checkpoint}: {ckpt.network.model}, vocabulary {', '.join(ckpt.network.vocabulary.symbols)}"
         )
         for name, n in component_counts(ckpt.model):
-            click.echo(f"  {name:<18} {n:>12,d}")
-        click.echo(f"  progress: {json_text(ckpt.meta.get('progress', {}))}")
-        click.echo(f"  validation: {json_text(ckpt.meta.get('validation', {}))}")
+            emit(f"  {name:<18} {n:>12,d}")
+        emit(f"  progress: {json_text(ckpt.meta.get('progress', {}))}")
+        emit(f"  validation: {json_text(ckpt.meta.get('validation', {}))}")
         return
     names = [preset_name] if preset_name else list(PRESETS)
     for name in names:
@@ -66,8 +66,8 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None) -> 
         network = network_spec(model).configure(network)
         counts = component_counts(build_model(network))
         total = counts[-1][1]
-        click.echo(
+        emit(
             f"{name} ({network.model}): {total:,d} parameters, {4 * total / 2**20:.1f} MiB float32 — {PRESETS[name].description}"
         )
         for comp, n in counts[:-1]:
-            click.echo(f"  {comp:<18} {n:>12,d}")
+            emit(f"  {comp:<18} {n:>12,d}")

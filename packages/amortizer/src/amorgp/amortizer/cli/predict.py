@@ -26,7 +26,7 @@ from amorgp.amortizer.cli._output import (
     atomic_write,
     check_output_path,
     check_plot_path,
-    library_output_to_stderr,
+    emit,
 )
 from amorgp.amortizer.io import Dataset, read_csv
 
@@ -168,8 +168,7 @@ def predict(
     (result,) = run_inference(amz, train, [kernel], refine)
     check_finite([result])
     t0 = time.perf_counter()
-    with library_output_to_stderr():
-        mean_t, var_t = result.predict(test.X, include_noise=True)
+    mean_t, var_t = result.predict(test.X, include_noise=True)
     t_pred = time.perf_counter() - t0
     mean, var = mean_t.numpy(), var_t.numpy()
     if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var > 0).all()):
@@ -182,19 +181,18 @@ def predict(
         if result.refine_status != "none"
         else ""
     )
-    click.echo(
+    emit(
         f"kernel {result.kernel_text}: n_train = {train.X.shape[0]}, n_test = {test.X.shape[0]}, "
         f"inference {1e3 * result.call_time_s:.1f} ms, prediction {1e3 * t_pred:.1f} ms" + refined
     )
     if test.y is not None:
         rmse, nll = holdout_scores(test.y, mean, var)
-        click.echo(f"test RMSE {rmse:.4g}   test NLL {nll:.4g} (per point, original units)")
+        emit(f"test RMSE {rmse:.4g}   test NLL {nll:.4g} (per point, original units)")
     if output is not None:
         write_predictions(output, test.feature_names, test.X, mean, np.sqrt(var))
-        click.echo(f"predictions written to {output}")
+        emit(f"predictions written to {output}")
     if plot_path is not None:
         from amorgp.amortizer.cli._plots import plot_prediction
 
-        with library_output_to_stderr():
-            plot_prediction(plot_path, result, train, test)
-        click.echo(f"plot written to {plot_path}")
+        plot_prediction(plot_path, result, train, test)
+        emit(f"plot written to {plot_path}")

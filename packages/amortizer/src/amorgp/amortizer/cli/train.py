@@ -19,7 +19,7 @@ import click
 
 from amorgp.amortizer.cli._common import check_device
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import json_text
+from amorgp.amortizer.cli._output import emit, json_text
 from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig, preset
 from amorgp.amortizer.registry import network_names, network_spec
 from amorgp.amortizer.rundir import RunDirectory
@@ -242,4 +242,4 @@ def train_command(
         "checkpoint": str(result.last_checkpoint) if result.last_checkpoint else None,
         "validation": result.validation,
     }
-    click.echo(json_text(summary))
+    emit(json_text(summary))
