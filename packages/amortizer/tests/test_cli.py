@@ -14,7 +14,7 @@ from amorgp.amortizer.cli._errors import as_click_exception
 from amorgp.kernel_grammar import KernelSyntaxError
 from amorgp.kernel_grammar.errors import CheckpointError, DataError, OptionError, TrainingError
 
-COMMANDS = ("train", "campaign", "model-info", "infer", "predict", "demo")
+COMMANDS = ("train", "campaign", "model-info", "infer", "predict", "demo", "ensemble", "search")
 
 
 def test_every_command_maps_errors() -> None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from amorgp.amortizer.cli._common import check_kernels, fmt, inference_options, load_amortizer
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import check_plot_path, json_text, library_output_to_stderr
+from amorgp.amortizer.cli._output import check_plot_path, emit, json_text
 from amorgp.amortizer.cli.predict import holdout_scores, split_table
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ def ensemble(
     kernels = _kernels(amz, train, kernel_texts, preset)
     inference = amz if refine in (0, "0") else _Refined(amz, refine)
     t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught, library_output_to_stderr():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ens = KernelEnsemble.fit(
             inference,
@@ -204,7 +204,7 @@ def ensemble(
     for w in caught:
         click.echo(f"Warning: {w.message}", err=True)
     if as_json:
-        click.echo(
+        emit(
             json_text(
                 {
                     "data": str(data),
@@ -221,32 +221,32 @@ def ensemble(
             )
         )
     else:
-        click.echo(
+        emit(
             f"{ens.n_members} kernels, {weighting} weights, n_train = {train.X.shape[0]}"
             + (f", n_test = {test.X.shape[0]}" if test is not None else "")
             + f", {elapsed:.2f} s"
         )
-        click.echo(
-            f"  {'kernel':<34} {'weight':>8} {'log ML':>10} {'test RMSE':>10} {'test NLL':>9}"
-        )
+        emit(f"  {'kernel':<34} {'weight':>8} {'log ML':>10} {'test RMSE':>10} {'test NLL':>9}")
         for r in sorted(rows, key=lambda r: -r["weight"]):
             lml = (
                 "failed"
                 if r["log_marginal_likelihood"] is None
                 else f"{r['log_marginal_likelihood']:.2f}"
             )
-            click.echo(
+            emit(
                 f"  {r['kernel']:<34} {r['weight']:>8.3f} {lml:>10} {fmt(r.get('test_rmse')):>10} "
                 f"{fmt(r.get('test_nll')):>9}"
             )
         if scores is not None:
-            click.echo(
+            emit(
                 f"ensemble: test RMSE {scores[0]:.4g}   test NLL {scores[1]:.4g} (per point, original units)"
             )
     if plot_path is not None:
-        with library_output_to_stderr():
-            _plot(plot_path, ens, train, test)
-        click.echo(f"plot written to {plot_path}", err=as_json)
+        _plot(plot_path, ens, train, test)
+        if as_json:
+            click.echo(f"plot written to {plot_path}", err=True)
+        else:
+            emit(f"plot written to {plot_path}")
 
 
 def _generator(seed: int) -> Any:
@@ -315,7 +315,7 @@ def search(
         bar.set_postfix(scored=n, best=f"{best:.2f}")
         bar.update(1)
 
-    with warnings.catch_warnings(record=True) as caught, library_output_to_stderr():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = structure_search(
             amz,
@@ -334,7 +334,7 @@ def search(
     for w in {str(w.message) for w in caught}:
         click.echo(f"Warning: {w}", err=True)
     if as_json:
-        click.echo(
+        emit(
             json_text(
                 {
                     "data": str(data),
@@ -373,12 +373,12 @@ def search(
         )
         return
     for i, lvl in enumerate(res.levels):
-        click.echo(
+        emit(
             f"level {i}: {len(lvl)} structures; best "
             + ", ".join(f"{c.structure} ({c.score:.2f})" for c in lvl[:top])
         )
-    click.echo(
+    emit(
         f"best structure ({criterion} {res.best.score:.2f}, {res.n_scored} structures scored "
         f"in {res.time_s:.2f} s{', refined' if res.refined else ''}): {res.best.structure}"
     )
-    click.echo(format_description(terms, list(table.feature_names)))
+    emit(format_description(terms, list(table.feature_names)))
