@@ -1,9 +1,9 @@
 """Section 8 of docs/benchmarks/lazy-kernels.md: the batched evaluator's CPU speed, before/after.
 
-The *before* evaluator is the lazy-kernels source of a git revision (``--baseline``,
-default the last commit before the evaluator's speed work), extracted with ``git archive``
-and put first on ``PYTHONPATH`` of a fresh worker process; the *after* evaluator is the
-working tree.  Worker processes alternate before / after / before / after (the machine is
+The *before* evaluator is this tree's lazy-kernels source with the evaluator's modules
+(``dimwise.py``, ``tables.py``, ``elementary.py``) of a git revision (``--baseline``,
+default the last commit before the evaluator's speed work), put first on ``PYTHONPATH`` of
+a fresh worker process; the *after* evaluator is the working tree.  Worker processes alternate before / after / before / after (the machine is
 shared and noisy) and every timing is process CPU time on one thread; the table reports
 medians over all rounds.
 
@@ -12,7 +12,8 @@ Workloads (float64):
 * training loss: the kernel matrices of a simulated batch of 16 datasets (paper preset,
   n <= 250, d <= 8), forward with a recorded graph, and forward + backward;
 * ensemble fit: ``K(X, X)`` of the 24 paper evaluation kernels broadcast to d = 8 on
-  n = 100 points, forward + backward (one kernel, SE, for scale);
+  n = 100 points in inference mode, as ``Amortizer.fit_many``'s likelihoods (one validated
+  call per kernel on ``X[None]``; one kernel, SE, for scale) and in one batch;
 * ensemble predictive: the 24 members' ``K(X, X)``, ``K(X, X*)`` and ``k(x*, x*)`` for
   200 test points, without a graph;
 * prediction: one 2000-point chunk of the cross-covariance of n = 3000 training points
@@ -25,14 +26,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
-from io import BytesIO
 from pathlib import Path
 
 import torch
@@ -74,13 +74,21 @@ def _workloads(quick: bool) -> dict[str, Callable[[], object]]:
     Xq = torch.rand(200, 8, generator=g, dtype=F64).expand(24, 200, 8)
 
     def fit(members: int) -> Callable[[], object]:
-        p = pe[:members].clone().requires_grad_()
+        # as Amortizer.fit_many's likelihoods: one call per kernel, each K(X, X) of a
+        # DimWiseKernel (X[None] twice), validated, in inference mode
+        args = [(se[i : i + 1], me[i : i + 1], pe[i : i + 1]) for i in range(members)]
+        X1 = Xe[0]
 
+        @torch.inference_mode()
         def run() -> None:
-            K = kernel_matrix_dimwise(Xe[:members], Xe[:members], se[:members], me[:members], p, V)
-            K.sum().backward()
+            for s, m, p in args:
+                kernel_matrix_dimwise(X1[None], X1[None], s, m, p, V)
 
         return run
+
+    @torch.inference_mode()
+    def fit_batched() -> None:  # Amortizer's dense LML path: all kernels in one batch
+        kernel_matrix_dimwise(Xe, Xe, se, me, pe, V, validate=False)
 
     @torch.no_grad()
     def ens_predict() -> None:
@@ -104,8 +112,9 @@ def _workloads(quick: bool) -> dict[str, Callable[[], object]]:
     return {
         "training loss (B = 16, n <= 250, d <= 8), forward with graph": train(False),
         "training loss, forward + backward": train(True),
-        "ensemble fit, 24 paper kernels (n = 100, d = 8), forward + backward": fit(24),
-        "ensemble fit, 1 kernel (SE, n = 100, d = 8), forward + backward": fit(1),
+        "ensemble fit likelihoods, 24 paper kernels (n = 100, d = 8), a call each": fit(24),
+        "ensemble fit likelihoods, 1 kernel (SE, n = 100, d = 8)": fit(1),
+        "ensemble fit likelihoods, 24 kernels in one batch": fit_batched,
         "ensemble predictive, 24 members, 200 test points, no graph": ens_predict,
         f"prediction chunk, n = {n} x {m} test points, `SE*LIN + PER` d = 4, no graph": predict,
     }
@@ -126,15 +135,23 @@ def worker(quick: bool, repeats: int) -> dict[str, list[float]]:
     return out
 
 
+EVALUATOR_FILES = ("dimwise.py", "tables.py", "elementary.py")
+
+
 def _baseline_tree(rev: str, into: str) -> str:
-    blob = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "packages/lazy-kernels/src"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(blob)) as tar:
-        tar.extractall(into, filter="data")
-    return os.path.join(into, "packages", "lazy-kernels", "src")
+    """This tree's lazy-kernels source with the evaluator's modules of revision ``rev``."""
+    src = ROOT / "packages" / "lazy-kernels" / "src"
+    shutil.copytree(src, into, dirs_exist_ok=True)
+    pkg = "packages/lazy-kernels/src/amorgp/lazy_kernels"
+    for name in EVALUATOR_FILES:
+        text = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{rev}:{pkg}/{name}"],
+            capture_output=True,
+            check=True,
+            text=True,
+        ).stdout
+        Path(into, "amorgp", "lazy_kernels", name).write_text(text)
+    return into
 
 
 def _run(script: str, src: str | None, quick: bool, repeats: int) -> dict[str, list[float]]:
@@ -166,7 +183,8 @@ def section(script: str, quick: bool, baseline: str | None = None) -> list[str]:
         f"`kernel_matrix_dimwise` / `kernel_diag_dimwise`, float64, `torch.set_num_threads(1)`, "
         f"process CPU time in ms, median over {rounds} alternating fresh worker processes "
         f"(before, after, after, before, ...) x {repeats} runs. *before* = the evaluator at "
-        f"revision `{rev}` (lazy-kernels source from `git archive`), *after* = this tree. "
+        f"revision `{rev}` (its `dimwise.py`, `tables.py`, `elementary.py` in this tree), "
+        "*after* = this tree. "
         "Results agree bit for bit (values and gradients).",
         "",
         "| workload | before ms | after ms | before / after |",

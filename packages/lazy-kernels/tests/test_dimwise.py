@@ -72,6 +72,27 @@ def test_symmetric_path_gradients() -> None:
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
 
 
+def test_views_of_the_same_points_take_the_symmetric_path() -> None:
+    """``X2`` viewing ``X1``'s memory the same way (``X[None]`` twice) is evaluated like
+    ``X2 is X1`` when no gradient reaches the inputs, and like two inputs when one does."""
+    batch = random_dimwise_batch(EXTENDED_VOCABULARY, torch.Generator().manual_seed(9), n=7)
+    X, rest = batch.X1, batch.args()[2:]
+    K_same = kernel_matrix_dimwise(X, X, *rest)
+    K_views = kernel_matrix_dimwise(X[:], X[:], *rest)
+    torch.testing.assert_close(K_views, K_same, rtol=0, atol=0)
+    torch.testing.assert_close(K_views, K_views.transpose(1, 2), rtol=0, atol=0)
+    sym = dataclasses.replace(batch, X2=X)
+    np.testing.assert_allclose(K_views.numpy(), reference_kernel_dimwise(sym), rtol=1e-12)
+    Xg = X.clone().requires_grad_()
+    w = torch.randn(K_same.shape, generator=torch.Generator().manual_seed(1), dtype=X.dtype)
+    a, b = Xg[:], Xg[:]
+    g_views = torch.autograd.grad((kernel_matrix_dimwise(a, b, *rest) * w).sum(), (a, b))
+    a2, b2 = Xg.clone(), Xg.clone()
+    g_two = torch.autograd.grad((kernel_matrix_dimwise(a2, b2, *rest) * w).sum(), (a2, b2))
+    for g1, g2 in zip(g_views, g_two):
+        torch.testing.assert_close(g1, g2, rtol=1e-13, atol=1e-14)
+
+
 def test_gradients_after_an_inference_mode_call() -> None:
     """The symmetric path caches index tensors; one first built under ``inference_mode``
     must still serve a later differentiable call of the same size (regression test)."""

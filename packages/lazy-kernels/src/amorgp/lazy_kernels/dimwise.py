@@ -32,7 +32,9 @@ present need); each symbol group then gathers its rows with ``index_select``,
 evaluates ``s^2 kt_A kt_B`` for all its tokens at once (stationary factors and the
 variance fused into one ``exp``) and adds them into its pair with ``index_add``.
 Pairs are multiplied into their batch element with ``segment_reduce(prod)``.
-When ``X2 is X1`` only one entry per unordered point pair is evaluated: the pairs
+When ``X2 is X1`` (or, with no gradient to the inputs, ``X2`` views the same memory
+in the same layout, e.g. ``X[None]`` twice) only one entry per unordered point pair is
+evaluated: the pairs
 ``(i, (i + k) mod N)`` for offsets ``k = 0..N // 2`` are strided views of the
 columns (circulant packing, ``(N // 2 + 1) N`` entries instead of ``N^2``), and
 the matrix is unpacked with one gather at the end, exactly symmetric.  Memory is
@@ -260,6 +262,27 @@ def _plan(
     return pairs.to(device), dmask_h.sum(-1).to(device), tokens.to(device), groups
 
 
+def _tail(u: Tensor, v: Tensor) -> tuple[int, ...]:
+    """Broadcast shape of ``u`` and ``v`` (same rank, sizes equal or 1) without the pair axis
+    (``torch.broadcast_shapes`` costs more than a small evaluation's arithmetic)."""
+    return tuple(max(a, b) for a, b in zip(u.shape[1:], v.shape[1:]))
+
+
+def _same_points(X1: Tensor, X2: Tensor | None) -> bool:
+    """``X2`` is ``X1``, or holds the same values by viewing the same memory the same way
+    (then only when neither records a gradient: each view must receive its own)."""
+    if X2 is X1:
+        return True
+    return (
+        X2 is not None
+        and not (X1.requires_grad or X2.requires_grad)
+        and X2.data_ptr() == X1.data_ptr()
+        and X2.dtype == X1.dtype
+        and X2.shape == X1.shape
+        and X2.stride() == X1.stride()
+    )
+
+
 def _rows(t: Tensor | None, g: _Group) -> Tensor | None:
     """Rows ``g.a`` of a per-pair quantity: a slice (view) for a consecutive run."""
     if t is None:
@@ -293,7 +316,7 @@ def _sum_addends(
     compiled = [tables.compiled[g.sid] for g in groups]
     needs = set().union(*(cs.needs for cs in compiled if cs is not None))
     r, r2, xx = _shared(u, v, needs)
-    tail = torch.broadcast_shapes(u.shape, v.shape)[1:]
+    tail = _tail(u, v)
     total: Tensor | None = None
     saved = False  # ``total`` is a symbol's value, which its backward reads: no in-place update
     for cs, g in zip(compiled, groups):
@@ -342,7 +365,7 @@ def _chunked(
     A block's working tensors (``CHUNK_ELEMENTS`` values over all pairs) stay in cache and
     are recycled by the allocator, where whole-matrix temporaries are fresh memory pages.
     """
-    tail = torch.broadcast_shapes(u.shape, v.shape)[1:]
+    tail = _tail(u, v)
     A, B = u.shape[0], n_dims.shape[0]
     rows = max(1, CHUNK_ELEMENTS // (A * math.prod(tail[1:])))
     tracked = torch.is_grad_enabled() and (u.requires_grad or v.requires_grad or par.requires_grad)
@@ -374,7 +397,7 @@ def _evaluate(
     full: Tensor | None = None
     if diag:
         u, v = cols1, cols1
-    elif X2 is X1:
+    elif _same_points(X1, X2):
         # symmetric: each unordered pair once, as x_i against x_{(i + k) mod N} for the
         # offsets k = 0..N // 2 (strided views, no gather); unpacked at the end
         H, full = _circulant(N, X1.device)

@@ -160,7 +160,8 @@ def _untracked(*ts: Tensor) -> bool:
 def _acc(a: Tensor, b: Tensor, inplace: bool, add: bool = False) -> Tensor:
     """``a + b`` (``add``) or ``a * b``, written into ``a`` when ``inplace`` and ``a`` has
     the result's shape (the same values either way)."""
-    if inplace and a.shape == torch.broadcast_shapes(a.shape, b.shape):
+    fits = b.ndim <= a.ndim and all(y in (1, x) for x, y in zip(a.shape[::-1], b.shape[::-1]))
+    if inplace and fits:
         return a.add_(b) if add else a.mul_(b)
     return a + b if add else a * b
 
