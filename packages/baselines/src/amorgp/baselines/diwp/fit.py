@@ -2,7 +2,8 @@
 
 :func:`fit_diwp` validates and normalises the data (the contract of
 :class:`~amorgp.lazy_kernels.Normalizer`), picks ``P_i`` random training points as the
-initial inducing inputs (their targets as the initial pseudo-data), and maximises the
+initial inducing inputs (their targets as the initial pseudo-data, with precisions
+``n / (P_i sigma^2)``), and maximises the
 ELBO with Adam (``lr`` for ``iterations - late_iterations`` steps, then ``lr_late``).
 The predictive is the equal-weight mixture of the ``S = test_samples`` Gaussians
 ``N(mu_s(x), var_s(x) + sigma^2)``, one per joint sample of the inducing block: its mean
@@ -126,7 +127,7 @@ def fit_diwp_normalized(
         )
     t0 = time.perf_counter()
     idx = torch.randperm(n, generator=generator)[: s.n_inducing]
-    model = DIWP(Xn[idx], yn[idx], s)
+    model = DIWP(Xn[idx], yn[idx], s, n_data=n)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=s.lr)
     trace = torch.full((s.iterations,), math.nan, dtype=torch.float64)

@@ -86,6 +86,8 @@ class DIWPSettings:
         lengthscale_init, noise_init, variance_init: initial input lengthscales, noise
             variance and top-kernel variance (normalised units).
         v_init_scale: initial ``V_l = v_init_scale I``.
+        lam_init: initial pseudo-likelihood precisions ``Lambda``; ``None``: ``n / (P_i
+            noise_init)`` (each inducing point stands for ``n / P_i`` observations).
         jitter: relative diagonal jitter of every kernel matrix.
         analytic_kl: replace the single-sample ``log P - log Q`` of ``Omega`` and of each
             ``G^l_ii`` by ``-KL(Q || P)`` given the previous layer (closed form, the same
@@ -110,6 +112,7 @@ class DIWPSettings:
     noise_init: float = 0.1
     variance_init: float = 1.0
     v_init_scale: float = 0.1
+    lam_init: float | None = None
     jitter: float = 1e-6
     analytic_kl: bool = False
     chunk_size: int = 512
@@ -131,6 +134,8 @@ class DIWPSettings:
                 raise OptionError(f"{name} must be an integer >= {low}, got {value!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise OptionError(f"batch_size must be positive or None, got {self.batch_size}")
+        if self.lam_init is not None and not self.lam_init > 0:
+            raise OptionError(f"lam_init must be positive or None, got {self.lam_init}")
         for name in ("lr", "lr_late", "delta_init", "gamma_init", "lengthscale_init"):
             if not getattr(self, name) > 0:
                 raise OptionError(f"{name} must be positive, got {getattr(self, name)}")
@@ -188,9 +193,11 @@ class DIWP(nn.Module):
         Z: ``(P_i, N_0)`` initial inducing inputs (normalised units).
         v: ``(P_i,)`` initial pseudo-data (e.g. the targets at ``Z``).
         settings: model settings.
+        n_data: training points (sets the default initial ``Lambda``, see
+            :class:`DIWPSettings`); default ``P_i``.
     """
 
-    def __init__(self, Z: Tensor, v: Tensor, settings: DIWPSettings):
+    def __init__(self, Z: Tensor, v: Tensor, settings: DIWPSettings, n_data: int | None = None):
         super().__init__()
         s = settings
         self.settings = s
@@ -199,7 +206,9 @@ class DIWP(nn.Module):
         f64 = torch.float64
         self.Z = nn.Parameter(Z.to(f64).clone())
         self.v = nn.Parameter(v.to(f64).clone())
-        self.log_lam = nn.Parameter(torch.zeros(P, dtype=f64))
+        n = P if n_data is None else n_data
+        lam0 = s.lam_init if s.lam_init is not None else n / (P * s.noise_init)
+        self.log_lam = nn.Parameter(torch.full((P,), math.log(lam0), dtype=f64))
         self.raw_input_ls = _raw(s.lengthscale_init, ParamKind.LENGTHSCALE, n0)
         self.raw_layer_ls = _raw(1.0, ParamKind.LENGTHSCALE, L - 1)
         self.raw_variance = _raw(s.variance_init, ParamKind.VARIANCE)
