@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.model import AmortizedGP
+from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, encode
 from amorgp.lazy_kernels import PaddedBatch
 
@@ -37,7 +37,7 @@ def encoder_subset(n: int, encoder_points: int, seed: int) -> Tensor | None:
 
 
 def network_parameters(
-    model: AmortizedGP, Xe: Tensor, ye: Tensor, symbols: Tensor, symbol_mask: Tensor
+    model: AmortizationNetwork, Xe: Tensor, ye: Tensor, symbols: Tensor, symbol_mask: Tensor
 ) -> tuple[Tensor, Tensor]:
     """The network's ``params (K, d, L, P)`` and ``noise (K,)`` for one dataset, ``K`` kernels.
 

@@ -19,10 +19,10 @@ from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.forward import encode_structures, encoder_subset, network_parameters
 from amorgp.amortizer.io import MIN_POINTS
-from amorgp.amortizer.model import AmortizedGP
+from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.refine import refine as run_refinement
-from amorgp.amortizer.registry import network_spec
+from amorgp.amortizer.registry import network_names, network_spec
 from amorgp.amortizer.results import ConditionedGP, KernelResult
 from amorgp.kernel_grammar import CheckpointError, DimWiseStructure, OptionError, Vocabulary
 from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend
@@ -55,7 +55,8 @@ class Amortizer:
     """Amortized GP hyperparameter inference with a trained network.
 
     Args:
-        model: a structured :class:`~amorgp.amortizer.model.AmortizedGP`.
+        model: an :class:`~amorgp.amortizer.network.AmortizationNetwork` registered for any
+            kernel structure (e.g. the structured :class:`~amorgp.amortizer.model.AmortizedGP`).
         meta: the checkpoint's JSON metadata (training range, vocabulary...).
         device: device of the network and the GP algebra.
         dtype: dtype of the GP algebra (float64 default; the network stays float32).
@@ -79,7 +80,7 @@ class Amortizer:
 
     def __init__(
         self,
-        model: AmortizedGP,
+        model: AmortizationNetwork,
         meta: Mapping[str, Any] | None = None,
         *,
         device: str | torch.device = "cpu",
@@ -89,10 +90,10 @@ class Amortizer:
         memory_budget: float = _MEMORY_BUDGET,
         gp_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(model, AmortizedGP):
+        if not isinstance(model, AmortizationNetwork) or not _any_structure(model):
             raise OptionError(
-                f"Amortizer needs a structured AmortizedGP network, got {type(model).__name__} "
-                "(the ahgp-se-ard model predicts a fixed SE-ARD kernel only)"
+                f"Amortizer needs a network that predicts any kernel structure, got "
+                f"{type(model).__name__} (e.g. ahgp-se-ard predicts a fixed SE-ARD kernel only)"
             )
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -146,20 +147,20 @@ class Amortizer:
             **kwargs: more :class:`Amortizer` options (``dtype``, ``encoder_points``...).
 
         Raises:
-            ValueError: a missing directory or file, a corrupted file (checksum), an
+            CheckpointError: a missing directory or file, a corrupted file (checksum), an
                 unknown format, weights that do not fit the stored architecture, or a
-                checkpoint of a model other than the structured network.
+                network that predicts a fixed kernel only.
         """
         where = resolve_checkpoint(path)
         dev = torch.device(device) if device is not None else _default_device()
         ckpt = load_checkpoint(where, device=dev)
-        if not network_spec(ckpt.network.model).any_structure:
-            raise ValueError(
-                f"checkpoint {where} holds the {ckpt.network.model!r} model; the Amortizer "
-                "needs the structured network"
-            )
         model = ckpt.model
-        assert isinstance(model, AmortizedGP)
+        if not isinstance(model, AmortizationNetwork) or not _any_structure(model):
+            raise CheckpointError(
+                f"checkpoint {where} holds the {ckpt.network.model!r} network, which predicts a "
+                "fixed kernel only; the Amortizer needs a network for any kernel structure "
+                "(e.g. the structured network)"
+            )
         return cls(model, ckpt.meta, device=dev, **kwargs)
 
     # -- structures -----------------------------------------------------------------------
@@ -388,6 +389,12 @@ class Amortizer:
             f"Amortizer({self.network.model}, vocabulary={list(self.vocabulary.symbols)}, "
             f"device={self.device}, encoder_points={self.encoder_points})"
         )
+
+
+def _any_structure(model: Any) -> bool:
+    """Whether the registry says ``model`` predicts any structure of its vocabulary."""
+    name = getattr(getattr(model, "config", None), "model", None)
+    return name is None or name not in network_names() or network_spec(name).any_structure
 
 
 def _section(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
