@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -78,3 +79,30 @@ def test_python_dash_m_runs_the_group() -> None:
     )
     assert res.returncode == 0, res.stderr
     assert "tiny (structured)" in res.stdout
+
+
+def test_a_reader_that_goes_away_stops_the_command_quietly() -> None:
+    """``amorgp model-info | head -0``: no traceback, no message, exit 1."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "amorgp.amortizer.cli", "model-info"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before the first write
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert err.decode().strip() == ""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="closes descriptor 1 in the child")
+def test_a_closed_stdout_is_not_an_error() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "amorgp.amortizer.cli", "model-info", "--preset", "tiny"],
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr

@@ -13,6 +13,7 @@ raised by the library                                       the user sees
 ``CheckpointError``, ``TrainingError``, any other
 ``ValueError``
 ``OSError`` (a file that cannot be read or written)          ``Error: ...``, exit 1
+``BrokenPipeError`` on stdout (``amorgp ... | head``)        nothing more, exit 1
 ==========================================================  =======================
 
 No traceback is printed for these; anything else is a bug and keeps its traceback.
@@ -27,7 +28,7 @@ from typing import Any
 
 import click
 
-from amorgp.amortizer.cli._output import results_only_on_stdout
+from amorgp.amortizer.cli._output import results_only_on_stdout, silence_stdout
 from amorgp.kernel_grammar.errors import OptionError, TrainingError
 
 __all__ = ["AmorgpCommand", "AmorgpGroup", "as_click_exception"]
@@ -61,6 +62,9 @@ class AmorgpCommand(click.Command):
         try:
             with results_only_on_stdout():
                 return super().invoke(ctx)
+        except BrokenPipeError:  # stdout's reader went away (`| head`): stop quietly
+            silence_stdout()
+            ctx.exit(1)
         except _MAPPED as err:
             raise as_click_exception(err, ctx) from None
 

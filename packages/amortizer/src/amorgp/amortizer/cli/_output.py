@@ -34,11 +34,13 @@ __all__ = [
     "json_text",
     "non_finite",
     "results_only_on_stdout",
+    "silence_stdout",
 ]
 
 
-_RESULTS: list[TextIO] = []
-"""The real stdout of each command running (a stack), where :func:`emit` writes."""
+_RESULTS: list[TextIO | None] = []
+"""The real stdout of each command running (a stack; ``None``: stdout is closed), where
+:func:`emit` writes."""
 
 
 @contextlib.contextmanager
@@ -48,12 +50,13 @@ def results_only_on_stdout() -> Iterator[None]:
     Inside the block ``sys.stdout`` is stderr, so anything a library prints (KeOps'
     ``[KeOps] Warning ...``) lands on stderr; when ``sys.stdout`` is file descriptor 1,
     descriptor 1 is pointed at stderr too (C-level writes, compilers run by KeOps) and
-    restored afterwards.  :func:`emit` writes to the real stdout.
+    restored afterwards (also when writing the results failed).  :func:`emit` writes to
+    the real stdout.
     """
-    real: TextIO = sys.stdout
+    real: TextIO | None = sys.stdout
     saved = _stdout_fd()
     if saved is not None:
-        sys.stdout.flush()
+        sys.stdout.flush()  # (saved is set only when sys.stdout is descriptor 1)
         saved = os.dup(1)
         real = io.TextIOWrapper(
             io.FileIO(saved, "w", closefd=False),
@@ -68,17 +71,33 @@ def results_only_on_stdout() -> Iterator[None]:
             yield
     finally:
         _RESULTS.pop()
-        real.flush()
-        if saved is not None:
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
+        try:
+            if real is not None:
+                real.flush()
+        finally:
+            if saved is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stderr.flush()
+                os.dup2(saved, 1)
+                os.close(saved)
 
 
 def emit(text: str = "") -> None:
-    """Print a result line on the real stdout (outside a command: on ``sys.stdout``)."""
-    click.echo(text, file=_RESULTS[-1] if _RESULTS else None)
+    """Print a result line on the real stdout (outside a command: on ``sys.stdout``;
+    nothing when stdout is closed)."""
+    if not _RESULTS:
+        click.echo(text)
+    elif _RESULTS[-1] is not None:
+        click.echo(text, file=_RESULTS[-1])
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at the null device (after its reader went away), so that
+    nothing more is written to a broken pipe, not even at interpreter exit."""
+    if _stdout_fd() == 1:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
 
 
 def _stdout_fd() -> int | None:
