@@ -1,0 +1,216 @@
+"""Initialise GPyTorch/BoTorch models in place and fit them from the amortized start."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from botorch.fit import fit_gpytorch_mll
+from botorch.optim.fit import fit_gpytorch_mll_scipy
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from torch import Tensor
+
+from amorgp.amortizer.bridge.kernels import _assign, read_kernel
+from amorgp.amortizer.inference import Amortizer
+from amorgp.amortizer.results import KernelResult
+from amorgp.kernel_grammar import OptionError
+
+__all__ = [
+    "AmortizedFit",
+    "default_amortizer",
+    "fit_amortized",
+    "initialize_gpytorch",
+    "model_data",
+]
+
+
+@functools.lru_cache(maxsize=1)
+def default_amortizer() -> Amortizer:
+    """The bundled pretrained :class:`~amorgp.amortizer.Amortizer` (loaded once)."""
+    return Amortizer.from_pretrained()
+
+
+def model_data(model: Any, train_X: Any = None, train_Y: Any = None) -> tuple[Tensor, Tensor]:
+    """The data as the model's kernel sees it: ``(X (n, d), y (n,))`` float64.
+
+    ``X`` passes through the model's input transform (e.g. ``Normalize``, fitted bounds
+    kept), ``y`` through its outcome transform (e.g. ``Standardize``, fitted statistics
+    kept); without ``train_X``/``train_Y`` the model's own training data are used
+    (``train_targets`` are already transformed).
+
+    Raises:
+        OptionError: a multi-output or batched model.
+    """
+    if train_X is None:
+        X = model.train_inputs[0]
+    else:
+        X = torch.as_tensor(train_X)
+    tf = getattr(model, "input_transform", None)
+    if tf is not None:
+        was = tf.training
+        tf.eval()
+        with torch.no_grad():
+            X = tf(X)
+        tf.train(was)
+    if train_Y is None:
+        y = model.train_targets
+    else:
+        Y = torch.as_tensor(train_Y)
+        Y = Y[:, None] if Y.ndim == 1 else Y
+        otf = getattr(model, "outcome_transform", None)
+        if otf is not None:
+            was = otf.training
+            otf.eval()
+            with torch.no_grad():
+                Y = otf(Y)[0]
+            otf.train(was)
+        y = Y
+    y = y.reshape(y.shape[0], -1) if y.ndim > 1 else y[:, None]
+    if X.ndim != 2 or y.shape[1] != 1:
+        raise OptionError(
+            f"initialize_gpytorch needs a single-output, non-batched model; got inputs "
+            f"{tuple(X.shape)} and targets {tuple(y.shape)}"
+        )
+    return X.detach().to(torch.float64), y[:, 0].detach().to(torch.float64)
+
+
+def initialize_gpytorch(
+    model: Any,
+    train_X: Any = None,
+    train_Y: Any = None,
+    *,
+    amortizer: Amortizer | None = None,
+    refine: int = 0,
+) -> KernelResult:
+    """Set ``model``'s kernel hyperparameters and noise from one forward pass.
+
+    Reads ``model.covar_module`` as a dimension-wise structure (:func:`read_kernel`: RBF
+    with or without ARD, periodic, linear (+ constant), their sums and products per
+    column, ``ScaleKernel``), runs the amortizer on the data as the kernel sees them
+    (:func:`model_data`: after ``Normalize``/``Standardize`` that is already the
+    network's contract, min-max inputs and standardised targets), maps its
+    hyperparameters to the model's units (exact for variances, lengthscales and
+    periods; a LIN offset, which has no exact map, is taken in normalised units) and
+    writes them, each clamped into its GPyTorch constraint.  Priors and the mean are
+    left as they are.  Then ``fit_gpytorch_mll`` can run from there.
+
+    Args:
+        model: a GPyTorch ``ExactGP`` (e.g. BoTorch's ``SingleTaskGP``) with a
+            ``GaussianLikelihood``.
+        train_X, train_Y: the training data (default: the model's own).
+        amortizer: the network (default: :func:`default_amortizer`).
+        refine: L-BFGS steps of amorgp's Type-2 ML after the network.
+
+    Returns:
+        The amortizer's :class:`~amorgp.amortizer.KernelResult` (in the model's units).
+
+    Raises:
+        OptionError: a kernel outside the vocabulary, or a multi-output model.
+    """
+    X, y = model_data(model, train_X, train_Y)
+    kmap = read_kernel(model.covar_module, X.shape[1])
+    amz = amortizer if amortizer is not None else default_amortizer()
+    res = amz.infer(X, y, kmap.structure, refine=refine, evaluate_lml=False)
+    kmap.write(_model_units(res))
+    noise = model.likelihood.noise_covar
+    _assign(noise, "noise", res.noise_original)
+    return res
+
+
+def _model_units(res: KernelResult) -> Tensor:
+    """``(D, L, P)`` parameters of ``res`` in original units (normalised where no exact
+    map exists)."""
+    out = res.params.detach().to("cpu", torch.float64).clone()
+    s = res.kernel
+    out = out[: s.n_dims, : s.max_addends]
+    for h in res.table:
+        if h.original is not None:
+            names = [
+                p
+                for p in s.param_names()
+                if (p.dim, p.addend, p.param) == (h.dim, h.addend, h.name)
+            ]
+            out[h.dim, h.addend, names[0].slot] = h.original
+    return out
+
+
+@dataclass
+class AmortizedFit:
+    """A fitting function for BoTorch: amortized start, a few L-BFGS steps, fallback.
+
+    ``fit = AmortizedFit(); fit(mll)`` is used like ``fit_gpytorch_mll(mll)``: it
+    returns ``mll`` in eval mode with fitted hyperparameters.  It sets the start with
+    :func:`initialize_gpytorch`, then runs ``refine_steps`` L-BFGS-B iterations of the
+    model's own objective (``mll``: likelihood plus priors) with BoTorch's
+    ``fit_gpytorch_mll_scipy``.  When that fails (an exception, or a non-finite
+    objective or parameter) the state is restored and BoTorch's ``fit_gpytorch_mll``
+    runs instead; :attr:`fallbacks` counts those.
+
+    Attributes:
+        refine_steps: L-BFGS iterations after the amortized start (0: none).
+        amortizer: the network (default: :func:`default_amortizer`).
+        calls: fits run.
+        fallbacks: fits that fell back to ``fit_gpytorch_mll``.
+        last_error: why the last fallback happened.
+    """
+
+    refine_steps: int = 5
+    amortizer: Amortizer | None = None
+    calls: int = 0
+    fallbacks: int = 0
+    last_error: str = ""
+
+    def __call__(
+        self, mll: ExactMarginalLogLikelihood, **kwargs: Any
+    ) -> ExactMarginalLogLikelihood:
+        """Fit ``mll``'s model; ``kwargs`` go to the fallback ``fit_gpytorch_mll``."""
+        self.calls += 1
+        model = mll.model
+        state = {k: v.detach().clone() for k, v in mll.state_dict().items()}
+        try:
+            mll.train()
+            initialize_gpytorch(model, amortizer=self.amortizer)
+            if self.refine_steps > 0:
+                fit_gpytorch_mll_scipy(mll, options={"maxiter": int(self.refine_steps)})
+            loss = _objective(mll)
+            finite = all(bool(torch.isfinite(p).all()) for p in mll.parameters())
+            if not (math.isfinite(loss) and finite):
+                raise FloatingPointError(f"non-finite objective {loss} after the amortized start")
+        except Exception as err:
+            self.fallbacks += 1
+            self.last_error = f"{type(err).__name__}: {err}"
+            mll.load_state_dict(state)
+            return fit_gpytorch_mll(mll, **kwargs)
+        return mll.eval()
+
+
+def _objective(mll: ExactMarginalLogLikelihood) -> float:
+    model = mll.model
+    with torch.no_grad():
+        out = model(*model.train_inputs)
+        return float(mll(out, model.train_targets))
+
+
+def fit_amortized(
+    mll: ExactMarginalLogLikelihood,
+    *,
+    refine_steps: int = 5,
+    amortizer: Amortizer | None = None,
+    **kwargs: Any,
+) -> ExactMarginalLogLikelihood:
+    """``fit_gpytorch_mll`` with an amortized start (see :class:`AmortizedFit`).
+
+    Example:
+        >>> from botorch.models import SingleTaskGP
+        >>> from gpytorch.mlls import ExactMarginalLogLikelihood
+        >>> import torch
+        >>> X = torch.rand(20, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        >>> model = SingleTaskGP(X, (X.sin().sum(-1, keepdim=True)))
+        >>> mll = fit_amortized(ExactMarginalLogLikelihood(model.likelihood, model))
+        >>> model.training
+        False
+    """
+    return AmortizedFit(refine_steps, amortizer)(mll, **kwargs)

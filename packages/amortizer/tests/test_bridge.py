@@ -1,0 +1,243 @@
+"""The GPyTorch/BoTorch bridge against GPyTorch's own likelihood and predictive."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("gpytorch")
+pytest.importorskip("botorch")
+
+import gpytorch.kernels as gk
+from botorch.models import SingleTaskGP
+from botorch.models.transforms.input import Normalize
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+from amorgp.amortizer import Amortizer
+from amorgp.amortizer.bridge import (
+    AmortizedFit,
+    build_kernel,
+    fit_amortized,
+    initialize_gpytorch,
+    model_data,
+    read_kernel,
+    to_gpytorch,
+)
+from amorgp.kernel_grammar import DimWiseStructure, OptionError, base_symbol
+from amorgp.lazy_kernels import DimWiseKernel, ExactGP
+
+TOL = 1e-8
+
+
+@pytest.fixture(scope="module")
+def amz() -> Amortizer:
+    return Amortizer.from_pretrained()
+
+
+def _data(g: torch.Generator, n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    X = torch.rand(n, d, generator=g, dtype=torch.float64) * 4.0 - 1.0
+    y = (
+        (2.0 * X).sin().sum(-1)
+        + 0.5 * X[:, 0]
+        + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+    )
+    return X, 3.0 * y + 7.0
+
+
+def _mll_times_n(model: SingleTaskGP) -> float:
+    model.train()
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    with torch.no_grad():
+        return (
+            float(mll(model(*model.train_inputs), model.train_targets))
+            * model.train_targets.numel()
+        )
+
+
+@pytest.mark.parametrize(
+    ("kernel", "d"),
+    [
+        ("SE", 1),
+        ("SE*LIN + PER", 1),
+        ("LIN*PER + SE", 2),
+        ("SE", 3),
+        ("SE*LIN + PER", 3),
+        ("LIN + PER", 1),
+    ],
+)
+@pytest.mark.parametrize("refine", [0, 3])
+def test_export_round_trip(amz: Amortizer, kernel: str, d: int, refine: int) -> None:
+    g = torch.Generator().manual_seed(d * 7 + refine)
+    X, y = _data(g, 40, d)
+    res = amz.infer(X, y, kernel, refine=refine)
+    model = to_gpytorch(res)
+    s_b = float(y.std())  # BoTorch's Standardize: sample standard deviation
+    expect = res.log_marginal_likelihood_original + y.numel() * math.log(s_b)
+    assert _mll_times_n(model) == pytest.approx(expect, abs=TOL)
+    model.eval()
+    Xt = torch.rand(9, d, generator=g, dtype=torch.float64) * 5.0 - 1.5
+    post = model.posterior(Xt)
+    mean, var = res.predict(Xt, include_noise=False)
+    torch.testing.assert_close(post.mean[:, 0], mean, atol=TOL, rtol=0)
+    torch.testing.assert_close(post.variance[:, 0], var, atol=TOL, rtol=0)
+    post_y = model.posterior(Xt, observation_noise=True)
+    _, var_y = res.predict(Xt)
+    torch.testing.assert_close(post_y.variance[:, 0], var_y, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("symbol", ["SE", "LIN", "PER", "SE*LIN", "SE*PER", "LIN*PER"])
+def test_build_kernel_matches_dense_and_reads_back(symbol: str) -> None:
+    g = torch.Generator().manual_seed(1)
+    s = DimWiseStructure(((symbol, "SE"), ("PER",)))
+    P = max(len(base_symbol(x).params) for x in (symbol, "SE", "PER"))
+    params = torch.rand(2, 2, P, generator=g, dtype=torch.float64) + 0.3
+    X = torch.rand(15, 2, generator=g, dtype=torch.float64)
+    k = build_kernel(s, params)
+    with torch.no_grad():
+        got = k(X).to_dense()
+    torch.testing.assert_close(
+        got, DimWiseKernel(s, params).operator(X).dense(), atol=1e-12, rtol=0
+    )
+    back = read_kernel(k, 2).read()
+    for pn in s.param_names():
+        assert float(back[pn.dim, pn.addend, pn.slot]) == pytest.approx(
+            float(params[pn.dim, pn.addend, pn.slot]), rel=1e-12
+        )
+
+
+def _amorgp_lml(
+    kmap_params: torch.Tensor, structure: DimWiseStructure, noise: float, X, y
+) -> float:
+    gp = ExactGP(DimWiseKernel(structure, kmap_params), noise, X, y)
+    return float(gp.posterior().log_marginal_likelihood())
+
+
+def _likelihood_term(model: SingleTaskGP) -> float:
+    """GPyTorch's log marginal likelihood without the priors' terms."""
+    model.train()
+    with torch.no_grad():
+        out = model(*model.train_inputs)
+        return float(model.likelihood(out).log_prob(model.train_targets))
+
+
+def _tree(name: str):
+    if name == "default":  # BoTorch's default: RBF with ARD, no ScaleKernel
+        return None
+    if name == "scaled-ard":
+        return gk.ScaleKernel(gk.RBFKernel(ard_num_dims=2))
+    if name == "se*lin+per":
+        lin = gk.LinearKernel() + gk.ConstantKernel()
+        return gk.ScaleKernel(gk.RBFKernel() * lin) + gk.ScaleKernel(gk.PeriodicKernel())
+    if name == "root-scale":
+        return gk.ScaleKernel(
+            (gk.RBFKernel(active_dims=[0]) + gk.PeriodicKernel(active_dims=[0]))
+            * gk.RBFKernel(active_dims=[1])
+        )
+    lin = gk.AdditiveKernel(gk.LinearKernel(active_dims=[0]), gk.ConstantKernel(active_dims=[0]))
+    return gk.ProductKernel(  # "lin+se x ard"
+        gk.AdditiveKernel(
+            lin, gk.ScaleKernel(gk.RBFKernel(active_dims=[0])), gk.PeriodicKernel(active_dims=[0])
+        ),
+        gk.RBFKernel(ard_num_dims=2, active_dims=[1, 2]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "d"),
+    [
+        ("default", 1),
+        ("default", 3),
+        ("scaled-ard", 2),
+        ("se*lin+per", 1),
+        ("root-scale", 2),
+        ("lin+se x ard", 3),
+    ],
+)
+def test_initialize_in_place(amz: Amortizer, name: str, d: int) -> None:
+    covar = _tree(name)
+    g = torch.Generator().manual_seed(10 + d)
+    X, y = _data(g, 30, d)
+    model = SingleTaskGP(X, y[:, None], covar_module=covar, input_transform=Normalize(d)).double()
+    res = initialize_gpytorch(model, X, y[:, None], amortizer=amz)
+    kmap = read_kernel(model.covar_module, d)
+    assert kmap.structure == res.kernel
+    Xm, ym = model_data(model)
+    noise = float(model.likelihood.noise.detach())
+    expect = _amorgp_lml(kmap.read(), kmap.structure, noise, Xm, ym)
+    assert _likelihood_term(model) == pytest.approx(expect, abs=TOL)
+    # inputs after Normalize are [0, 1]: lengthscales land as the network predicted them
+    if covar is None:
+        ls = model.covar_module.lengthscale.detach().reshape(-1)
+        want = res.params[:d, 0, 1].clamp_min(0.025 * (1 + 1e-6))
+        torch.testing.assert_close(ls, want.to(ls), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize(
+    "covar",
+    [
+        gk.MaternKernel(nu=2.5),
+        gk.LinearKernel(),  # a linear kernel over both columns is a sum over columns
+        gk.RBFKernel(active_dims=[0]) + gk.RBFKernel(active_dims=[1]),
+        gk.RBFKernel(active_dims=[0]),
+    ],
+)
+def test_initialize_outside_vocabulary(amz: Amortizer, covar) -> None:
+    g = torch.Generator().manual_seed(3)
+    X, y = _data(g, 20, 2)
+    model = SingleTaskGP(X, y[:, None], covar_module=covar).double()
+    with pytest.raises(OptionError):
+        initialize_gpytorch(model, amortizer=amz)
+
+
+def test_fit_amortized_improves_on_start_and_counts(amz: Amortizer) -> None:
+    g = torch.Generator().manual_seed(5)
+    X, y = _data(g, 40, 2)
+    model = SingleTaskGP(X, y[:, None])
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    fit = AmortizedFit(refine_steps=5, amortizer=amz)
+    initialize_gpytorch(model, amortizer=amz)
+    start = -_neg(mll)
+    assert fit(mll) is mll
+    assert not model.training
+    assert -_neg(mll) >= start - 1e-9
+    assert (fit.calls, fit.fallbacks) == (1, 0)
+
+
+def _neg(mll: ExactMarginalLogLikelihood) -> float:
+    model = mll.model
+    model.train()
+    with torch.no_grad():
+        return -float(mll(model(*model.train_inputs), model.train_targets))
+
+
+class _Broken:
+    """An amortizer whose forward pass fails."""
+
+    def infer(self, *args, **kwargs):
+        raise RuntimeError("network failed")
+
+
+def test_fit_amortized_falls_back() -> None:
+    g = torch.Generator().manual_seed(6)
+    X, y = _data(g, 20, 1)
+    model = SingleTaskGP(X, y[:, None])
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    fit = AmortizedFit(amortizer=_Broken())  # type: ignore[arg-type]
+    fit(mll)
+    assert (fit.calls, fit.fallbacks) == (1, 1)
+    assert "network failed" in fit.last_error
+    assert not model.training
+    assert math.isfinite(_neg(mll))
+
+
+def test_fit_amortized_function(amz: Amortizer) -> None:
+    g = torch.Generator().manual_seed(8)
+    X, y = _data(g, 25, 2)
+    model = SingleTaskGP(X, y[:, None])
+    mll = fit_amortized(
+        ExactMarginalLogLikelihood(model.likelihood, model), amortizer=amz, refine_steps=0
+    )
+    assert mll.model is model
+    assert not model.training
