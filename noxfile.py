@@ -118,6 +118,15 @@ def tests_cuda(session: nox.Session, package: str) -> None:
 
 
 @nox.session(python=PYTHON)
+def tests_gpytorch(session: nox.Session) -> None:
+    """The GPyTorch/BoTorch bridge's tests with the ``amortizer[gpytorch]`` extra installed
+    (without it, ``tests`` skips them)."""
+    _install_packages(session, ["amortizer"], extra="test,gpytorch")
+    session.chdir(ROOT / "packages" / "amortizer")
+    _pytest(session, "tests/test_bridge.py", "tests/test_readme.py", "-m", "not cuda and not slow")
+
+
+@nox.session(python=PYTHON)
 def integration(session: nox.Session) -> None:
     """End-to-end scenarios across all packages (slow ones deselected)."""
     _install_packages(session, EXISTING, extra="test")
