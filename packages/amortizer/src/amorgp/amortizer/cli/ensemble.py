@@ -31,7 +31,7 @@ from amorgp.amortizer.cli.predict import holdout_scores, split_table
 if TYPE_CHECKING:
     from amorgp.amortizer.api import Amortizer
     from amorgp.amortizer.io import Dataset
-    from amorgp.ensembles import KernelEnsemble
+    from amorgp.ensembles import KernelEnsemble, SearchResult
 
 __all__ = ["ensemble", "search"]
 
@@ -168,8 +168,40 @@ def ensemble(
     refine: int | str,
 ) -> None:
     """Bayesian model averaging over kernel structures for the table DATA (CSV with a header)."""
+    train, test = _prepare(data, target, split, seed, plot_path)
+    amz = load_amortizer(checkpoint, device, dtype, seed)
+    kernels = _kernels(amz, train, kernel_texts, preset)
+    inference = amz if refine in (0, "0") else _Refined(amz, refine)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ens, rows, scores = _fit(inference, train, test, kernels, weighting, seed)
+    elapsed = time.perf_counter() - t0
+    for w in caught:
+        click.echo(f"Warning: {w.message}", err=True)
+    summary = {
+        "data": str(data),
+        "weighting": weighting,
+        "n_train": int(train.X.shape[0]),
+        "n_test": 0 if test is None else int(test.X.shape[0]),
+        "members": rows,
+        "ensemble": None if scores is None else {"test_rmse": scores[0], "test_nll": scores[1]},
+        "time_s": elapsed,
+    }
+    emit(json_text(summary, indent=2) if as_json else _ensemble_text(summary, ens.n_members))
+    if plot_path is not None:
+        _plot(plot_path, ens, train, test)
+        if as_json:
+            click.echo(f"plot written to {plot_path}", err=True)
+        else:
+            emit(f"plot written to {plot_path}")
+
+
+def _prepare(
+    data: Path, target: str | None, split: float, seed: int, plot_path: Path | None
+) -> tuple[Dataset, Dataset | None]:
+    """Check the options, read DATA and hold out ``split`` of it (before any inference)."""
     from amorgp.amortizer.io import read_csv
-    from amorgp.ensembles import KernelEnsemble
 
     if not 0.0 <= split < 1.0:
         raise click.BadParameter(f"must lie in [0, 1), got {split}", param_hint="--split")
@@ -181,72 +213,56 @@ def ensemble(
         raise click.BadParameter(
             "a plot of d > 1 data needs held-out points (--split > 0)", param_hint="--plot"
         )
-    amz = load_amortizer(checkpoint, device, dtype, seed)
-    kernels = _kernels(amz, train, kernel_texts, preset)
-    inference = amz if refine in (0, "0") else _Refined(amz, refine)
-    t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ens = KernelEnsemble.fit(
-            inference,
-            train.X,
-            train.y,
-            kernels,
-            weighting=weighting,  # type: ignore[arg-type]
-            generator=_generator(seed),
+    return train, test
+
+
+def _fit(
+    inference: Any,
+    train: Dataset,
+    test: Dataset | None,
+    kernels: list[Any],
+    weighting: str,
+    seed: int,
+) -> tuple[KernelEnsemble, list[dict[str, Any]], tuple[float, float] | None]:
+    """The ensemble, its member rows (with test scores) and the mixture's test scores."""
+    from amorgp.ensembles import KernelEnsemble
+
+    ens = KernelEnsemble.fit(
+        inference,
+        train.X,
+        train.y,
+        kernels,
+        weighting=weighting,  # type: ignore[arg-type]
+        generator=_generator(seed),
+    )
+    rows = _member_rows(ens, test)
+    if test is None or test.y is None:
+        return ens, rows, None
+    mix = ens.predictive(test.X)
+    return ens, rows, holdout_scores(test.y, mix.mean().numpy(), mix.variance().numpy())
+
+
+def _ensemble_text(summary: dict[str, Any], n_members: int) -> str:
+    lines = [
+        f"{n_members} kernels, {summary['weighting']} weights, n_train = {summary['n_train']}"
+        + (f", n_test = {summary['n_test']}" if summary["n_test"] else "")
+        + f", {summary['time_s']:.2f} s",
+        f"  {'kernel':<34} {'weight':>8} {'log ML':>10} {'test RMSE':>10} {'test NLL':>9}",
+    ]
+    for r in sorted(summary["members"], key=lambda r: -r["weight"]):
+        lml = r["log_marginal_likelihood"]
+        lml_text = "failed" if lml is None else f"{lml:.2f}"
+        lines.append(
+            f"  {r['kernel']:<34} {r['weight']:>8.3f} {lml_text:>10} "
+            f"{fmt(r.get('test_rmse')):>10} {fmt(r.get('test_nll')):>9}"
         )
-        rows = _member_rows(ens, test)
-        scores = None
-        if test is not None and test.y is not None:
-            mix = ens.predictive(test.X)
-            scores = holdout_scores(test.y, mix.mean().numpy(), mix.variance().numpy())
-    elapsed = time.perf_counter() - t0
-    for w in caught:
-        click.echo(f"Warning: {w.message}", err=True)
-    if as_json:
-        emit(
-            json_text(
-                {
-                    "data": str(data),
-                    "weighting": weighting,
-                    "n_train": int(train.X.shape[0]),
-                    "n_test": 0 if test is None else int(test.X.shape[0]),
-                    "members": rows,
-                    "ensemble": None
-                    if scores is None
-                    else {"test_rmse": scores[0], "test_nll": scores[1]},
-                    "time_s": elapsed,
-                },
-                indent=2,
-            )
+    scores = summary["ensemble"]
+    if scores is not None:
+        lines.append(
+            f"ensemble: test RMSE {scores['test_rmse']:.4g}   test NLL {scores['test_nll']:.4g} "
+            "(per point, original units)"
         )
-    else:
-        emit(
-            f"{ens.n_members} kernels, {weighting} weights, n_train = {train.X.shape[0]}"
-            + (f", n_test = {test.X.shape[0]}" if test is not None else "")
-            + f", {elapsed:.2f} s"
-        )
-        emit(f"  {'kernel':<34} {'weight':>8} {'log ML':>10} {'test RMSE':>10} {'test NLL':>9}")
-        for r in sorted(rows, key=lambda r: -r["weight"]):
-            lml = (
-                "failed"
-                if r["log_marginal_likelihood"] is None
-                else f"{r['log_marginal_likelihood']:.2f}"
-            )
-            emit(
-                f"  {r['kernel']:<34} {r['weight']:>8.3f} {lml:>10} {fmt(r.get('test_rmse')):>10} "
-                f"{fmt(r.get('test_nll')):>9}"
-            )
-        if scores is not None:
-            emit(
-                f"ensemble: test RMSE {scores[0]:.4g}   test NLL {scores[1]:.4g} (per point, original units)"
-            )
-    if plot_path is not None:
-        _plot(plot_path, ens, train, test)
-        if as_json:
-            click.echo(f"plot written to {plot_path}", err=True)
-        else:
-            emit(f"plot written to {plot_path}")
+    return "\n".join(lines)
 
 
 def _generator(seed: int) -> Any:
@@ -302,75 +318,19 @@ def search(
     """Greedy/beam search for the kernel structure of the table DATA, scored by the
     amortized log marginal likelihood (or BIC); --refine k refits the best --top
     structures with k L-BFGS iterations."""
-    from tqdm import tqdm
-
     from amorgp.amortizer.io import read_csv
-    from amorgp.ensembles import describe_structure, format_description, structure_search
+    from amorgp.ensembles import describe_structure, format_description
 
     table = read_csv(data, target)
     amz = load_amortizer(checkpoint, device, dtype, seed)
-    bar = tqdm(total=depth + 1, desc="search levels", disable=None, file=sys.stderr, leave=False)
-
-    def progress(level: int, n: int, best: float) -> None:
-        bar.set_postfix(scored=n, best=f"{best:.2f}")
-        bar.update(1)
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = structure_search(
-            amz,
-            table.X,
-            table.y,
-            depth=depth,
-            beam=beam,
-            criterion=criterion,  # type: ignore[arg-type]
-            max_addends=max_addends,
-            refine=None if refine in (0, "0") else _Refined(amz, refine),
-            refine_top=top,
-            progress=progress,
-        )
+        res = _run_search(amz, table, depth, beam, criterion, max_addends, top, refine)
         terms = describe_structure(res.best.fit, table.X)
-    bar.close()
     for w in {str(w.message) for w in caught}:
         click.echo(f"Warning: {w}", err=True)
     if as_json:
-        emit(
-            json_text(
-                {
-                    "data": str(data),
-                    "criterion": criterion,
-                    "n_scored": res.n_scored,
-                    "time_s": res.time_s,
-                    "best": {
-                        "kernel": str(res.best.structure),
-                        "score": res.best.score,
-                        "log_marginal_likelihood": res.best.log_marginal_likelihood,
-                        "terms": [
-                            {
-                                "dim": t.dim,
-                                "column": table.feature_names[t.dim],
-                                "symbol": t.symbol,
-                                "variance_share": t.share,
-                                "normalised": t.hyperparameters,
-                                "original": t.original,
-                            }
-                            for t in terms
-                        ],
-                    },
-                    "levels": [
-                        [
-                            {
-                                "kernel": str(c.structure),
-                                "score": c.score if math.isfinite(c.score) else None,
-                            }
-                            for c in lvl[:top]
-                        ]
-                        for lvl in res.levels
-                    ],
-                },
-                indent=2,
-            )
-        )
+        emit(json_text(_search_json(str(data), criterion, res, terms, table, top), indent=2))
         return
     for i, lvl in enumerate(res.levels):
         emit(
@@ -382,3 +342,76 @@ def search(
         f"in {res.time_s:.2f} s{', refined' if res.refined else ''}): {res.best.structure}"
     )
     emit(format_description(terms, list(table.feature_names)))
+
+
+def _run_search(
+    amz: Amortizer,
+    table: Dataset,
+    depth: int,
+    beam: int,
+    criterion: str,
+    max_addends: int,
+    top: int,
+    refine: int | str,
+) -> SearchResult:
+    """The structure search with a progress bar on stderr (only on a terminal)."""
+    from tqdm import tqdm
+
+    from amorgp.ensembles import structure_search
+
+    bar = tqdm(total=depth + 1, desc="search levels", disable=None, file=sys.stderr, leave=False)
+
+    def progress(level: int, n: int, best: float) -> None:
+        bar.set_postfix(scored=n, best=f"{best:.2f}")
+        bar.update(1)
+
+    try:
+        return structure_search(
+            amz,
+            table.X,
+            table.y,
+            depth=depth,
+            beam=beam,
+            criterion=criterion,  # type: ignore[arg-type]
+            max_addends=max_addends,
+            refine=None if refine in (0, "0") else _Refined(amz, refine),
+            refine_top=top,
+            progress=progress,
+        )
+    finally:
+        bar.close()
+
+
+def _search_json(
+    data: str, criterion: str, res: SearchResult, terms: list[Any], table: Dataset, top: int
+) -> dict[str, Any]:
+    best = res.best
+    return {
+        "data": data,
+        "criterion": criterion,
+        "n_scored": res.n_scored,
+        "time_s": res.time_s,
+        "best": {
+            "kernel": str(best.structure),
+            "score": best.score,
+            "log_marginal_likelihood": best.log_marginal_likelihood,
+            "terms": [
+                {
+                    "dim": t.dim,
+                    "column": table.feature_names[t.dim],
+                    "symbol": t.symbol,
+                    "variance_share": t.share,
+                    "normalised": t.hyperparameters,
+                    "original": t.original,
+                }
+                for t in terms
+            ],
+        },
+        "levels": [
+            [
+                {"kernel": str(c.structure), "score": c.score if math.isfinite(c.score) else None}
+                for c in lvl[:top]
+            ]
+            for lvl in res.levels
+        ],
+    }
