@@ -15,8 +15,9 @@ from amorgp.amortizer.cli._output import atomic_write
 if TYPE_CHECKING:
     from amorgp.amortizer.api import KernelResult
     from amorgp.amortizer.io import Dataset
+    from amorgp.ensembles import KernelEnsemble
 
-__all__ = ["plot_demo", "plot_prediction"]
+__all__ = ["plot_demo", "plot_ensemble", "plot_prediction"]
 
 
 def _predictor(result: KernelResult) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
@@ -102,3 +103,54 @@ def plot_demo(path: Path, table: Dataset, result: KernelResult, baseline: Any | 
         _save(fig, path)
     finally:
         plt.close(fig)
+
+
+def plot_ensemble(path: Path, ens: KernelEnsemble, train: Dataset, test: Dataset | None) -> None:
+    """The mixture mean and band with the top members (1-D), or predicted vs observed (d > 1)."""
+    from amorgp.amortizer.plotting import require_matplotlib
+
+    plt = require_matplotlib()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train.X.shape[1] == 1:
+        lo, hi = float(train.X.min()), float(train.X.max())
+        if test is not None:
+            lo, hi = min(lo, float(test.X.min())), max(hi, float(test.X.max()))
+        grid = np.linspace(lo, hi, 400)[:, None]
+        mix = ens.predictive(grid)
+        mean, sd = mix.mean().numpy(), mix.variance().sqrt().numpy()
+        order = np.argsort(-ens.weights.numpy())[:3]
+        for i in order:
+            fit = ens.fits[i]
+            if fit is not None and float(ens.weights[i]) > 0:
+                ax.plot(
+                    grid[:, 0],
+                    fit.predict(grid)[0].numpy(),
+                    lw=0.8,
+                    alpha=0.8,
+                    label=f"{ens.kernels[i]} (w {float(ens.weights[i]):.2f})",
+                )
+        ax.fill_between(grid[:, 0], mean - 2 * sd, mean + 2 * sd, color="C0", alpha=0.2)
+        ax.plot(grid[:, 0], mean, color="k", lw=1.5, label="ensemble mean +- 2 sd")
+        ax.plot(train.X[:, 0], train.y, "k.", ms=3, label="training data")
+        if test is not None and test.y is not None:
+            ax.plot(test.X[:, 0], test.y, "rx", ms=3, label="held out")
+        ax.set_xlabel(train.feature_names[0])
+    else:
+        assert test is not None
+        assert test.y is not None
+        mix = ens.predictive(test.X)
+        ax.errorbar(
+            test.y, mix.mean().numpy(), yerr=2 * mix.variance().sqrt().numpy(), fmt=".", alpha=0.6
+        )
+        lim = [
+            float(min(test.y.min(), mix.mean().min())),
+            float(max(test.y.max(), mix.mean().max())),
+        ]
+        ax.plot(lim, lim, "k--", lw=0.8)
+        ax.set_xlabel(f"observed {train.target_name}")
+    ax.set_ylabel(train.target_name or "target")
+    ax.set_title(f"{ens.n_members}-kernel ensemble ({ens.weighting})")
+    ax.legend(fontsize=7)
+    fmt_ = path.suffix.lower().lstrip(".")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt_, dpi=120, bbox_inches="tight"))
+    plt.close(fig)

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
 
 from amorgp.amortizer.cli._common import check_kernels, fmt, inference_options, load_amortizer
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import check_plot_path, emit, json_text
+from amorgp.amortizer.cli._plots import plot_ensemble
 from amorgp.amortizer.cli.predict import holdout_scores, split_table
 
 if TYPE_CHECKING:
@@ -66,57 +66,6 @@ def _member_rows(ens: KernelEnsemble, test: Dataset | None) -> list[dict[str, An
         m, v = (t.numpy() for t in fit.predict(test.X))
         row["test_rmse"], row["test_nll"] = holdout_scores(test.y, m, v)
     return rows
-
-
-def _plot(path: Path, ens: KernelEnsemble, train: Dataset, test: Dataset | None) -> None:
-    from amorgp.amortizer.cli._output import atomic_write
-    from amorgp.amortizer.plotting import require_matplotlib
-
-    plt = require_matplotlib()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if train.X.shape[1] == 1:
-        lo, hi = float(train.X.min()), float(train.X.max())
-        if test is not None:
-            lo, hi = min(lo, float(test.X.min())), max(hi, float(test.X.max()))
-        grid = np.linspace(lo, hi, 400)[:, None]
-        mix = ens.predictive(grid)
-        mean, sd = mix.mean().numpy(), mix.variance().sqrt().numpy()
-        order = np.argsort(-ens.weights.numpy())[:3]
-        for i in order:
-            fit = ens.fits[i]
-            if fit is not None and float(ens.weights[i]) > 0:
-                ax.plot(
-                    grid[:, 0],
-                    fit.predict(grid)[0].numpy(),
-                    lw=0.8,
-                    alpha=0.8,
-                    label=f"{ens.kernels[i]} (w {float(ens.weights[i]):.2f})",
-                )
-        ax.fill_between(grid[:, 0], mean - 2 * sd, mean + 2 * sd, color="C0", alpha=0.2)
-        ax.plot(grid[:, 0], mean, color="k", lw=1.5, label="ensemble mean +- 2 sd")
-        ax.plot(train.X[:, 0], train.y, "k.", ms=3, label="training data")
-        if test is not None and test.y is not None:
-            ax.plot(test.X[:, 0], test.y, "rx", ms=3, label="held out")
-        ax.set_xlabel(train.feature_names[0])
-    else:
-        assert test is not None
-        assert test.y is not None
-        mix = ens.predictive(test.X)
-        ax.errorbar(
-            test.y, mix.mean().numpy(), yerr=2 * mix.variance().sqrt().numpy(), fmt=".", alpha=0.6
-        )
-        lim = [
-            float(min(test.y.min(), mix.mean().min())),
-            float(max(test.y.max(), mix.mean().max())),
-        ]
-        ax.plot(lim, lim, "k--", lw=0.8)
-        ax.set_xlabel(f"observed {train.target_name}")
-    ax.set_ylabel(train.target_name or "target")
-    ax.set_title(f"{ens.n_members}-kernel ensemble ({ens.weighting})")
-    ax.legend(fontsize=7)
-    fmt_ = path.suffix.lower().lstrip(".")
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt_, dpi=120, bbox_inches="tight"))
-    plt.close(fig)
 
 
 @click.command("ensemble", cls=AmorgpCommand)
@@ -190,7 +139,7 @@ def ensemble(
     }
     emit(json_text(summary, indent=2) if as_json else _ensemble_text(summary, ens.n_members))
     if plot_path is not None:
-        _plot(plot_path, ens, train, test)
+        plot_ensemble(plot_path, ens, train, test)
         if as_json:
             click.echo(f"plot written to {plot_path}", err=True)
         else:
