@@ -41,7 +41,7 @@ from amorgp.kernel_grammar import (
     canonical_symbol_name,
     symbol_sort_key,
 )
-from amorgp.lazy_kernels.testing.gpytorch_bridge import gpytorch_symbol_kernel
+from amorgp.lazy_kernels.gpytorch_modules import gpytorch_symbol_kernel
 
 __all__ = ["KernelMap", "build_kernel", "read_kernel"]
 
