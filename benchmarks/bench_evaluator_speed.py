@@ -151,7 +151,7 @@ def _baseline_tree(rev: str, into: str) -> str:
             text=True,
         ).stdout
         Path(into, "amorgp", "lazy_kernels", name).write_text(text)
-    return into
+    return into  # (the engine module of the current tree, if any, stays unused)
 
 
 def _run(script: str, src: str | None, quick: bool, repeats: int) -> dict[str, list[float]]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from amorgp.kernel_grammar import EXTENDED_VOCABULARY, PAPER_VOCABULARY, Vocabulary
-from amorgp.lazy_kernels import dimwise, kernel_diag_dimwise, kernel_matrix_dimwise
+from amorgp.lazy_kernels import evaluation, kernel_diag_dimwise, kernel_matrix_dimwise
 from amorgp.lazy_kernels.testing import (
     DimWiseBatch,
     random_dimwise_batch,
@@ -173,10 +173,15 @@ def test_recording_modes_match_reference(
     neither.  Every mode (graph, ``no_grad``, ``inference_mode``) must give the oracle's
     values, on random heterogeneous batches and on one taking every path of the plan."""
     if chunk is not None:
-        monkeypatch.setattr(dimwise, "CHUNK_ELEMENTS", chunk)
+        monkeypatch.setattr(evaluation, "CHUNK_ELEMENTS", chunk)
+    shared = random_dimwise_batch(vocab, torch.Generator().manual_seed(30 + seed), batch=8, n=6)
+    shared = dataclasses.replace(  # one set of points for every element (expanded)
+        shared, X1=shared.X1[:1].expand_as(shared.X1), X2=shared.X2[:1].expand_as(shared.X2)
+    )
     for batch in (
         random_dimwise_batch(vocab, torch.Generator().manual_seed(20 + seed), batch=8, n=6),
         _plan_shapes_batch(vocab, seed),
+        shared,
     ):
         if kind == "symmetric":
             batch = dataclasses.replace(batch, X2=batch.X1)
@@ -210,6 +215,36 @@ def test_recording_modes_match_reference(
             f = reference_diag_dimwise if kind == "diag" else reference_kernel_dimwise
             fd = ((f(plus) - f(minus)) / 2e-6 * w.double().numpy()).sum()
             assert abs(float(grad[(*used, slot)]) - fd) <= 1e-6 * (1.0 + abs(fd))
+
+
+@pytest.mark.parametrize("kind", ["cross", "symmetric", "diag"])
+def test_shared_points_gradients(kind: str) -> None:
+    """Elements sharing one (expanded) set of points are evaluated per dimension; values and
+    gradients (to the points and the parameters) equal those of a materialised copy."""
+    batch = random_dimwise_batch(EXTENDED_VOCABULARY, torch.Generator().manual_seed(4), batch=6)
+    rest = (batch.symbols, batch.symbol_mask)
+    w = torch.randn(6, 6, 6 if kind == "symmetric" else 5, dtype=torch.float64)
+    results = []
+    for expand in (True, False):
+        x1 = batch.X1[0].clone().requires_grad_()
+        x2 = batch.X2[0].clone().requires_grad_()
+        p = batch.params.clone().requires_grad_()
+        X1 = x1.expand(6, -1, -1) if expand else x1.repeat(6, 1, 1)
+        X2 = x2.expand(6, -1, -1) if expand else x2.repeat(6, 1, 1)
+        if kind == "diag":
+            K = kernel_diag_dimwise(X1, *rest, p, batch.vocab, batch.dim_mask)
+            weight = w[:, :, 0]
+        else:
+            K = kernel_matrix_dimwise(
+                X1, X1 if kind == "symmetric" else X2, *rest, p, batch.vocab, batch.dim_mask
+            )
+            weight = w
+        inputs = (x1, p) if kind != "cross" else (x1, x2, p)
+        results.append((K.detach(), torch.autograd.grad((K * weight).sum(), inputs)))
+    (K_e, g_e), (K_m, g_m) = results
+    torch.testing.assert_close(K_e, K_m, rtol=1e-14, atol=1e-15)
+    for a, b in zip(g_e, g_m):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
 
 
 def test_padding_invariance() -> None:

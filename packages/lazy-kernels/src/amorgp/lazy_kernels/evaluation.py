@@ -1,0 +1,293 @@
+"""The engine of :mod:`amorgp.lazy_kernels.dimwise`: evaluation of a validated padded batch.
+
+See :mod:`amorgp.lazy_kernels.dimwise` for the contract and the algorithm.  What this
+module adds to it, none of which changes a value (results are bit for bit those of the
+plain formulation):
+
+* without a recorded graph (``torch.no_grad``, ``inference_mode``, or inputs and
+  parameters that do not require grad) fresh tensors are updated in place (variance,
+  ``exp``, the elementary kernels' own steps, the addend sums), and the evaluation runs
+  by blocks of the first point axis of ``CHUNK_ELEMENTS`` values over all pairs, whose
+  temporaries stay in cache and are recycled by the allocator (whole-matrix temporaries
+  are fresh memory pages, which cost more than the arithmetic);
+* a symbol whose pairs are a consecutive run reads slices of the per-pair quantities
+  instead of gathered copies, and a symbol on every pair starts the sum (no zero fill);
+* when every batch element shares one (expanded) set of points, ``x - x'``, its square
+  and ``x x'`` are formed once per dimension, not per (element, dimension) pair.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from amorgp.lazy_kernels.tables import SymbolTables, evaluate_symbol
+
+__all__ = ["CHUNK_ELEMENTS", "evaluate_padded"]
+
+CHUNK_ELEMENTS = 1 << 18
+"""Values per block of the point axis (over all active pairs) without a recorded graph."""
+
+
+@cache
+def _circulant(N: int, device: torch.device) -> tuple[int, Tensor]:
+    """Circulant packing of a symmetric ``(N, N)`` matrix: ``H = N // 2 + 1`` offsets.
+
+    Entry ``(k, i)`` of the packed ``(H, N)`` array holds the pair ``(i, (i + k) mod N)``;
+    every unordered pair appears (at least) once.  Returns ``H`` and ``full (N * N,)``,
+    the packed position of each matrix entry ``(i, j)`` (symmetric: ``(i, j)`` and
+    ``(j, i)`` read the same position).
+
+    The cached index tensor is built outside inference mode: a tensor created under
+    ``torch.inference_mode`` cannot be saved for backward, and the cache outlives the
+    call that filled it.
+    """
+    with torch.inference_mode(False):
+        i = torch.arange(N, device=device)[:, None]
+        j = torch.arange(N, device=device)[None, :]
+        k = (j - i) % N
+        fwd = k * N + i  # pair stored at offset k from row i
+        bwd = ((N - k) % N) * N + j  # same pair stored at offset N - k from row j
+        tie = k * N + torch.minimum(i, j)  # k == N - k (even N): both stored; pick one
+        full = torch.where(2 * k < N, fwd, torch.where(2 * k > N, bwd, tie))
+    return N // 2 + 1, full.reshape(-1)
+
+
+class _Group(NamedTuple):
+    """The tokens of one symbol id: their positions ``idx`` in the token list, their
+    pairs ``a`` (``span = (first, stop)`` when ``a`` is the consecutive run
+    ``first..stop - 1``: the sum starts or adds without a scatter) and the ``rows`` of the
+    per-pair quantities they read (``a``, or the dimension when every element shares its
+    points; ``row_span`` likewise: the quantities are then sliced, not gathered)."""
+
+    sid: int
+    idx: Tensor
+    a: Tensor
+    span: tuple[int, int] | None
+    rows: Tensor
+    row_span: tuple[int, int] | None
+
+
+def _span(a: Tensor) -> tuple[int, int] | None:
+    return (int(a[0]), int(a[-1]) + 1) if bool((a.diff() == 1).all()) else None
+
+
+def _plan(
+    symbols: Tensor, symbol_mask: Tensor, dim_mask: Tensor, n_symbols: int, by_dim: bool
+) -> tuple[Tensor, Tensor, Tensor, list[_Group]]:
+    """Index plan of a padded batch, built from the small structure tensors on the host
+    (``by_dim``: the per-pair quantities have one row per dimension, shared by all elements).
+
+    Returns:
+        ``pairs (A,)`` flat ``b * D + d`` of the active dimensions (b-major),
+        ``n_dims (B,)`` active dimensions per batch element,
+        ``tokens (T,)`` flat ``(b * D + d) * L + l`` of the active addends, and per
+        symbol id present its :class:`_Group` (all on the input's device).
+    """
+    device = symbols.device
+    B, D, L = symbols.shape
+    sym_h, smask_h, dmask_h = symbols.cpu(), symbol_mask.cpu(), dim_mask.cpu()
+    tok_mask = smask_h & dmask_h[..., None]
+    pairs = dmask_h.reshape(-1).nonzero().squeeze(1)
+    pair_pos = torch.full((B * D,), -1, dtype=torch.long)
+    pair_pos[pairs] = torch.arange(pairs.shape[0])
+    tokens = tok_mask.reshape(-1).nonzero().squeeze(1)
+    token_pair = pair_pos[tokens // L]
+    sym = sym_h.reshape(-1)[tokens]
+    order = torch.argsort(sym, stable=True)
+    counts = torch.bincount(sym, minlength=n_symbols + 1).tolist()
+    groups: list[_Group] = []
+    start = counts[0]
+    for sid in range(1, n_symbols + 1):
+        if counts[sid]:
+            idx = order[start : start + counts[sid]]
+            a = token_pair[idx]
+            rows = pairs[a] % D if by_dim else a
+            span, a_dev = _span(a), a.to(device)
+            row_span, rows_dev = (_span(rows), rows.to(device)) if by_dim else (span, a_dev)
+            groups.append(_Group(sid, idx.to(device), a_dev, span, rows_dev, row_span))
+            start += counts[sid]
+    return pairs.to(device), dmask_h.sum(-1).to(device), tokens.to(device), groups
+
+
+def _tail(u: Tensor, v: Tensor) -> tuple[int, ...]:
+    """Broadcast shape of ``u`` and ``v`` (same rank, sizes equal or 1) without the pair axis
+    (``torch.broadcast_shapes`` costs more than a small evaluation's arithmetic)."""
+    return tuple(max(a, b) for a, b in zip(u.shape[1:], v.shape[1:]))
+
+
+def _same_points(X1: Tensor, X2: Tensor | None) -> bool:
+    """``X2`` is ``X1``, or holds the same values by viewing the same memory the same way
+    (then only when neither records a gradient: each view must receive its own)."""
+    if X2 is X1:
+        return True
+    return (
+        X2 is not None
+        and not (X1.requires_grad or X2.requires_grad)
+        and X2.data_ptr() == X1.data_ptr()
+        and X2.dtype == X1.dtype
+        and X2.shape == X1.shape
+        and X2.stride() == X1.stride()
+    )
+
+
+def _rows(t: Tensor | None, g: _Group) -> Tensor | None:
+    """Rows ``g.a`` of a per-pair quantity: a slice (view) for a consecutive run."""
+    if t is None:
+        return None
+    span = g.row_span
+    return t[span[0] : span[1]] if span is not None else t.index_select(0, g.rows)
+
+
+def _shared(u: Tensor, v: Tensor, needs: set[str]) -> tuple[Tensor | None, ...]:
+    """``r = u - v``, ``r^2`` and ``x x'`` per active pair, only those some symbol reads.
+
+    ``r^2`` overwrites ``r`` when ``r`` itself is not read and no graph is recorded.
+    """
+    r = u - v if needs & {"r", "r2"} else None
+    r2 = None
+    if r is not None and "r2" in needs:
+        r2 = r.mul_(r) if "r" not in needs and not r.requires_grad else r * r
+    if "r" not in needs:
+        r = None
+    xx = u * v if "xx" in needs else None
+    return r, r2, xx
+
+
+def _sum_addends(
+    u: Tensor, v: Tensor, par: Tensor, tables: SymbolTables, groups: list[_Group], A: int
+) -> Tensor:
+    """``(A, *tail)`` sums over the addends of each active pair, one symbol id at a time.
+
+    Without a recorded graph the sums accumulate in place; a symbol covering every pair
+    in order starts the sum (no zero fill, no scatter).
+    """
+    compiled = [tables.compiled[g.sid] for g in groups]
+    needs = set().union(*(cs.needs for cs in compiled if cs is not None))
+    r, r2, xx = _shared(u, v, needs)
+    tail = _tail(u, v)
+    total: Tensor | None = None
+    saved = False  # ``total`` is a symbol's value, which its backward reads: no in-place update
+    for cs, g in zip(compiled, groups):
+        assert cs is not None
+        x = "x" in cs.needs
+        val = evaluate_symbol(
+            cs,
+            _rows(u, g) if x else None,
+            _rows(v, g) if x else None,
+            par.index_select(0, g.idx),
+            r=_rows(r, g) if "r" in cs.needs else None,
+            r2=_rows(r2, g) if "r2" in cs.needs else None,
+            xx=_rows(xx, g) if "xx" in cs.needs else None,
+        )
+        # evaluate_symbol returns a fresh tensor of the full shape: it may become the sum
+        whole = g.span == (0, A) and val.shape[1:] == tail
+        if total is None and whole:
+            total, saved = val, val.requires_grad
+        elif total is None:
+            total = torch.zeros((A, *tail), dtype=par.dtype, device=par.device)
+            total = total.index_add_(0, g.a, val)
+        elif saved:
+            total, saved = (total + val if whole else total.index_add(0, g.a, val)), False
+        else:  # neither add_ nor index_add_ needs ``total``'s values for backward
+            total = total.add_(val) if whole else total.index_add_(0, g.a, val)
+    assert total is not None
+    return total
+
+
+def _product(
+    u: Tensor,
+    v: Tensor,
+    par: Tensor,
+    tables: SymbolTables,
+    groups: list[_Group],
+    n_dims: Tensor,
+    A: int,
+) -> Tensor:
+    """``(B, *tail)``: the addend sums of the ``A`` pairs, multiplied over each element's."""
+    pair_sum = _sum_addends(u, v, par, tables, groups, A)
+    if n_dims.shape[0] == A:  # one active dimension per element: nothing to multiply
+        return pair_sum
+    return torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
+
+
+def _chunked(
+    u: Tensor,
+    v: Tensor,
+    par: Tensor,
+    tables: SymbolTables,
+    groups: list[_Group],
+    n_dims: Tensor,
+    A: int,
+) -> Tensor:
+    """:func:`_product`, by blocks of the first point axis when no graph is recorded.
+
+    A block's working tensors (``CHUNK_ELEMENTS`` values over all pairs) stay in cache and
+    are recycled by the allocator, where whole-matrix temporaries are fresh memory pages.
+    """
+    tail = _tail(u, v)
+    B = n_dims.shape[0]
+    rows = max(1, CHUNK_ELEMENTS // (A * math.prod(tail[1:])))
+    tracked = torch.is_grad_enabled() and (u.requires_grad or v.requires_grad or par.requires_grad)
+    if tracked or rows >= tail[0]:
+        return _product(u, v, par, tables, groups, n_dims, A)
+    out = torch.empty((B, *tail), dtype=par.dtype, device=par.device)
+    for s in range(0, tail[0], rows):
+        ub, vb = (t[:, s : s + rows] if t.shape[1] > 1 else t for t in (u, v))
+        out[:, s : s + rows] = _product(ub, vb, par, tables, groups, n_dims, A)
+    return out
+
+
+def evaluate_padded(
+    X1: Tensor,
+    X2: Tensor | None,
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    params: Tensor,
+    tables: SymbolTables,
+    dim_mask: Tensor,
+    diag: bool,
+) -> Tensor:
+    """Kernel matrices ``(B, N, M)`` (or diagonals ``(B, N)`` when ``diag``) of a padded
+    batch already validated (arguments as in
+    :func:`~amorgp.lazy_kernels.dimwise.kernel_matrix_dimwise`, ``tables`` the vocabulary's
+    :class:`~amorgp.lazy_kernels.tables.SymbolTables`, ``dim_mask`` the effective mask)."""
+    B, N, D = X1.shape
+    P = tables.max_params
+    same = not diag and _same_points(X1, X2)
+    # every element's points are one (expanded) tensor: r, r^2, x x' per dimension, not pair
+    by_dim = X1.stride(0) == 0 and (diag or same or (X2 is not None and X2.stride(0) == 0))
+    by_dim = by_dim and int(dim_mask.sum()) > D
+    pairs, n_dims, tokens, groups = _plan(symbols, symbol_mask, dim_mask, tables.n_symbols, by_dim)
+    A = pairs.shape[0]
+    # index_select (a row copy) rather than advanced indexing: several times faster on CPU
+    par = params.reshape(-1, params.shape[-1]).index_select(0, tokens)[:, :P]  # (T, P)
+    if by_dim:
+        cols1 = X1[0].T.contiguous()  # (D, N)
+    else:
+        cols1 = X1.transpose(1, 2).reshape(B * D, N).index_select(0, pairs)  # (A, N)
+    full: Tensor | None = None
+    if diag:
+        u, v = cols1, cols1
+    elif same:
+        # symmetric: each unordered pair once, as x_i against x_{(i + k) mod N} for the
+        # offsets k = 0..N // 2 (strided views, no gather); unpacked at the end
+        H, full = _circulant(N, X1.device)
+        u = cols1[:, None, :]  # (A, 1, N)
+        v = torch.cat([cols1, cols1], 1).unfold(1, N, 1)[:, :H, :]  # (A, H, N)
+    else:
+        assert X2 is not None
+        M = X2.shape[1]
+        u = cols1[:, :, None]
+        if by_dim:
+            v = X2[0].T.contiguous()[:, None, :]  # (D, 1, M)
+        else:
+            v = X2.transpose(1, 2).reshape(B * D, M).index_select(0, pairs)[:, None, :]
+    out = _chunked(u, v, par, tables, groups, n_dims, A)
+    if full is None:
+        return out
+    return out.reshape(B, -1).index_select(1, full).reshape(B, N, N)
