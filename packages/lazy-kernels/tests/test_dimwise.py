@@ -247,6 +247,25 @@ def test_shared_points_gradients(kind: str) -> None:
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
 
 
+def test_underflowing_values_flush_to_zero() -> None:
+    """Far-apart points under short lengthscales: without a graph, addends below about
+    6e-308 (their exp would be subnormal: a slow path) are exactly 0, the rest as the
+    oracle; with a graph, as before."""
+    batch = random_dimwise_batch(
+        PAPER_VOCABULARY, torch.Generator().manual_seed(12), batch=6, n=9, x_low=-40.0, x_high=40.0
+    )
+    want = reference_kernel_dimwise(batch)
+    tiny = torch.finfo(torch.float64).tiny
+    assert (np.abs(want) < tiny).any()
+    assert (np.abs(want) > 1e-3).any()
+    with torch.no_grad():
+        K = kernel_matrix_dimwise(*batch.args()).numpy()
+    np.testing.assert_allclose(K, want, rtol=1e-12, atol=1e-306)
+    p = batch.params.clone().requires_grad_()
+    K_graph = kernel_matrix_dimwise(*batch.args()[:4], p, *batch.args()[5:])
+    np.testing.assert_allclose(K_graph.detach().numpy(), want, rtol=1e-12, atol=1e-300)
+
+
 def test_padding_invariance() -> None:
     """Extra padded dimensions, addends (with garbage ids/params) and points change nothing."""
     g = torch.Generator().manual_seed(11)

@@ -15,6 +15,7 @@ one ``exp`` per symbol however many stationary factors it has.  LIN alone,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 
@@ -146,10 +147,24 @@ def evaluate_symbol(
         # own: the factors' sum is a fresh tensor no backward reads, so the variance and
         # the exp may update it in place (exp saves its result, which is what it needs)
         ls2 = torch.log(s2)
-        out = _acc(log_sum, ls2, own, add=True).exp_() if own else torch.exp(log_sum + ls2)
+        out = _exp_(_acc(log_sum, ls2, own, add=True)) if own else torch.exp(log_sum + ls2)
         return out if direct is None else _acc(out, direct, _untracked(out, direct))
     assert direct is not None
     return _acc(direct, s2, own and _untracked(direct, s2))
+
+
+def _exp_(t: Tensor) -> Tensor:
+    """``exp`` in place.  Without a graph on the CPU, entries whose ``exp`` is below the
+    smallest normal float times ``e`` (under ``6.1e-308`` in float64) become exactly 0:
+    the vectorised ``exp`` and every later product with a subnormal take a slow path, up
+    to 20 times slower, and far-apart points under short lengthscales are common."""
+    if t.requires_grad or t.device.type != "cpu" or t.numel() == 0:
+        return t.exp_()
+    low = math.log(torch.finfo(t.dtype).tiny) + 1.0  # exp(low) is a normal float
+    if not bool(t.amin() < low):
+        return t.exp_()
+    dead = t < low
+    return t.clamp_min_(low).exp_().masked_fill_(dead, 0.0)
 
 
 def _untracked(*ts: Tensor) -> bool:
