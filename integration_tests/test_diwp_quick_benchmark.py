@@ -1,0 +1,43 @@
+"""The DIWP benchmark's quick mode (CI's smoke run of the UCI protocol), on yacht."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from amorgp.diff_linalg.testing import torch_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    with torch_settings(num_threads=1):
+        yield
+
+
+def test_quick_uci_protocol_on_yacht(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "bench_diwp", ROOT / "benchmarks" / "bench_diwp.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "diwp.md"
+    bench.main(["--quick", "--datasets", "yacht", "--out", str(out)])
+    text = out.read_text()
+    rows = {
+        m: line
+        for line in text.splitlines()
+        for m in ("diwp", "gp-ml-lbfgs", "svgp")
+        if f"| yacht | {m} |" in line
+    }
+    assert set(rows) == {"diwp", "gp-ml-lbfgs", "svgp"}
+    loglik = {m: float(re.search(r"\| (-?\d+\.\d+) ±", line).group(1)) for m, line in rows.items()}  # type: ignore[union-attr]
+    # every method is far better than the constant predictor (test log-lik about -4 on yacht)
+    assert all(v > -3.0 for v in loglik.values()), loglik
