@@ -1,8 +1,10 @@
 """Prediction helpers of the :class:`~amorgp.amortizer.inference.Amortizer`: the network
-forward for one dataset and many kernels, and the encoder's subset of a large dataset."""
+forward for one dataset and many kernels, the encoder's subset of a large dataset, and the
+warnings for inputs outside the network's training range."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -12,7 +14,30 @@ from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, encode
 from amorgp.lazy_kernels import PaddedBatch
 
-__all__ = ["encode_structures", "encoder_subset", "network_parameters"]
+__all__ = ["encode_structures", "encoder_subset", "network_parameters", "warn_outside_training"]
+
+
+def warn_outside_training(
+    d: int, structures: Sequence[DimWiseStructure], max_dims: int | None, max_addends: int
+) -> None:
+    """Warn (``UserWarning``) about inputs the network never saw in training: more input
+    dimensions than ``max_dims`` or more addends in one dimension than ``max_addends``."""
+    hint = "its predictions may be poor (consider refine='auto')"
+    if max_dims is not None and d > max_dims:
+        warnings.warn(
+            f"the data have {d} input dimensions but the network was trained on at most "
+            f"{max_dims}; {hint}",
+            UserWarning,
+            stacklevel=4,
+        )
+    most = max(len(a) for s in structures for a in s.dims)
+    if most > max_addends:
+        warnings.warn(
+            f"a kernel has {most} addends in one dimension but the network was trained "
+            f"with at most {max_addends} per dimension; {hint}",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def encode_structures(

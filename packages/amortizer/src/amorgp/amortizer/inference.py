@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -17,7 +16,12 @@ from torch import Tensor
 from amorgp.amortizer.bundled import PRETRAINED_DIR, resolve_checkpoint
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import NetworkConfig
-from amorgp.amortizer.forward import encode_structures, encoder_subset, network_parameters
+from amorgp.amortizer.forward import (
+    encode_structures,
+    encoder_subset,
+    network_parameters,
+    warn_outside_training,
+)
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.refine import check_refine
@@ -46,11 +50,9 @@ DEFAULT_MAX_ADDENDS = 6
 checkpoint does not record its simulator configuration."""
 
 DEFAULT_PRECOND_RANK = 256
-"""Rank of the pivoted-Cholesky preconditioner of the CG backends.  Measured on 1-D data
-with ``SE + PER`` (n = 3000, KeOps): rank 64 needed 87 CG iterations and its SLQ
-log-determinant missed the exact LML by 4.7 nats; rank 256 needed 2 iterations (30x
-faster) and matched it to 1e-4.  The pivoted Cholesky stops earlier when the remainder's
-trace is negligible, so smooth kernels do not pay for the larger rank."""
+"""Rank of the CG backends' pivoted-Cholesky preconditioner.  ``SE + PER``, n = 3000: rank 64
+took 87 CG iterations and missed the exact LML by 4.7 nats, rank 256 took 2 and matched it
+(smooth kernels stop earlier: the factorisation ends when the remainder is negligible)."""
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``: stages ``"network"``, ``"refine"`` (iterations) and
@@ -185,25 +187,6 @@ class Amortizer:
         """
         return DimWiseStructure.coerce(kernel, n_dims, self.vocabulary)
 
-    def _warn_outside_training(self, d: int, structures: Sequence[DimWiseStructure]) -> None:
-        """Warn about inputs the network never saw in training (the result may be poor)."""
-        hint = "its predictions may be poor (consider refine='auto')"
-        if self.max_dims is not None and d > self.max_dims:
-            warnings.warn(
-                f"the data have {d} input dimensions but the network was trained on at most "
-                f"{self.max_dims}; {hint}",
-                UserWarning,
-                stacklevel=3,
-            )
-        most = max(len(a) for s in structures for a in s.dims)
-        if most > self.max_addends:
-            warnings.warn(
-                f"a kernel has {most} addends in one dimension but the network was trained "
-                f"with at most {self.max_addends} per dimension; {hint}",
-                UserWarning,
-                stacklevel=3,
-            )
-
     # -- inference --------------------------------------------------------------------------
     def infer(
         self,
@@ -317,7 +300,7 @@ class Amortizer:
         Xa, ya = as_dataset(X, y, min_points=MIN_POINTS, training=True)
         d = Xa.shape[1]
         structures = [self.structure(k, d) for k in kernels]
-        self._warn_outside_training(d, structures)
+        warn_outside_training(d, structures, self.max_dims, self.max_addends)
         norm = Normalizer.fit(Xa, ya)
         Xn = norm.transform_x(Xa).to(self.device, self.dtype)
         yn = norm.transform_y(ya).to(self.device, self.dtype)
