@@ -207,7 +207,9 @@ def section(script: str, quick: bool, baseline: str | None = None) -> list[str]:
         "elements share their points, evaluates `X[None]` twice as the symmetric case, and "
         "flushes underflowing addends. With a graph (training) the autograd graph's saved "
         "tensors rule out most in-place updates: forward and backward cost about the same as "
-        "before; a fused backward (per-symbol derivative formulas) is the next step there.",
+        "before; a fused backward (per-symbol derivative formulas) is the next step there. "
+        "The forward with a graph alone varies with the allocator's state: *before* took "
+        "either ~48 or ~105 ms from one run to the next, *after* ~48 ms.",
     ]
     print("\n".join(lines), flush=True)
     return lines

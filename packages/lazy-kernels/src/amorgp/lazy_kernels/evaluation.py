@@ -2,12 +2,14 @@
 
 See :mod:`amorgp.lazy_kernels.dimwise` for the contract and the algorithm.  What this
 module adds to it, none of which changes a value (results are bit for bit those of the
-plain formulation):
+plain formulation; the one exception is :func:`~amorgp.lazy_kernels.tables.evaluate_symbol`
+setting an addend below about ``6e-308`` to 0 without a graph on the CPU, where its
+``exp`` would be subnormal, a slow path):
 
 * without a recorded graph (``torch.no_grad``, ``inference_mode``, or inputs and
   parameters that do not require grad) fresh tensors are updated in place (variance,
   ``exp``, the elementary kernels' own steps, the addend sums), and the evaluation runs
-  by blocks of the first point axis of ``CHUNK_ELEMENTS`` values over all pairs, whose
+  by blocks of the first point axis of ``CHUNK_ELEMENTS`` values over all pairs (CPU), whose
   temporaries stay in cache and are recycled by the allocator (whole-matrix temporaries
   are fresh memory pages, which cost more than the arithmetic);
 * a symbol whose pairs are a consecutive run reads slices of the per-pair quantities
@@ -224,7 +226,7 @@ def _chunked(
     n_dims: Tensor,
     A: int,
 ) -> Tensor:
-    """:func:`_product`, by blocks of the first point axis when no graph is recorded.
+    """:func:`_product`, by blocks of the first point axis when no graph is recorded (CPU).
 
     A block's working tensors (``CHUNK_ELEMENTS`` values over all pairs) stay in cache and
     are recycled by the allocator, where whole-matrix temporaries are fresh memory pages.
@@ -233,7 +235,7 @@ def _chunked(
     B = n_dims.shape[0]
     rows = max(1, CHUNK_ELEMENTS // (A * math.prod(tail[1:])))
     tracked = torch.is_grad_enabled() and (u.requires_grad or v.requires_grad or par.requires_grad)
-    if tracked or rows >= tail[0]:
+    if tracked or rows >= tail[0] or u.device.type != "cpu":  # blocks: for CPU caches
         return _product(u, v, par, tables, groups, n_dims, A)
     out = torch.empty((B, *tail), dtype=par.dtype, device=par.device)
     for s in range(0, tail[0], rows):
