@@ -169,6 +169,18 @@ def demo(session: nox.Session) -> None:
     session.run("amorgp", "demo", "--plot", str(out / "amorgp-demo.png"), *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the user guide (``mkdocs.yml``: docs/guide, model card, benchmarks) into site/.
+
+    mkdocs with its default theme: no network at build time; ``--strict`` fails on a
+    broken link.  The guide's Python examples are run by the ``integration`` session
+    (``integration_tests/test_user_guide.py``).
+    """
+    session.install("mkdocs>=1.6")
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"), *session.posargs)
+
+
 BENCHMARKS = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py"))
 
 
