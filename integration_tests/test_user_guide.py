@@ -42,6 +42,12 @@ def _modules(line: str) -> list[str]:
     return [m.strip() for m in line.removeprefix(REQUIRES).split(",") if m.strip()]
 
 
+def test_every_page_is_in_the_site_navigation() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    missing = [p.name for p in PAGES if f"guide/{p.name}" not in nav]
+    assert not missing, f"add {missing} to the nav of mkdocs.yml"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
 def test_page_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(ROOT)
