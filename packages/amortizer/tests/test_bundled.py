@@ -27,3 +27,31 @@ def test_a_path_wins_and_unknown_names_list_the_bundled_ones(tmp_path: Path) -> 
         resolve_checkpoint("no-such-model")
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         Amortizer.from_pretrained(tmp_path / "missing")
+
+
+def test_ship_model_copies_weights_and_records_provenance(tmp_path: Path) -> None:
+    import json
+
+    from amorgp.amortizer.bundled import ship_model
+    from amorgp.amortizer.checkpoint import load_checkpoint
+
+    target = ship_model(
+        PRETRAINED_DIR,
+        "shipped",
+        provenance="test copy",
+        reproduce="amorgp train ...",
+        hardware="none",
+        extra={"note": 1},
+        root=tmp_path,
+    )
+    assert (target / "model.safetensors").read_bytes() == (
+        PRETRAINED_DIR / "model.safetensors"
+    ).read_bytes()
+    meta = json.loads((target / "checkpoint.json").read_text())
+    assert (meta["provenance"], meta["reproduce"], meta["note"]) == (
+        "test copy",
+        "amorgp train ...",
+        1,
+    )
+    assert load_checkpoint(target).network == load_checkpoint(PRETRAINED_DIR).network
+    assert not list(tmp_path.glob(".shipped*"))  # no temporary left

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from amorgp.kernel_grammar import CheckpointError
 
-__all__ = ["PRETRAINED_DIR", "PRETRAINED_ROOT", "pretrained_names", "resolve_checkpoint"]
+__all__ = [
+    "PRETRAINED_DIR",
+    "PRETRAINED_ROOT",
+    "pretrained_names",
+    "resolve_checkpoint",
+    "ship_model",
+]
 
 PRETRAINED_ROOT = Path(__file__).parent / "pretrained"
 """The folder of the bundled models, one checkpoint directory per name."""
@@ -47,3 +53,56 @@ def resolve_checkpoint(path: str | os.PathLike[str] | None) -> Path:
         f"no checkpoint at {where}; give a checkpoint directory or the name of a bundled "
         f"model ({', '.join(pretrained_names())})"
     )
+
+
+def ship_model(
+    source: str | os.PathLike[str],
+    name: str = "default",
+    *,
+    provenance: str,
+    reproduce: str,
+    hardware: str,
+    extra: dict[str, object] | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Copy the weights of checkpoint ``source`` into the bundled model ``name``.
+
+    The model file is copied as is (its SHA-256 is verified by loading); the JSON gains
+    ``provenance``, ``reproduce`` (the commands that rebuild it), ``hardware`` and ``extra``
+    entries, and loses any optimiser entry.  The target directory is replaced atomically.
+
+    Raises:
+        CheckpointError: ``source`` does not load, or the copy does not verify.
+    """
+    import json
+    import shutil
+    import tempfile
+
+    from amorgp.amortizer.checkpoint import load_checkpoint
+
+    src = Path(source)
+    meta = load_checkpoint(src).meta
+    meta = {k: v for k, v in meta.items() if k not in ("optimizer",)}
+    meta["sha256"] = {"model.safetensors": meta["sha256"]["model.safetensors"]}
+    meta.update(provenance=provenance, reproduce=reproduce, hardware=hardware, **(extra or {}))
+    base = Path(root) if root is not None else PRETRAINED_ROOT
+    target = base / name
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=base))
+    try:
+        shutil.copyfile(src / "model.safetensors", tmp / "model.safetensors")
+        (tmp / "checkpoint.json").write_text(
+            json.dumps(meta, indent=2, sort_keys=True, default=str)
+        )
+        load_checkpoint(tmp)  # verifies the checksum and the architecture
+        if target.exists():
+            old = base / f".{name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
