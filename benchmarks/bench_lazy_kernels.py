@@ -619,7 +619,7 @@ def section_posterior(quick: bool) -> list[str]:
         f"means and variances (every 97th test point): {diff:.1e}; LML difference "
         f"{abs(b['lml'] - a['lml']):.1e}.",
         "",
-        "Where the memory goes: *after*'s peak is the dense evaluation of the training matrix `K(X, X)` (about 4.5 `n x n` matrices per addend, section 1b), not the predictions, whose chunks stay within 256 MiB; *before*'s peak is the evaluation of one 256 MiB chunk's cross-covariance block, whose working memory the previous chunk rule did not count (about 5 matrices of the block's size per addend). The time saved is the repeated `K(X, X)` evaluations and Cholesky factorisations; the triangular solves and the cross-covariance evaluations of 20 000 test points cost the same in both. The machine was shared with other jobs (a training run, test suites) during this run.",
+        "Where the memory goes: the evaluator works without a recorded graph by cache-sized blocks of points (section 8), so neither variant holds per-addend whole-matrix temporaries any more (with the previous evaluator, *after*'s peak was the dense evaluation of `K(X, X)`, about 4.5 `n x n` matrices per addend: 3018 MiB here, and *before*'s the evaluation of one chunk's cross-covariance block); what remains is the `n x n` matrices of the factorisation and the 256 MiB prediction chunks. The time saved is the repeated `K(X, X)` evaluations and Cholesky factorisations; the triangular solves and the cross-covariance evaluations of 20 000 test points cost the same in both. The machine was shared with other jobs (a training run, test suites) during this run.",
     ]
     print("\n".join(lines), flush=True)
     return lines
