@@ -64,7 +64,8 @@ def campaign_report(
         "## Training campaign",
         "",
         f"{len(records)} segments; {records[-1]['datasets_total'] if records else 0:,} datasets of the paper prior "
-        f"(d <= 8) in {records[-1].get('minutes_total', 0.0) / 60 if records else 0:.1f} hours of one CPU thread "
+        f"(d <= 8) in {records[-1].get('minutes_total', 0.0) / 60 if records else 0:.1f} hours of training "
+        "(wall clock, one thread at low priority on a shared machine) "
         "(validation: the fixed campaign set, 256 paper-prior datasets, mean per-point NLL of the noise-fine-tuned copy; "
         "lower is better)."
         + (
