@@ -92,6 +92,16 @@ def validate_dimwise(
     Raises:
         ValueError: naming the first problem found.
     """
+    B, D = _check_points(X1, X2)
+    L = _check_symbols(symbols, symbol_mask, B, D)
+    _check_params_layout(params, vocab, X1, B, D, L)
+    dim_mask = _effective_dim_mask(dim_mask, symbol_mask, B, D)
+    _check_values(X1, X2, symbols, symbol_mask, params, vocab, dim_mask)
+    return dim_mask
+
+
+def _check_points(X1: Tensor, X2: Tensor | None) -> tuple[int, int]:
+    """Shapes, dtypes and devices of ``X1 (B, N, D)`` and ``X2 (B, M, D)``; returns ``(B, D)``."""
     if not isinstance(X1, Tensor) or X1.ndim != 3:
         _fail(f"X1 must be a (B, N, D) tensor, got shape {tuple(getattr(X1, 'shape', ()))}")
     if not X1.is_floating_point():
@@ -106,6 +116,11 @@ def validate_dimwise(
             _fail(
                 f"X1 and X2 differ in dtype/device: {X1.dtype}/{X1.device} vs {X2.dtype}/{X2.device}"
             )
+    return B, D
+
+
+def _check_symbols(symbols: Tensor, symbol_mask: Tensor, B: int, D: int) -> int:
+    """Shapes and dtypes of ``symbols``/``symbol_mask (B, D, L)``; returns ``L``."""
     if not isinstance(symbols, Tensor) or symbols.ndim != 3:
         _fail(
             f"symbols must be a (B, D, L) tensor, got shape {tuple(getattr(symbols, 'shape', ()))}"
@@ -129,6 +144,13 @@ def validate_dimwise(
         )
     if symbol_mask.dtype != torch.bool:
         _fail(f"symbol_mask must be bool, got {symbol_mask.dtype}")
+    return L
+
+
+def _check_params_layout(
+    params: Tensor, vocab: Vocabulary, X1: Tensor, B: int, D: int, L: int
+) -> None:
+    """Shape, slots, dtype and device of ``params (B, D, L, P)``."""
     P = vocab.max_params
     if not isinstance(params, Tensor) or params.ndim != 4 or tuple(params.shape[:3]) != (B, D, L):
         _fail(
@@ -139,6 +161,10 @@ def validate_dimwise(
         _fail(f"params has {params.shape[3]} slots but vocabulary {vocab.name!r} needs {P}")
     if params.dtype != X1.dtype or params.device != X1.device:
         _fail(f"params ({params.dtype}, {params.device}) must match X1 ({X1.dtype}, {X1.device})")
+
+
+def _effective_dim_mask(dim_mask: Tensor | None, symbol_mask: Tensor, B: int, D: int) -> Tensor:
+    """The given ``dim_mask`` (checked against the addends) or ``symbol_mask.any(-1)``."""
     if dim_mask is None:
         dim_mask = symbol_mask.any(-1)
     else:
@@ -155,6 +181,19 @@ def validate_dimwise(
                 f"batch element {b} places a symbol in dimension {d}, which its data does not "
                 "have (dim_mask is False there; a dimension index exceeds the data)"
             )
+    return dim_mask
+
+
+def _check_values(
+    X1: Tensor,
+    X2: Tensor | None,
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    params: Tensor,
+    vocab: Vocabulary,
+    dim_mask: Tensor,
+) -> None:
+    """Every active dimension has an addend, ids are known, inputs and used parameters valid."""
     empty_dim = dim_mask & ~symbol_mask.any(-1)
     if bool(empty_dim.any()):
         b, d = (int(v) for v in empty_dim.nonzero()[0])
@@ -179,12 +218,11 @@ def validate_dimwise(
             _fail(f"{name} contains NaN or infinite values in active dimensions")
     tables = symbol_tables(vocab, symbols.device)
     used = tables.slot_mask[symbols.clamp(0, len(vocab))] & symbol_mask[..., None]  # (B, D, L, P)
-    vals = params[..., :P][used]
+    vals = params[..., : vocab.max_params][used]
     if not bool(torch.isfinite(vals).all()):
         _fail("params contains NaN or infinite values in used slots")
     if not bool((vals > 0).all()):
         _fail("params must be positive in every used slot (got a value <= 0)")
-    return dim_mask
 
 
 def kernel_matrix_dimwise(
