@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from amorgp.baselines import fit, fit_many, train_test_split
+from amorgp.baselines.testing import gpytorch_se_reference_fit
 from amorgp.kernel_grammar import DimWiseStructure, paper_evaluation_set
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,41 +63,7 @@ def summary(values: list[float]) -> str:
 
 def gpytorch_se(X: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[float, float]:
     """GPyTorch ExactGP, ScaleKernel(RBF with ARD), Adam lr 0.1, same start; (seconds, LML)."""
-    import gpytorch
-
-    class Model(gpytorch.models.ExactGP):  # type: ignore[misc]
-        def __init__(self, lik: object) -> None:
-            super().__init__(X, y, lik)
-            self.mean_module = gpytorch.means.ZeroMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=X.shape[1])
-            )
-
-        def forward(self, x: torch.Tensor) -> object:
-            return gpytorch.distributions.MultivariateNormal(
-                self.mean_module(x), self.covar_module(x)
-            )
-
-    t0 = time.perf_counter()
-    lik = gpytorch.likelihoods.GaussianLikelihood()
-    model = Model(lik).double()
-    model.covar_module.outputscale = 1.0
-    model.covar_module.base_kernel.lengthscale = 1.0
-    lik.noise = 0.04
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
-    opt = torch.optim.Adam(model.parameters(), lr=0.1)
-    model.train()
-    with (
-        gpytorch.settings.fast_computations(False, False, False),
-        gpytorch.settings.max_cholesky_size(10_000),
-    ):
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = -mll(model(X), y)
-            loss.backward()
-            opt.step()
-        elapsed = time.perf_counter() - t0
-        value = float(mll(model(X), y).detach()) * len(y)
+    value, _, elapsed = gpytorch_se_reference_fit(X, y, steps, 0.1, ard=True)
     return elapsed, value
 
 

@@ -8,7 +8,7 @@ import scipy.optimize
 import torch
 
 from amorgp.baselines.gp import slot_kind
-from amorgp.baselines.testing import dense_log_marginal_likelihood
+from amorgp.baselines.testing import dense_log_marginal_likelihood, gpytorch_se_reference_fit
 from amorgp.baselines.testing import synthetic_dataset as make_data
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
 from amorgp.kernel_grammar import NOISE, DimWiseStructure, base_symbol
@@ -210,45 +210,8 @@ def _gpytorch_se_fit(
     X: torch.Tensor, y: torch.Tensor, steps: int, lr: float
 ) -> tuple[float, dict[str, float]]:
     """GPyTorch ExactGP with an SE kernel, the same start and Adam settings; returns (LML, hyperparameters)."""
-    gpytorch = pytest.importorskip("gpytorch")
-
-    class Model(gpytorch.models.ExactGP):  # type: ignore[misc,name-defined]
-        def __init__(self, likelihood: object) -> None:
-            super().__init__(X, y, likelihood)
-            self.mean_module = gpytorch.means.ZeroMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
-
-        def forward(self, x: torch.Tensor) -> object:
-            return gpytorch.distributions.MultivariateNormal(
-                self.mean_module(x), self.covar_module(x)
-            )
-
-    lik = gpytorch.likelihoods.GaussianLikelihood(
-        noise_constraint=gpytorch.constraints.GreaterThan(1e-6)
-    )
-    model = Model(lik).double()
-    base = model.covar_module.base_kernel
-    model.covar_module.outputscale = 1.0
-    base.lengthscale = 1.0
-    lik.noise = 0.04
-    model.train()
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    with (
-        gpytorch.settings.fast_computations(False, False, False),
-        gpytorch.settings.max_cholesky_size(10_000),
-    ):
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = -mll(model(X), y)
-            loss.backward()
-            opt.step()
-        value = float(mll(model(X), y).detach()) * len(y)
-    hyper = {
-        "variance": float(model.covar_module.outputscale.detach()),
-        "noise": float(lik.noise.detach()),
-    }
-    hyper["lengthscale"] = float(base.lengthscale.detach())
+    pytest.importorskip("gpytorch")
+    value, hyper, _ = gpytorch_se_reference_fit(X, y, steps, lr)
     return value, hyper
 
 

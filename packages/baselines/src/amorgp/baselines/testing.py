@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import DimWiseStructure
@@ -32,6 +33,7 @@ __all__ = [
     "dense_kernel",
     "dense_log_marginal_likelihood",
     "dense_predictive",
+    "gpytorch_se_reference_fit",
     "synthetic_dataset",
 ]
 
@@ -140,3 +142,63 @@ def check_inference(
         )
         check_kernel_fit(f, X)
     return fits
+
+
+def gpytorch_se_reference_fit(
+    X: Tensor, y: Tensor, steps: int, lr: float = 0.1, *, ard: bool = False
+) -> tuple[float, dict[str, Any], float]:
+    """The peer fit: GPyTorch ``ExactGP`` with ``ScaleKernel(RBF)`` (ARD optional), zero mean,
+    the baselines' default start (variance 1, lengthscale 1, noise 0.04) and Adam.
+
+    Exact Cholesky algebra (``fast_computations`` off); needs ``gpytorch`` (imported on use).
+
+    Returns:
+        ``(log marginal likelihood, {"variance", "lengthscale", "noise"}, seconds)``, the
+        LML of the final parameters (not per point); ``lengthscale`` is a list with ARD.
+    """
+    import time
+
+    import gpytorch
+
+    class Model(gpytorch.models.ExactGP):
+        def __init__(self, likelihood: object) -> None:
+            super().__init__(X, y, likelihood)
+            self.mean_module = gpytorch.means.ZeroMean()
+            rbf = gpytorch.kernels.RBFKernel(ard_num_dims=X.shape[1] if ard else None)
+            self.covar_module = gpytorch.kernels.ScaleKernel(rbf)
+
+        def forward(self, x: Tensor) -> object:
+            return gpytorch.distributions.MultivariateNormal(
+                self.mean_module(x), self.covar_module(x)
+            )
+
+    t0 = time.perf_counter()
+    lik = gpytorch.likelihoods.GaussianLikelihood(
+        noise_constraint=gpytorch.constraints.GreaterThan(1e-6)
+    )
+    model = Model(lik).double()
+    base = model.covar_module.base_kernel
+    model.covar_module.outputscale = 1.0
+    base.lengthscale = 1.0
+    lik.noise = 0.04
+    model.train()
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    with (
+        gpytorch.settings.fast_computations(False, False, False),
+        gpytorch.settings.max_cholesky_size(10_000),
+    ):
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = -mll(model(X), y)
+            loss.backward()
+            opt.step()
+        elapsed = time.perf_counter() - t0
+        value = float(mll(model(X), y).detach()) * len(y)
+    ls = base.lengthscale.detach().reshape(-1)
+    hyper: dict[str, Any] = {
+        "variance": float(model.covar_module.outputscale.detach()),
+        "noise": float(lik.noise.detach()),
+        "lengthscale": ls.tolist() if ard else float(ls[0]),
+    }
+    return value, hyper, elapsed
