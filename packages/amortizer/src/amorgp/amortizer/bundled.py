@@ -78,7 +78,7 @@ def ship_model(
     import shutil
     import tempfile
 
-    from amorgp.amortizer.checkpoint import load_checkpoint
+    from amorgp.amortizer.checkpoint import load_checkpoint, replace_directory
 
     src = Path(source)
     meta = load_checkpoint(src).meta
@@ -94,14 +94,7 @@ def ship_model(
             json.dumps(meta, indent=2, sort_keys=True, default=str)
         )
         load_checkpoint(tmp)  # verifies the checksum and the architecture
-        if target.exists():
-            old = base / f".{name}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        replace_directory(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -224,18 +224,27 @@ def save_checkpoint(
             files.append(OPTIMIZER_FILE)
         body["sha256"] = {name: _sha256(tmp / name) for name in files}
         (tmp / META_FILE).write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
-        if target.exists():
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        replace_directory(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def replace_directory(tmp: Path, target: Path) -> None:
+    """Move the finished directory ``tmp`` to ``target``, replacing any old one.
+
+    Both renames stay within one folder, so ``target`` is never half-written: it is the
+    old directory or the new one (a crash between the renames leaves ``.NAME.old``).
+    """
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
