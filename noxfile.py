@@ -181,6 +181,19 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"), *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def paper(session: nox.Session) -> None:
+    """The paper's experiments: ``amorgp benchmark paper`` into docs/benchmarks/paper/.
+
+    The full protocol takes hours on a CPU and is resumable (finished cells are cached
+    under ``docs/benchmarks/paper/cells/``); ``nox -s paper -- --quick`` is a smoke run
+    of minutes.  Options after ``--`` go to the command (``--datasets``, ``--splits``,
+    ``--experiments``, ``--out``...).
+    """
+    _install_packages(session, ["amortizer"], extra="paper")
+    session.run("amorgp", "benchmark", "paper", *session.posargs)
+
+
 BENCHMARKS = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py"))
 
 

@@ -53,7 +53,8 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from amorgp.amortizer import load_checkpoint
-from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer
+from amorgp.amortizer.api import PRETRAINED_DIR
+from amorgp.amortizer.paper import protocol as paper_protocol
 from amorgp.baselines import Type2MLSettings, exact_predictive, fit_type2ml_batch
 from amorgp.baselines.gp import log_marginal_likelihood
 from amorgp.kernel_grammar import (
@@ -266,8 +267,8 @@ def evaluate_simulated(
 
 # --------------------------------------------------------------------------- real data
 def load_csv(path: Path) -> tuple[Tensor, Tensor]:
-    data = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
-    return torch.as_tensor(data[:, :-1]), torch.as_tensor(data[:, -1])
+    X, y = paper_protocol.load_csv(path)
+    return torch.as_tensor(X), torch.as_tensor(y)
 
 
 def normalise(
@@ -509,8 +510,7 @@ def main() -> None:
 
         log("real data, paper protocol")
         paper = model_quality_real.evaluate(
-            Amortizer.from_pretrained(args.checkpoint, device="cpu"),
-            ROOT / "data",
+            args.checkpoint,
             [d for d in args.paper_datasets.split(",") if d],
             args.paper_splits,
             5,

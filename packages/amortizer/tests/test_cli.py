@@ -15,13 +15,29 @@ from amorgp.amortizer.cli._errors import as_click_exception
 from amorgp.kernel_grammar import KernelSyntaxError
 from amorgp.kernel_grammar.errors import CheckpointError, DataError, OptionError, TrainingError
 
-COMMANDS = ("train", "campaign", "model-info", "infer", "predict", "demo", "ensemble", "search")
+COMMANDS = (
+    "train",
+    "campaign",
+    "model-info",
+    "infer",
+    "predict",
+    "demo",
+    "ensemble",
+    "search",
+    "benchmark",
+)
+SUBCOMMANDS = (("benchmark", "paper"),)
 
 
 def test_every_command_maps_errors() -> None:
     assert set(main.commands) == set(COMMANDS)
     for name, command in main.commands.items():
-        assert isinstance(command, AmorgpCommand), name
+        if isinstance(command, click.Group):  # a group of commands: each one maps errors
+            assert command.commands, name
+            for sub, c in command.commands.items():
+                assert isinstance(c, AmorgpCommand), f"{name} {sub}"
+        else:
+            assert isinstance(command, AmorgpCommand), name
 
 
 @pytest.mark.parametrize(
@@ -64,7 +80,7 @@ def test_a_bug_keeps_its_traceback() -> None:
 
 
 def test_help_on_every_command() -> None:
-    for cmd in ([], *([c] for c in COMMANDS)):
+    for cmd in ([], *([c] for c in COMMANDS), *(list(s) for s in SUBCOMMANDS)):
         result = CliRunner().invoke(main, [*cmd, "--help"])
         assert result.exit_code == 0, cmd
         assert "Usage" in result.output

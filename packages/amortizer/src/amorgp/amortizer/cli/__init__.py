@@ -10,6 +10,7 @@ module           command
 ``predict``      ``amorgp predict``: GP predictions on a test set
 ``demo``         ``amorgp demo``: the airline series, amortized next to Type-2 ML
 ``ensemble``     ``amorgp ensemble`` / ``amorgp search``: model averaging, structure search
+``benchmark``    ``amorgp benchmark paper``: the paper's experiments (resumable)
 ===============  ================================================================
 
 Errors: every command is an :class:`~amorgp.amortizer.cli._errors.AmorgpCommand`,
@@ -35,7 +36,16 @@ import logging
 
 import click
 
-from amorgp.amortizer.cli import campaign, demo, ensemble, infer, model_info, predict, train
+from amorgp.amortizer.cli import (
+    benchmark,
+    campaign,
+    demo,
+    ensemble,
+    infer,
+    model_info,
+    predict,
+    train,
+)
 from amorgp.amortizer.cli._errors import AmorgpCommand, AmorgpGroup
 
 __all__ = ["AmorgpCommand", "main"]
@@ -62,5 +72,6 @@ for _command in (
     demo.demo,
     ensemble.ensemble,
     ensemble.search,
+    benchmark.benchmark,
 ):
     main.add_command(_command)

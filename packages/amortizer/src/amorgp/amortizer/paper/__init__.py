@@ -1,0 +1,50 @@
+"""The paper's experiments (Bitzer et al. 2023) by one command: ``amorgp benchmark paper``.
+
+=================  ===========================================================
+module             what
+=================  ===========================================================
+``protocol``       bundled datasets, user CSVs, splits, standardised scores
+``cache``          the resumable cell cache (JSON lines under ``<out>/cells/``)
+``config``         :class:`PaperConfig` (full protocol, ``quick_config``)
+``context``        :class:`RunContext` handed to every experiment
+``real``           real-data cells (one method, one split, many kernels)
+``fig3``           Fig. 3 / 5: methods over the kernels per dataset
+``report``         ``README.md`` and ``results.json``
+``runner``         :func:`run_paper`
+=================  ===========================================================
+
+Example::
+
+    from amorgp.amortizer.paper import PaperConfig, run_paper
+    record = run_paper(PaperConfig.quick_config(), Path("runs/paper"))
+"""
+
+from amorgp.amortizer.paper.cache import CellCache, CellKey, config_hash
+from amorgp.amortizer.paper.config import EXPERIMENTS, FIG3_METHODS, PaperConfig
+from amorgp.amortizer.paper.context import RunContext
+from amorgp.amortizer.paper.protocol import (
+    BUNDLED_DATASETS,
+    load_dataset,
+    scores,
+    split_indices,
+)
+from amorgp.amortizer.paper.runner import MODULES, run_paper
+from amorgp.amortizer.paper.stats import spread, welch_t_test
+
+__all__ = [
+    "BUNDLED_DATASETS",
+    "EXPERIMENTS",
+    "FIG3_METHODS",
+    "MODULES",
+    "CellCache",
+    "CellKey",
+    "PaperConfig",
+    "RunContext",
+    "config_hash",
+    "load_dataset",
+    "run_paper",
+    "scores",
+    "split_indices",
+    "spread",
+    "welch_t_test",
+]

@@ -1,0 +1,137 @@
+"""The cell cache: every finished result is stored once, and a rerun reuses it.
+
+A *cell* is one result of the paper experiments, identified by a :class:`CellKey`
+``(experiment, dataset, split, kernel, method, config)`` where ``config`` is a hash
+of the settings that change the number (:func:`config_hash`).  Cells are appended
+as JSON lines to ``<root>/cells/<experiment>.jsonl`` with one ``write`` of a whole
+line on a file opened for appending, followed by ``fsync``: an interrupted run
+leaves at most one torn last line, which is ignored when reading, and the next
+run computes only the cells that are missing.  A later line for the same key wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from amorgp.amortizer.cli._output import json_text
+
+__all__ = ["CellCache", "CellKey", "config_hash"]
+
+
+class CellKey(NamedTuple):
+    """What identifies a cell (``"-"`` where a field does not apply)."""
+
+    experiment: str
+    dataset: str
+    split: int
+    kernel: str
+    method: str
+    config: str
+
+    def text(self) -> str:
+        return json.dumps(list(self))
+
+
+def config_hash(settings: Any) -> str:
+    """A short, stable hash (12 hex digits) of JSON-serialisable ``settings``."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class CellCache:
+    """Cells of the paper experiments under ``<root>/cells/``.
+
+    Args:
+        root: the output folder of the run.
+        read_only: never compute: :meth:`get_many` returns ``None`` for missing cells
+            (used to regenerate the report from the cache alone).
+
+    Attributes:
+        computed: number of cells computed (not read back) by this instance.
+    """
+
+    def __init__(self, root: Path, *, read_only: bool = False) -> None:
+        self.folder = Path(root) / "cells"
+        self.read_only = read_only
+        self.computed = 0
+        self._cells: dict[str, dict[str, Any]] = {}
+        self._loaded: set[str] = set()
+
+    def _file(self, experiment: str) -> Path:
+        return self.folder / f"{experiment}.jsonl"
+
+    def _load(self, experiment: str) -> None:
+        if experiment in self._loaded:
+            return
+        self._loaded.add(experiment)
+        path = self._file(experiment)
+        if not path.exists():
+            return
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+                self._cells[json.dumps(rec["key"])] = rec["value"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a torn last line of an interrupted run
+
+    def get(self, key: CellKey) -> dict[str, Any] | None:
+        """The stored value of ``key``, or ``None``."""
+        self._load(key.experiment)
+        return self._cells.get(key.text())
+
+    def put(self, key: CellKey, value: dict[str, Any]) -> None:
+        """Store ``value`` for ``key`` (one atomic line appended, then fsync)."""
+        self._load(key.experiment)
+        line = json_text({"key": list(key), "value": value}) + "\n"
+        value = json.loads(line)["value"]  # as read back: NaN and infinities are null
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._file(key.experiment), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._cells[key.text()] = value
+
+    def get_many(
+        self,
+        keys: Sequence[CellKey],
+        compute: Callable[[list[int]], Sequence[dict[str, Any]]],
+    ) -> list[dict[str, Any] | None]:
+        """Values of ``keys``; the missing ones computed in one call and stored.
+
+        Args:
+            keys: the cells wanted.
+            compute: given the positions of the missing keys in ``keys``, their values
+                in that order (one batched computation, e.g. all missing kernels of a
+                split in one amortized call).
+
+        Returns:
+            One value per key (``None`` for missing cells in read-only mode).
+        """
+        values = [self.get(k) for k in keys]
+        missing = [i for i, v in enumerate(values) if v is None]
+        if missing and not self.read_only:
+            new = list(compute(missing))
+            if len(new) != len(missing):
+                raise RuntimeError(f"computed {len(new)} cells for {len(missing)} missing keys")
+            for i, v in zip(missing, new, strict=True):
+                self.put(keys[i], v)
+                values[i] = self.get(keys[i])
+            self.computed += len(missing)
+        return values
+
+    def cells(self, experiment: str) -> list[tuple[CellKey, dict[str, Any]]]:
+        """Every stored cell of ``experiment`` (the latest value per key)."""
+        self._load(experiment)
+        out = []
+        for text, value in self._cells.items():
+            key = CellKey(*json.loads(text))
+            if key.experiment == experiment:
+                out.append((key, value))
+        return out

@@ -1,0 +1,181 @@
+"""The configuration of a paper run: the full protocol and the ``--quick`` smoke run.
+
+:meth:`PaperConfig.full` is the paper's protocol (24 kernels, 3 splits, every
+method with its paper budget; hours on a CPU, resumable); :meth:`PaperConfig.quick`
+is a minutes-long smoke run on one CPU thread (2 datasets, 1 split, 4 kernels,
+short budgets, a small simulated set).  Either can be narrowed by the command's
+options (``dataclasses.replace``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from amorgp.kernel_grammar import OptionError
+
+__all__ = [
+    "EXPERIMENTS",
+    "FIG3_METHODS",
+    "PaperConfig",
+    "model_identity",
+]
+
+EXPERIMENTS = ("fig3", "table1", "fig11")
+"""Every experiment, in the order they run."""
+
+FIG3_METHODS = (
+    "amortized",
+    "amortized+refine5",
+    "amortized+refine20",
+    "gp-ml",
+    "gp-ml-multistart",
+    "gp-ml-lbfgs",
+    "map",
+    "svgp",
+    "advi-meanfield",
+    "sklearn",
+)
+"""Methods of Fig. 3 (``amorgp.baselines`` names; ``sklearn``: scikit-learn's GPR on
+the kernels it can express, SE-ARD)."""
+
+FULL_OPTIONS: dict[str, dict[str, Any]] = {
+    "gp-ml-lbfgs": {"restarts": 5, "init": "default"},
+}
+"""Method settings of the full run (the ``amorgp.baselines`` paper defaults otherwise;
+Type-2 ML L-BFGS is the best of 5 starts)."""
+
+QUICK_OPTIONS: dict[str, dict[str, Any]] = {
+    "gp-ml": {"max_iters": 60},
+    "gp-ml-multistart": {"restarts": 3, "max_iters": 60},
+    "gp-ml-lbfgs": {"max_iters": 30},
+    "map": {"max_iters": 60},
+    "svgp": {"max_iters": 100},
+    "advi-meanfield": {"max_iters": 300, "n_elbo_samples": 10, "n_predictive_samples": 20},
+}
+"""Short budgets of the quick run."""
+
+
+@dataclass(frozen=True)
+class PaperConfig:
+    """What a paper run computes.
+
+    Attributes:
+        experiments: which of :data:`EXPERIMENTS` to run.
+        datasets: bundled dataset names or CSV paths (a file's stem names it).
+        splits: random splits per dataset (split ``s`` is seeded with ``1000 + s``).
+        kernel_ids: positions in the 24 evaluation kernels (``paper_evaluation_set(0)``).
+        methods: methods of Fig. 3 (see :data:`FIG3_METHODS`).
+        method_options: settings per baseline method overriding its defaults.
+        model: the evaluated amortization network (bundled name or directory).
+        table1_models: networks of Table 1 (structured SE-ARD vs AHGP-SE-ARD).
+        fig10_models: (without, with) noise fine-tuning.
+        sim_pairs: simulated (dataset, structure) pairs of Fig. 2b / Fig. 10.
+        sim_n_max: simulated pairs have ``n ~ U{10..sim_n_max}`` training points.
+        sim_d_max: most input dimensions of simulated pairs (paper prior: 8).
+        sim_restarts: Type-2 ML starts on simulated pairs.
+        sweep_sizes: training sizes of the n sweep (Fig. 9).
+        sweep_pairs: simulated pairs per size of the sweep.
+        ensemble_sizes: training sizes of the batched-vs-one-by-one timing (Fig. 4).
+        ensemble_repeats: timing repeats (median reported).
+        quick: the smoke-run configuration (labelled so in the report).
+    """
+
+    experiments: tuple[str, ...] = EXPERIMENTS
+    datasets: tuple[str, ...] = ("airline", "concrete", "energy", "housing", "yacht")
+    splits: int = 3
+    kernel_ids: tuple[int, ...] = tuple(range(24))
+    methods: tuple[str, ...] = FIG3_METHODS
+    method_options: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(FULL_OPTIONS))
+    model: str = "default"
+    table1_models: tuple[str, ...] = ("small-d4-v1", "ahgp-se-ard-d4-v1", "default")
+    fig10_models: tuple[str, str] = ("default-phase1", "default")
+    sim_pairs: int = 200
+    sim_n_max: int = 250
+    sim_d_max: int = 8
+    sim_restarts: int = 5
+    sweep_sizes: tuple[int, ...] = (10, 20, 50, 100, 250)
+    sweep_pairs: int = 50
+    ensemble_sizes: tuple[int, ...] = (50, 100, 250, 500, 1000)
+    ensemble_repeats: int = 3
+    quick: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [e for e in self.experiments if e not in EXPERIMENTS]
+        if unknown:
+            raise OptionError(
+                f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}"
+            )
+        bad = [m for m in self.methods if not is_method(m)]
+        if bad:
+            raise OptionError(
+                f"unknown method(s) {', '.join(bad)}; choose from {', '.join(FIG3_METHODS)} "
+                "(or amortized+refineK, amortized@MODEL)"
+            )
+        if self.splits < 1:
+            raise OptionError(f"splits must be >= 1, got {self.splits}")
+        if not self.kernel_ids or any(not 0 <= i < 24 for i in self.kernel_ids):
+            raise OptionError(f"kernel ids must be in 0..23, got {self.kernel_ids}")
+        if not self.datasets:
+            raise OptionError("no dataset selected")
+
+    @classmethod
+    def full(cls) -> PaperConfig:
+        """The paper protocol."""
+        return cls()
+
+    @classmethod
+    def quick_config(cls) -> PaperConfig:
+        """Minutes on one CPU thread: a smoke run of every experiment."""
+        return cls(
+            datasets=("airline", "yacht"),
+            splits=1,
+            kernel_ids=(3, 10, 13, 18),
+            method_options={k: dict(v) for k, v in QUICK_OPTIONS.items()},
+            sim_pairs=24,
+            sim_n_max=60,
+            sim_d_max=3,
+            sim_restarts=1,
+            sweep_sizes=(10, 50),
+            sweep_pairs=8,
+            ensemble_sizes=(50, 100),
+            ensemble_repeats=1,
+            quick=True,
+        )
+
+    def options(self, method: str) -> dict[str, Any]:
+        """Settings of one baseline method (empty: its defaults)."""
+        return dict(self.method_options.get(method, {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def is_method(name: str) -> bool:
+    """Whether ``name`` is a real-data method: one of :data:`FIG3_METHODS`,
+    ``amortized+refineK`` (any ``K``), or ``amortized...@MODEL`` / ``ahgp@MODEL``."""
+    base, _, model = name.partition("@")
+    if model:
+        return bool(re.fullmatch(r"amortized(\+refine\d+)?|ahgp", base))
+    return name in FIG3_METHODS or bool(re.fullmatch(r"amortized\+refine\d+", name))
+
+
+def model_identity(name: str) -> str:
+    """``name`` plus a digest of its ``checkpoint.json`` (a changed model is a new identity).
+
+    Raises:
+        CheckpointError: no such bundled model or directory.
+    """
+    from amorgp.amortizer.bundled import resolve_checkpoint
+
+    path = resolve_checkpoint(name) / "checkpoint.json"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
+    return f"{name}#{digest}"
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """Settings as compact JSON (for reports)."""
+    return json.dumps(settings, sort_keys=True)

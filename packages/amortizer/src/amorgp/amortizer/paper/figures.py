@@ -1,0 +1,49 @@
+"""Shared matplotlib helpers of the paper report (Agg backend, PNG files)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["errorbar_panel", "save_figure", "subplots"]
+
+
+def subplots(rows: int, cols: int, width: float, height: float) -> tuple[Any, list[list[Any]]]:
+    """A figure and its axes as a ``rows x cols`` nested list."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False)
+    return fig, [list(r) for r in axes]
+
+
+def errorbar_panel(
+    ax: Any, names: Sequence[str], spreads: Sequence[dict[str, Any]], title: str
+) -> Any:
+    """Medians with [low, high] bars (one row per name); NaN rows are left empty."""
+    med = [s["median"] for s in spreads]
+    lo = [s["median"] - s["low"] if math.isfinite(s["median"]) else 0.0 for s in spreads]
+    hi = [s["high"] - s["median"] if math.isfinite(s["median"]) else 0.0 for s in spreads]
+    ax.errorbar(med, range(len(names)), xerr=[lo, hi], fmt="o", capsize=3)
+    ax.set_yticks(range(len(names)), list(names))
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Save ``fig`` as PNG (written beside and renamed: never a torn file), then close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
