@@ -37,6 +37,8 @@ import numpy as np
 import torch
 
 from amorgp.amortizer import Amortizer
+from amorgp.amortizer.paper.fig4 import bma_scores, ensemble_timing, member_scores
+from amorgp.amortizer.paper.protocol import load_dataset, scores
 from amorgp.baselines import Baseline, train_test_split
 from amorgp.ensembles import KernelEnsemble, describe_structure, structure_search
 from amorgp.kernel_grammar import DimWiseStructure, paper_evaluation_set
@@ -50,30 +52,14 @@ ALL_DATASETS = ("airline", "yacht", "energy", "concrete", "housing")
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:
-    arr = np.loadtxt(DATA / f"{name}.csv", delimiter=",", skiprows=1, dtype=np.float64)
-    return arr[:, :-1], arr[:, -1]
-
-
-def scores(mean: np.ndarray, var: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    rmse = float(np.sqrt(np.mean((mean - y) ** 2)))
-    nll = float(np.mean(0.5 * (np.log(2 * np.pi * var) + (y - mean) ** 2 / var)))
-    return rmse, nll
+    data = load_dataset(DATA / f"{name}.csv")
+    return data.X, data.y
 
 
 def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
     return out, time.perf_counter() - t0
-
-
-def member_scores(ens: KernelEnsemble, Xt: np.ndarray, yt: np.ndarray) -> list[tuple[float, float]]:
-    out = []
-    for f in ens.fits:
-        if f is None or not math.isfinite(float(f.log_marginal_likelihood)):
-            continue
-        m, v = f.predict(Xt)
-        out.append(scores(m.numpy(), v.numpy(), yt))
-    return out
 
 
 def bma_real(
@@ -87,35 +73,27 @@ def bma_real(
             tr, te = train_test_split(len(y), n_train, 1000, torch.Generator().manual_seed(split))
             Xtr, ytr, Xte, yte = X[tr], y[tr], X[te], y[te]
             kernels = [t.broadcast(X.shape[1]) for t in paper_evaluation_set(0)]
-            ens, t_amz = timed(KernelEnsemble.fit, amz, Xtr, ytr, kernels)
-            mix, t_pred = timed(ens.predictive, Xte)
-            bma = scores(mix.mean().numpy(), mix.variance().numpy(), yte)
-            singles = member_scores(ens, Xte, yte)
+            amortized = bma_scores(amz, Xtr, ytr, Xte, yte, kernels)
             t2_ks = kernels[:t2_kernels]
-            t2, t_t2 = timed(KernelEnsemble.fit, Baseline("gp-ml"), Xtr, ytr, t2_ks)
-            mix2 = t2.predictive(Xte)
+            t2 = bma_scores(Baseline("gp-ml"), Xtr, ytr, Xte, yte, t2_ks)
             rows.append(
                 {
                     "dataset": name,
                     "split": split,
                     "n_train": len(tr),
                     "n_test": len(te),
-                    "amortized_bma": {"rmse": bma[0], "nll": bma[1]},
-                    "members_rmse": [s[0] for s in singles],
-                    "members_nll": [s[1] for s in singles],
-                    "type2ml_bma": dict(
-                        zip(
-                            ("rmse", "nll"),
-                            scores(mix2.mean().numpy(), mix2.variance().numpy(), yte),
-                        )
-                    ),
+                    "amortized_bma": {"rmse": amortized["rmse"], "nll": amortized["nll"]},
+                    "members_rmse": amortized["members_rmse"],
+                    "members_nll": amortized["members_nll"],
+                    "type2ml_bma": {"rmse": t2["rmse"], "nll": t2["nll"]},
                     "type2ml_kernels": len(t2_ks),
-                    "time_amortized_s": t_amz + t_pred,
-                    "time_type2ml_s": t_t2 * len(kernels) / len(t2_ks),
+                    "time_amortized_s": amortized["time_s"],
+                    "time_type2ml_s": t2["time_s"] * len(kernels) / len(t2_ks),
                 }
             )
             print(
-                f"[bma] {name} split {split}: amortized {t_amz + t_pred:.2f}s, type-2 ML {t_t2:.1f}s",
+                f"[bma] {name} split {split}: amortized {amortized['time_s']:.2f}s, "
+                f"type-2 ML {t2['time_s']:.1f}s",
                 flush=True,
             )
     return rows
@@ -126,37 +104,8 @@ def batched_timing(amz: Amortizer, sizes: list[int], repeats: int) -> list[dict[
     kernels = [t.broadcast(X.shape[1]) for t in paper_evaluation_set(0)]
     rows = []
     for n in sizes:
-        Xn, yn, Xq = X[:n], y[:n], X[n : n + 200]
-
-        def one(Xn: Any = Xn, yn: Any = yn) -> None:
-            KernelEnsemble.fit(amz, Xn, yn, kernels[:1])
-
-        def batched(Xn: Any = Xn, yn: Any = yn) -> None:
-            KernelEnsemble.fit(amz, Xn, yn, kernels)
-
-        def one_by_one(Xn: Any = Xn, yn: Any = yn) -> None:
-            for k in kernels:
-                KernelEnsemble.fit(amz, Xn, yn, [k])
-
-        def batched_predict(Xn: Any = Xn, yn: Any = yn, Xq: Any = Xq) -> None:
-            KernelEnsemble.fit(amz, Xn, yn, kernels).predictive(Xq)
-
-        times: dict[str, list[float]] = {
-            "one": [],
-            "batched": [],
-            "one_by_one": [],
-            "batched_predict": [],
-        }
-        for _ in range(repeats):
-            for key, fn in (
-                ("one", one),
-                ("batched", batched),
-                ("one_by_one", one_by_one),
-                ("batched_predict", batched_predict),
-            ):
-                times[key].append(timed(fn)[1])
-        med = {k: statistics.median(v) for k, v in times.items()}
-        rows.append({"n": n, **{f"{k}_s": v for k, v in med.items()}})
+        med = ensemble_timing(amz, X[:n], y[:n], kernels, repeats, X[n : n + 200])
+        rows.append({"n": n, **med})
         print(f"[timing] n={n}: {med}", flush=True)
     return rows
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import platform
 import sys
 import time
@@ -55,8 +54,15 @@ from torch import Tensor
 from amorgp.amortizer import load_checkpoint
 from amorgp.amortizer.api import PRETRAINED_DIR
 from amorgp.amortizer.paper import protocol as paper_protocol
-from amorgp.baselines import Type2MLSettings, exact_predictive, fit_type2ml_batch
-from amorgp.baselines.gp import log_marginal_likelihood
+from amorgp.amortizer.paper.simulated import (
+    gp_batches,
+    markdown_table,
+    predictive_metrics,
+    simulated_pairs,
+    summary,
+)
+from amorgp.amortizer.paper.simulated import network_parameters_batch as amortized
+from amorgp.baselines import Type2MLSettings, fit_type2ml_batch
 from amorgp.kernel_grammar import (
     NOISE,
     Vocabulary,
@@ -64,7 +70,7 @@ from amorgp.kernel_grammar import (
     paper_evaluation_set,
 )
 from amorgp.lazy_kernels import PaddedBatch
-from amorgp.simulator import SimulatedBatch, Simulator, SimulatorConfig
+from amorgp.simulator import SimulatedBatch, SimulatorConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 20_230_917
@@ -73,70 +79,7 @@ PAPER_N_TRAIN = {"airline": 100, "yacht": 250}
 Params = tuple[Tensor, Tensor]
 
 
-# --------------------------------------------------------------------------- metrics
-def predictive_metrics(
-    batch: PaddedBatch,
-    params: Tensor,
-    noise: Tensor,
-    X_test: Tensor,
-    y_test: Tensor,
-    test_mask: Tensor,
-) -> dict[str, Tensor]:
-    """Per-pair test RMSE, test NLL per point and training NLL per point (float64)."""
-    params, noise = params.double(), noise.double()
-    mean, var = exact_predictive(batch, params, noise, X_test)
-    m = test_mask.double()
-    n_test = m.sum(1)
-    err = (mean - y_test) ** 2
-    rmse = ((err * m).sum(1) / n_test).sqrt()
-    nlpd = 0.5 * torch.log(2 * math.pi * var) + err / (2 * var)
-    nll = (torch.where(test_mask, nlpd, torch.zeros_like(nlpd))).sum(1) / n_test
-    lml = log_marginal_likelihood(batch, params, noise)
-    train_nll = -lml / batch.point_mask.sum(1).double()
-    return {"rmse": rmse, "nll": nll, "train_nll": train_nll}
-
-
-def summary(values: Tensor) -> dict[str, float]:
-    """Median and quartiles over the finite entries (NaN = failed, counted)."""
-    v = values[torch.isfinite(values)].double()
-    if v.numel() == 0:
-        return {
-            "median": math.nan,
-            "q25": math.nan,
-            "q75": math.nan,
-            "n": 0,
-            "n_failed": int(values.numel()),
-        }
-    q = torch.quantile(v, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
-    return {
-        "median": float(q[1]),
-        "q25": float(q[0]),
-        "q75": float(q[2]),
-        "n": int(v.numel()),
-        "n_failed": int(values.numel() - v.numel()),
-    }
-
-
 # --------------------------------------------------------------------------- methods
-def amortized(model: torch.nn.Module, batch: PaddedBatch, chunk: int = 50) -> Params:
-    """The network's parameters for every pair of ``batch`` (float32 network, chunks)."""
-    ps, ns = [], []
-    with torch.inference_mode():
-        for s in range(0, batch.batch_size, chunk):
-            sl = slice(s, s + chunk)
-            pred = model(
-                batch.X[sl].float(),
-                batch.y[sl].float(),
-                batch.point_mask[sl],
-                batch.dim_mask[sl],
-                batch.symbols[sl],
-                batch.symbol_mask[sl],
-            )
-            ps.append(pred.params.double())
-            ns.append(pred.noise.double())
-    return torch.cat(ps), torch.cat(ns)
-
-
 def prior_means(batch: PaddedBatch) -> Params:
     """Every kernel parameter at its prior mean, noise at its prior mean."""
     vocab = batch.vocab
@@ -193,37 +136,6 @@ def timed(fn: Callable[[], Params]) -> tuple[Params, float]:
 
 
 # --------------------------------------------------------------------------- simulated
-def simulated_pairs(
-    cfg: SimulatorConfig, n_pairs: int, seed: int, chunk: int = 25
-) -> list[SimulatedBatch]:
-    """``n_pairs`` valid positive pairs with test points, sorted by ``n`` in chunks of ``chunk``.
-
-    The pairs are drawn in one call of the simulator (seeded); invalid ones are
-    dropped (and counted by the caller through the returned sizes).  Sorting by ``n``
-    and trimming each chunk's padding keeps the batched Type-2 ML cheap.
-    """
-    sim = Simulator(cfg)
-    g = torch.Generator().manual_seed(seed)
-    b = sim.sample(n_pairs, g)
-    b = b.select(b.valid.nonzero().flatten())
-    order = torch.argsort(b.n_points, stable=True)
-    out = []
-    for s in range(0, len(order), chunk):
-        c = b.select(order[s : s + chunk])
-        n = int(c.n_points.max())
-        out.append(replace(c, X=c.X[:, :n], y=c.y[:, :n], point_mask=c.point_mask[:, :n]))
-    return out
-
-
-def gp_batches(b: SimulatedBatch, vocab: Vocabulary) -> tuple[PaddedBatch, PaddedBatch]:
-    """The batch with the presented structure and with the generating one (equal for positives)."""
-    common = (b.X, b.y, b.point_mask, b.dim_mask)
-    return (
-        PaddedBatch(*common, b.symbols, b.symbol_mask, vocab),
-        PaddedBatch(*common, b.true_symbols, b.true_symbol_mask, vocab),
-    )
-
-
 def evaluate_simulated(
     models: dict[str, torch.nn.Module],
     batches: list[SimulatedBatch],
@@ -365,21 +277,8 @@ def amortized_encoder_subset(
 
 
 # --------------------------------------------------------------------------- report
-def _cell(s: dict[str, float], digits: int = 3) -> str:
-    return f"{s['median']:.{digits}f} [{s['q25']:.{digits}f}, {s['q75']:.{digits}f}]"
-
-
-def _table(results: dict[str, Any], title_time: bool = True) -> list[str]:
-    lines = [
-        "| method | test RMSE | test NLL / point | train NLL / point | failed | time (s) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, r in results.items():
-        lines.append(
-            f"| {name} | {_cell(r['rmse'])} | {_cell(r['nll'])} | {_cell(r['train_nll'])} | "
-            f"{r['nll']['n_failed']} | {r['time_s']:.2f} |"
-        )
-    return lines
+def _table(results: dict[str, Any]) -> list[str]:
+    return markdown_table(results)
 
 
 def curve_plot(files: list[Path], out: Path) -> None:

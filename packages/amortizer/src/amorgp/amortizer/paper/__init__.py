@@ -8,7 +8,16 @@ module             what
 ``config``         :class:`PaperConfig` (full protocol, ``quick_config``)
 ``context``        :class:`RunContext` handed to every experiment
 ``real``           real-data cells (one method, one split, many kernels)
+``simulated``      simulated test sets from the paper prior and their cells
+``fig2b``          Fig. 2b: amortized vs Type-2 ML vs ground truth (simulated)
 ``fig3``           Fig. 3 / 5: methods over the kernels per dataset
+``table1``         Table 1: structured SE-ARD vs AHGP-SE-ARD, Welch's t-test
+``fig4``           Fig. 4: BMA ensembles; batched vs one-by-one time over n
+``fig9``           Fig. 9: n_train sweep (simulated)
+``fig10``          Fig. 10: with vs without noise fine-tuning
+``fig11``          Fig. 11: MAP vs Type-2 ML vs amortized (real data)
+``stats``          percentile spreads, Welch's t-test
+``figures``        matplotlib helpers
 ``report``         ``README.md`` and ``results.json``
 ``runner``         :func:`run_paper`
 =================  ===========================================================

@@ -24,7 +24,7 @@ __all__ = [
     "model_identity",
 ]
 
-EXPERIMENTS = ("fig3", "table1", "fig11")
+EXPERIMENTS = ("fig2b", "fig3", "table1", "fig4", "fig9", "fig10", "fig11")
 """Every experiment, in the order they run."""
 
 FIG3_METHODS = (

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["errorbar_panel", "save_figure", "subplots"]
+__all__ = ["errorbar_panel", "label_axis", "save_figure", "subplots"]
 
 
 def subplots(rows: int, cols: int, width: float, height: float) -> tuple[Any, list[list[Any]]]:
@@ -34,6 +34,19 @@ def errorbar_panel(
     ax.set_title(title, fontsize=9)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
+    return ax
+
+
+def label_axis(ax: Any, xlabel: str, ylabel: str, *, logx: bool = False, logy: bool = False) -> Any:
+    """Labels, optional log scales, a light grid and a small legend."""
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
     return ax
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from amorgp.amortizer.paper import fig3, fig11, table1
+from amorgp.amortizer.paper import fig2b, fig3, fig4, fig9, fig10, fig11, table1
 from amorgp.amortizer.paper.cache import CellCache
 from amorgp.amortizer.paper.config import PaperConfig
 from amorgp.amortizer.paper.context import RunContext
@@ -15,7 +15,15 @@ from amorgp.amortizer.paper.report import environment, write_report
 
 __all__ = ["MODULES", "run_paper"]
 
-MODULES: dict[str, ModuleType] = {"fig3": fig3, "table1": table1, "fig11": fig11}
+MODULES: dict[str, ModuleType] = {
+    "fig2b": fig2b,
+    "fig3": fig3,
+    "table1": table1,
+    "fig4": fig4,
+    "fig9": fig9,
+    "fig10": fig10,
+    "fig11": fig11,
+}
 """Each experiment's module: ``run(ctx)``, ``markdown``, ``figure``, ``findings``."""
 
 
