@@ -7,8 +7,8 @@
 * :func:`initialize_gpytorch` — set an existing GPyTorch/BoTorch model's hyperparameters
   from one forward pass of the network.
 * :func:`fit_amortized` / :class:`AmortizedFit` — a drop-in for BoTorch's
-  ``fit_gpytorch_mll``: amortized start, a few L-BFGS steps, BoTorch's own fit as the
-  fallback.
+  ``fit_gpytorch_mll``: amortized start, L-BFGS-B on the model's own objective evaluated
+  directly (:class:`LeanObjective`), BoTorch's own fit as the fallback.
 """
 
 try:
@@ -22,6 +22,7 @@ except ImportError as err:  # pragma: no cover - exercised without the extra
 
 from amorgp.amortizer.bridge.export import to_gpytorch
 from amorgp.amortizer.bridge.fit import (
+    REFINE_STEPS,
     AmortizedFit,
     default_amortizer,
     fit_amortized,
@@ -29,10 +30,14 @@ from amorgp.amortizer.bridge.fit import (
     model_data,
 )
 from amorgp.amortizer.bridge.kernels import KernelMap, build_kernel, read_kernel
+from amorgp.amortizer.bridge.lean import LeanObjective, LeanResult
 
 __all__ = [
+    "REFINE_STEPS",
     "AmortizedFit",
     "KernelMap",
+    "LeanObjective",
+    "LeanResult",
     "build_kernel",
     "default_amortizer",
     "fit_amortized",

@@ -9,16 +9,19 @@ from typing import Any
 
 import torch
 from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
 from botorch.optim.fit import fit_gpytorch_mll_scipy
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 
 from amorgp.amortizer.bridge.kernels import _assign, read_kernel
+from amorgp.amortizer.bridge.lean import LeanObjective
 from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.results import KernelResult
 from amorgp.kernel_grammar import OptionError
 
 __all__ = [
+    "REFINE_STEPS",
     "AmortizedFit",
     "default_amortizer",
     "fit_amortized",
@@ -137,30 +140,49 @@ def _model_units(res: KernelResult) -> Tensor:
     return out
 
 
+#: Default L-BFGS-B iterations of :class:`AmortizedFit` (an upper limit: the stopping
+#: rules usually end the refine earlier).
+REFINE_STEPS = 50
+
+
 @dataclass
 class AmortizedFit:
-    """A fitting function for BoTorch: amortized start, a few L-BFGS steps, fallback.
+    """A fitting function for BoTorch: amortized start, L-BFGS-B refine, fallback.
 
     ``fit = AmortizedFit(); fit(mll)`` is used like ``fit_gpytorch_mll(mll)``: it
     returns ``mll`` in eval mode with fitted hyperparameters.  It sets the start with
-    :func:`initialize_gpytorch`, then runs ``refine_steps`` L-BFGS-B iterations of the
-    model's own objective (``mll``: likelihood plus priors) with BoTorch's
-    ``fit_gpytorch_mll_scipy``.  When that fails (an exception, or a non-finite
-    objective or parameter) the state is restored and BoTorch's ``fit_gpytorch_mll``
-    runs instead; :attr:`fallbacks` counts those.
+    :func:`initialize_gpytorch`, then runs at most ``refine_steps`` L-BFGS-B iterations
+    (scipy's, with its stopping rules ``ftol``/``gtol``) of the model's own objective
+    (``ExactMarginalLogLikelihood``: likelihood plus priors).  Where the model is
+    supported (:class:`~amorgp.amortizer.bridge.lean.LeanObjective`: the RBF models
+    BoTorch builds by default in closed form, other kernel trees of the amortizer's
+    vocabulary in plain torch) the objective is evaluated directly from the raw
+    parameters and the result written to the model once; otherwise BoTorch's
+    ``fit_gpytorch_mll_scipy`` runs the iterations (:attr:`slow_refines` counts those).
+    Unless the model is BoTorch's ``SingleTaskGP`` on the closed form, the final value is
+    checked against the model's own MLL.  When anything fails (an exception, a
+    non-finite objective or parameter, a mismatch) the state is restored and BoTorch's
+    ``fit_gpytorch_mll`` runs instead; :attr:`fallbacks` counts those.
 
     Attributes:
-        refine_steps: L-BFGS iterations after the amortized start (0: none).
+        refine_steps: L-BFGS-B iterations at most after the amortized start (0: none).
         amortizer: the network (default: :func:`default_amortizer`).
+        ftol: stop when the relative decrease of ``-MLL`` is at most ``ftol``.
+        gtol: stop when the projected gradient's largest entry is at most ``gtol``.
         calls: fits run.
         fallbacks: fits that fell back to ``fit_gpytorch_mll``.
+        slow_refines: refines run through BoTorch's scipy fit (model outside the lean
+            objective).
         last_error: why the last fallback happened.
     """
 
-    refine_steps: int = 5
+    refine_steps: int = REFINE_STEPS
     amortizer: Amortizer | None = None
+    ftol: float = 2.220446e-9
+    gtol: float = 1e-5
     calls: int = 0
     fallbacks: int = 0
+    slow_refines: int = 0
     last_error: str = ""
 
     def __call__(
@@ -173,18 +195,44 @@ class AmortizedFit:
         try:
             mll.train()
             initialize_gpytorch(model, amortizer=self.amortizer)
-            if self.refine_steps > 0:
-                fit_gpytorch_mll_scipy(mll, options={"maxiter": int(self.refine_steps)})
-            loss = _objective(mll)
-            finite = all(bool(torch.isfinite(p).all()) for p in mll.parameters())
-            if not (math.isfinite(loss) and finite):
-                raise FloatingPointError(f"non-finite objective {loss} after the amortized start")
+            lean, trusted = self._refine(mll) if self.refine_steps > 0 else (None, False)
+            if not trusted:
+                _check(mll, lean)
         except Exception as err:
             self.fallbacks += 1
             self.last_error = f"{type(err).__name__}: {err}"
             mll.load_state_dict(state)
             return fit_gpytorch_mll(mll, **kwargs)
         return mll.eval()
+
+    def _refine(self, mll: ExactMarginalLogLikelihood) -> tuple[float | None, bool]:
+        """The L-BFGS-B iterations: ``(final MLL of the lean objective or None, whether
+        that value needs no check against the model's own MLL)``."""
+        try:
+            objective = LeanObjective(mll)
+        except OptionError:
+            self.slow_refines += 1
+            fit_gpytorch_mll_scipy(
+                mll,
+                options={"maxiter": int(self.refine_steps), "ftol": self.ftol, "gtol": self.gtol},
+            )
+            return None, False
+        value = objective.minimize(self.refine_steps, ftol=self.ftol, gtol=self.gtol).mll
+        trusted = objective.closed_form is not None and (
+            type(mll.model).forward is SingleTaskGP.forward
+        )
+        return value, trusted
+
+
+def _check(mll: ExactMarginalLogLikelihood, lean: float | None) -> None:
+    """Raise unless the model's MLL and parameters are finite and (``lean`` given) the MLL
+    equals ``lean``."""
+    loss = _objective(mll)
+    finite = all(bool(torch.isfinite(p).all()) for p in mll.parameters())
+    if not (math.isfinite(loss) and finite):
+        raise FloatingPointError(f"non-finite objective {loss} after the amortized start")
+    if lean is not None and abs(lean - loss) > 1e-6 * max(1.0, abs(loss)):
+        raise ArithmeticError(f"the lean objective ({lean}) differs from the model's MLL ({loss})")
 
 
 def _objective(mll: ExactMarginalLogLikelihood) -> float:
@@ -197,7 +245,7 @@ def _objective(mll: ExactMarginalLogLikelihood) -> float:
 def fit_amortized(
     mll: ExactMarginalLogLikelihood,
     *,
-    refine_steps: int = 5,
+    refine_steps: int = REFINE_STEPS,
     amortizer: Amortizer | None = None,
     **kwargs: Any,
 ) -> ExactMarginalLogLikelihood:
