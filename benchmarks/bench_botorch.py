@@ -277,6 +277,12 @@ def _verdict(results: dict[str, Any]) -> str:
         text += f"Met on {', '.join(met)}. "
     if missed:
         text += f"Not met on {', '.join(missed)}. "
+    stops = sum(r["amortized"].get("abnormal_stops", 0) for r in results.values())
+    calls = sum(r["amortized"].get("calls", 0) for r in results.values())
+    text += (
+        f"The amortized refine's L-BFGS-B stopped abnormally (a failed line search: the "
+        f"best parameters found are kept, no fallback) in {stops} of {calls} fits. "
+    )
     return text + (
         "amortized-0 (the network's hyperparameters as they are) is the cost floor of the "
         "amortized start; its regret shows what the L-BFGS-B iterations add."
@@ -365,6 +371,8 @@ def main() -> None:
                 res["runs"].append(run)
                 if method != "botorch":
                     res["fallbacks"] = amz.fallbacks
+                    res["abnormal_stops"] = amz.abnormal_stops
+                    res["calls"] = amz.calls
                     if amz.fallbacks:
                         res["last_error"] = amz.last_error
                 print(

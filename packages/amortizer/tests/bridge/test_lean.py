@@ -53,6 +53,8 @@ def _model(name: str) -> tuple[SingleTaskGP, bool]:
             outputscale_prior=GammaPrior(2.0, 0.15),
         )
         return SingleTaskGP(*_data(3, 30, 2), covar_module=covar), True
+    if name == "rbf-shared":  # one lengthscale for all columns, softplus constraints
+        return SingleTaskGP(*_data(12, 25, 3), covar_module=gk.RBFKernel()), True
     if name == "mean-prior":
         mean = gpytorch.means.ConstantMean(constant_prior=NormalPrior(0.5, 2.0))
         return SingleTaskGP(*_data(4, 20, 2), mean_module=mean), True
@@ -97,6 +99,7 @@ MODELS = [
     "default-d6",
     "normalize",
     "scale-rbf-gamma",
+    "rbf-shared",
     "mean-prior",
     "sum-product",
     "per-lin-const",

@@ -173,6 +173,8 @@ class AmortizedFit:
         fallbacks: fits that fell back to ``fit_gpytorch_mll``.
         slow_refines: refines run through BoTorch's scipy fit (model outside the lean
             objective).
+        abnormal_stops: lean refines that scipy stopped abnormally (a failed line search;
+            the parameters are the best found, no fallback).
         last_error: why the last fallback happened.
     """
 
@@ -183,6 +185,7 @@ class AmortizedFit:
     calls: int = 0
     fallbacks: int = 0
     slow_refines: int = 0
+    abnormal_stops: int = 0
     last_error: str = ""
 
     def __call__(
@@ -217,11 +220,12 @@ class AmortizedFit:
                 options={"maxiter": int(self.refine_steps), "ftol": self.ftol, "gtol": self.gtol},
             )
             return None, False
-        value = objective.minimize(self.refine_steps, ftol=self.ftol, gtol=self.gtol).mll
+        res = objective.minimize(self.refine_steps, ftol=self.ftol, gtol=self.gtol)
+        self.abnormal_stops += res.status == 2
         trusted = objective.closed_form is not None and (
             type(mll.model).forward is SingleTaskGP.forward
         )
-        return value, trusted
+        return res.mll, trusted
 
 
 def _check(mll: ExactMarginalLogLikelihood, lean: float | None) -> None:

@@ -60,12 +60,15 @@ class LeanResult:
         iterations: L-BFGS-B iterations run.
         evaluations: objective evaluations.
         message: scipy's stopping message.
+        status: scipy's status: 0 converged, 1 iteration limit, 2 stopped abnormally
+            (e.g. the line search failed; the parameters are the best found).
     """
 
     mll: float
     iterations: int
     evaluations: int
     message: str
+    status: int = 0
 
 
 class LeanObjective:
@@ -207,7 +210,7 @@ class LeanObjective:
                 self.params, self._unflatten(torch.from_numpy(x)).values(), strict=True
             ):
                 p.copy_(v.to(p))
-        return LeanResult(-fun, int(out.nit), int(out.nfev), str(out.message))
+        return LeanResult(-fun, int(out.nit), int(out.nfev), str(out.message), int(out.status))
 
 
 class _GaussianLogDensity(torch.autograd.Function):

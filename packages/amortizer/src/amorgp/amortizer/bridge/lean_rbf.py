@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gpytorch.kernels as gk
@@ -35,22 +34,14 @@ from amorgp.kernel_grammar import OptionError
 __all__ = ["RBFObjective"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-_KINDS = {"lengthscale", "outputscale", "noise", "constant"}
-
-
-@dataclass
-class _Slot:
-    """One trainable raw parameter: where it lies in the flat vector and its transform."""
-
-    kind: str
-    start: int
-    size: int
-    lower: float  # softplus(raw) + lower where enforced
-    enforced: bool
 
 
 class RBFObjective:
     """``(-MLL, -dMLL/d raw)`` of an RBF model in NumPy (see the module docstring).
+
+    The hyperparameters live in one value vector ``v = [l (k), s, sigma^2, c]`` (``k`` = 1
+    or ``d`` lengthscales; fixed entries keep the model's values); the trainable raw
+    parameters map into it by index, the priors act on index sets of it.
 
     Args:
         lean: the model's :class:`~amorgp.amortizer.bridge.lean.LeanObjective` (its data,
@@ -73,83 +64,77 @@ class RBFObjective:
             or rbf.batch_shape != torch.Size()
         ):
             raise OptionError("not an RBFKernel (optionally under a ScaleKernel) on all columns")
-        owners = {
-            id(rbf.raw_lengthscale): ("lengthscale", rbf),
-            id(lean.noise_module.raw_noise): ("noise", lean.noise_module),
-        }
-        if scale is not None:
-            owners[id(scale.raw_outputscale)] = ("outputscale", scale)
+        X = lean.X.numpy()
+        n, d = X.shape
+        nls = rbf.raw_lengthscale.numel()
+        if nls not in (1, d):
+            raise OptionError(f"{nls} lengthscales for {d} input columns")
         mean = model.mean_module
-        if hasattr(mean, "raw_constant"):
-            owners[id(mean.raw_constant)] = ("constant", mean)
-        self._fixed = {kind: _value(mod, kind) for kind, mod in owners.values()}
-        self._fixed.setdefault("outputscale", np.ones(1))
-        self._fixed.setdefault("constant", np.zeros(1))
-        self.slots: list[_Slot] = []
-        start = 0
+        holders = [("lengthscale", rbf, 0), ("noise", lean.noise_module, nls + 1)]
+        holders += [("outputscale", scale, nls)] if scale is not None else []
+        holders += [("constant", mean, nls + 2)] if hasattr(mean, "raw_constant") else []
+        self.v0 = np.array([1.0] * (nls + 1) + [1.0, 0.0])
+        owners: dict[int, tuple[Any, int, int]] = {}  # id(raw) -> (constraint, start, size)
+        for kind, mod, start in holders:
+            raw = getattr(mod, f"raw_{kind}")
+            self.v0[start : start + raw.numel()] = _value(mod, kind)
+            owners[id(raw)] = (getattr(mod, f"raw_{kind}_constraint", None), start, raw.numel())
+        idx: list[int] = []
+        low: list[float] = []
+        enf: list[bool] = []
         for p in lean.params:
             if id(p) not in owners:
                 raise OptionError("a trainable parameter outside the RBF model")
-            kind, mod = owners[id(p)]
-            c = getattr(mod, f"raw_{kind}_constraint", None)
+            c, start, size = owners[id(p)]
             lower, enforced = _transform(c)
-            self.slots.append(_Slot(kind, start, p.numel(), lower, enforced))
-            start += p.numel()
-        self._priors = [
-            _prior(lean.model, name, mod, prior, owners) for name, mod, prior in _named(model)
-        ]
-        X = lean.X.numpy()
-        n, d = X.shape
+            idx += range(start, start + size)
+            low += [lower] * size
+            enf += [enforced] * size
+        self.idx, self.low, self.enf = np.array(idx), np.array(low), np.array(enf, dtype=bool)
+        self.priors = [_prior(*item, owners) for item in _named(model)]
         self.D = ((X[:, None, :] - X[None, :, :]) ** 2).reshape(n * n, d)
+        if nls == 1:  # one lengthscale for all columns
+            self.D = self.D.sum(1, keepdims=True)
         self.y = lean.y.numpy()
-        self.n = n
+        self.n, self.nls = n, nls
         self.M = np.tril(np.full((n, n), 2.0), -1) + np.eye(n)
 
     def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """``(-MLL, -dMLL/dtheta)`` at the flat raw parameters ``theta``."""
-        vals = dict(self._fixed)
-        dvals: dict[str, np.ndarray | float] = {}
-        for s in self.slots:
-            raw = theta[s.start : s.start + s.size]
-            if s.enforced:  # softplus(raw) + lower (linear above 20, as torch's)
-                big = raw > 20.0
-                vals[s.kind] = np.where(big, raw, np.logaddexp(0.0, raw)) + s.lower
-                dvals[s.kind] = np.where(big, 1.0, 1.0 / (1.0 + np.exp(-raw)))
-            else:
-                vals[s.kind], dvals[s.kind] = raw, 1.0
-        n = self.n
-        ls, os = vals["lengthscale"], float(vals["outputscale"].reshape(-1)[0])
-        noise = float(vals["noise"].reshape(-1)[0])
-        w = np.broadcast_to(1.0 / ls.reshape(-1) ** 2, (self.D.shape[1],))
-        E = np.exp(-0.5 * (self.D @ w)).reshape(n, n)
+        n, nls = self.n, self.nls
+        v = self.v0.copy()
+        dv: np.ndarray | float = 1.0
+        if self.enf.any():  # softplus(raw) + lower (linear above 20, as torch's)
+            big = theta > 20.0
+            sp = np.where(big, theta, np.logaddexp(0.0, theta)) + self.low
+            v[self.idx] = np.where(self.enf, sp, theta)
+            dv = np.where(self.enf & ~big, 1.0 / (1.0 + np.exp(-theta)), 1.0)
+        else:
+            v[self.idx] = theta
+        ls, os, noise = v[:nls], v[nls], v[nls + 1]
+        E = np.exp(-0.5 * (self.D @ (1.0 / (ls * ls)))).reshape(n, n)
         A = os * E
         A.flat[:: n + 1] += noise
         try:
             L = _cholesky(A)
         except LinAlgError:  # let the line search step back
             return math.inf, np.zeros_like(theta)
-        r = self.y - float(vals["constant"].reshape(-1)[0])
+        r = self.y - v[nls + 2]
         alpha, _ = dpotrs(L, r, lower=1)
         Ainv, _ = dpotri(L, lower=1)  # lower triangle of A^{-1} (upper: leftovers)
         value = -0.5 * r @ alpha - np.log(np.diag(L)).sum() - 0.5 * n * _LOG_2PI
         # sums over symmetric matrices as sums over the lower triangle, weights self.M
         WE = (0.5 * self.M * (np.outer(alpha, alpha) - Ainv) * E).reshape(-1)
-        grads = {
-            "noise": np.full(1, 0.5 * (alpha @ alpha - np.trace(Ainv))),
-            "outputscale": np.full(1, WE.sum()),
-            "constant": np.full(1, alpha.sum()),
-            "lengthscale": (os * (WE @ self.D)) / ls.reshape(-1) ** 3,
-        }
-        if ls.size == 1:
-            grads["lengthscale"] = np.full(1, grads["lengthscale"].sum())
-        for kind, log_density in self._priors:
-            v, g = log_density(vals[kind].reshape(-1))
-            value += v
-            grads[kind] = grads[kind] + g
-        out = np.empty(sum(s.size for s in self.slots))
-        for s in self.slots:
-            out[s.start : s.start + s.size] = -(grads[s.kind] * dvals[s.kind]).reshape(-1) / n
-        return float(-value / n), out
+        g = np.empty(nls + 3)
+        g[:nls] = os * (WE @ self.D) / ls**3
+        g[nls] = WE.sum()
+        g[nls + 1] = 0.5 * (alpha @ alpha - np.trace(Ainv))
+        g[nls + 2] = alpha.sum()
+        for pos, log_density in self.priors:
+            lp, dlp = log_density(v[pos])
+            value += lp
+            g[pos] += dlp
+        return float(-value / n), -(g[self.idx] * dv) / n
 
 
 def _cholesky(A: np.ndarray) -> np.ndarray:
@@ -188,43 +173,50 @@ def _named(model: Any) -> list[tuple[str, Any, Any]]:
 Density = Callable[[np.ndarray], tuple[float, np.ndarray]]
 
 
-def _prior(model: Any, name: str, mod: Any, prior: Any, owners: dict) -> tuple[str, Density]:
-    """``(kind, x -> (log p(x) summed, d log p / dx))`` of one registered prior."""
+def _prior(
+    name: str, mod: Any, prior: Any, owners: dict[int, tuple[Any, int, int]]
+) -> tuple[np.ndarray, Density]:
+    """``(positions in the value vector, x -> (log p(x) summed, d log p / dx))`` of one
+    registered prior."""
     stem = name.rsplit(".", 1)[-1].removesuffix("_prior")
     stem = "constant" if stem == "mean" else stem
     raw = getattr(mod, f"raw_{stem}", None)
     if raw is None or id(raw) not in owners or getattr(prior, "_transform", None) is not None:
         raise OptionError(f"prior {name} outside the closed forms")
-    kind = owners[id(raw)][0]
+    _, start, size = owners[id(raw)]
+    pos = np.arange(start, start + size)
 
     def arr(t: Any) -> np.ndarray:
-        return torch.as_tensor(t, dtype=torch.float64).detach().reshape(-1).numpy().copy()
+        out = torch.as_tensor(t, dtype=torch.float64).detach().reshape(-1).numpy()
+        if out.size not in (1, size):
+            raise OptionError(f"prior {name}: parameters of shape {out.shape} for {size} values")
+        return np.broadcast_to(out, (size,)).copy()
 
     if type(prior) is LogNormalPrior:
         mu, s = arr(prior.loc), arr(prior.scale)
+        c0 = -np.log(s) - 0.5 * _LOG_2PI
 
         def lognormal(x: np.ndarray) -> tuple[float, np.ndarray]:
-            z = (np.log(x) - mu) / s
-            v = -np.log(x) - np.log(s) - 0.5 * _LOG_2PI - 0.5 * z * z
-            return float(np.broadcast_to(v, x.shape).sum()), -(1.0 + z / s) / x
+            lx = np.log(x)
+            z = (lx - mu) / s
+            return float((c0 - lx - 0.5 * z * z).sum()), -(1.0 + z / s) / x
 
-        return kind, lognormal
+        return pos, lognormal
     if type(prior) is NormalPrior:
         mu, s = arr(prior.loc), arr(prior.scale)
+        c1 = -np.log(s) - 0.5 * _LOG_2PI
 
         def normal(x: np.ndarray) -> tuple[float, np.ndarray]:
             z = (x - mu) / s
-            v = -np.log(s) - 0.5 * _LOG_2PI - 0.5 * z * z
-            return float(np.broadcast_to(v, x.shape).sum()), -z / s
+            return float((c1 - 0.5 * z * z).sum()), -z / s
 
-        return kind, normal
+        return pos, normal
     if type(prior) is GammaPrior:
         a, b = arr(prior.concentration), arr(prior.rate)
-        lg = np.array([math.lgamma(float(t)) for t in a])
+        c2 = a * np.log(b) - np.array([math.lgamma(float(t)) for t in a])
 
         def gamma(x: np.ndarray) -> tuple[float, np.ndarray]:
-            v = a * np.log(b) + (a - 1.0) * np.log(x) - b * x - lg
-            return float(np.broadcast_to(v, x.shape).sum()), (a - 1.0) / x - b
+            return float((c2 + (a - 1.0) * np.log(x) - b * x).sum()), (a - 1.0) / x - b
 
-        return kind, gamma
+        return pos, gamma
     raise OptionError(f"prior {name}: {type(prior).__name__} has no closed form here")
