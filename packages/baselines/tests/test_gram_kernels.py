@@ -104,3 +104,47 @@ def test_unknown_kernel_is_refused() -> None:
     with pytest.raises(OptionError, match="SE, MAT52, RELU"):
         gram_kernel("periodic")
     assert gram_kernel("se") is GRAM_KERNELS["SE"]
+
+
+def test_se_cross_block_gradients_in_every_input_match_finite_differences() -> None:
+    """The SE cross block's closed-form derivatives (diagonals, cross Gram, batched
+    lengthscale and variance) against finite differences, and its value against the
+    feature-space SE kernel."""
+    gen = torch.Generator().manual_seed(3)
+    A = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64)
+    B = torch.randn(2, 4, 3, generator=gen, dtype=torch.float64)
+    da = (A * A).sum(-1).requires_grad_(True)
+    db = (B * B).sum(-1).requires_grad_(True)
+    G = (A @ B.mT).requires_grad_(True)
+    ls = torch.tensor([0.8, 1.7], dtype=torch.float64, requires_grad=True)
+    var = torch.tensor([1.3, 0.6], dtype=torch.float64, requires_grad=True)
+    k = gram_kernel("SE")
+    assert torch.autograd.gradcheck(lambda *a: k.cross(*a), (da, G, db, ls, var))
+    R = torch.cdist(A, B) ** 2
+    expected = var[:, None, None] * torch.exp(-R / (2.0 * ls[:, None, None] ** 2))
+    torch.testing.assert_close(k.cross(da, G, db, ls, var), expected)
+    # scalar (0-d and float) parameters
+    ls0 = torch.tensor(1.1, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda G, ls0: k.cross(da.detach(), G, db.detach(), ls0, 0.7), (G, ls0)
+    )
+
+
+def test_se_cross_clamps_negative_squared_distances_like_the_composed_expression() -> None:
+    """Inconsistent Gram inputs (``R < 0``): the value is ``s^2`` and no gradient flows
+    through the clamped entries, as with ``clamp_min`` on ``R``."""
+    d = torch.tensor([1.0, 2.0, 0.5], dtype=torch.float64)
+    G = torch.tensor([[1.2, 0.1], [0.3, 1.0], [0.0, 0.9]], dtype=torch.float64)
+    db = torch.tensor([1.0, 0.5], dtype=torch.float64)  # R[0, 0] = -0.4, R[2, 1] = -0.8
+    G.requires_grad_(True)
+    K = gram_kernel("SE").cross(d, G, db, 0.9, 1.5)
+    (g,) = torch.autograd.grad((K * torch.arange(1.0, 7.0).view(3, 2)).sum(), G)
+    Gc = G.detach().clone().requires_grad_(True)
+    R = squared_distances_cross(d, Gc, db)
+    Kc = 1.5 * torch.exp(-R / (2 * 0.81))
+    (gc,) = torch.autograd.grad((Kc * torch.arange(1.0, 7.0).view(3, 2)).sum(), Gc)
+    torch.testing.assert_close(K, Kc)
+    torch.testing.assert_close(g, gc)
+    assert float(K[0, 0].detach()) == 1.5
+    assert float(g[0, 0]) == 0.0
+    assert float(g[2, 1]) == 0.0
