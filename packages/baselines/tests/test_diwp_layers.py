@@ -12,6 +12,8 @@ from scipy.stats import multivariate_normal
 
 from amorgp.baselines.diwp import (
     PointNoise,
+    bartlett_log_prob,
+    bartlett_rsample,
     conditional_dof,
     draw_point_noise,
     output_conditional,
@@ -94,6 +96,44 @@ def test_inducing_layer_log_ratio_is_prior_minus_posterior_density() -> None:
             df=12.0, scale=(5 * K + V @ V.T).numpy()
         ).logpdf(G[s].numpy())
         assert float(lr[s]) == pytest.approx(ref, rel=1e-9)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_bartlett_sample_and_densities_equal_the_inverse_wishart_and_their_gradients(
+    batched: bool,
+) -> None:
+    """``bartlett_rsample`` draws what ``InverseWishart.rsample`` draws from the same
+    generator; ``bartlett_log_prob`` (no factorisation of ``G``) equals ``log_prob`` for
+    the prior and the posterior, and the log ratio's gradients in ``K``, ``V``, ``delta``
+    and ``gamma`` equal those through ``rsample`` and ``log_prob``."""
+    K = torch.stack([_kernel(5, seed=s) for s in range(3)]) if batched else _kernel(5, seed=4)
+    V0 = 0.4 * torch.randn(5, 5, generator=torch.Generator().manual_seed(5), dtype=F64)
+    leaves = [K, torch.tensor(4.0, dtype=F64), torch.tensor(1.5, dtype=F64), V0]
+    shape = () if batched else (4,)
+
+    def run(reference: bool) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        K, delta, gamma, V = (x.clone().requires_grad_(True) for x in leaves)
+        prior = InverseWishart(delta * K, delta + 6.0)
+        q = InverseWishart(delta * K + V @ V.mT, delta + gamma + 6.0)
+        gen = torch.Generator().manual_seed(7)
+        if reference:
+            G = q.rsample(shape, generator=gen)
+            lr = prior.log_prob(G) - q.log_prob(G)
+        else:
+            G, A = bartlett_rsample(q, shape, gen)
+            lr = bartlett_log_prob(prior, q, A) - bartlett_log_prob(q, q, A)
+            torch.testing.assert_close(bartlett_log_prob(q, q, A), q.log_prob(G))
+        grads = torch.autograd.grad(
+            (lr * torch.linspace(0.5, 1.5, lr.numel())).sum(), (K, V, delta, gamma)
+        )
+        return G.detach(), lr.detach(), grads
+
+    G_ref, lr_ref, g_ref = run(True)
+    G, lr, g = run(False)
+    torch.testing.assert_close(G, G_ref)
+    torch.testing.assert_close(lr, lr_ref)
+    for a, b in zip(g, g_ref, strict=True):
+        torch.testing.assert_close(a, b)
 
 
 def test_output_term_with_inducing_points_at_the_data_is_the_exact_log_marginal_likelihood() -> (

@@ -9,6 +9,8 @@ See :mod:`amorgp.baselines.diwp.model` for the model and its approximate posteri
 from amorgp.baselines.diwp.fit import DIWPFit, diwp_kernel, fit_diwp, fit_diwp_normalized
 from amorgp.baselines.diwp.layers import (
     PointNoise,
+    bartlett_log_prob,
+    bartlett_rsample,
     conditional_dof,
     draw_point_noise,
     input_gram,
@@ -26,6 +28,8 @@ __all__ = [
     "DIWPSettings",
     "InducingSample",
     "PointNoise",
+    "bartlett_log_prob",
+    "bartlett_rsample",
     "conditional_dof",
     "diwp_kernel",
     "draw_point_noise",

@@ -26,10 +26,20 @@ import torch
 from torch import Tensor
 
 from amorgp.baselines.gram_kernels import GramBlocks
-from amorgp.diff_linalg import InverseWishart, kl_inverse_wishart, robust_cholesky, trsm
+from amorgp.diff_linalg import (
+    InverseWishart,
+    kl_inverse_wishart,
+    multivariate_lgamma,
+    robust_cholesky,
+    sumlogdiag,
+    syrk,
+    trsm,
+)
 
 __all__ = [
     "PointNoise",
+    "bartlett_log_prob",
+    "bartlett_rsample",
     "conditional_dof",
     "draw_point_noise",
     "input_gram",
@@ -98,7 +108,10 @@ def sample_inducing_gram(
 
     ``Q = W^-1(delta K_ii + V V^T, delta + gamma + P + 1)`` and the prior
     ``P = W^-1(delta K_ii, delta + P + 1)`` (mean ``K_ii``).  Sampled by the Bartlett
-    decomposition (:meth:`~amorgp.diff_linalg.InverseWishart.rsample`), reparameterised.
+    decomposition, reparameterised (:func:`bartlett_rsample`, the draws of
+    :meth:`~amorgp.diff_linalg.InverseWishart.rsample`); both log densities at the sample
+    come from its Bartlett factor (:func:`bartlett_log_prob`), equal to
+    :meth:`~amorgp.diff_linalg.InverseWishart.log_prob` without factoring ``G_ii``.
 
     Args:
         K_ii: ``(..., P, P)`` kernel of the previous layer on the inducing block (or ``I``).
@@ -115,10 +128,57 @@ def sample_inducing_gram(
     P = K_ii.shape[-1]
     prior = InverseWishart(delta * K_ii, delta + P + 1.0)
     q = InverseWishart(delta * K_ii + V @ V.mT, delta + gamma + P + 1.0)
-    G = q.rsample(sample_shape, generator=generator)
+    G, A = bartlett_rsample(q, sample_shape, generator)
     if analytic_kl:
         return G, (-kl_inverse_wishart(q, prior)).expand(G.shape[:-2])
-    return G, prior.log_prob(G) - q.log_prob(G)
+    return G, bartlett_log_prob(prior, q, A) - bartlett_log_prob(q, q, A)
+
+
+def bartlett_rsample(
+    q: InverseWishart, sample_shape: tuple[int, ...], generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """``G ~ q = W^-1(Psi, nu)`` and its Bartlett factor ``A``: ``G = (L_psi A^-T)(L_psi A^-T)^T``.
+
+    The draws of :meth:`~amorgp.diff_linalg.InverseWishart.rsample` in the same order
+    (the same generator gives the same ``G``): ``A`` lower triangular with
+    ``A_jj = sqrt(c_j)``, ``c_j ~ chi^2(nu - j + 1)`` (implicit reparameterisation
+    gradients, so differentiable in ``nu``) and standard normals below the diagonal.
+
+    Returns:
+        ``G`` and ``A``, each ``(*sample_shape, *q.batch_shape, P, P)``.
+    """
+    p = q.p
+    shape = (*sample_shape, *q.batch_shape)
+    dt, dev = q.psi.dtype, q.psi.device
+    conc = 0.5 * (q.df.unsqueeze(-1) - torch.arange(p, dtype=dt, device=dev))
+    chi2 = 2.0 * torch._standard_gamma(conc.expand(*shape, p).contiguous(), generator=generator)
+    z = torch.randn(*shape, p, p, dtype=dt, device=dev, generator=generator).tril(-1)
+    A = z + torch.diag_embed(chi2.sqrt())
+    T = trsm(A, q.scale_tril.expand(*shape, p, p), transpose=True, rightside=True)
+    return syrk(T), A
+
+
+def bartlett_log_prob(d: InverseWishart, q: InverseWishart, A: Tensor) -> Tensor:
+    """``log d(G)`` at ``G = (L_q A^-T)(L_q A^-T)^T`` (:func:`bartlett_rsample` of ``q``).
+
+    With ``G^-1 = L_q^-T A A^T L_q^-1``: ``log|G| / 2 = sum log diag L_q - sum log diag A``
+    and ``tr(Psi_d G^-1) = ||A^T L_q^-1 L_d||_F^2`` (``= ||A||_F^2`` when ``d`` is ``q``),
+    so no factorisation of ``G`` is needed; the rest is the density of
+    :class:`~amorgp.diff_linalg.InverseWishart`.
+    """
+    p = d.p
+    half_logdet = sumlogdiag(q.scale_tril) - sumlogdiag(A)
+    if d is q:
+        tr = A.pow(2).sum((-2, -1))
+    else:
+        tr = (A.mT @ trsm(q.scale_tril, d.scale_tril)).pow(2).sum((-2, -1))
+    return (
+        d.df * sumlogdiag(d.scale_tril)
+        - 0.5 * d.df * p * math.log(2.0)
+        - multivariate_lgamma(0.5 * d.df, p)
+        - (d.df + p + 1) * half_logdet
+        - 0.5 * tr
+    )
 
 
 def draw_point_noise(
