@@ -41,17 +41,26 @@ def _config(toy_csv: Path, model: Path) -> PaperConfig:
     )
 
 
-def test_second_run_recomputes_nothing(
-    toy_csv: Path, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _count_predict(monkeypatch: pytest.MonkeyPatch, interrupt_at: int = 0) -> list[str]:
+    """Count the calls of the real-data method runner (``interrupt_at``: Ctrl-C at that call)."""
+    monkeypatch.undo()
     calls: list[str] = []
     original = real_module._predict
 
     def counting(ctx: Any, method: str, sp: Any, kernels: Any) -> Any:
         calls.append(method)
+        if len(calls) == interrupt_at:
+            raise KeyboardInterrupt
         return original(ctx, method, sp, kernels)
 
     monkeypatch.setattr(real_module, "_predict", counting)
+    return calls
+
+
+def test_second_run_recomputes_nothing(
+    toy_csv: Path, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _count_predict(monkeypatch)
     cfg = _config(toy_csv, tiny_checkpoint)
     with torch.random.fork_rng(devices=[]):
         first = run_paper(cfg, tmp_path, progress=False)
@@ -68,6 +77,7 @@ def test_second_run_recomputes_nothing(
 
     report = run_paper(cfg, tmp_path, progress=False, report_only=True)
     assert calls == []
+    assert [r["cells"] for r in report["runs"]] == [5, 0]  # report-only runs are not logged
     assert report["experiments"]["fig3"]["summary"] == first["experiments"]["fig3"]["summary"]
     data = json.loads((tmp_path / "results.json").read_text())
     assert set(data) >= {"config", "environment", "experiments", "notes"}
@@ -102,3 +112,19 @@ def test_amortized_scores_match_a_dense_float64_oracle(
     rmse, nll = scores(mean, var, (sp.y_test - sp.mu) / sp.sd)
     assert cell["rmse"] == pytest.approx(rmse, rel=1e-8)
     assert cell["nll"] == pytest.approx(nll, rel=1e-8)
+
+
+def test_an_interrupted_run_writes_its_report_and_continues(
+    toy_csv: Path, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _count_predict(monkeypatch, interrupt_at=2)
+    cfg = _config(toy_csv, tiny_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        run_paper(cfg, tmp_path, progress=False)
+    assert "interrupted" in (tmp_path / "README.md").read_text()
+    assert calls == ["amortized", "gp-ml"]
+
+    calls = _count_predict(monkeypatch)
+    rec = run_paper(cfg, tmp_path, progress=False)
+    assert calls == ["gp-ml", "sklearn"]  # the amortized cells were kept
+    assert rec["cells_computed"] == 3

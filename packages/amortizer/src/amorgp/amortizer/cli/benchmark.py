@@ -73,7 +73,15 @@ def benchmark() -> None:
 @click.option(
     "--model", default="default", show_default=True, help="Bundled model name or directory."
 )
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--threads", type=click.IntRange(min=1), default=1, show_default=True, help="torch threads."
+)
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="torch device of the amortization networks (e.g. cuda); the baselines run on the CPU.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @click.option("--report-only", is_flag=True, help="Compute nothing: the report from cells/.")
 def paper(
@@ -87,6 +95,7 @@ def paper(
     out: Path,
     model: str,
     threads: int,
+    device: str,
     no_progress: bool,
     report_only: bool,
 ) -> None:
@@ -97,17 +106,19 @@ def paper(
     """
     import torch
 
+    from amorgp.amortizer.cli._common import check_device
     from amorgp.amortizer.paper import PaperConfig, run_paper
+    from amorgp.amortizer.paper.config import model_identity
     from amorgp.amortizer.paper.protocol import load_dataset
 
+    check_device(device)
+    model_identity(model)  # a model that cannot be found fails now (exit 1, naming it)
     torch.set_num_threads(threads)
     base = PaperConfig.quick_config() if quick else PaperConfig.full()
-    changes: dict[str, Any] = {"model": model}
+    changes: dict[str, Any] = {"model": model, "device": device}
     names = _items(datasets)
     if names is not None or data_files:
         changes["datasets"] = (*(names or ()), *(str(p) for p in data_files))
-    for p in data_files:
-        load_dataset(p)  # a bad file fails now, before any work
     for key, value in (
         ("experiments", _items(experiments)),
         ("methods", _items(methods)),
@@ -117,6 +128,8 @@ def paper(
         if value is not None:
             changes[key] = value
     config = dataclasses.replace(base, **changes)
+    for name in config.datasets:
+        load_dataset(name)  # an unknown name or a bad file fails now, before any work
     record = run_paper(config, out, progress=not no_progress, report_only=report_only)
     emit(
         f"wrote {out / 'README.md'} and {out / 'results.json'} "

@@ -82,6 +82,8 @@ class PaperConfig:
         ensemble_sizes: training sizes of the batched-vs-one-by-one timing (Fig. 4).
         ensemble_repeats: timing repeats (median reported).
         quick: the smoke-run configuration (labelled so in the report).
+        device: torch device of the amortization networks (``cpu``, ``cuda``); the
+            baselines run on the CPU.  Cells of another device are computed afresh.
     """
 
     experiments: tuple[str, ...] = EXPERIMENTS
@@ -102,6 +104,7 @@ class PaperConfig:
     ensemble_sizes: tuple[int, ...] = (50, 100, 250, 500, 1000)
     ensemble_repeats: int = 3
     quick: bool = False
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         unknown = [e for e in self.experiments if e not in EXPERIMENTS]

@@ -61,20 +61,24 @@ class RunContext:
         """The model's identity for cache keys, or ``None`` if it cannot be found."""
         if model not in self._identities:
             try:
-                self._identities[model] = model_identity(model)
+                ident = model_identity(model)
+                if self.config.device != "cpu":  # timings differ: separate cells
+                    ident += f"|{self.config.device}"
+                self._identities[model] = ident
             except (OSError, ValueError):
                 self._identities[model] = None
         return self._identities[model]
 
     def amortizer(self, model: str | None = None) -> Any:
-        """The :class:`~amorgp.amortizer.Amortizer` of ``model`` (default: the configured one) on CPU."""
+        """The :class:`~amorgp.amortizer.Amortizer` of ``model`` (default: the configured one)
+        on ``config.device``, warmed up."""
         name = model or self.config.model
         if name not in self._models:
             import numpy as np
 
             from amorgp.amortizer.inference import Amortizer
 
-            amz = Amortizer.from_pretrained(name, device="cpu")
+            amz = Amortizer.from_pretrained(name, device=self.config.device)
             x = np.linspace(0.0, 1.0, 20)
             for refine in (0, 2):  # warm-up: later timings exclude one-time set-up
                 amz.infer_many(x, np.sin(6 * x), ["SE"], refine=refine)

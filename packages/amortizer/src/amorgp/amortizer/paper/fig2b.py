@@ -80,6 +80,6 @@ def findings(result: dict[str, Any]) -> str:
     return (
         f"Median test NLL per point: amortized {a:.3f}, Type-2 ML {t:.3f}, ground truth {g:.3f}; "
         f"the amortizer is {better} Type-2 ML by {abs(a - t):.3f} nats and {a - g:+.3f} nats from "
-        "the generating hyperparameters. The paper's Fig. 2b shows the amortizer on par with "
-        "Type-2 ML on simulated data (its numbers are not in this repository)."
+        "the generating hyperparameters. The paper's Fig. 2b compares the same three methods "
+        "(its numbers are not in this repository)."
     )

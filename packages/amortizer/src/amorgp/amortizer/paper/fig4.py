@@ -40,7 +40,7 @@ def member_scores(
         if f is None or not math.isfinite(float(f.log_marginal_likelihood)):
             continue
         m, v = f.predict(Xt)
-        out.append(scores(m.numpy(), v.numpy(), yt, mu, sd))
+        out.append(scores(m.cpu().numpy(), v.cpu().numpy(), yt, mu, sd))
     return out
 
 
@@ -64,7 +64,7 @@ def bma_scores(
         ens = KernelEnsemble.fit(inference, Xtr, ytr, kernels)
         mix = ens.predictive(Xte)
     dt = time.perf_counter() - t0
-    rmse, nll = scores(mix.mean().numpy(), mix.variance().numpy(), yte, mu, sd)
+    rmse, nll = scores(mix.mean().cpu().numpy(), mix.variance().cpu().numpy(), yte, mu, sd)
     members = member_scores(ens, Xte, yte, mu, sd)
     return {
         "rmse": rmse,

@@ -209,5 +209,5 @@ def amortized_predictions(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fits = amz.infer_many(Xtr, ytr, list(kernels), refine=refine)
-        preds = [(m.numpy(), v.numpy()) for m, v in (f.predict(Xte) for f in fits)]
+        preds = [(m.cpu().numpy(), v.cpu().numpy()) for m, v in (f.predict(Xte) for f in fits)]
     return preds, time.perf_counter() - t0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +28,27 @@ MODULES: dict[str, ModuleType] = {
 """Each experiment's module: ``run(ctx)``, ``markdown``, ``figure``, ``findings``."""
 
 
+def log_run(out: Path, entry: dict[str, Any]) -> None:
+    """Append one line on a finished run to ``out/runs.jsonl`` (date, seconds, cells)."""
+    line = json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **entry})
+    with (out / "runs.jsonl").open("a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def read_runs(out: Path) -> list[dict[str, Any]]:
+    """The runs logged in ``out/runs.jsonl`` (torn lines skipped)."""
+    path = out / "runs.jsonl"
+    if not path.exists():
+        return []
+    runs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            runs.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return runs
+
+
 def run_paper(
     config: PaperConfig,
     out: Path,
@@ -44,6 +66,10 @@ def run_paper(
 
     Returns:
         The record written to ``results.json``.
+
+    Raises:
+        KeyboardInterrupt: after writing the report of what was finished, when
+            interrupted (every finished cell is kept; a rerun continues).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -51,16 +77,30 @@ def run_paper(
     ctx = RunContext(config, out, cache, progress=progress)
     t0 = time.perf_counter()
     experiments: dict[str, Any] = {}
+    interrupted = False
     for name in config.experiments:
-        experiments[name] = MODULES[name].run(ctx)
+        experiments[name] = None
+        if interrupted:
+            continue
+        try:
+            experiments[name] = MODULES[name].run(ctx)
+        except KeyboardInterrupt:  # keep what is cached, report it, then stop
+            interrupted = True
+            ctx.note(name, "interrupted; rerun the same command to continue from the cells")
+    elapsed = time.perf_counter() - t0
+    if not report_only:
+        log_run(out, {"quick": config.quick, "elapsed_s": elapsed, "cells": cache.computed})
     record = {
         "config": config.to_dict(),
-        "environment": environment(),
+        "environment": environment(config.device),
         "experiments": experiments,
         "notes": ctx.notes,
-        "elapsed_s": time.perf_counter() - t0,
+        "elapsed_s": elapsed,
         "cells_computed": cache.computed,
         "report_only": report_only,
+        "runs": read_runs(out),
     }
     write_report(out, record, MODULES)
+    if interrupted:
+        raise KeyboardInterrupt
     return record

@@ -90,21 +90,23 @@ def summary(values: Tensor) -> dict[str, float]:
 
 
 def network_parameters_batch(model: torch.nn.Module, batch: PaddedBatch, chunk: int = 50) -> Params:
-    """The network's parameters for every pair of ``batch`` (float32 network, in chunks)."""
+    """The network's parameters for every pair of ``batch`` (float32 network on its own
+    device, in chunks; returned float64 on the CPU)."""
     ps, ns = [], []
+    dev = next(model.parameters()).device
     with torch.inference_mode():
         for s in range(0, batch.batch_size, chunk):
             sl = slice(s, s + chunk)
             pred = model(
-                batch.X[sl].float(),
-                batch.y[sl].float(),
-                batch.point_mask[sl],
-                batch.dim_mask[sl],
-                batch.symbols[sl],
-                batch.symbol_mask[sl],
+                batch.X[sl].float().to(dev),
+                batch.y[sl].float().to(dev),
+                batch.point_mask[sl].to(dev),
+                batch.dim_mask[sl].to(dev),
+                batch.symbols[sl].to(dev),
+                batch.symbol_mask[sl].to(dev),
             )
-            ps.append(pred.params.double())
-            ns.append(pred.noise.double())
+            ps.append(pred.params.double().cpu())
+            ns.append(pred.noise.double().cpu())
     return torch.cat(ps), torch.cat(ns)
 
 
@@ -152,7 +154,7 @@ def _method_params(
     if method == "ground truth":
         return (b.params, b.noise), 0.0
     model = method.split("@", 1)[1] if "@" in method else ctx.config.model
-    params = network_parameters_batch(ctx.amortizer(model).model.cpu(), gb)
+    params = network_parameters_batch(ctx.amortizer(model).model, gb)
     return params, time.perf_counter() - t0
 
 
