@@ -41,3 +41,12 @@ def test_quick_uci_protocol_on_yacht(tmp_path: Path) -> None:
     loglik = {m: float(re.search(r"\| (-?\d+\.\d+) ±", line).group(1)) for m, line in rows.items()}  # type: ignore[union-attr]
     # every method is far better than the constant predictor (test log-lik about -4 on yacht)
     assert all(v > -3.0 for v in loglik.values()), loglik
+    assert "| yacht | diwp | 2 |" in text  # the number of splits of each row
+    # the cell cache: one line per (split, method); a rerun computes nothing and renders
+    # the same table
+    cache = tmp_path / "diwp-cells" / "cells.jsonl"
+    lines = cache.read_text().splitlines()
+    assert len(lines) == 6
+    bench.main(["--quick", "--datasets", "yacht", "--out", str(out)])
+    assert cache.read_text().splitlines() == lines
+    assert out.read_text() == text
