@@ -17,7 +17,7 @@ Settings (``--setting``; ``--quick`` is ``--setting quick``):
 * ``medium``: DIWP with the paper's model (2 hidden layers, 100 inducing points) trained
   for 1500 Adam steps (the last 300 at ``1e-3``) with 5 samples per step, 100 at test;
   exact GP at its defaults; SVGP with 100 inducing points (the DIWP's number); ADVI with
-  at most 2000 iterations.  What a CPU affords: about 5 minutes of DIWP training per
+  at most 2000 iterations.  What a CPU affords: 2-4 CPU minutes of DIWP training per
   split and dataset on one core.
 * ``paper``: the paper's setting (4000 steps, the last 1000 at ``1e-3``, 10/100 samples)
   and every baseline at its defaults; hours per dataset on a CPU.
@@ -317,7 +317,13 @@ def render(cells: list[dict[str, Any]], out: Path) -> None:
         "column), RMSE, training seconds per split on one CPU thread of a shared 2-core "
         "machine (wall clock, inflated by other load). Literature reference: DWP / deep "
         "GP test log-likelihood, 20 splits. The protocol asks for 20 splits and the "
-        "paper's setting; fewer splits or a reduced setting are stated per table.\n"
+        "paper's setting; fewer splits or a reduced setting are stated per table.\n\n"
+        "To extend a table, rerun with more splits: `python benchmarks/bench_diwp.py "
+        "--setting medium --splits 20` (or `--setting paper`, `--advi`, `--datasets ...`); "
+        "only the missing cells are computed, and runs on disjoint datasets may share the "
+        "cache. One DIWP training step with 2 hidden layers and 100 inducing points costs "
+        "about 75 (yacht) to 150 (concrete) ms of CPU time with 5 samples, twice that with "
+        "the paper's 10, so a medium cell is 2-4 CPU minutes and a paper cell 9-20.\n"
     ]
     for setting in SETTINGS:
         groups = current_cells(cells, setting)
