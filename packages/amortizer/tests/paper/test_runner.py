@@ -65,7 +65,7 @@ def test_second_run_recomputes_nothing(
     with torch.random.fork_rng(devices=[]):
         first = run_paper(cfg, tmp_path, progress=False)
     assert sorted(calls) == ["amortized", "gp-ml", "sklearn"]
-    assert first["cells_computed"] == 5  # 2 kernels x 2 methods + SE-ARD for sklearn
+    assert first["cells_computed"] == 6  # 2 kernels x 3 methods (one input: sklearn fits both)
     cells = first["experiments"]["fig3"]["cells"]
     assert {(c["kernel"], c["method"]) for c in cells} >= {("SE", "sklearn"), ("SE + PER", "gp-ml")}
 
@@ -77,7 +77,7 @@ def test_second_run_recomputes_nothing(
 
     report = run_paper(cfg, tmp_path, progress=False, report_only=True)
     assert calls == []
-    assert [r["cells"] for r in report["runs"]] == [5, 0]  # report-only runs are not logged
+    assert [r["cells"] for r in report["runs"]] == [6, 0]  # report-only runs are not logged
     assert report["experiments"]["fig3"]["summary"] == first["experiments"]["fig3"]["summary"]
     data = json.loads((tmp_path / "results.json").read_text())
     assert set(data) >= {"config", "environment", "experiments", "notes"}
@@ -127,4 +127,4 @@ def test_an_interrupted_run_writes_its_report_and_continues(
     calls = _count_predict(monkeypatch)
     rec = run_paper(cfg, tmp_path, progress=False)
     assert calls == ["gp-ml", "sklearn"]  # the amortized cells were kept
-    assert rec["cells_computed"] == 3
+    assert rec["cells_computed"] == 4

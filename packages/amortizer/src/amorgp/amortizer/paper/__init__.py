@@ -8,6 +8,7 @@ module             what
 ``config``         :class:`PaperConfig` (full protocol, ``quick_config``)
 ``context``        :class:`RunContext` handed to every experiment
 ``real``           real-data cells (one method, one split, many kernels)
+``sklearn_gp``     scikit-learn's GPR on the kernels it can express
 ``simulated``      simulated test sets from the paper prior and their cells
 ``fig2b``          Fig. 2b: amortized vs Type-2 ML vs ground truth (simulated)
 ``fig3``           Fig. 3 / 5: methods over the kernels per dataset

@@ -40,7 +40,7 @@ FIG3_METHODS = (
     "sklearn",
 )
 """Methods of Fig. 3 (``amorgp.baselines`` names; ``sklearn``: scikit-learn's GPR on
-the kernels it can express, SE-ARD)."""
+the kernels it can express: SE-ARD, and every kernel of one-input data)."""
 
 FULL_OPTIONS: dict[str, dict[str, Any]] = {
     "gp-ml-lbfgs": {"restarts": 5, "init": "default"},

@@ -38,7 +38,6 @@ __all__ = [
     "load_dataset",
     "n_train_for",
     "scores",
-    "sklearn_se_ard",
     "split_indices",
 ]
 
@@ -174,31 +173,6 @@ def scores(
     rmse = float(np.sqrt(np.mean((m - t) ** 2)))
     nll = float(np.mean(0.5 * (np.log(2 * np.pi * v) + (t - m) ** 2 / v)))
     return rmse, nll
-
-
-def sklearn_se_ard(
-    Xtr: np.ndarray, ytr: np.ndarray, Xte: np.ndarray, restarts: int = 0
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """scikit-learn's ``GaussianProcessRegressor`` with ``C * RBF(ARD) + White``.
-
-    One L-BFGS-B start (plus ``restarts``), ``normalize_y=True``; timed fit + predict.
-
-    Returns:
-        Predictive mean and variance (noise included) at ``Xte`` and the seconds taken.
-    """
-    from sklearn.gaussian_process import GaussianProcessRegressor
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
-
-    t0 = time.perf_counter()
-    kernel = ConstantKernel(1.0) * RBF(length_scale=np.ones(Xtr.shape[1])) + WhiteKernel(0.1)
-    gpr = GaussianProcessRegressor(
-        kernel=kernel, normalize_y=True, n_restarts_optimizer=restarts, random_state=0
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        gpr.fit(Xtr, ytr)
-        mean, std = gpr.predict(Xte, return_std=True)
-    return mean, std**2, time.perf_counter() - t0
 
 
 def amortized_predictions(

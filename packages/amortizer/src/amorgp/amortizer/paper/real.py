@@ -9,7 +9,8 @@ the split in one call, divided by their number).  Methods:
   ``K`` L-BFGS iterations of Type-2 ML from its prediction; ``amortized@NAME`` runs
   the bundled network ``NAME`` instead of the configured one (Table 1);
 * every ``amorgp.baselines`` method (``Baseline(method, **options).fit_many``);
-* ``sklearn``: scikit-learn's GPR, only for SE-ARD (``SE`` in every dimension);
+* ``sklearn``: scikit-learn's GPR on the kernels it expresses (SE-ARD; any kernel of
+  one input), one fit per kernel (:mod:`amorgp.amortizer.paper.sklearn_gp`);
 * ``ahgp@NAME``: a fixed-kernel SE-ARD network (AHGP), SE-ARD only.
 """
 
@@ -32,7 +33,6 @@ from amorgp.amortizer.paper.protocol import (
     amortized_predictions,
     make_split,
     scores,
-    sklearn_se_ard,
 )
 from amorgp.kernel_grammar import paper_evaluation_set
 
@@ -59,6 +59,8 @@ def _model_of(ctx: RunContext, method: str) -> str | None:
 def method_config(ctx: RunContext, method: str) -> str | None:
     """The config hash of a real-data method's cells (``None``: its model is unavailable)."""
     settings: dict[str, Any] = {"method": method, "test_cap": TEST_CAP, "protocol": 1}
+    if method == "sklearn":
+        settings["sklearn"] = 2  # min-max scaled inputs, every expressible kernel
     model = _model_of(ctx, method)
     if model is not None:
         ident = ctx.identity(model)
@@ -133,8 +135,10 @@ def _predict(
         preds, dt = amortized_predictions(amz, sp.X_train, sp.y_train, sp.X_test, structs, refine)
         return list(preds), dt
     if base == "sklearn":
-        m, v, dt = sklearn_se_ard(sp.X_train, sp.y_train, sp.X_test)
-        return [(m, v)], dt
+        from amorgp.amortizer.paper.sklearn_gp import sklearn_gpr
+
+        fits = [sklearn_gpr(sp.X_train, sp.y_train, sp.X_test, k) for k in kernels]
+        return [(m, v) for m, v, _ in fits], sum(dt for _, _, dt in fits)
     if base == "ahgp":
         return _ahgp(ctx, str(_model_of(ctx, method)), sp)
     return _baseline(ctx, method, sp, kernels)
@@ -151,10 +155,15 @@ def _cell_values(preds: list[Prediction], dt: float, sp: Split) -> list[dict[str
     return out
 
 
-def supports(method: str, kernel: str) -> bool:
-    """Whether ``method`` can fit ``kernel`` (scikit-learn and AHGP: SE-ARD only)."""
-    if method.startswith(("sklearn", "ahgp")):
+def supports(method: str, kernel: str, d: int) -> bool:
+    """Whether ``method`` can fit ``kernel`` on ``d`` inputs (AHGP: SE-ARD only;
+    scikit-learn: see :func:`~amorgp.amortizer.paper.sklearn_gp.expressible`)."""
+    if method.startswith("ahgp"):
         return kernel == SE_ARD
+    if method == "sklearn":
+        from amorgp.amortizer.paper.sklearn_gp import expressible
+
+        return expressible(kernel, d)
     return True
 
 
@@ -184,7 +193,7 @@ def real_cells(
             for split in range(cfg.splits):
                 lazy = functools.cache(functools.partial(make_split, data, split))
                 for m in runnable:
-                    ks = [k for k in kernels if supports(m, k)]
+                    ks = [k for k in kernels if supports(m, k, data.X.shape[1])]
                     keys = [CellKey("real", name, split, k, m, str(hashes[m])) for k in ks]
 
                     def compute(
