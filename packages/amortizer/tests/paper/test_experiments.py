@@ -141,3 +141,28 @@ def test_fig2b_fig4_fig9_resume_from_cells(
     assert second["experiments"]["fig2b"]["pairs"] == exps["fig2b"]["pairs"]
     for name in ("fig2b", "fig9", "fig4"):
         assert (tmp_path / f"{name}.png").exists()
+
+
+def test_fig10_falls_back_to_the_phase1_folder_or_skips(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amorgp.amortizer.paper import fig10
+    from amorgp.amortizer.paper.cache import CellCache
+    from amorgp.amortizer.paper.context import RunContext
+
+    cfg = replace(
+        PaperConfig.quick_config(),
+        model=str(tiny_checkpoint),
+        fig10_models=("no-such-phase1", str(tiny_checkpoint)),
+    )
+    monkeypatch.setattr(fig10, "PHASE1_FALLBACK", tmp_path / "missing")
+    ctx = RunContext(cfg, tmp_path, CellCache(tmp_path), progress=False)
+    assert fig10.resolve_models(ctx) is None
+    assert any("not available" in n for n in ctx.notes["fig10"])
+
+    monkeypatch.setattr(fig10, "PHASE1_FALLBACK", tiny_checkpoint)
+    ctx = RunContext(cfg, tmp_path, CellCache(tmp_path), progress=False)
+    assert fig10.resolve_models(ctx) == {
+        "without fine-tuning": str(tiny_checkpoint),
+        "with fine-tuning": str(tiny_checkpoint),
+    }
