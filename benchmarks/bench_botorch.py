@@ -249,6 +249,13 @@ def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
                 f"[{lo:.3g}, {hi:.3g}] (lower is better)."
             )
     lines += ["", _verdict(results), "", CAVEATS, ""]
+    if meta.get("load"):
+        lines += [
+            f"The machine's 1-minute load average after each seed: "
+            f"{min(meta['load']):.1f} to {max(meta['load']):.1f} (on "
+            f"{os.cpu_count()} cores).",
+            "",
+        ]
     if meta.get("note"):
         lines += [meta["note"], ""]
     return "\n".join(lines)
@@ -315,10 +322,15 @@ def main() -> None:
     parser.add_argument(
         "--from-json", type=Path, default=None, help="re-render the report of a saved run"
     )
+    parser.add_argument(
+        "--note", default=None, help="with --from-json: a sentence added to the report's notes"
+    )
     args = parser.parse_args()
     if args.from_json is not None:
         saved = json.loads(args.from_json.read_text())
-        _write(args.out, saved["results"], saved["meta"], save_json=False)
+        if args.note:
+            saved["meta"]["note"] = " ".join(filter(None, [saved["meta"].get("note"), args.note]))
+        _write(args.out, saved["results"], saved["meta"], save_json=args.note is not None)
         return
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import botorch
@@ -384,6 +396,7 @@ def main() -> None:
                     flush=True,
                 )
         meta["seeds"] = s + 1
+        meta.setdefault("load", []).append(os.getloadavg()[0])
         if s + 1 < seeds:
             meta["note"] = (
                 f"Only {s + 1} of the {seeds} planned seeds were run in the time available; "
