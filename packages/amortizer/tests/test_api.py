@@ -286,15 +286,41 @@ def test_mismatched_architecture(tiny_checkpoint: Path, tmp_path: Path) -> None:
         Amortizer.from_pretrained(bad)
 
 
-def test_fixed_kernel_model_is_rejected(tmp_path: Path) -> None:
+def test_fixed_kernel_model_serves_its_kernel_only(tmp_path: Path) -> None:
+    """A fixed SE-ARD network (AHGP) loads; SE-ARD predictions equal the exact GP at the
+    network's raw outputs (baselines' dense predictive); other kernels get a clear error."""
     from dataclasses import replace
 
+    from amorgp.amortizer.forward import encode_structures, network_parameters
     from amorgp.amortizer.train import SE_VOCABULARY
+    from amorgp.baselines import exact_predictive
+    from amorgp.kernel_grammar import DimWiseStructure, OptionError
+    from amorgp.lazy_kernels import Normalizer, PaddedBatch
 
     network = replace(PRESETS["tiny"].network, model="ahgp-se-ard", vocabulary=SE_VOCABULARY)
+    torch.manual_seed(3)
     save_checkpoint(tmp_path / "ahgp", build_model(network), network)
-    with pytest.raises(ValueError, match="needs a network for any kernel structure"):
-        Amortizer.from_pretrained(tmp_path / "ahgp")
+    amz = Amortizer.from_pretrained(tmp_path / "ahgp", device="cpu")
+    X, y = _data(30, 2)
+    Xs = torch.linspace(0.0, 1.0, 7, dtype=torch.float64)[:, None].repeat(1, 2)
+    mean, var = amz.infer(X, y, "SE").predict(Xs)
+
+    norm = Normalizer.fit(X, y)
+    Xn, yn = norm.transform_x(X), norm.transform_y(y)
+    s = DimWiseStructure((("SE",), ("SE",)))
+    sym, smask = encode_structures([s], amz.model.vocabulary, 2, torch.device("cpu"))
+    params, noise = network_parameters(amz.model, Xn, yn, sym, smask)
+    batch = PaddedBatch.from_datasets([(Xn, yn)], [s], amz.model.vocabulary)
+    p = params.double()[:, :2, : batch.symbols.shape[-1]]
+    m_ref, v_ref = exact_predictive(batch, p, noise.double(), norm.transform_x(Xs)[None])
+    m_ref, v_ref = norm.unnormalize_predictive(m_ref[0], v_ref[0])
+    torch.testing.assert_close(mean, m_ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(var, v_ref, rtol=1e-5, atol=1e-6)
+
+    with pytest.raises(ValueError, match="not in vocabulary"):
+        amz.infer(X, y, "SE + PER")
+    with pytest.raises(OptionError, match="SE-ARD kernel only"):
+        amz.infer(X, y, "SE + SE")
 
 
 @pytest.mark.cuda

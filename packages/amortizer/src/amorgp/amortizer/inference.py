@@ -101,10 +101,9 @@ class Amortizer:
         memory_budget: float = _MEMORY_BUDGET,
         gp_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(model, AmortizationNetwork) or not _any_structure(model):
+        if not isinstance(model, AmortizationNetwork):
             raise OptionError(
-                f"Amortizer needs a network that predicts any kernel structure, got "
-                f"{type(model).__name__} (e.g. ahgp-se-ard predicts a fixed SE-ARD kernel only)"
+                f"Amortizer needs an amortization network, got {type(model).__name__}"
             )
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -169,11 +168,10 @@ class Amortizer:
         dev = torch.device(device) if device is not None else _default_device()
         ckpt = load_checkpoint(where, device=dev)
         model = ckpt.model
-        if not isinstance(model, AmortizationNetwork) or not _any_structure(model):
+        if not isinstance(model, AmortizationNetwork):
             raise CheckpointError(
-                f"checkpoint {where} holds the {ckpt.network.model!r} network, which predicts a "
-                "fixed kernel only; the Amortizer needs a network for any kernel structure "
-                "(e.g. the structured network)"
+                f"checkpoint {where} holds the {ckpt.network.model!r} network, which is not an "
+                "amortization network"
             )
         return cls(model, ckpt.meta, device=dev, **kwargs)
 
@@ -185,7 +183,13 @@ class Amortizer:
             ValueError: the text does not parse, does not match ``n_dims``, or uses a
                 symbol outside the network's vocabulary.
         """
-        return DimWiseStructure.coerce(kernel, n_dims, self.vocabulary)
+        structure = DimWiseStructure.coerce(kernel, n_dims, self.vocabulary)
+        if not _any_structure(self.model) and any(a != ("SE",) for a in structure.dims):
+            raise OptionError(
+                f"the {self.model.config.model!r} network predicts the SE-ARD kernel only "
+                f"(SE in every dimension, kernel 'SE'), not {kernel!s}"
+            )
+        return structure
 
     # -- inference --------------------------------------------------------------------------
     def infer(
