@@ -194,5 +194,5 @@ def test_yacht_quick_diwp_beats_the_constant_predictor() -> None:
     )
     mean, _ = res.predict(te[:, :-1])
     rmse = float(np.sqrt(np.mean((mean.numpy() - te[:, -1]) ** 2)))
-    assert lpd > const + 2.0, (lpd, const)  # measured: -1.13 against -4.05
-    assert rmse < 0.1 * float(np.std(te[:, -1])), rmse  # measured: 0.56 against 13.6
+    assert lpd > const + 2.0, (lpd, const)  # measured: -1.17 against -4.05
+    assert rmse < 0.1 * float(np.std(te[:, -1])), rmse  # measured: 0.63 against 13.6
