@@ -75,6 +75,18 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _kept_sections(path: Path) -> str:
+    """Sections other benchmarks own in the same file (``<!-- name:begin -->`` ...
+    ``<!-- name:end -->``, e.g. the DIWP table of ``bench_diwp.py``), kept verbatim."""
+    import re
+
+    if not path.exists():
+        return ""
+    pattern = r"<!-- (\w+):begin -->.*?<!-- \1:end -->"
+    kept = [m.group(0) for m in re.finditer(pattern, path.read_text(), re.S)]
+    return "".join(f"\n{k}\n" for k in kept)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -249,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
         "| dataset | n_train | ours (s) | GPyTorch (s) | GPyTorch / ours | ours LML | GPyTorch LML |\n"
         "|---|---|---|---|---|---|---|\n" + "\n".join(gpt_rows) + "\n"
     )
-    write_atomic(a.out, header + table + timing + gpt)
+    write_atomic(a.out, header + table + timing + gpt + _kept_sections(a.out))
     print(f"wrote {a.out}", file=sys.stderr)
 
 
