@@ -36,10 +36,9 @@ import logging
 import math
 import os
 import shutil
-import signal
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +64,7 @@ from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, preset
 from amorgp.amortizer.model import build_model
 from amorgp.amortizer.rundir import RunDirectory
+from amorgp.amortizer.runtime import interruptible
 from amorgp.amortizer.train import TrainResult, train
 from amorgp.kernel_grammar.errors import TrainingError
 
@@ -78,21 +78,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def _install_sigterm() -> Callable[[], None]:
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    # a background job of a non-interactive shell starts with SIGINT ignored: honour it
-    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    old = signal.signal(signal.SIGTERM, handler)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, old)
-        signal.signal(signal.SIGINT, old_int)
-
-    return restore
 
 
 def _initial_status(log: Path) -> dict[str, Any]:
@@ -162,34 +147,32 @@ def run_campaign(
     state_dir.mkdir(parents=True, exist_ok=True)
     export_dir.mkdir(parents=True, exist_ok=True)
     log = export_dir / "campaign.jsonl"
-    restore = _install_sigterm()
     started = time.monotonic()
     campaign: _Campaign | None = None
-    try:
-        status = read_json(state_dir / "campaign.json", {}) or _initial_status(log)
-        write_json(state_dir / "campaign.json", status)
-        if init is None or not Path(init).exists():
-            init = _fresh_init(state_dir, network or preset(preset_name).network)
-        campaign = _Campaign(
-            state_dir,
-            export_dir,
-            status,
-            Path(init),
-            stages=tuple(stages),
-            batch_size=batch_size,
-            finetune_steps=finetune_steps,
-            segment_datasets=segment_datasets,
-            real_data=Path(real_data) if real_data is not None else None,
-            valset=campaign_validation_set(
-                state_dir, load_checkpoint(init).network, valset_batches
-            ),
-        )
-        campaign.score_baseline(Path(baseline) if baseline is not None else Path(init))
-        campaign.run_segments(log, started + 60.0 * max_minutes, segment_minutes, max_segments)
-    except KeyboardInterrupt:
-        logger.info("campaign interrupted")
-    finally:
-        restore()
+    with interruptible():
+        try:
+            status = read_json(state_dir / "campaign.json", {}) or _initial_status(log)
+            write_json(state_dir / "campaign.json", status)
+            if init is None or not Path(init).exists():
+                init = _fresh_init(state_dir, network or preset(preset_name).network)
+            campaign = _Campaign(
+                state_dir,
+                export_dir,
+                status,
+                Path(init),
+                stages=tuple(stages),
+                batch_size=batch_size,
+                finetune_steps=finetune_steps,
+                segment_datasets=segment_datasets,
+                real_data=Path(real_data) if real_data is not None else None,
+                valset=campaign_validation_set(
+                    state_dir, load_checkpoint(init).network, valset_batches
+                ),
+            )
+            campaign.score_baseline(Path(baseline) if baseline is not None else Path(init))
+            campaign.run_segments(log, started + 60.0 * max_minutes, segment_minutes, max_segments)
+        except KeyboardInterrupt:
+            logger.info("campaign interrupted")
     return campaign.record if campaign is not None else {}
 
 

@@ -15,7 +15,13 @@ from torch.utils.data import DataLoader
 
 from amorgp.simulator import SimulatedBatch, SimulatorStream
 
-__all__ = ["Distributed", "default_device", "deferred_sigint", "simulated_batches"]
+__all__ = [
+    "Distributed",
+    "default_device",
+    "deferred_sigint",
+    "interruptible",
+    "simulated_batches",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +80,31 @@ def simulated_batches(
     for i, batch in enumerate(loader):
         if i >= skip:
             yield batch
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Inside, SIGINT and SIGTERM raise ``KeyboardInterrupt`` (main thread only).
+
+    Long runs that keep their results on interruption (the training campaign, the paper
+    benchmark) use it so that ``kill -INT`` and ``kill -TERM`` stop them cleanly, also as
+    a background job of a non-interactive shell, which starts with SIGINT ignored.
+    The previous handlers are restored on exit.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    old_term = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from amorgp.amortizer.paper.cache import CellCache
 from amorgp.amortizer.paper.config import PaperConfig
 from amorgp.amortizer.paper.context import RunContext
 from amorgp.amortizer.paper.report import environment, write_report
+from amorgp.amortizer.runtime import interruptible
 
 __all__ = ["MODULES", "run_paper"]
 
@@ -78,15 +79,16 @@ def run_paper(
     t0 = time.perf_counter()
     experiments: dict[str, Any] = {}
     interrupted = False
-    for name in config.experiments:
-        experiments[name] = None
-        if interrupted:
-            continue
-        try:
-            experiments[name] = MODULES[name].run(ctx)
-        except KeyboardInterrupt:  # keep what is cached, report it, then stop
-            interrupted = True
-            ctx.note(name, "interrupted; rerun the same command to continue from the cells")
+    with interruptible():  # kill -INT / -TERM: report what finished, then stop
+        for name in config.experiments:
+            experiments[name] = None
+            if interrupted:
+                continue
+            try:
+                experiments[name] = MODULES[name].run(ctx)
+            except KeyboardInterrupt:  # keep what is cached, report it, then stop
+                interrupted = True
+                ctx.note(name, "interrupted; rerun the same command to continue from the cells")
     elapsed = time.perf_counter() - t0
     if not report_only:
         log_run(out, {"quick": config.quick, "elapsed_s": elapsed, "cells": cache.computed})
