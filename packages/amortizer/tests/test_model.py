@@ -224,6 +224,36 @@ def test_packed_dataset_encoder_equals_padded_layout() -> None:
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("single_se", [True, False])
+def test_unpadded_fast_path_equals_the_masked_path(gen: torch.Generator, single_se: bool) -> None:
+    """A dataset without padding (every mask True) runs without masking operations; its
+    prediction equals that of the same dataset inside a padded batch (masked path)."""
+    model = _model()
+    batch = testing.random_padded_batch(
+        gen, PAPER_VOCABULARY, batch=4, n_max=9, d_max=3, l_max=3, single_se=single_se
+    )
+    assert not bool(batch.point_mask.all()), "the batch must contain padded points"
+    ref = model(batch)
+    for b in range(len(batch)):
+        alone = testing.crop(batch, b)
+        assert bool(alone.point_mask.all())
+        assert bool(alone.dim_mask.all())
+        if single_se:  # every symbol slot is present: the kernel encoder is unmasked too
+            assert bool(alone.symbol_mask.all())
+        out = model(alone)
+        d, L = out.params.shape[1:3]
+        torch.testing.assert_close(out.params[0], ref.params[b, :d, :L], rtol=0, atol=1e-12)
+        torch.testing.assert_close(out.noise[0], ref.noise[b], rtol=0, atol=1e-12)
+        enc = model.dataset_encoder
+        X, y = alone.X, alone.y
+        torch.testing.assert_close(
+            enc._forward_dense(X, y),
+            enc._forward_padded(X, y, alone.point_mask, alone.dim_mask),
+            rtol=0,
+            atol=1e-12,
+        )
+
+
 def test_keyword_and_positional_forms_equal_the_batch_form(gen: torch.Generator) -> None:
     model = _model()
     batch = testing.random_padded_batch(gen, PAPER_VOCABULARY, batch=3, n_max=7, d_max=2, l_max=2)

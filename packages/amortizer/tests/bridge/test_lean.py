@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -217,3 +218,35 @@ def _bounds(objective: LeanObjective):
     lo = np.array([-np.inf if b[0] is None else b[0] for b in objective.bounds])
     hi = np.array([np.inf if b[1] is None else b[1] for b in objective.bounds])
     return lo, hi
+
+
+def test_grouped_priors_equal_scipy_densities() -> None:
+    """The priors grouped by family (two on one value included) against scipy.stats log
+    densities, and their derivatives against central differences."""
+    from scipy import stats
+
+    from amorgp.amortizer.bridge.lean_rbf import _Priors
+
+    terms = [
+        ("lognormal", np.array([0, 1]), np.array([-0.5, 0.2]), np.array([0.7, 1.3])),
+        ("normal", np.array([3]), np.array([0.4]), np.array([2.0])),
+        ("gamma", np.array([2]), np.array([3.0]), np.array([6.0])),
+        ("gamma", np.array([2]), np.array([1.5]), np.array([0.5])),  # a second prior on v[2]
+    ]
+    priors = _Priors(terms)
+    v = np.array([0.3, 1.7, 0.45, -0.2])
+
+    def oracle(x: np.ndarray) -> float:
+        return float(
+            stats.lognorm.logpdf(x[0], 0.7, scale=np.exp(-0.5))
+            + stats.lognorm.logpdf(x[1], 1.3, scale=np.exp(0.2))
+            + stats.norm.logpdf(x[3], 0.4, 2.0)
+            + stats.gamma.logpdf(x[2], 3.0, scale=1 / 6.0)
+            + stats.gamma.logpdf(x[2], 1.5, scale=1 / 0.5)
+        )
+
+    g = np.zeros(4)
+    assert priors.add_to(v, g) == pytest.approx(oracle(v), rel=1e-12)
+    h = 1e-6
+    fd = [(oracle(v + h * e) - oracle(v - h * e)) / (2 * h) for e in np.eye(4)]
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)

@@ -4,7 +4,9 @@ Conventions: a *set* is a tensor ``(..., S, C)`` with a boolean ``mask (..., S)`
 (True = present).  Blocks have no positional encoding and no dropout, so they
 are permutation equivariant over ``S``; padded rows are written as zeros, and
 keys of padded rows are excluded from attention, so padding never changes the
-rows that are present.
+rows that are present.  ``mask=None`` means every row is present: the same result
+without the masking operations (the fast path of one unpadded dataset, e.g. one
+Bayesian-optimisation fit, where the network's cost is per-operation overhead).
 """
 
 from __future__ import annotations
@@ -18,20 +20,35 @@ __all__ = [
     "MaskedSelfAttention",
     "TransformerBlock",
     "TransformerStack",
+    "dense_mask",
     "masked_mean",
     "zero_padded",
 ]
 
 
-def zero_padded(x: Tensor, mask: Tensor) -> Tensor:
+def dense_mask(mask: Tensor) -> Tensor | None:
+    """``None`` when ``mask`` is a CPU tensor with every entry True, else ``mask``.
+
+    The test reads the mask on the host, so it is done on the CPU only (on other devices
+    the masked path runs, without a host synchronisation).
+    """
+    if mask.device.type == "cpu" and bool(mask.all()):
+        return None
+    return mask
+
+
+def zero_padded(x: Tensor, mask: Tensor | None) -> Tensor:
     """Rows of ``x (..., S, C)`` where ``mask (..., S)`` is False set to exactly 0.
 
     Uses ``where`` (not a product), so NaN or Inf in padded rows cannot leak.
+    ``mask=None``: every row is present, ``x`` is returned as it is.
     """
+    if mask is None:
+        return x
     return torch.where(mask.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def masked_mean(x: Tensor, mask: Tensor, dim: int) -> Tensor:
+def masked_mean(x: Tensor, mask: Tensor | None, dim: int) -> Tensor:
     """Mean of ``x`` over axis ``dim`` counting only rows where ``mask`` is True.
 
     Args:
@@ -40,8 +57,11 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int) -> Tensor:
         dim: the axis of ``x`` to reduce (not the last one).
 
     Returns:
-        The masked mean; an all-padded set gives 0 (never NaN).
+        The masked mean; an all-padded set gives 0 (never NaN).  ``mask=None``: the
+        plain mean.
     """
+    if mask is None:
+        return x.mean(dim)
     m = mask.unsqueeze(-1).to(x.dtype)
     total = zero_padded(x, mask).sum(dim)
     count = m.sum(dim).clamp_min(1.0)
@@ -64,15 +84,18 @@ class MaskedSelfAttention(nn.Module):
         self.qkv = nn.Linear(width, 3 * width)
         self.out = nn.Linear(width, width)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        """``x (..., S, C)``, ``mask (..., S)`` -> ``(..., S, C)``."""
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """``x (..., S, C)``, ``mask (..., S)`` or ``None`` (all present) -> ``(..., S, C)``."""
         lead = x.shape[:-2]
         s, c = x.shape[-2], x.shape[-1]
         h = self.n_heads
         q, k, v = self.qkv(x).reshape(-1, s, 3, h, c // h).permute(2, 0, 3, 1, 4)
-        keys = mask.reshape(-1, s)
-        keys = keys | ~keys.any(-1, keepdim=True)
-        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=keys[:, None, None, :])
+        if mask is None:
+            attn = F.scaled_dot_product_attention(q, k, v)
+        else:
+            keys = mask.reshape(-1, s)
+            keys = keys | ~keys.any(-1, keepdim=True)
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=keys[:, None, None, :])
         return self.out(attn.transpose(1, 2).reshape(*lead, s, c))
 
 
@@ -91,7 +114,7 @@ class TransformerBlock(nn.Module):
             nn.Linear(width, ff_mult * width), nn.GELU(), nn.Linear(ff_mult * width, width)
         )
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         x = x + self.attn(self.norm1(x), mask)
         x = x + self.ff(self.norm2(x))
         return zero_padded(x, mask)
@@ -104,7 +127,7 @@ class TransformerStack(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(TransformerBlock(width, n_heads, ff_mult) for _ in range(n))
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         x = zero_padded(x, mask)
         for block in self.blocks:
             x = block(x, mask)
@@ -131,7 +154,7 @@ class KernelEncoderBlock(nn.Module):
             nn.Linear(ff_mult * width, width),
         )
 
-    def forward(self, t: Tensor, context: Tensor, mask: Tensor) -> Tensor:
+    def forward(self, t: Tensor, context: Tensor, mask: Tensor | None) -> Tensor:
         """``t (..., L, K)``, ``context (..., C)``, ``mask (..., L)`` -> ``(..., L, K)``."""
         t = t + self.attn(self.norm1(t), mask)
         ctx = context.unsqueeze(-2).expand(*t.shape[:-1], context.shape[-1])

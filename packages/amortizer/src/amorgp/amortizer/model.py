@@ -40,7 +40,13 @@ import torch
 from torch import Tensor, nn
 
 from amorgp.amortizer.config import NetworkConfig
-from amorgp.amortizer.layers import KernelEncoderBlock, TransformerStack, masked_mean, zero_padded
+from amorgp.amortizer.layers import (
+    KernelEncoderBlock,
+    TransformerStack,
+    dense_mask,
+    masked_mean,
+    zero_padded,
+)
 from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding, Prediction
 from amorgp.amortizer.registry import build_model
 from amorgp.kernel_grammar import NOISE, Vocabulary, positive, positive_inverse
@@ -83,8 +89,11 @@ class DatasetEncoder(nn.Module):
         (the paper prior's ``d ~ Geometric(0.25)`` clipped to 8 pads about 60 % of a
         batch's dimensions).  On other devices the padded layout is used (no host
         synchronisation).  Both give the same result: the encoder is padding invariant.
+        A CPU batch without any padding (one dataset at inference) runs without masks.
         """
         if X.device.type == "cpu":
+            if dense_mask(point_mask) is None and dense_mask(dim_mask) is None:
+                return self._forward_dense(X, y)
             return self._forward_packed(X, y, point_mask, dim_mask)
         return self._forward_padded(X, y, point_mask, dim_mask)
 
@@ -104,6 +113,15 @@ class DatasetEncoder(nn.Module):
         c = self.within_dims_2(self.merge(c), pts)  # (B,D,N,H)
         hd = masked_mean(c, pts, dim=2)  # (B,D,H)
         return self.across_dims(hd, dim_mask)
+
+    def _forward_dense(self, X: Tensor, y: Tensor) -> Tensor:
+        """The encoder of batches without padding (the masked paths' result, fewer ops)."""
+        B, N, D = X.shape
+        pairs = torch.stack([X.transpose(1, 2), y[:, None, :].expand(B, D, N)], dim=-1)
+        e = self.within_dims(self.embed(pairs), None)  # (B,D,N,H)
+        g = self.across_points(e.mean(1), None)  # (B,N,H)
+        c = self.within_dims_2(self.merge(torch.cat([e, g[:, None].expand_as(e)], dim=-1)), None)
+        return self.across_dims(c.mean(2), None)  # (B,D,H)
 
     def _forward_packed(self, X: Tensor, y: Tensor, point_mask: Tensor, dim_mask: Tensor) -> Tensor:
         B, N, D = X.shape
@@ -151,13 +169,16 @@ class KernelEncoderDecoder(nn.Module):
     def forward(
         self, symbols: Tensor, symbol_mask: Tensor, h: Tensor, dim_mask: Tensor
     ) -> tuple[Tensor, Tensor]:
-        t = zero_padded(self.embed(symbols), symbol_mask)
+        symbol_mask_or_none, dim_mask_or_none = dense_mask(symbol_mask), dense_mask(dim_mask)
+        t = zero_padded(self.embed(symbols), symbol_mask_or_none)
         for block in self.encoder:
-            t = block(t, h, symbol_mask)
-        v = self.across_dims(masked_mean(t, symbol_mask, dim=2), dim_mask)  # (B,D,K)
+            t = block(t, h, symbol_mask_or_none)
+        v = self.across_dims(
+            masked_mean(t, symbol_mask_or_none, dim=2), dim_mask_or_none
+        )  # (B,D,K)
         ctx = torch.cat([h, v], dim=-1)
         for block in self.decoder:
-            t = block(t, ctx, symbol_mask)
+            t = block(t, ctx, symbol_mask_or_none)
         return t, v
 
 
@@ -250,7 +271,8 @@ class AmortizedGP(AmortizationNetwork):
         h, dim_mask = encoding.h, encoding.dim_mask
         tokens, v = self.kernel_encoder(symbols, symbol_mask, h, dim_mask)
         params = self.heads(tokens, symbols, symbol_mask)
-        features = torch.cat([masked_mean(v, dim_mask, 1), masked_mean(h, dim_mask, 1)], dim=-1)
+        dims = dense_mask(dim_mask)
+        features = torch.cat([masked_mean(v, dims, 1), masked_mean(h, dims, 1)], dim=-1)
         return Prediction(params=params, noise=self.noise_head(features))
 
 

@@ -19,7 +19,6 @@ goes through each constraint (identity where BoTorch does not enforce it by a tr
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import gpytorch.kernels as gk
@@ -91,13 +90,16 @@ class RBFObjective:
             low += [lower] * size
             enf += [enforced] * size
         self.idx, self.low, self.enf = np.array(idx), np.array(low), np.array(enf, dtype=bool)
-        self.priors = [_prior(*item, owners) for item in _named(model)]
+        self.priors = _Priors([_prior(*item, owners) for item in _named(model)])
         self.D = ((X[:, None, :] - X[None, :, :]) ** 2).reshape(n * n, d)
         if nls == 1:  # one lengthscale for all columns
             self.D = self.D.sum(1, keepdims=True)
+        self.Dh = -0.5 * self.D
         self.y = lean.y.numpy()
         self.n, self.nls = n, nls
-        self.M = np.tril(np.full((n, n), 2.0), -1) + np.eye(n)
+        # weights of the lower triangle (the sums over symmetric matrices), halved
+        self.M = np.tril(np.full((n, n), 1.0), -1) + 0.5 * np.eye(n)
+        self.all_enforced = bool(self.enf.all())
 
     def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """``(-MLL, -dMLL/dtheta)`` at the flat raw parameters ``theta``."""
@@ -107,12 +109,16 @@ class RBFObjective:
         if self.enf.any():  # softplus(raw) + lower (linear above 20, as torch's)
             big = theta > 20.0
             sp = np.where(big, theta, np.logaddexp(0.0, theta)) + self.low
-            v[self.idx] = np.where(self.enf, sp, theta)
-            dv = np.where(self.enf & ~big, 1.0 / (1.0 + np.exp(-theta)), 1.0)
+            if self.all_enforced:
+                v[self.idx] = sp
+                dv = np.where(big, 1.0, 1.0 / (1.0 + np.exp(-theta)))
+            else:
+                v[self.idx] = np.where(self.enf, sp, theta)
+                dv = np.where(self.enf & ~big, 1.0 / (1.0 + np.exp(-theta)), 1.0)
         else:
             v[self.idx] = theta
         ls, os, noise = v[:nls], v[nls], v[nls + 1]
-        E = np.exp(-0.5 * (self.D @ (1.0 / (ls * ls)))).reshape(n, n)
+        E = np.exp(self.Dh @ (1.0 / (ls * ls))).reshape(n, n)
         A = os * E
         A.flat[:: n + 1] += noise
         try:
@@ -122,18 +128,19 @@ class RBFObjective:
         r = self.y - v[nls + 2]
         alpha, _ = dpotrs(L, r, lower=1)
         Ainv, _ = dpotri(L, lower=1)  # lower triangle of A^{-1} (upper: leftovers)
-        value = -0.5 * r @ alpha - np.log(np.diag(L)).sum() - 0.5 * n * _LOG_2PI
-        # sums over symmetric matrices as sums over the lower triangle, weights self.M
-        WE = (0.5 * self.M * (np.outer(alpha, alpha) - Ainv) * E).reshape(-1)
+        value = -0.5 * (r @ alpha) - np.log(L.diagonal()).sum() - 0.5 * n * _LOG_2PI
+        # W = (alpha alpha^T - A^{-1}) / 2 o E, summed over the lower triangle (weights M)
+        W = np.outer(alpha, alpha)
+        W -= Ainv
+        W *= E
+        W *= self.M
+        WE = W.reshape(-1)
         g = np.empty(nls + 3)
         g[:nls] = os * (WE @ self.D) / ls**3
         g[nls] = WE.sum()
-        g[nls + 1] = 0.5 * (alpha @ alpha - np.trace(Ainv))
+        g[nls + 1] = 0.5 * (alpha @ alpha - Ainv.trace())
         g[nls + 2] = alpha.sum()
-        for pos, log_density in self.priors:
-            lp, dlp = log_density(v[pos])
-            value += lp
-            g[pos] += dlp
+        value += self.priors.add_to(v, g)
         return float(-value / n), -(g[self.idx] * dv) / n
 
 
@@ -170,14 +177,56 @@ def _named(model: Any) -> list[tuple[str, Any, Any]]:
     return [(name, mod, prior) for name, mod, prior, _, _ in model.named_priors()]
 
 
-Density = Callable[[np.ndarray], tuple[float, np.ndarray]]
+class _Priors:
+    """The registered priors grouped by family, each family evaluated in one vector
+    operation: ``add_to(v, g)`` returns the summed log density at the value vector ``v``
+    and adds its derivatives to ``g``."""
+
+    def __init__(self, terms: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        self.groups: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, float, bool]] = []
+        for family in ("lognormal", "normal", "gamma"):
+            chosen = [t for t in terms if t[0] == family]
+            if not chosen:
+                continue
+            pos = np.concatenate([t[1] for t in chosen])
+            a = np.concatenate([t[2] for t in chosen])
+            b = np.concatenate([t[3] for t in chosen])
+            if family == "gamma":
+                const = float((a * np.log(b)).sum() - sum(math.lgamma(float(t)) for t in a))
+            else:
+                const = float((-np.log(b) - 0.5 * _LOG_2PI).sum())
+            repeated = len(np.unique(pos)) < len(pos)  # two priors on one value
+            self.groups.append((family, pos, a, b, const, repeated))
+
+    def add_to(self, v: np.ndarray, g: np.ndarray) -> float:
+        total = 0.0
+        for family, pos, a, b, const, repeated in self.groups:
+            x = v[pos]
+            if family == "lognormal":  # a = loc, b = scale (of log x)
+                lx = np.log(x)
+                z = (lx - a) / b
+                total += const - float((lx + 0.5 * z * z).sum())
+                dx = -(1.0 + z / b) / x
+            elif family == "normal":  # a = loc, b = scale
+                z = (x - a) / b
+                total += const - 0.5 * float((z * z).sum())
+                dx = -z / b
+            else:  # gamma: a = concentration, b = rate
+                total += const + float(((a - 1.0) * np.log(x) - b * x).sum())
+                dx = (a - 1.0) / x - b
+            if repeated:
+                np.add.at(g, pos, dx)
+            else:
+                g[pos] += dx
+        return total
 
 
 def _prior(
     name: str, mod: Any, prior: Any, owners: dict[int, tuple[Any, int, int]]
-) -> tuple[np.ndarray, Density]:
-    """``(positions in the value vector, x -> (log p(x) summed, d log p / dx))`` of one
-    registered prior."""
+) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """``(family, positions in the value vector, first parameters, second parameters)`` of
+    one registered prior (LogNormal: loc and scale; Normal: loc and scale; Gamma:
+    concentration and rate), broadcast to the positions."""
     stem = name.rsplit(".", 1)[-1].removesuffix("_prior")
     stem = "constant" if stem == "mean" else stem
     raw = getattr(mod, f"raw_{stem}", None)
@@ -193,30 +242,9 @@ def _prior(
         return np.broadcast_to(out, (size,)).copy()
 
     if type(prior) is LogNormalPrior:
-        mu, s = arr(prior.loc), arr(prior.scale)
-        c0 = -np.log(s) - 0.5 * _LOG_2PI
-
-        def lognormal(x: np.ndarray) -> tuple[float, np.ndarray]:
-            lx = np.log(x)
-            z = (lx - mu) / s
-            return float((c0 - lx - 0.5 * z * z).sum()), -(1.0 + z / s) / x
-
-        return pos, lognormal
+        return "lognormal", pos, arr(prior.loc), arr(prior.scale)
     if type(prior) is NormalPrior:
-        mu, s = arr(prior.loc), arr(prior.scale)
-        c1 = -np.log(s) - 0.5 * _LOG_2PI
-
-        def normal(x: np.ndarray) -> tuple[float, np.ndarray]:
-            z = (x - mu) / s
-            return float((c1 - 0.5 * z * z).sum()), -z / s
-
-        return pos, normal
+        return "normal", pos, arr(prior.loc), arr(prior.scale)
     if type(prior) is GammaPrior:
-        a, b = arr(prior.concentration), arr(prior.rate)
-        c2 = a * np.log(b) - np.array([math.lgamma(float(t)) for t in a])
-
-        def gamma(x: np.ndarray) -> tuple[float, np.ndarray]:
-            return float((c2 + (a - 1.0) * np.log(x) - b * x).sum()), (a - 1.0) / x - b
-
-        return pos, gamma
+        return "gamma", pos, arr(prior.concentration), arr(prior.rate)
     raise OptionError(f"prior {name}: {type(prior).__name__} has no closed form here")
