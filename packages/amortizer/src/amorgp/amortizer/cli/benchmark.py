@@ -84,6 +84,13 @@ def benchmark() -> None:
 )
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @click.option("--report-only", is_flag=True, help="Compute nothing: the report from cells/.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes (one thread each) for the real-data cells of Fig. 3 and Fig. 11.",
+)
 def paper(
     quick: bool,
     datasets: str | None,
@@ -98,6 +105,7 @@ def paper(
     device: str,
     no_progress: bool,
     report_only: bool,
+    jobs: int,
 ) -> None:
     """Every experiment of Bitzer et al. (2023) on the bundled data (resumable).
 
@@ -130,7 +138,7 @@ def paper(
     config = dataclasses.replace(base, **changes)
     for name in config.datasets:
         load_dataset(name)  # an unknown name or a bad file fails now, before any work
-    record = run_paper(config, out, progress=not no_progress, report_only=report_only)
+    record = run_paper(config, out, progress=not no_progress, report_only=report_only, jobs=jobs)
     emit(
         f"wrote {out / 'README.md'} and {out / 'results.json'} "
         f"({record['cells_computed']} cells computed, {record['elapsed_s']:.0f} s)"

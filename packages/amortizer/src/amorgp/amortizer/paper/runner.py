@@ -12,6 +12,7 @@ from amorgp.amortizer.paper import fig2b, fig3, fig4, fig9, fig10, fig11, table1
 from amorgp.amortizer.paper.cache import CellCache
 from amorgp.amortizer.paper.config import PaperConfig
 from amorgp.amortizer.paper.context import RunContext
+from amorgp.amortizer.paper.parallel import prefetch_real_cells
 from amorgp.amortizer.paper.report import environment, write_report
 from amorgp.amortizer.runtime import interruptible
 
@@ -56,6 +57,7 @@ def run_paper(
     *,
     progress: bool = True,
     report_only: bool = False,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Compute the missing cells of every configured experiment and write the report.
 
@@ -64,6 +66,8 @@ def run_paper(
         out: the output folder (``README.md``, ``results.json``, PNGs, ``cells/``).
         progress: progress bars on stderr (off anyway when stderr is not a terminal).
         report_only: compute nothing; regenerate the report from the cached cells.
+        jobs: worker processes for the real-data cells of Fig. 3 / Fig. 11
+            (:func:`~amorgp.amortizer.paper.parallel.prefetch_real_cells`); 1: none.
 
     Returns:
         The record written to ``results.json``.
@@ -74,12 +78,21 @@ def run_paper(
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cache = CellCache(out, read_only=report_only)
-    ctx = RunContext(config, out, cache, progress=progress)
     t0 = time.perf_counter()
     experiments: dict[str, Any] = {}
     interrupted = False
+    by_workers = 0
     with interruptible():  # kill -INT / -TERM: report what finished, then stop
+        if jobs > 1 and not report_only:
+            try:
+                by_workers = prefetch_real_cells(config, out, jobs)
+            except KeyboardInterrupt:
+                interrupted = True
+        # read after the workers: their cells are in the files
+        cache = CellCache(out, read_only=report_only or interrupted)
+        ctx = RunContext(config, out, cache, progress=progress)
+        if interrupted:
+            ctx.note("fig3", "interrupted; rerun the same command to continue from the cells")
         for name in config.experiments:
             experiments[name] = None
             if interrupted:
@@ -90,15 +103,16 @@ def run_paper(
                 interrupted = True
                 ctx.note(name, "interrupted; rerun the same command to continue from the cells")
     elapsed = time.perf_counter() - t0
+    computed = cache.computed + by_workers
     if not report_only:
-        log_run(out, {"quick": config.quick, "elapsed_s": elapsed, "cells": cache.computed})
+        log_run(out, {"quick": config.quick, "elapsed_s": elapsed, "cells": computed})
     record = {
         "config": config.to_dict(),
         "environment": environment(config.device),
         "experiments": experiments,
         "notes": ctx.notes,
         "elapsed_s": elapsed,
-        "cells_computed": cache.computed,
+        "cells_computed": computed,
         "report_only": report_only,
         "runs": read_runs(out),
     }
