@@ -173,3 +173,44 @@ def test_segment_records_real_data_scores(tmp_path: Path, init: Path) -> None:
     record = run_campaign(state, export, init=init, max_segments=1, real_data=data, **FAST)
     assert set(record["real"]) == {"toy"}
     assert _log(export)[-1]["real"]["toy"]["rmse"] == record["real"]["toy"]["rmse"]
+
+
+def test_average_weights_is_the_mean_of_the_state_dicts(tmp_path: Path) -> None:
+    from amorgp.amortizer.campaign_plan import average_weights
+    from amorgp.kernel_grammar.errors import CheckpointError
+
+    paths = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        paths.append(save_checkpoint(tmp_path / f"m{seed}", build_model(NET), NET))
+    average_weights(paths, tmp_path / "avg", {"swa_members": [0, 1, 2]})
+    avg = load_checkpoint(tmp_path / "avg")  # verified: hashes, finite weights
+    states = [load_checkpoint(p).model.state_dict() for p in paths]
+    for name, value in avg.model.state_dict().items():
+        expected = sum(s[name].double() for s in states) / 3
+        torch.testing.assert_close(value.double(), expected, rtol=0, atol=1e-7)
+    assert avg.meta["swa_members"] == [0, 1, 2]
+    other = PRESETS["small"].network
+    save_checkpoint(tmp_path / "other", build_model(other), other)
+    with pytest.raises(CheckpointError, match="another architecture"):
+        average_weights([paths[0], tmp_path / "other"], tmp_path / "bad", {})
+
+
+def test_segments_evaluate_the_average_of_the_last_segment_ends(tmp_path: Path, init: Path) -> None:
+    """From the second segment on, the phase-2 copy starts from the average of the kept
+    segment ends (at most ``swa_members``), whose phase-1 score is logged."""
+    state, export = tmp_path / "state", tmp_path / "export"
+    for _ in range(3):
+        run_campaign(state, export, init=init, max_segments=1, swa_members=2, **FAST)
+    log = _log(export)
+    assert "swa" not in log[0]  # one segment end: the latest weights themselves
+    assert log[1]["swa"]["members"] == [8, 16]
+    assert log[2]["swa"]["members"] == [16, 24]
+    kept = sorted(int(p.name) for p in (state / "swa").iterdir())
+    assert kept == [16, 24]
+    valset = _valset(state)
+    assert score_checkpoint(state / "swa-average", valset)["nll"] == pytest.approx(
+        log[2]["swa"]["phase1_nll"], rel=1e-12
+    )
+    ft = load_checkpoint(state / "finetune" / "last").meta["history"]
+    assert ft[-1]["from"] == str(state / "swa-average")

@@ -3,10 +3,12 @@
 A campaign trains one network on the paper's prior (``d ~ Geometric(0.25)``
 clipped to 8, ``n ~ U{10..n_max}``) through a fixed plan of *stages* (a
 curriculum over ``n``: small datasets first), in *segments* of a few minutes.
-After every segment it fine-tunes a copy of the phase-1 weights for a few
-noise-head steps (phase 2), scores that copy on a fixed validation set drawn
-from the paper prior, appends a record to the campaign log, and exports the
-weights (no optimiser state) whenever they beat the best exported so far (the
+After every segment it averages the phase-1 weights of the last few segment ends
+(stochastic weight averaging, :data:`~amorgp.amortizer.campaign_plan.SWA_MEMBERS`;
+training itself continues from the latest weights), fine-tunes a copy of that
+average for a few noise-head steps (phase 2), scores the copy on a fixed validation
+set drawn from the paper prior, appends a record to the campaign log, and exports
+the weights (no optimiser state) whenever they beat the best exported so far (the
 first time: the bundled default model, scored on the same set).
 
 Where things live::
@@ -15,6 +17,8 @@ Where things live::
       campaign.json          stage index, datasets of the stage done before this run dir, seed
       stage-K/               an ``amorgp train`` run directory (exact resume within a stage)
       finetune/              the phase-2 copy of the latest segment (scratch)
+      swa/NNNNNNNNNNNN/      phase-1 weights of the last segment ends (by datasets seen)
+      swa-average/           their average, the start of the phase-2 copy (scratch)
       valset/                the fixed campaign validation set (regenerated from its seed)
     EXPORT/ (in the repository: docs/training/campaign by default)
       campaign.jsonl         one record per segment: datasets, minutes, validation, exported?
@@ -46,10 +50,12 @@ import torch
 
 from amorgp.amortizer.campaign_plan import (
     CAMPAIGN_STAGES,
+    SWA_MEMBERS,
     VALSET_BATCHES,
     VALSET_SEED,
     CampaignStage,
     append_record,
+    average_weights,
     campaign_validation_set,
     export_weights,
     finetune_config,
@@ -66,7 +72,7 @@ from amorgp.amortizer.model import build_model
 from amorgp.amortizer.rundir import RunDirectory
 from amorgp.amortizer.runtime import interruptible
 from amorgp.amortizer.train import TrainResult, train
-from amorgp.kernel_grammar.errors import TrainingError
+from amorgp.kernel_grammar.errors import OptionError, TrainingError
 
 __all__ = [
     "CAMPAIGN_STAGES",
@@ -112,6 +118,7 @@ def run_campaign(
     max_segments: int | None = None,
     valset_batches: int = VALSET_BATCHES,
     real_data: str | os.PathLike[str] | None = None,
+    swa_members: int = SWA_MEMBERS,
 ) -> dict[str, Any]:
     """Run the campaign until ``max_minutes``, ``max_segments`` or an interruption.
 
@@ -135,6 +142,8 @@ def run_campaign(
         real_data: a folder of CSV datasets (last column the target); if given, every
             segment's evaluation copy is also scored there
             (:func:`~amorgp.amortizer.campaign_plan.real_data_scores`, record key ``"real"``).
+        swa_members: segment ends averaged into the evaluated copy (1: the latest
+            weights alone).
 
     Returns:
         The last record appended to ``export/campaign.jsonl`` (``{}`` if none).
@@ -165,6 +174,7 @@ def run_campaign(
                 finetune_steps=finetune_steps,
                 segment_datasets=segment_datasets,
                 real_data=Path(real_data) if real_data is not None else None,
+                swa_members=swa_members,
                 valset=campaign_validation_set(
                     state_dir, load_checkpoint(init).network, valset_batches
                 ),
@@ -200,12 +210,16 @@ class _Campaign:
         segment_datasets: int | None,
         valset: list[Any],
         real_data: Path | None = None,
+        swa_members: int = SWA_MEMBERS,
     ) -> None:
         self.state_dir, self.export_dir = state_dir, export_dir
         self.status, self.init = status, init
         self.stages, self.batch_size, self.finetune_steps = stages, batch_size, finetune_steps
         self.segment_datasets, self.valset = segment_datasets, valset
         self.real_data = real_data
+        if swa_members < 1:
+            raise OptionError(f"swa_members must be >= 1, got {swa_members}")
+        self.swa_members = swa_members
         self.run_id = f"{socket.gethostname()}-{int(time.time())}"
         self.record: dict[str, Any] = {}
 
@@ -328,16 +342,38 @@ class _Campaign:
         cfg = stage_train_config(stage, int(self.status["seed"]), self.batch_size)
         return train(run_dir, train_cfg=cfg, init_from=start, **common)
 
+    def _average(self, last: Path, total: int, record: dict[str, Any]) -> Path:
+        """Add ``last`` to the segment ends kept for averaging (the newest
+        :attr:`swa_members`) and return the checkpoint to fine-tune: their average, or
+        ``last`` while only one is kept."""
+        folder = self.state_dir / "swa"
+        export_weights(last, folder / f"{total:012d}", {"campaign": {"datasets_total": total}})
+        members = sorted(p for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+        for old in members[: -self.swa_members]:
+            shutil.rmtree(old)
+        members = members[-self.swa_members :]
+        if len(members) < 2:
+            return last
+        target = self.state_dir / "swa-average"
+        average_weights(members, target, {"swa_members": [int(p.name) for p in members]})
+        record["swa"] = {
+            "members": [int(p.name) for p in members],
+            "phase1_nll": score_checkpoint(target, self.valset)["nll"],
+        }
+        return target
+
     def _evaluate(self, result: TrainResult, record: dict[str, Any]) -> bool:
-        """Fine-tune a phase-2 copy, score it, export it if better; False if interrupted."""
+        """Fine-tune a phase-2 copy (of the weight average), score it, export it if
+        better; False if interrupted."""
         assert result.last_checkpoint is not None
+        start = self._average(result.last_checkpoint, int(record["datasets_total"]), record)
         ft_dir = self.state_dir / "finetune"
         if ft_dir.exists():
             shutil.rmtree(ft_dir)
         ft = train(
             ft_dir,
             train_cfg=finetune_config(int(self.status["seed"]), self.batch_size),
-            init_from=result.last_checkpoint,
+            init_from=start,
             max_steps=self.finetune_steps,
             device="cpu",
             progress=False,

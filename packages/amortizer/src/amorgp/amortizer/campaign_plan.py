@@ -16,14 +16,17 @@ import torch
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.train import validate
+from amorgp.kernel_grammar.errors import CheckpointError
 from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
 
 __all__ = [
     "CAMPAIGN_STAGES",
+    "SWA_MEMBERS",
     "VALSET_BATCHES",
     "VALSET_BATCH_SIZE",
     "VALSET_SEED",
     "CampaignStage",
+    "average_weights",
     "campaign_validation_set",
     "real_data_scores",
     "score_checkpoint",
@@ -33,6 +36,13 @@ VALSET_SEED = 20_261_122
 """Seed of the fixed campaign validation set (paper prior, ``d <= 8``, ``n <= 250``)."""
 
 VALSET_BATCHES, VALSET_BATCH_SIZE = 8, 32
+
+SWA_MEMBERS = 4
+"""Segment-end phase-1 weights averaged into the evaluated copy (stochastic weight
+averaging along the campaign's constant-learning-rate trajectory).  Measured at 272 k
+datasets: the average of the last four segment ends (245 k-280 k datasets) scored 0.577
+on the campaign validation set before fine-tuning and 0.576 after, against 0.599 and 0.582
+for the latest weights alone."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,40 @@ def append_record(log: Path, record: dict[str, Any]) -> None:
         fh.write(json.dumps(record, sort_keys=True) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def average_weights(sources: list[Path], target: Path, meta: dict[str, Any]) -> None:
+    """Write the uniform average of the weights of ``sources`` to ``target`` atomically.
+
+    Floating-point tensors are averaged in float64 and stored in their own dtype; other
+    tensors and the metadata come from the last source.  No optimiser state.
+
+    Raises:
+        CheckpointError: no source, or sources of different architectures.
+    """
+    if not sources:
+        raise CheckpointError("average_weights needs at least one checkpoint")
+    ckpts = [load_checkpoint(s) for s in sources]
+    ref = ckpts[-1]
+    for path, ckpt in zip(sources, ckpts, strict=True):
+        if ckpt.network != ref.network:
+            raise CheckpointError(
+                f"{path} holds another architecture than {sources[-1]}; cannot average them"
+            )
+    states = [c.model.state_dict() for c in ckpts]
+    average = {
+        name: (
+            (sum(st[name].double() for st in states) / len(states)).to(value.dtype)
+            if value.is_floating_point()
+            else value
+        )
+        for name, value in states[-1].items()
+    }
+    ref.model.load_state_dict(average)
+    keep: dict[str, Any] = {
+        k: ref.meta[k] for k in ("train", "simulator", "progress", "history") if k in ref.meta
+    }
+    save_checkpoint(target, ref.model, ref.network, meta={**keep, **meta}, overwrite=True)
 
 
 def export_weights(source: Path, target: Path, meta: dict[str, Any]) -> None:

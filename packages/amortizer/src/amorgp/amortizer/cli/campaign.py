@@ -67,6 +67,14 @@ def default_campaign_state() -> Path:
     help="Folder of CSV datasets (last column the target) on which every segment's "
     "model is also scored (e.g. the repository's data/).",
 )
+@click.option(
+    "--swa-members",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Segment ends whose phase-1 weights are averaged into the evaluated model "
+    "(1: the latest weights alone).",
+)
 def campaign_command(
     state: Path | None,
     export_dir: Path,
@@ -76,6 +84,7 @@ def campaign_command(
     max_minutes: float | None,
     threads: int,
     real_data: Path | None,
+    swa_members: int,
 ) -> None:
     """Run the long, resumable CPU training campaign (see amorgp.amortizer.campaign).
 
@@ -99,5 +108,6 @@ def campaign_command(
         finetune_steps=finetune_steps,
         max_minutes=max_minutes if max_minutes is not None else math.inf,
         real_data=real_data,
+        swa_members=swa_members,
     )
     emit(json_text(record))
