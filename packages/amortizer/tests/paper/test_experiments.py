@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from amorgp.amortizer.checkpoint import save_checkpoint
 from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.model import build_model
 from amorgp.amortizer.paper import PaperConfig, run_paper
 from amorgp.amortizer.paper.simulated import predictive_metrics
+from amorgp.amortizer.testing import seeded_checkpoint
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, base_symbol
 from amorgp.lazy_kernels import PaddedBatch
@@ -60,12 +59,7 @@ def test_simulated_metrics_match_a_dense_float64_oracle() -> None:
 @pytest.fixture(scope="module")
 def ahgp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     network = dataclasses.replace(PRESETS["tiny"].network, model="ahgp-se-ard")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = build_model(network)
-    out = tmp_path_factory.mktemp("ahgp") / "ahgp"
-    save_checkpoint(out, model, network, meta={"train": PRESETS["tiny"].train.to_dict()})
-    return out
+    return seeded_checkpoint(tmp_path_factory.mktemp("ahgp") / "ahgp", network)
 
 
 @pytest.fixture(scope="module")

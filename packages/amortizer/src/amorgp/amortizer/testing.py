@@ -14,11 +14,12 @@ Run these in float64 (``model.double()``) so the comparisons are tight.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from amorgp.amortizer.config import TrainConfig
+from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.kernel_grammar import Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 
@@ -30,6 +31,7 @@ __all__ = [
     "assert_point_invariant",
     "crop",
     "random_padded_batch",
+    "seeded_checkpoint",
 ]
 
 
@@ -152,6 +154,21 @@ def assert_padding_invariant(model: nn.Module, batch: PaddedBatch, atol: float =
             alone.params[0], ref.params[b, :d, :L], f"params of dataset {b} alone vs padded", atol
         )
         _close(alone.noise[0], ref.noise[b], f"noise of dataset {b} alone vs padded", atol)
+
+
+def seeded_checkpoint(directory: Path, network: NetworkConfig, seed: int = 0) -> Path:
+    """A checkpoint of ``network`` with weights drawn from ``torch.manual_seed(seed)``
+    (the global RNG state is left as it was), with the ``tiny`` preset's recipe as its
+    training metadata: a real, loadable network for tests that need one."""
+    from amorgp.amortizer.checkpoint import save_checkpoint
+    from amorgp.amortizer.config import PRESETS
+    from amorgp.amortizer.model import build_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model(network)
+    meta = {"train": PRESETS["tiny"].train.to_dict()}
+    return save_checkpoint(directory, model, network, meta=meta)
 
 
 TINY_TRAIN = TrainConfig(
