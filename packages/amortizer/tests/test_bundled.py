@@ -55,3 +55,35 @@ def test_ship_model_copies_weights_and_records_provenance(tmp_path: Path) -> Non
     )
     assert load_checkpoint(target).network == load_checkpoint(PRETRAINED_DIR).network
     assert not list(tmp_path.glob(".shipped*"))  # no temporary left
+
+
+def test_ship_model_copies_every_shard_of_a_sharded_checkpoint(tmp_path: Path) -> None:
+    """A run checkpoint whose weights (and optimiser state) are sharded ships as its
+    model shards only, and loads to the same weights."""
+    import json
+
+    import torch
+
+    from amorgp.amortizer.bundled import ship_model
+    from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
+
+    src = load_checkpoint(PRETRAINED_DIR)
+    opt = torch.optim.RAdam(src.model.parameters())
+    for p in src.model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    sharded = save_checkpoint(
+        tmp_path / "run", src.model, src.network, optimizer=opt, max_shard_bytes=2**19
+    )
+    target = ship_model(
+        sharded, "from-run", provenance="p", reproduce="r", hardware="h", root=tmp_path
+    )
+    meta = json.loads((target / "checkpoint.json").read_text())
+    shards = meta["shards"]["model"]
+    assert len(shards) > 1
+    assert "optimizer" not in meta["shards"]
+    assert sorted(p.name for p in target.glob("*.safetensors")) == sorted(shards)
+    assert set(meta["sha256"]) == set(shards)
+    shipped = load_checkpoint(target)
+    for a, b in zip(shipped.model.state_dict().values(), src.model.state_dict().values()):
+        assert torch.equal(a, b)

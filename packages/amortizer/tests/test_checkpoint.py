@@ -196,3 +196,60 @@ def test_bundled_default_still_verifies() -> None:
 
     ckpt = load_checkpoint(PRETRAINED_DIR)
     assert set(ckpt.meta["sha256"]) == {"model.safetensors"}
+
+
+def test_large_states_are_sharded_and_load_bit_exactly(tmp_path: Path) -> None:
+    """With a small shard limit the weights and the optimiser state are split into
+    files of at most that size (in the order of the state), listed under ``shards``, and
+    load back bit for bit; a corrupted or missing shard is refused."""
+    model, opt = _trained()
+    limit = 64 * 2**10
+    path = save_checkpoint(tmp_path / "sharded", model, NET, optimizer=opt, max_shard_bytes=limit)
+    meta = json.loads((path / "checkpoint.json").read_text())
+    model_files, opt_files = meta["shards"]["model"], meta["shards"]["optimizer"]
+    assert len(model_files) > 1
+    assert len(opt_files) > 1
+    assert not (path / "model.safetensors").exists()
+    assert set(meta["sha256"]) == {*model_files, *opt_files}
+    sizes = {}
+    for name in model_files:
+        part = load_file(str(path / name))
+        sizes[name] = sum(t.numel() * t.element_size() for t in part.values())
+        assert sizes[name] <= limit or len(part) == 1  # one oversized tensor alone
+    ckpt = load_checkpoint(path)
+    for (name, value), ref in zip(ckpt.model.state_dict().items(), model.state_dict().values()):
+        assert torch.equal(value, ref), name
+    tensors, _ = optimizer_to_tensors(opt)
+    assert ckpt.optimizer_tensors.keys() == tensors.keys()
+    for key, value in tensors.items():
+        assert torch.equal(ckpt.optimizer_tensors[key], value), key
+    # an unsharded copy of the same state holds the same tensors
+    single = load_checkpoint(save_checkpoint(tmp_path / "single", model, NET, optimizer=opt))
+    for a, b in zip(single.model.state_dict().values(), ckpt.model.state_dict().values()):
+        assert torch.equal(a, b)
+    blob = bytearray((path / model_files[1]).read_bytes())
+    blob[-1] ^= 0xFF
+    (path / model_files[1]).write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match="corrupted"):
+        load_checkpoint(path)
+    (path / model_files[1]).unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        load_checkpoint(path)
+
+
+def test_medium_preset_weights_fit_16_mib_files(tmp_path: Path) -> None:
+    """The ``medium`` preset (55 MiB of float32 weights) is written in shards of at most
+    16 MiB each, the per-file limit of the GPU machine's channel back."""
+    network = PRESETS["medium"].network
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build_model(network)
+    path = save_checkpoint(tmp_path / "medium", model, network)
+    files = json.loads((path / "checkpoint.json").read_text())["shards"]["model"]
+    total = sum(p.numel() * p.element_size() for p in model.state_dict().values())
+    assert total > 50 * 2**20
+    assert len(files) >= 4
+    assert all((path / f).stat().st_size <= 16 * 2**20 + 2**16 for f in files)  # + header
+    loaded = load_checkpoint(path, expect_network=network)
+    for a, b in zip(loaded.model.state_dict().values(), model.state_dict().values()):
+        assert torch.equal(a, b)

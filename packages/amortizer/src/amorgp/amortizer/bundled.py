@@ -78,18 +78,28 @@ def ship_model(
     import shutil
     import tempfile
 
-    from amorgp.amortizer.checkpoint import load_checkpoint, replace_directory
+    from amorgp.amortizer.checkpoint import (
+        MODEL_FILE,
+        load_checkpoint,
+        replace_directory,
+        tensor_files,
+    )
 
     src = Path(source)
     meta = load_checkpoint(src).meta
+    files = tensor_files(src, meta, MODEL_FILE)
     meta = {k: v for k, v in meta.items() if k not in ("optimizer",)}
-    meta["sha256"] = {"model.safetensors": meta["sha256"]["model.safetensors"]}
+    meta["sha256"] = {f: meta["sha256"][f] for f in files}
+    shards = meta.pop("shards", None)
+    if isinstance(shards, dict) and "model" in shards:
+        meta["shards"] = {"model": shards["model"]}
     meta.update(provenance=provenance, reproduce=reproduce, hardware=hardware, **(extra or {}))
     base = Path(root) if root is not None else PRETRAINED_ROOT
     target = base / name
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=base))
     try:
-        shutil.copyfile(src / "model.safetensors", tmp / "model.safetensors")
+        for f in files:
+            shutil.copyfile(src / f, tmp / f)
         (tmp / "checkpoint.json").write_text(
             json.dumps(meta, indent=2, sort_keys=True, default=str)
         )

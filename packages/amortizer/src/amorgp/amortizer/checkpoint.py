@@ -9,7 +9,14 @@ A checkpoint is a directory::
       checkpoint.json         format tag, network config (architecture + vocabulary),
                               normalisation contract, training recipe, simulator config,
                               progress (step, datasets seen per phase), validation metrics,
-                              optimiser hyperparameters, SHA-256 of both tensor files
+                              optimiser hyperparameters, SHA-256 of every tensor file
+
+Tensor files are at most :data:`SHARD_BYTES` (16 MiB) each, so that a checkpoint can
+travel through channels with a per-file limit (e.g. weights trained on a borrowed GPU
+machine): a larger state is split between tensors into ``model-00001-of-00004.safetensors``
+... (likewise ``optimizer-...``), listed in order under ``"shards"`` in
+``checkpoint.json``; a single tensor larger than the limit gets a shard of its own.  A
+state that fits keeps the single-file names above, so small checkpoints are unchanged.
 
 The directory is written under a temporary sibling name and renamed into place
 (a rename to a new name is atomic), so a crash never leaves a half-written
@@ -44,6 +51,7 @@ from amorgp.kernel_grammar.errors import CheckpointError
 
 __all__ = [
     "FORMAT",
+    "SHARD_BYTES",
     "check_finite",
     "NORMALISATION",
     "Checkpoint",
@@ -52,12 +60,15 @@ __all__ = [
     "optimizer_from_tensors",
     "optimizer_to_tensors",
     "save_checkpoint",
+    "tensor_files",
 ]
 
 FORMAT = "amorgp-amortizer-checkpoint/1"
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 META_FILE = "checkpoint.json"
+SHARD_BYTES = 16 * 2**20
+"""Largest tensor file a checkpoint writes (bytes of tensor data; see the module docstring)."""
 
 NORMALISATION: dict[str, str] = {
     "X": "each input column min-max scaled to [0, 1]; a constant column maps to 0.5",
@@ -84,6 +95,51 @@ class Checkpoint:
     meta: dict[str, Any]
     optimizer_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     path: Path | None = None
+
+
+def _shard_groups(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[list[str]]:
+    """Tensor names split, in order, into groups of at most ``max_bytes`` of data each (a
+    larger tensor alone in its group)."""
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name, value in tensors.items():
+        nbytes = value.numel() * value.element_size()
+        if groups[-1] and size + nbytes > max_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += nbytes
+    return groups
+
+
+def _save_tensors(
+    tensors: dict[str, torch.Tensor], folder: Path, single: str, max_bytes: int
+) -> list[str]:
+    """Write ``tensors`` as ``single`` or as numbered shards; returns the file names."""
+    groups = _shard_groups(tensors, max_bytes)
+    if len(groups) == 1:
+        names = [single]
+    else:
+        stem = single.removesuffix(".safetensors")
+        names = [
+            f"{stem}-{i:05d}-of-{len(groups):05d}.safetensors" for i in range(1, len(groups) + 1)
+        ]
+    for name, group in zip(names, groups, strict=True):
+        save_file({k: tensors[k] for k in group}, str(folder / name), metadata={"format": FORMAT})
+    return names
+
+
+def tensor_files(path: Path, meta: dict[str, Any], single: str) -> list[str]:
+    """The files holding one tensor set of a checkpoint: its shards as listed in
+    ``meta["shards"]``, else ``single`` where it exists (else none)."""
+    shards = meta.get("shards")
+    key = single.removesuffix(".safetensors")
+    if isinstance(shards, dict) and key in shards:
+        files = shards[key]
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise CheckpointError(f"checkpoint {path}: invalid shard list for {key} in {META_FILE}")
+        return list(files)
+    return [single] if (path / single).exists() else []
 
 
 def _sha256(path: Path) -> str:
@@ -172,6 +228,7 @@ def save_checkpoint(
     extra_tensors: dict[str, torch.Tensor] | None = None,
     meta: dict[str, Any] | None = None,
     overwrite: bool = False,
+    max_shard_bytes: int = SHARD_BYTES,
 ) -> Path:
     """Write a checkpoint directory atomically.
 
@@ -184,6 +241,8 @@ def save_checkpoint(
         meta: JSON-ready entries merged into ``checkpoint.json`` (recipe, progress,
             validation metrics, simulator config...).
         overwrite: replace an existing directory.
+        max_shard_bytes: largest tensor file (bytes of tensor data); larger states are
+            sharded (see the module docstring).
 
     Returns:
         The checkpoint directory.
@@ -201,7 +260,10 @@ def save_checkpoint(
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        save_file(weights, str(tmp / MODEL_FILE), metadata={"format": FORMAT})
+        files = _save_tensors(weights, tmp, MODEL_FILE, max_shard_bytes)
+        shards: dict[str, list[str]] = {}
+        if files != [MODEL_FILE]:
+            shards["model"] = list(files)
         body: dict[str, Any] = {
             "format": FORMAT,
             "network": network.to_dict(),
@@ -212,7 +274,7 @@ def save_checkpoint(
             "n_parameters": sum(p.numel() for p in module.parameters()),
         }
         body.update(meta or {})
-        files = [MODEL_FILE]
+        body.pop("shards", None)  # describes the files written here, never inherited
         opt_tensors: dict[str, torch.Tensor] = dict(extra_tensors or {})
         if optimizer is not None:
             t, j = optimizer_to_tensors(optimizer)
@@ -220,8 +282,12 @@ def save_checkpoint(
             body["optimizer"] = {"class": type(optimizer).__name__, **j}
         check_finite(opt_tensors, f"refusing to write checkpoint {target}: the optimiser state")
         if opt_tensors:
-            save_file(opt_tensors, str(tmp / OPTIMIZER_FILE), metadata={"format": FORMAT})
-            files.append(OPTIMIZER_FILE)
+            opt_files = _save_tensors(opt_tensors, tmp, OPTIMIZER_FILE, max_shard_bytes)
+            if opt_files != [OPTIMIZER_FILE]:
+                shards["optimizer"] = opt_files
+            files += opt_files
+        if shards:
+            body["shards"] = shards
         body["sha256"] = {name: _sha256(tmp / name) for name in files}
         (tmp / META_FILE).write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
         replace_directory(tmp, target)
@@ -271,7 +337,8 @@ def _verify_checksums(path: Path, meta: dict[str, Any]) -> None:
             f"checkpoint {path} has no SHA-256 checksums in {META_FILE}, so its weights "
             "cannot be verified; refusing to load it (pass verify=False to load it anyway)"
         )
-    expected = {MODEL_FILE, *(n for n in (OPTIMIZER_FILE,) if (path / n).exists())}
+    model_files = tensor_files(path, meta, MODEL_FILE) or [MODEL_FILE]
+    expected = {*model_files, *tensor_files(path, meta, OPTIMIZER_FILE)}
     unlisted = sorted(expected - set(digests))
     if unlisted:
         raise CheckpointError(
@@ -286,12 +353,19 @@ def _verify_checksums(path: Path, meta: dict[str, Any]) -> None:
             raise CheckpointError(f"checkpoint {path}: {name} is corrupted (SHA-256 mismatch)")
 
 
-def _load_tensors(path: Path, name: str) -> dict[str, torch.Tensor]:
-    try:
-        tensors = load_file(str(path / name))
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"checkpoint {path}: cannot read {name}: {err}") from err
-    check_finite(tensors, f"checkpoint {path} ({name})")
+def _load_tensors(path: Path, names: list[str]) -> dict[str, torch.Tensor]:
+    """The tensors of ``names`` (one file or the shards of one set), merged."""
+    tensors: dict[str, torch.Tensor] = {}
+    for name in names:
+        try:
+            part = load_file(str(path / name))
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"checkpoint {path}: cannot read {name}: {err}") from err
+        check_finite(part, f"checkpoint {path} ({name})")
+        twice = sorted(set(part) & set(tensors))
+        if twice:
+            raise CheckpointError(f"checkpoint {path}: {name} repeats tensor(s) {twice[:3]}")
+        tensors.update(part)
     return tensors
 
 
@@ -330,7 +404,7 @@ def load_checkpoint(
         raise CheckpointError(
             f"checkpoint {path} holds a different architecture: {network} != expected {expect_network}"
         )
-    weights = _load_tensors(path, MODEL_FILE)
+    weights = _load_tensors(path, tensor_files(path, meta, MODEL_FILE) or [MODEL_FILE])
     model = build_model(network)
     try:
         model.load_state_dict(weights, strict=True)
@@ -339,8 +413,9 @@ def load_checkpoint(
             f"checkpoint {path}: weights do not match the architecture: {err}"
         ) from err
     opt: dict[str, torch.Tensor] = {}
-    if (path / OPTIMIZER_FILE).exists():
-        opt = _load_tensors(path, OPTIMIZER_FILE)
+    opt_files = tensor_files(path, meta, OPTIMIZER_FILE)
+    if opt_files:
+        opt = _load_tensors(path, opt_files)
     return Checkpoint(model.to(device).eval(), network, meta, opt, path)
 
 
