@@ -41,3 +41,20 @@ def test_report_summarises_runs_and_skips_torn_lines(tmp_path: Path) -> None:
     assert "| b | 1 |" in text
     assert (tmp_path / "curve.png").stat().st_size > 1000
     assert (tmp_path / "out.md").read_text() == text
+
+
+def test_report_names_the_weight_averaged_segments(tmp_path: Path) -> None:
+    log = tmp_path / "campaign.jsonl"
+    rows = [_record("a", 1000, 0.80, 0.80, True), _record("a", 2000, 0.78, 0.78, True)]
+    rows.append({**_record("a", 3000, 0.75, 0.75, True)})
+    rows[1]["swa"] = {"members": [1000, 2000], "phase1_nll": 0.765}
+    rows[2]["swa"] = {"members": [1000, 2000, 3000], "phase1_nll": 0.7512}
+    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    text = campaign_report(log, tmp_path / "out.md", tmp_path / "curve.png")
+    assert "From 2,000 datasets on (2 segments)" in text
+    assert "last 3 segment ends" in text
+    assert "scored 0.7512 at 3,000 datasets" in text
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    plain = [_record("a", 1000, 0.80, 0.80, True)]
+    log.write_text(json.dumps(plain[0]) + "\n")
+    assert "weight averaging" not in campaign_report(log, tmp_path / "o2.md")

@@ -79,6 +79,7 @@ def campaign_report(
             else ""
         ),
         "",
+        *_swa_lines(records),
         "| run | segments | stages | datasets | hours (cumulative) | last validation NLL | best so far | exports |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -118,6 +119,21 @@ def campaign_report(
     return text
 
 
+def _swa_lines(records: list[dict[str, Any]]) -> list[str]:
+    """A sentence on the segments evaluated from a weight average (none: no lines)."""
+    swa = [r for r in records if "swa" in r]
+    if not swa:
+        return []
+    first, last = swa[0], swa[-1]
+    return [
+        f"From {first['datasets_total']:,} datasets on ({len(swa)} segments), the evaluated copy "
+        f"is fine-tuned from the average of the phase-1 weights of the last "
+        f"{len(last['swa']['members'])} segment ends (stochastic weight averaging); the average "
+        f"itself scored {last['swa']['phase1_nll']:.4f} at {last['datasets_total']:,} datasets.",
+        "",
+    ]
+
+
 def _figure(records: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -130,6 +146,14 @@ def _figure(records: list[dict[str, Any]], path: Path) -> None:
     ax.plot(x, [r["validation"]["nll"] for r in scored], "o-", label="noise-fine-tuned copy")
     if all("validation_phase1" in r for r in scored):
         ax.plot(x, [r["validation_phase1"]["nll"] for r in scored], "s--", label="phase-1 weights")
+    swa = [r for r in scored if "swa" in r]
+    if swa:
+        ax.plot(
+            [r["datasets_total"] for r in swa],
+            [r["swa"]["phase1_nll"] for r in swa],
+            "^:",
+            label="phase-1 weight average",
+        )
     ax.set_xlabel("datasets seen")
     ax.set_ylabel("validation NLL per point")
     ax.set_title("campaign learning curve (paper prior, d <= 8)")
