@@ -43,6 +43,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -395,6 +396,9 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # a job started in the background inherits SIGINT ignored: make Ctrl-C / kill -INT stop
+    # it (finished cells are kept; the cell in progress is lost)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
