@@ -59,6 +59,12 @@ def test_segments_advance_stages_and_export_only_when_improved(tmp_path: Path, i
         first["validation"]["nll"], rel=1e-12
     )
     assert load_checkpoint(best).meta["campaign"]["validation"] == first["validation"]
+    # its phase-1 start (one segment end: the latest weights) is exported beside it
+    pair = load_checkpoint(export / "best-phase1")
+    assert pair.meta["campaign"]["validation"] == first["validation"]
+    phase1 = load_checkpoint(export / "phase1-latest").model.state_dict()
+    for name, value in pair.model.state_dict().items():
+        assert torch.equal(value, phase1[name]), name
     status = json.loads((state / "campaign.json").read_text())
     assert (status["stage"], status["total_offset"]) == (1, 8)  # stage 0's 8 datasets done
     assert status["best_nll"] == first["validation"]["nll"]

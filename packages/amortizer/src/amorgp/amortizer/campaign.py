@@ -24,6 +24,7 @@ Where things live::
       campaign.jsonl         one record per segment: datasets, minutes, validation, exported?
       phase1-latest/         the latest phase-1 weights (to continue on a machine without STATE)
       best/                  the best phase-2 weights so far (a pretrained-format checkpoint)
+      best-phase1/           the weights ``best`` was fine-tuned from (the weight average)
 
 Any interruption (Ctrl-C, SIGTERM, a killed process) loses at most the current
 segment's progress since the last in-run checkpoint; a machine without STATE
@@ -395,6 +396,8 @@ class _Campaign:
             self.status["best_nll"] = metrics["nll"]
             meta = {"campaign": {**record, "valset_seed": VALSET_SEED}}
             export_weights(ft_dir / "last", self.export_dir / "best", meta)
+            # the same model before the noise fine-tuning (the pair of paper Fig. 10)
+            export_weights(start, self.export_dir / "best-phase1", meta)
         record["best_nll"] = self.status["best_nll"]
         return True
 
