@@ -126,7 +126,8 @@ def _swa_lines(records: list[dict[str, Any]]) -> list[str]:
         return []
     first, last = swa[0], swa[-1]
     return [
-        f"From {first['datasets_total']:,} datasets on ({len(swa)} segments), the evaluated copy "
+        f"From {first['datasets_total']:,} datasets on ({len(swa)} segment"
+        f"{'s' if len(swa) != 1 else ''}), the evaluated copy "
         f"is fine-tuned from the average of the phase-1 weights of the last "
         f"{len(last['swa']['members'])} segment ends (stochastic weight averaging); the average "
         f"itself scored {last['swa']['phase1_nll']:.4f} at {last['datasets_total']:,} datasets.",
