@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ FAST: dict[str, Any] = {
     "finetune_steps": 1,
     "valset_batches": 1,
     "segment_minutes": 30.0,
+    "heldout_pairs_count": 6,
 }
 
 
@@ -220,3 +222,20 @@ def test_segments_evaluate_the_average_of_the_last_segment_ends(tmp_path: Path, 
     )
     ft = load_checkpoint(state / "finetune" / "last").meta["history"]
     assert ft[-1]["from"] == str(state / "swa-average")
+
+
+def test_segments_log_held_out_predictive_quality(tmp_path: Path, init: Path) -> None:
+    """Each evaluated copy's median test NLL and RMSE on held-out simulated pairs are
+    logged, equal to a recomputation from the exported weights."""
+    from amorgp.amortizer.campaign_plan import heldout_pairs, heldout_scores
+
+    state, export = tmp_path / "state", tmp_path / "export"
+    state.mkdir()
+    _status(state, best_nll=1e9)
+    record = run_campaign(state, export, init=init, max_segments=1, **FAST)
+    held = record["heldout"]
+    assert 0 < held["pairs"] <= 6
+    assert held["rmse"] > 0
+    assert math.isfinite(held["nll"])
+    again = heldout_scores(export / "best", heldout_pairs(NET, 6))
+    assert again == pytest.approx(held, rel=1e-12)

@@ -60,6 +60,8 @@ from amorgp.amortizer.campaign_plan import (
     campaign_validation_set,
     export_weights,
     finetune_config,
+    heldout_pairs,
+    heldout_scores,
     last_record,
     read_json,
     real_data_scores,
@@ -120,6 +122,7 @@ def run_campaign(
     valset_batches: int = VALSET_BATCHES,
     real_data: str | os.PathLike[str] | None = None,
     swa_members: int = SWA_MEMBERS,
+    heldout_pairs_count: int = 200,
 ) -> dict[str, Any]:
     """Run the campaign until ``max_minutes``, ``max_segments`` or an interruption.
 
@@ -145,6 +148,8 @@ def run_campaign(
             (:func:`~amorgp.amortizer.campaign_plan.real_data_scores`, record key ``"real"``).
         swa_members: segment ends averaged into the evaluated copy (1: the latest
             weights alone).
+        heldout_pairs_count: simulated pairs with test points on which every evaluated
+            copy's predictive quality is also logged (record key ``"heldout"``; 0: none).
 
     Returns:
         The last record appended to ``export/campaign.jsonl`` (``{}`` if none).
@@ -176,6 +181,11 @@ def run_campaign(
                 segment_datasets=segment_datasets,
                 real_data=Path(real_data) if real_data is not None else None,
                 swa_members=swa_members,
+                heldout=(
+                    heldout_pairs(load_checkpoint(init).network, heldout_pairs_count)
+                    if heldout_pairs_count > 0
+                    else None
+                ),
                 valset=campaign_validation_set(
                     state_dir, load_checkpoint(init).network, valset_batches
                 ),
@@ -212,6 +222,7 @@ class _Campaign:
         valset: list[Any],
         real_data: Path | None = None,
         swa_members: int = SWA_MEMBERS,
+        heldout: list[Any] | None = None,
     ) -> None:
         self.state_dir, self.export_dir = state_dir, export_dir
         self.status, self.init = status, init
@@ -221,6 +232,7 @@ class _Campaign:
         if swa_members < 1:
             raise OptionError(f"swa_members must be >= 1, got {swa_members}")
         self.swa_members = swa_members
+        self.heldout = heldout
         self.run_id = f"{socket.gethostname()}-{int(time.time())}"
         self.record: dict[str, Any] = {}
 
@@ -390,6 +402,8 @@ class _Campaign:
             validation_phase1={"nll": phase1["nll"], "nll_gap": phase1["nll_gap"]},
             improved=improved,
         )
+        if self.heldout is not None:
+            record["heldout"] = heldout_scores(ft_dir / "last", self.heldout)
         if self.real_data is not None:
             record["real"] = real_data_scores(ft_dir / "last", self.real_data)
         if improved:

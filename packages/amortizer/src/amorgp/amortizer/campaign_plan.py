@@ -28,6 +28,8 @@ __all__ = [
     "CampaignStage",
     "average_weights",
     "campaign_validation_set",
+    "heldout_pairs",
+    "heldout_scores",
     "real_data_scores",
     "score_checkpoint",
 ]
@@ -115,6 +117,43 @@ def campaign_validation_set(
             path, cfg, n_batches=n_batches, batch_size=VALSET_BATCH_SIZE, seed=VALSET_SEED
         ).batches
     )
+
+
+HELDOUT_SEED = 20_261_125
+"""Seed of the campaign's held-out pairs (not Fig. 2b's: the benchmark stays unseen)."""
+
+
+def heldout_pairs(network: NetworkConfig, n_pairs: int = 200) -> list[Any]:
+    """Positive paper-prior pairs (``n <= 250``, ``d <= 8``) with 50 test points each,
+    drawn like the pairs of paper Fig. 2b but from :data:`HELDOUT_SEED`."""
+    from amorgp.amortizer.paper.simulated import simulated_pairs
+
+    cfg = SimulatorConfig(
+        n_min=10, n_max=250, d_max=8, n_test=50, positive_ratio=1.0, vocabulary=network.vocabulary
+    )
+    return simulated_pairs(cfg, n_pairs, HELDOUT_SEED)
+
+
+def heldout_scores(checkpoint: Path, chunks: list[Any]) -> dict[str, float]:
+    """Median test NLL per point and test RMSE of the exact-GP predictive with the
+    checkpoint's hyperparameters over the pairs of :func:`heldout_pairs` (the quality
+    the targets measure, which the validation NLL of the training points does not)."""
+    from amorgp.amortizer.paper.simulated import (
+        gp_batches,
+        network_parameters_batch,
+        predictive_metrics,
+    )
+
+    ckpt = load_checkpoint(checkpoint)
+    nll, rmse = [], []
+    for b in chunks:
+        gb, _ = gp_batches(b, ckpt.network.vocabulary)
+        params, noise = network_parameters_batch(ckpt.model, gb)
+        m = predictive_metrics(gb, params, noise, b.X_test, b.y_test, b.test_mask)
+        nll.append(m["nll"])
+        rmse.append(m["rmse"])
+    n, r = torch.cat(nll), torch.cat(rmse)
+    return {"nll": float(n.nanmedian()), "rmse": float(r.nanmedian()), "pairs": int(n.numel())}
 
 
 def score_checkpoint(checkpoint: Path, batches: list[Any]) -> dict[str, float]:
