@@ -170,6 +170,7 @@ def run_campaign(
             write_json(state_dir / "campaign.json", status)
             if init is None or not Path(init).exists():
                 init = _fresh_init(state_dir, network or preset(preset_name).network)
+            init_network = load_checkpoint(init).network
             campaign = _Campaign(
                 state_dir,
                 export_dir,
@@ -182,13 +183,11 @@ def run_campaign(
                 real_data=Path(real_data) if real_data is not None else None,
                 swa_members=swa_members,
                 heldout=(
-                    heldout_pairs(load_checkpoint(init).network, heldout_pairs_count)
+                    heldout_pairs(init_network, heldout_pairs_count)
                     if heldout_pairs_count > 0
                     else None
                 ),
-                valset=campaign_validation_set(
-                    state_dir, load_checkpoint(init).network, valset_batches
-                ),
+                valset=campaign_validation_set(state_dir, init_network, valset_batches),
             )
             campaign.score_baseline(Path(baseline) if baseline is not None else Path(init))
             campaign.run_segments(log, started + 60.0 * max_minutes, segment_minutes, max_segments)

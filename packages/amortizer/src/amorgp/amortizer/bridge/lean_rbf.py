@@ -99,7 +99,6 @@ class RBFObjective:
         self.n, self.nls = n, nls
         # weights of the lower triangle (the sums over symmetric matrices), halved
         self.M = np.tril(np.full((n, n), 1.0), -1) + 0.5 * np.eye(n)
-        self.all_enforced = bool(self.enf.all())
 
     def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """``(-MLL, -dMLL/dtheta)`` at the flat raw parameters ``theta``."""
@@ -109,12 +108,8 @@ class RBFObjective:
         if self.enf.any():  # softplus(raw) + lower (linear above 20, as torch's)
             big = theta > 20.0
             sp = np.where(big, theta, np.logaddexp(0.0, theta)) + self.low
-            if self.all_enforced:
-                v[self.idx] = sp
-                dv = np.where(big, 1.0, 1.0 / (1.0 + np.exp(-theta)))
-            else:
-                v[self.idx] = np.where(self.enf, sp, theta)
-                dv = np.where(self.enf & ~big, 1.0 / (1.0 + np.exp(-theta)), 1.0)
+            v[self.idx] = np.where(self.enf, sp, theta)
+            dv = np.where(self.enf & ~big, 1.0 / (1.0 + np.exp(-theta)), 1.0)
         else:
             v[self.idx] = theta
         ls, os, noise = v[:nls], v[nls], v[nls + 1]
