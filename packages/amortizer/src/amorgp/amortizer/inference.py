@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -28,8 +29,9 @@ from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.refine import refine as run_refinement
 from amorgp.amortizer.registry import network_names, network_spec
 from amorgp.amortizer.results import ConditionedGP, KernelResult
+from amorgp.amortizer.selection import select_by_likelihood
 from amorgp.kernel_grammar import CheckpointError, DimWiseStructure, OptionError, Vocabulary
-from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend
+from amorgp.lazy_kernels import Normalizer, PaddedBatch, as_dataset, choose_backend
 
 __all__ = [
     "DEFAULT_ENCODER_POINTS",
@@ -79,6 +81,13 @@ class Amortizer:
         gp_options: more :class:`~amorgp.lazy_kernels.ExactGP` options for the CG
             backends (``cg_tol``, ``max_cg_iter``, ``precond_rank`` (default
             :data:`DEFAULT_PRECOND_RANK`), ``n_probes``).
+        candidates: more networks of the same vocabulary, as ``{name: network}``: every
+            network predicts every kernel, and per kernel the prediction with the highest
+            log marginal likelihood on the encoder's points is kept
+            (:mod:`amorgp.amortizer.selection`; ``KernelResult.network`` names the
+            winner).  The bundled default names its candidates in its checkpoint
+            (``"candidates"``); :meth:`from_pretrained` loads them.
+        name: the primary network's name in ``KernelResult.network``.
 
     Example:
         >>> import numpy as np
@@ -100,11 +109,27 @@ class Amortizer:
         seed: int = 0,
         memory_budget: float = _MEMORY_BUDGET,
         gp_options: Mapping[str, Any] | None = None,
+        candidates: Mapping[str, AmortizationNetwork] | None = None,
+        name: str = "primary",
     ) -> None:
         if not isinstance(model, AmortizationNetwork):
             raise OptionError(
                 f"Amortizer needs an amortization network, got {type(model).__name__}"
             )
+        others = dict(candidates or {})
+        for label, net in others.items():
+            if not isinstance(net, AmortizationNetwork) or not _any_structure(net):
+                raise OptionError(
+                    f"candidate {label!r} is not a structured amortization network "
+                    f"({type(net).__name__})"
+                )
+            if tuple(net.vocabulary.symbols) != tuple(model.vocabulary.symbols):
+                raise OptionError(
+                    f"candidate {label!r} has the vocabulary {list(net.vocabulary.symbols)}, "
+                    f"the primary network {list(model.vocabulary.symbols)}"
+                )
+        if name in others:
+            raise OptionError(f"candidate name {name!r} is the primary network's name")
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.meta: dict[str, Any] = dict(meta or {})
@@ -116,6 +141,8 @@ class Amortizer:
             raise OptionError(f"encoder_points must be >= 1, got {encoder_points}")
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
+        self.name = name
+        self.candidates = {k: v.to(self.device).eval() for k, v in others.items()}
         self.dtype = dtype
         self.encoder_points = int(encoder_points)
         self.max_dims = int(train["max_dims"]) if "max_dims" in train else None
@@ -146,17 +173,23 @@ class Amortizer:
         path: str | os.PathLike[str] | None = None,
         *,
         device: str | torch.device | None = None,
+        candidates: Sequence[str | os.PathLike[str]] | None = None,
         **kwargs: Any,
     ) -> Amortizer:
         """Load a checkpoint directory or a bundled model by name (default: :data:`PRETRAINED_DIR`).
 
-        The checkpoint's SHA-256 checksums, format tag and architecture are verified.
+        The checkpoint's SHA-256 checksums, format tag and architecture are verified, and
+        so are those of its candidate networks.
 
         Args:
             path: checkpoint directory, the name of a bundled model (see
                 :func:`pretrained_names`; earlier defaults stay loadable by name), or
                 ``None`` for the bundled default.
             device: ``"cpu"``, ``"cuda"``...; default CUDA if available.
+            candidates: checkpoints (directories or bundled names) whose networks compete
+                with this one per kernel (see :class:`Amortizer`); ``None``: the ones the
+                checkpoint names in its ``"candidates"`` (the bundled default names its
+                predecessor ``small-d8-c206k``), ``()``: none.
             **kwargs: more :class:`Amortizer` options (``dtype``, ``encoder_points``...).
 
         Raises:
@@ -166,14 +199,23 @@ class Amortizer:
         """
         where = resolve_checkpoint(path)
         dev = torch.device(device) if device is not None else _default_device()
-        ckpt = load_checkpoint(where, device=dev)
-        model = ckpt.model
-        if not isinstance(model, AmortizationNetwork):
-            raise CheckpointError(
-                f"checkpoint {where} holds the {ckpt.network.model!r} network, which is not an "
-                "amortization network"
-            )
-        return cls(model, ckpt.meta, device=dev, **kwargs)
+        model, meta = _load_network(where, dev)
+        if candidates is None:
+            named = meta.get("candidates", [])
+            if not isinstance(named, list) or not all(isinstance(c, str) for c in named):
+                raise CheckpointError(
+                    f"{where / 'checkpoint.json'}: 'candidates' must be a list of bundled "
+                    f"model names, got {named!r}"
+                )
+            candidates = named
+        others: dict[str, AmortizationNetwork] = {}
+        for c in candidates:
+            label = Path(c).name
+            if label in others:
+                raise OptionError(f"candidate {label!r} given twice")
+            others[label] = _load_network(resolve_checkpoint(c), dev)[0]
+        label = "default" if path is None else Path(path).name
+        return cls(model, meta, device=dev, candidates=others, name=label, **kwargs)
 
     # -- structures -----------------------------------------------------------------------
     def structure(self, kernel: str | DimWiseStructure, n_dims: int) -> DimWiseStructure:
@@ -254,7 +296,7 @@ class Amortizer:
             raise OptionError("kernels is empty")
         steps = check_refine(refine)
         norm, Xn, yn, structures = self._prepare(X, y, kernels)
-        params, noise, n_enc = self.predict_parameters(Xn, yn, structures)
+        params, noise, n_enc, chosen = self._predict(Xn, yn, structures)
         if progress is not None:
             progress("network", 1, 1)
         n, K = Xn.shape[0], len(structures)
@@ -291,6 +333,7 @@ class Amortizer:
                 encoder_points=n_enc,
                 refine_steps=iterations[i],
                 refine_status=status[i],
+                network=chosen[i],
                 _gp=gps[i],
             )
             for i, s in enumerate(structures)
@@ -357,7 +400,9 @@ class Amortizer:
 
         The dataset encoder runs once (on :meth:`encoder_subset` of the points); the
         kernel encoder-decoder, the symbol heads and the noise head run on all ``K``
-        structures in one padded batch.
+        structures in one padded batch.  With candidate networks each of them does the
+        same, and each kernel keeps the prediction of highest log marginal likelihood on
+        the encoder's points.
 
         Args:
             Xn: ``(n, d)`` normalised inputs.
@@ -371,23 +416,64 @@ class Amortizer:
         Raises:
             CheckpointError: the network's output is not finite (broken weights).
         """
+        params, noise, n_enc, _ = self._predict(Xn, yn, structures)
+        return params, noise, n_enc
+
+    def _predict(
+        self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
+    ) -> tuple[Tensor, Tensor, int, list[str]]:
+        """:meth:`predict_parameters` and the name of the winning network per kernel."""
         n, d = Xn.shape
         idx = self.encoder_subset(n)
         Xe, ye = (Xn, yn) if idx is None else (Xn[idx.to(Xn.device)], yn[idx.to(yn.device)])
         sym, smask = encode_structures(structures, self.vocabulary, d, self.device)
-        params, noise = network_parameters(self.model, Xe, ye, sym, smask)
-        if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
-            raise CheckpointError(
-                "the network predicted non-finite hyperparameters for normalised data: its "
-                "weights are broken (e.g. a diverged training run); use another checkpoint"
+        preds = []
+        for label, net in [(self.name, self.model), *self.candidates.items()]:
+            params, noise = network_parameters(net, Xe, ye, sym, smask)
+            if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
+                raise CheckpointError(
+                    f"the network {label!r} predicted non-finite hyperparameters for "
+                    "normalised data: its weights are broken (e.g. a diverged training "
+                    "run); use another checkpoint"
+                )
+            preds.append((params.to(self.dtype), noise.to(self.dtype)))
+        index = [0] * len(structures)
+        if len(preds) > 1:
+            batch = PaddedBatch.from_datasets(
+                [(Xe.to(self.dtype), ye.to(self.dtype))] * len(structures),
+                list(structures),
+                self.vocabulary,
             )
-        return params.to(self.dtype).clone(), noise.to(self.dtype).clone(), int(Xe.shape[0])
+            params, noise, won = select_by_likelihood(batch, preds)
+            index = [int(i) for i in won.tolist()]
+        else:
+            params, noise = preds[0]
+        names = self.network_names
+        return params.clone(), noise.clone(), int(Xe.shape[0]), [names[i] for i in index]
+
+    @property
+    def network_names(self) -> list[str]:
+        """The primary network's name, then the candidates' (``KernelResult.network``)."""
+        return [self.name, *self.candidates]
 
     def __repr__(self) -> str:
+        more = f", candidates={list(self.candidates)}" if self.candidates else ""
         return (
             f"Amortizer({self.network.model}, vocabulary={list(self.vocabulary.symbols)}, "
-            f"device={self.device}, encoder_points={self.encoder_points})"
+            f"device={self.device}, encoder_points={self.encoder_points}{more})"
         )
+
+
+def _load_network(where: Path, device: torch.device) -> tuple[AmortizationNetwork, dict[str, Any]]:
+    """The verified checkpoint's network and metadata; an error if it is not an
+    amortization network."""
+    ckpt = load_checkpoint(where, device=device)
+    if not isinstance(ckpt.model, AmortizationNetwork):
+        raise CheckpointError(
+            f"checkpoint {where} holds the {ckpt.network.model!r} network, which is not an "
+            "amortization network"
+        )
+    return ckpt.model, dict(ckpt.meta)
 
 
 def _any_structure(model: Any) -> bool:

@@ -137,6 +137,9 @@ class KernelResult(KernelFit):
             ``"converged"`` (L-BFGS's own tolerances, or with ``refine="auto"`` the
             objective stopped improving), ``"max_iters"`` (the iteration budget ran out)
             or ``"failed"`` (non-finite objective; the last finite iterate is kept).
+        network: the name of the network whose prediction this is (the amortizer's
+            primary network, or the candidate with the highest log marginal likelihood;
+            see :mod:`amorgp.amortizer.selection`).
 
     :attr:`log_marginal_likelihood` is computed by :meth:`Amortizer.infer_many
     <amorgp.amortizer.inference.Amortizer.infer_many>` when the dense backend applies (or
@@ -148,6 +151,7 @@ class KernelResult(KernelFit):
     encoder_points: int
     refine_steps: int = 0
     refine_status: str = "none"
+    network: str = "primary"
     _gp: ConditionedGP | None = field(default=None, repr=False)
 
     @property
@@ -188,4 +192,5 @@ class KernelResult(KernelFit):
             "refine_steps": self.refine_steps,
             "refine_status": self.refine_status,
             "encoder_points": self.encoder_points,
+            "network": self.network,
         }

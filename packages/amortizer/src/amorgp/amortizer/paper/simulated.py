@@ -25,6 +25,7 @@ from torch import Tensor
 
 from amorgp.amortizer.paper.cache import CellKey, config_hash
 from amorgp.amortizer.paper.context import RunContext
+from amorgp.amortizer.selection import select_by_likelihood
 from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = [
@@ -154,8 +155,12 @@ def _method_params(
     if method == "ground truth":
         return (b.params, b.noise), 0.0
     model = method.split("@", 1)[1] if "@" in method else ctx.config.model
-    params = network_parameters_batch(ctx.amortizer(model).model, gb)
-    return params, time.perf_counter() - t0
+    amz = ctx.amortizer(model)
+    preds = [network_parameters_batch(net, gb) for net in (amz.model, *amz.candidates.values())]
+    if len(preds) == 1:
+        return preds[0], time.perf_counter() - t0
+    params, noise, _ = select_by_likelihood(gb, preds)  # as Amortizer.infer_many does
+    return (params, noise), time.perf_counter() - t0
 
 
 def _chunk_cell(

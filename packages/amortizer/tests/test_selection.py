@@ -1,0 +1,135 @@
+"""Candidate networks: per kernel, the prediction of highest log marginal likelihood.
+
+Oracle for the likelihood: a dense SE kernel written out in numpy and
+``scipy.stats.multivariate_normal`` (independent of the batched GP code), and, for the
+amortizer, each network's own single-network prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import multivariate_normal
+
+from amorgp.amortizer import Amortizer
+from amorgp.amortizer.api import PRETRAINED_DIR
+from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.selection import select_by_likelihood
+from amorgp.amortizer.testing import seeded_checkpoint
+from amorgp.kernel_grammar import CheckpointError, DimWiseStructure, OptionError, Vocabulary
+from amorgp.lazy_kernels import PaddedBatch
+
+
+def _se_lml(x: np.ndarray, y: np.ndarray, var: float, ls: float, noise: float) -> float:
+    r2 = (x[:, None] - x[None, :]) ** 2
+    K = var * np.exp(-0.5 * r2 / ls**2) + noise * np.eye(len(x))
+    return float(multivariate_normal(np.zeros(len(x)), K).logpdf(y))
+
+
+def test_selection_picks_the_highest_likelihood_per_element() -> None:
+    rng = np.random.default_rng(0)
+    datasets, xs, ys = [], [], []
+    for b in range(4):
+        x = np.sort(rng.uniform(0, 1, 30 + 5 * b))
+        y = np.sin((3 + 4 * b) * x) + 0.1 * rng.normal(size=len(x))
+        xs.append(x)
+        ys.append(y)
+        datasets.append((torch.tensor(x[:, None]), torch.tensor(y)))
+    batch = PaddedBatch.from_datasets(datasets, [DimWiseStructure.parse("SE", 1)] * 4)
+    D, L, P = batch.param_shape[1:]
+    cands = []
+    for ls in (0.05, 0.3, 1.5):  # (B, D, L, P): the SE slot holds (variance, lengthscale)
+        p = torch.zeros(4, D, L, P, dtype=torch.float64)
+        p[..., 0], p[..., 1] = 1.0, ls
+        cands.append((p, torch.full((4,), 0.05, dtype=torch.float64)))
+    params, noise, index = select_by_likelihood(batch, cands)
+    for b in range(4):
+        want = int(np.argmax([_se_lml(xs[b], ys[b], 1.0, ls, 0.05) for ls in (0.05, 0.3, 1.5)]))
+        assert int(index[b]) == want
+        assert torch.equal(params[b], cands[want][0][b])
+        assert float(noise[b]) == 0.05
+    assert len(set(index.tolist())) > 1  # the data make different candidates win
+
+
+def test_selection_ties_and_failures_go_to_the_first_candidate() -> None:
+    x = torch.linspace(0, 1, 20, dtype=torch.float64)[:, None]
+    se = DimWiseStructure.parse("SE", 1)
+    batch = PaddedBatch.from_datasets([(x, torch.sin(6 * x[:, 0]))] * 2, [se] * 2)
+    D, L, P = batch.param_shape[1:]
+    p = torch.ones(2, D, L, P, dtype=torch.float64) * 0.3
+    n = torch.full((2,), 0.1, dtype=torch.float64)
+    assert select_by_likelihood(batch, [(p, n), (p.clone(), n.clone())])[2].tolist() == [0, 0]
+    bad = p.clone()
+    bad[0] = float("nan")  # the first candidate cannot be evaluated on pair 0
+    assert select_by_likelihood(batch, [(bad, n), (p, n)])[2].tolist() == [1, 0]
+    with pytest.raises(ValueError, match="at least one"):
+        select_by_likelihood(batch, [])
+    with pytest.raises(ValueError, match="different shapes"):
+        select_by_likelihood(batch, [(p, n), (p[:1], n[:1])])
+
+
+@pytest.fixture(scope="module")
+def two_networks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("cands")
+    net = PRESETS["tiny"].network
+    return seeded_checkpoint(root / "a", net, seed=1), seeded_checkpoint(root / "b", net, seed=2)
+
+
+def test_amortizer_keeps_each_kernels_most_likely_prediction(
+    two_networks: tuple[Path, Path],
+) -> None:
+    a, b = two_networks
+    both = Amortizer.from_pretrained(a, device="cpu", candidates=[b])
+    solo = [Amortizer.from_pretrained(p, device="cpu", candidates=()) for p in (a, b)]
+    assert both.network_names == ["a", "b"]
+    rng = np.random.default_rng(3)
+    X = rng.uniform(0, 5, (35, 2))
+    y = np.sin(X[:, 0]) * X[:, 1] + 0.1 * rng.normal(size=35)
+    kernels = ["SE", "SE + PER", "LIN * SE", "PER", "SE + LIN"]
+    got = both.infer_many(X, y, kernels)
+    ref = [s.infer_many(X, y, kernels, evaluate_lml=True) for s in solo]
+    for k, r in enumerate(got):  # 35 points: the encoder read them all, so the full LML
+        lml = [ref[0][k].log_marginal_likelihood, ref[1][k].log_marginal_likelihood]
+        win = int(np.argmax(lml))
+        assert r.network == ["a", "b"][win]
+        assert torch.allclose(r.params, ref[win][k].params)
+        assert r.noise == pytest.approx(ref[win][k].noise)
+        assert r.log_marginal_likelihood == pytest.approx(max(lml), rel=1e-9, abs=1e-9)
+        assert r.to_dict()["network"] == r.network
+
+
+def test_candidates_from_the_checkpoint_and_bad_candidates(
+    two_networks: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, b = two_networks
+    c = tmp_path / "c"
+    shutil.copytree(a, c)
+    meta = json.loads((c / "checkpoint.json").read_text())
+    meta["candidates"] = [str(b)]
+    (c / "checkpoint.json").write_text(json.dumps(meta))
+    assert list(Amortizer.from_pretrained(c, device="cpu").candidates) == ["b"]
+    assert Amortizer.from_pretrained(c, device="cpu", candidates=()).candidates == {}
+    meta["candidates"] = "b"
+    (c / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="'candidates' must be a list"):
+        Amortizer.from_pretrained(c, device="cpu")
+    with pytest.raises(OptionError, match="given twice"):
+        Amortizer.from_pretrained(a, device="cpu", candidates=[b, b])
+    with pytest.raises(CheckpointError):
+        Amortizer.from_pretrained(a, device="cpu", candidates=[tmp_path / "missing"])
+    other = Amortizer.from_pretrained(b, device="cpu").model
+    other.vocabulary = Vocabulary(("SE", "LIN"))  # type: ignore[misc]
+    base = Amortizer.from_pretrained(a, device="cpu", candidates=()).model
+    with pytest.raises(OptionError, match="vocabulary"):
+        Amortizer(base, candidates={"x": other})
+
+
+def test_the_bundled_default_names_its_candidate() -> None:
+    meta = json.loads((PRETRAINED_DIR / "checkpoint.json").read_text())
+    amz = Amortizer.from_pretrained(device="cpu")
+    assert amz.network_names == ["default", *meta["candidates"]]
