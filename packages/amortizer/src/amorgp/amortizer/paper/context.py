@@ -69,21 +69,24 @@ class RunContext:
                 self._identities[model] = None
         return self._identities[model]
 
-    def amortizer(self, model: str | None = None) -> Any:
+    def amortizer(self, model: str | None = None, *, solo: bool = False) -> Any:
         """The :class:`~amorgp.amortizer.Amortizer` of ``model`` (default: the configured one)
-        on ``config.device``, warmed up."""
+        on ``config.device``, warmed up; ``solo``: without the checkpoint's candidate
+        networks (its own network only)."""
         name = model or self.config.model
-        if name not in self._models:
+        key = f"{name}|solo" if solo else name
+        if key not in self._models:
             import numpy as np
 
             from amorgp.amortizer.inference import Amortizer
 
-            amz = Amortizer.from_pretrained(name, device=self.config.device)
+            extra: dict[str, Any] = {"candidates": ()} if solo else {}
+            amz = Amortizer.from_pretrained(name, device=self.config.device, **extra)
             x = np.linspace(0.0, 1.0, 20)
             for refine in (0, 2):  # warm-up: later timings exclude one-time set-up
                 amz.infer_many(x, np.sin(6 * x), ["SE"], refine=refine)
-            self._models[name] = amz
-        return self._models[name]
+            self._models[key] = amz
+        return self._models[key]
 
     def network(self, model: str) -> Any:
         """The raw network of a checkpoint (also fixed-kernel ones such as AHGP-SE-ARD)."""

@@ -1,8 +1,9 @@
 """Fig. 10 of the paper: the network with vs without the noise fine-tuning phase.
 
 The two checkpoints of ``config.fig10_models`` (without, with fine-tuning; default
-``("default-phase1", "default")``) on the simulated test set of Fig. 2b (cells shared
-with it).  A name that is not a bundled model falls back, for the phase-1 network,
+``("default-phase1", "default")``) on the simulated test set of Fig. 2b, each network
+alone (method ``network@MODEL``: without the candidate networks a checkpoint may name,
+so that the rows differ by the fine-tuning only).  A name that is not a bundled model falls back, for the phase-1 network,
 to ``docs/training/campaign/phase1-latest`` where that folder exists (a repository
 checkout), else the experiment is skipped with a note.
 """
@@ -39,7 +40,7 @@ def run(ctx: RunContext) -> dict[str, Any] | None:
     models = resolve_models(ctx)
     if models is None:
         return None
-    methods = ["amortized" if m == ctx.config.model else f"amortized@{m}" for m in models.values()]
+    methods = [f"network@{m}" for m in models.values()]
     per = simulated_cells(ctx, "prior", sim_settings(ctx), [*methods, "ground truth"], 1, "fig10")
     labels = dict(zip(methods, models, strict=True)) | {"ground truth": "ground truth"}
     per = {labels[m]: v for m, v in per.items()}

@@ -155,7 +155,7 @@ def _method_params(
     if method == "ground truth":
         return (b.params, b.noise), 0.0
     model = method.split("@", 1)[1] if "@" in method else ctx.config.model
-    amz = ctx.amortizer(model)
+    amz = ctx.amortizer(model, solo=method.startswith("network@"))
     preds = [network_parameters_batch(net, gb) for net in (amz.model, *amz.candidates.values())]
     if len(preds) == 1:
         return preds[0], time.perf_counter() - t0
@@ -188,7 +188,8 @@ def simulated_cells(
         label: the set's name in the cell keys (``"prior"``, ``"n=50"``).
         sim_settings: :class:`~amorgp.simulator.SimulatorConfig` fields plus ``pairs``
             and ``seed``.
-        methods: ``amortized``, ``amortized@NAME``, ``type2ml``, ``ground truth``.
+        methods: ``amortized``, ``amortized@NAME``, ``network@NAME`` (the checkpoint's
+            own network, without its candidates), ``type2ml``, ``ground truth``.
         restarts: Type-2 ML starts.
 
     Returns:
@@ -203,7 +204,7 @@ def simulated_cells(
         settings: dict[str, Any] = {"sim": sim_settings, "method": m, "protocol": 1}
         if m == "type2ml":
             settings["restarts"] = restarts
-        elif m.startswith("amortized"):
+        elif m.startswith(("amortized", "network@")):
             ident = ctx.identity(m.split("@", 1)[1] if "@" in m else ctx.config.model)
             if ident is None:
                 ctx.note(experiment, f"method {m}: its model is not available; skipped")
