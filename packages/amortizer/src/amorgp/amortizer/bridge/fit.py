@@ -32,8 +32,11 @@ __all__ = [
 
 @functools.lru_cache(maxsize=1)
 def default_amortizer() -> Amortizer:
-    """The bundled pretrained :class:`~amorgp.amortizer.Amortizer` (loaded once)."""
-    return Amortizer.from_pretrained()
+    """The bundled pretrained :class:`~amorgp.amortizer.Amortizer` (loaded once), its own
+    network only: the fits here refine the start with L-BFGS, so a candidate network's
+    second forward and likelihood selection would cost more (a few ms of a fit of
+    about 7) than they can improve; pass ``amortizer=`` to use another."""
+    return Amortizer.from_pretrained(candidates=())
 
 
 def model_data(model: Any, train_X: Any = None, train_Y: Any = None) -> tuple[Tensor, Tensor]:
