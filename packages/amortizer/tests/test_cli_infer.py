@@ -44,6 +44,29 @@ def test_infer_json_matches_the_api(data_1d: Path, tiny_checkpoint: Path) -> Non
         assert [h["normalised"] for h in got["hyperparameters"]] == pytest.approx(
             [h.value for h in want.table]
         )
+        assert got["network"] == want.network == "tiny"
+
+
+def test_infer_names_the_winning_network(
+    data_1d: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """With a candidate network, each kernel's row names the network the API picked."""
+    from amorgp.amortizer.config import PRESETS
+    from amorgp.amortizer.testing import seeded_checkpoint
+
+    other = seeded_checkpoint(tmp_path / "other", PRESETS["tiny"].network, seed=5)
+    ckpt = tmp_path / "main"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    meta = json.loads((ckpt / "checkpoint.json").read_text())
+    (ckpt / "checkpoint.json").write_text(json.dumps({**meta, "candidates": [str(other)]}))
+    kernels = ["SE + PER", "LIN", "SE", "PER"]
+    res = _run(["infer", str(data_1d), *[a for k in kernels for a in ("-k", k)]], ckpt)
+    assert res.exit_code == 0, res.output
+    data = np.loadtxt(data_1d, delimiter=",", skiprows=1)
+    api = Amortizer.from_pretrained(ckpt).infer_many(data[:, :1], data[:, 1], kernels)
+    rows = [line for line in res.output.splitlines() if line.startswith("kernel ")]
+    assert [line.rsplit("network ", 1)[1] for line in rows] == [r.network for r in api]
+    assert {r.network for r in api} <= {"main", "other"}
 
 
 def test_infer_table(data_2d: Path, tiny_checkpoint: Path) -> None:

@@ -37,7 +37,7 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
         lines.append(
             f"kernel {r.kernel_text}   log marginal likelihood {r.log_marginal_likelihood_original:.2f} "
             f"(normalised {r.log_marginal_likelihood:.2f})   noise {fmt(r.noise_original)} "
-            f"(normalised {fmt(r.noise)})"
+            f"(normalised {fmt(r.noise)})   network {r.network}"
         )
         lines.append(
             f"  {'dim':<12} {'symbol':<8} {'parameter':<16} {'normalised':>11} {'original':>11}"
