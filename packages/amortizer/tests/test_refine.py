@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.api import Amortizer
@@ -79,6 +80,29 @@ def test_auto_stops_when_the_objective_stops_improving(amz: Amortizer) -> None:
     assert calls[-1] == ("likelihood", 2, 2)
     budgets = [c for c in calls if c[0] == "refine"]
     assert all(done <= total == AUTO_MAX_ITERS for _, done, total in budgets)
+
+
+def test_many_kernels_beyond_one_dense_batch_are_refined_in_groups(
+    tiny_checkpoint: Path,
+) -> None:
+    """A budget for the Cholesky of about two addends at a time: four kernels are refined
+    in groups, each exactly as when refined alone (oracle: one call per kernel)."""
+    X, y = _data(120)
+    dense = 8 * 120**2
+    budget = (EVALUATOR_MATRICES_PER_TERM * 2 + 1) * dense + 2 * dense
+    a = Amortizer.from_pretrained(tiny_checkpoint, memory_budget=budget)
+    kernels = ["SE", "SE + PER", "LIN", "PER"]
+    terms = [len(a.structure(k, X.shape[1]).dims[0]) * X.shape[1] for k in kernels]
+    groups = a.refine_groups(len(y), terms)
+    assert len(groups) > 1
+    assert sorted(i for g in groups for i in g) == [0, 1, 2, 3]
+    assert a.gp_backend(len(y), sum(terms)) != "cholesky"  # refused before: all at once
+    got = a.infer_many(X, y, kernels, refine=3)
+    for k, r in zip(kernels, got, strict=True):
+        alone = a.infer(X, y, k, refine=3)
+        assert r.refine_steps == alone.refine_steps > 0
+        torch.testing.assert_close(r.params, alone.params, rtol=1e-6, atol=1e-9)
+        assert r.noise == pytest.approx(alone.noise, rel=1e-6)
 
 
 def test_refine_above_the_dense_limit_is_refused(tiny_checkpoint: Path) -> None:

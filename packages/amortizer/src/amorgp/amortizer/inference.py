@@ -300,20 +300,24 @@ class Amortizer:
         if progress is not None:
             progress("network", 1, 1)
         n, K = Xn.shape[0], len(structures)
-        n_terms = sum(len(a) for s in structures for a in s.dims)
-        dense = self.gp_backend(n, n_terms) == "cholesky"
+        terms = [sum(len(a) for a in s.dims) for s in structures]
+        dense = self.gp_backend(n, sum(terms)) == "cholesky"
         iterations, status = [0] * K, ["none"] * K
         if steps != 0:
-            if not dense:
-                raise OptionError(
-                    f"refine={steps} runs dense Type-2 ML, which n = {n} points exceed "
-                    f"(dense limit of the memory budget {self.memory_budget:.3g} bytes); "
-                    "use refine=0 or a subset of the data"
+            for group in self.refine_groups(n, terms, steps):
+                ref = run_refinement(
+                    Xn,
+                    yn,
+                    [structures[i] for i in group],
+                    self.vocabulary,
+                    params[group],
+                    noise[group],
+                    steps,
+                    progress,
                 )
-            ref = run_refinement(
-                Xn, yn, structures, self.vocabulary, params, noise, steps, progress
-            )
-            params, noise, iterations, status = ref.params, ref.noise, ref.iterations, ref.status
+                params[group], noise[group] = ref.params, ref.noise
+                for j, i in enumerate(group):
+                    iterations[i], status[i] = ref.iterations[j], ref.status[j]
         gps = self._condition(structures, params, noise, Xn, yn)
         if evaluate_lml or (dense and evaluate_lml is None):
             for i, gp in enumerate(gps):  # per kernel: its posterior's factor, kept
@@ -382,6 +386,31 @@ class Amortizer:
         (:class:`amorgp.lazy_kernels.HyperparameterInference`) that model averaging and
         structure search consume, so the amortizer and the baselines are interchangeable."""
         return self.infer_many(X, y, kernels)
+
+    def refine_groups(self, n: int, terms: Sequence[int], steps: int | str = 1) -> list[list[int]]:
+        """Kernels refined together: consecutive groups whose addends (``terms`` per
+        kernel) the dense backend evaluates at once within the memory budget, so that
+        many kernels on many points are refined in turn rather than refused.
+
+        Raises:
+            OptionError: one kernel alone exceeds the dense limit (``n`` too large).
+        """
+        groups: list[list[int]] = []
+        total = 0
+        for i, t in enumerate(terms):
+            if self.gp_backend(n, t) != "cholesky":
+                raise OptionError(
+                    f"refine={steps} runs dense Type-2 ML, which n = {n} points exceed "
+                    f"(dense limit of the memory budget {self.memory_budget:.3g} bytes); "
+                    "use refine=0 or a subset of the data"
+                )
+            if groups and self.gp_backend(n, total + t) == "cholesky":
+                groups[-1].append(i)
+                total += t
+            else:
+                groups.append([i])
+                total = t
+        return groups
 
     def gp_backend(self, n: int, n_terms: int = 1) -> str:
         """The ExactGP backend for ``n`` points and ``n_terms`` addends evaluated at once:
