@@ -239,3 +239,31 @@ def test_segments_log_held_out_predictive_quality(tmp_path: Path, init: Path) ->
     assert math.isfinite(held["nll"])
     again = heldout_scores(export / "best", heldout_pairs(NET, 6))
     assert again == pytest.approx(held, rel=1e-12)
+
+
+def test_compare_on_heldout_is_paired_over_the_same_pairs(tmp_path: Path) -> None:
+    """The shipping comparison: medians and paired differences equal a recomputation per
+    pair, the sign test equals scipy's normal tail, and a network against itself ties."""
+    from scipy.stats import norm
+
+    from amorgp.amortizer.campaign_plan import compare_on_heldout, heldout_pairs, heldout_per_pair
+    from amorgp.amortizer.testing import seeded_checkpoint
+
+    a = seeded_checkpoint(tmp_path / "a", NET, seed=1)
+    b = seeded_checkpoint(tmp_path / "b", NET, seed=2)
+    got = compare_on_heldout(a, b, n_pairs=8, seed=3)
+    chunks = heldout_pairs(NET, 8, 3)
+    (na, ra), (nb, rb) = heldout_per_pair(a, chunks), heldout_per_pair(b, chunks)
+    assert got["pairs"] == na.numel() > 0
+    assert got["base_nll"] == pytest.approx(float(na.median()))
+    assert got["new_rmse"] == pytest.approx(float(rb.median()))
+    assert got["median_nll_difference"] == pytest.approx(float((nb - na).median()))
+    assert got["median_rmse_difference"] == pytest.approx(float((rb - ra).median()))
+    wins = int((nb < na).sum())
+    m = int((nb != na).sum())
+    assert got["new_better_fraction"] == pytest.approx(wins / m)
+    z = (wins - m / 2) / math.sqrt(m / 4)
+    assert got["sign_test_p"] == pytest.approx(2 * norm.sf(abs(z)))
+    same = compare_on_heldout(a, a, n_pairs=8, seed=3)
+    assert same["median_nll_difference"] == 0.0
+    assert same["sign_test_p"] == 1.0

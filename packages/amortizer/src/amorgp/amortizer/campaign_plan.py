@@ -6,12 +6,14 @@ See :mod:`amorgp.amortizer.campaign` for the campaign itself.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
@@ -21,6 +23,7 @@ from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
 
 __all__ = [
     "CAMPAIGN_STAGES",
+    "SHIP_SEED",
     "SWA_MEMBERS",
     "VALSET_BATCHES",
     "VALSET_BATCH_SIZE",
@@ -28,7 +31,9 @@ __all__ = [
     "CampaignStage",
     "average_weights",
     "campaign_validation_set",
+    "compare_on_heldout",
     "heldout_pairs",
+    "heldout_per_pair",
     "heldout_scores",
     "real_data_scores",
     "score_checkpoint",
@@ -123,21 +128,23 @@ HELDOUT_SEED = 20_261_125
 """Seed of the campaign's held-out pairs (not Fig. 2b's: the benchmark stays unseen)."""
 
 
-def heldout_pairs(network: NetworkConfig, n_pairs: int = 200) -> list[Any]:
+def heldout_pairs(
+    network: NetworkConfig, n_pairs: int = 200, seed: int = HELDOUT_SEED
+) -> list[Any]:
     """Positive paper-prior pairs (``n <= 250``, ``d <= 8``) with 50 test points each,
-    drawn like the pairs of paper Fig. 2b but from :data:`HELDOUT_SEED`."""
+    drawn like the pairs of paper Fig. 2b but from ``seed`` (default
+    :data:`HELDOUT_SEED`)."""
     from amorgp.amortizer.paper.simulated import simulated_pairs
 
     cfg = SimulatorConfig(
         n_min=10, n_max=250, d_max=8, n_test=50, positive_ratio=1.0, vocabulary=network.vocabulary
     )
-    return simulated_pairs(cfg, n_pairs, HELDOUT_SEED)
+    return simulated_pairs(cfg, n_pairs, seed)
 
 
-def heldout_scores(checkpoint: Path, chunks: list[Any]) -> dict[str, float]:
-    """Median test NLL per point and test RMSE of the exact-GP predictive with the
-    checkpoint's hyperparameters over the pairs of :func:`heldout_pairs` (the quality
-    the targets measure, which the validation NLL of the training points does not)."""
+def heldout_per_pair(checkpoint: Path, chunks: list[Any]) -> tuple[Tensor, Tensor]:
+    """Per pair of :func:`heldout_pairs`: the test NLL per point and the test RMSE of the
+    exact-GP predictive with the checkpoint's network's hyperparameters."""
     from amorgp.amortizer.paper.simulated import (
         gp_batches,
         network_parameters_batch,
@@ -152,8 +159,53 @@ def heldout_scores(checkpoint: Path, chunks: list[Any]) -> dict[str, float]:
         m = predictive_metrics(gb, params, noise, b.X_test, b.y_test, b.test_mask)
         nll.append(m["nll"])
         rmse.append(m["rmse"])
-    n, r = torch.cat(nll), torch.cat(rmse)
+    return torch.cat(nll), torch.cat(rmse)
+
+
+def heldout_scores(checkpoint: Path, chunks: list[Any]) -> dict[str, float]:
+    """Median test NLL per point and test RMSE of the exact-GP predictive with the
+    checkpoint's hyperparameters over the pairs of :func:`heldout_pairs` (the quality
+    the targets measure, which the validation NLL of the training points does not)."""
+    n, r = heldout_per_pair(checkpoint, chunks)
     return {"nll": float(n.nanmedian()), "rmse": float(r.nanmedian()), "pairs": int(n.numel())}
+
+
+SHIP_SEED = 77_777
+"""Seed of the 1000 pairs that decide whether an export replaces the default."""
+
+
+def compare_on_heldout(
+    base: Path, new: Path, n_pairs: int = 1000, seed: int = SHIP_SEED
+) -> dict[str, float]:
+    """``new`` against ``base`` pair by pair on ``n_pairs`` held-out simulated pairs.
+
+    The campaign's 200-pair median moves by a few hundredths of a nat between exports, so
+    a shipping decision compares the two networks on the same, larger set of pairs.
+
+    Returns:
+        The medians of each, the median paired differences ``new - base`` of the test NLL
+        and RMSE (negative: ``new`` is better), the fraction of pairs where ``new`` has the
+        lower test NLL, and the two-sided sign-test p-value of that fraction (normal
+        approximation).
+    """
+    chunks = heldout_pairs(load_checkpoint(base).network, n_pairs, seed)
+    (na, ra), (nb, rb) = heldout_per_pair(base, chunks), heldout_per_pair(new, chunks)
+    ok = ~(na.isnan() | nb.isnan() | ra.isnan() | rb.isnan())
+    d_nll, d_rmse = (nb - na)[ok], (rb - ra)[ok]
+    wins, ties = int((d_nll < 0).sum()), int((d_nll == 0).sum())
+    m = int(ok.sum()) - ties
+    z = (wins - m / 2) / math.sqrt(m / 4) if m > 0 else 0.0
+    return {
+        "pairs": int(ok.sum()),
+        "base_nll": float(na[ok].median()),
+        "new_nll": float(nb[ok].median()),
+        "base_rmse": float(ra[ok].median()),
+        "new_rmse": float(rb[ok].median()),
+        "median_nll_difference": float(d_nll.median()),
+        "median_rmse_difference": float(d_rmse.median()),
+        "new_better_fraction": wins / m if m > 0 else 0.5,
+        "sign_test_p": math.erfc(abs(z) / math.sqrt(2.0)),
+    }
 
 
 def score_checkpoint(checkpoint: Path, batches: list[Any]) -> dict[str, float]:
