@@ -97,7 +97,7 @@ def test_many_kernels_beyond_one_dense_batch_are_refined_in_groups(
     groups = a.refine_groups(len(y), terms)
     assert len(groups) > 1
     assert sorted(i for g in groups for i in g) == [0, 1, 2, 3]
-    assert a.gp_backend(len(y), sum(terms)) != "cholesky"  # refused before: all at once
+    assert not a.fits_dense(len(y), sum(terms))  # refused before: all at once
     got = a.infer_many(X, y, kernels, refine=3)
     for k, r in zip(kernels, got, strict=True):
         alone = a.infer(X, y, k, refine=3)

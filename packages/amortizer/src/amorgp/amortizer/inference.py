@@ -301,7 +301,7 @@ class Amortizer:
             progress("network", 1, 1)
         n, K = Xn.shape[0], len(structures)
         terms = [sum(len(a) for a in s.dims) for s in structures]
-        dense = self.gp_backend(n, sum(terms)) == "cholesky"
+        dense = self.fits_dense(n, sum(terms))
         iterations, status = [0] * K, ["none"] * K
         if steps != 0:
             for group in self.refine_groups(n, terms, steps):
@@ -398,19 +398,27 @@ class Amortizer:
         groups: list[list[int]] = []
         total = 0
         for i, t in enumerate(terms):
-            if self.gp_backend(n, t) != "cholesky":
+            if not self.fits_dense(n, t):
                 raise OptionError(
                     f"refine={steps} runs dense Type-2 ML, which n = {n} points exceed "
                     f"(dense limit of the memory budget {self.memory_budget:.3g} bytes); "
                     "use refine=0 or a subset of the data"
                 )
-            if groups and self.gp_backend(n, total + t) == "cholesky":
+            if groups and self.fits_dense(n, total + t):
                 groups[-1].append(i)
                 total += t
             else:
                 groups.append([i])
                 total = t
         return groups
+
+    def fits_dense(self, n: int, n_terms: int = 1) -> bool:
+        """Whether ``n_terms`` addends on ``n`` points fit the dense Cholesky backend
+        (``False`` also where only KeOps would fit and pykeops is not installed)."""
+        try:
+            return self.gp_backend(n, n_terms) == "cholesky"
+        except ValueError:  # only KeOps would fit, and it is not installed
+            return False
 
     def gp_backend(self, n: int, n_terms: int = 1) -> str:
         """The ExactGP backend for ``n`` points and ``n_terms`` addends evaluated at once:
