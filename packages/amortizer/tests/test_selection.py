@@ -129,7 +129,8 @@ def test_candidates_from_the_checkpoint_and_bad_candidates(
         Amortizer(base, candidates={"x": other})
 
 
-def test_the_bundled_default_names_its_candidate() -> None:
-    meta = json.loads((PRETRAINED_DIR / "checkpoint.json").read_text())
-    amz = Amortizer.from_pretrained(device="cpu")
-    assert amz.network_names == ["default", *meta["candidates"]]
+@pytest.mark.parametrize("name", ["default", "small-d8-c376k"])
+def test_bundled_checkpoints_load_the_candidates_they_name(name: str) -> None:
+    meta = json.loads((PRETRAINED_DIR.parent / name / "checkpoint.json").read_text())
+    amz = Amortizer.from_pretrained(name, device="cpu")
+    assert amz.network_names == [name, *meta.get("candidates", [])]
