@@ -10,7 +10,7 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.refine import AUTO_MAX_ITERS, check_refine
+from amorgp.amortizer.refine import AUTO_MAX_ITERS, check_refine, dense_groups
 from amorgp.kernel_grammar import OptionError
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
 
@@ -113,3 +113,20 @@ def test_refine_above_the_dense_limit_is_refused(tiny_checkpoint: Path) -> None:
     a = Amortizer.from_pretrained(tiny_checkpoint, memory_budget=budget)
     with pytest.raises(OptionError, match="refine=auto runs dense Type-2 ML"):
         a.infer(X, y, "SE", refine="auto")
+
+
+@pytest.mark.parametrize(
+    ("terms", "limit"), [([2, 2, 2, 5], 5), ([1] * 7, 3), ([4, 1, 1, 4], 6), ([3], 3)]
+)
+def test_dense_groups_partition_in_order_and_fit(terms: list[int], limit: int) -> None:
+    groups = dense_groups(terms, lambda t: t <= limit)
+    assert groups is not None
+    assert [i for g in groups for i in g] == list(range(len(terms)))  # every kernel, in order
+    sums = [sum(terms[i] for i in g) for g in groups]
+    assert all(s <= limit for s in sums)
+    # greedy: the next group's first kernel would not have fitted into the previous group
+    assert all(sums[j] + terms[groups[j + 1][0]] > limit for j in range(len(groups) - 1))
+
+
+def test_dense_groups_refuse_a_kernel_that_does_not_fit_alone() -> None:
+    assert dense_groups([1, 6, 1], lambda t: t <= 5) is None

@@ -25,8 +25,7 @@ from amorgp.amortizer.forward import (
 )
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.network import AmortizationNetwork
-from amorgp.amortizer.refine import check_refine
-from amorgp.amortizer.refine import refine as run_refinement
+from amorgp.amortizer.refine import check_refine, dense_groups, refine_in_groups
 from amorgp.amortizer.registry import network_names, network_spec
 from amorgp.amortizer.results import ConditionedGP, KernelResult
 from amorgp.amortizer.selection import select_by_likelihood
@@ -304,20 +303,11 @@ class Amortizer:
         dense = self.fits_dense(n, sum(terms))
         iterations, status = [0] * K, ["none"] * K
         if steps != 0:
-            for group in self.refine_groups(n, terms, steps):
-                ref = run_refinement(
-                    Xn,
-                    yn,
-                    [structures[i] for i in group],
-                    self.vocabulary,
-                    params[group],
-                    noise[group],
-                    steps,
-                    progress,
-                )
-                params[group], noise[group] = ref.params, ref.noise
-                for j, i in enumerate(group):
-                    iterations[i], status[i] = ref.iterations[j], ref.status[j]
+            groups = self.refine_groups(n, terms, steps)
+            ref = refine_in_groups(
+                Xn, yn, structures, self.vocabulary, params, noise, steps, groups, progress
+            )
+            params, noise, iterations, status = ref.params, ref.noise, ref.iterations, ref.status
         gps = self._condition(structures, params, noise, Xn, yn)
         if evaluate_lml or (dense and evaluate_lml is None):
             for i, gp in enumerate(gps):  # per kernel: its posterior's factor, kept
@@ -395,21 +385,13 @@ class Amortizer:
         Raises:
             OptionError: one kernel alone exceeds the dense limit (``n`` too large).
         """
-        groups: list[list[int]] = []
-        total = 0
-        for i, t in enumerate(terms):
-            if not self.fits_dense(n, t):
-                raise OptionError(
-                    f"refine={steps} runs dense Type-2 ML, which n = {n} points exceed "
-                    f"(dense limit of the memory budget {self.memory_budget:.3g} bytes); "
-                    "use refine=0 or a subset of the data"
-                )
-            if groups and self.fits_dense(n, total + t):
-                groups[-1].append(i)
-                total += t
-            else:
-                groups.append([i])
-                total = t
+        groups = dense_groups(terms, lambda t: self.fits_dense(n, t))
+        if groups is None:
+            raise OptionError(
+                f"refine={steps} runs dense Type-2 ML, which n = {n} points exceed "
+                f"(dense limit of the memory budget {self.memory_budget:.3g} bytes); "
+                "use refine=0 or a subset of the data"
+            )
         return groups
 
     def fits_dense(self, n: int, n_terms: int = 1) -> bool:

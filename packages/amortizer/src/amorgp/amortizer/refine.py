@@ -23,7 +23,16 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
 
-__all__ = ["AUTO_MAX_ITERS", "AUTO_ROUND", "AUTO_RTOL", "Refinement", "check_refine", "refine"]
+__all__ = [
+    "AUTO_MAX_ITERS",
+    "AUTO_ROUND",
+    "AUTO_RTOL",
+    "Refinement",
+    "check_refine",
+    "dense_groups",
+    "refine",
+    "refine_in_groups",
+]
 
 AUTO_ROUND = 10
 """L-BFGS iterations per round of ``refine="auto"``."""
@@ -140,3 +149,54 @@ def refine(
     out = params.detach().clone()
     out[:, :D, :L, :P] = cur.to(device=params.device, dtype=params.dtype)
     return Refinement(out, cur_noise.to(device=noise.device, dtype=noise.dtype), iterations, status)
+
+
+def dense_groups(terms: Sequence[int], fits: Callable[[int], bool]) -> list[list[int]] | None:
+    """Consecutive groups of kernels (``terms`` addends each) whose addends ``fits`` says
+    the dense backend evaluates at once, or ``None`` if one kernel alone does not fit."""
+    groups: list[list[int]] = []
+    total = 0
+    for i, t in enumerate(terms):
+        if not fits(t):
+            return None
+        if groups and fits(total + t):
+            groups[-1].append(i)
+            total += t
+        else:
+            groups.append([i])
+            total = t
+    return groups
+
+
+def refine_in_groups(
+    Xn: Tensor,
+    yn: Tensor,
+    structures: Sequence[DimWiseStructure],
+    vocabulary: Vocabulary,
+    params: Tensor,
+    noise: Tensor,
+    steps: int | Literal["auto"],
+    groups: Sequence[Sequence[int]],
+    progress: Progress | None = None,
+) -> Refinement:
+    """:func:`refine` run on each group of kernels in turn (see :func:`dense_groups`); the
+    result is in the order of ``structures``."""
+    params, noise = params.detach().clone(), noise.detach().clone()
+    K = len(structures)
+    iterations, status = [0] * K, ["none"] * K
+    for group in groups:
+        idx = list(group)
+        ref = refine(
+            Xn,
+            yn,
+            [structures[i] for i in idx],
+            vocabulary,
+            params[idx],
+            noise[idx],
+            steps,
+            progress,
+        )
+        params[idx], noise[idx] = ref.params, ref.noise
+        for j, i in enumerate(idx):
+            iterations[i], status[i] = ref.iterations[j], ref.status[j]
+    return Refinement(params, noise, iterations, status)
