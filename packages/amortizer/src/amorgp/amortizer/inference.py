@@ -187,8 +187,8 @@ class Amortizer:
             device: ``"cpu"``, ``"cuda"``...; default CUDA if available.
             candidates: checkpoints (directories or bundled names) whose networks compete
                 with this one per kernel (see :class:`Amortizer`); ``None``: the ones the
-                checkpoint names in its ``"candidates"`` (the bundled default names its
-                predecessor ``small-d8-c206k``), ``()``: none.
+                checkpoint names in its ``"candidates"`` (the bundled default names none;
+                ``small-d8-c376k`` names ``small-d8-c206k``), ``()``: none.
             **kwargs: more :class:`Amortizer` options (``dtype``, ``encoder_points``...).
 
         Raises:
