@@ -267,3 +267,73 @@ def test_compare_on_heldout_is_paired_over_the_same_pairs(tmp_path: Path) -> Non
     same = compare_on_heldout(a, a, n_pairs=8, seed=3)
     assert same["median_nll_difference"] == 0.0
     assert same["sign_test_p"] == 1.0
+
+
+def _segment_on(device: str, tmp_path: Path, init: Path) -> tuple[dict[str, Any], Path, Path]:
+    """One segment on this machine, then one on ``device`` with a new state directory
+    (another machine: a lent GPU) over the same export folder."""
+    here, there, export = tmp_path / "here", tmp_path / "there", tmp_path / "export"
+    here.mkdir()
+    _status(here, best_nll=1e9)
+    first = run_campaign(here, export, init=init, max_segments=1, **FAST)
+    phase1 = load_checkpoint(export / "phase1-latest").model.state_dict()
+    second = run_campaign(there, export, init=init, max_segments=1, device=device, **FAST)
+    assert (first["datasets_total"], second["datasets_total"]) == (8, 16)
+    assert (second["stage"], second["stage_name"]) == (1, "larger-n")  # from the log
+    assert second["seed"] == first["seed"] + 1  # a new data stream, not a replay
+    run = load_checkpoint(there / "stage-1" / "last")
+    assert run.meta["history"][-1]["from"] == str(export / "phase1-latest")
+    # the state it continued from is the first machine's last phase-1 weights
+    start = load_checkpoint(export / "phase1-latest").model.state_dict()
+    assert any(not torch.equal(start[k], phase1[k].to(start[k].device)) for k in phase1)
+    assert [r["datasets_total"] for r in _log(export)] == [8, 16]
+    assert [r["device"] for r in _log(export)] == ["cpu", torch.device(device).type]
+    return second, there, export
+
+
+def test_a_new_state_directory_continues_from_the_export(tmp_path: Path, init: Path) -> None:
+    second, there, _ = _segment_on("cpu", tmp_path, init)
+    assert math.isfinite(second["validation"]["nll"])
+    assert load_checkpoint(there / "stage-1" / "last").meta["progress"]["device"] == "cpu"
+
+
+def test_campaign_cli_refuses_an_unusable_device(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from amorgp.amortizer.cli import main
+
+    bad = CliRunner().invoke(main, ["campaign", "--state", str(tmp_path), "--device", "tpu"])
+    assert bad.exit_code == 2 and "--device" in bad.output
+    if not torch.cuda.is_available():
+        gpu = CliRunner().invoke(main, ["campaign", "--state", str(tmp_path), "--device", "cuda"])
+        assert gpu.exit_code == 2 and "no CUDA device is available" in gpu.output
+    assert not (tmp_path / "campaign.json").exists()  # nothing started
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_campaign_segments_train_on_cuda(tmp_path: Path, init: Path) -> None:
+    second, there, export = _segment_on("cuda", tmp_path, init)
+    assert second["improved"] in (True, False) and math.isfinite(second["validation"]["nll"])
+    assert load_checkpoint(there / "stage-1" / "last").meta["progress"]["device"] == "cuda"
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [  # (stage, stage_datasets, datasets_total) -> (stage, stage_offset, total_offset)
+        ((0, 5, 5), (0, 5, 5)),  # mid-stage: the new run directory adds to the counters
+        ((0, 8, 8), (1, 0, 8)),  # the record ended stage 0 (8 datasets): stage 1 starts
+        ((1, 30, 38), (1, 30, 38)),  # the last stage has no end
+    ],
+)
+def test_a_new_state_takes_its_counters_from_the_log(
+    tmp_path: Path, record: tuple[int, int, int], expected: tuple[int, int, int]
+) -> None:
+    from amorgp.amortizer.campaign import _initial_status
+
+    k, done, total = record
+    line = {"stage": k, "stage_datasets": done, "datasets_total": total, "seed": 4}
+    (tmp_path / "campaign.jsonl").write_text(json.dumps({**line, "best_nll": 0.5}) + "\n")
+    status = _initial_status(tmp_path / "campaign.jsonl", STAGES)
+    assert (status["stage"], status["stage_offset"], status["total_offset"]) == expected
+    assert (status["seed"], status["best_nll"]) == (5, 0.5)

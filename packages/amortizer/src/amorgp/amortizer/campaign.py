@@ -1,4 +1,4 @@
-"""The long CPU training campaign: resumable, low-priority, one thread, in segments.
+"""The long training campaign: resumable, low-priority, one thread, in segments.
 
 A campaign trains one network on the paper's prior (``d ~ Geometric(0.25)``
 clipped to 8, ``n ~ U{10..n_max}``) through a fixed plan of *stages* (a
@@ -89,18 +89,33 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _initial_status(log: Path) -> dict[str, Any]:
-    """A fresh status, continuing the stage and counters the log names (if any)."""
+def _initial_status(log: Path, stages: Sequence[CampaignStage]) -> dict[str, Any]:
+    """A fresh status, continuing the stage and counters the log names (if any); a stage
+    that the last record completed is not trained again."""
     previous = last_record(log)
     if previous is not None and "stage_datasets" not in previous:
         previous = None  # a failure record carries no counters
+    if previous is None:
+        return {
+            "stage": 0,
+            "stage_offset": 0,
+            "total_offset": 0,
+            "seed": 1,
+            "best_nll": None,
+            "minutes_offset": 0.0,
+        }
+    k, done = int(previous["stage"]), int(previous["stage_datasets"])
+    total, minutes = int(previous["datasets_total"]), float(previous.get("minutes_total", 0.0))
+    limit = stages[min(k, len(stages) - 1)].datasets
+    if limit is not None and done >= limit and k + 1 < len(stages):
+        k, done = k + 1, 0  # the record ended its stage: the next stage starts afresh
     return {
-        "stage": int(previous["stage"]) if previous else 0,
-        "stage_offset": int(previous["stage_datasets"]) if previous else 0,
-        "total_offset": int(previous["datasets_total"]) if previous else 0,
-        "seed": int(previous.get("seed", 0)) + 1 if previous else 1,
-        "best_nll": previous.get("best_nll") if previous else None,
-        "minutes_offset": float(previous.get("minutes_total", 0.0)) if previous else 0.0,
+        "stage": k,
+        "stage_offset": done,
+        "total_offset": total,
+        "seed": int(previous.get("seed", 0)) + 1,
+        "best_nll": previous.get("best_nll"),
+        "minutes_offset": minutes,
     }
 
 
@@ -123,6 +138,7 @@ def run_campaign(
     real_data: str | os.PathLike[str] | None = None,
     swa_members: int = SWA_MEMBERS,
     heldout_pairs_count: int = 200,
+    device: torch.device | str = "cpu",
 ) -> dict[str, Any]:
     """Run the campaign until ``max_minutes``, ``max_segments`` or an interruption.
 
@@ -150,6 +166,9 @@ def run_campaign(
             weights alone).
         heldout_pairs_count: simulated pairs with test points on which every evaluated
             copy's predictive quality is also logged (record key ``"heldout"``; 0: none).
+        device: where the segments and the fine-tuning copies train (``"cuda"`` on a lent
+            GPU: the trainer's bf16 autocast and on-device simulation; scoring stays on
+            the CPU). A stage's run directory resumes on any device.
 
     Returns:
         The last record appended to ``export/campaign.jsonl`` (``{}`` if none).
@@ -166,7 +185,7 @@ def run_campaign(
     campaign: _Campaign | None = None
     with interruptible():
         try:
-            status = read_json(state_dir / "campaign.json", {}) or _initial_status(log)
+            status = read_json(state_dir / "campaign.json", {}) or _initial_status(log, stages)
             write_json(state_dir / "campaign.json", status)
             if init is None or not Path(init).exists():
                 init = _fresh_init(state_dir, network or preset(preset_name).network)
@@ -182,6 +201,7 @@ def run_campaign(
                 segment_datasets=segment_datasets,
                 real_data=Path(real_data) if real_data is not None else None,
                 swa_members=swa_members,
+                device=torch.device(device),
                 heldout=(
                     heldout_pairs(init_network, heldout_pairs_count)
                     if heldout_pairs_count > 0
@@ -222,6 +242,7 @@ class _Campaign:
         real_data: Path | None = None,
         swa_members: int = SWA_MEMBERS,
         heldout: list[Any] | None = None,
+        device: torch.device = torch.device("cpu"),
     ) -> None:
         self.state_dir, self.export_dir = state_dir, export_dir
         self.status, self.init = status, init
@@ -232,6 +253,7 @@ class _Campaign:
             raise OptionError(f"swa_members must be >= 1, got {swa_members}")
         self.swa_members = swa_members
         self.heldout = heldout
+        self.device = device
         self.run_id = f"{socket.gethostname()}-{int(time.time())}"
         self.record: dict[str, Any] = {}
 
@@ -282,6 +304,7 @@ class _Campaign:
             "stage": k,
             "stage_name": stage.name,
             "seed": int(self.status["seed"]),
+            "device": self.device.type,
             "baseline_nll": self.status.get("baseline_nll"),
             "unix": time.time(),
         }
@@ -344,7 +367,7 @@ class _Campaign:
         common: dict[str, Any] = {
             "max_minutes": minutes,
             "max_datasets": min(limits) if limits else None,
-            "device": "cpu",
+            "device": self.device,
             "progress": False,
         }
         if resume:
@@ -387,7 +410,7 @@ class _Campaign:
             train_cfg=finetune_config(int(self.status["seed"]), self.batch_size),
             init_from=start,
             max_steps=self.finetune_steps,
-            device="cpu",
+            device=self.device,
             progress=False,
         )
         if ft.stopped_by == "interrupted":

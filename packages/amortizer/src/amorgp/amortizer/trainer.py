@@ -283,6 +283,7 @@ class Trainer:
             "chunk": s.step // self.cfg.val_every,
             "chunk_offset": s.step % self.cfg.val_every,
             "world_size": self.ddp.world,
+            "device": self.dev.type,
             "elapsed_s": self._elapsed(),
             "best": {"step": s.best_step, "nll": s.best_nll},
         }

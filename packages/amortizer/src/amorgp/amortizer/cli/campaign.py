@@ -1,4 +1,4 @@
-"""``amorgp campaign``: the long, resumable CPU training campaign.
+"""``amorgp campaign``: the long, resumable training campaign (CPU by default).
 
 Example::
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from amorgp.amortizer.cli._common import check_device
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import emit, json_text
 
@@ -75,6 +76,13 @@ def default_campaign_state() -> Path:
     help="Segment ends whose phase-1 weights are averaged into the evaluated model "
     "(1: the latest weights alone).",
 )
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="torch device of the training segments, e.g. cuda on a lent GPU (the campaign "
+    "continues from the export's phase1-latest where the state directory is new).",
+)
 def campaign_command(
     state: Path | None,
     export_dir: Path,
@@ -85,8 +93,9 @@ def campaign_command(
     threads: int,
     real_data: Path | None,
     swa_members: int,
+    device: str,
 ) -> None:
-    """Run the long, resumable CPU training campaign (see amorgp.amortizer.campaign).
+    """Run the long, resumable training campaign (see amorgp.amortizer.campaign).
 
     Start it in the background at low priority, e.g.
     ``nohup nice -n 19 amorgp campaign > campaign.out 2>&1 &``;
@@ -97,6 +106,7 @@ def campaign_command(
     from amorgp.amortizer.api import PRETRAINED_DIR
     from amorgp.amortizer.campaign import run_campaign
 
+    check_device(device)
     torch.set_num_threads(threads)
     logging.getLogger("amorgp").setLevel(logging.INFO)
     record = run_campaign(
@@ -109,5 +119,6 @@ def campaign_command(
         max_minutes=max_minutes if max_minutes is not None else math.inf,
         real_data=real_data,
         swa_members=swa_members,
+        device=device,
     )
     emit(json_text(record))
