@@ -303,18 +303,20 @@ def test_campaign_cli_refuses_an_unusable_device(tmp_path: Path) -> None:
     from amorgp.amortizer.cli import main
 
     bad = CliRunner().invoke(main, ["campaign", "--state", str(tmp_path), "--device", "tpu"])
-    assert bad.exit_code == 2 and "--device" in bad.output
+    assert bad.exit_code == 2
+    assert "--device" in bad.output
     if not torch.cuda.is_available():
         gpu = CliRunner().invoke(main, ["campaign", "--state", str(tmp_path), "--device", "cuda"])
-        assert gpu.exit_code == 2 and "no CUDA device is available" in gpu.output
+        assert gpu.exit_code == 2
+        assert "no CUDA device is available" in gpu.output
     assert not (tmp_path / "campaign.json").exists()  # nothing started
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_campaign_segments_train_on_cuda(tmp_path: Path, init: Path) -> None:
-    second, there, export = _segment_on("cuda", tmp_path, init)
-    assert second["improved"] in (True, False) and math.isfinite(second["validation"]["nll"])
+    second, there, _ = _segment_on("cuda", tmp_path, init)
+    assert math.isfinite(second["validation"]["nll"])
     assert load_checkpoint(there / "stage-1" / "last").meta["progress"]["device"] == "cuda"
 
 

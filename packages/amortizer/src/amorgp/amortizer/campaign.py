@@ -242,7 +242,7 @@ class _Campaign:
         real_data: Path | None = None,
         swa_members: int = SWA_MEMBERS,
         heldout: list[Any] | None = None,
-        device: torch.device = torch.device("cpu"),
+        device: torch.device | None = None,
     ) -> None:
         self.state_dir, self.export_dir = state_dir, export_dir
         self.status, self.init = status, init
@@ -253,7 +253,7 @@ class _Campaign:
             raise OptionError(f"swa_members must be >= 1, got {swa_members}")
         self.swa_members = swa_members
         self.heldout = heldout
-        self.device = device
+        self.device = device if device is not None else torch.device("cpu")
         self.run_id = f"{socket.gethostname()}-{int(time.time())}"
         self.record: dict[str, Any] = {}
 
