@@ -32,7 +32,11 @@ each row with its number of splits; with the default ``--out``, the DIWP section
 ``docs/benchmarks/baselines.md`` and ``packages/baselines/README.md`` (between
 ``<!-- diwp:begin -->`` and ``<!-- diwp:end -->``) are regenerated from the largest
 non-quick setting in the cache.
-``--render`` only rewrites the Markdown from the cache.
+``--render`` only rewrites the Markdown from the cache.  ``--jobs N`` runs ``N`` worker
+processes (one torch thread each unless ``--threads``), worker ``i`` computing the cells at
+positions ``i, i + N, ...`` of the fixed (split, dataset, method) order; they share the
+cache, and the Markdown is written once they are done (e.g. ``--jobs 14`` on a 16-core
+machine).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -331,7 +337,8 @@ def render(cells: list[dict[str, Any]], out: Path) -> None:
         "To extend a table, rerun with more splits: `python benchmarks/bench_diwp.py "
         "--setting medium --splits 20` (or `--setting paper`, `--advi`, `--datasets ...`); "
         "only the missing cells are computed, and runs on disjoint datasets may share the "
-        "cache. One DIWP training step with 2 hidden layers and 100 inducing points costs "
+        "cache; `--jobs N` runs N worker processes on one cache (e.g. 14 on a 16-core "
+        "machine). One DIWP training step with 2 hidden layers and 100 inducing points costs "
         "about 75 (yacht) to 150 (concrete) ms of CPU time with 5 samples, twice that with "
         "the paper's 10, so a medium cell is 2-4 CPU minutes and a paper cell 9-20.\n"
     ]
@@ -395,6 +402,23 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def run_workers(argv: list[str], jobs: int) -> None:
+    """Run this script ``jobs`` times in parallel on disjoint shards of the cells; an
+    interrupt stops every worker (their finished cells stay in the cache)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv]
+    procs = [subprocess.Popen([*cmd, "--shard", f"{i}/{jobs}"]) for i in range(jobs)]
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait()
+        raise
+    if any(codes):
+        raise SystemExit(f"workers failed with exit codes {codes}")
+
+
 def main(argv: list[str] | None = None) -> None:
     # a job started in the background inherits SIGINT ignored: make Ctrl-C / kill -INT stop
     # it (finished cells are kept; the cell in progress is lost)
@@ -412,33 +436,45 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--cache", type=Path, default=None, help="default: beside --out")
     p.add_argument("--render", action="store_true", help="only rewrite the Markdown")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes sharing the cache")
+    p.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # "i/N": set by --jobs
+    argv = list(sys.argv[1:] if argv is None else argv)
     a = p.parse_args(argv)
     setting = "quick" if a.quick else a.setting
     splits = a.splits if a.splits is not None else (2 if setting == "quick" else 20)
     datasets = a.datasets.split(",")
     methods = a.methods.split(",") + (["advi-meanfield"] if a.advi else [])
     bad = [d for d in datasets if d not in DATASETS] + [m for m in methods if m not in METHODS]
-    if bad or splits < 1:
-        p.error(f"unknown datasets/methods {bad} or splits < 1")
+    if bad or splits < 1 or a.jobs < 1:
+        p.error(f"unknown datasets/methods {bad}, splits < 1 or jobs < 1")
     cache = a.cache or a.out.parent / "diwp-cells" / "cells.jsonl"
     torch.set_num_threads(a.threads)
-    if not a.render:
+    if a.render:
+        pass
+    elif a.jobs > 1 and a.shard is None:
+        run_workers(argv, a.jobs)
+    else:
+        shard, shards = (int(v) for v in a.shard.split("/")) if a.shard else (0, 1)
+        order = [(seed, name, m) for seed in range(splits) for name in datasets for m in methods]
         done = {cell_key(c) for c in read_cells(cache)}
-        for seed in range(splits):
-            for name in datasets:
-                n_train = round(0.9 * len(load_cached(name)[1]))
-                for m in methods:
-                    h = config_hash(method_config(setting, m, n_train))
-                    if (name, seed, m, setting, h) in done:
-                        continue
-                    cell = compute_cell(name, seed, m, setting, h)
-                    append_cell(cache, cell)
-                    print(
-                        f"{name} split {seed} {m} ({setting}): ll {cell['loglik']:.3f} "
-                        f"rmse {cell['rmse']:.3f} {cell['train_s']:.0f}s",
-                        flush=True,
-                    )
-            render(read_cells(cache), a.out)
+        for i, (seed, name, m) in enumerate(order):
+            if i % shards != shard:
+                continue
+            n_train = round(0.9 * len(load_cached(name)[1]))
+            h = config_hash(method_config(setting, m, n_train))
+            if (name, seed, m, setting, h) in done:
+                continue
+            cell = compute_cell(name, seed, m, setting, h)
+            append_cell(cache, cell)
+            print(
+                f"{name} split {seed} {m} ({setting}): ll {cell['loglik']:.3f} "
+                f"rmse {cell['rmse']:.3f} {cell['train_s']:.0f}s",
+                flush=True,
+            )
+            if shards == 1 and m == methods[-1] and name == datasets[-1]:
+                render(read_cells(cache), a.out)  # after every split of a single process
+        if a.shard:
+            return  # the parent renders once every worker is done
     render(read_cells(cache), a.out)
     print(f"wrote {a.out}")
 

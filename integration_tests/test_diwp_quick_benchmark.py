@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,8 @@ def test_quick_uci_protocol_on_yacht(tmp_path: Path) -> None:
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "diwp.md"
-    bench.main(["--quick", "--datasets", "yacht", "--out", str(out)])
+    # two worker processes share the 6 cells (2 splits x 3 methods) and the cache
+    bench.main(["--quick", "--datasets", "yacht", "--out", str(out), "--jobs", "2"])
     text = out.read_text()
     rows = {
         m: line
@@ -47,6 +49,8 @@ def test_quick_uci_protocol_on_yacht(tmp_path: Path) -> None:
     cache = tmp_path / "diwp-cells" / "cells.jsonl"
     lines = cache.read_text().splitlines()
     assert len(lines) == 6
+    keys = sorted((c["split"], c["method"]) for c in map(json.loads, lines))
+    assert keys == sorted((k, m) for k in (0, 1) for m in ("diwp", "gp-ml-lbfgs", "svgp"))
     bench.main(["--quick", "--datasets", "yacht", "--out", str(out)])
     assert cache.read_text().splitlines() == lines
     assert out.read_text() == text
