@@ -15,22 +15,25 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.bundled import PRETRAINED_DIR, resolve_checkpoint
-from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.forward import (
     encode_structures,
     encoder_subset,
-    network_parameters,
     warn_outside_training,
 )
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.refine import check_refine, dense_groups, refine_in_groups
-from amorgp.amortizer.registry import network_names, network_spec
 from amorgp.amortizer.results import ConditionedGP, KernelResult
-from amorgp.amortizer.selection import select_by_likelihood
-from amorgp.kernel_grammar import CheckpointError, DimWiseStructure, OptionError, Vocabulary
-from amorgp.lazy_kernels import Normalizer, PaddedBatch, as_dataset, choose_backend
+from amorgp.amortizer.selection import (
+    any_structure,
+    check_candidates,
+    load_candidates,
+    load_network,
+    predict_with,
+)
+from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
+from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend
 
 __all__ = [
     "DEFAULT_ENCODER_POINTS",
@@ -115,20 +118,7 @@ class Amortizer:
             raise OptionError(
                 f"Amortizer needs an amortization network, got {type(model).__name__}"
             )
-        others = dict(candidates or {})
-        for label, net in others.items():
-            if not isinstance(net, AmortizationNetwork) or not _any_structure(net):
-                raise OptionError(
-                    f"candidate {label!r} is not a structured amortization network "
-                    f"({type(net).__name__})"
-                )
-            if tuple(net.vocabulary.symbols) != tuple(model.vocabulary.symbols):
-                raise OptionError(
-                    f"candidate {label!r} has the vocabulary {list(net.vocabulary.symbols)}, "
-                    f"the primary network {list(model.vocabulary.symbols)}"
-                )
-        if name in others:
-            raise OptionError(f"candidate name {name!r} is the primary network's name")
+        others = check_candidates(model, candidates or {}, name)
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.meta: dict[str, Any] = dict(meta or {})
@@ -198,21 +188,8 @@ class Amortizer:
         """
         where = resolve_checkpoint(path)
         dev = torch.device(device) if device is not None else _default_device()
-        model, meta = _load_network(where, dev)
-        if candidates is None:
-            named = meta.get("candidates", [])
-            if not isinstance(named, list) or not all(isinstance(c, str) for c in named):
-                raise CheckpointError(
-                    f"{where / 'checkpoint.json'}: 'candidates' must be a list of bundled "
-                    f"model names, got {named!r}"
-                )
-            candidates = named
-        others: dict[str, AmortizationNetwork] = {}
-        for c in candidates:
-            label = Path(c).name
-            if label in others:
-                raise OptionError(f"candidate {label!r} given twice")
-            others[label] = _load_network(resolve_checkpoint(c), dev)[0]
+        model, meta = load_network(where, dev)
+        others = load_candidates(where, meta, candidates, dev)
         label = "default" if path is None else Path(path).name
         return cls(model, meta, device=dev, candidates=others, name=label, **kwargs)
 
@@ -225,7 +202,7 @@ class Amortizer:
                 symbol outside the network's vocabulary.
         """
         structure = DimWiseStructure.coerce(kernel, n_dims, self.vocabulary)
-        if not _any_structure(self.model) and any(a != ("SE",) for a in structure.dims):
+        if not any_structure(self.model) and any(a != ("SE",) for a in structure.dims):
             raise OptionError(
                 f"the {self.model.config.model!r} network predicts the SE-ARD kernel only "
                 f"(SE in every dimension, kernel 'SE'), not {kernel!s}"
@@ -445,28 +422,11 @@ class Amortizer:
         n, d = Xn.shape
         idx = self.encoder_subset(n)
         Xe, ye = (Xn, yn) if idx is None else (Xn[idx.to(Xn.device)], yn[idx.to(yn.device)])
-        sym, smask = encode_structures(structures, self.vocabulary, d, self.device)
-        preds = []
-        for label, net in [(self.name, self.model), *self.candidates.items()]:
-            params, noise = network_parameters(net, Xe, ye, sym, smask)
-            if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
-                raise CheckpointError(
-                    f"the network {label!r} predicted non-finite hyperparameters for "
-                    "normalised data: its weights are broken (e.g. a diverged training "
-                    "run); use another checkpoint"
-                )
-            preds.append((params.to(self.dtype), noise.to(self.dtype)))
-        index = [0] * len(structures)
-        if len(preds) > 1:
-            batch = PaddedBatch.from_datasets(
-                [(Xe.to(self.dtype), ye.to(self.dtype))] * len(structures),
-                list(structures),
-                self.vocabulary,
-            )
-            params, noise, won = select_by_likelihood(batch, preds)
-            index = [int(i) for i in won.tolist()]
-        else:
-            params, noise = preds[0]
+        encoded = encode_structures(structures, self.vocabulary, d, self.device)
+        networks = [(self.name, self.model), *self.candidates.items()]
+        params, noise, index = predict_with(
+            networks, Xe, ye, structures, encoded, self.vocabulary, self.dtype
+        )
         names = self.network_names
         return params.clone(), noise.clone(), int(Xe.shape[0]), [names[i] for i in index]
 
@@ -481,24 +441,6 @@ class Amortizer:
             f"Amortizer({self.network.model}, vocabulary={list(self.vocabulary.symbols)}, "
             f"device={self.device}, encoder_points={self.encoder_points}{more})"
         )
-
-
-def _load_network(where: Path, device: torch.device) -> tuple[AmortizationNetwork, dict[str, Any]]:
-    """The verified checkpoint's network and metadata; an error if it is not an
-    amortization network."""
-    ckpt = load_checkpoint(where, device=device)
-    if not isinstance(ckpt.model, AmortizationNetwork):
-        raise CheckpointError(
-            f"checkpoint {where} holds the {ckpt.network.model!r} network, which is not an "
-            "amortization network"
-        )
-    return ckpt.model, dict(ckpt.meta)
-
-
-def _any_structure(model: Any) -> bool:
-    """Whether the registry says ``model`` predicts any structure of its vocabulary."""
-    name = getattr(getattr(model, "config", None), "model", None)
-    return name is None or name not in network_names() or network_spec(name).any_structure
 
 
 def _section(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -12,19 +12,39 @@ and likelihoods that cannot be evaluated go to the primary network.
 Measured on the bundled datasets (6 kernels x 3 splits, median test RMSE, standardised):
 the campaign's 375 k export alone is better than its 206 k predecessor on yacht and
 energy and worse on concrete and housing; choosing per kernel by the likelihood keeps the
-better of the two on each of them (``docs/model-card.md``).
+better of the two on each of them (``docs/model-card.md``).  Later exports are better
+alone than with either as a candidate, so the current default names none.
+
+This module also loads and checks the networks an :class:`Amortizer` holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.bundled import resolve_checkpoint
+from amorgp.amortizer.checkpoint import load_checkpoint
+from amorgp.amortizer.forward import network_parameters
+from amorgp.amortizer.network import AmortizationNetwork
+from amorgp.amortizer.registry import network_names, network_spec
+from amorgp.kernel_grammar import CheckpointError, DimWiseStructure, OptionError, Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 
-__all__ = ["Params", "select_by_likelihood"]
+__all__ = [
+    "Params",
+    "any_structure",
+    "check_candidates",
+    "load_candidates",
+    "load_network",
+    "predict_with",
+    "select_by_likelihood",
+]
 
 Params = tuple[Tensor, Tensor]
 """``params (B, D, L, P)`` and ``noise (B,)`` of ``B`` (dataset, kernel) pairs."""
@@ -77,3 +97,120 @@ def select_by_likelihood(
         index = lml.argmax(0)  # the first maximum: the primary network on ties
     rows = torch.arange(B, device=P.device)
     return P[index, rows], N[index, rows], index
+
+
+def any_structure(model: Any) -> bool:
+    """Whether the registry says ``model`` predicts any structure of its vocabulary."""
+    name = getattr(getattr(model, "config", None), "model", None)
+    return name is None or name not in network_names() or network_spec(name).any_structure
+
+
+def load_network(where: Path, device: torch.device) -> tuple[AmortizationNetwork, dict[str, Any]]:
+    """The verified checkpoint's network and metadata.
+
+    Raises:
+        CheckpointError: the checkpoint does not load or is not an amortization network.
+    """
+    ckpt = load_checkpoint(where, device=device)
+    if not isinstance(ckpt.model, AmortizationNetwork):
+        raise CheckpointError(
+            f"checkpoint {where} holds the {ckpt.network.model!r} network, which is not an "
+            "amortization network"
+        )
+    return ckpt.model, dict(ckpt.meta)
+
+
+def load_candidates(
+    where: Path,
+    meta: Mapping[str, Any],
+    candidates: Sequence[str | os.PathLike[str]] | None,
+    device: torch.device,
+) -> dict[str, AmortizationNetwork]:
+    """The candidate networks by name: ``candidates`` (directories or bundled names), or
+    where it is ``None`` the bundled names the checkpoint ``where`` lists in its
+    ``"candidates"``.
+
+    Raises:
+        CheckpointError: a malformed ``"candidates"`` entry or a candidate that does not load.
+        OptionError: a candidate given twice.
+    """
+    if candidates is None:
+        named = meta.get("candidates", [])
+        if not isinstance(named, list) or not all(isinstance(c, str) for c in named):
+            raise CheckpointError(
+                f"{where / 'checkpoint.json'}: 'candidates' must be a list of bundled "
+                f"model names, got {named!r}"
+            )
+        candidates = named
+    others: dict[str, AmortizationNetwork] = {}
+    for c in candidates:
+        label = Path(c).name
+        if label in others:
+            raise OptionError(f"candidate {label!r} given twice")
+        others[label] = load_network(resolve_checkpoint(c), device)[0]
+    return others
+
+
+def check_candidates(
+    primary: AmortizationNetwork, candidates: Mapping[str, AmortizationNetwork], name: str
+) -> dict[str, AmortizationNetwork]:
+    """``candidates`` as a dict, checked against the ``primary`` network named ``name``.
+
+    Raises:
+        OptionError: a candidate that is not a structured amortization network, has
+            another vocabulary, or takes the primary network's name.
+    """
+    others = dict(candidates)
+    for label, net in others.items():
+        if not isinstance(net, AmortizationNetwork) or not any_structure(net):
+            raise OptionError(
+                f"candidate {label!r} is not a structured amortization network "
+                f"({type(net).__name__})"
+            )
+        if tuple(net.vocabulary.symbols) != tuple(primary.vocabulary.symbols):
+            raise OptionError(
+                f"candidate {label!r} has the vocabulary {list(net.vocabulary.symbols)}, "
+                f"the primary network {list(primary.vocabulary.symbols)}"
+            )
+    if name in others:
+        raise OptionError(f"candidate name {name!r} is the primary network's name")
+    return others
+
+
+def predict_with(
+    networks: Sequence[tuple[str, AmortizationNetwork]],
+    Xe: Tensor,
+    ye: Tensor,
+    structures: Sequence[DimWiseStructure],
+    encoded: tuple[Tensor, Tensor],
+    vocabulary: Vocabulary,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor, list[int]]:
+    """Every network's prediction for the encoder's points ``Xe``, ``ye`` and the encoded
+    ``structures`` (symbols and mask), and per kernel the one of highest log marginal
+    likelihood there (:func:`select_by_likelihood`; one network: its prediction).
+
+    Returns:
+        ``params (K, d, L, P)`` and ``noise (K,)`` in ``dtype`` and the index of the
+        winning network per kernel.
+
+    Raises:
+        CheckpointError: a network's output is not finite (broken weights).
+    """
+    preds = []
+    for label, net in networks:
+        params, noise = network_parameters(net, Xe, ye, *encoded)
+        if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
+            raise CheckpointError(
+                f"the network {label!r} predicted non-finite hyperparameters for "
+                "normalised data: its weights are broken (e.g. a diverged training "
+                "run); use another checkpoint"
+            )
+        preds.append((params.to(dtype), noise.to(dtype)))
+    if len(preds) == 1:
+        return preds[0][0], preds[0][1], [0] * len(structures)
+    batch = PaddedBatch.from_datasets(
+        [(Xe.to(dtype), ye.to(dtype))] * len(structures), list(structures), vocabulary
+    )
+    params, noise, won = select_by_likelihood(batch, preds)
+    return params, noise, [int(i) for i in won.tolist()]
