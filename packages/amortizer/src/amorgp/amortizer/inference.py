@@ -87,8 +87,8 @@ class Amortizer:
             network predicts every kernel, and per kernel the prediction with the highest
             log marginal likelihood on the encoder's points is kept
             (:mod:`amorgp.amortizer.selection`; ``KernelResult.network`` names the
-            winner).  The bundled default names its candidates in its checkpoint
-            (``"candidates"``); :meth:`from_pretrained` loads them.
+            winner).  A checkpoint may name its candidates (``"candidates"``, e.g.
+            ``small-d8-c376k``; the default names none); :meth:`from_pretrained` loads them.
         name: the primary network's name in ``KernelResult.network``.
 
     Example:
