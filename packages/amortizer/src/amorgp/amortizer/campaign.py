@@ -89,6 +89,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+def _stage_ended(stages: Sequence[CampaignStage], k: int, done: int) -> bool:
+    """Whether ``done`` datasets end stage ``k`` and a next stage follows."""
+    limit = stages[min(k, len(stages) - 1)].datasets
+    return limit is not None and done >= limit and k + 1 < len(stages)
+
+
 def _initial_status(log: Path, stages: Sequence[CampaignStage]) -> dict[str, Any]:
     """A fresh status, continuing the stage and counters the log names (if any); a stage
     that the last record completed is not trained again."""
@@ -106,8 +112,7 @@ def _initial_status(log: Path, stages: Sequence[CampaignStage]) -> dict[str, Any
         }
     k, done = int(previous["stage"]), int(previous["stage_datasets"])
     total, minutes = int(previous["datasets_total"]), float(previous.get("minutes_total", 0.0))
-    limit = stages[min(k, len(stages) - 1)].datasets
-    if limit is not None and done >= limit and k + 1 < len(stages):
+    if _stage_ended(stages, k, done):
         k, done = k + 1, 0  # the record ended its stage: the next stage starts afresh
     return {
         "stage": k,
@@ -335,8 +340,7 @@ class _Campaign:
         if result.stopped_by == "interrupted" or not self._evaluate(result, record):
             return record
         record.update(train_minutes=train_minutes, segment_minutes=(time.monotonic() - t0) / 60.0)
-        stage_done = stage.datasets is not None and stage_datasets >= stage.datasets
-        if stage_done and k + 1 < len(self.stages):
+        if _stage_ended(self.stages, k, stage_datasets):
             self.status.update(
                 stage=k + 1,
                 stage_offset=0,
