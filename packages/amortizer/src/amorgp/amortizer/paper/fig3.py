@@ -3,6 +3,10 @@
 For each dataset and method: the median and the 20/80 percentiles over the kernels
 of the test RMSE and NLL (each kernel's score averaged over the splits first), and
 the median time per kernel with its ratio to the amortizer's (log-scale figure).
+
+A method's row may cover fewer kernels or splits than another's while a long run is
+under way (cells are cached as they finish): the tables give each row's coverage, and
+the findings compare two methods kernel by kernel, on the kernels and splits both have.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from amorgp.amortizer.paper.context import RunContext
 from amorgp.amortizer.paper.real import kernel_templates, real_cells
 from amorgp.amortizer.paper.stats import spread
 
-__all__ = ["run", "summarise"]
+__all__ = ["paired_ratio", "run", "summarise"]
 
 
 def _available_methods(ctx: RunContext) -> list[str]:
@@ -47,17 +51,22 @@ def summarise(cells: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]
 
     Returns:
         ``{dataset: {method: {"rmse": spread, "nll": spread, "time_s": median seconds per
-        kernel, "time_ratio": time_s / amortized time_s}}}``.
+        kernel, "time_ratio": time_s / amortized time_s, "kernels": kernels with a cell,
+        "cells": cells, "splits": sorted splits, "by_cell": {"kernel|split": RMSE}}}}``.
     """
     per: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for c in cells:
         per[(c["dataset"], c["method"], c["kernel"])].append(c)
-    grouped: dict[str, dict[str, dict[str, list[float | None]]]] = {}
-    for (ds, m, _k), cs in per.items():
-        slot = grouped.setdefault(ds, {}).setdefault(m, {"rmse": [], "nll": [], "time": []})
+    grouped: dict[str, dict[str, dict[str, Any]]] = {}
+    for (ds, m, k), cs in per.items():
+        slot = grouped.setdefault(ds, {}).setdefault(
+            m, {"rmse": [], "nll": [], "time": [], "splits": set(), "by_cell": {}}
+        )
         slot["rmse"].append(_mean([c["rmse"] for c in cs]))
         slot["nll"].append(_mean([c["nll"] for c in cs]))
         slot["time"].extend(c["time_s"] for c in cs)
+        slot["splits"].update(c["split"] for c in cs)
+        slot["by_cell"].update({f"{k}|{c['split']}": c["rmse"] for c in cs})
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for ds, methods in grouped.items():
         out[ds] = {}
@@ -67,6 +76,10 @@ def summarise(cells: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]
                 "rmse": spread(s["rmse"]),
                 "nll": spread(s["nll"]),
                 "time_s": statistics.median(times) if times else math.nan,
+                "kernels": len(s["rmse"]),
+                "cells": len(s["by_cell"]),
+                "splits": sorted(s["splits"]),
+                "by_cell": s["by_cell"],
             }
         ref = out[ds].get("amortized", {}).get("time_s", math.nan)
         for r in out[ds].values():
@@ -86,25 +99,55 @@ def markdown(result: dict[str, Any]) -> list[str]:
     lines = [
         "Median [20th, 80th percentile] over the kernels of the test RMSE and NLL "
         "(standardised targets; each kernel averaged over the splits), median time per "
-        "kernel (fit + prediction) and its ratio to the amortizer's.",
+        "kernel (fit + prediction) and its ratio to the amortizer's; coverage: the "
+        "kernels and splits the row has (a row of fewer kernels is a median over those "
+        "only, so compare rows of equal coverage, or the paired findings below).",
         "",
         f"Kernels: {', '.join(f'`{k}`' for k in result['kernels'])}.",
         "",
     ]
+    n_kernels = len(result["kernels"])
     for ds, methods in result["summary"].items():
         lines += [
             f"**{ds}**",
             "",
-            "| method | RMSE | NLL | time / kernel (s) | time / amortized |",
-            "|---|---|---|---|---|",
+            "| method | RMSE | NLL | time / kernel (s) | time / amortized | coverage |",
+            "|---|---|---|---|---|---|",
         ]
         for m, r in methods.items():
             lines.append(
                 f"| {m} | {_fmt(r['rmse'])} | {_fmt(r['nll'])} | {r['time_s']:.3g} | "
-                f"{r['time_ratio']:.3g} |"
+                f"{r['time_ratio']:.3g} | {_coverage(r, n_kernels)} |"
             )
         lines.append("")
     return lines
+
+
+def _coverage(r: dict[str, Any], n_kernels: int) -> str:
+    """``"k/K kernels, splits a, b (c cells)"`` of a summary row (older results: ``-``)."""
+    if "cells" not in r:
+        return "-"
+    splits = ", ".join(str(s) for s in r["splits"])
+    return f"{r['kernels']}/{n_kernels} kernels, splits {splits} ({r['cells']} cells)"
+
+
+def paired_ratio(a: dict[str, Any], ref: dict[str, Any]) -> tuple[float, int, int]:
+    """Median over the (kernel, split) cells both rows have of ``a``'s RMSE / ``ref``'s.
+
+    Returns:
+        ``(median ratio, cells compared, kernels compared)``; NaN and 0 when none.
+    """
+    both = [
+        (key, a["by_cell"][key] / ref["by_cell"][key])
+        for key in a.get("by_cell", {})
+        if a["by_cell"][key] is not None
+        and ref.get("by_cell", {}).get(key) is not None
+        and ref["by_cell"][key] > 0
+    ]
+    if not both:
+        return math.nan, 0, 0
+    kernels = {key.rsplit("|", 1)[0] for key, _ in both}
+    return statistics.median(r for _, r in both), len(both), len(kernels)
 
 
 def figure(result: dict[str, Any], path: Any) -> bool:
@@ -128,25 +171,54 @@ def figure(result: dict[str, Any], path: Any) -> bool:
     return True
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _against(methods: dict[str, Any], ref_name: str) -> str | None:
+    """``"1.09 against `gp-ml-lbfgs` (8 cells, 6 kernels; ...)"`` or ``None`` (no pairs)."""
+    a, ref = methods["amortized"], methods[ref_name]
+    if "by_cell" not in a or "by_cell" not in ref:  # results written before coverage
+        if not a["rmse"]["n"] or not ref["rmse"]["n"]:
+            return None
+        ratio = a["rmse"]["median"] / ref["rmse"]["median"]
+        where = "medians over kernels"
+    else:
+        ratio, n_cells, n_k = paired_ratio(a, ref)
+        if not n_cells:
+            return None
+        where = f"{_plural(n_cells, 'cell')}, {_plural(n_k, 'kernel')}"
+    text = (
+        f"{ratio:.2f} against `{ref_name}` ({where}; it takes x{ref['time_ratio']:.0f} the "
+        "amortizer's time per kernel"
+    )
+    r20 = methods.get("amortized+refine20")
+    if r20 is not None and "by_cell" in r20 and "by_cell" in ref:
+        ratio20, n20, _ = paired_ratio(r20, ref)
+        if n20:
+            text += f"; after 20 refinement steps {ratio20:.2f}"
+    return text + ")"
+
+
 def findings(result: dict[str, Any]) -> str:
-    """One paragraph: amortized vs Type-2 ML and the refined amortizer, per dataset."""
+    """One paragraph: amortized vs Type-2 ML and the refined amortizer, per dataset.
+
+    Each Type-2 ML variant (L-BFGS, Adam) is compared kernel by kernel on the (kernel,
+    split) cells both rows have: the median of the per-cell RMSE ratios.
+    """
     parts = []
     for ds, methods in result["summary"].items():
-        a = methods.get("amortized")
-        ref = next((methods[m] for m in ("gp-ml-lbfgs", "gp-ml") if m in methods), None)
-        if a is None or ref is None or not a["rmse"]["n"] or not ref["rmse"]["n"]:
+        if "amortized" not in methods:
             continue
-        ratio = a["rmse"]["median"] / ref["rmse"]["median"]
-        verdict = "better than" if ratio < 0.97 else "worse than" if ratio > 1.03 else "equal to"
-        text = (
-            f"{ds}: the amortized median RMSE {a['rmse']['median']:.3f} is {verdict} "
-            f"Type-2 ML's {ref['rmse']['median']:.3f} (ratio {ratio:.2f}), Type-2 ML taking "
-            f"x{ref['time_ratio']:.0f} the amortizer's time per kernel"
-        )
-        r20 = methods.get("amortized+refine20")
-        if r20 is not None and r20["rmse"]["n"]:
-            text += f"; with 20 refinement steps {r20['rmse']['median']:.3f}"
-        parts.append(text + ".")
+        against = [
+            t for m in ("gp-ml-lbfgs", "gp-ml") if m in methods and (t := _against(methods, m))
+        ]
+        if against:
+            parts.append(
+                f"{ds}: amortized / Type-2 ML test RMSE, median over the common cells, "
+                + "; ".join(against)
+                + "."
+            )
     if not parts:
         return "No comparison available (amortized or Type-2 ML cells missing)."
     return (
