@@ -92,6 +92,38 @@ def test_lbfgs_reaches_scipy_minimum() -> None:
     np.testing.assert_allclose(res.params[0].numpy(), ref.x, atol=1e-5)
 
 
+def _logcosh_counted(calls: list[int]):
+    # steep walls: the line searches from this start need several evaluations each
+    def f(p: list[torch.Tensor]) -> torch.Tensor:
+        calls[0] += 1
+        return torch.log(torch.cosh(10.0 * (p[0] - 1.0))).sum()
+
+    return f
+
+
+def test_lbfgs_iteration_budget_is_not_cut_by_line_searches() -> None:
+    x0 = torch.tensor([0.0, 3.0], dtype=torch.float64)
+    # the default evaluation budget (5 // 4 per iteration) ends the run early here ...
+    calls = [0]
+    short = lbfgs([x0], _logcosh_counted(calls), max_iters=5)
+    assert short.iterations < 5
+    assert calls[0] <= 6
+    # ... and that is not convergence: the objective is far from its minimum of 0
+    assert short.loss > 1.0
+    assert not short.converged
+    # with room for the line searches, the 5 iterations run and get much further
+    calls = [0]
+    full = lbfgs([x0], _logcosh_counted(calls), max_iters=5, max_evals=5 * 25)
+    assert full.iterations == 5
+    assert calls[0] > 6
+    assert full.loss < 0.1 * short.loss
+    # a run that stops on its own tolerances reports convergence, at the minimum
+    done = lbfgs([x0], _logcosh_counted([0]), max_iters=500, max_evals=500 * 25)
+    assert done.converged
+    assert done.iterations < 500
+    np.testing.assert_allclose(done.params[0].numpy(), [1.0, 1.0], atol=1e-6)
+
+
 def test_lbfgs_handles_non_finite_objective() -> None:
     def f(p: list[torch.Tensor]) -> torch.Tensor:
         x = p[0]

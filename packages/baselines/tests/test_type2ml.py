@@ -139,6 +139,8 @@ def test_settings_are_validated() -> None:
         Type2MLSettings(optimizer="sgd")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="restarts"):
         Type2MLSettings(restarts=0)
+    with pytest.raises(ValueError, match="max_evals"):
+        Type2MLSettings(optimizer="lbfgs", max_evals=0)
     X, y = make_data(8, 1)
     batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
     with pytest.raises(ValueError, match="Generator"):

@@ -5,7 +5,9 @@ The objective, transform and optimiser are the baselines' ``GP-ML (L-BFGS)`` fit
 amortized inference never imports :mod:`amorgp.baselines`.
 
 ``refine=k`` runs at most ``k`` L-BFGS iterations per kernel (fewer when L-BFGS's own
-tolerances stop it).  ``refine="auto"`` runs rounds of :data:`AUTO_ROUND` iterations,
+tolerances stop it); each iteration's strong-Wolfe line search may use up to
+:data:`EVALS_PER_ITERATION` evaluations of the objective, so the iteration count, not an
+evaluation budget, bounds the refinement.  ``refine="auto"`` runs rounds of :data:`AUTO_ROUND` iterations,
 warm-started at the previous round, until the log marginal likelihood of a kernel improves
 by less than :data:`AUTO_RTOL` relatively (``Delta <= AUTO_RTOL * max(1, |LML|)``) over a
 round, L-BFGS converges, or :data:`AUTO_MAX_ITERS` iterations have run.
@@ -27,12 +29,18 @@ __all__ = [
     "AUTO_MAX_ITERS",
     "AUTO_ROUND",
     "AUTO_RTOL",
+    "EVALS_PER_ITERATION",
     "Refinement",
     "check_refine",
     "dense_groups",
     "refine",
     "refine_in_groups",
 ]
+
+EVALS_PER_ITERATION = 25
+"""Objective evaluations allowed per L-BFGS iteration (the strong-Wolfe line search's own
+limit); ``torch.optim.LBFGS``'s default budget of ``1.25 x`` the iterations would end a
+short refinement after two or three iterations whose line searches needed several."""
 
 AUTO_ROUND = 10
 """L-BFGS iterations per round of ``refine="auto"``."""
@@ -126,7 +134,9 @@ def refine(
         sd, sl, sp = sub.param_shape[1:]
         fit = fit_type2ml_batch(
             sub,
-            Type2MLSettings(optimizer="lbfgs", max_iters=n_iter),
+            Type2MLSettings(
+                optimizer="lbfgs", max_iters=n_iter, max_evals=n_iter * EVALS_PER_ITERATION
+            ),
             init=(cur[active][:, :sd, :sl, :sp], cur_noise[active]),
         )
         still = []

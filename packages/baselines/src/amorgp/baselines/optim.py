@@ -178,6 +178,7 @@ def lbfgs(
     objective: Callable[[Sequence[Tensor]], Tensor],
     *,
     max_iters: int = 100,
+    max_evals: int | None = None,
     lr: float = 1.0,
     history_size: int = 20,
     tolerance_grad: float = 1e-7,
@@ -192,6 +193,10 @@ def lbfgs(
         params: unconstrained parameter tensors; not modified.
         objective: maps the parameter tensors to a scalar loss.
         max_iters: maximum L-BFGS iterations.
+        max_evals: maximum objective evaluations over the run, line searches included
+            (default ``torch.optim.LBFGS``'s ``max_iters * 5 // 4``, which can end a run
+            after fewer than ``max_iters`` iterations; give ``max_iters`` times the line
+            search's own limit of 25 to make the iteration count the budget).
         lr: initial step length of the line search.
         history_size: number of curvature pairs kept.
         tolerance_grad: stop when the max-abs gradient falls below this.
@@ -202,6 +207,7 @@ def lbfgs(
         x,
         lr=lr,
         max_iter=max_iters,
+        max_eval=max_evals,
         history_size=history_size,
         tolerance_grad=tolerance_grad,
         tolerance_change=tolerance_change,
@@ -239,7 +245,9 @@ def lbfgs(
     state = opt.state[opt._params[0]]
     n_iter = int(state.get("n_iter", 0))
     failed = not (best_loss < float("inf"))
-    converged = (not failed) and n_iter < max_iters
+    # stopped by its own tolerances: neither the iteration nor the evaluation budget ran out
+    budget_left = int(state.get("func_evals", 0)) < opt.defaults["max_eval"]
+    converged = (not failed) and n_iter < max_iters and budget_left
     if bad and failed:
         best_loss = float("nan")
     return LBFGSResult(tuple(best), best_loss, n_iter, converged, failed)

@@ -59,6 +59,8 @@ class Type2MLSettings:
             one and the others are drawn from the priors.
         lr: Adam step size.
         max_iters: maximum Adam steps or L-BFGS iterations.
+        max_evals: L-BFGS only: maximum objective evaluations per start, line searches
+            included (``None``: ``torch.optim.LBFGS``'s default ``max_iters * 5 // 4``).
         rtol: relative objective change of the Adam convergence test.
         patience: consecutive small changes needed to stop Adam.
     """
@@ -69,6 +71,7 @@ class Type2MLSettings:
     init: Literal["default", "prior"] = "default"
     lr: float = 0.1
     max_iters: int = 150
+    max_evals: int | None = None
     rtol: float = 1e-4
     patience: int = 5
 
@@ -77,6 +80,8 @@ class Type2MLSettings:
             raise ValueError(f"optimizer must be 'adam' or 'lbfgs', got {self.optimizer!r}")
         if self.init not in ("default", "prior"):
             raise ValueError(f"init must be 'default' or 'prior', got {self.init!r}")
+        if self.max_evals is not None and self.max_evals < 1:
+            raise ValueError(f"max_evals must be >= 1 or None, got {self.max_evals}")
         if self.restarts < 1 or self.max_iters < 1 or self.lr <= 0:
             raise ValueError("restarts and max_iters must be >= 1 and lr > 0")
 
@@ -226,7 +231,12 @@ def fit_type2ml_batch(
         for b in range(big.batch_size):
             one = big.select(b)
             f1 = _objective(one, s.map)
-            r = lbfgs([raw0[b : b + 1], noise0[b : b + 1]], _first(f1), max_iters=s.max_iters)
+            r = lbfgs(
+                [raw0[b : b + 1], noise0[b : b + 1]],
+                _first(f1),
+                max_iters=s.max_iters,
+                max_evals=s.max_evals,
+            )
             raws.append(r.params[0])
             noises.append(r.params[1])
             losses.append(r.loss)

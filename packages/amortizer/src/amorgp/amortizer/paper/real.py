@@ -61,6 +61,8 @@ def method_config(ctx: RunContext, method: str) -> str | None:
     settings: dict[str, Any] = {"method": method, "test_cap": TEST_CAP, "protocol": 1}
     if method == "sklearn":
         settings["sklearn"] = 2  # min-max scaled inputs, every expressible kernel
+    if method.startswith("amortized+refine"):
+        settings["refine"] = 2  # 2: line searches no longer count against the iterations
     model = _model_of(ctx, method)
     if model is not None:
         ident = ctx.identity(model)
