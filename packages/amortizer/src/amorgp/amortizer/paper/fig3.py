@@ -124,9 +124,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 
 def _coverage(r: dict[str, Any], n_kernels: int) -> str:
-    """``"k/K kernels, splits a, b (c cells)"`` of a summary row (older results: ``-``)."""
-    if "cells" not in r:
-        return "-"
+    """``"k/K kernels, splits a, b (c cells)"`` of a summary row."""
     splits = ", ".join(str(s) for s in r["splits"])
     return f"{r['kernels']}/{n_kernels} kernels, splits {splits} ({r['cells']} cells)"
 
@@ -139,9 +137,9 @@ def paired_ratio(a: dict[str, Any], ref: dict[str, Any]) -> tuple[float, int, in
     """
     both = [
         (key, a["by_cell"][key] / ref["by_cell"][key])
-        for key in a.get("by_cell", {})
+        for key in a["by_cell"]
         if a["by_cell"][key] is not None
-        and ref.get("by_cell", {}).get(key) is not None
+        and ref["by_cell"].get(key) is not None
         and ref["by_cell"][key] > 0
     ]
     if not both:
@@ -177,23 +175,17 @@ def _plural(n: int, word: str) -> str:
 
 def _against(methods: dict[str, Any], ref_name: str) -> str | None:
     """``"1.09 against `gp-ml-lbfgs` (8 cells, 6 kernels; ...)"`` or ``None`` (no pairs)."""
-    a, ref = methods["amortized"], methods[ref_name]
-    if "by_cell" not in a or "by_cell" not in ref:  # results written before coverage
-        if not a["rmse"]["n"] or not ref["rmse"]["n"]:
-            return None
-        ratio = a["rmse"]["median"] / ref["rmse"]["median"]
-        where = "medians over kernels"
-    else:
-        ratio, n_cells, n_k = paired_ratio(a, ref)
-        if not n_cells:
-            return None
-        where = f"{_plural(n_cells, 'cell')}, {_plural(n_k, 'kernel')}"
+    ref = methods[ref_name]
+    ratio, n_cells, n_k = paired_ratio(methods["amortized"], ref)
+    if not n_cells:
+        return None
+    where = f"{_plural(n_cells, 'cell')}, {_plural(n_k, 'kernel')}"
     text = (
         f"{ratio:.2f} against `{ref_name}` ({where}; it takes x{ref['time_ratio']:.0f} the "
         "amortizer's time per kernel"
     )
     r20 = methods.get("amortized+refine20")
-    if r20 is not None and "by_cell" in r20 and "by_cell" in ref:
+    if r20 is not None:
         ratio20, n20, _ = paired_ratio(r20, ref)
         if n20:
             text += f"; after 20 refinement steps {ratio20:.2f}"
