@@ -19,11 +19,16 @@ Sections (every ratio measured side by side in this run):
    amortizer path, frozen below), time, peak memory and factorisation count;
 8. the evaluator's CPU speed on the training, ensemble and prediction workloads, before
    (the lazy-kernels source of a git revision) vs after, in alternating worker processes
-   (``bench_evaluator_speed.py``).
+   (``bench_evaluator_speed.py``);
+9. a fit's posterior (parameters without an autograd graph) at n = 1000, d = 8, 24-32
+   addends: the evaluator's peak memory with and without a graph (fresh processes), and
+   the log marginal likelihood by ``"auto"`` (dense Cholesky, the block-wise memory rule)
+   against KeOps CG (what counting 6 matrices per addend chose), time and accuracy.
 
 Usage: ``python benchmarks/bench_lazy_kernels.py [--quick] [--full] [--section NAME]
 [--baseline REV]`` (``--full`` adds n = 1e5 KeOps matvecs and larger dense sizes;
-``--section evaluator``, ``posterior`` or ``evaluator-speed`` runs section 6, 7 or 8 alone
+``--section evaluator``, ``posterior``, ``evaluator-speed`` or ``no-graph`` runs section 6,
+7, 8 or 9 alone
 and rewrites only its part of the report; ``--baseline`` is section 8's *before* revision).
 """
 
@@ -174,6 +179,104 @@ def _worker_posterior(mode: str, n: int, m: int) -> dict:
         "mean": mean[::97].tolist(),
         "var": var[::97].tolist(),
     }
+
+
+NO_GRAPH_KERNELS = ("PER + SE*LIN + SE*PER", "LIN + PER + SE*LIN + SE*PER")
+
+
+def _worker_evaluator_memory(kernel: str, n: int, graph: bool) -> dict:
+    """Peak resident-memory growth of one ``K(X, X)`` evaluation (d = 8), in ``n x n``
+    matrices, in a fresh process."""
+    from amorgp.kernel_grammar import DimWiseStructure
+    from amorgp.lazy_kernels import DimWiseKernel
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    s = DimWiseStructure.coerce(kernel, 8)
+    params = 0.5 + torch.rand(8, s.max_addends, 4, generator=g, dtype=torch.float64)
+    k = DimWiseKernel(s, params.requires_grad_(graph))
+    X = torch.rand(n, 8, generator=g, dtype=torch.float64)
+    k(X[:10])  # warm-up: lazy imports inside torch
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with torch.set_grad_enabled(graph):
+        K = k(X)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"terms": k.n_terms, "matrices": (peak - base) * 1024 / K.numel() / 8}
+
+
+def _no_graph_lml(kernel: str, n: int) -> dict:
+    """LML of fixed hyperparameters by ``auto`` and by KeOps CG (after a compile call)."""
+    from amorgp.kernel_grammar import DimWiseStructure
+    from amorgp.lazy_kernels import DimWiseKernel, ExactGP
+
+    g = torch.Generator().manual_seed(1)
+    s = DimWiseStructure.coerce(kernel, 8)
+    params = 0.5 + torch.rand(8, s.max_addends, 4, generator=g, dtype=torch.float64)
+    X = torch.rand(n, 8, generator=g, dtype=torch.float64)
+    y = torch.sin(6 * X[:, 0]) * X[:, 1] + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+    out: dict = {"terms": DimWiseKernel(s, params).n_terms}
+    for backend in ("auto", "keops", "keops"):  # the first KeOps call compiles
+        gp = ExactGP(DimWiseKernel(s, params), 0.05, X, y, backend=backend, memory_budget=2**30)
+        t0 = time.perf_counter()
+        lml = float(gp.log_marginal_likelihood())
+        out[backend] = {"s": time.perf_counter() - t0, "lml": lml, "backend": gp.backend}
+    return out
+
+
+def section_no_graph(quick: bool) -> list[str]:
+    from amorgp.lazy_kernels.keops import keops_available
+
+    sizes = (1000,) if quick else (1000, 2000, 3000)
+    kernels = ("SE", *NO_GRAPH_KERNELS)
+    lines = [
+        "",
+        "## 9. A fit's posterior without an autograd graph (d = 8)",
+        "",
+        "Peak resident-memory growth of one `K(X, X)` evaluation, in `n x n` matrices (the "
+        "output included), each in a fresh process, one thread, float64.",
+        "",
+        "| kernel (every dimension) | addends | n | with graph | without graph |",
+        "|---|---|---|---|---|",
+    ]
+    for kernel in kernels:
+        for n in sizes:
+            r = {
+                graph: _run_worker(["evaluator-memory", kernel, str(n), str(int(graph))])
+                for graph in (True, False)
+            }
+            lines.append(
+                f"| `{kernel}` | {r[True]['terms']} | {n} | {r[True]['matrices']:.1f} | "
+                f"{r[False]['matrices']:.1f} |"
+            )
+    lines += [
+        "",
+        "Without a graph the peak does not grow with the addends, so `choose_backend(..., "
+        "graph=False)` counts at most `EVALUATOR_MATRICES_NO_GRAPH = 12` matrices; with a "
+        "graph it counts `EVALUATOR_MATRICES_PER_TERM = 6` per addend (conservative).",
+        "",
+    ]
+    if not keops_available():
+        return [*lines, "(KeOps rows skipped: pykeops is not installed.)"]
+    torch.set_num_threads(1)
+    n = 1000
+    lines += [
+        f"Log marginal likelihood of fixed hyperparameters at n = {n} (noise 0.05), one "
+        "thread, 1 GiB budget: `auto` (now dense Cholesky for these kernels) against KeOps "
+        "CG + SLQ (the backend the per-addend count chose for them; timed after a first "
+        "call that compiles the formula).",
+        "",
+        "| kernel | addends | auto backend | auto s | KeOps CG s | KeOps / auto | "
+        "LML auto | LML KeOps |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for kernel in NO_GRAPH_KERNELS:
+        r = _no_graph_lml(kernel, n)
+        a, k = r["auto"], r["keops"]
+        lines.append(
+            f"| `{kernel}` | {r['terms']} | {a['backend']} | {a['s']:.2f} | {k['s']:.1f} | "
+            f"{k['s'] / a['s']:.0f}x | {a['lml']:.2f} | {k['lml']:.2f} |"
+        )
+    return lines
 
 
 def _run_worker(args: list[str]) -> dict:
@@ -655,6 +758,8 @@ def main() -> None:
             out = _worker_matvec(rest[0], rest[1], int(rest[2]), int(rest[3]), int(rest[4]))
         elif kind == "posterior":
             out = _worker_posterior(rest[0], int(rest[1]), int(rest[2]))
+        elif kind == "evaluator-memory":
+            out = _worker_evaluator_memory(rest[0], int(rest[1]), bool(int(rest[2])))
         else:
             out = _worker_compile(rest[0])
         print(json.dumps(out))
@@ -664,7 +769,7 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="add n = 1e5 KeOps matvecs")
     ap.add_argument(
         "--section",
-        choices=["evaluator", "posterior", "evaluator-speed"],
+        choices=["evaluator", "posterior", "evaluator-speed", "no-graph"],
         help="run one section only and replace its part of an existing report",
     )
     ap.add_argument("--baseline", help="git revision of section 8's 'before' evaluator")
@@ -679,6 +784,9 @@ def main() -> None:
         return
     if args.section == "posterior":
         _replace_section("7", section_posterior(args.quick))
+        return
+    if args.section == "no-graph":
+        _replace_section("9", section_no_graph(args.quick))
         return
     torch.set_num_threads(2)
     started = time.time()
@@ -715,6 +823,7 @@ def main() -> None:
         lambda: section_matvec(args.quick, args.full),
         lambda: section_posterior(args.quick),
         lambda: bench_evaluator_speed.section(__file__, args.quick, args.baseline),
+        lambda: section_no_graph(args.quick),
     ):
         body += section()
         write(done=False)

@@ -18,7 +18,7 @@ from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model
 from amorgp.diff_linalg.testing import dense_gp_predictive, torch_settings
 from amorgp.kernel_grammar import DimWiseStructure, encode
-from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
+from amorgp.lazy_kernels import EVALUATOR_MATRICES_NO_GRAPH, EVALUATOR_MATRICES_PER_TERM
 
 
 def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -366,17 +366,20 @@ def _oracle_predict(
 
 
 def test_cg_backend_above_the_memory_budget(tiny_checkpoint: Path) -> None:
-    """With a budget that fits the evaluator but not the Cholesky workspace the GP runs on
-    CG (ExactGP 'auto'); predictions match the dense oracle to the CG tolerance, the LML to
-    the SLQ accuracy."""
+    """With a budget that fits the evaluator (no autograd graph: the block-wise bound) but
+    not the Cholesky workspace the GP runs on CG (ExactGP 'auto'); predictions match the
+    dense oracle to the CG tolerance, the LML to the SLQ accuracy."""
     X, y = _data(300, 1, seed=8)
     n_terms = 2  # SE + PER
-    evaluator = (EVALUATOR_MATRICES_PER_TERM * n_terms + 1) * 8 * 300**2
+    dense = 8 * 300**2
     a = Amortizer.from_pretrained(
-        tiny_checkpoint, memory_budget=evaluator + 8 * 300**2, gp_options={"n_probes": 30}
+        tiny_checkpoint,
+        memory_budget=(EVALUATOR_MATRICES_NO_GRAPH + 1) * dense,
+        gp_options={"n_probes": 30},
     )
-    assert a.gp_backend(300, n_terms) == "cg"
+    assert a.gp_backend(300, n_terms, graph=False) == "cg"
     r = a.infer(X, y, "SE + PER")
+    assert r._gp.backend == "cg"
     Xq = np.linspace(-2, 5, 7)[:, None]
     mean, var = r.predict(Xq)
     m, v = _oracle_predict(r, X, y, Xq)

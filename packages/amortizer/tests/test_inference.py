@@ -13,7 +13,7 @@ import pytest
 
 from amorgp.amortizer.api import Amortizer
 from amorgp.kernel_grammar import DataError
-from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
+from amorgp.lazy_kernels import EVALUATOR_MATRICES_NO_GRAPH
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +118,8 @@ def test_one_factorisation_serves_the_likelihood_and_every_prediction(
     the predictions equal those of a fresh posterior (dense oracle path)."""
     X, y = _data(120 if budget else 30)
     kwargs = {}
-    if budget:  # dense CG: evaluator + K fit, the Cholesky workspace does not
-        dense = 8 * len(y) ** 2
-        kwargs["memory_budget"] = (EVALUATOR_MATRICES_PER_TERM * 2 + 1) * dense + dense
+    if budget:  # dense CG: the evaluator (no graph) fits, the Cholesky workspace does not
+        kwargs["memory_budget"] = (EVALUATOR_MATRICES_NO_GRAPH + 1) * 8 * len(y) ** 2
     a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", **kwargs)
     r = a.infer(X, y, "SE + PER")
     assert r._gp is not None
@@ -172,9 +171,9 @@ def test_cg_likelihood_with_the_default_preconditioner_is_near_exact() -> None:
     x = rng.uniform(0, 10, 400)
     y = np.sin(2 * x) + 0.3 * np.cos(7 * x) + 0.1 * rng.normal(size=400)
     exact = Amortizer.from_pretrained(device="cpu").infer(x, y, "SE + PER")
-    dense = 8 * 400**2
+    # the evaluator (no graph) fits the budget, the Cholesky workspace does not
     a = Amortizer.from_pretrained(
-        device="cpu", memory_budget=(EVALUATOR_MATRICES_PER_TERM * 2 + 1) * dense + dense
+        device="cpu", memory_budget=(EVALUATOR_MATRICES_NO_GRAPH + 1) * 8 * 400**2
     )
     assert a.gp_options["precond_rank"] == DEFAULT_PRECOND_RANK
     r = a.infer(x, y, "SE + PER", evaluate_lml=True)

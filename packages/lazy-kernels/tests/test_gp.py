@@ -10,6 +10,7 @@ from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import DimWiseKernel
 from amorgp.lazy_kernels.gp import (
     CHOLESKY_MAX_N,
+    EVALUATOR_MATRICES_NO_GRAPH,
     EVALUATOR_MATRICES_PER_TERM,
     ExactGP,
     PivotedCholeskyPreconditioner,
@@ -150,6 +151,42 @@ def test_choose_backend_rule() -> None:
         choose_backend(100, n_terms=0)
     with pytest.raises(ValueError, match="pykeops"):
         choose_backend(100_000, keops=False)
+
+
+def test_choose_backend_without_a_graph_does_not_count_addends() -> None:
+    # no autograd graph: the evaluator works by blocks of points, so its peak is at most
+    # EVALUATOR_MATRICES_NO_GRAPH matrices whatever the number of addends
+    budget = 2**30
+    dense = 8 * 3000**2
+    assert choose_backend(3000, memory_budget=budget, keops=True, n_terms=16) == "keops"
+    for terms in (1, 16, 200):
+        assert choose_backend(3000, memory_budget=budget, n_terms=terms, graph=False) == "cholesky"
+    fits = (EVALUATOR_MATRICES_NO_GRAPH + 2) * dense  # evaluator (with K) + Cholesky
+    assert choose_backend(3000, memory_budget=fits, n_terms=16, graph=False) == "cholesky"
+    assert choose_backend(3000, memory_budget=fits - 1, n_terms=16, graph=False) == "cg"
+    # one addend needs less than the block-wise bound: the smaller of the two counts
+    one = (EVALUATOR_MATRICES_PER_TERM + 1 + 2) * dense
+    assert one < fits
+    assert choose_backend(3000, memory_budget=one, graph=False) == "cholesky"
+
+
+def test_exact_gp_without_a_graph_stays_on_cholesky() -> None:
+    # a budget where the evaluator with a graph does not fit but the block-wise one does:
+    # with detached parameters the GP factors K exactly instead of falling back to CG/KeOps
+    X, y = _data(200, 23)
+    k, params = _kernel()
+    dense = 8 * 200 * 200
+    budget = (EVALUATOR_MATRICES_NO_GRAPH + 2) * dense
+    assert (EVALUATOR_MATRICES_PER_TERM * k.n_terms + 1) * dense + 2 * dense > budget
+    with_graph = ExactGP(k, 0.1, X, y, memory_budget=budget, backend="dense")
+    assert with_graph.backend == "cg"
+    fixed = DimWiseKernel(k.structure, params.detach())
+    gp = ExactGP(fixed, 0.1, X, y, memory_budget=budget)
+    assert gp.backend == "cholesky"
+    oracle = dense_gp_log_marginal_likelihood(fixed(X), y, torch.tensor(0.1, dtype=torch.float64))
+    torch.testing.assert_close(
+        gp.log_marginal_likelihood().detach(), oracle, rtol=1e-10, atol=1e-10
+    )
 
 
 def test_dense_backend_picks_the_solver_by_memory() -> None:

@@ -277,7 +277,7 @@ class Amortizer:
             progress("network", 1, 1)
         n, K = Xn.shape[0], len(structures)
         terms = [sum(len(a) for a in s.dims) for s in structures]
-        dense = self.fits_dense(n, sum(terms))
+        dense = self.fits_dense(n, max(terms), graph=False)
         iterations, status = [0] * K, ["none"] * K
         if steps != 0:
             groups = self.refine_groups(n, terms, steps)
@@ -371,18 +371,22 @@ class Amortizer:
             )
         return groups
 
-    def fits_dense(self, n: int, n_terms: int = 1) -> bool:
-        """Whether ``n_terms`` addends on ``n`` points fit the dense Cholesky backend
-        (``False`` also where only KeOps would fit and pykeops is not installed)."""
+    def fits_dense(self, n: int, n_terms: int = 1, graph: bool = True) -> bool:
+        """Whether ``n_terms`` addends on ``n`` points fit the dense Cholesky backend, with
+        an autograd graph or without (see :meth:`gp_backend`); ``False`` also where only
+        KeOps would fit and pykeops is not installed."""
         try:
-            return self.gp_backend(n, n_terms) == "cholesky"
+            return self.gp_backend(n, n_terms, graph) == "cholesky"
         except ValueError:  # only KeOps would fit, and it is not installed
             return False
 
-    def gp_backend(self, n: int, n_terms: int = 1) -> str:
-        """The ExactGP backend for ``n`` points and ``n_terms`` addends evaluated at once:
+    def gp_backend(self, n: int, n_terms: int = 1, graph: bool = True) -> str:
+        """The ExactGP backend for ``n`` points and ``n_terms`` addends evaluated at once,
+        with an autograd graph (refinement) or without (a fit's posterior):
         ``"cholesky"``, ``"cg"`` or ``"keops"``."""
-        return choose_backend(n, self.dtype, self.device, self.memory_budget, n_terms=n_terms)
+        return choose_backend(
+            n, self.dtype, self.device, self.memory_budget, n_terms=n_terms, graph=graph
+        )
 
     def encoder_subset(self, n: int) -> Tensor | None:
         """Indices of the points the dataset encoder reads, or ``None`` for all of them

@@ -47,9 +47,10 @@ from amorgp.lazy_kernels.solvers import (
 
 __all__ = [
     "CHOLESKY_MAX_N",
+    "EVALUATOR_MATRICES_NO_GRAPH",
+    "EVALUATOR_MATRICES_PER_TERM",
     "ExactGP",
     "PivotedCholeskyPreconditioner",
-    "EVALUATOR_MATRICES_PER_TERM",
     "choose_backend",
     "pcg",
     "pivoted_cholesky",
@@ -66,6 +67,13 @@ n = 6000 on 2 cores) starts to exceed tens of O(n^2) CG iterations; it is a defa
 measured crossover beyond n = 2000."""
 
 
+EVALUATOR_MATRICES_NO_GRAPH = 12
+"""Peak working memory of the dense evaluator without an autograd graph, in matrices of
+the output's size, the output included, whatever the number of addends (it works by
+blocks of points and updates in place): measured 6.1-11.0 at n = 1000-3000, d = 8, 8-32
+addends (docs/benchmarks/lazy-kernels.md, section 9)."""
+
+
 def choose_backend(
     n: int,
     dtype: torch.dtype = torch.float64,
@@ -73,13 +81,17 @@ def choose_backend(
     memory_budget: float = 4 * 2**30,
     keops: bool | None = None,
     n_terms: int = 1,
+    graph: bool = True,
 ) -> str:
     """The backend ``"auto"`` uses for ``n`` training points.
 
     The dense backends build ``K`` with the batched evaluator, whose peak memory grows
     with the number of addends: about ``EVALUATOR_MATRICES_PER_TERM * n_terms`` matrices
     of ``n x n`` (measured in docs/benchmarks/lazy-kernels.md, section 1b), plus ``K``
-    itself, plus two more for Cholesky.
+    itself, plus two more for Cholesky.  Without an autograd graph (``graph=False``:
+    neither the parameters nor the inputs require grad, e.g. conditioning on predicted
+    hyperparameters) the evaluator works by blocks of points and its peak is at most
+    :data:`EVALUATOR_MATRICES_NO_GRAPH` matrices, whatever the number of addends.
 
     Rule: ``"cholesky"`` if ``n <= CHOLESKY_MAX_N`` (float64; ``CHOLESKY_MAX_N // 2``
     for float32, whose Cholesky fails earlier) and the Cholesky peak fits
@@ -89,6 +101,7 @@ def choose_backend(
     Args:
         n_terms: active addends of the kernel(s) evaluated at once (summed over input
             dimensions and over the kernels of one batch).
+        graph: whether ``K`` is evaluated with an autograd graph.
 
     Raises:
         ValueError: if only KeOps would fit and pykeops is unavailable.
@@ -100,6 +113,8 @@ def choose_backend(
     item = torch.finfo(dtype).bits // 8
     dense = item * n * n
     evaluator = (EVALUATOR_MATRICES_PER_TERM * n_terms + 1) * dense
+    if not graph:
+        evaluator = min(evaluator, EVALUATOR_MATRICES_NO_GRAPH * dense)
     limit = CHOLESKY_MAX_N if dtype == torch.float64 else CHOLESKY_MAX_N // 2
     if torch.device(device).type == "cuda":
         limit *= 2
@@ -182,6 +197,8 @@ class ExactGP:
         else:
             _check_kernel(kernel, X)
             self.backend = backend
+            params = getattr(kernel, "params", None)
+            graph = X.requires_grad or bool(getattr(params, "requires_grad", False))
             if backend in ("auto", "dense"):
                 self.backend = choose_backend(
                     n,
@@ -190,6 +207,7 @@ class ExactGP:
                     memory_budget,
                     keops=True if backend == "dense" else None,
                     n_terms=kernel.n_terms,
+                    graph=graph,
                 )
                 if backend == "dense" and self.backend == "keops":
                     self.backend = "cg"  # where only KeOps would fit: dense CG as asked

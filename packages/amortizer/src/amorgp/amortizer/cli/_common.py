@@ -181,13 +181,13 @@ def run_inference(
     assert data.y is not None
     structures = check_kernels(amz, kernels, data)
     n, d = data.X.shape
-    n_terms = sum(len(a) for s in structures for a in s.dims)
+    n_terms = max(sum(len(a) for a in s.dims) for s in structures)
     log.info(
         "working on n = %d points, d = %d, %d kernel(s) with backend %s",
         n,
         d,
         len(kernels),
-        amz.gp_backend(n, n_terms),
+        amz.gp_backend(n, n_terms, graph=False),
     )
     steps: int | Literal["auto"] = "auto" if refine == "auto" else int(refine)
     bars = _ProgressBars()
