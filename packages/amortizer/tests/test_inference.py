@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from amorgp.amortizer.api import Amortizer
 from amorgp.kernel_grammar import DataError
@@ -180,3 +181,28 @@ def test_cg_likelihood_with_the_default_preconditioner_is_near_exact() -> None:
     assert r._gp is not None
     assert r._gp.backend == "cg"
     assert r.log_marginal_likelihood == pytest.approx(exact.log_marginal_likelihood, abs=1e-2)
+
+
+def test_ensemble_predictive_reuses_the_members_factors(amz: Amortizer) -> None:
+    """Amortized members whose likelihood was evaluated densely keep their Cholesky factor;
+    the ensemble's predictive reuses it (no second factorisation) and equals the mixture
+    of the batched path, which re-evaluates and re-factors every member's matrix."""
+    from amorgp.ensembles import KernelEnsemble
+    from amorgp.ensembles.batched import batched_member_predictive
+
+    X, y = _data(35, seed=4)
+    kernels = ["SE", "PER", "SE + PER", "LIN*PER"]
+    ens = KernelEnsemble.fit(amz, X, y, kernels)
+    fits = [f for f in ens.fits if f is not None]
+    assert len(fits) == len(kernels)
+    assert all(f.factored for f in fits)
+    Xq = np.linspace(-0.5, 6.5, 9)[:, None]
+    mix = ens.predictive(Xq)
+    assert [f.posterior.factorizations for f in fits] == [1] * len(kernels)
+    batched = batched_member_predictive(fits, X, y, Xq)
+    assert batched is not None
+    w = ens.weights[:, None]
+    mean = (w * batched[0]).sum(0)
+    var = (w * (batched[1] + batched[0] ** 2)).sum(0) - mean**2
+    torch.testing.assert_close(mix.mean(), mean, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(mix.variance(), var, rtol=1e-8, atol=1e-10)

@@ -256,3 +256,20 @@ def test_keops_backend_loss_and_gradient_like_dense_cg() -> None:
         results.append((lml, *torch.autograd.grad(lml, [params, noise])))
     for a, b in zip(*results):  # same probes, same solves: equal up to CG tolerance
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_factored_tracks_the_current_cholesky_factor() -> None:
+    X, y = _data(40, 24)
+    k, params = _kernel()
+    gp = ExactGP(k, 0.1, X, y, backend="cholesky")
+    assert not gp.factored  # nothing built yet
+    gp.log_marginal_likelihood()
+    assert gp.factored
+    with torch.no_grad():
+        params.mul_(1.1)  # an optimiser step: the factor is stale
+    assert not gp.factored
+    gp.predict(X[:3])
+    assert gp.factored
+    cg = ExactGP(k, 0.1, X, y, backend="cg")
+    cg.log_marginal_likelihood()
+    assert not cg.factored  # no dense factor on the CG backend

@@ -101,6 +101,11 @@ class ConditionedGP:
         """``"cholesky"``, ``"cg"`` or ``"keops"``."""
         return self.gp.backend
 
+    @property
+    def factored(self) -> bool:
+        """Whether the posterior's dense Cholesky factor exists (see ``ExactGP.factored``)."""
+        return self._gp is not None and self._gp.factored
+
     def log_marginal_likelihood(self) -> float:
         """``log p(y~ | theta, S)`` from the posterior's factor (computed once, then cached)."""
         if self._lml is None:
@@ -173,6 +178,12 @@ class KernelResult(KernelFit):
         if self._gp is None:
             raise ValueError("this result holds no data to condition on")
         return self._gp.posterior
+
+    @property
+    def factored(self) -> bool:
+        """Whether the posterior's dense Cholesky factor already exists (the likelihood was
+        evaluated on the dense backend): predictions then reuse it."""
+        return self._gp is not None and self._gp.factored
 
     @property
     def normalization(self) -> Normalizer:

@@ -182,20 +182,24 @@ class KernelEnsemble:
     def predictive(self, X_new: Any) -> GaussianMixture:
         """The mixture predictive of targets at ``X_new (m, d)`` (original units).
 
-        Members with zero weight are not evaluated.  When the fits expose their
-        normalised hyperparameters and normalisation (the amortizer's and the baselines'
-        results do), all members are computed in one batch
-        (:func:`~amorgp.ensembles.batched.batched_member_predictive`); otherwise each
-        member's ``predict`` is called.  A member whose prediction fails or is
-        non-finite is dropped with a warning and the others renormalised.
+        Members with zero weight are not evaluated.  When every member already holds the
+        Cholesky factor of its posterior (``factored``: the amortizer's results after their
+        likelihood was evaluated on the dense backend) each member's ``predict`` reuses it:
+        no matrix is factored twice.  Otherwise, when the fits expose their normalised
+        hyperparameters and normalisation (the amortizer's and the baselines' results
+        do), all members are computed in one batch
+        (:func:`~amorgp.ensembles.batched.batched_member_predictive`); else each member's
+        ``predict`` is called.  A member whose prediction fails or is non-finite is
+        dropped with a warning and the others renormalised.
         """
         live = [
             i
             for i, (f, w) in enumerate(zip(self.fits, self.weights.tolist(), strict=True))
             if w > 0 and f is not None
         ]
+        factored = all(getattr(self.fits[i], "factored", False) for i in live)
         batched = None
-        if self.X is not None:
+        if self.X is not None and not factored:
             batched = batched_member_predictive([self.fits[i] for i in live], self.X, self.y, X_new)
         rows: list[tuple[Tensor, Tensor] | None]
         if batched is not None:

@@ -245,6 +245,18 @@ class ExactGP:
         return self._posterior
 
     @property
+    def factored(self) -> bool:
+        """Whether the dense Cholesky factor of the current parameters exists (a prediction
+        then costs no factorisation)."""
+        post = self._posterior
+        return (
+            self.backend == "cholesky"
+            and post is not None
+            and post.factorizations > 0
+            and self._state() == self._versions
+        )
+
+    @property
     def last_cg_iterations(self) -> int:
         """CG iterations of the posterior's last solve (0 for Cholesky)."""
         return self._posterior.last_cg_iterations if self._posterior is not None else 0
