@@ -128,3 +128,35 @@ def test_an_interrupted_run_writes_its_report_and_continues(
     rec = run_paper(cfg, tmp_path, progress=False)
     assert calls == ["gp-ml", "sklearn"]  # the amortized cells were kept
     assert rec["cells_computed"] == 4
+
+
+def test_report_view_widens_a_subset_to_its_protocol(toy_csv: Path) -> None:
+    full = PaperConfig.full()
+    assert full.report_view() == full
+    sub = replace(
+        full, experiments=("fig3",), datasets=("yacht", str(toy_csv)), splits=1, methods=("map",)
+    )
+    view = sub.report_view()
+    assert view.experiments == full.experiments
+    assert view.datasets == (*full.datasets, str(toy_csv))
+    assert view.splits == full.splits
+    assert view.methods == full.methods
+    assert view.kernel_ids == sub.kernel_ids  # a Fig. 4 ensemble cell is keyed by its kernels
+    quick = replace(PaperConfig.quick_config(), splits=4)
+    assert quick.report_view().splits == 4
+    assert quick.report_view().datasets == PaperConfig.quick_config().datasets
+
+
+def test_a_run_on_a_subset_keeps_the_rest_of_the_report(
+    toy_csv: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    base = _config(toy_csv, tiny_checkpoint)
+    run_paper(replace(base, methods=("amortized",)), tmp_path, progress=False)
+    (tmp_path / "NOTES.md").write_text("**Status.** Half of the methods are done.\n")
+    rec = run_paper(replace(base, methods=("gp-ml",)), tmp_path, progress=False)
+    assert rec["cells_computed"] == 2  # only the new method's cells
+    methods = {c["method"] for c in rec["experiments"]["fig3"]["cells"]}
+    assert methods == {"amortized", "gp-ml"}  # the first run's rows are still reported
+    assert set(rec["experiments"]) == set(PaperConfig.full().experiments)
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.index("**Status.** Half of the methods are done.") < readme.index("## Fig. 3")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from amorgp.kernel_grammar import OptionError
@@ -147,6 +147,24 @@ class PaperConfig:
             ensemble_sizes=(50, 100),
             ensemble_repeats=1,
             quick=True,
+        )
+
+    def report_view(self) -> PaperConfig:
+        """The configuration the report shows: this run's, widened to its protocol's
+        (full or quick) experiments, datasets, splits and methods, so that a run on a
+        subset adds its cells to the whole report instead of replacing it.  The kernels
+        stay this run's (a Fig. 4 ensemble cell is keyed by its kernel set)."""
+        base = PaperConfig.quick_config() if self.quick else PaperConfig.full()
+
+        def union(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+            return a + tuple(x for x in b if x not in a)
+
+        return replace(
+            self,
+            experiments=EXPERIMENTS,
+            datasets=union(base.datasets, self.datasets),
+            splits=max(base.splits, self.splits),
+            methods=union(base.methods, self.methods),
         )
 
     def options(self, method: str) -> dict[str, Any]:

@@ -67,8 +67,7 @@ def figure(result: dict[str, Any], path: Any) -> bool:
             hi = max(max(p) for p in ok)
             ax.plot([lo, hi], [lo, hi], color="gray", lw=1, label="equal")
         label_axis(ax, f"Type-2 ML test {key.upper()}", f"amortized test {key.upper()}")
-    save_figure(fig, path)
-    return True
+    return save_figure(fig, path)
 
 
 def findings(result: dict[str, Any]) -> str:

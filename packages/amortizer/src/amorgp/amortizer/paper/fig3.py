@@ -165,8 +165,7 @@ def figure(result: dict[str, Any], path: Any) -> bool:
         row[2].set_xscale("log")
         row[2].set_title(f"{ds}: time per kernel (s)", fontsize=9)
         row[2].tick_params(labelsize=7)
-    save_figure(fig, path)
-    return True
+    return save_figure(fig, path)
 
 
 def _plural(n: int, word: str) -> str:

@@ -227,8 +227,7 @@ def figure(result: dict[str, Any], path: Any) -> bool:
     for key, label in (("one", "one kernel"), ("batched", "batched"), ("one_by_one", "one by one")):
         ax.plot(ns, [r[f"{key}_s"] for r in rows], marker="o", label=label)
     label_axis(ax, "n", "ensemble fit time (s)", logx=True, logy=True)
-    save_figure(fig, path)
-    return True
+    return save_figure(fig, path)
 
 
 def findings(result: dict[str, Any]) -> str:

@@ -53,16 +53,15 @@ def figure(result: dict[str, Any], path: Any) -> bool:
     for ax, key in zip(axes[0], ("nll", "rmse"), strict=True):
         for m in METHODS:
             rows = [result["by_n"][str(n)]["summary"].get(m) for n in ns]
-            if any(r is None for r in rows):
-                continue
+            if any(r is None or not r[key]["n"] for r in rows):
+                continue  # a size without pairs yet
             med = [r[key]["median"] for r in rows if r is not None]
             lo = [r[key]["q25"] for r in rows if r is not None]
             hi = [r[key]["q75"] for r in rows if r is not None]
             ax.plot(ns, med, marker="o", label=m)
             ax.fill_between(ns, lo, hi, alpha=0.15)
         label_axis(ax, "n_train", f"test {key.upper()}", logx=True)
-    save_figure(fig, path)
-    return True
+    return save_figure(fig, path)
 
 
 def findings(result: dict[str, Any]) -> str:

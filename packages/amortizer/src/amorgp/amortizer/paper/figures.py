@@ -46,17 +46,27 @@ def label_axis(ax: Any, xlabel: str, ylabel: str, *, logx: bool = False, logy: b
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     return ax
 
 
-def save_figure(fig: Any, path: Path) -> None:
-    """Save ``fig`` as PNG (written beside and renamed: never a torn file), then close it."""
+def save_figure(fig: Any, path: Path) -> bool:
+    """Save ``fig`` as PNG (written beside and renamed: never a torn file), then close it.
+
+    Returns:
+        ``False`` (nothing saved) when no axes has data: a report of cells not computed
+        yet shows no empty figure.
+    """
     import matplotlib.pyplot as plt
 
+    if not any(ax.has_data() for ax in fig.axes):
+        plt.close(fig)
+        return False
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.tmp.png")
     fig.tight_layout()
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     tmp.replace(path)
+    return True

@@ -11,7 +11,7 @@ from typing import Any
 
 from amorgp.amortizer.cli._output import json_text
 
-__all__ = ["environment", "write_report"]
+__all__ = ["NOTES", "environment", "write_report"]
 
 TITLES = {
     "fig2b": "Fig. 2b: simulated pairs, amortized vs Type-2 ML vs ground truth",
@@ -89,8 +89,14 @@ def _provenance(record: dict[str, Any]) -> str:
     )
 
 
+NOTES = "NOTES.md"
+"""A hand-written file of the output folder placed after the report's header (status of a
+long run, context); the generated report never overwrites it."""
+
+
 def write_report(out: Path, record: dict[str, Any], modules: dict[str, Any]) -> Path:
-    """Write ``results.json``, one PNG per experiment with a figure, and ``README.md``.
+    """Write ``results.json``, one PNG per experiment with a figure, and ``README.md``
+    (with :data:`NOTES` after its header when the folder has one).
 
     Args:
         out: the output folder.
@@ -129,6 +135,9 @@ def write_report(out: Path, record: dict[str, Any], modules: dict[str, Any]) -> 
             "splits), not the paper protocol; run `amorgp benchmark paper` (resumable) for it.",
             "",
         ]
+    notes = out / NOTES
+    if notes.is_file():  # hand-written status, kept across regenerations
+        lines += [notes.read_text(encoding="utf-8").strip(), ""]
     for name, result in record["experiments"].items():
         mod = modules[name]
         lines += [f"## {TITLES.get(name, name)}", ""]

@@ -61,6 +61,9 @@ def run_paper(
 ) -> dict[str, Any]:
     """Compute the missing cells of every configured experiment and write the report.
 
+    The report shows the whole protocol (:meth:`PaperConfig.report_view`): a run on some
+    experiments, datasets or methods adds its cells to it and keeps the others' rows.
+
     Args:
         config: what to compute.
         out: the output folder (``README.md``, ``results.json``, PNGs, ``cells/``).
@@ -106,6 +109,14 @@ def run_paper(
     computed = cache.computed + by_workers
     if not report_only:
         log_run(out, {"quick": config.quick, "elapsed_s": elapsed, "cells": computed})
+    view = config.report_view()
+    if view != config:  # a run on a subset: the report shows every cached cell of the protocol
+        shown = RunContext(view, out, CellCache(out, read_only=True), progress=False)
+        for name, notes in ctx.notes.items():
+            for text in notes:
+                shown.note(name, text)
+        experiments = {name: MODULES[name].run(shown) for name in view.experiments}
+        config, ctx = view, shown
     record = {
         "config": config.to_dict(),
         "environment": environment(config.device),
