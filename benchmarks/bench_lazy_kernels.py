@@ -223,6 +223,36 @@ def _no_graph_lml(kernel: str, n: int) -> dict:
     return out
 
 
+def _slq_errors(kernel: str, n: int, seeds: int, probes: int = 15) -> dict:
+    """SLQ log-determinant error of ``K + 0.05 I`` (dense CG, ``probes`` probes, rank 64)
+    with the noise-only and the residual-diagonal preconditioner, over ``seeds`` seeds."""
+    from amorgp.kernel_grammar import DimWiseStructure
+    from amorgp.lazy_kernels import DimWiseKernel, PivotedCholeskyPreconditioner
+    from amorgp.lazy_kernels.gp import pcg, pivoted_cholesky, slq_logdet
+
+    g = torch.Generator().manual_seed(1)
+    s = DimWiseStructure.coerce(kernel, 8)
+    params = 0.5 + torch.rand(8, s.max_addends, 4, generator=g, dtype=torch.float64)
+    X = torch.rand(n, 8, generator=g, dtype=torch.float64)
+    K = DimWiseKernel(s, params)(X)
+    noise = torch.tensor(0.05, dtype=torch.float64)
+    A = K + noise * torch.eye(n, dtype=torch.float64)
+    exact = float(torch.linalg.slogdet(A)[1])
+    L = pivoted_cholesky(torch.diagonal(K), lambda i: K[:, i], rank=64)
+    out = {}
+    for name, residual in (("noise", None), ("residual", torch.diagonal(K) - (L * L).sum(1))):
+        P = PivotedCholeskyPreconditioner(L, noise, residual)
+        errors, iters = [], []
+        for seed in range(seeds):
+            Z = P.sample(probes, torch.Generator().manual_seed(seed))
+            _, alphas, betas, it = pcg(lambda V: A @ V, Z, P.solve, tol=1e-8, max_iter=1000)
+            est = P.logdet() + slq_logdet(alphas, betas, (Z * P.solve(Z)).sum(0))
+            errors.append(abs(float(est) - exact))
+            iters.append(it)
+        out[name] = {"error": statistics.mean(errors), "iters": statistics.median(iters)}
+    return out
+
+
 def section_no_graph(quick: bool) -> list[str]:
     from amorgp.lazy_kernels.keops import keops_available
 
@@ -276,6 +306,33 @@ def section_no_graph(quick: bool) -> list[str]:
             f"| `{kernel}` | {r['terms']} | {a['backend']} | {a['s']:.2f} | {k['s']:.1f} | "
             f"{k['s'] / a['s']:.0f}x | {a['lml']:.2f} | {k['lml']:.2f} |"
         )
+    seeds = 3 if quick else 8
+    lines += [
+        "",
+        f"The CG rows' log-determinant is a stochastic Lanczos quadrature estimate. Its error "
+        f"against the exact `log det(K + 0.05 I)` at n = {n} (dense CG, 15 probes, "
+        f"preconditioner rank 64, mean absolute error over {seeds} probe seeds), with the "
+        "pivoted-Cholesky preconditioner `L L^T + sigma^2 I` (the previous one) and with "
+        "the diagonal `L L^T` leaves out put back (`L L^T + diag(K - L L^T) + sigma^2 I`, "
+        "now the default):",
+        "",
+        "| kernel | noise-only: mean abs error (nats) | CG iterations | with residual diagonal: "
+        "mean abs error (nats) | CG iterations |",
+        "|---|---|---|---|---|",
+    ]
+    for kernel in NO_GRAPH_KERNELS:
+        e = _slq_errors(kernel, n, seeds)
+        lines.append(
+            f"| `{kernel}` | {e['noise']['error']:.1f} | {e['noise']['iters']:.0f} | "
+            f"{e['residual']['error']:.1f} | {e['residual']['iters']:.0f} |"
+        )
+    lines += [
+        "",
+        "With short lengthscales in 8 dimensions the kernel's spectrum decays slowly and "
+        "a rank-64 factor leaves most of it out; with `sigma^2` alone the preconditioned "
+        "matrix keeps eigenvalues up to `lambda / sigma^2` and the estimate's spread is "
+        "large. Model averaging and structure search weight kernels by this number.",
+    ]
     return lines
 
 

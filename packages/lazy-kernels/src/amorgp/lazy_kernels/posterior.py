@@ -19,7 +19,8 @@ Two methods:
     adjoint ``Abar = 1/2 (alpha alpha^T - A^{-1})`` (``A^{-1}`` from ``L``, never a
     second factorisation).
 ``"cg"``
-    the rank-``r`` pivoted-Cholesky preconditioner and ``alpha`` by batched
+    the rank-``r`` pivoted-Cholesky preconditioner (plus the diagonal it leaves out, and the
+    noise) and ``alpha`` by batched
     preconditioned CG on operator matvecs (dense or KeOps); ``log det A`` by stochastic
     Lanczos quadrature from the same CG run with ``n_probes`` probes ``z ~ N(0, P)``;
     gradients use ``d log p = 1/2 a^T dA a - 1/2 tr(A^{-1} dA)`` with a Hutchinson
@@ -188,12 +189,14 @@ class Posterior:
         if self._precond is None:
             op = self.operator
             with torch.no_grad():
+                diag = op.diag().detach()
                 L = pivoted_cholesky(
-                    op.diag().detach(),
+                    diag,
                     lambda i: op.columns(torch.tensor([i], device=op.device))[:, 0].detach(),
                     self.precond_rank,
                 )
-            self._precond = PivotedCholeskyPreconditioner(L, self.noise.detach())
+                residual = diag - (L * L).sum(1)
+            self._precond = PivotedCholeskyPreconditioner(L, self.noise.detach(), residual)
             self.factorizations += 1
         return self._precond
 

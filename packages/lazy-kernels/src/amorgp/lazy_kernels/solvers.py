@@ -53,35 +53,54 @@ def pivoted_cholesky(
 
 @dataclass
 class PivotedCholeskyPreconditioner:
-    """``P = L L^T + sigma^2 I`` with ``L (n, r)``; solves and log-determinant by Woodbury."""
+    """``P = L L^T + D`` with ``L (n, r)`` and the diagonal ``D = sigma^2 + residual``;
+    solves, log-determinant and probes by Woodbury.
+
+    ``residual`` (``(n,)``, non-negative; default none) is the diagonal of ``K - L L^T``
+    the rank-``r`` factor leaves out.  Putting it back keeps ``P^{-1} A`` near the
+    identity where ``K``'s spectrum decays slowly (many inputs, short lengthscales) and
+    the noise is small: there ``sigma^2`` alone leaves the unexplained directions scaled
+    by ``lambda / sigma^2``, so CG needs many iterations and the SLQ log-determinant a
+    large variance (measured in docs/benchmarks/lazy-kernels.md, section 9).
+    """
 
     L: Tensor
     noise: Tensor
+    residual: Tensor | None = None
 
     def __post_init__(self) -> None:
-        r = self.L.shape[1]
-        inner = torch.eye(r, dtype=self.L.dtype, device=self.L.device) * self.noise
-        inner = inner + self.L.T @ self.L
+        n, r = self.L.shape
+        d = self.noise.expand(n)
+        if self.residual is not None:
+            d = d + self.residual.clamp_min(0.0)
+        self._d = d
+        inner = torch.eye(r, dtype=self.L.dtype, device=self.L.device)
+        inner = inner + self.L.T @ (self.L / d[:, None])
         self._chol = torch.linalg.cholesky(inner)
 
+    @property
+    def diagonal(self) -> Tensor:
+        """``D`` (``(n,)``)."""
+        return self._d
+
     def solve(self, V: Tensor) -> Tensor:
-        """``P^{-1} V`` for ``V (n, k)``: ``(V - L (sigma^2 I + L^T L)^{-1} L^T V) / sigma^2``."""
+        """``P^{-1} V`` for ``V (n, k)``: ``D^-1 (V - L (I + L^T D^-1 L)^{-1} L^T D^-1 V)``."""
+        Vd = V / self._d[:, None]
         if self.L.shape[1] == 0:
-            return V / self.noise
-        w = torch.cholesky_solve(self.L.T @ V, self._chol)
-        return (V - self.L @ w) / self.noise
+            return Vd
+        w = torch.cholesky_solve(self.L.T @ Vd, self._chol)
+        return Vd - (self.L @ w) / self._d[:, None]
 
     def logdet(self) -> Tensor:
-        """``log det P = (n - r) log sigma^2 + log det(sigma^2 I_r + L^T L)``."""
-        n, r = self.L.shape
-        return (n - r) * torch.log(self.noise) + 2.0 * torch.log(torch.diagonal(self._chol)).sum()
+        """``log det P = sum log D + log det(I + L^T D^-1 L)``."""
+        return torch.log(self._d).sum() + 2.0 * torch.log(torch.diagonal(self._chol)).sum()
 
     def sample(self, t: int, generator: torch.Generator) -> Tensor:
-        """``t`` probes ``z ~ N(0, P)``, ``(n, t)``: ``L e1 + sigma e2``."""
+        """``t`` probes ``z ~ N(0, P)``, ``(n, t)``: ``L e1 + D^1/2 e2``."""
         n, r = self.L.shape
         e1 = torch.randn(r, t, generator=generator, dtype=self.L.dtype).to(self.L.device)
         e2 = torch.randn(n, t, generator=generator, dtype=self.L.dtype).to(self.L.device)
-        return self.L @ e1 + torch.sqrt(self.noise) * e2
+        return self.L @ e1 + torch.sqrt(self._d)[:, None] * e2
 
 
 def pcg(
