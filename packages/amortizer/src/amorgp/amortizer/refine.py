@@ -8,9 +8,10 @@ amortized inference never imports :mod:`amorgp.baselines`.
 tolerances stop it); each iteration's strong-Wolfe line search may use up to
 :data:`EVALS_PER_ITERATION` evaluations of the objective, so the iteration count, not an
 evaluation budget, bounds the refinement.  ``refine="auto"`` runs rounds of
-:data:`AUTO_ROUND` iterations, warm-started at the previous round, until the log marginal likelihood of a kernel improves
-by less than :data:`AUTO_RTOL` relatively (``Delta <= AUTO_RTOL * max(1, |LML|)``) over a
-round, L-BFGS converges, or :data:`AUTO_MAX_ITERS` iterations have run.
+:data:`AUTO_ROUND` iterations, warm-started at the previous round, until the log marginal
+likelihood of a kernel improves by less than :data:`AUTO_RTOL` relatively
+(``Delta <= AUTO_RTOL * max(1, |LML|)``) over a round, L-BFGS converges, or
+:data:`AUTO_MAX_ITERS` iterations have run.
 """
 
 from __future__ import annotations
