@@ -136,6 +136,26 @@ def test_size_buckets_give_the_same_prediction_and_gradient() -> None:
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-8, atol=1e-10)
 
 
+def test_size_buckets_apply_on_the_cpu_only() -> None:
+    """The CPU step runs one encoder pass per bucket; a GPU step runs one pass in all."""
+    from amorgp.amortizer.model import build_model
+    from amorgp.amortizer.train import effective_size_buckets, training_loss
+
+    cfg = dataclasses.replace(TC, n_min=3, n_max=16, max_dims=3, size_buckets=3)
+    assert effective_size_buckets(cfg, torch.device("cpu")) == 3
+    assert effective_size_buckets(cfg, torch.device("cuda", 0)) == 1
+    batch = Simulator(simulator_config(NET, cfg)).sample(7, torch.Generator().manual_seed(4))
+    model = build_model(NET)
+    calls: list[int] = []
+    model.dataset_encoder.register_forward_hook(lambda m, i, o: calls.append(i[0].shape[0]))
+    training_loss(model, batch, NET.vocabulary, cfg)
+    assert len(calls) == 3
+    assert sum(calls) == 7
+    calls.clear()
+    training_loss(model, batch, NET.vocabulary, cfg, size_buckets=1)
+    assert calls == [7]
+
+
 def test_dataloader_workers_give_the_same_data_as_in_process(tmp_path: Path) -> None:
     """One worker process produces the stream the main process would (same losses)."""
     a = train(tmp_path / "w0", NET, TC, max_steps=2, progress=False)

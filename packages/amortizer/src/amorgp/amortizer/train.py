@@ -46,6 +46,7 @@ from amorgp.simulator import SimulatedBatch, SimulatorConfig, SimulatorStream, s
 __all__ = [
     "SE_VOCABULARY",
     "TrainResult",
+    "effective_size_buckets",
     "encoder_view",
     "make_stream",
     "predict_bucketed",
@@ -154,21 +155,37 @@ def predict_bucketed(model: nn.Module, view: PaddedBatch, buckets: int) -> Predi
     return Prediction(params, torch.cat([o.noise for o in outs])[inverse])
 
 
+def effective_size_buckets(train_cfg: TrainConfig, device: torch.device) -> int:
+    """The number of size buckets a training step uses on ``device``.
+
+    ``train_cfg.size_buckets`` on the CPU, where the encoder is flop-bound and cropping
+    padded points pays; 1 elsewhere: on a GPU each bucket is another round of small
+    kernel launches and a host synchronisation for its crop, and 4 buckets measured
+    2.2-3.3x slower per step than one on an H100 (``docs/training/throughput-cuda.md``).
+    The prediction is the same either way (the network is padding invariant).
+    """
+    return train_cfg.size_buckets if device.type == "cpu" else 1
+
+
 def training_loss(
     model: nn.Module,
     batch: SimulatedBatch,
     vocab: Vocabulary,
     train_cfg: TrainConfig,
     generator: torch.Generator | None = None,
+    *,
+    size_buckets: int | None = None,
 ) -> LossOutput:
     """Forward pass and loss of one batch (phase from ``train_cfg``).
 
     ``vocab`` is the batch's vocabulary (kept for callers; ``batch.vocab`` is used).
+    ``size_buckets`` overrides :func:`effective_size_buckets` (benchmarks compare both).
     """
     view = encoder_view(batch, train_cfg.encoder_points, generator)
     device = batch.X.device
+    buckets = effective_size_buckets(train_cfg, device) if size_buckets is None else size_buckets
     with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        pred = predict_bucketed(model, view, train_cfg.size_buckets)
+        pred = predict_bucketed(model, view, buckets)
     pred = Prediction(pred.params.float(), pred.noise.float())
     shown = batch.presented()
     if train_cfg.phase == 1:
