@@ -73,7 +73,7 @@ from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, preset
 from amorgp.amortizer.model import build_model
 from amorgp.amortizer.rundir import RunDirectory
-from amorgp.amortizer.runtime import interruptible
+from amorgp.amortizer.runtime import ActiveClock, interruptible
 from amorgp.amortizer.train import TrainResult, train
 from amorgp.kernel_grammar.errors import OptionError, TrainingError
 
@@ -317,9 +317,15 @@ class _Campaign:
     def segment(self, minutes: float) -> dict[str, Any]:
         """Train one segment, export the phase-1 weights, evaluate a phase-2 copy."""
         k, stage = self._stage()
-        t0 = time.monotonic()
+        with ActiveClock() as clock:  # minutes leave out SIGSTOP pauses
+            return self._segment(k, stage, minutes, clock)
+
+    def _segment(
+        self, k: int, stage: CampaignStage, minutes: float, clock: ActiveClock
+    ) -> dict[str, Any]:
+        t0 = clock.now()
         result = self._train(k, stage, minutes)
-        train_minutes = (time.monotonic() - t0) / 60.0
+        train_minutes = (clock.now() - t0) / 60.0
         stage_datasets = int(self.status["stage_offset"]) + result.datasets_seen
         total = int(self.status["total_offset"]) + result.datasets_seen
         record = {
@@ -339,7 +345,7 @@ class _Campaign:
         )
         if result.stopped_by == "interrupted" or not self._evaluate(result, record):
             return record
-        record.update(train_minutes=train_minutes, segment_minutes=(time.monotonic() - t0) / 60.0)
+        record.update(train_minutes=train_minutes, segment_minutes=(clock.now() - t0) / 60.0)
         if _stage_ended(self.stages, k, stage_datasets):
             self.status.update(
                 stage=k + 1,

@@ -7,7 +7,8 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -16,6 +17,7 @@ from torch.utils.data import DataLoader
 from amorgp.simulator import SimulatedBatch, SimulatorStream
 
 __all__ = [
+    "ActiveClock",
     "Distributed",
     "default_device",
     "deferred_sigint",
@@ -55,6 +57,74 @@ class Distributed:
     def close(self) -> None:
         if self.owned:
             dist.destroy_process_group()
+
+
+class ActiveClock:
+    """Monotonic seconds that leave out the time the whole process was stopped.
+
+    A training run paused with ``SIGSTOP`` (e.g. ``kill -STOP`` while a benchmark needs
+    the cores) and continued later must not count the pause as training time, neither in
+    its time budget nor in the minutes it logs.  A daemon thread ticks every ``tick``
+    seconds; while the process runs, two ticks are never much more than ``tick`` apart,
+    so a gap longer than ``tick + slack`` means the process was stopped (or the machine
+    suspended), and that gap less one tick is left out of :meth:`now`.  Slow steps do
+    not count as pauses: the ticking thread runs while the training thread computes
+    (PyTorch releases the GIL in its kernels).
+
+    Use as a context manager (or :meth:`start` / :meth:`close`).
+    """
+
+    def __init__(
+        self,
+        tick: float = 0.5,
+        slack: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not (tick > 0 and slack >= 0):
+            raise ValueError(f"tick must be > 0 and slack >= 0, got {tick}, {slack}")
+        self.tick, self.slack, self._clock = tick, slack, clock
+        self.paused = 0.0
+        self._last = clock()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def observe(self, now: float | None = None) -> None:
+        """Account for the time since the last tick (called by the ticking thread)."""
+        with self._lock:
+            now = self._clock() if now is None else now
+            gap = now - self._last
+            if gap > self.tick + self.slack:
+                self.paused += gap - self.tick
+            self._last = max(self._last, now)
+
+    def now(self) -> float:
+        """Seconds of the underlying clock, less the stopped time seen so far."""
+        self.observe()
+        return self._clock() - self.paused
+
+    def start(self) -> ActiveClock:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="active-clock", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick):
+            self.observe()
+
+    def __enter__(self) -> ActiveClock:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def default_device() -> torch.device:

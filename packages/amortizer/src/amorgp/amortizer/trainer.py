@@ -30,6 +30,7 @@ from amorgp.amortizer.loss import LossOutput
 from amorgp.amortizer.rundir import RunDirectory
 from amorgp.amortizer.runstate import Budget, RunStart, start_run
 from amorgp.amortizer.runtime import (
+    ActiveClock,
     Distributed,
     default_device,
     deferred_sigint,
@@ -116,7 +117,8 @@ class Trainer:
         self.losses: list[float] = []
         self.last_checkpoint: Path | None = None
         self.val_batches: list[SimulatedBatch] = []
-        self._t0 = self._window_t0 = time.monotonic()
+        self._clock = ActiveClock()  # training time leaves out SIGSTOP pauses
+        self._t0 = self._window_t0 = self._clock.now()
         self._window_datasets = 0
         self._bar: Any = None
         self._interrupt = threading.Event()
@@ -127,7 +129,7 @@ class Trainer:
         self._open()
         stopped_by = ""
         try:
-            with deferred_sigint() as self._interrupt:
+            with self._clock, deferred_sigint() as self._interrupt:
                 while not stopped_by:
                     stopped_by = self._run_chunk()
                     self._end_of_chunk()
@@ -165,10 +167,10 @@ class Trainer:
                     dynamic_ncols=True,
                 )
         self.ddp.barrier()
-        self._t0 = self._window_t0 = time.monotonic()
+        self._t0 = self._window_t0 = self._clock.now()
 
     def _elapsed(self) -> float:
-        return self.state.elapsed_before + time.monotonic() - self._t0
+        return self.state.elapsed_before + self._clock.now() - self._t0
 
     def _run_chunk(self) -> str:
         """Steps up to the end of the current chunk; returns the budget reached or ``""``."""
@@ -178,7 +180,7 @@ class Trainer:
         )
         for batch in simulated_batches(stream, self.cfg.num_workers, offset):
             problem = self._step(batch)
-            reason = self.budget.reached(self.state, (time.monotonic() - self._t0) / 60.0)
+            reason = self.budget.reached(self.state, (self._clock.now() - self._t0) / 60.0)
             reason = "interrupted" if self._interrupt.is_set() else reason
             failed, stop = self.ddp.any(bool(problem), bool(reason))
             if failed:
@@ -222,7 +224,7 @@ class Trainer:
 
     def _log_step(self, loss: float, result: LossOutput, lr: float, grad_norm: float) -> None:
         if self.is_main and self.state.step % self.log_every == 0:
-            now = time.monotonic()
+            now = self._clock.now()
             rate = self._window_datasets / max(now - self._window_t0, 1e-9)
             self._window_t0, self._window_datasets = now, 0
             self.run.log(
