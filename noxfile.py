@@ -19,6 +19,11 @@ with the reason, instead of running an empty selection.
 Environment variables:
     AMORGP_TORCH_SPEC: pip requirement(s) used to install PyTorch
         (default ``torch==2.13.0``; e.g. add ``--index-url`` for CUDA wheels).
+    AMORGP_PREINSTALLED: ``1`` installs nothing: each session puts the packages'
+        ``src`` folders on ``PYTHONPATH`` and uses the dependencies already present.
+        For a machine without a package registry whose image holds PyTorch and the test
+        dependencies (a lent GPU machine): ``AMORGP_PREINSTALLED=1 nox --no-venv -s
+        tests_cuda``.
     AMORGP_PRUNE_VENVS: ``1`` deletes each test session's virtual environment when the
         session ends (default: on where ``CI`` is set).  Every torch environment holds
         about 1.2 GB; kept, the CI run needs about 9 GB of disk, pruned about 2 GB.
@@ -56,6 +61,7 @@ PACKAGES = read_packages(ROOT / "packages")
 EXISTING = topological_order(PACKAGES)
 TORCH_PACKAGES = [n for n in EXISTING if needs_torch(PACKAGES, n)]
 _TRUE = {"1", "true", "yes", "on"}
+PREINSTALLED = os.environ.get("AMORGP_PREINSTALLED", "").strip().lower() in _TRUE
 PRUNE_VENVS = (
     os.environ.get("AMORGP_PRUNE_VENVS", os.environ.get("CI", "")).strip().lower() in _TRUE
 )
@@ -88,6 +94,11 @@ def _install_packages(session: nox.Session, names: list[str], extra: str | None 
     """Install ``names`` and their siblings editable, in dependency order."""
     needed = closure(PACKAGES, names)
     order = [n for n in EXISTING if n in needed]
+    if PREINSTALLED:
+        paths = [str(ROOT / "packages" / n / "src") for n in order]
+        old = os.environ.get("PYTHONPATH")
+        session.env["PYTHONPATH"] = os.pathsep.join(paths + ([old] if old else []))
+        return
     if any(n in TORCH_PACKAGES for n in order):
         _install_torch(session)
     for name in order:
