@@ -65,7 +65,8 @@ def campaign_report(
         "",
         f"{len(records)} segments; {records[-1]['datasets_total'] if records else 0:,} datasets of the paper prior "
         f"(d <= 8) in {records[-1].get('minutes_total', 0.0) / 60 if records else 0:.1f} hours of training "
-        "(wall clock, one thread at low priority on a shared machine) "
+        "(wall clock, one thread at low priority on a shared machine; stretches paused with "
+        "SIGSTOP are left out since session 9, earlier totals include at least 131 paused minutes (session 8)) "
         "(validation: the fixed campaign set, 256 paper-prior datasets, mean per-point NLL of the noise-fine-tuned copy; "
         "lower is better)."
         + (
