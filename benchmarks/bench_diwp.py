@@ -36,7 +36,8 @@ non-quick setting in the cache.
 processes (one torch thread each unless ``--threads``), worker ``i`` computing the cells at
 positions ``i, i + N, ...`` of the fixed (split, dataset, method) order; they share the
 cache, and the Markdown is written once they are done (e.g. ``--jobs 14`` on a 16-core
-machine).
+machine).  ``--merge OTHER.jsonl`` first appends the cells of another cache that this one
+lacks (a run on another machine started from a copy of this cache).
 """
 
 from __future__ import annotations
@@ -176,6 +177,21 @@ def append_cell(path: Path, cell: dict[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def merge_cells(cache: Path, other: Path) -> int:
+    """Append the cells of another cache (e.g. a run on another machine) that ``cache``
+    lacks; returns how many were added."""
+    if not other.is_file():
+        raise SystemExit(f"--merge: no cell cache at {other}")
+    done = {cell_key(c) for c in read_cells(cache)}
+    added = 0
+    for cell in read_cells(other):
+        if cell_key(cell) not in done:
+            append_cell(cache, cell)
+            done.add(cell_key(cell))
+            added += 1
+    return added
 
 
 def compute_cell(name: str, seed: int, method: str, setting: str, key_hash: str) -> dict:
@@ -437,6 +453,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cache", type=Path, default=None, help="default: beside --out")
     p.add_argument("--render", action="store_true", help="only rewrite the Markdown")
     p.add_argument("--jobs", type=int, default=1, help="worker processes sharing the cache")
+    p.add_argument(
+        "--merge",
+        type=Path,
+        action="append",
+        default=[],
+        help="another cell cache (JSONL) whose missing cells are added first; repeatable",
+    )
     p.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # "i/N": set by --jobs
     argv = list(sys.argv[1:] if argv is None else argv)
     a = p.parse_args(argv)
@@ -449,6 +472,8 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"unknown datasets/methods {bad}, splits < 1 or jobs < 1")
     cache = a.cache or a.out.parent / "diwp-cells" / "cells.jsonl"
     torch.set_num_threads(a.threads)
+    for other in a.merge if a.shard is None else []:
+        print(f"merged {merge_cells(cache, other)} cells from {other}")
     if a.render:
         pass
     elif a.jobs > 1 and a.shard is None:

@@ -1,9 +1,12 @@
-"""The cell cache: round trip, resume without recomputation, torn lines, read-only mode."""
+"""The cell cache: round trip, resume without recomputation, torn lines, read-only mode,
+merging another run's cells."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+
+import pytest
 
 from amorgp.amortizer.paper.cache import CellCache, CellKey, config_hash
 
@@ -61,6 +64,29 @@ def test_cells_lists_one_experiment_latest_value_wins(tmp_path: Path) -> None:
     cache.put(key, {"v": 3.0})
     cache.put(CellKey("fig4", "toy", 0, "-", "bma", "x"), {"v": 0.0})
     assert CellCache(tmp_path).cells("real") == [(key, {"v": 3.0})]
+
+
+def test_merge_adds_only_missing_cells_and_is_idempotent(tmp_path: Path) -> None:
+    here, there = CellCache(tmp_path / "here"), CellCache(tmp_path / "there")
+    a, b, c = _keys(3)
+    fig4 = CellKey("fig4", "toy", 0, "-", "bma", "x")
+    here.put(a, {"v": 1.0})
+    there.put(a, {"v": 9.0})  # the same cell computed elsewhere: ours is kept
+    there.put(b, {"v": 2.0})
+    there.put(fig4, {"v": 4.0})
+    with (tmp_path / "there" / "cells" / "real.jsonl").open("a") as f:
+        f.write('{"key": ["real", "toy", 0, "K2", "amorti')  # a torn line is skipped
+    assert here.merge(tmp_path / "there") == 2
+    assert here.merge(tmp_path / "there") == 0
+    assert here.merge(tmp_path / "here") == 0
+    fresh = CellCache(tmp_path / "here")  # what was merged is on disk
+    assert [fresh.get(k) for k in (a, b, c, fig4)] == [{"v": 1.0}, {"v": 2.0}, None, {"v": 4.0}]
+    assert len((tmp_path / "here" / "cells" / "real.jsonl").read_text().splitlines()) == 2
+
+
+def test_merge_names_a_folder_without_cells(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no cells/ folder under"):
+        CellCache(tmp_path / "here").merge(tmp_path)
 
 
 def test_config_hash_is_stable_and_order_free() -> None:

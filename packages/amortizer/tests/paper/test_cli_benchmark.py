@@ -20,6 +20,8 @@ from amorgp.amortizer.cli import main
         (["--splits", "0"], 2, "--splits"),
         (["--model", "no-such-model"], 1, "no checkpoint at no-such-model"),
         (["--datasets", "mars"], 1, "neither a bundled dataset"),
+        (["--merge", "."], 2, "no cells/ folder under ."),
+        (["--merge", "no-such-folder"], 2, "does not exist"),
     ],
 )
 def test_bad_options_fail_before_any_work(
@@ -31,3 +33,20 @@ def test_bad_options_fail_before_any_work(
     assert message in res.output
     assert "Traceback" not in res.output
     assert not (out / "cells").exists()
+
+
+def test_merge_adds_another_runs_cells_before_the_report(tmp_path: Path) -> None:
+    from amorgp.amortizer.paper.cache import CellCache, CellKey
+
+    other = tmp_path / "other"
+    key = CellKey("fig4", "toy", 0, "-", "bma", "x")
+    CellCache(other).put(key, {"v": 1.5})
+    out = tmp_path / "out"
+    args = ["benchmark", "paper", "--quick", "--report-only", "--no-progress", "--out", str(out)]
+    res = CliRunner().invoke(main, [*args, "--merge", str(other)])
+    assert res.exit_code == 0, res.output
+    assert "merged 1 cells from" in res.output
+    assert CellCache(out).get(key) == {"v": 1.5}
+    assert (out / "README.md").exists()
+    again = CliRunner().invoke(main, [*args, "--merge", str(other)])
+    assert "merged 0 cells from" in again.output

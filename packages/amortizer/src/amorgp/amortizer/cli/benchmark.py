@@ -6,6 +6,7 @@ Examples::
     amorgp benchmark paper --datasets yacht,energy --splits 5 --experiments fig3,table1
     amorgp benchmark paper --data my.csv --experiments fig3
     amorgp benchmark paper --report-only          # the report from the cached cells alone
+    amorgp benchmark paper --report-only --merge other/out   # add another run's cells first
 """
 
 from __future__ import annotations
@@ -91,6 +92,13 @@ def benchmark() -> None:
     show_default=True,
     help="Worker processes (one thread each) for the real-data cells of Fig. 3 and Fig. 11.",
 )
+@click.option(
+    "--merge",
+    "merge_from",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Another run's output folder: its cells missing from OUT are added first; repeatable.",
+)
 def paper(
     quick: bool,
     datasets: str | None,
@@ -106,6 +114,7 @@ def paper(
     no_progress: bool,
     report_only: bool,
     jobs: int,
+    merge_from: tuple[Path, ...],
 ) -> None:
     """Every experiment of Bitzer et al. (2023) on the bundled data (resumable).
 
@@ -138,6 +147,15 @@ def paper(
     config = dataclasses.replace(base, **changes)
     for name in config.datasets:
         load_dataset(name)  # an unknown name or a bad file fails now, before any work
+    for folder in merge_from:
+        if not (folder / "cells").is_dir():
+            raise click.BadParameter(f"no cells/ folder under {folder}", param_hint="--merge")
+    if merge_from:
+        from amorgp.amortizer.paper.cache import CellCache
+
+        cache = CellCache(out)
+        for folder in merge_from:
+            emit(f"merged {cache.merge(folder)} cells from {folder}")
     record = run_paper(config, out, progress=not no_progress, report_only=report_only, jobs=jobs)
     emit(
         f"wrote {out / 'README.md'} and {out / 'results.json'} "

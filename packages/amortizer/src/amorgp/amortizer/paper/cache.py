@@ -7,6 +7,8 @@ as JSON lines to ``<root>/cells/<experiment>.jsonl`` with one ``write`` of a who
 line on a file opened for appending, followed by ``fsync``: an interrupted run
 leaves at most one torn last line, which is ignored when reading, and the next
 run computes only the cells that are missing.  A later line for the same key wins.
+Caches of runs on other machines (e.g. the spare cores of a machine lent for training)
+are added with :meth:`CellCache.merge`.
 """
 
 from __future__ import annotations
@@ -125,6 +127,35 @@ class CellCache:
                 values[i] = self.get(keys[i])
             self.computed += len(missing)
         return values
+
+    def merge(self, other: Path) -> int:
+        """Add the cells of another run's output folder that this cache lacks.
+
+        Every ``<other>/cells/<experiment>.jsonl`` is read like this cache's own files (a
+        torn last line is skipped); a cell whose key is already here is left as it is, so
+        merging twice, or merging a copy of this cache, adds nothing.
+
+        Args:
+            other: the other run's output folder (holding ``cells/``).
+
+        Returns:
+            The number of cells added.
+
+        Raises:
+            FileNotFoundError: ``other`` holds no ``cells/`` folder.
+        """
+        source = CellCache(Path(other), read_only=True)
+        if not source.folder.is_dir():
+            raise FileNotFoundError(f"no cells/ folder under {other}")
+        if source.folder.resolve() == self.folder.resolve():
+            return 0
+        added = 0
+        for path in sorted(source.folder.glob("*.jsonl")):
+            for key, value in source.cells(path.stem):
+                if self.get(key) is None:
+                    self.put(key, value)
+                    added += 1
+        return added
 
     def cells(self, experiment: str) -> list[tuple[CellKey, dict[str, Any]]]:
         """Every stored cell of ``experiment`` (the latest value per key)."""
