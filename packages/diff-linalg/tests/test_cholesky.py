@@ -117,3 +117,69 @@ def test_cuda_matches_cpu():
     res_gpu = robust_cholesky(A.cuda())
     torch.testing.assert_close(res_gpu.L.cpu(), res_cpu.L)
     assert res_gpu.failed.cpu().tolist() == res_cpu.failed.tolist()
+
+
+def _mixed_batch() -> torch.Tensor:
+    """Fine, needs the first jitter, needs escalation, beyond repair, fine."""
+    gen = _gen(11)
+    A = random_spd(5, cond=10.0, batch_shape=(5,), generator=gen)
+    v = torch.randn(5, 1, dtype=torch.float64, generator=gen)
+    A[1] = v @ v.mT  # rank one
+    A[2] = 1e3 * (v @ v.mT) - 1e-2 * torch.eye(5, dtype=torch.float64)
+    A[3] = -torch.eye(5, dtype=torch.float64)
+    return A
+
+
+@pytest.mark.parametrize("max_tries", [0, 1, 8])
+def test_ladder_equals_the_lazy_retries(max_tries):
+    from amorgp.diff_linalg.cholesky import jittered_cholesky_ex
+
+    A = _mixed_batch()
+    L0, eps0, failed0 = jittered_cholesky_ex(A.clone(), 1e-9, max_tries, ladder=False)
+    L1, eps1, failed1 = jittered_cholesky_ex(A.clone(), 1e-9, max_tries, ladder=True)
+    assert failed1.tolist() == failed0.tolist()
+    torch.testing.assert_close(eps1, eps0, rtol=1e-14, atol=0.0)
+    torch.testing.assert_close(L1, L0, rtol=1e-12, atol=1e-12)
+    eye = torch.eye(5, dtype=torch.float64)
+    ok = ~failed1
+    torch.testing.assert_close(  # the dense oracle: L L^T = A + eps I
+        L1[ok] @ L1[ok].mT, A[ok] + eps1[ok, None, None] * eye, rtol=1e-10, atol=1e-10
+    )
+    if max_tries == 8:
+        assert failed1.tolist() == [False, False, False, True, False]
+        assert eps1[2] > eps1[1] > 0
+
+
+def test_ladder_gradient_equals_the_lazy_one():
+    A = _mixed_batch()[[0, 1, 2, 4]]
+    grads = []
+    for ladder in (False, True):
+        X = A.clone().requires_grad_(True)
+        res = robust_cholesky(X, jitter=1e-9, max_tries=8, ladder=ladder)
+        (res.L.tril() ** 2).sum().backward()
+        grads.append(X.grad)
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_validate_false_skips_only_the_value_check():
+    A = torch.eye(3, dtype=torch.float64)
+    A[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        robust_cholesky(A)
+    robust_cholesky(A, validate=False)  # no value check: the caller vouches for A
+    with pytest.raises(ValueError):
+        robust_cholesky(torch.ones(2, 3, dtype=torch.float64), validate=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_ladder_never_synchronises():
+    A = _mixed_batch().cuda().requires_grad_(True)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        res = robust_cholesky(A, jitter=1e-9, max_tries=8, validate=False)
+        res.L.sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert res.failed.cpu().tolist() == [False, False, False, True, False]

@@ -217,3 +217,49 @@ def test_readme_example_runs_and_matches_scipy():
     ref = _scipy_lml(K, y, noise, mask) / mask.sum(-1)
     torch.testing.assert_close(ns["lml"].detach(), ref)
     assert ns["lengthscale"].grad is not None
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_validate_false_gives_the_same_values_and_gradients(fused):
+    K, y, noise, mask = _se_batch([3, 12, 7, 12, 1, 9], 12, _gen(3))
+    outs = []
+    for validate in (True, False):
+        Kv = K.clone().requires_grad_(True)
+        val, failed = gp_log_marginal_likelihood(
+            Kv, y, noise, mask, return_failed=True, fused=fused, validate=validate
+        )
+        val.sum().backward()
+        outs.append((val.detach(), failed, Kv.grad))
+    torch.testing.assert_close(outs[1][0], _scipy_lml(K, y, noise, mask), atol=1e-8, rtol=1e-10)
+    for a, b in zip(outs[0], outs[1], strict=True):
+        torch.testing.assert_close(a, b)
+    bad = K.clone()
+    bad[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        gp_log_marginal_likelihood(bad, y, noise, mask)
+    with pytest.raises(ValueError, match="shape"):  # shapes are still checked
+        gp_log_marginal_likelihood(K, y[:, :5], noise, mask, validate=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_unvalidated_ragged_batch_never_synchronises():
+    K, y, noise, mask = _se_batch([3, 12, 7, 12, 1, 9], 12, _gen(7))
+    K[2] = -torch.eye(12, dtype=torch.float64)  # a failure is flagged, not read back
+    cpu, cpu_failed = gp_log_marginal_likelihood(
+        K, y, noise, mask, per_point=True, return_failed=True
+    )
+    Kc = K.cuda().requires_grad_(True)
+    yc, nc, mc = y.cuda(), noise.cuda(), mask.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        val, failed = gp_log_marginal_likelihood(
+            Kc, yc, nc, mc, per_point=True, return_failed=True, validate=False
+        )
+        torch.where(failed, 0.0, val).sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert failed.cpu().tolist() == cpu_failed.tolist()
+    ok = ~cpu_failed
+    torch.testing.assert_close(val.detach().cpu()[ok], cpu[ok])

@@ -44,7 +44,8 @@ __all__ = ["DEFAULT_STRATEGY", "Strategy", "gp_log_marginal_likelihood"]
 
 Strategy = Literal["auto", "pad", "bucket", "loop"]
 
-#: Strategy used by ``strategy="auto"`` (chosen from the benchmark report).
+#: Strategy used by ``strategy="auto"`` on the CPU (chosen from the benchmark report);
+#: on other devices ``"auto"`` pads (no host synchronisation).
 DEFAULT_STRATEGY: Literal["pad", "bucket", "loop"] = "bucket"
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -60,7 +61,7 @@ class _FusedLML(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, A: torch.Tensor, y: torch.Tensor, jitter: float, max_tries: int) -> Any:
-        L, _eps, failed = jittered_cholesky_ex(A, jitter, max_tries)
+        L, _eps, failed = jittered_cholesky_ex(A, jitter, max_tries)  # a ladder off the CPU
         alpha = torch.cholesky_solve(y.unsqueeze(-1), L).squeeze(-1)
         value = -0.5 * (y * alpha).sum(-1) - L.diagonal(dim1=-2, dim2=-1).log().sum(-1)
         value = torch.where(failed, torch.full_like(value, math.nan), value)
@@ -102,7 +103,7 @@ def _core(
     if fused:
         value, failed = _FusedLML.apply(A, y, jitter, max_tries)
         return value, failed
-    L, _eps, failed = robust_cholesky(A, jitter=jitter, max_tries=max_tries)
+    L, _eps, failed = robust_cholesky(A, jitter=jitter, max_tries=max_tries, validate=False)
     alpha = torch.cholesky_solve(y.unsqueeze(-1), L).squeeze(-1)
     value = -0.5 * (y * alpha).sum(-1) - L.diagonal(dim1=-2, dim2=-1).log().sum(-1)
     value = torch.where(failed, torch.full_like(value, math.nan), value)
@@ -171,6 +172,7 @@ def gp_log_marginal_likelihood(
     fused: bool = True,
     jitter: float = 1e-8,
     max_tries: int = 5,
+    validate: bool = True,
 ) -> torch.Tensor: ...
 
 
@@ -188,6 +190,7 @@ def gp_log_marginal_likelihood(
     fused: bool = True,
     jitter: float = 1e-8,
     max_tries: int = 5,
+    validate: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
@@ -204,6 +207,7 @@ def gp_log_marginal_likelihood(
     fused: bool = True,
     jitter: float = 1e-8,
     max_tries: int = 5,
+    validate: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Exact GP log marginal likelihood, batched and padding-aware.
 
@@ -230,6 +234,12 @@ def gp_log_marginal_likelihood(
             Cholesky factor and supports higher derivatives.
         jitter: relative jitter of the first Cholesky retry.
         max_tries: number of jittered retries.
+        validate: check the values (finite ``K``, ``y`` and noise, positive noise, a
+            valid point per element), which reads them back to the host; ``False``
+            skips these checks (shapes are still checked) on hot paths whose inputs are
+            valid by construction: with it, on a GPU, nothing synchronises with the
+            host (``"auto"`` pads there, and the jitter retries of matrices up to
+            :data:`~amorgp.diff_linalg.cholesky.LADDER_MAX_N` rows run as one ladder).
 
     Returns:
         Log marginal likelihoods, shape ``(...)``; NaN where the Cholesky failed
@@ -255,11 +265,12 @@ def gp_log_marginal_likelihood(
         raise ValueError(
             f"noise must broadcast to the batch shape {tuple(batch)}, got {tuple(noise_t.shape)}"
         ) from None
-    check_finite(K, "K")
-    check_finite(y, "y")
-    check_finite(noise_t, "noise")
-    if not bool((noise_t > 0).all()):
-        raise ValueError("noise variances must be positive")
+    if validate:
+        check_finite(K, "K")
+        check_finite(y, "y")
+        check_finite(noise_t, "noise")
+        if not bool((noise_t > 0).all()):
+            raise ValueError("noise variances must be positive")
     if strategy not in ("auto", "pad", "bucket", "loop"):
         raise ValueError(
             f"unknown strategy {strategy!r}; expected 'auto', 'pad', 'bucket' or 'loop'"
@@ -279,10 +290,13 @@ def gp_log_marginal_likelihood(
         if mf is None
         else mf.sum(-1)
     )
-    if bool((counts == 0).any()):
+    if validate and bool((counts == 0).any()):
         raise ValueError("every batch element needs at least one valid point (mask is all False)")
 
-    chosen = DEFAULT_STRATEGY if strategy == "auto" else strategy
+    if strategy == "auto":  # size buckets read sizes on the host: measured on the CPU only
+        chosen = DEFAULT_STRATEGY if K.device.type == "cpu" else "pad"
+    else:
+        chosen = strategy
     if mf is None or chosen == "pad" or Kf.shape[0] == 1:
         value, failed = _core(Kf, yf, nf, mf, jitter, max_tries, fused)
     else:
