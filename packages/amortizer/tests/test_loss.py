@@ -75,6 +75,19 @@ def test_failed_and_invalid_elements_are_masked_and_counted(batch: PaddedBatch) 
     np.testing.assert_allclose(float(out.loss), oracle[[0, 2]].mean(), rtol=1e-9)
 
 
+def test_an_overflowing_kernel_is_a_failed_element_not_an_error(batch: PaddedBatch) -> None:
+    params, noise = _random_params(batch)
+    params = params.clone()
+    params[2] = 1e300  # finite parameters whose kernel matrix overflows
+    nll, failed = gp_nll_per_point(batch, params, noise)
+    assert failed.tolist() == [False, False, True, False]
+    assert bool(nll[2].isnan())
+    out = phase1_loss(Prediction(params, noise), batch)
+    oracle = _oracle_nll(batch, *_random_params(batch))
+    assert int(out.n_failed) == 1
+    np.testing.assert_allclose(float(out.loss), oracle[[0, 1, 3]].mean(), rtol=1e-9)
+
+
 def test_gradient_flows_only_from_used_elements(batch: PaddedBatch) -> None:
     params, noise = _random_params(batch)
     params.requires_grad_(True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -173,3 +175,29 @@ def test_cuda_bf16_training_matches_cpu_loss_roughly(tmp_path: Path) -> None:
     cpu = train(tmp_path / "cpu", NET, TC, max_steps=1, progress=False, device="cpu")
     gpu = train(tmp_path / "gpu", NET, TC, max_steps=1, progress=False, device="cuda")
     assert abs(gpu.losses[0] - cpu.losses[0]) < 0.05 * abs(cpu.losses[0]) + 0.05
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_training_steps_do_not_synchronise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two read-backs a CUDA training step never waits for the device."""
+    from amorgp.amortizer import trainer as trainer_module
+
+    real_step = trainer_module.Trainer._step
+    checked = {"n": 0}
+
+    def strict_step(self: Any, batch: Any) -> None:
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            real_step(self, batch)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        checked["n"] += 1
+
+    monkeypatch.setattr(trainer_module.Trainer, "_step", strict_step)
+    out = train(tmp_path / "gpu", NET, TC, max_steps=4, progress=False, device="cuda")
+    assert checked["n"] == 4
+    assert all(math.isfinite(v) for v in out.losses)

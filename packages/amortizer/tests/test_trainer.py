@@ -82,6 +82,47 @@ def test_divergence_keeps_the_last_finite_checkpoint(
     assert _records(run)[-1]["kind"] == "failure"
 
 
+def _read_back_every(monkeypatch: pytest.MonkeyPatch, k: int) -> None:
+    """Make the trainer read its step diagnostics every ``k`` steps (as off the CPU)."""
+    real_init = trainer_module.Trainer.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        self._read_every = k
+
+    monkeypatch.setattr(trainer_module.Trainer, "__init__", init)
+
+
+def test_deferred_read_back_logs_the_same_steps_as_reading_every_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = dataclasses.replace(TC, val_every=7)
+    now = train(tmp_path / "now", NET, cfg, max_steps=10, progress=False, log_every=1)
+    _read_back_every(monkeypatch, 4)
+    later = train(tmp_path / "later", NET, cfg, max_steps=10, progress=False, log_every=1)
+    assert later.losses == now.losses
+    assert len(now.losses) == 10
+    keys = ("step", "datasets_seen", "loss", "n_used", "n_failed", "lr", "grad_norm")
+    rows = [
+        [tuple(r[k] for k in keys) for r in _records(run) if r["kind"] == "train"]
+        for run in (tmp_path / "now", tmp_path / "later")
+    ]
+    assert rows[0] == rows[1]
+    assert [r[0] for r in rows[0]] == list(range(1, 11))
+    _assert_same_weights(tmp_path / "now" / "last", tmp_path / "later" / "last")
+
+
+def test_deferred_read_back_names_the_step_that_diverged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _read_back_every(monkeypatch, 4)  # steps 1-4 read at 4, step 5 is read at the chunk end
+    _poison_loss_from_call(monkeypatch, first_bad=5)
+    cfg = dataclasses.replace(TC, val_every=7)
+    with pytest.raises(TrainingError, match=r"at step 5: the training loss is nan"):
+        train(tmp_path / "run", NET, cfg, max_steps=20, progress=False)
+    assert not (tmp_path / "run" / "last").exists()  # nothing written from a diverged state
+
+
 def test_validation_with_every_dataset_failed_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

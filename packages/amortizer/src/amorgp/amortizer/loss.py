@@ -51,14 +51,15 @@ class LossOutput:
         nll: ``(B,)`` float64 per-point negative log marginal likelihood (NaN where failed).
         used: ``(B,)`` bool, elements that entered the loss.
         n_failed: elements dropped because the Cholesky failed or the prediction
-            was not finite.
+            was not finite (a 0-dim int64 tensor on the batch's device: reading it is a
+            host synchronisation, left to the caller).
         noise_mse: phase 2 only: mean squared error of the noise standard deviation.
     """
 
     loss: Tensor
     nll: Tensor
     used: Tensor
-    n_failed: int
+    n_failed: Tensor
     noise_mse: Tensor | None = None
 
 
@@ -72,9 +73,12 @@ def gp_nll_per_point(
         params: ``(B, D, L, P)`` positive parameters (default ``batch.params``).
         noise: ``(B,)`` noise variances (default ``batch.noise``).
 
+    Nothing is read back to the host (no synchronisation on a GPU): non-finite
+    parameters, noise or kernel entries mark the element failed instead of raising.
+
     Returns:
         ``nll (B,)`` (NaN where failed) and ``failed (B,)`` bool: Cholesky failure
-        after jitter or a non-finite parameter or noise.
+        after jitter or a non-finite parameter, noise or kernel matrix.
 
     Raises:
         ValueError: no parameters given and none in the batch.
@@ -92,12 +96,20 @@ def gp_nll_per_point(
     K = kernel_matrix_dimwise(
         X64, X64, symbols, symbol_mask, params64, batch.vocab, batch.dim_mask, validate=False
     )
+    k_bad = ~torch.isfinite(K).flatten(1).all(-1)  # e.g. an overflowing variance
+    K = torch.where(k_bad[:, None, None], torch.zeros_like(K), K)
     result = gp_log_marginal_likelihood(
-        K, batch.y.to(_F64), noise64, mask=batch.point_mask, per_point=True, return_failed=True
+        K,
+        batch.y.to(_F64),
+        noise64,
+        mask=batch.point_mask,
+        per_point=True,
+        return_failed=True,
+        validate=False,  # finite by construction; valid points: the batch's contract
     )
     assert isinstance(result, tuple)
     lml, failed = result
-    failed = failed | bad
+    failed = failed | bad | k_bad
     nll = torch.where(failed, torch.full_like(lml, float("nan")), -lml)
     return nll, failed
 
@@ -123,7 +135,7 @@ def phase1_loss(
     """
     nll, failed = gp_nll_per_point(batch.with_params(prediction.params, prediction.noise))
     used = ~failed if valid is None else (~failed & valid)
-    n_failed = int(failed.sum()) if valid is None else int((failed & valid).sum())
+    n_failed = failed.sum() if valid is None else (failed & valid).sum()
     return LossOutput(_masked_mean(nll, used), nll, used, n_failed)
 
 
@@ -154,4 +166,4 @@ def phase2_loss(
     nll_mean = _masked_mean(nll, used)
     mse = _masked_mean(sq, used)
     loss = alpha * nll_mean + beta * mse
-    return LossOutput(loss, nll, used, int((failed & keep).sum()), mse)
+    return LossOutput(loss, nll, used, (failed & keep).sum(), mse)

@@ -7,6 +7,13 @@ finite, whose weights become non-finite, or in which every dataset of the batch
 failed stops the run with :class:`~amorgp.kernel_grammar.errors.TrainingError`,
 as does a validation in which every dataset failed; no checkpoint is written
 then, so ``last`` keeps the newest finite one.
+
+Off the CPU a step never waits for the device: its diagnostics (loss, gradient norm,
+datasets used and failed) stay on the device and are read back together every
+``log_every`` steps, and before any validation, checkpoint or stop; the weights are
+checked for non-finite values at those reads too.  A divergence is then reported with
+the step at which it happened, and no checkpoint is written from a diverged state.  On
+the CPU (and in a multi-process run) every step is read back at once.
 """
 
 from __future__ import annotations
@@ -19,14 +26,13 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from amorgp.amortizer.checkpoint import optimizer_from_tensors
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.loss import LossOutput
 from amorgp.amortizer.rundir import RunDirectory
 from amorgp.amortizer.runstate import Budget, RunStart, start_run
 from amorgp.amortizer.runtime import (
@@ -51,18 +57,32 @@ __all__ = ["Trainer", "run_training"]
 logger = logging.getLogger(__name__)
 
 
-def _divergence(loss: float, result: LossOutput, model: nn.Module) -> str:
-    """What makes this step unusable (non-finite loss or weights, nothing used), or ``""``."""
+def _step_problem(loss: float, n_used: int, n_failed: int) -> str:
+    """What makes a step unusable (non-finite loss, nothing used), or ``""``."""
     if not math.isfinite(loss):
         return f"the training loss is {loss}"
-    if int(result.used.sum()) == 0 and result.n_failed > 0:
-        return f"every dataset of the batch failed ({result.n_failed} failed Cholesky factorisations or non-finite predictions)"
+    if n_used == 0 and n_failed > 0:
+        return f"every dataset of the batch failed ({n_failed} failed Cholesky factorisations or non-finite predictions)"
+    return ""
+
+
+def _weights_problem(model: nn.Module) -> str:
+    """Non-finite weights (one read of one flag per tensor), or ``""``."""
     named = list(model.named_parameters())
     finite = torch.stack([torch.isfinite(p).all() for _, p in named]).tolist()
     bad = [name for (name, _), ok in zip(named, finite, strict=True) if not ok]
     if bad:
         return f"non-finite weights in {len(bad)} tensor(s), e.g. {bad[0]!r}"
     return ""
+
+
+class _Pending(NamedTuple):
+    """A step whose diagnostics are still on the device."""
+
+    step: int
+    datasets_seen: int
+    lr: float
+    stats: Tensor  # float64 (loss, grad norm, datasets used, datasets failed)
 
 
 class Trainer:
@@ -115,6 +135,9 @@ class Trainer:
             if "rng/torch" in ckpt.optimizer_tensors:
                 torch.set_rng_state(ckpt.optimizer_tensors["rng/torch"])
         self.losses: list[float] = []
+        # steps between reads of the step diagnostics (each read is a host sync)
+        self._read_every = 1 if device.type == "cpu" or ddp.active else max(1, log_every)
+        self._pending: list[_Pending] = []
         self.last_checkpoint: Path | None = None
         self.val_batches: list[SimulatedBatch] = []
         self._clock = ActiveClock()  # training time leaves out SIGSTOP pauses
@@ -135,6 +158,9 @@ class Trainer:
                     self._end_of_chunk()
         except KeyboardInterrupt:
             stopped_by = "interrupted"
+            step, problem = self._read_back()
+            if problem:
+                self._fail(f"training diverged at step {step}: {problem}")
             self._checkpoint(best=False)
         finally:
             if self._bar is not None:
@@ -179,17 +205,19 @@ class Trainer:
             self.sim_cfg, self.per_rank, self.cfg.seed, self.ddp.rank, chunk, self.cfg.val_every
         )
         for batch in simulated_batches(stream, self.cfg.num_workers, offset):
-            problem = self._step(batch)
+            self._step(batch)
             reason = self.budget.reached(self.state, (self._clock.now() - self._t0) / 60.0)
             reason = "interrupted" if self._interrupt.is_set() else reason
+            chunk_ends = self.state.step % self.cfg.val_every == 0
+            step, problem = self.state.step, ""
+            if reason or chunk_ends or len(self._pending) >= self._read_every:
+                step, problem = self._read_back()
             failed, stop = self.ddp.any(bool(problem), bool(reason))
             if failed:
-                self._fail(
-                    f"training diverged at step {self.state.step}: {problem or 'on another rank'}"
-                )
+                self._fail(f"training diverged at step {step}: {problem or 'on another rank'}")
             if stop:
                 return reason or "other_rank"
-            if self.state.step % self.cfg.val_every == 0:
+            if chunk_ends:
                 break
         return ""
 
@@ -197,11 +225,14 @@ class Trainer:
         warmup = self.cfg.warmup_steps
         return self.cfg.lr * min(1.0, (self.state.step + 1) / warmup) if warmup else self.cfg.lr
 
-    def _step(self, batch: SimulatedBatch) -> str:
-        """One optimiser step; returns what makes it unusable, or ``""``."""
+    def _step(self, batch: SimulatedBatch) -> None:
+        """One optimiser step; its diagnostics are queued on the device (:meth:`_read_back`)."""
         seed = stream_seed(self.cfg.seed, self.state.step + 1, 2 + self.ddp.rank)
         gen = torch.Generator(device=self.dev).manual_seed(seed)
-        batch = batch.to(self.dev)
+        if self.dev.type == "cuda":  # an asynchronous copy from page-locked memory
+            batch = batch.pin_memory().to(self.dev, non_blocking=True)
+        else:
+            batch = batch.to(self.dev)
         lr = self._lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -209,31 +240,55 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         result.loss.backward()
         clip = self.cfg.grad_clip
-        params = self.model.parameters()
-        grad_norm = float(nn.utils.clip_grad_norm_(params, clip)) if clip > 0 else float("nan")
+        f64 = torch.float64
+        if clip > 0:
+            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), clip).to(f64)
+        else:
+            grad_norm = torch.full((), math.nan, dtype=f64, device=self.dev)
         self.optimizer.step()
         self.state.step += 1
         self.state.datasets_seen += self.per_rank * self.ddp.world
         self._window_datasets += self.per_rank * self.ddp.world
-        loss = float(result.loss.detach())
-        self.losses.append(loss)
-        problem = _divergence(loss, result, self.model)
-        if not problem:
-            self._log_step(loss, result, lr, grad_norm)
-        return problem
+        used = result.used.sum().to(f64)
+        stats = torch.stack(
+            [result.loss.detach().to(f64), grad_norm, used, result.n_failed.to(f64)]
+        )
+        self._pending.append(_Pending(self.state.step, self.state.datasets_seen, lr, stats))
 
-    def _log_step(self, loss: float, result: LossOutput, lr: float, grad_norm: float) -> None:
-        if self.is_main and self.state.step % self.log_every == 0:
+    def _read_back(self) -> tuple[int, str]:
+        """Read the queued steps' diagnostics (one host sync), log them, check the weights.
+
+        Returns:
+            The step of the first problem and what it is, or ``(current step, "")``.
+        """
+        pending, self._pending = self._pending, []
+        if pending:
+            rows = torch.stack([p.stats for p in pending]).tolist()
+            for p, (loss, grad_norm, n_used, n_failed) in zip(pending, rows, strict=True):
+                self.losses.append(loss)
+                problem = _step_problem(loss, int(n_used), int(n_failed))
+                if problem:
+                    return p.step, problem
+                self._log_step(p, loss, int(n_used), int(n_failed), grad_norm)
+        return self.state.step, _weights_problem(self.model)
+
+    def _log_step(
+        self, p: _Pending, loss: float, n_used: int, n_failed: int, grad_norm: float
+    ) -> None:
+        if self.is_main and p.step % self.log_every == 0:
             now = self._clock.now()
             rate = self._window_datasets / max(now - self._window_t0, 1e-9)
             self._window_t0, self._window_datasets = now, 0
             self.run.log(
                 {
-                    **self._where("train"),
+                    "kind": "train",
+                    "phase": self.cfg.phase,
+                    "step": p.step,
+                    "datasets_seen": p.datasets_seen,
                     "loss": loss,
-                    "n_used": int(result.used.sum()),
-                    "n_failed": result.n_failed,
-                    "lr": lr,
+                    "n_used": n_used,
+                    "n_failed": n_failed,
+                    "lr": p.lr,
                     "grad_norm": grad_norm,
                     "datasets_per_s": rate,
                     "elapsed_s": self._elapsed(),
