@@ -226,7 +226,10 @@ def test_a_diverging_run_is_an_error_and_keeps_no_nan_checkpoint(tmp_path: Path)
          "--set", "lr=1e6", "--set", "grad_clip=0", *TINY_SETS],
     )  # fmt: skip
     assert res.exit_code == 1, res.output
-    assert "diverged" in res.output
+    # caught at a training step or, when the weights blow up between two validations
+    # (lr 1e6: which comes first depends on float rounding), at the validation
+    assert "diverged" in res.output or "every validation dataset failed" in res.output
+    assert "Lower lr" in res.output
     assert "Traceback" not in res.output
     if (out / "last").exists():  # a checkpoint from before the divergence: finite
         ckpt = load_checkpoint(out / "last")
