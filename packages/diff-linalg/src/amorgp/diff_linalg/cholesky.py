@@ -110,7 +110,7 @@ def _ladder_cholesky_ex(
     L_all, info = torch.linalg.cholesky_ex(A + eps_all[..., None, None] * eye)
     ok = info == 0  # (T, b)
     failed = ~ok.any(0)
-    first = torch.where(failed, max_tries, ok.to(torch.int8).argmax(0))  # the first success
+    first = torch.where(failed, max_tries, ok.to(A.dtype).argmax(0))  # the first success
     L = L_all.gather(0, first.view(1, b, 1, 1).expand(1, b, n, n))[0]
     eps = eps_all.gather(0, first.view(1, b))[0]
     L = torch.where(failed[:, None, None], eye, L)
