@@ -103,6 +103,21 @@ def _reduce_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return grad
 
 
+def _factor_adjoint(
+    P: torch.Tensor, Q: torch.Tensor, transpose: bool, rightside: bool
+) -> torch.Tensor:
+    """The adjoint of ``L`` (before ``tril``) in ``op(L) B`` or ``B op(L)`` products.
+
+    ``P Q^T``, ``Q P^T``, ``Q^T P`` or ``P^T Q`` for the four cases (left, left-transposed,
+    right, right-transposed), where ``P`` is the adjoint-side factor (``Y`` of a solve,
+    ``Xbar`` of a multiply) and ``Q`` the other operand (``X`` of a solve, ``B`` of a
+    multiply).
+    """
+    if rightside:
+        return P.mT @ Q if transpose else Q.mT @ P
+    return Q @ P.mT if transpose else P @ Q.mT
+
+
 class _Trsm(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -123,15 +138,9 @@ class _Trsm(torch.autograd.Function):
         # Y = op(L)^{-T} Xbar (left) or Xbar op(L)^{-T} (right)
         op_t = Lt if transpose else Lt.mT
         Y = torch.linalg.solve_triangular(op_t, gX, upper=not transpose, left=not rightside)
-        if not rightside and not transpose:
-            gL = -(Y @ X.mT)
-        elif not rightside and transpose:
-            gL = -(X @ Y.mT)
-        elif rightside and not transpose:
-            gL = -(X.mT @ Y)
-        else:
-            gL = -(Y.mT @ X)
-        gL = _reduce_to(gL.tril(), l_shape) if ctx.needs_input_grad[0] else None
+        gL = None
+        if ctx.needs_input_grad[0]:
+            gL = _reduce_to(-_factor_adjoint(Y, X, transpose, rightside).tril(), l_shape)
         gB = _reduce_to(alpha * Y, b_shape) if ctx.needs_input_grad[1] else None
         return gL, gB, None, None, None
 
@@ -188,14 +197,7 @@ class _Trmm(torch.autograd.Function):
         Lt = L.tril()
         gL = gB = None
         if ctx.needs_input_grad[0]:
-            if not rightside and not transpose:
-                g = gX @ B.mT
-            elif not rightside and transpose:
-                g = B @ gX.mT
-            elif rightside and not transpose:
-                g = B.mT @ gX
-            else:
-                g = gX.mT @ B
+            g = _factor_adjoint(gX, B, transpose, rightside)
             gL = _reduce_to(alpha * g.tril(), l_shape)
         if ctx.needs_input_grad[1]:
             op_t = Lt if transpose else Lt.mT
