@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["campaign_report", "read_campaign_log"]
+__all__ = ["campaign_report", "read_campaign_log", "splice_section"]
 
 
 def read_campaign_log(log: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -57,8 +57,15 @@ def campaign_report(
     log: str | os.PathLike[str],
     markdown: str | os.PathLike[str],
     figure: str | os.PathLike[str] | None = None,
+    card: str | os.PathLike[str] | None = None,
 ) -> str:
-    """Write the report of ``log`` to ``markdown`` (and ``figure``); returns the Markdown."""
+    """Write the report of ``log`` to ``markdown`` (and ``figure``); returns the Markdown.
+
+    With ``card`` (e.g. ``docs/model-card.md``), the tables also replace what stands in that
+    file between the lines ``<!-- campaign:begin -->`` and ``<!-- campaign:end -->``, so the
+    model card shows every run; a card without both markers raises ``ValueError`` and is
+    left as it was (the report is written first).
+    """
     records = read_campaign_log(log)
     lines = [
         "## Training campaign",
@@ -81,6 +88,56 @@ def campaign_report(
         ),
         "",
         *_swa_lines(records),
+        *_tables(records),
+    ]
+    if figure is not None and records:
+        try:
+            _figure(records, Path(figure))
+            lines += ["", f"![campaign learning curve]({Path(figure).name})"]
+        except ImportError:
+            pass
+    text = "\n".join(lines) + "\n"
+    _write_atomic(Path(markdown), text)
+    if card is not None:
+        card_text = Path(card).read_text()
+        try:
+            spliced = splice_section(card_text, "campaign", "\n".join(_tables(records)))
+        except ValueError as err:
+            raise ValueError(f"{card}: {err}") from None
+        _write_atomic(Path(card), spliced)
+    return text
+
+
+def splice_section(document: str, name: str, body: str) -> str:
+    """``document`` with the lines between ``<!-- name:begin -->`` and ``<!-- name:end -->``
+    replaced by ``body`` (the marker lines stay).
+
+    Raises:
+        ValueError: a marker is missing, repeated, or the end comes before the begin.
+    """
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    lines = document.split("\n")
+    starts = [i for i, line in enumerate(lines) if line.strip() == begin]
+    stops = [i for i, line in enumerate(lines) if line.strip() == end]
+    if len(starts) != 1 or len(stops) != 1 or stops[0] < starts[0]:
+        raise ValueError(
+            f"expected one line {begin!r} followed by one line {end!r}; found "
+            f"{len(starts)} begin and {len(stops)} end marker(s)"
+            + (" in the wrong order" if starts and stops and stops[0] < starts[0] else "")
+        )
+    return "\n".join([*lines[: starts[0] + 1], "", body.strip("\n"), "", *lines[stops[0] :]])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _tables(records: list[dict[str, Any]]) -> list[str]:
+    """The runs table and, where segments were scored on real data, the per-segment table."""
+    lines = [
         "| run | segments | stages | datasets | hours (cumulative) | last validation NLL | best so far | exports |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -105,19 +162,7 @@ def campaign_report(
                 f"{r['real'][n]['rmse']:.3f}" if n in r["real"] else "-" for n in names
             )
             lines.append(f"| {r['datasets_total']:,} | {cells} |")
-    if figure is not None and records:
-        try:
-            _figure(records, Path(figure))
-            lines += ["", f"![campaign learning curve]({Path(figure).name})"]
-        except ImportError:
-            pass
-    text = "\n".join(lines) + "\n"
-    out = Path(markdown)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
-    return text
+    return lines
 
 
 def _swa_lines(records: list[dict[str, Any]]) -> list[str]:

@@ -83,6 +83,19 @@ def default_campaign_state() -> Path:
     help="torch device of the training segments, e.g. cuda on a lent GPU (the campaign "
     "continues from the export's phase1-latest where the state directory is new).",
 )
+@click.option(
+    "--report-only",
+    is_flag=True,
+    help="Train nothing: write the campaign report (campaign.md and campaign-curve.png "
+    "beside the export folder) from EXPORT/campaign.jsonl.",
+)
+@click.option(
+    "--card",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="With --report-only: also replace the campaign tables of this model card "
+    "(between <!-- campaign:begin --> and <!-- campaign:end -->).",
+)
 def campaign_command(
     state: Path | None,
     export_dir: Path,
@@ -94,6 +107,8 @@ def campaign_command(
     real_data: Path | None,
     swa_members: int,
     device: str,
+    report_only: bool,
+    card: Path | None,
 ) -> None:
     """Run the long, resumable training campaign (see amorgp.amortizer.campaign).
 
@@ -101,6 +116,11 @@ def campaign_command(
     ``nohup nice -n 19 amorgp campaign > campaign.out 2>&1 &``;
     stop it with Ctrl-C or SIGTERM (it checkpoints first).
     """
+    if report_only:
+        _report(export_dir, card)
+        return
+    if card is not None:
+        raise click.UsageError("--card needs --report-only")
     import torch
 
     from amorgp.amortizer.api import PRETRAINED_DIR
@@ -122,3 +142,18 @@ def campaign_command(
         device=device,
     )
     emit(json_text(record))
+
+
+def _report(export_dir: Path, card: Path | None) -> None:
+    from amorgp.amortizer.campaign_report import campaign_report
+
+    log = export_dir / "campaign.jsonl"
+    if not log.is_file():
+        raise click.UsageError(f"--report-only: no campaign log at {log}")
+    markdown = export_dir.parent / f"{export_dir.name}.md"
+    figure = export_dir.parent / f"{export_dir.name}-curve.png"
+    try:
+        campaign_report(log, markdown, figure, card=card)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    emit(json_text({"report": str(markdown), "figure": str(figure), "card": card and str(card)}))
