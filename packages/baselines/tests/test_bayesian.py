@@ -6,6 +6,7 @@ import scipy.special
 import scipy.stats
 import torch
 
+from amorgp.baselines import bayesian
 from amorgp.baselines.bayesian import (
     ADVISettings,
     fit_advi_gp,
@@ -63,10 +64,11 @@ def test_tiny_gp_matches_grid_posterior() -> None:
     np.testing.assert_allclose(q_sd, sd, rtol=0.3)
 
 
-def test_log_density_is_the_unconstrained_log_joint() -> None:
+@pytest.mark.parametrize("max_chunk_elements", [bayesian.DRAW_CHUNK_ELEMENTS, 1])
+def test_log_density_is_the_unconstrained_log_joint(max_chunk_elements: int) -> None:
     X, y = make_data(6, 1, seed=2)
     batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
-    log_density, kinds, init = gp_log_density(batch)
+    log_density, kinds, init = gp_log_density(batch, max_chunk_elements=max_chunk_elements)
     assert kinds == [ParamKind.VARIANCE, ParamKind.LENGTHSCALE, ParamKind.NOISE]
     zeta = torch.tensor([[0.1, -1.0, -2.0], [1.0, 0.5, -3.0]], dtype=torch.float64)
     ours = log_density(zeta)  # type: ignore[operator]
@@ -85,6 +87,37 @@ def test_log_density_is_the_unconstrained_log_joint() -> None:
     # the default start is the paper's Type-2 ML start
     start = np.array([FLOORS[k] + np.logaddexp(0.0, float(init[i])) for i, k in enumerate(kinds)])
     np.testing.assert_allclose(start, [1.0, 1.0, 0.04], rtol=1e-12)
+
+
+def test_draws_in_chunks_match_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunking the draws (memory) changes neither values, gradients nor predictives."""
+    X, y = make_data(12, 2, seed=4)
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE*LIN + PER", 2)])
+    values, grads = [], []
+    for budget in (bayesian.DRAW_CHUNK_ELEMENTS, 2 * 144 + 1):  # one batch; chunks of 2, 2, 2, 1
+        log_density, _, init = gp_log_density(batch, max_chunk_elements=budget)
+        g = torch.Generator().manual_seed(1)
+        noise = 0.3 * torch.randn(7, init.numel(), generator=g, dtype=torch.float64)
+        zeta = (init + noise).requires_grad_(True)
+        value = log_density(zeta)  # type: ignore[operator]
+        (value * torch.arange(1.0, 8.0, dtype=torch.float64)).sum().backward()
+        values.append(value.detach())
+        grads.append(zeta.grad)
+    torch.testing.assert_close(values[1], values[0], rtol=1e-12, atol=0)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-10, atol=1e-12)
+
+    post = fit_advi_gp(
+        batch,
+        ADVISettings(max_iters=20, adapt_iters=5, n_elbo_samples=5),
+        generator=torch.Generator().manual_seed(0),
+    )
+    Xq = torch.rand(5, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    whole = post.predictive_components(Xq, 9, torch.Generator().manual_seed(3))
+    monkeypatch.setattr(bayesian, "DRAW_CHUNK_ELEMENTS", 12 * 17 * 2)  # chunks of 2 draws
+    chunked = post.predictive_components(Xq, 9, torch.Generator().manual_seed(3))
+    assert whole[0].shape == (9, 5)
+    for a, b in zip(chunked, whole, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
 
 
 def test_mixture_moments_and_log_density() -> None:

@@ -11,8 +11,11 @@ the noise variance ``sigma^2`` have the priors of their parameter specs, and
 ADVI (:mod:`amorgp.baselines.advi`) works on ``zeta`` with
 ``theta = positive(zeta, kind)`` — the shared transform — plus its
 log-Jacobian.  The Monte-Carlo draws of one gradient or ELBO evaluation are
-evaluated as one padded batch (the same dataset repeated), so ``S`` draws cost
-one batched kernel evaluation and one batched Cholesky.
+evaluated as padded batches (the same dataset repeated), so ``S`` draws cost
+batched kernel evaluations and batched Choleskys, in chunks of at most
+:data:`DRAW_CHUNK_ELEMENTS` Gram-matrix entries: past a few tens of MiB the batched
+evaluation is memory-bound (100 draws at ``n = 927`` run 2.5x faster in chunks of 4
+than as one batch, with identical values).
 
 The predictive is the mixture over ``S`` posterior draws ``theta_s ~ q``:
 mean ``1/S sum mu_s``, variance ``1/S sum (v_s + mu_s^2) - mean^2`` and log
@@ -44,6 +47,7 @@ __all__ = [
     "ADVISettings",
     "GPPosterior",
     "fit_advi_gp",
+    "DRAW_CHUNK_ELEMENTS",
     "gp_log_density",
     "mixture_log_density",
     "mixture_moments",
@@ -77,6 +81,15 @@ class ADVISettings:
     n_predictive_samples: int = 100
 
 
+DRAW_CHUNK_ELEMENTS = 1 << 22
+"""Most Gram-matrix entries (float64: 32 MiB) evaluated at once over a chunk of draws."""
+
+
+def _draw_chunks(theta: Tensor, entries_per_draw: int, max_elements: int) -> tuple[Tensor, ...]:
+    """``theta (S, K)`` split along the draws so a chunk holds at most ``max_elements``."""
+    return theta.split(max(1, max_elements // max(entries_per_draw, 1)))
+
+
 class _Layout:
     """Flat parameter vector ``(kernel parameters in (dim, addend, slot) order, noise)``."""
 
@@ -91,7 +104,9 @@ class _Layout:
 
     def repeated(self, s: int) -> PaddedBatch:
         if s not in self._cache:
-            self._cache = {s: self.batch.repeat(s)}
+            if len(self._cache) >= 4:  # chunk sizes repeat: keep a few, not every size seen
+                self._cache.clear()
+            self._cache[s] = self.batch.repeat(s)
         return self._cache[s]
 
     def unpack(self, theta: Tensor) -> tuple[Tensor, Tensor]:
@@ -102,11 +117,15 @@ class _Layout:
         return params, theta[:, -1]
 
 
-def gp_log_density(batch: PaddedBatch) -> tuple[object, list[ParamKind], Tensor]:
+def gp_log_density(
+    batch: PaddedBatch, *, max_chunk_elements: int = DRAW_CHUNK_ELEMENTS
+) -> tuple[object, list[ParamKind], Tensor]:
     """Unconstrained log joint of one pair, its parameter kinds and the default start.
 
     Args:
         batch: a batch holding exactly one (dataset, kernel) pair.
+        max_chunk_elements: most Gram-matrix entries evaluated at once; the draws are
+            split into chunks of ``max_chunk_elements // n^2`` (at least one).
 
     Returns:
         ``(log_density, kinds, init)``: ``log_density(zeta (S, K)) -> (S,)`` (NaN
@@ -116,11 +135,16 @@ def gp_log_density(batch: PaddedBatch) -> tuple[object, list[ParamKind], Tensor]
     if batch.batch_size != 1:
         raise ValueError(f"gp_log_density needs a batch of one pair, got {batch.batch_size}")
     layout = _Layout(batch)
+    n = int(batch.n_points.max())
 
-    def log_joint(theta: Tensor) -> Tensor:
+    def chunk_log_joint(theta: Tensor) -> Tensor:
         params, noise = layout.unpack(theta)
         rep = layout.repeated(theta.shape[0])
         return log_marginal_likelihood(rep, params, noise) + log_prior(rep, params, noise)
+
+    def log_joint(theta: Tensor) -> Tensor:
+        chunks = _draw_chunks(theta, n * n, max_chunk_elements)
+        return torch.cat([chunk_log_joint(c) for c in chunks])
 
     raw, raw_noise = initial_raw(batch)
     init = torch.cat([raw[0][layout.used], raw_noise])
@@ -161,9 +185,21 @@ class GPPosterior:
     ) -> tuple[Tensor, Tensor]:
         """Per-draw exact predictives ``(mean (S, m), var (S, m))`` at ``X_new (m, D)``; failed draws dropped."""
         params, noise = self.sample(n, generator)
-        rep = self._layout.repeated(n)
-        Xn = X_new.to(torch.float64)[None].expand(n, *X_new.shape)
-        mean, var = exact_predictive(rep, params, noise, Xn, include_noise=include_noise)
+        N = int(self._batch.n_points.max())
+        per_draw = N * (N + X_new.shape[0])
+        Xq = X_new.to(torch.float64)
+        means, variances = [], []
+        for p, s2 in zip(
+            _draw_chunks(params, per_draw, DRAW_CHUNK_ELEMENTS),
+            _draw_chunks(noise, per_draw, DRAW_CHUNK_ELEMENTS),
+            strict=True,
+        ):
+            rep = self._layout.repeated(p.shape[0])
+            Xn = Xq[None].expand(p.shape[0], *Xq.shape)
+            m_c, v_c = exact_predictive(rep, p, s2, Xn, include_noise=include_noise)
+            means.append(m_c)
+            variances.append(v_c)
+        mean, var = torch.cat(means), torch.cat(variances)
         ok = torch.isfinite(mean).all(1) & torch.isfinite(var).all(1)
         return mean[ok], var[ok]
 
