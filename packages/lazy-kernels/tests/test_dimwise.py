@@ -247,6 +247,52 @@ def test_shared_points_gradients(kind: str) -> None:
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("kind", ["shared", "per-element"])
+@pytest.mark.parametrize("chunk", [1, 7, 40])
+def test_blockwise_graph_matches_whole_graph(
+    kind: str, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A graph for the parameters only is recorded block by block on the CPU (forward
+    without a graph, each block's graph rebuilt in the backward): the values are bit for
+    bit those of the whole-matrix graph and the parameter gradients equal it up to
+    summation order; a second derivative raises instead of returning a wrong one."""
+    batch = random_dimwise_batch(PAPER_VOCABULARY, torch.Generator().manual_seed(5), batch=5, n=9)
+    if kind == "shared":
+        batch = dataclasses.replace(batch, X1=batch.X1[:1].expand_as(batch.X1))
+    rest = (batch.symbols, batch.symbol_mask)
+    w = torch.randn(5, 9, 9, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    calls = []
+    real = evaluation._BlockwiseProduct.apply
+    monkeypatch.setattr(
+        evaluation._BlockwiseProduct, "apply", lambda *a: calls.append(1) or real(*a)
+    )
+
+    def value_and_grad(elements: int) -> tuple[torch.Tensor, torch.Tensor]:
+        monkeypatch.setattr(evaluation, "CHUNK_ELEMENTS", elements)
+        monkeypatch.setattr(evaluation, "BLOCKWISE_MIN_ELEMENTS", 2 * elements)
+        p = batch.params.clone().requires_grad_()
+        K = kernel_matrix_dimwise(batch.X1, batch.X1, *rest, p, PAPER_VOCABULARY, batch.dim_mask)
+        return K.detach(), torch.autograd.grad((K * w).sum(), p)[0]
+
+    K_whole, g_whole = value_and_grad(1 << 30)
+    assert not calls
+    K_blocks, g_blocks = value_and_grad(chunk)
+    assert calls, "the blockwise graph was not used"
+    assert torch.equal(K_blocks, K_whole)
+    torch.testing.assert_close(g_blocks, g_whole, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        K_blocks.numpy(),
+        reference_kernel_dimwise(dataclasses.replace(batch, X2=batch.X1)),
+        rtol=1e-12,
+        atol=1e-13,
+    )
+    p = batch.params.clone().requires_grad_()
+    K = kernel_matrix_dimwise(batch.X1, batch.X1, *rest, p, PAPER_VOCABULARY, batch.dim_mask)
+    (g,) = torch.autograd.grad((K * K * w).sum(), p, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        g.sum().backward()
+
+
 def test_underflowing_values_flush_to_zero() -> None:
     """Far-apart points under short lengthscales: without a graph, addends below about
     6e-308 (their exp would be subnormal: a slow path) are exactly 0, the rest as the
