@@ -317,3 +317,18 @@ def test_huge_input_ranges_give_finite_results_or_a_clean_error(
         assert np.isfinite(got["log_marginal_likelihood"])
     else:
         assert res.stdout == ""
+
+
+def test_calibrate_flag_matches_the_api(data_1d: Path, tiny_checkpoint: Path) -> None:
+    res = _run(["infer", str(data_1d), "-k", "SE + PER", "--json", "--calibrate"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    (got,) = json.loads(res.output)["results"]
+    data = np.loadtxt(data_1d, delimiter=",", skiprows=1)
+    amz = Amortizer.from_pretrained(tiny_checkpoint)
+    want = amz.infer(data[:, :1], data[:, 1], "SE + PER", calibrate=True)
+    plain = amz.infer(data[:, :1], data[:, 1], "SE + PER")
+    assert got["calibrated"] is True
+    assert got["log_marginal_likelihood"] == pytest.approx(want.log_marginal_likelihood, rel=1e-9)
+    assert want.log_marginal_likelihood >= plain.log_marginal_likelihood
+    table = _run(["infer", str(data_1d), "-k", "SE", "--calibrate"], tiny_checkpoint)
+    assert "scale and noise calibrated" in table.output

@@ -71,3 +71,10 @@ def test_paired_ratio_without_common_cells_is_empty() -> None:
     assert n_cells == 0
     assert np.isnan(ratio)
     assert fig3.findings({"summary": {"toy": out}}).startswith("No comparison available")
+
+
+def test_findings_name_the_calibrated_ratio() -> None:
+    cal = _cells("amortized+calibrate", ["SE", "PER"], [0], lambda k, s: RMSE_R[k] * 1.1)
+    out = fig3.summarise(_partial_run() + cal)["toy"]
+    text = fig3.findings({"summary": {"toy": out}})
+    assert "with the scale and noise calibrated 1.10" in text

@@ -89,6 +89,8 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             every input dimension (``"SE + PER"``).
         refine: most L-BFGS iterations of Type-2 ML after the network (0 = none), or
             ``"auto"``: until the log marginal likelihood stops improving.
+        calibrate: set the kernel's global scale and the noise to their exact Type-2 ML
+            values after the network (see :mod:`amorgp.amortizer.calibrate`).
         checkpoint: checkpoint directory; ``None`` for the bundled default.
         device: ``"cpu"``, ``"cuda"``; ``None`` picks CUDA when available.
         encoder_points: most points the dataset encoder reads (``None``: the
@@ -109,6 +111,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         kernel: str = "SE",
         *,
         refine: int | Literal["auto"] = 0,
+        calibrate: bool = False,
         checkpoint: str | None = None,
         device: str | None = None,
         encoder_points: int | None = None,
@@ -116,6 +119,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
     ) -> None:
         self.kernel = kernel
         self.refine = refine
+        self.calibrate = calibrate
         self.checkpoint = checkpoint
         self.device = device
         self.encoder_points = encoder_points
@@ -135,7 +139,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             X, y = _validate_data(self, X, y, ensure_min_samples=MIN_POINTS, y_numeric=True)
         Xa, ya = as_dataset(_as_2d(X), _host(y), min_points=MIN_POINTS, training=True)
         amz = self._amortizer()
-        result = amz.infer(Xa, ya, self.kernel, refine=self.refine)
+        result = amz.infer(Xa, ya, self.kernel, refine=self.refine, calibrate=self.calibrate)
         self.result_: KernelResult = result
         self.n_features_in_ = Xa.shape[1]
         hyper = {f"d{h.dim}.{h.addend}.{h.symbol}.{h.name}": h.value for h in result.table}

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.bundled import PRETRAINED_DIR, resolve_checkpoint
+from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.forward import (
     encode_structures,
@@ -217,12 +218,19 @@ class Amortizer:
         kernel: str | DimWiseStructure,
         *,
         refine: int | Literal["auto"] = 0,
+        calibrate: bool = False,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
     ) -> KernelResult:
         """Hyperparameters of one kernel (see :meth:`infer_many`)."""
         return self.infer_many(
-            X, y, [kernel], refine=refine, evaluate_lml=evaluate_lml, progress=progress
+            X,
+            y,
+            [kernel],
+            refine=refine,
+            calibrate=calibrate,
+            evaluate_lml=evaluate_lml,
+            progress=progress,
         )[0]
 
     def infer_many(
@@ -232,6 +240,7 @@ class Amortizer:
         kernels: Sequence[str | DimWiseStructure],
         *,
         refine: int | Literal["auto"] = 0,
+        calibrate: bool = False,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
     ) -> list[KernelResult]:
@@ -245,6 +254,12 @@ class Amortizer:
             refine: most L-BFGS iterations of Type-2 ML started from the prediction (any
                 integral number), or ``"auto"``: until the log marginal likelihood stops
                 improving (see :mod:`amorgp.amortizer.refine`).
+            calibrate: after the network, set each kernel's global scale and noise
+                variance to their exact Type-2 ML values given its other
+                hyperparameters (one eigendecomposition per kernel, on at most
+                :data:`~amorgp.amortizer.calibrate.MAX_POINTS` points; the log marginal
+                likelihood never decreases; see :mod:`amorgp.amortizer.calibrate`).
+                Runs before ``refine``, which then starts from the calibrated values.
             evaluate_lml: compute every kernel's log marginal likelihood before returning
                 (``None``: only where the dense backend makes it cheap; else on first
                 access).  Each likelihood factors its kernel's posterior, which the result
@@ -259,7 +274,7 @@ class Amortizer:
             DataError: invalid data (shapes, NaN/Inf, fewer than 3 points, constant
                 targets, scales float64 cannot represent).
             OptionError: a kernel that does not parse or fit the data, an invalid
-                ``refine``, refinement above the dense limit.
+                ``refine`` or ``calibrate``, refinement above the dense limit.
 
         Warns:
             UserWarning: more input dimensions or addends than the network was trained
@@ -271,10 +286,17 @@ class Amortizer:
         if len(kernels) == 0:
             raise OptionError("kernels is empty")
         steps = check_refine(refine)
+        if not isinstance(calibrate, bool):
+            raise OptionError(f"calibrate must be True or False, got {calibrate!r}")
         norm, Xn, yn, structures = self._prepare(X, y, kernels)
         params, noise, n_enc, chosen = self._predict(Xn, yn, structures)
         if progress is not None:
             progress("network", 1, 1)
+        if calibrate:
+            cal = calibrate_scale_noise(
+                Xn, yn, structures, self.vocabulary, params, noise, seed=self.seed
+            )
+            params, noise = cal.params, cal.noise
         n, K = Xn.shape[0], len(structures)
         terms = [sum(len(a) for a in s.dims) for s in structures]
         dense = self.fits_dense(n, max(terms), graph=False)
@@ -304,6 +326,7 @@ class Amortizer:
                 encoder_points=n_enc,
                 refine_steps=iterations[i],
                 refine_status=status[i],
+                calibrated=calibrate,
                 network=chosen[i],
                 _gp=gps[i],
             )

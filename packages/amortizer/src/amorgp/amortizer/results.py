@@ -142,6 +142,8 @@ class KernelResult(KernelFit):
             ``"converged"`` (L-BFGS's own tolerances, or with ``refine="auto"`` the
             objective stopped improving), ``"max_iters"`` (the iteration budget ran out)
             or ``"failed"`` (non-finite objective; the last finite iterate is kept).
+        calibrated: the global scale and the noise were set to their exact Type-2 ML
+            values after the network (``calibrate=True``; :mod:`amorgp.amortizer.calibrate`).
         network: the name of the network whose prediction this is (the amortizer's
             primary network, or the candidate with the highest log marginal likelihood;
             see :mod:`amorgp.amortizer.selection`).
@@ -156,6 +158,7 @@ class KernelResult(KernelFit):
     encoder_points: int
     refine_steps: int = 0
     refine_status: str = "none"
+    calibrated: bool = False
     network: str = "primary"
     _gp: ConditionedGP | None = field(default=None, repr=False)
 
@@ -202,6 +205,7 @@ class KernelResult(KernelFit):
             **super().to_dict(),
             "refine_steps": self.refine_steps,
             "refine_status": self.refine_status,
+            "calibrated": self.calibrated,
             "encoder_points": self.encoder_points,
             "network": self.network,
         }

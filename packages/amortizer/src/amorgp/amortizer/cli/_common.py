@@ -39,7 +39,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def inference_options(f: F) -> F:
-    """``--target --seed --device --dtype --checkpoint --refine``."""
+    """``--target --seed --device --dtype --checkpoint --refine --calibrate``."""
     options = [
         click.option("--target", help="Target column (default: the last column)."),
         click.option(
@@ -71,6 +71,12 @@ def inference_options(f: F) -> F:
             show_default=True,
             help="Most L-BFGS iterations of Type-2 ML started from the amortized prediction, "
             "or 'auto' (until the log marginal likelihood stops improving).",
+        ),
+        click.option(
+            "--calibrate",
+            is_flag=True,
+            help="Set each kernel's global scale and noise to their exact Type-2 ML values "
+            "after the network (one eigendecomposition per kernel; before --refine).",
         ),
     ]
     for option in reversed(options):
@@ -169,7 +175,11 @@ def check_kernels(amz: Amortizer, kernels: Sequence[str], data: Dataset) -> list
 
 
 def run_inference(
-    amz: Amortizer, data: Dataset, kernels: Sequence[str], refine: int | str
+    amz: Amortizer,
+    data: Dataset,
+    kernels: Sequence[str],
+    refine: int | str,
+    calibrate: bool = False,
 ) -> list[KernelResult]:
     """Amortized hyperparameters and log marginal likelihoods of ``kernels``.
 
@@ -195,7 +205,13 @@ def run_inference(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
             results = amz.infer_many(
-                data.X, data.y, list(kernels), refine=steps, evaluate_lml=True, progress=bars
+                data.X,
+                data.y,
+                list(kernels),
+                refine=steps,
+                calibrate=calibrate,
+                evaluate_lml=True,
+                progress=bars,
             )
     finally:
         bars.close()

@@ -38,6 +38,12 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
             f"kernel {r.kernel_text}   log marginal likelihood {r.log_marginal_likelihood_original:.2f} "
             f"(normalised {r.log_marginal_likelihood:.2f})   noise {fmt(r.noise_original)} "
             f"(normalised {fmt(r.noise)})   network {r.network}"
+            + ("   scale and noise calibrated" if r.calibrated else "")
+            + (
+                f"   refined: {r.refine_steps} L-BFGS iterations"
+                if r.refine_status != "none"
+                else ""
+            )
         )
         lines.append(
             f"  {'dim':<12} {'symbol':<8} {'parameter':<16} {'normalised':>11} {'original':>11}"
@@ -82,6 +88,7 @@ def infer(
     dtype: str,
     checkpoint: Path | None,
     refine: int | str,
+    calibrate: bool,
 ) -> None:
     """Amortized GP hyperparameters of each --kernel for the table DATA (CSV with a header).
 
@@ -92,7 +99,7 @@ def infer(
 
     table = read_csv(data, target)
     amz = load_amortizer(checkpoint, device, dtype, seed)
-    results = run_inference(amz, table, kernels, refine)
+    results = run_inference(amz, table, kernels, refine, calibrate)
     check_finite(results)
     if as_json:
         out = {

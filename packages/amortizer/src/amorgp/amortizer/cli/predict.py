@@ -142,6 +142,7 @@ def predict(
     dtype: str,
     checkpoint: Path | None,
     refine: int | str,
+    calibrate: bool,
 ) -> None:
     """GP predictions on a test set with amortized hyperparameters; RMSE and NLL when targets are known."""
     if (test_path is None) == (split is None):
@@ -165,7 +166,7 @@ def predict(
             training=False,
         )
     amz = load_amortizer(checkpoint, device, dtype, seed)
-    (result,) = run_inference(amz, train, [kernel], refine)
+    (result,) = run_inference(amz, train, [kernel], refine, calibrate)
     check_finite([result])
     t0 = time.perf_counter()
     mean_t, var_t = result.predict(test.X, include_noise=True)
@@ -176,7 +177,7 @@ def predict(
             f"kernel {result.kernel_text}: the predictions are not finite; the data's values "
             "are probably beyond the float64 range of the GP algebra: rescale the columns"
         )
-    refined = (
+    refined = (", scale and noise calibrated" if result.calibrated else "") + (
         f", refined with {result.refine_steps} L-BFGS iterations ({result.refine_status})"
         if result.refine_status != "none"
         else ""

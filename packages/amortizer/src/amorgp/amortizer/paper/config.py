@@ -29,6 +29,7 @@ EXPERIMENTS = ("fig2b", "fig3", "table1", "fig4", "fig9", "fig10", "fig11")
 
 FIG3_METHODS = (
     "amortized",
+    "amortized+calibrate",
     "amortized+refine5",
     "amortized+refine20",
     "gp-ml",
@@ -40,7 +41,13 @@ FIG3_METHODS = (
     "sklearn",
 )
 """Methods of Fig. 3 (``amorgp.baselines`` names; ``sklearn``: scikit-learn's GPR on
-the kernels it can express: SE-ARD, and every kernel of one-input data)."""
+the kernels it can express: SE-ARD, and every kernel of one-input data;
+``amortized+calibrate``: the network, then the exact Type-2 ML scale and noise,
+:mod:`amorgp.amortizer.calibrate`)."""
+
+AMORTIZED_METHOD = re.compile(r"amortized(\+calibrate)?(\+refine(\d+))?")
+"""``amortized``, ``amortized+calibrate``, ``amortized+refineK``,
+``amortized+calibrate+refineK``."""
 
 FULL_OPTIONS: dict[str, dict[str, Any]] = {
     "gp-ml-lbfgs": {"restarts": 5, "init": "default"},
@@ -116,7 +123,7 @@ class PaperConfig:
         if bad:
             raise OptionError(
                 f"unknown method(s) {', '.join(bad)}; choose from {', '.join(FIG3_METHODS)} "
-                "(or amortized+refineK, amortized@MODEL)"
+                "(or amortized[+calibrate][+refineK], amortized@MODEL)"
             )
         if self.splits < 1:
             raise OptionError(f"splits must be >= 1, got {self.splits}")
@@ -177,11 +184,24 @@ class PaperConfig:
 
 def is_method(name: str) -> bool:
     """Whether ``name`` is a real-data method: one of :data:`FIG3_METHODS`,
-    ``amortized+refineK`` (any ``K``), or ``amortized...@MODEL`` / ``ahgp@MODEL``."""
+    ``amortized[+calibrate][+refineK]`` (any ``K``), or ``amortized...@MODEL`` /
+    ``ahgp@MODEL``."""
     base, _, model = name.partition("@")
     if model:
-        return bool(re.fullmatch(r"amortized(\+refine\d+)?|ahgp", base))
-    return name in FIG3_METHODS or bool(re.fullmatch(r"amortized\+refine\d+", name))
+        return base == "ahgp" or bool(AMORTIZED_METHOD.fullmatch(base))
+    return name in FIG3_METHODS or bool(AMORTIZED_METHOD.fullmatch(name))
+
+
+def amortized_settings(name: str) -> tuple[bool, int]:
+    """``(calibrate, refine)`` of an amortized method name (``@MODEL`` ignored).
+
+    Raises:
+        ValueError: ``name`` is not an amortized method.
+    """
+    m = AMORTIZED_METHOD.fullmatch(name.split("@", 1)[0])
+    if m is None:
+        raise ValueError(f"not an amortized method: {name!r}")
+    return m.group(1) is not None, int(m.group(3) or 0)
 
 
 def model_identity(name: str) -> str:

@@ -183,6 +183,11 @@ def _against(methods: dict[str, Any], ref_name: str) -> str | None:
         f"{ratio:.2f} against `{ref_name}` ({where}; it takes x{ref['time_ratio']:.0f} the "
         "amortizer's time per kernel"
     )
+    cal = methods.get("amortized+calibrate")
+    if cal is not None:
+        ratio_c, n_c, _ = paired_ratio(cal, ref)
+        if n_c:
+            text += f"; with the scale and noise calibrated {ratio_c:.2f}"
     r20 = methods.get("amortized+refine20")
     if r20 is not None:
         ratio20, n20, _ = paired_ratio(r20, ref)

@@ -34,7 +34,8 @@ _METHOD_COST = {
     "sklearn": 6,
     "amortized+refine20": 7,
     "amortized+refine5": 8,
-    "amortized": 9,
+    "amortized+calibrate": 9,
+    "amortized": 10,
 }
 _DATASET_COST = {"concrete": 0, "housing": 1, "energy": 2, "yacht": 3, "airline": 4}
 

@@ -176,12 +176,19 @@ def scores(
 
 
 def amortized_predictions(
-    amz: Any, Xtr: np.ndarray, ytr: np.ndarray, Xte: np.ndarray, kernels: Sequence[Any], refine: int
+    amz: Any,
+    Xtr: np.ndarray,
+    ytr: np.ndarray,
+    Xte: np.ndarray,
+    kernels: Sequence[Any],
+    refine: int,
+    *,
+    calibrate: bool = False,
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], float]:
     """Predictive means and variances of every kernel (one ``infer_many`` call) and its time."""
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fits = amz.infer_many(Xtr, ytr, list(kernels), refine=refine)
+        fits = amz.infer_many(Xtr, ytr, list(kernels), refine=refine, calibrate=calibrate)
         preds = [(m.cpu().numpy(), v.cpu().numpy()) for m, v in (f.predict(Xte) for f in fits)]
     return preds, time.perf_counter() - t0

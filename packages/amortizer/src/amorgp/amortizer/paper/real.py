@@ -6,7 +6,8 @@ method's wall-clock time per kernel (fit and prediction of all missing kernels o
 the split in one call, divided by their number).  Methods:
 
 * ``amortized``, ``amortized+refineK``: the network (``Amortizer.infer_many``), with
-  ``K`` L-BFGS iterations of Type-2 ML from its prediction; ``amortized@NAME`` runs
+  ``K`` L-BFGS iterations of Type-2 ML from its prediction; ``amortized+calibrate``
+  (``+refineK``): the exact Type-2 ML scale and noise first; ``amortized@NAME`` runs
   the bundled network ``NAME`` instead of the configured one (Table 1);
 * every ``amorgp.baselines`` method (``Baseline(method, **options).fit_many``);
 * ``sklearn``: scikit-learn's GPR on the kernels it expresses (SE-ARD; any kernel of
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from amorgp.amortizer.paper.cache import CellKey, config_hash
+from amorgp.amortizer.paper.config import amortized_settings
 from amorgp.amortizer.paper.context import RunContext
 from amorgp.amortizer.paper.protocol import (
     TEST_CAP,
@@ -61,8 +63,10 @@ def method_config(ctx: RunContext, method: str) -> str | None:
     settings: dict[str, Any] = {"method": method, "test_cap": TEST_CAP, "protocol": 1}
     if method == "sklearn":
         settings["sklearn"] = 2  # min-max scaled inputs, every expressible kernel
-    if method.startswith("amortized+refine"):
+    if "+refine" in method:
         settings["refine"] = 2  # 2: line searches no longer count against the iterations
+    if "+calibrate" in method:
+        settings["calibrate"] = 1
     model = _model_of(ctx, method)
     if model is not None:
         ident = ctx.identity(model)
@@ -131,10 +135,12 @@ def _predict(
     """Predictions of ``method`` for ``kernels`` on one split and the call's seconds."""
     base = method.split("@", 1)[0]
     if base.startswith("amortized"):
-        refine = int(base.removeprefix("amortized+refine") or 0) if "+" in base else 0
+        calibrate, refine = amortized_settings(base)
         amz = ctx.amortizer(_model_of(ctx, method))
         structs = _structures(ctx, kernels, sp.X_train.shape[1])
-        preds, dt = amortized_predictions(amz, sp.X_train, sp.y_train, sp.X_test, structs, refine)
+        preds, dt = amortized_predictions(
+            amz, sp.X_train, sp.y_train, sp.X_test, structs, refine, calibrate=calibrate
+        )
         return list(preds), dt
     if base == "sklearn":
         from amorgp.amortizer.paper.sklearn_gp import sklearn_gpr
