@@ -118,7 +118,13 @@ def test_fig2b_fig4_fig9_resume_from_cells(
     first = run_paper(cfg, tmp_path, progress=False)
     exps = first["experiments"]
     fig2b = exps["fig2b"]["summary"]
-    assert set(fig2b) == {"amortized", "type2ml", "ground truth"}
+    assert set(fig2b) == {"amortized", "amortized+calibrate", "type2ml", "ground truth"}
+    # calibration maximises each pair's training likelihood over its scale and noise
+    pairs = exps["fig2b"]["pairs"]
+    for cal, plain in zip(
+        pairs["amortized+calibrate"]["train_nll"], pairs["amortized"]["train_nll"], strict=True
+    ):
+        assert cal <= plain + 1e-9
     assert all(
         r["nll"]["n"] + r["nll"]["n_failed"] == len(exps["fig2b"]["pairs"]["amortized"]["nll"])
         for r in fig2b.values()

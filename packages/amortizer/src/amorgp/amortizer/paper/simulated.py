@@ -158,9 +158,35 @@ def _method_params(
     amz = ctx.amortizer(model, solo=method.startswith("network@"))
     preds = [network_parameters_batch(net, gb) for net in (amz.model, *amz.candidates.values())]
     if len(preds) == 1:
-        return preds[0], time.perf_counter() - t0
-    params, noise, _ = select_by_likelihood(gb, preds)  # as Amortizer.infer_many does
+        params, noise = preds[0]
+    else:
+        params, noise, _ = select_by_likelihood(gb, preds)  # as Amortizer.infer_many does
+    if method.split("@", 1)[0].endswith("+calibrate"):
+        params, noise = calibrate_pairs(gb, params, noise)
     return (params, noise), time.perf_counter() - t0
+
+
+def calibrate_pairs(batch: PaddedBatch, params: Tensor, noise: Tensor) -> Params:
+    """:func:`~amorgp.amortizer.calibrate.calibrate` of every pair of ``batch`` (each its
+    own dataset and structure; ``params (B, D, L, P)``, ``noise (B,)``)."""
+    from amorgp.amortizer.calibrate import calibrate
+
+    params, noise = params.clone(), noise.clone()
+    structures = batch.structures()
+    for i, s in enumerate(structures):  # one dataset per pair: one eigendecomposition each
+        n, d = int(batch.n_points[i]), s.n_dims
+        dims = batch.dim_mask[i].nonzero().flatten()
+        cal = calibrate(
+            batch.X[i, :n][:, dims],
+            batch.y[i, :n],
+            [s],
+            batch.vocab,
+            params[i : i + 1, dims],
+            noise[i : i + 1],
+        )
+        params[i, dims] = cal.params[0, :d]
+        noise[i] = cal.noise[0]
+    return params, noise
 
 
 def _chunk_cell(
