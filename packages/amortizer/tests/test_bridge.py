@@ -250,3 +250,26 @@ def test_fit_amortized_function(amz: Amortizer) -> None:
     )
     assert mll.model is model
     assert not model.training
+
+
+@pytest.mark.parametrize("tree", ["default", "scaled-ard"])
+def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree: str) -> None:
+    """``calibrate=True`` writes a start whose GPyTorch likelihood is at least the plain
+    start's, with a ``ScaleKernel`` (scale and noise) and without one (BoTorch's default:
+    the noise alone), and ``AmortizedFit(calibrate=True)`` fits from it."""
+    g = torch.Generator().manual_seed(4)
+    X, y = _data(g, 40, 2)
+    values = []
+    for calibrate in (False, True):
+        model = SingleTaskGP(
+            X, y[:, None], covar_module=_tree(tree), input_transform=Normalize(2)
+        ).double()
+        res = initialize_gpytorch(model, amortizer=amz, calibrate=calibrate)
+        assert res.calibrated is calibrate
+        values.append(_likelihood_term(model))
+    assert values[1] >= values[0] - 1e-6
+    model = SingleTaskGP(X, y[:, None], input_transform=Normalize(2)).double()
+    fit = AmortizedFit(refine_steps=5, amortizer=amz, calibrate=True)
+    fit(ExactMarginalLogLikelihood(model.likelihood, model))
+    assert fit.fallbacks == 0
+    assert math.isfinite(_likelihood_term(model))

@@ -170,3 +170,26 @@ def test_bundled_network_on_real_data() -> None:
     for a, b in zip(after, before, strict=True):
         assert a.log_marginal_likelihood >= b.log_marginal_likelihood
     assert sum(a.noise < b.noise for a, b in zip(after, before, strict=True)) >= 2
+
+
+def test_noise_only_mode_is_the_dense_optimum_over_the_noise(amz: Amortizer) -> None:
+    """``scale=False`` keeps the kernel and finds the best noise (scipy, bounded)."""
+    from scipy.optimize import minimize_scalar
+
+    from amorgp.amortizer.calibrate import calibrate
+
+    X, y = _data(n=35)
+    r0 = amz.infer(X, y, "SE + PER")
+    Xn, yn = (torch.as_tensor(t) for t in _normalised(r0, X, y))
+    cal = calibrate(
+        Xn, yn, [r0.kernel], amz.vocabulary, r0.params[None], torch.tensor([r0.noise]), scale=False
+    )
+    assert float(cal.scale[0]) == 1.0
+    torch.testing.assert_close(cal.params[0], r0.params)
+    K0 = r0.kernel.reference(Xn.numpy(), Xn.numpy(), r0.params.numpy())
+    best = minimize_scalar(
+        lambda t: -_oracle_lml(K0, math.exp(t), yn.numpy()), bounds=(-18, 4), method="bounded"
+    )
+    got = _oracle_lml(K0, float(cal.noise[0]), yn.numpy())
+    assert got >= _oracle_lml(K0, r0.noise, yn.numpy())
+    assert got == pytest.approx(-best.fun, abs=0.05)  # a grid of 0.05 decades

@@ -165,6 +165,24 @@ def _best_ratio(lam: Tensor, z2: Tensor, s_min: Tensor) -> tuple[Tensor, Tensor,
     return cand.gather(1, j)[:, 0], s_c.gather(1, j)[:, 0], lml_c.gather(1, j)[:, 0]
 
 
+def _best_noise(lam: Tensor, z2: Tensor) -> tuple[Tensor, Tensor]:
+    """Grid search of the noise alone at scale 1: ``(noise, lml)``, each ``(B,)``.
+
+    The grid spans :data:`RATIO_RANGE` times the mean squared target, so it follows the
+    targets' units."""
+    B = lam.shape[0]
+    level = z2.mean(-1, keepdim=True).clamp_min(1e-300)  # = mean(y^2)
+    lo, hi = (math.log(v) for v in RATIO_RANGE)
+    grid = torch.linspace(lo, hi, GRID_POINTS, dtype=lam.dtype, device=lam.device)
+    noise = (grid.expand(B, -1) + level.log()).exp().clamp_min(_NOISE_MIN)  # (B, G)
+    denom = lam[:, None, :] + noise[..., None]
+    n = lam.shape[-1]
+    lml = -0.5 * ((z2[:, None, :] / denom).sum(-1) + denom.log().sum(-1))
+    lml = lml - 0.5 * n * math.log(2.0 * math.pi)
+    j = lml.argmax(-1, keepdim=True)
+    return noise.gather(1, j)[:, 0], lml.gather(1, j)[:, 0]
+
+
 def calibrate(
     Xn: Tensor,
     yn: Tensor,
@@ -174,6 +192,7 @@ def calibrate(
     noise: Tensor,
     *,
     seed: int = 0,
+    scale: bool = True,
 ) -> Calibration:
     """Exact Type-2 ML of the global scale and the noise of ``K`` kernels (module docstring).
 
@@ -184,6 +203,9 @@ def calibrate(
         params: ``(K, d, L, P)`` predicted parameters (normalised units).
         noise: ``(K,)`` predicted noise variances.
         seed: seed of the point subset above :data:`MAX_POINTS` points.
+        scale: ``False`` keeps the scale (``s = 1``) and searches the noise alone on a grid
+            (for a model that cannot hold a global scale, e.g. a GPyTorch kernel without
+            ``ScaleKernel``).
 
     Returns:
         A :class:`Calibration`; a kernel whose eigendecomposition fails (non-finite
@@ -213,7 +235,7 @@ def calibrate(
     var_min = torch.where(var_slot, p64, torch.full_like(p64, math.inf)).flatten(1).amin(1)
     s_min = (_VARIANCE_MIN / var_min) ** n_dims  # variances scale by s^(1/D)
 
-    scale = torch.ones(K, dtype=torch.float64, device=dev)
+    factors = torch.ones(K, dtype=torch.float64, device=dev)
     new_noise = n64.clone()
     gain = torch.zeros(K, dtype=torch.float64, device=dev)
     per_chunk = max(1, CHUNK_ELEMENTS // (n * n))
@@ -235,15 +257,20 @@ def calibrate(
             lam, Q = torch.linalg.eigh(Km)
         lam = lam.clamp_min(0.0)
         z2 = (Q.transpose(1, 2) @ y64[:, None])[..., 0] ** 2
-        log_r, s, lml = _best_ratio(lam, z2, s_min[sl])
+        if scale:
+            log_r, s, lml = _best_ratio(lam, z2, s_min[sl])
+            best_noise = s * log_r.exp()
+        else:
+            best_noise, lml = _best_noise(lam, z2)
+            s = torch.ones_like(best_noise)
         base = _exact_log_likelihood(lam, z2, n64[sl])
         better = finite & torch.isfinite(lml) & (lml > base)
-        scale[sl] = torch.where(better, s, torch.ones_like(s))
-        new_noise[sl] = torch.where(better, s * log_r.exp(), n64[sl])
+        factors[sl] = torch.where(better, s, torch.ones_like(s))
+        new_noise[sl] = torch.where(better, best_noise, n64[sl])
         gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
 
-    factor = scale ** (1.0 / n_dims)  # per active dimension
+    factor = factors ** (1.0 / n_dims)  # per active dimension
     scaled = p64 * torch.where(var_slot, factor[:, None, None, None], torch.ones_like(p64))
     out = params.detach().clone()
     out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
-    return Calibration(out, new_noise.to(noise.dtype), scale.to(noise.dtype), gain)
+    return Calibration(out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain)

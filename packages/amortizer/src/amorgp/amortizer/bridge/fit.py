@@ -90,6 +90,7 @@ def initialize_gpytorch(
     *,
     amortizer: Amortizer | None = None,
     refine: int = 0,
+    calibrate: bool = False,
 ) -> KernelResult:
     """Set ``model``'s kernel hyperparameters and noise from one forward pass.
 
@@ -109,6 +110,10 @@ def initialize_gpytorch(
         train_X, train_Y: the training data (default: the model's own).
         amortizer: the network (default: :func:`default_amortizer`).
         refine: L-BFGS steps of amorgp's Type-2 ML after the network.
+        calibrate: set the kernel's global scale and the noise to their exact Type-2 ML
+            values after the network (:mod:`amorgp.amortizer.calibrate`); where the
+            model cannot hold the scale (a kernel without ``ScaleKernel``, as BoTorch's
+            default), the noise alone, exact for the kernel it holds.
 
     Returns:
         The amortizer's :class:`~amorgp.amortizer.KernelResult` (in the model's units).
@@ -119,11 +124,34 @@ def initialize_gpytorch(
     X, y = model_data(model, train_X, train_Y)
     kmap = read_kernel(model.covar_module, X.shape[1])
     amz = amortizer if amortizer is not None else default_amortizer()
-    res = amz.infer(X, y, kmap.structure, refine=refine, evaluate_lml=False)
-    kmap.write(_model_units(res))
-    noise = model.likelihood.noise_covar
-    _assign(noise, "noise", res.noise_original)
+    res = amz.infer(X, y, kmap.structure, refine=refine, calibrate=calibrate, evaluate_lml=False)
+    want = _model_units(res)
+    kmap.write(want)
+    noise = res.noise_original
+    held = kmap.read()
+    if calibrate and not _holds(kmap.structure, held, want):
+        # the model cannot hold the calibrated scale (no ScaleKernel, clamped variances):
+        # the noise alone, exact for the kernel the model holds
+        from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
+
+        cal = calibrate_scale_noise(
+            X, y, [kmap.structure], amz.vocabulary, held[None], torch.tensor([noise]), scale=False
+        )
+        noise = float(cal.noise[0])
+    _assign(model.likelihood.noise_covar, "noise", noise)
     return res
+
+
+def _holds(structure: Any, held: Tensor, want: Tensor) -> bool:
+    """Whether the model holds every parameter of ``want`` (``(D, L, P)``) as written."""
+    from amorgp.kernel_grammar import base_symbol
+
+    for d, row in enumerate(structure.dims):
+        for ell, name in enumerate(row):
+            k = len(base_symbol(name).params)
+            if not torch.allclose(held[d, ell, :k], want[d, ell, :k].to(held), rtol=1e-6, atol=0):
+                return False
+    return True
 
 
 def _model_units(res: KernelResult) -> Tensor:
@@ -172,6 +200,8 @@ class AmortizedFit:
         amortizer: the network (default: :func:`default_amortizer`).
         ftol: stop when the relative decrease of ``-MLL`` is at most ``ftol``.
         gtol: stop when the projected gradient's largest entry is at most ``gtol``.
+        calibrate: start from the calibrated prediction (exact Type-2 ML scale and noise
+            given the network's other hyperparameters; :func:`initialize_gpytorch`).
         calls: fits run.
         fallbacks: fits that fell back to ``fit_gpytorch_mll``.
         slow_refines: refines run through BoTorch's scipy fit (model outside the lean
@@ -185,6 +215,7 @@ class AmortizedFit:
     amortizer: Amortizer | None = None
     ftol: float = 2.220446e-9
     gtol: float = 1e-5
+    calibrate: bool = False
     calls: int = 0
     fallbacks: int = 0
     slow_refines: int = 0
@@ -200,7 +231,7 @@ class AmortizedFit:
         state = {k: v.detach().clone() for k, v in mll.state_dict().items()}
         try:
             mll.train()
-            initialize_gpytorch(model, amortizer=self.amortizer)
+            initialize_gpytorch(model, amortizer=self.amortizer, calibrate=self.calibrate)
             lean, trusted = self._refine(mll) if self.refine_steps > 0 else (None, False)
             if not trusted:
                 _check(mll, lean)
@@ -254,6 +285,7 @@ def fit_amortized(
     *,
     refine_steps: int = REFINE_STEPS,
     amortizer: Amortizer | None = None,
+    calibrate: bool = False,
     **kwargs: Any,
 ) -> ExactMarginalLogLikelihood:
     """``fit_gpytorch_mll`` with an amortized start (see :class:`AmortizedFit`).
@@ -268,4 +300,4 @@ def fit_amortized(
         >>> model.training
         False
     """
-    return AmortizedFit(refine_steps, amortizer)(mll, **kwargs)
+    return AmortizedFit(refine_steps, amortizer, calibrate=calibrate)(mll, **kwargs)
