@@ -142,9 +142,26 @@ def test_large_n_uses_a_seeded_subset(amz: Amortizer, monkeypatch: pytest.Monkey
 
 def test_calibrate_must_be_a_bool(amz: Amortizer) -> None:
     X, y = _data()
-    for bad in ("yes", 1, None):
+    for bad in ("yes", 1):
         with pytest.raises(OptionError, match="calibrate must be True or False"):
             amz.infer(X, y, "SE", calibrate=bad)  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="calibrate must be True or False"):
+        Amortizer(amz.model, amz.meta, calibrate="no")  # type: ignore[arg-type]
+
+
+def test_amortizer_wide_default(tiny_checkpoint: Path) -> None:
+    """``Amortizer(calibrate=True)`` calibrates every call that does not say otherwise,
+    ``fit_many`` (model averaging, structure search) included."""
+    X, y = _data()
+    on = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", calibrate=True)
+    off = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    assert "calibrate=True" in repr(on)
+    (a,) = on.fit_many(X, y, ["SE + PER"])
+    b = off.infer(X, y, "SE + PER", calibrate=True)
+    assert a.calibrated
+    assert a.noise == b.noise
+    assert not on.infer(X, y, "SE + PER", calibrate=False).calibrated
+    assert not off.infer(X, y, "SE + PER").calibrated
 
 
 def test_estimator_passes_calibrate(tiny_checkpoint: Path) -> None:

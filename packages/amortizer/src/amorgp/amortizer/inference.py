@@ -91,6 +91,9 @@ class Amortizer:
             winner).  A checkpoint may name its candidates (``"candidates"``, e.g.
             ``small-d8-c376k``; the default names none); :meth:`from_pretrained` loads them.
         name: the primary network's name in ``KernelResult.network``.
+        calibrate: the default of :meth:`infer_many`'s ``calibrate`` (also for
+            :meth:`fit_many`, through which model averaging and structure search score
+            kernels): ``True`` calibrates every kernel's scale and noise.
 
     Example:
         >>> import numpy as np
@@ -114,6 +117,7 @@ class Amortizer:
         gp_options: Mapping[str, Any] | None = None,
         candidates: Mapping[str, AmortizationNetwork] | None = None,
         name: str = "primary",
+        calibrate: bool = False,
     ) -> None:
         if not isinstance(model, AmortizationNetwork):
             raise OptionError(
@@ -122,6 +126,7 @@ class Amortizer:
         others = check_candidates(model, candidates or {}, name)
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self.calibrate = _check_calibrate(calibrate)
         self.meta: dict[str, Any] = dict(meta or {})
         train = _section(self.meta, "train")
         if encoder_points is None:
@@ -218,7 +223,7 @@ class Amortizer:
         kernel: str | DimWiseStructure,
         *,
         refine: int | Literal["auto"] = 0,
-        calibrate: bool = False,
+        calibrate: bool | None = None,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
     ) -> KernelResult:
@@ -240,7 +245,7 @@ class Amortizer:
         kernels: Sequence[str | DimWiseStructure],
         *,
         refine: int | Literal["auto"] = 0,
-        calibrate: bool = False,
+        calibrate: bool | None = None,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
     ) -> list[KernelResult]:
@@ -260,6 +265,7 @@ class Amortizer:
                 :data:`~amorgp.amortizer.calibrate.MAX_POINTS` points; the log marginal
                 likelihood never decreases; see :mod:`amorgp.amortizer.calibrate`).
                 Runs before ``refine``, which then starts from the calibrated values.
+                ``None``: the amortizer's own ``calibrate`` setting (default off).
             evaluate_lml: compute every kernel's log marginal likelihood before returning
                 (``None``: only where the dense backend makes it cheap; else on first
                 access).  Each likelihood factors its kernel's posterior, which the result
@@ -286,8 +292,7 @@ class Amortizer:
         if len(kernels) == 0:
             raise OptionError("kernels is empty")
         steps = check_refine(refine)
-        if not isinstance(calibrate, bool):
-            raise OptionError(f"calibrate must be True or False, got {calibrate!r}")
+        calibrate = self.calibrate if calibrate is None else _check_calibrate(calibrate)
         norm, Xn, yn, structures = self._prepare(X, y, kernels)
         params, noise, n_enc, chosen = self._predict(Xn, yn, structures)
         if progress is not None:
@@ -464,10 +469,17 @@ class Amortizer:
 
     def __repr__(self) -> str:
         more = f", candidates={list(self.candidates)}" if self.candidates else ""
+        more += ", calibrate=True" if self.calibrate else ""
         return (
             f"Amortizer({self.network.model}, vocabulary={list(self.vocabulary.symbols)}, "
             f"device={self.device}, encoder_points={self.encoder_points}{more})"
         )
+
+
+def _check_calibrate(calibrate: Any) -> bool:
+    if not isinstance(calibrate, bool):
+        raise OptionError(f"calibrate must be True or False, got {calibrate!r}")
+    return calibrate
 
 
 def _section(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
