@@ -56,7 +56,12 @@ def test_quick_paper_run_writes_the_report_and_resumes(tmp_path: Path) -> None:
     assert set(exps) == {"fig2b", "fig3", "table1", "fig4", "fig9", "fig10", "fig11"}
     assert exps["table1"]["datasets"]["airline"]["paper_amortized_se_ard"] == 0.2866
     assert {r["method"] for r in exps["fig4"]["bma"]} == {"amortized BMA", "Type-2 ML BMA"}
-    assert set(exps["fig2b"]["summary"]) == {"amortized", "type2ml", "ground truth"}
+    assert set(exps["fig2b"]["summary"]) == {
+        "amortized",
+        "amortized+calibrate",
+        "type2ml",
+        "ground truth",
+    }
     assert (out / "cells" / "real.jsonl").exists()
 
     second = _run(out)  # resume: everything read back from cells/
