@@ -55,7 +55,11 @@ def test_quick_paper_run_writes_the_report_and_resumes(tmp_path: Path) -> None:
         assert (out / f"{name}.png").exists(), name
     assert set(exps) == {"fig2b", "fig3", "table1", "fig4", "fig9", "fig10", "fig11"}
     assert exps["table1"]["datasets"]["airline"]["paper_amortized_se_ard"] == 0.2866
-    assert {r["method"] for r in exps["fig4"]["bma"]} == {"amortized BMA", "Type-2 ML BMA"}
+    assert {r["method"] for r in exps["fig4"]["bma"]} == {
+        "amortized BMA",
+        "amortized+calibrate BMA",
+        "Type-2 ML BMA",
+    }
     assert set(exps["fig2b"]["summary"]) == {
         "amortized",
         "amortized+calibrate",

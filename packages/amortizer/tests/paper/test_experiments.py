@@ -131,7 +131,10 @@ def test_fig2b_fig4_fig9_resume_from_cells(
     )
     assert set(exps["fig9"]["by_n"]) == {"10"}
     bma = {r["method"]: r for r in exps["fig4"]["bma"]}
-    assert set(bma) == {"amortized BMA", "Type-2 ML BMA"}
+    assert set(bma) == {"amortized BMA", "amortized+calibrate BMA", "Type-2 ML BMA"}
+    # the calibrated ensemble scores every member too
+    assert len(bma["amortized+calibrate BMA"]["members_rmse"]) == 2
+    assert math.isfinite(bma["amortized+calibrate BMA"]["rmse"])
     assert len(bma["amortized BMA"]["members_rmse"]) == 2
     assert math.isfinite(bma["amortized BMA"]["rmse"])
     assert exps["fig4"]["timing"][0]["n"] == 30
