@@ -38,14 +38,23 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind, Vocabulary, encode
+from amorgp.kernel_grammar import (
+    FLOORS,
+    DimWiseStructure,
+    OptionError,
+    ParamKind,
+    Vocabulary,
+    encode,
+)
 
 __all__ = [
     "GRID_POINTS",
+    "check_calibrate",
     "MAX_POINTS",
     "RATIO_RANGE",
     "Calibration",
@@ -65,8 +74,20 @@ MAX_POINTS = 1000
 CHUNK_ELEMENTS = 1 << 23
 """Most kernel-matrix entries (float64: 64 MiB) decomposed at once."""
 
+_LOG_2PI = math.log(2.0 * math.pi)
 _NOISE_MIN = 2.0 * FLOORS[ParamKind.NOISE]
 _VARIANCE_MIN = 2.0 * FLOORS[ParamKind.VARIANCE]
+
+
+def check_calibrate(calibrate: Any) -> bool:
+    """``calibrate`` as a ``bool``.
+
+    Raises:
+        OptionError: anything but ``True`` or ``False``.
+    """
+    if not isinstance(calibrate, bool):
+        raise OptionError(f"calibrate must be True or False, got {calibrate!r}")
+    return calibrate
 
 
 @contextmanager
@@ -124,15 +145,22 @@ def profile_log_likelihood(lam: Tensor, z2: Tensor, log_r: Tensor) -> tuple[Tens
     n = lam.shape[-1]
     denom = lam[:, None, :] + log_r.exp()[..., None]  # (B, G, n)
     s = (z2[:, None, :] / denom).mean(-1)
-    lml = -0.5 * (n * (s.log() + 1.0 + math.log(2.0 * math.pi)) + denom.log().sum(-1))
+    lml = -0.5 * (n * (s.log() + 1.0 + _LOG_2PI) + denom.log().sum(-1))
     return lml, s
 
 
 def _exact_log_likelihood(lam: Tensor, z2: Tensor, noise: Tensor) -> Tensor:
-    """``(B,)`` log marginal likelihood at scale 1 and noise ``noise (B,)``."""
+    """``(B, G)`` log marginal likelihood at scale 1 and noise variances ``noise (B, G)``."""
     n = lam.shape[-1]
-    denom = lam + noise[:, None]
-    return -0.5 * ((z2 / denom).sum(-1) + denom.log().sum(-1) + n * math.log(2.0 * math.pi))
+    denom = lam[:, None, :] + noise[..., None]  # (B, G, n)
+    return -0.5 * ((z2[:, None, :] / denom).sum(-1) + denom.log().sum(-1) + n * _LOG_2PI)
+
+
+def _log_grid(like: Tensor) -> Tensor:
+    """``(B, G)``: the :data:`GRID_POINTS` values of ``log r`` over :data:`RATIO_RANGE`."""
+    lo, hi = (math.log(v) for v in RATIO_RANGE)
+    grid = torch.linspace(lo, hi, GRID_POINTS, dtype=like.dtype, device=like.device)
+    return grid.expand(like.shape[0], -1)
 
 
 def _valid(lml: Tensor, s: Tensor, log_r: Tensor, s_min: Tensor) -> Tensor:
@@ -145,10 +173,7 @@ def _valid(lml: Tensor, s: Tensor, log_r: Tensor, s_min: Tensor) -> Tensor:
 
 def _best_ratio(lam: Tensor, z2: Tensor, s_min: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Grid search and parabolic refinement of ``log r``: ``(log_r, s, lml)``, each ``(B,)``."""
-    B = lam.shape[0]
-    lo, hi = (math.log(v) for v in RATIO_RANGE)
-    grid = torch.linspace(lo, hi, GRID_POINTS, dtype=lam.dtype, device=lam.device)
-    grid = grid.expand(B, -1)
+    grid = _log_grid(lam)
     lml, s = profile_log_likelihood(lam, z2, grid)
     lml = _valid(lml, s, grid, s_min)
     i = lml.argmax(-1).clamp(1, GRID_POINTS - 2)
@@ -157,7 +182,9 @@ def _best_ratio(lam: Tensor, z2: Tensor, s_min: Tensor) -> tuple[Tensor, Tensor,
     curv = f[:, 0] - 2.0 * f[:, 1] + f[:, 2]
     shift = torch.where(curv < 0, 0.5 * h * (f[:, 0] - f[:, 2]) / curv, torch.zeros_like(curv))
     x_grid = grid.gather(1, lml.argmax(-1, keepdim=True))  # (B, 1)
-    x_par = (grid.gather(1, i[:, None]) + shift.clamp(-h, h)[:, None]).nan_to_num(lo)
+    x_par = (grid.gather(1, i[:, None]) + shift.clamp(-h, h)[:, None]).nan_to_num(
+        math.log(RATIO_RANGE[0])
+    )
     cand = torch.cat([x_grid, x_par], 1)  # (B, 2)
     lml_c, s_c = profile_log_likelihood(lam, z2, cand)
     lml_c = _valid(lml_c, s_c, cand, s_min)
@@ -170,15 +197,9 @@ def _best_noise(lam: Tensor, z2: Tensor) -> tuple[Tensor, Tensor]:
 
     The grid spans :data:`RATIO_RANGE` times the mean squared target, so it follows the
     targets' units."""
-    B = lam.shape[0]
     level = z2.mean(-1, keepdim=True).clamp_min(1e-300)  # = mean(y^2)
-    lo, hi = (math.log(v) for v in RATIO_RANGE)
-    grid = torch.linspace(lo, hi, GRID_POINTS, dtype=lam.dtype, device=lam.device)
-    noise = (grid.expand(B, -1) + level.log()).exp().clamp_min(_NOISE_MIN)  # (B, G)
-    denom = lam[:, None, :] + noise[..., None]
-    n = lam.shape[-1]
-    lml = -0.5 * ((z2[:, None, :] / denom).sum(-1) + denom.log().sum(-1))
-    lml = lml - 0.5 * n * math.log(2.0 * math.pi)
+    noise = (_log_grid(lam) + level.log()).exp().clamp_min(_NOISE_MIN)  # (B, G)
+    lml = _exact_log_likelihood(lam, z2, noise)
     j = lml.argmax(-1, keepdim=True)
     return noise.gather(1, j)[:, 0], lml.gather(1, j)[:, 0]
 
@@ -263,7 +284,7 @@ def calibrate(
         else:
             best_noise, lml = _best_noise(lam, z2)
             s = torch.ones_like(best_noise)
-        base = _exact_log_likelihood(lam, z2, n64[sl])
+        base = _exact_log_likelihood(lam, z2, n64[sl, None])[:, 0]
         better = finite & torch.isfinite(lml) & (lml > base)
         factors[sl] = torch.where(better, s, torch.ones_like(s))
         new_noise[sl] = torch.where(better, best_noise, n64[sl])

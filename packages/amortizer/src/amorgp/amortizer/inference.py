@@ -16,6 +16,7 @@ from torch import Tensor
 
 from amorgp.amortizer.bundled import PRETRAINED_DIR, resolve_checkpoint
 from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
+from amorgp.amortizer.calibrate import check_calibrate
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.forward import (
     encode_structures,
@@ -126,7 +127,7 @@ class Amortizer:
         others = check_candidates(model, candidates or {}, name)
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        self.calibrate = _check_calibrate(calibrate)
+        self.calibrate = check_calibrate(calibrate)
         self.meta: dict[str, Any] = dict(meta or {})
         train = _section(self.meta, "train")
         if encoder_points is None:
@@ -292,7 +293,7 @@ class Amortizer:
         if len(kernels) == 0:
             raise OptionError("kernels is empty")
         steps = check_refine(refine)
-        calibrate = self.calibrate if calibrate is None else _check_calibrate(calibrate)
+        calibrate = self.calibrate if calibrate is None else check_calibrate(calibrate)
         norm, Xn, yn, structures = self._prepare(X, y, kernels)
         params, noise, n_enc, chosen = self._predict(Xn, yn, structures)
         if progress is not None:
@@ -474,12 +475,6 @@ class Amortizer:
             f"Amortizer({self.network.model}, vocabulary={list(self.vocabulary.symbols)}, "
             f"device={self.device}, encoder_points={self.encoder_points}{more})"
         )
-
-
-def _check_calibrate(calibrate: Any) -> bool:
-    if not isinstance(calibrate, bool):
-        raise OptionError(f"calibrate must be True or False, got {calibrate!r}")
-    return calibrate
 
 
 def _section(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
