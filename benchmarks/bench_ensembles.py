@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     torch.set_num_threads(a.threads)
     warnings.simplefilter("ignore", UserWarning)
-    amz = Amortizer.from_pretrained(device="cpu")
+    amz = Amortizer.from_pretrained(device="cpu", calibrate=False)  # the network alone
     res: dict[str, Any] = {
         "machine": f"{platform.machine()} CPU, {a.threads} torch thread(s), torch {torch.__version__}",
         "config": f"datasets {a.datasets}, {a.splits} split(s), Type-2 ML on {a.type2ml_kernels} kernels, {a.planted} planted cases",

@@ -52,7 +52,7 @@ def real_scores(
 ) -> dict[str, Any]:
     from amorgp.kernel_grammar import paper_evaluation_set
 
-    amz = Amortizer.from_pretrained(checkpoint, device="cpu")
+    amz = Amortizer.from_pretrained(checkpoint, device="cpu", calibrate=False)
     out: dict[str, Any] = {}
     for name in datasets:
         arr = np.loadtxt(ROOT / "data" / f"{name}.csv", delimiter=",", skiprows=1, ndmin=2)

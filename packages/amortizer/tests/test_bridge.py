@@ -224,6 +224,8 @@ def _neg(mll: ExactMarginalLogLikelihood) -> float:
 class _Broken:
     """An amortizer whose forward pass fails."""
 
+    calibrate = True
+
     def infer(self, *args, **kwargs):
         raise RuntimeError("network failed")
 
@@ -268,6 +270,10 @@ def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree:
         assert res.calibrated is calibrate
         values.append(_likelihood_term(model))
     assert values[1] >= values[0] - 1e-6
+    model = SingleTaskGP(
+        X, y[:, None], covar_module=_tree(tree), input_transform=Normalize(2)
+    ).double()
+    assert initialize_gpytorch(model, amortizer=amz).calibrated is amz.calibrate  # its setting
     model = SingleTaskGP(X, y[:, None], input_transform=Normalize(2)).double()
     fit = AmortizedFit(refine_steps=5, amortizer=amz, calibrate=True)
     fit(ExactMarginalLogLikelihood(model.likelihood, model))

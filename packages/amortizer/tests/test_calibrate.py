@@ -44,7 +44,7 @@ def test_scale_and_noise_are_the_dense_optimum(amz: Amortizer, kernel: str) -> N
     """The calibrated (scale, noise) maximise the dense float64 likelihood over both (scipy,
     several starts), with every other hyperparameter the network's."""
     X, y = _data()
-    r0 = amz.infer(X, y, kernel)
+    r0 = amz.infer(X, y, kernel, calibrate=False)
     r = amz.infer(X, y, kernel, calibrate=True)
     assert r.calibrated
     assert not r0.calibrated
@@ -72,7 +72,7 @@ def test_only_the_variances_move(amz: Amortizer) -> None:
     """Lengthscales, periods and offsets stay the network's; every variance of a kernel is
     multiplied by the same factor ``s^(1/D)``."""
     X, y = _data()
-    r0 = amz.infer(X, y, "SE*LIN + PER")
+    r0 = amz.infer(X, y, "SE*LIN + PER", calibrate=False)
     r = amz.infer(X, y, "SE*LIN + PER", calibrate=True)
     t0 = {(h.dim, h.addend, h.name): h.value for h in r0.table}
     t1 = {(h.dim, h.addend, h.name): h.value for h in r.table}
@@ -88,7 +88,7 @@ def test_never_lowers_the_likelihood(amz: Amortizer) -> None:
     for seed in range(4):
         X, y = _data(n=25 + 10 * seed, seed=seed, noise=0.3 * seed)
         kernels = ["SE", "PER", "SE + LIN", "SE*PER"]
-        before = amz.infer_many(X, y, kernels)
+        before = amz.infer_many(X, y, kernels, calibrate=False)
         after = amz.infer_many(X, y, kernels, calibrate=True)
         for a, b in zip(after, before, strict=True):
             assert a.log_marginal_likelihood >= b.log_marginal_likelihood - 1e-9
@@ -150,12 +150,16 @@ def test_calibrate_must_be_a_bool(amz: Amortizer) -> None:
 
 
 def test_amortizer_wide_default(tiny_checkpoint: Path) -> None:
-    """``Amortizer(calibrate=True)`` calibrates every call that does not say otherwise,
-    ``fit_many`` (model averaging, structure search) included."""
+    """``Amortizer(calibrate=True)`` (the default) calibrates every call that does not say
+    otherwise, ``fit_many`` (model averaging, structure search) included; ``False`` keeps
+    the network's prediction alone."""
     X, y = _data()
-    on = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", calibrate=True)
-    off = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
-    assert "calibrate=True" in repr(on)
+    on = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    off = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", calibrate=False)
+    assert on.calibrate
+    assert not off.calibrate
+    assert "calibrate=False" in repr(off)
+    assert "calibrate" not in repr(on)
     (a,) = on.fit_many(X, y, ["SE + PER"])
     b = off.infer(X, y, "SE + PER", calibrate=True)
     assert a.calibrated
@@ -166,12 +170,15 @@ def test_amortizer_wide_default(tiny_checkpoint: Path) -> None:
 
 def test_estimator_passes_calibrate(tiny_checkpoint: Path) -> None:
     X, y = _data()
-    est = AmortizedGPRegressor("SE + PER", calibrate=True, checkpoint=str(tiny_checkpoint))
+    est = AmortizedGPRegressor("SE + PER", checkpoint=str(tiny_checkpoint))
     est.fit(X, y)
-    assert est.result_.calibrated
-    plain = AmortizedGPRegressor("SE + PER", checkpoint=str(tiny_checkpoint)).fit(X, y)
+    assert est.result_.calibrated  # the default
+    plain = AmortizedGPRegressor("SE + PER", calibrate=False, checkpoint=str(tiny_checkpoint))
+    plain.fit(X, y)
+    assert not plain.result_.calibrated
     assert est.log_marginal_likelihood_ >= plain.log_marginal_likelihood_ - 1e-9
     assert est.get_params()["calibrate"] is True
+    assert plain.get_params()["calibrate"] is False
 
 
 def test_bundled_network_on_real_data() -> None:
@@ -182,7 +189,7 @@ def test_bundled_network_on_real_data() -> None:
     X, y = d[:120, :-1], d[:120, -1]
     amz = Amortizer.from_pretrained(device="cpu")
     kernels = ["SE", "SE + LIN", "SE*PER"]
-    before = amz.infer_many(X, y, kernels)
+    before = amz.infer_many(X, y, kernels, calibrate=False)
     after = amz.infer_many(X, y, kernels, calibrate=True)
     for a, b in zip(after, before, strict=True):
         assert a.log_marginal_likelihood >= b.log_marginal_likelihood
@@ -196,7 +203,7 @@ def test_noise_only_mode_is_the_dense_optimum_over_the_noise(amz: Amortizer) -> 
     from amorgp.amortizer.calibrate import calibrate
 
     X, y = _data(n=35)
-    r0 = amz.infer(X, y, "SE + PER")
+    r0 = amz.infer(X, y, "SE + PER", calibrate=False)
     Xn, yn = (torch.as_tensor(t) for t in _normalised(r0, X, y))
     cal = calibrate(
         Xn, yn, [r0.kernel], amz.vocabulary, r0.params[None], torch.tensor([r0.noise]), scale=False

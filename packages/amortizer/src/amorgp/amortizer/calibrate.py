@@ -97,7 +97,10 @@ def _one_thread(device: torch.device) -> Iterator[None]:
     The symmetric eigensolver synchronises its threads many times per matrix: on a
     machine whose cores are busy with other work, two threads took 8.3 s for two
     308 x 308 matrices where one took 0.03 s (this project's 2-core CPU, loaded); at
-    :data:`MAX_POINTS` points and below, one thread is as fast on an idle machine.
+    :data:`MAX_POINTS` points and below, one thread is as fast on an idle machine.  The
+    grid search's element-wise work on ``(K, GRID_POINTS, n)`` tensors is as
+    synchronisation-bound (18 ms for 6 kernels at 144 points with two threads on a
+    loaded machine), so the whole calibration runs on one thread.
     """
     if device.type != "cpu":
         yield
@@ -260,35 +263,35 @@ def calibrate(
     new_noise = n64.clone()
     gain = torch.zeros(K, dtype=torch.float64, device=dev)
     per_chunk = max(1, CHUNK_ELEMENTS // (n * n))
-    for start in range(0, K, per_chunk):  # chunks bound the memory of the kernel matrices
-        sl = slice(start, min(K, start + per_chunk))
-        B = sl.stop - sl.start
-        Km = kernel_matrix_dimwise(
-            X64.expand(B, n, d),
-            X64.expand(B, n, d),
-            symbols[sl],
-            symbol_mask[sl],
-            p64[sl],
-            vocabulary,
-            validate=False,
-        )
-        finite = torch.isfinite(Km).flatten(1).all(1)
-        Km = torch.where(finite[:, None, None], Km, torch.eye(n, dtype=Km.dtype, device=dev))
-        with _one_thread(Km.device):
+    with _one_thread(dev):  # small, synchronisation-bound work: see _one_thread
+        for start in range(0, K, per_chunk):  # chunks bound the memory of the kernel matrices
+            sl = slice(start, min(K, start + per_chunk))
+            B = sl.stop - sl.start
+            Km = kernel_matrix_dimwise(
+                X64.expand(B, n, d),
+                X64.expand(B, n, d),
+                symbols[sl],
+                symbol_mask[sl],
+                p64[sl],
+                vocabulary,
+                validate=False,
+            )
+            finite = torch.isfinite(Km).flatten(1).all(1)
+            Km = torch.where(finite[:, None, None], Km, torch.eye(n, dtype=Km.dtype, device=dev))
             lam, Q = torch.linalg.eigh(Km)
-        lam = lam.clamp_min(0.0)
-        z2 = (Q.transpose(1, 2) @ y64[:, None])[..., 0] ** 2
-        if scale:
-            log_r, s, lml = _best_ratio(lam, z2, s_min[sl])
-            best_noise = s * log_r.exp()
-        else:
-            best_noise, lml = _best_noise(lam, z2)
-            s = torch.ones_like(best_noise)
-        base = _exact_log_likelihood(lam, z2, n64[sl, None])[:, 0]
-        better = finite & torch.isfinite(lml) & (lml > base)
-        factors[sl] = torch.where(better, s, torch.ones_like(s))
-        new_noise[sl] = torch.where(better, best_noise, n64[sl])
-        gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
+            lam = lam.clamp_min(0.0)
+            z2 = (Q.transpose(1, 2) @ y64[:, None])[..., 0] ** 2
+            if scale:
+                log_r, s, lml = _best_ratio(lam, z2, s_min[sl])
+                best_noise = s * log_r.exp()
+            else:
+                best_noise, lml = _best_noise(lam, z2)
+                s = torch.ones_like(best_noise)
+            base = _exact_log_likelihood(lam, z2, n64[sl, None])[:, 0]
+            better = finite & torch.isfinite(lml) & (lml > base)
+            factors[sl] = torch.where(better, s, torch.ones_like(s))
+            new_noise[sl] = torch.where(better, best_noise, n64[sl])
+            gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
 
     factor = factors ** (1.0 / n_dims)  # per active dimension
     scaled = p64 * torch.where(var_slot, factor[:, None, None, None], torch.ones_like(p64))

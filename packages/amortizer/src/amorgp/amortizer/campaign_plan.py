@@ -236,7 +236,7 @@ def real_data_scores(
     from amorgp.amortizer.inference import Amortizer
     from amorgp.kernel_grammar import paper_evaluation_set
 
-    amz = Amortizer.from_pretrained(checkpoint, device="cpu")
+    amz = Amortizer.from_pretrained(checkpoint, device="cpu", calibrate=False)
     out: dict[str, dict[str, float]] = {}
     for path in sorted(Path(data_dir).glob("*.csv")):
         arr = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)

@@ -90,7 +90,8 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         refine: most L-BFGS iterations of Type-2 ML after the network (0 = none), or
             ``"auto"``: until the log marginal likelihood stops improving.
         calibrate: set the kernel's global scale and the noise to their exact Type-2 ML
-            values after the network (see :mod:`amorgp.amortizer.calibrate`).
+            values after the network (the default; see :mod:`amorgp.amortizer.calibrate`);
+            ``False``: the network's prediction alone.
         checkpoint: checkpoint directory; ``None`` for the bundled default.
         device: ``"cpu"``, ``"cuda"``; ``None`` picks CUDA when available.
         encoder_points: most points the dataset encoder reads (``None``: the
@@ -111,7 +112,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         kernel: str = "SE",
         *,
         refine: int | Literal["auto"] = 0,
-        calibrate: bool = False,
+        calibrate: bool = True,
         checkpoint: str | None = None,
         device: str | None = None,
         encoder_points: int | None = None,

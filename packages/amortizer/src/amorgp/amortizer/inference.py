@@ -94,7 +94,10 @@ class Amortizer:
         name: the primary network's name in ``KernelResult.network``.
         calibrate: the default of :meth:`infer_many`'s ``calibrate`` (also for
             :meth:`fit_many`, through which model averaging and structure search score
-            kernels): ``True`` calibrates every kernel's scale and noise.
+            kernels): ``True`` (the default) sets every kernel's global scale and noise
+            to their exact Type-2 ML values after the network, ``False`` keeps the
+            network's prediction alone (the paper's amortized method, about 1.3-2.8x
+            faster at ``n = 500``).
 
     Example:
         >>> import numpy as np
@@ -118,7 +121,7 @@ class Amortizer:
         gp_options: Mapping[str, Any] | None = None,
         candidates: Mapping[str, AmortizationNetwork] | None = None,
         name: str = "primary",
-        calibrate: bool = False,
+        calibrate: bool = True,
     ) -> None:
         if not isinstance(model, AmortizationNetwork):
             raise OptionError(
@@ -266,7 +269,7 @@ class Amortizer:
                 :data:`~amorgp.amortizer.calibrate.MAX_POINTS` points; the log marginal
                 likelihood never decreases; see :mod:`amorgp.amortizer.calibrate`).
                 Runs before ``refine``, which then starts from the calibrated values.
-                ``None``: the amortizer's own ``calibrate`` setting (default off).
+                ``None``: the amortizer's own ``calibrate`` setting (default on).
             evaluate_lml: compute every kernel's log marginal likelihood before returning
                 (``None``: only where the dense backend makes it cheap; else on first
                 access).  Each likelihood factors its kernel's posterior, which the result
@@ -470,7 +473,7 @@ class Amortizer:
 
     def __repr__(self) -> str:
         more = f", candidates={list(self.candidates)}" if self.candidates else ""
-        more += ", calibrate=True" if self.calibrate else ""
+        more += "" if self.calibrate else ", calibrate=False"
         return (
             f"Amortizer({self.network.model}, vocabulary={list(self.vocabulary.symbols)}, "
             f"device={self.device}, encoder_points={self.encoder_points}{more})"

@@ -90,7 +90,7 @@ def initialize_gpytorch(
     *,
     amortizer: Amortizer | None = None,
     refine: int = 0,
-    calibrate: bool = False,
+    calibrate: bool | None = None,
 ) -> KernelResult:
     """Set ``model``'s kernel hyperparameters and noise from one forward pass.
 
@@ -113,7 +113,8 @@ def initialize_gpytorch(
         calibrate: set the kernel's global scale and the noise to their exact Type-2 ML
             values after the network (:mod:`amorgp.amortizer.calibrate`); where the
             model cannot hold the scale (a kernel without ``ScaleKernel``, as BoTorch's
-            default), the noise alone, exact for the kernel it holds.
+            default), the noise alone, exact for the kernel it holds.  ``None``: the
+            amortizer's own setting (on for the bundled default).
 
     Returns:
         The amortizer's :class:`~amorgp.amortizer.KernelResult` (in the model's units).
@@ -124,6 +125,7 @@ def initialize_gpytorch(
     X, y = model_data(model, train_X, train_Y)
     kmap = read_kernel(model.covar_module, X.shape[1])
     amz = amortizer if amortizer is not None else default_amortizer()
+    calibrate = amz.calibrate if calibrate is None else calibrate
     res = amz.infer(X, y, kmap.structure, refine=refine, calibrate=calibrate, evaluate_lml=False)
     want = _model_units(res)
     kmap.write(want)
@@ -201,7 +203,8 @@ class AmortizedFit:
         ftol: stop when the relative decrease of ``-MLL`` is at most ``ftol``.
         gtol: stop when the projected gradient's largest entry is at most ``gtol``.
         calibrate: start from the calibrated prediction (exact Type-2 ML scale and noise
-            given the network's other hyperparameters; :func:`initialize_gpytorch`).
+            given the network's other hyperparameters; :func:`initialize_gpytorch`);
+            ``None``: the amortizer's own setting (on for the bundled default).
         calls: fits run.
         fallbacks: fits that fell back to ``fit_gpytorch_mll``.
         slow_refines: refines run through BoTorch's scipy fit (model outside the lean
@@ -215,7 +218,7 @@ class AmortizedFit:
     amortizer: Amortizer | None = None
     ftol: float = 2.220446e-9
     gtol: float = 1e-5
-    calibrate: bool = False
+    calibrate: bool | None = None
     calls: int = 0
     fallbacks: int = 0
     slow_refines: int = 0
@@ -285,7 +288,7 @@ def fit_amortized(
     *,
     refine_steps: int = REFINE_STEPS,
     amortizer: Amortizer | None = None,
-    calibrate: bool = False,
+    calibrate: bool | None = None,
     **kwargs: Any,
 ) -> ExactMarginalLogLikelihood:
     """``fit_gpytorch_mll`` with an amortized start (see :class:`AmortizedFit`).

@@ -73,10 +73,12 @@ def inference_options(f: F) -> F:
             "or 'auto' (until the log marginal likelihood stops improving).",
         ),
         click.option(
-            "--calibrate",
-            is_flag=True,
+            "--calibrate/--no-calibrate",
+            default=True,
+            show_default=True,
             help="Set each kernel's global scale and noise to their exact Type-2 ML values "
-            "after the network (one eigendecomposition per kernel; before --refine).",
+            "after the network (one eigendecomposition per kernel; before --refine); "
+            "--no-calibrate: the network's prediction alone.",
         ),
     ]
     for option in reversed(options):
@@ -140,8 +142,11 @@ def check_device(device: str | None) -> None:
         raise click.BadParameter(f"{device}: no CUDA device is available", param_hint="--device")
 
 
-def load_amortizer(checkpoint: Path | None, device: str | None, dtype: str, seed: int) -> Amortizer:
-    """The network of ``--checkpoint`` (default: the bundled model) on ``--device``."""
+def load_amortizer(
+    checkpoint: Path | None, device: str | None, dtype: str, seed: int, calibrate: bool = True
+) -> Amortizer:
+    """The network of ``--checkpoint`` (default: the bundled model) on ``--device``, with
+    ``--calibrate`` as its default for every kernel it fits."""
     import torch
 
     from amorgp.amortizer.api import Amortizer
@@ -153,6 +158,7 @@ def load_amortizer(checkpoint: Path | None, device: str | None, dtype: str, seed
             device=device,
             dtype=torch.float64 if dtype == "float64" else torch.float32,
             seed=seed,
+            calibrate=calibrate,
         )
     except ValueError as err:
         raise click.ClickException(f"cannot load the model: {err}") from None
@@ -179,7 +185,6 @@ def run_inference(
     data: Dataset,
     kernels: Sequence[str],
     refine: int | str,
-    calibrate: bool = False,
 ) -> list[KernelResult]:
     """Amortized hyperparameters and log marginal likelihoods of ``kernels``.
 
@@ -209,7 +214,6 @@ def run_inference(
                 data.y,
                 list(kernels),
                 refine=steps,
-                calibrate=calibrate,
                 evaluate_lml=True,
                 progress=bars,
             )

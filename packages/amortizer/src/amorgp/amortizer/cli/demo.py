@@ -105,11 +105,11 @@ def demo(
     table = read_csv(DEMO_DATA, target)
     assert table.y is not None
     chosen = list(kernels) or list(DEMO_KERNELS)
-    amz = load_amortizer(checkpoint, device, dtype, seed)
+    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
     check_kernels(amz, chosen, table)
     run_inference(amz, table, chosen[:1], 0)  # warm-up (first-call allocations), not timed
     t0 = time.perf_counter()
-    results = run_inference(amz, table, chosen, refine, calibrate)
+    results = run_inference(amz, table, chosen, refine)
     t_amortized = time.perf_counter() - t0
     check_finite(results)
     baseline: list[Any] | None = None

@@ -37,15 +37,15 @@ __all__ = ["ensemble", "search"]
 
 
 class _Refined:
-    """The amortizer with ``refine`` L-BFGS iterations (after the calibration of the scale
-    and noise with ``calibrate``), as an inference method."""
+    """The amortizer with ``refine`` L-BFGS iterations (after its calibration of the scale
+    and noise, when it has ``calibrate`` set), as an inference method."""
 
-    def __init__(self, amz: Amortizer, refine: int | str, calibrate: bool = False) -> None:
-        self.amz, self.refine, self.calibrate = amz, refine, calibrate
+    def __init__(self, amz: Amortizer, refine: int | str) -> None:
+        self.amz, self.refine = amz, refine
 
     def fit_many(self, X: Any, y: Any, kernels: Any) -> Any:
         steps: Any = "auto" if self.refine == "auto" else int(self.refine)
-        return self.amz.infer_many(X, y, kernels, refine=steps, calibrate=self.calibrate)
+        return self.amz.infer_many(X, y, kernels, refine=steps)
 
 
 def _kernels(amz: Amortizer, table: Dataset, given: tuple[str, ...], preset: str) -> list[Any]:
@@ -120,10 +120,9 @@ def ensemble(
 ) -> None:
     """Bayesian model averaging over kernel structures for the table DATA (CSV with a header)."""
     train, test = _prepare(data, target, split, seed, plot_path)
-    amz = load_amortizer(checkpoint, device, dtype, seed)
+    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
     kernels = _kernels(amz, train, kernel_texts, preset)
-    plain = refine in (0, "0") and not calibrate
-    inference = amz if plain else _Refined(amz, refine, calibrate)
+    inference = amz if refine in (0, "0") else _Refined(amz, refine)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -269,16 +268,16 @@ def search(
     calibrate: bool,
 ) -> None:
     """Greedy/beam search for the kernel structure of the table DATA, scored by the
-    amortized log marginal likelihood (or BIC; with --calibrate, after the exact scale
-    and noise); --refine k refits the best --top structures with k L-BFGS iterations."""
+    amortized log marginal likelihood (or BIC; after the exact scale and noise unless
+    --no-calibrate); --refine k refits the best --top structures with k L-BFGS iterations."""
     from amorgp.amortizer.io import read_csv
     from amorgp.ensembles import describe_structure, format_description
 
     table = read_csv(data, target)
-    amz = load_amortizer(checkpoint, device, dtype, seed)
+    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = _run_search(amz, table, depth, beam, criterion, max_addends, top, refine, calibrate)
+        res = _run_search(amz, table, depth, beam, criterion, max_addends, top, refine)
         terms = describe_structure(res.best.fit, table.X)
     for w in {str(w.message) for w in caught}:
         click.echo(f"Warning: {w}", err=True)
@@ -306,7 +305,6 @@ def _run_search(
     max_addends: int,
     top: int,
     refine: int | str,
-    calibrate: bool = False,
 ) -> SearchResult:
     """The structure search with a progress bar on stderr (only on a terminal)."""
     from tqdm import tqdm
@@ -321,14 +319,14 @@ def _run_search(
 
     try:
         return structure_search(
-            _Refined(amz, 0, True) if calibrate else amz,
+            amz,
             table.X,
             table.y,
             depth=depth,
             beam=beam,
             criterion=criterion,  # type: ignore[arg-type]
             max_addends=max_addends,
-            refine=None if refine in (0, "0") else _Refined(amz, refine, calibrate),
+            refine=None if refine in (0, "0") else _Refined(amz, refine),
             refine_top=top,
             progress=progress,
         )

@@ -98,8 +98,8 @@ def infer(
     from amorgp.amortizer.io import read_csv
 
     table = read_csv(data, target)
-    amz = load_amortizer(checkpoint, device, dtype, seed)
-    results = run_inference(amz, table, kernels, refine, calibrate)
+    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    results = run_inference(amz, table, kernels, refine)
     check_finite(results)
     if as_json:
         out = {

@@ -165,8 +165,8 @@ def predict(
             feature_names=table.feature_names,
             training=False,
         )
-    amz = load_amortizer(checkpoint, device, dtype, seed)
-    (result,) = run_inference(amz, train, [kernel], refine, calibrate)
+    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    (result,) = run_inference(amz, train, [kernel], refine)
     check_finite([result])
     t0 = time.perf_counter()
     mean_t, var_t = result.predict(test.X, include_noise=True)
