@@ -8,8 +8,11 @@ One BO loop per (problem, seed, fitting method), side by side in one run:
 * fitting, the named peer: BoTorch's ``fit_gpytorch_mll(mll)``; against
   ``AmortizedFit()`` of ``amorgp.amortizer.bridge`` (one forward pass of the bundled
   network, then at most 50 L-BFGS-B iterations of the same objective evaluated in closed
-  form, stopping at convergence, BoTorch's fit as the fallback) and ``AmortizedFit(0)``
-  (the network's hyperparameters as they are);
+  form, stopping at convergence, BoTorch's fit as the fallback), ``AmortizedFit(0)``
+  (the network's hyperparameters with the calibrated noise, the bridge's default start:
+  BoTorch's default kernel has no ``ScaleKernel``, so the calibration sets the noise
+  alone to its exact Type-2 ML value) and ``AmortizedFit(0, calibrate=False)``
+  (``network-0``: the network's hyperparameters as they are);
 * acquisition: ``qLogExpectedImprovement`` (q = 1) optimised by ``optimize_acqf``;
 * problems (minimised): Branin (2-d), Hartmann-6 (6-d) and ``trend`` (2-d, designed here:
   ``f(x) = -2 x_0 - 0.5 sin(6 pi x_0) + 0.3 cos(4 pi x_1) - 0.2 x_1`` on ``[0, 1]^2``,
@@ -24,7 +27,7 @@ and the number of failed fits (an exception, or a BoTorch ``OptimizationWarning`
 ``botorch.json`` and ``botorch.png``.
 
 Usage: ``python benchmarks/bench_botorch.py [--full] [--seeds S] [--iterations N]
-[--methods botorch,amortized,amortized-0] [--refine R] [--out PATH]``
+[--methods botorch,amortized,amortized-0,network-0] [--refine R] [--out PATH]``
 (``--from-json docs/benchmarks/botorch.json`` re-renders the report of a saved run).
 Seeds run in the outer loop and the report is rewritten after every seed, so a run
 stopped early leaves a consistent report of the seeds it finished (it says so).
@@ -51,7 +54,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 N_INIT = 10
-METHODS = ("botorch", "amortized", "amortized-0")
+METHODS = ("botorch", "amortized", "amortized-0", "network-0")
 REFINE = (
     50  # AmortizedFit's default (REFINE_STEPS): an upper limit, the stopping rules end it earlier
 )
@@ -172,7 +175,9 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     fig, grid = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
     axes = grid[0]
     for ax, name in zip(axes, names, strict=True):
-        for method, color in zip(METHODS, ("tab:blue", "tab:orange", "tab:green"), strict=True):
+        for method, color in zip(
+            METHODS, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True
+        ):
             if method not in results[name] or not results[name][method]["runs"]:
                 continue
             runs = results[name][method]["runs"]
@@ -205,11 +210,21 @@ def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "",
         "Model: BoTorch's default `SingleTaskGP` (RBF with ARD, priors, `Standardize`), "
         "refitted from scratch every iteration. **botorch** = `fit_gpytorch_mll(mll)`; "
-        f"**amortized** = `AmortizedFit()` (one forward pass of the bundled network, then at "
-        f"most {meta.get('refine', 5)} L-BFGS-B iterations of the same objective, "
+        "**amortized** = `AmortizedFit()` (one forward pass of the bundled network"
+        + (", the noise calibrated" if meta.get("calibrated") else "")
+        + f", then at most {meta.get('refine', 5)} L-BFGS-B iterations of the same objective, "
         "evaluated in closed form (`LeanObjective`), stopping at convergence; "
-        "`fit_gpytorch_mll` as the fallback); **amortized-0** = `AmortizedFit(refine_steps=0)` (the network's "
-        "hyperparameters as they are). Problems are minimised; `trend` is "
+        "`fit_gpytorch_mll` as the fallback); **amortized-0** = `AmortizedFit(refine_steps=0)` "
+        + (
+            "(the network's hyperparameters with the noise calibrated: its exact Type-2 ML "
+            "value given them, the default start; BoTorch's kernel has no `ScaleKernel`, so "
+            "the scale stays the network's); **network-0** = `AmortizedFit(refine_steps=0, "
+            "calibrate=False)` (the network's hyperparameters as they are)"
+            if meta.get("calibrated")
+            else "(the network's hyperparameters as they are; the start before calibration "
+            "became the default)"
+        )
+        + ". Problems are minimised; `trend` is "
         "`-2 x0 - 0.5 sin(6 pi x0) + 0.3 cos(4 pi x1) - 0.2 x1` on [0, 1]^2 (a linear trend "
         "plus periodic terms).",
         "",
@@ -291,8 +306,8 @@ def _verdict(results: dict[str, Any]) -> str:
         f"best parameters found are kept, no fallback) in {stops} of {calls} fits. "
     )
     return text + (
-        "amortized-0 (the network's hyperparameters as they are) is the cost floor of the "
-        "amortized start; its regret shows what the L-BFGS-B iterations add."
+        "amortized-0 (no L-BFGS-B iteration) is the cost floor of the amortized start; its "
+        "regret shows what the iterations add, and network-0's what the calibration adds."
     )
 
 
@@ -354,7 +369,13 @@ def main() -> None:
         for n in names
     }
     fits = {
-        n: {m: AmortizedFit(refine_steps=0 if m == "amortized-0" else args.refine) for m in methods}
+        n: {
+            m: AmortizedFit(
+                refine_steps=0 if m.endswith("-0") else args.refine,
+                calibrate=False if m == "network-0" else None,
+            )
+            for m in methods
+        }
         for n in names
     }
     meta = {
@@ -365,6 +386,7 @@ def main() -> None:
         "seeds_planned": seeds,
         "iters": iters,
         "refine": args.refine,
+        "calibrated": True,  # the bridge's default start since calibration became the default
         "acq": acq,
         "machine": platform.processor() or platform.machine(),
         "torch": torch.__version__,

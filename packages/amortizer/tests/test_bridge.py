@@ -270,6 +270,25 @@ def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree:
         assert res.calibrated is calibrate
         values.append(_likelihood_term(model))
     assert values[1] >= values[0] - 1e-6
+    # one calibration per start: with the scale where the tree holds one, else the noise
+    import amorgp.amortizer.calibrate as cal_module
+    import amorgp.amortizer.inference as inference_module
+
+    calls: list[bool] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(bool(kwargs.get("scale", True)))
+        return real(*args, **kwargs)
+
+    real = cal_module.calibrate
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cal_module, "calibrate", counted)
+        mp.setattr(inference_module, "calibrate_scale_noise", counted)
+        model = SingleTaskGP(
+            X, y[:, None], covar_module=_tree(tree), input_transform=Normalize(2)
+        ).double()
+        initialize_gpytorch(model, amortizer=amz, calibrate=True)
+    assert calls == [tree == "scaled-ard"]
     model = SingleTaskGP(
         X, y[:, None], covar_module=_tree(tree), input_transform=Normalize(2)
     ).double()
@@ -279,3 +298,31 @@ def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree:
     fit(ExactMarginalLogLikelihood(model.likelihood, model))
     assert fit.fallbacks == 0
     assert math.isfinite(_likelihood_term(model))
+
+
+def test_holds_accepts_the_same_kernel_only() -> None:
+    """The read-back check: variances may move between dimensions (a root ScaleKernel
+    books the product on one), nothing else may change."""
+    from amorgp.amortizer.bridge.fit import _holds
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    s = DimWiseStructure.parse("SE + PER", 2)  # per dimension: SE (var, ls), PER (var, ls, p)
+    want = torch.tensor(
+        [[[0.5, 0.3, 0.0], [0.2, 0.7, 1.5]], [[2.0, 0.4, 0.0], [1.0, 0.9, 0.8]]],
+        dtype=torch.float64,
+    )
+    moved = want.clone()
+    moved[0, :, 0] *= 4.0  # dimension 0's addends x4, dimension 1's / 4: the same kernel
+    moved[1, :, 0] /= 4.0
+    assert _holds(s, want.clone(), want)
+    assert _holds(s, moved, want)
+    scaled = want.clone()
+    scaled[0, :, 0] *= 4.0  # the kernel x4
+    assert not _holds(s, scaled, want)
+    split = want.clone()
+    split[0, 0, 0] *= 4.0  # one addend's share changed
+    split[1, :, 0] /= 4.0
+    assert not _holds(s, split, want)
+    other = want.clone()
+    other[1, 1, 2] *= 1.01  # a period
+    assert not _holds(s, other, want)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -117,7 +117,9 @@ def initialize_gpytorch(
             amortizer's own setting (on for the bundled default).
 
     Returns:
-        The amortizer's :class:`~amorgp.amortizer.KernelResult` (in the model's units).
+        The amortizer's :class:`~amorgp.amortizer.KernelResult` (``calibrated`` whether
+        the start was; where the noise alone was calibrated, the model holds that noise,
+        not the result's).
 
     Raises:
         OptionError: a kernel outside the vocabulary, or a multi-output model.
@@ -126,13 +128,16 @@ def initialize_gpytorch(
     kmap = read_kernel(model.covar_module, X.shape[1])
     amz = amortizer if amortizer is not None else default_amortizer()
     calibrate = amz.calibrate if calibrate is None else calibrate
-    res = amz.infer(X, y, kmap.structure, refine=refine, calibrate=calibrate, evaluate_lml=False)
+    # a tree that cannot hold a global scale (BoTorch's default RBF) gets the noise alone
+    # calibrated, below, rather than a scale it would drop
+    scaled = calibrate and kmap.holds_scale()
+    res = amz.infer(X, y, kmap.structure, refine=refine, calibrate=scaled, evaluate_lml=False)
     want = _model_units(res)
     kmap.write(want)
     noise = res.noise_original
     held = kmap.read()
-    if calibrate and not _holds(kmap.structure, held, want):
-        # the model cannot hold the calibrated scale (no ScaleKernel, clamped variances):
+    if calibrate and not (scaled and _holds(kmap.structure, held, want)):
+        # the model does not hold the calibrated scale (no holder, clamped variances):
         # the noise alone, exact for the kernel the model holds
         from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
 
@@ -140,20 +145,33 @@ def initialize_gpytorch(
             X, y, [kmap.structure], amz.vocabulary, held[None], torch.tensor([noise]), scale=False
         )
         noise = float(cal.noise[0])
+        res = replace(res, calibrated=True)
     _assign(model.likelihood.noise_covar, "noise", noise)
     return res
 
 
 def _holds(structure: Any, held: Tensor, want: Tensor) -> bool:
-    """Whether the model holds every parameter of ``want`` (``(D, L, P)``) as written."""
-    from amorgp.kernel_grammar import base_symbol
+    """Whether the model holds the kernel of ``want`` (``(D, L, P)``): every parameter as
+    written, up to a per-dimension factor on the variances whose product over the
+    dimensions is 1 (a root ``ScaleKernel`` holds the product of the dimensions' scales,
+    which :meth:`~amorgp.amortizer.bridge.kernels.KernelMap.read` books on one dimension:
+    the same kernel)."""
+    from amorgp.kernel_grammar import ParamKind, base_symbol
 
+    log_total = 0.0
     for d, row in enumerate(structure.dims):
+        factors = []
         for ell, name in enumerate(row):
-            k = len(base_symbol(name).params)
-            if not torch.allclose(held[d, ell, :k], want[d, ell, :k].to(held), rtol=1e-6, atol=0):
-                return False
-    return True
+            for i, p in enumerate(base_symbol(name).params):
+                h, w = float(held[d, ell, i]), float(want[d, ell, i])
+                if p.kind == ParamKind.VARIANCE and h > 0 and w > 0:
+                    factors.append(math.log(h / w))
+                elif not math.isclose(h, w, rel_tol=1e-6, abs_tol=0.0):
+                    return False
+        if factors and max(factors) - min(factors) > 1e-6:
+            return False
+        log_total += factors[0] if factors else 0.0
+    return abs(log_total) <= 1e-6
 
 
 def _model_units(res: KernelResult) -> Tensor:

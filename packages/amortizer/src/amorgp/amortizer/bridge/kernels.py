@@ -115,6 +115,12 @@ class KernelMap:
         if self.root is not None:
             _assign(self.root, "outputscale", root_var)
 
+    def holds_scale(self) -> bool:
+        """Whether the tree can hold a global factor on the kernel: a ``ScaleKernel`` at
+        the root, or a variance holder (``ScaleKernel`` or ``LinearKernel``) on every
+        addend (constraints may still clamp a value: :meth:`read` tells)."""
+        return self.root is not None or all(_has_holder(t) for r in self.terms for t in r)
+
     def read(self) -> Tensor:
         """``(D, L, P)`` float64 parameters that the modules now hold (model units)."""
         D, L = len(self.terms), max(len(r) for r in self.terms)
