@@ -494,3 +494,72 @@ def test_rejects_bad_dtypes() -> None:
     args[4] = args[4].float()
     with pytest.raises(ValueError, match="must match X1"):
         _call(args)
+
+
+LOG_FORM = Vocabulary(("SE", "PER", "SE*PER"), name="log-form")
+
+
+@pytest.mark.parametrize("same", [False, True])
+@pytest.mark.parametrize("shared", [False, True])
+def test_one_log_form_addend_per_dimension_fuses_the_product(
+    same: bool, shared: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One addend of log form per dimension (SE-ARD, PER per column, SE*PER): the product
+    over dimensions is one ``exp`` of a sum.  The fused path is taken, its values equal the
+    reference formulas, and its parameter gradients (whole graph and block by block) equal
+    central finite differences."""
+    batch = random_dimwise_batch(
+        LOG_FORM, torch.Generator().manual_seed(11), batch=4, n=7, m=5, dims=3, addends=1
+    )
+    if shared:
+        batch = dataclasses.replace(
+            batch, X1=batch.X1[:1].expand_as(batch.X1), X2=batch.X2[:1].expand_as(batch.X2)
+        )
+    if same:
+        batch = dataclasses.replace(batch, X2=batch.X1)
+    fused = []
+    real = evaluation._fusable
+    monkeypatch.setattr(evaluation, "_fusable", lambda *a: fused.append(real(*a)) or fused[-1])
+    K = kernel_matrix_dimwise(*batch.args())
+    assert fused == [True]
+    np.testing.assert_allclose(K.numpy(), reference_kernel_dimwise(batch), rtol=1e-12, atol=1e-13)
+    w = torch.randn(K.shape, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+
+    def loss(p: torch.Tensor) -> torch.Tensor:
+        args = list(batch.args())
+        args[4] = p
+        return (kernel_matrix_dimwise(*args) * w).sum()
+
+    for elements in (1 << 30, 8):  # whole graph, then block by block
+        monkeypatch.setattr(evaluation, "CHUNK_ELEMENTS", elements)
+        monkeypatch.setattr(evaluation, "BLOCKWISE_MIN_ELEMENTS", 2 * elements)
+        p = batch.params.clone().requires_grad_()
+        (g,) = torch.autograd.grad(loss(p), p)
+        fd = torch.zeros_like(p)
+        active = batch.symbol_mask.nonzero().tolist()
+        for b, d, a in active:
+            for i in range(batch.params.shape[-1]):
+                h = 1e-6 * float(batch.params[b, d, a, i])
+                up, down = batch.params.clone(), batch.params.clone()
+                up[b, d, a, i] += h
+                down[b, d, a, i] -= h
+                with torch.no_grad():
+                    fd[b, d, a, i] = (loss(up) - loss(down)) / (2 * h)
+        mask = batch.symbol_mask[..., None].expand_as(p)
+        torch.testing.assert_close(g[mask], fd[mask], rtol=1e-6, atol=1e-8)
+
+
+def test_mixed_dimensions_are_not_fused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two addends in a dimension, or a LIN factor, keep the product of sums."""
+    fused = []
+    real = evaluation._fusable
+    monkeypatch.setattr(evaluation, "_fusable", lambda *a: fused.append(real(*a)) or fused[-1])
+    for vocab, addends in ((LOG_FORM, 3), (PAPER_VOCABULARY, 1)):
+        batch = random_dimwise_batch(
+            vocab, torch.Generator().manual_seed(13), batch=6, dims=3, addends=addends
+        )
+        K = kernel_matrix_dimwise(*batch.args())
+        np.testing.assert_allclose(
+            K.numpy(), reference_kernel_dimwise(batch), rtol=1e-12, atol=1e-13
+        )
+    assert fused == [False, False]

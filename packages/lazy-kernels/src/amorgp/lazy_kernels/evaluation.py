@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from amorgp.lazy_kernels.tables import SymbolTables, evaluate_symbol
+from amorgp.lazy_kernels.tables import SymbolTables, _exp_, evaluate_symbol, log_form
 
 __all__ = ["BLOCKWISE_MIN_ELEMENTS", "CHUNK_ELEMENTS", "evaluate_padded"]
 
@@ -172,10 +172,31 @@ def _shared(u: Tensor, v: Tensor, needs: set[str]) -> tuple[Tensor | None, ...]:
     return r, r2, xx
 
 
+def _fusable(tables: SymbolTables, groups: list[_Group], tokens: Tensor, A: int) -> bool:
+    """Every active pair has exactly one addend and every symbol present is of log form
+    (:func:`~amorgp.lazy_kernels.tables.log_form`): the product over dimensions can be
+    one ``exp`` of a sum (:func:`_product`)."""
+    if tokens.shape[0] != A:
+        return False
+    if not all(log_form(cs) for g in groups if (cs := tables.compiled[g.sid]) is not None):
+        return False
+    covered = torch.zeros(A, dtype=torch.bool, device=tokens.device)
+    for g in groups:
+        covered[g.a] = True
+    return bool(covered.all())
+
+
 def _sum_addends(
-    u: Tensor, v: Tensor, par: Tensor, tables: SymbolTables, groups: list[_Group], A: int
+    u: Tensor,
+    v: Tensor,
+    par: Tensor,
+    tables: SymbolTables,
+    groups: list[_Group],
+    A: int,
+    log: bool = False,
 ) -> Tensor:
-    """``(A, *tail)`` sums over the addends of each active pair, one symbol id at a time.
+    """``(A, *tail)`` sums over the addends of each active pair, one symbol id at a time
+    (``log``: one addend per pair, of log form, and its logarithm).
 
     Without a recorded graph the sums accumulate in place; a symbol covering every pair
     in order starts the sum (no zero fill, no scatter).
@@ -197,6 +218,7 @@ def _sum_addends(
             r=_rows(r, g) if "r" in cs.needs else None,
             r2=_rows(r2, g) if "r2" in cs.needs else None,
             xx=_rows(xx, g) if "xx" in cs.needs else None,
+            log=log,
         )
         # evaluate_symbol returns a fresh tensor of the full shape: it may become the sum
         whole = g.span == (0, A) and val.shape[1:] == tail
@@ -221,8 +243,19 @@ def _product(
     groups: list[_Group],
     n_dims: Tensor,
     A: int,
+    fused: bool = False,
 ) -> Tensor:
-    """``(B, *tail)``: the addend sums of the ``A`` pairs, multiplied over each element's."""
+    """``(B, *tail)``: the addend sums of the ``A`` pairs, multiplied over each element's.
+
+    Where every pair has one addend of log form (SE-ARD, a periodic kernel per column...)
+    the product over dimensions is one ``exp`` of the summed logarithms: one ``exp`` per
+    entry instead of one per dimension and no product pass (the same values up to
+    rounding); ``fused`` (:func:`_fusable`) says so."""
+    if fused:
+        logs = _sum_addends(u, v, par, tables, groups, A, log=True)
+        if n_dims.shape[0] != A:
+            logs = torch.segment_reduce(logs, "sum", lengths=n_dims, unsafe=True, initial=0.0)
+        return _exp_(logs) if not logs.requires_grad else logs.exp()
     pair_sum = _sum_addends(u, v, par, tables, groups, A)
     if n_dims.shape[0] == A:  # one active dimension per element: nothing to multiply
         return pair_sum
@@ -249,13 +282,14 @@ def _product_by_blocks(
     groups: list[_Group],
     n_dims: Tensor,
     A: int,
+    fused: bool = False,
 ) -> Tensor:
     """:func:`_product` without a graph, by blocks of ``rows`` of the first point axis."""
     tail, rows = _block_rows(u, v, A)
     out = torch.empty((n_dims.shape[0], *tail), dtype=par.dtype, device=par.device)
     for s in range(0, tail[0], rows):
         ub, vb = _block(u, s, rows), _block(v, s, rows)
-        out[:, s : s + rows] = _product(ub, vb, par, tables, groups, n_dims, A)
+        out[:, s : s + rows] = _product(ub, vb, par, tables, groups, n_dims, A, fused)
     return out
 
 
@@ -283,10 +317,11 @@ class _BlockwiseProduct(torch.autograd.Function):
         groups: list[_Group],
         n_dims: Tensor,
         A: int,
+        fused: bool,
     ) -> Tensor:
         ctx.save_for_backward(par, u, v)
-        ctx.plan = (tables, groups, n_dims, A)  # type: ignore[attr-defined]
-        return _product_by_blocks(u, v, par, tables, groups, n_dims, A)
+        ctx.plan = (tables, groups, n_dims, A, fused)  # type: ignore[attr-defined]
+        return _product_by_blocks(u, v, par, tables, groups, n_dims, A, fused)
 
     @staticmethod
     @once_differentiable
@@ -294,17 +329,17 @@ class _BlockwiseProduct(torch.autograd.Function):
         ctx: torch.autograd.function.FunctionCtx, grad: Tensor
     ) -> tuple[Tensor | None, ...]:
         par, u, v = ctx.saved_tensors  # type: ignore[attr-defined]
-        tables, groups, n_dims, A = ctx.plan  # type: ignore[attr-defined]
+        tables, groups, n_dims, A, fused = ctx.plan  # type: ignore[attr-defined]
         tail, rows = _block_rows(u, v, A)
         total = torch.zeros_like(par)
         leaf = par.detach().requires_grad_()
         with torch.enable_grad():
             for s in range(0, tail[0], rows):
                 ub, vb = _block(u, s, rows), _block(v, s, rows)
-                out = _product(ub, vb, leaf, tables, groups, n_dims, A)
+                out = _product(ub, vb, leaf, tables, groups, n_dims, A, fused)
                 (g,) = torch.autograd.grad(out, leaf, grad[:, s : s + rows])
                 total += g
-        return total, None, None, None, None, None, None
+        return total, None, None, None, None, None, None, None
 
 
 def _chunked(
@@ -315,6 +350,7 @@ def _chunked(
     groups: list[_Group],
     n_dims: Tensor,
     A: int,
+    fused: bool = False,
 ) -> Tensor:
     """:func:`_product`, by blocks of the first point axis on the CPU.
 
@@ -328,12 +364,12 @@ def _chunked(
     """
     tail, rows = _block_rows(u, v, A)
     if rows >= tail[0] or u.device.type != "cpu":
-        return _product(u, v, par, tables, groups, n_dims, A)
+        return _product(u, v, par, tables, groups, n_dims, A, fused)
     if not torch.is_grad_enabled() or not (u.requires_grad or v.requires_grad or par.requires_grad):
-        return _product_by_blocks(u, v, par, tables, groups, n_dims, A)
+        return _product_by_blocks(u, v, par, tables, groups, n_dims, A, fused)
     if u.requires_grad or v.requires_grad or A * math.prod(tail) < BLOCKWISE_MIN_ELEMENTS:
-        return _product(u, v, par, tables, groups, n_dims, A)
-    out: Tensor = _BlockwiseProduct.apply(par, u, v, tables, groups, n_dims, A)
+        return _product(u, v, par, tables, groups, n_dims, A, fused)
+    out: Tensor = _BlockwiseProduct.apply(par, u, v, tables, groups, n_dims, A, fused)
     return out
 
 
@@ -382,7 +418,7 @@ def evaluate_padded(
             v = X2[0].T.contiguous()[:, None, :]  # (D, 1, M)
         else:
             v = X2.transpose(1, 2).reshape(B * D, M).index_select(0, pairs)[:, None, :]
-    out = _chunked(u, v, par, tables, groups, n_dims, A)
+    out = _chunked(u, v, par, tables, groups, n_dims, A, _fusable(tables, groups, tokens, A))
     if full is None:
         return out
     return out.reshape(B, -1).index_select(1, full).reshape(B, N, N)

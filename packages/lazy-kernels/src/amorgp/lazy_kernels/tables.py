@@ -25,7 +25,14 @@ from torch import Tensor
 from amorgp.kernel_grammar import ELEMENTARY, Vocabulary, base_symbol
 from amorgp.lazy_kernels.elementary import TorchElementary, torch_elementary
 
-__all__ = ["CompiledSymbol", "SymbolTables", "compile_symbol", "evaluate_symbol", "symbol_tables"]
+__all__ = [
+    "CompiledSymbol",
+    "SymbolTables",
+    "compile_symbol",
+    "evaluate_symbol",
+    "log_form",
+    "symbol_tables",
+]
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,7 @@ def evaluate_symbol(
     r: Tensor | None = None,
     r2: Tensor | None = None,
     xx: Tensor | None = None,
+    log: bool = False,
 ) -> Tensor:
     """Evaluate one base symbol on a batch of ``T`` one-dimensional input pairs.
 
@@ -109,9 +117,11 @@ def evaluate_symbol(
             used by stationary factors instead of forming the difference.
         r2: optional precomputed ``(x1 - x2)^2``, likewise.
         xx: optional precomputed ``x1 * x2``, used by factors of ``x x'`` (LIN).
+        log: return the logarithm of the values, without the ``exp`` (only for a
+            symbol of log-form factors: :func:`log_form`).
 
     Returns:
-        ``(T, N, M)`` or ``(T, N)`` kernel values.
+        ``(T, N, M)`` or ``(T, N)`` kernel values (their logarithms with ``log``).
     """
     T = theta.shape[0]
     ndim = max(t.ndim for t in (x1, x2, r, r2, xx) if t is not None)
@@ -143,6 +153,10 @@ def evaluate_symbol(
                 assert x2 is not None
                 u = kernel.unit(x1, x2, th)
             direct = u if direct is None else _acc(direct, u, own and _untracked(direct, u))
+    if log:
+        assert log_sum is not None, f"{cs.name} has no log-form factor"
+        assert direct is None, f"{cs.name} is not of log form"
+        return _acc(log_sum, torch.log(s2), own, add=True)
     if log_sum is not None:
         # own: the factors' sum is a fresh tensor no backward reads, so the variance and
         # the exp may update it in place (exp saves its result, which is what it needs)
@@ -151,6 +165,13 @@ def evaluate_symbol(
         return out if direct is None else _acc(out, direct, _untracked(out, direct))
     assert direct is not None
     return _acc(direct, s2, own and _untracked(direct, s2))
+
+
+def log_form(cs: CompiledSymbol) -> bool:
+    """Whether every factor of ``cs`` is positive everywhere (a ``log_unit`` form) and its
+    variance scales the whole kernel: then ``log k`` is a sum, and products of such
+    symbols over dimensions are one ``exp`` of a sum (:func:`evaluate_symbol`'s ``log``)."""
+    return not cs.alone_rescale and all(k.log_unit is not None for k, _ in cs.factors)
 
 
 def _exp_(t: Tensor) -> Tensor:
