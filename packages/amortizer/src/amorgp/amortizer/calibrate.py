@@ -174,21 +174,27 @@ def _valid(lml: Tensor, s: Tensor, log_r: Tensor, s_min: Tensor) -> Tensor:
     return torch.where(ok, lml, torch.full_like(lml, -math.inf))
 
 
+def _candidates(grid: Tensor, lml: Tensor) -> Tensor:
+    """``(B, 2)``: the best grid value of each row and the vertex of the parabola through
+    it and its neighbours (within one grid step; the grid value where the three points do
+    not curve down)."""
+    i = lml.argmax(-1).clamp(1, grid.shape[1] - 2)
+    f = lml.gather(1, torch.stack([i - 1, i, i + 1], -1))  # (B, 3)
+    h = grid[:, 1:2] - grid[:, :1]  # (B, 1)
+    curv = f[:, 0] - 2.0 * f[:, 1] + f[:, 2]
+    shift = torch.where(
+        curv < 0, 0.5 * h[:, 0] * (f[:, 0] - f[:, 2]) / curv, torch.zeros_like(curv)
+    )
+    x_grid = grid.gather(1, lml.argmax(-1, keepdim=True))  # (B, 1)
+    x_par = grid.gather(1, i[:, None]) + torch.maximum(torch.minimum(shift[:, None], h), -h)
+    return torch.cat([x_grid, torch.where(torch.isfinite(x_par), x_par, x_grid)], 1)
+
+
 def _best_ratio(lam: Tensor, z2: Tensor, s_min: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Grid search and parabolic refinement of ``log r``: ``(log_r, s, lml)``, each ``(B,)``."""
     grid = _log_grid(lam)
     lml, s = profile_log_likelihood(lam, z2, grid)
-    lml = _valid(lml, s, grid, s_min)
-    i = lml.argmax(-1).clamp(1, GRID_POINTS - 2)
-    f = lml.gather(1, torch.stack([i - 1, i, i + 1], -1))  # (B, 3)
-    h = grid[0, 1] - grid[0, 0]
-    curv = f[:, 0] - 2.0 * f[:, 1] + f[:, 2]
-    shift = torch.where(curv < 0, 0.5 * h * (f[:, 0] - f[:, 2]) / curv, torch.zeros_like(curv))
-    x_grid = grid.gather(1, lml.argmax(-1, keepdim=True))  # (B, 1)
-    x_par = (grid.gather(1, i[:, None]) + shift.clamp(-h, h)[:, None]).nan_to_num(
-        math.log(RATIO_RANGE[0])
-    )
-    cand = torch.cat([x_grid, x_par], 1)  # (B, 2)
+    cand = _candidates(grid, _valid(lml, s, grid, s_min))
     lml_c, s_c = profile_log_likelihood(lam, z2, cand)
     lml_c = _valid(lml_c, s_c, cand, s_min)
     j = lml_c.argmax(-1, keepdim=True)
@@ -196,12 +202,15 @@ def _best_ratio(lam: Tensor, z2: Tensor, s_min: Tensor) -> tuple[Tensor, Tensor,
 
 
 def _best_noise(lam: Tensor, z2: Tensor) -> tuple[Tensor, Tensor]:
-    """Grid search of the noise alone at scale 1: ``(noise, lml)``, each ``(B,)``.
+    """Grid search and parabolic refinement of the noise alone at scale 1: ``(noise,
+    lml)``, each ``(B,)``.
 
-    The grid spans :data:`RATIO_RANGE` times the mean squared target, so it follows the
-    targets' units."""
+    The grid of ``log sigma^2`` spans :data:`RATIO_RANGE` times the mean squared target,
+    so it follows the targets' units; noises below the floor are the floor."""
     level = z2.mean(-1, keepdim=True).clamp_min(1e-300)  # = mean(y^2)
-    noise = (_log_grid(lam) + level.log()).exp().clamp_min(_NOISE_MIN)  # (B, G)
+    grid = _log_grid(lam) + level.log()  # (B, G)
+    cand = _candidates(grid, _exact_log_likelihood(lam, z2, grid.exp().clamp_min(_NOISE_MIN)))
+    noise = cand.exp().clamp_min(_NOISE_MIN)
     lml = _exact_log_likelihood(lam, z2, noise)
     j = lml.argmax(-1, keepdim=True)
     return noise.gather(1, j)[:, 0], lml.gather(1, j)[:, 0]
