@@ -89,3 +89,21 @@ def test_search_finds_a_structure(runner: CliRunner) -> None:
     assert "best structure" in text.output
     assert "dimension 0 (year)" in text.output
     assert runner.invoke(main, ["search", str(AIRLINE), "--depth", "-1"]).exit_code == 2
+
+
+def test_ensemble_members_are_calibrated_unless_told(runner: CliRunner) -> None:
+    """The members are calibrated by default (their likelihoods never lower than the
+    network's own), and ``--no-calibrate`` averages the network's predictions."""
+    args = ["ensemble", str(AIRLINE), "-k", "SE", "-k", "SE + PER", "--device", "cpu", "--json"]
+    lml = {}
+    for flag in ("--calibrate", "--no-calibrate"):
+        res = runner.invoke(main, [*args, flag])
+        assert res.exit_code == 0, res.output
+        members = json.loads(res.stdout)["members"]
+        lml[flag] = np.array([m["log_marginal_likelihood"] for m in members])
+    assert (lml["--calibrate"] >= lml["--no-calibrate"] - 1e-9).all()
+    assert (lml["--calibrate"] > lml["--no-calibrate"] + 1e-6).any()
+    default = json.loads(runner.invoke(main, args).stdout)["members"]
+    np.testing.assert_allclose(
+        [m["log_marginal_likelihood"] for m in default], lml["--calibrate"], rtol=1e-12
+    )
