@@ -92,15 +92,16 @@ def _span(a: Tensor) -> tuple[int, int] | None:
 
 def _plan(
     symbols: Tensor, symbol_mask: Tensor, dim_mask: Tensor, n_symbols: int, by_dim: bool
-) -> tuple[Tensor, Tensor, Tensor, list[_Group]]:
+) -> tuple[Tensor, Tensor, Tensor, list[_Group], bool]:
     """Index plan of a padded batch, built from the small structure tensors on the host
     (``by_dim``: the per-pair quantities have one row per dimension, shared by all elements).
 
     Returns:
         ``pairs (A,)`` flat ``b * D + d`` of the active dimensions (b-major),
         ``n_dims (B,)`` active dimensions per batch element,
-        ``tokens (T,)`` flat ``(b * D + d) * L + l`` of the active addends, and per
-        symbol id present its :class:`_Group` (all on the input's device).
+        ``tokens (T,)`` flat ``(b * D + d) * L + l`` of the active addends, per symbol id
+        present its :class:`_Group` (all on the input's device), and whether every active
+        pair has exactly one addend.
     """
     device = symbols.device
     B, D, L = symbols.shape
@@ -125,7 +126,8 @@ def _plan(
             row_span, rows_dev = (_span(rows), rows.to(device)) if by_dim else (span, a_dev)
             groups.append(_Group(sid, idx.to(device), a_dev, span, rows_dev, row_span))
             start += counts[sid]
-    return pairs.to(device), dmask_h.sum(-1).to(device), tokens.to(device), groups
+    one_each = bool((torch.bincount(token_pair, minlength=pairs.shape[0]) == 1).all())
+    return pairs.to(device), dmask_h.sum(-1).to(device), tokens.to(device), groups, one_each
 
 
 def _tail(u: Tensor, v: Tensor) -> tuple[int, ...]:
@@ -172,18 +174,13 @@ def _shared(u: Tensor, v: Tensor, needs: set[str]) -> tuple[Tensor | None, ...]:
     return r, r2, xx
 
 
-def _fusable(tables: SymbolTables, groups: list[_Group], tokens: Tensor, A: int) -> bool:
-    """Every active pair has exactly one addend and every symbol present is of log form
-    (:func:`~amorgp.lazy_kernels.tables.log_form`): the product over dimensions can be
-    one ``exp`` of a sum (:func:`_product`)."""
-    if tokens.shape[0] != A:
-        return False
-    if not all(log_form(cs) for g in groups if (cs := tables.compiled[g.sid]) is not None):
-        return False
-    covered = torch.zeros(A, dtype=torch.bool, device=tokens.device)
-    for g in groups:
-        covered[g.a] = True
-    return bool(covered.all())
+def _fusable(tables: SymbolTables, groups: list[_Group], one_each: bool) -> bool:
+    """Every active pair has exactly one addend (``one_each``, from :func:`_plan`) and every
+    symbol present is of log form (:func:`~amorgp.lazy_kernels.tables.log_form`): the
+    product over dimensions can be one ``exp`` of a sum (:func:`_product`)."""
+    return one_each and all(
+        log_form(cs) for g in groups if (cs := tables.compiled[g.sid]) is not None
+    )
 
 
 def _sum_addends(
@@ -393,7 +390,9 @@ def evaluate_padded(
     # every element's points are one (expanded) tensor: r, r^2, x x' per dimension, not pair
     by_dim = X1.stride(0) == 0 and (diag or same or (X2 is not None and X2.stride(0) == 0))
     by_dim = by_dim and int(dim_mask.sum()) > D
-    pairs, n_dims, tokens, groups = _plan(symbols, symbol_mask, dim_mask, tables.n_symbols, by_dim)
+    pairs, n_dims, tokens, groups, one_each = _plan(
+        symbols, symbol_mask, dim_mask, tables.n_symbols, by_dim
+    )
     A = pairs.shape[0]
     # index_select (a row copy) rather than advanced indexing: several times faster on CPU
     par = params.reshape(-1, params.shape[-1]).index_select(0, tokens)[:, :P]  # (T, P)
@@ -418,7 +417,7 @@ def evaluate_padded(
             v = X2[0].T.contiguous()[:, None, :]  # (D, 1, M)
         else:
             v = X2.transpose(1, 2).reshape(B * D, M).index_select(0, pairs)[:, None, :]
-    out = _chunked(u, v, par, tables, groups, n_dims, A, _fusable(tables, groups, tokens, A))
+    out = _chunked(u, v, par, tables, groups, n_dims, A, _fusable(tables, groups, one_each))
     if full is None:
         return out
     return out.reshape(B, -1).index_select(1, full).reshape(B, N, N)
