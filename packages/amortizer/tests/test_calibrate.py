@@ -217,3 +217,19 @@ def test_noise_only_mode_is_the_dense_optimum_over_the_noise(amz: Amortizer) -> 
     got = _oracle_lml(K0, float(cal.noise[0]), yn.numpy())
     assert got >= _oracle_lml(K0, r0.noise, yn.numpy())
     assert got == pytest.approx(-best.fun, abs=1e-3)  # a grid of 0.05 decades, refined
+
+
+def test_method_fixes_refine_and_calibrate(tiny_checkpoint: Path) -> None:
+    """``Amortizer.method`` is ``infer_many`` with fixed options, as an inference method."""
+    X, y = _data()
+    amz = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", calibrate=False)
+    kernels = ["SE", "SE + PER"]
+    for refine, calibrate in ((0, True), (3, None), (2, False)):
+        got = amz.method(refine=refine, calibrate=calibrate).fit_many(X, y, kernels)
+        want = amz.infer_many(X, y, kernels, refine=refine, calibrate=calibrate)
+        for g, w in zip(got, want, strict=True):
+            assert g.calibrated is (calibrate is True)
+            torch.testing.assert_close(g.params, w.params)
+            assert g.noise == w.noise
+    with pytest.raises(OptionError, match="calibrate must be True or False"):
+        amz.method(calibrate="yes")  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +39,7 @@ from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
 from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend
 
 __all__ = [
+    "AmortizedMethod",
     "DEFAULT_ENCODER_POINTS",
     "DEFAULT_MAX_ADDENDS",
     "DEFAULT_PRECOND_RANK",
@@ -386,6 +388,22 @@ class Amortizer:
         structure search consume, so the amortizer and the baselines are interchangeable."""
         return self.infer_many(X, y, kernels)
 
+    def method(
+        self, *, refine: int | Literal["auto"] = 0, calibrate: bool | None = None
+    ) -> AmortizedMethod:
+        """This amortizer as an inference method whose ``fit_many`` runs :meth:`infer_many`
+        with ``refine`` and ``calibrate`` (``None``: the amortizer's own setting), for model
+        averaging and structure search, e.g. ``structure_search(amz, ..., refine=
+        amz.method(refine=5))``.
+
+        Raises:
+            OptionError: an invalid ``refine`` or ``calibrate``.
+        """
+        check_refine(refine)
+        if calibrate is not None:
+            check_calibrate(calibrate)
+        return AmortizedMethod(self, refine, calibrate)
+
     def refine_groups(self, n: int, terms: Sequence[int], steps: int | str = 1) -> list[list[int]]:
         """Kernels refined together: consecutive groups whose addends (``terms`` per
         kernel) the dense backend evaluates at once within the memory budget, so that
@@ -477,6 +495,23 @@ class Amortizer:
         return (
             f"Amortizer({self.network.model}, vocabulary={list(self.vocabulary.symbols)}, "
             f"device={self.device}, encoder_points={self.encoder_points}{more})"
+        )
+
+
+@dataclass(frozen=True)
+class AmortizedMethod:
+    """An :class:`Amortizer` with fixed ``refine`` and ``calibrate``, as an inference method
+    (:meth:`Amortizer.method`)."""
+
+    amortizer: Amortizer
+    refine: int | Literal["auto"] = 0
+    calibrate: bool | None = None
+
+    def fit_many(
+        self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
+    ) -> list[KernelResult]:
+        return self.amortizer.infer_many(
+            X, y, kernels, refine=self.refine, calibrate=self.calibrate
         )
 
 

@@ -36,16 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["ensemble", "search"]
 
 
-class _Refined:
-    """The amortizer with ``refine`` L-BFGS iterations (after its calibration of the scale
-    and noise, when it has ``calibrate`` set), as an inference method."""
-
-    def __init__(self, amz: Amortizer, refine: int | str) -> None:
-        self.amz, self.refine = amz, refine
-
-    def fit_many(self, X: Any, y: Any, kernels: Any) -> Any:
-        steps: Any = "auto" if self.refine == "auto" else int(self.refine)
-        return self.amz.infer_many(X, y, kernels, refine=steps)
+def _steps(refine: int | str) -> Any:
+    """``--refine`` as :meth:`~amorgp.amortizer.Amortizer.infer_many`'s ``refine``."""
+    return "auto" if refine == "auto" else int(refine)
 
 
 def _kernels(amz: Amortizer, table: Dataset, given: tuple[str, ...], preset: str) -> list[Any]:
@@ -122,7 +115,7 @@ def ensemble(
     train, test = _prepare(data, target, split, seed, plot_path)
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
     kernels = _kernels(amz, train, kernel_texts, preset)
-    inference = amz if refine in (0, "0") else _Refined(amz, refine)
+    inference = amz if refine in (0, "0") else amz.method(refine=_steps(refine))
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -326,7 +319,7 @@ def _run_search(
             beam=beam,
             criterion=criterion,  # type: ignore[arg-type]
             max_addends=max_addends,
-            refine=None if refine in (0, "0") else _Refined(amz, refine),
+            refine=None if refine in (0, "0") else amz.method(refine=_steps(refine)),
             refine_top=top,
             progress=progress,
         )

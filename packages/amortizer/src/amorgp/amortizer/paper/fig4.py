@@ -99,16 +99,6 @@ def ensemble_timing(
     return {f"{k}_s": statistics.median(v) for k, v in times.items()}
 
 
-class _Calibrated:
-    """An amortizer whose ``fit_many`` calibrates every kernel's scale and noise."""
-
-    def __init__(self, amz: Any) -> None:
-        self.amz = amz
-
-    def fit_many(self, X: Any, y: Any, kernels: Any) -> Any:
-        return self.amz.infer_many(X, y, kernels, calibrate=True)
-
-
 def _bma_cell(
     ctx: RunContext, data: Any, structs: list[Any], method: str, split: int, _: list[int]
 ) -> list[dict[str, Any]]:
@@ -121,7 +111,7 @@ def _bma_cell(
         else Baseline("gp-ml", **ctx.config.options("gp-ml"))
     )
     if method.startswith("amortized+calibrate"):
-        inference = _Calibrated(inference)
+        inference = inference.method(calibrate=True)
     args = (sp.X_train, sp.y_train, sp.X_test, sp.y_test, structs)
     return [bma_scores(inference, *args, sp.mu, sp.sd)]
 
