@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.backends import GPBackendSizing
 from amorgp.amortizer.bundled import PRETRAINED_DIR, resolve_checkpoint
 from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
 from amorgp.amortizer.calibrate import check_calibrate
@@ -26,7 +27,7 @@ from amorgp.amortizer.forward import (
 )
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.network import AmortizationNetwork
-from amorgp.amortizer.refine import check_refine, dense_groups, refine_in_groups
+from amorgp.amortizer.refine import check_refine, refine_in_groups
 from amorgp.amortizer.results import ConditionedGP, KernelResult
 from amorgp.amortizer.selection import (
     any_structure,
@@ -36,7 +37,7 @@ from amorgp.amortizer.selection import (
     predict_with,
 )
 from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
-from amorgp.lazy_kernels import Normalizer, as_dataset, choose_backend
+from amorgp.lazy_kernels import Normalizer, as_dataset
 
 __all__ = [
     "AmortizedMethod",
@@ -69,7 +70,7 @@ Progress = Callable[[str, int, int], None]
 _MEMORY_BUDGET = 2**30
 
 
-class Amortizer:
+class Amortizer(GPBackendSizing):
     """Amortized GP hyperparameter inference with a trained network.
 
     Args:
@@ -403,40 +404,6 @@ class Amortizer:
         if calibrate is not None:
             check_calibrate(calibrate)
         return AmortizedMethod(self, refine, calibrate)
-
-    def refine_groups(self, n: int, terms: Sequence[int], steps: int | str = 1) -> list[list[int]]:
-        """Kernels refined together: consecutive groups whose addends (``terms`` per
-        kernel) the dense backend evaluates at once within the memory budget, so that
-        many kernels on many points are refined in turn rather than refused.
-
-        Raises:
-            OptionError: one kernel alone exceeds the dense limit (``n`` too large).
-        """
-        groups = dense_groups(terms, lambda t: self.fits_dense(n, t))
-        if groups is None:
-            raise OptionError(
-                f"refine={steps} runs dense Type-2 ML, which n = {n} points exceed "
-                f"(dense limit of the memory budget {self.memory_budget:.3g} bytes); "
-                "use refine=0 or a subset of the data"
-            )
-        return groups
-
-    def fits_dense(self, n: int, n_terms: int = 1, graph: bool = True) -> bool:
-        """Whether ``n_terms`` addends on ``n`` points fit the dense Cholesky backend, with
-        an autograd graph or without (see :meth:`gp_backend`); ``False`` also where only
-        KeOps would fit and pykeops is not installed."""
-        try:
-            return self.gp_backend(n, n_terms, graph) == "cholesky"
-        except ValueError:  # only KeOps would fit, and it is not installed
-            return False
-
-    def gp_backend(self, n: int, n_terms: int = 1, graph: bool = True) -> str:
-        """The ExactGP backend for ``n`` points and ``n_terms`` addends evaluated at once,
-        with an autograd graph (refinement) or without (a fit's posterior):
-        ``"cholesky"``, ``"cg"`` or ``"keops"``."""
-        return choose_backend(
-            n, self.dtype, self.device, self.memory_budget, n_terms=n_terms, graph=graph
-        )
 
     def encoder_subset(self, n: int) -> Tensor | None:
         """Indices of the points the dataset encoder reads, or ``None`` for all of them
