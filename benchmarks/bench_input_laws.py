@@ -137,6 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kernels", type=int, default=6)
     ap.add_argument("--splits", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="keep the arms' run directories here (default: a temporary one)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "training" / "input-laws.md")
     a = ap.parse_args(argv)
     if a.quick:
@@ -145,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     datasets = ["airline", "yacht", "energy", "concrete", "housing"]
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = a.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         valset = campaign_validation_set(work, load_checkpoint(a.init).network)
         res: dict[str, Any] = {
             "init": str(a.init),

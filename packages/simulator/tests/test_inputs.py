@@ -71,6 +71,28 @@ def test_mixed_draws_every_law() -> None:
     assert 0.17 < share_levels < 0.33  # 1/4 of the columns, binomial sd ~0.03
 
 
+def test_mixed_half_keeps_half_the_datasets_uniform() -> None:
+    """``mixed-half``: every column uniform in about half the datasets, ``mixed`` in the rest."""
+    B, C = 400, 3
+    X, _ = _draw("mixed-half", B=B, C=C, seed=7)
+    levels = np.array(
+        [[np.unique(X[b, :100, c].numpy()).size <= 6 for c in range(C)] for b in range(B)]
+    )
+    pvalues = np.array(
+        [
+            [stats.kstest(X[b, :100, c].numpy(), "uniform").pvalue for c in range(C)]
+            for b in range(B)
+        ]
+    )
+    # uniform datasets: no discrete-level column and every column passes a KS test
+    plausibly_uniform = ~levels.any(1) & (pvalues > 1e-3).all(1)
+    # 1/2 all-uniform + 1/2 * (1/4)^3 mixed ones that drew uniform throughout, plus the
+    # mixed datasets whose clustered/skewed columns pass the test by chance (few)
+    assert 0.42 < float(plausibly_uniform.mean()) < 0.62
+    # discrete levels only in the mixed half: 1 - (3/4)^3 of it
+    assert 0.16 < float(levels.any(1).mean()) < 0.34
+
+
 def test_deterministic_and_unknown_law() -> None:
     a, _ = _draw("mixed", seed=11)
     b, _ = _draw("mixed", seed=11)

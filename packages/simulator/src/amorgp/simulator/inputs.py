@@ -17,7 +17,9 @@ law           one column of one dataset
               (``1 - x``) with probability 1/2
 ============  ===================================================================
 
-``mixed`` draws one of the four laws per column, uniformly.  Every law other than
+``mixed`` draws one of the four laws per column, uniformly; ``mixed-half`` gives a dataset
+uniform inputs in every column with probability 1/2 and ``mixed`` columns otherwise (half
+of the datasets are the paper's).  Every law other than
 ``uniform`` is followed by the normalisation real data gets (:mod:`amorgp.lazy_kernels`
 data contract): each column min-max scaled to ``[0, 1]`` over the dataset's training
 points (test points with the same map; a constant column maps to 0.5), so the
@@ -33,7 +35,7 @@ from torch import Tensor
 
 __all__ = ["INPUT_LAWS", "sample_input_columns"]
 
-INPUT_LAWS: tuple[str, ...] = ("uniform", "clusters", "levels", "skewed", "mixed")
+INPUT_LAWS: tuple[str, ...] = ("uniform", "clusters", "levels", "skewed", "mixed", "mixed-half")
 _BASE = ("uniform", "clusters", "levels", "skewed")
 _MAX_CLUSTERS, _MAX_LEVELS = 5, 6
 
@@ -96,8 +98,10 @@ def sample_input_columns(
     skewed = u_base**a
     skewed = torch.where(rand(B, C)[:, None, :] < 0.5, 1.0 - skewed, skewed)
     candidates = torch.stack([u_base, clusters, levels, skewed])  # (4, B, T, C)
-    if law == "mixed":
+    if law in ("mixed", "mixed-half"):
         which = (rand(B, C) * len(_BASE)).long().clamp_max(len(_BASE) - 1)
+        if law == "mixed-half":  # uniform (law 0) in every column of half the datasets
+            which = torch.where(rand(B)[:, None] < 0.5, torch.zeros_like(which), which)
     else:
         which = torch.full((B, C), _BASE.index(law), dtype=torch.long, device=dev)
     X = torch.gather(candidates, 0, which[None, :, None, :].expand(1, B, T, C)).squeeze(0)
