@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -21,14 +21,10 @@ def _one_thread() -> Iterator[None]:
         yield
 
 
-def test_quick_uci_protocol_on_yacht(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "bench_diwp", ROOT / "benchmarks" / "bench_diwp.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_quick_uci_protocol_on_yacht(
+    tmp_path: Path, benchmark_script: Callable[[str], ModuleType]
+) -> None:
+    bench = benchmark_script("bench_diwp")
     out = tmp_path / "diwp.md"
     # two worker processes share the 6 cells (2 splits x 3 methods) and the cache
     bench.main(["--quick", "--datasets", "yacht", "--out", str(out), "--jobs", "2"])

@@ -7,26 +7,16 @@ each network's test RMSE on airline's split 0 for the two quick kernels, compute
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _ship_check():
-    spec = importlib.util.spec_from_file_location(
-        "ship_check", ROOT / "benchmarks" / "ship_check.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _direct_rmse(model: str, calibrate: bool) -> list[float]:
@@ -47,8 +37,10 @@ def _direct_rmse(model: str, calibrate: bool) -> list[float]:
 
 
 @pytest.mark.parametrize("candidate", ["default", "small-d4-v1"])
-def test_ship_check_matches_the_api(tmp_path: Path, candidate: str) -> None:
-    sc = _ship_check()
+def test_ship_check_matches_the_api(
+    tmp_path: Path, candidate: str, benchmark_script: Callable[[str], ModuleType]
+) -> None:
+    sc = benchmark_script("ship_check")
     work = tmp_path / "work"
     sc.main(["--quick", candidate, "--work", str(work), "--json", str(tmp_path / "c.json")])
     table = json.loads((tmp_path / "c.json").read_text())["table"]
