@@ -12,8 +12,6 @@ import pytest
 
 from amorgp.diff_linalg.testing import torch_settings
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(autouse=True)
 def _one_thread() -> Iterator[None]:

@@ -16,8 +16,6 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _direct_rmse(model: str, calibrate: bool) -> list[float]:
     from amorgp.amortizer import Amortizer
