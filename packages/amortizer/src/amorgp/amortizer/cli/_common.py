@@ -86,12 +86,16 @@ def inference_options(f: F) -> F:
     return f
 
 
+Refine = int | Literal["auto"]
+"""``--refine`` after :class:`RefineType`: ``infer_many``'s ``refine`` as it is."""
+
+
 class RefineType(click.ParamType):
-    """``--refine``: a non-negative integer or ``auto``."""
+    """``--refine``: a non-negative integer or ``auto`` (the default ``"0"`` converts too)."""
 
     name = "N|auto"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int | str:
+    def convert(self, value: Any, param: Any, ctx: Any) -> Refine:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
         text = str(value).strip().lower()
@@ -184,7 +188,7 @@ def run_inference(
     amz: Amortizer,
     data: Dataset,
     kernels: Sequence[str],
-    refine: int | str,
+    refine: Refine,
 ) -> list[KernelResult]:
     """Amortized hyperparameters and log marginal likelihoods of ``kernels``.
 
@@ -204,7 +208,6 @@ def run_inference(
         len(kernels),
         amz.gp_backend(n, n_terms, graph=False),
     )
-    steps: int | Literal["auto"] = "auto" if refine == "auto" else int(refine)
     bars = _ProgressBars()
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -213,7 +216,7 @@ def run_inference(
                 data.X,
                 data.y,
                 list(kernels),
-                refine=steps,
+                refine=refine,
                 evaluate_lml=True,
                 progress=bars,
             )

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from amorgp.amortizer.cli._common import (
+    Refine,
     check_finite,
     check_kernels,
     fmt,
@@ -91,7 +92,7 @@ def demo(
     device: str | None,
     dtype: str,
     checkpoint: Path | None,
-    refine: int | str,
+    refine: Refine,
     calibrate: bool,
 ) -> None:
     """Airline passengers 1949-1960: amortized hyperparameters of several kernels next to Type-2 ML."""

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from amorgp.amortizer.cli._common import check_kernels, fmt, inference_options, load_amortizer
+from amorgp.amortizer.cli._common import (
+    Refine,
+    check_kernels,
+    fmt,
+    inference_options,
+    load_amortizer,
+)
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import check_plot_path, emit, json_text
 from amorgp.amortizer.cli._plots import plot_ensemble
@@ -34,11 +40,6 @@ if TYPE_CHECKING:
     from amorgp.ensembles import KernelEnsemble, SearchResult
 
 __all__ = ["ensemble", "search"]
-
-
-def _steps(refine: int | str) -> Any:
-    """``--refine`` as :meth:`~amorgp.amortizer.Amortizer.infer_many`'s ``refine``."""
-    return "auto" if refine == "auto" else int(refine)
 
 
 def _kernels(amz: Amortizer, table: Dataset, given: tuple[str, ...], preset: str) -> list[Any]:
@@ -108,14 +109,14 @@ def ensemble(
     device: str | None,
     dtype: str,
     checkpoint: Path | None,
-    refine: int | str,
+    refine: Refine,
     calibrate: bool,
 ) -> None:
     """Bayesian model averaging over kernel structures for the table DATA (CSV with a header)."""
     train, test = _prepare(data, target, split, seed, plot_path)
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
     kernels = _kernels(amz, train, kernel_texts, preset)
-    inference = amz if refine in (0, "0") else amz.method(refine=_steps(refine))
+    inference = amz if refine == 0 else amz.method(refine=refine)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -257,7 +258,7 @@ def search(
     device: str | None,
     dtype: str,
     checkpoint: Path | None,
-    refine: int | str,
+    refine: Refine,
     calibrate: bool,
 ) -> None:
     """Greedy/beam search for the kernel structure of the table DATA, scored by the
@@ -297,7 +298,7 @@ def _run_search(
     criterion: str,
     max_addends: int,
     top: int,
-    refine: int | str,
+    refine: Refine,
 ) -> SearchResult:
     """The structure search with a progress bar on stderr (only on a terminal)."""
     from tqdm import tqdm
@@ -319,7 +320,7 @@ def _run_search(
             beam=beam,
             criterion=criterion,  # type: ignore[arg-type]
             max_addends=max_addends,
-            refine=None if refine in (0, "0") else amz.method(refine=_steps(refine)),
+            refine=None if refine == 0 else amz.method(refine=refine),
             refine_top=top,
             progress=progress,
         )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from amorgp.amortizer.cli._common import (
+    Refine,
     check_finite,
     fmt,
     inference_options,
@@ -87,7 +88,7 @@ def infer(
     device: str | None,
     dtype: str,
     checkpoint: Path | None,
-    refine: int | str,
+    refine: Refine,
     calibrate: bool,
 ) -> None:
     """Amortized GP hyperparameters of each --kernel for the table DATA (CSV with a header).

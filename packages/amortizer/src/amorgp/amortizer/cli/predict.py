@@ -16,6 +16,7 @@ import click
 import numpy as np
 
 from amorgp.amortizer.cli._common import (
+    Refine,
     check_finite,
     inference_options,
     load_amortizer,
@@ -141,7 +142,7 @@ def predict(
     device: str | None,
     dtype: str,
     checkpoint: Path | None,
-    refine: int | str,
+    refine: Refine,
     calibrate: bool,
 ) -> None:
     """GP predictions on a test set with amortized hyperparameters; RMSE and NLL when targets are known."""
