@@ -20,13 +20,10 @@ from amorgp.amortizer.bundled import PRETRAINED_DIR, resolve_checkpoint
 from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
 from amorgp.amortizer.calibrate import check_calibrate
 from amorgp.amortizer.config import NetworkConfig
-from amorgp.amortizer.forward import (
-    encode_structures,
-    encoder_subset,
-    warn_outside_training,
-)
+from amorgp.amortizer.forward import warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.network import AmortizationNetwork
+from amorgp.amortizer.prediction import NetworkPrediction
 from amorgp.amortizer.refine import check_refine, refine_in_groups
 from amorgp.amortizer.results import ConditionedGP, KernelResult
 from amorgp.amortizer.selection import (
@@ -34,7 +31,6 @@ from amorgp.amortizer.selection import (
     check_candidates,
     load_candidates,
     load_network,
-    predict_with,
 )
 from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
 from amorgp.lazy_kernels import Normalizer, as_dataset
@@ -70,7 +66,7 @@ Progress = Callable[[str, int, int], None]
 _MEMORY_BUDGET = 2**30
 
 
-class Amortizer(GPBackendSizing):
+class Amortizer(NetworkPrediction, GPBackendSizing):
     """Amortized GP hyperparameter inference with a trained network.
 
     Args:
@@ -404,57 +400,6 @@ class Amortizer(GPBackendSizing):
         if calibrate is not None:
             check_calibrate(calibrate)
         return AmortizedMethod(self, refine, calibrate)
-
-    def encoder_subset(self, n: int) -> Tensor | None:
-        """Indices of the points the dataset encoder reads, or ``None`` for all of them
-        (see :func:`amorgp.amortizer.forward.encoder_subset`; seeded by ``seed``)."""
-        return encoder_subset(n, self.encoder_points, self.seed)
-
-    def predict_parameters(
-        self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
-    ) -> tuple[Tensor, Tensor, int]:
-        """The network's prediction for normalised data and ``K`` structures.
-
-        The dataset encoder runs once (on :meth:`encoder_subset` of the points); the
-        kernel encoder-decoder, the symbol heads and the noise head run on all ``K``
-        structures in one padded batch.  With candidate networks each of them does the
-        same, and each kernel keeps the prediction of highest log marginal likelihood on
-        the encoder's points.
-
-        Args:
-            Xn: ``(n, d)`` normalised inputs.
-            yn: ``(n,)`` standardised targets.
-            structures: ``K`` structures with ``d`` dimensions each.
-
-        Returns:
-            ``params (K, d, L, P)`` and ``noise (K,)`` in ``self.dtype`` and the number
-            of points the encoder read.
-
-        Raises:
-            CheckpointError: the network's output is not finite (broken weights).
-        """
-        params, noise, n_enc, _ = self._predict(Xn, yn, structures)
-        return params, noise, n_enc
-
-    def _predict(
-        self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
-    ) -> tuple[Tensor, Tensor, int, list[str]]:
-        """:meth:`predict_parameters` and the name of the winning network per kernel."""
-        n, d = Xn.shape
-        idx = self.encoder_subset(n)
-        Xe, ye = (Xn, yn) if idx is None else (Xn[idx.to(Xn.device)], yn[idx.to(yn.device)])
-        encoded = encode_structures(structures, self.vocabulary, d, self.device)
-        networks = [(self.name, self.model), *self.candidates.items()]
-        params, noise, index = predict_with(
-            networks, Xe, ye, structures, encoded, self.vocabulary, self.dtype
-        )
-        names = self.network_names
-        return params.clone(), noise.clone(), int(Xe.shape[0]), [names[i] for i in index]
-
-    @property
-    def network_names(self) -> list[str]:
-        """The primary network's name, then the candidates' (``KernelResult.network``)."""
-        return [self.name, *self.candidates]
 
     def __repr__(self) -> str:
         more = f", candidates={list(self.candidates)}" if self.candidates else ""
