@@ -12,8 +12,10 @@ from amorgp.baselines.gp import (
     exact_predictive,
     initial_raw,
     log_marginal_likelihood,
+    log_of_raw,
     log_prior,
     prior_raw,
+    raw_of_log,
     slot_kind,
     unconstrain,
 )
@@ -102,6 +104,30 @@ def test_constrain_is_the_shared_transform_and_inverts() -> None:
     torch.testing.assert_close(p2[used], params[used], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(n2, noise, rtol=1e-12, atol=1e-12)
     assert bool((p2[~used] == 1.0).all())
+
+
+def test_log_space_is_log_of_theta_minus_floor_and_inverts() -> None:
+    """``z = log(theta - floor)``: ``exp(z) = softplus(raw)`` in closed form, both ways, with
+    finite unit-free gradients in the linear tail and beyond exp's range."""
+    raw = torch.tensor(
+        [-800.0, -40.0, -30.5, -29.5, -5.0, 0.0, 3.0, 50.0, 700.0],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+    z = log_of_raw(raw)
+    exact = [math.log(math.log1p(math.exp(r))) if r > -700 else r for r in raw.tolist()]
+    torch.testing.assert_close(z, torch.tensor(exact, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+    back = raw_of_log(z)
+    torch.testing.assert_close(back, raw.detach(), rtol=1e-12, atol=1e-12)
+    (g,) = torch.autograd.grad(back.sum(), raw)
+    torch.testing.assert_close(g, torch.ones_like(g), rtol=1e-9, atol=1e-9)
+    batch, _, _ = _ragged_batch()
+    params, noise = _random_params(batch, 4)
+    raw_p, raw_n = unconstrain(batch, params, noise)
+    p2, n2 = constrain(batch, raw_of_log(log_of_raw(raw_p)), raw_of_log(log_of_raw(raw_n)))
+    _, used = slot_kind(batch)
+    torch.testing.assert_close(p2[used], params[used], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(n2, noise, rtol=1e-12, atol=1e-12)
 
 
 def test_initial_raw_is_the_paper_start() -> None:

@@ -49,12 +49,14 @@ def _scipy_optimum(
     return -float(res.fun)
 
 
+@pytest.mark.parametrize("space", ["softplus", "log"])
 @pytest.mark.parametrize("map_", [False, True])
-def test_lbfgs_reaches_the_scipy_optimum(map_: bool) -> None:
+def test_lbfgs_reaches_the_scipy_optimum(map_: bool, space: str) -> None:
     X, y = make_data(25, 1, seed=3)
     s = DimWiseStructure.parse("SE", 1)
     fit = fit_type2ml_batch(
-        PaddedBatch.from_datasets([(X, y)], [s]), Type2MLSettings(optimizer="lbfgs", map=map_)
+        PaddedBatch.from_datasets([(X, y)], [s]),
+        Type2MLSettings(optimizer="lbfgs", map=map_, space=space),  # type: ignore[arg-type]
     )
     ref = _scipy_optimum(X.numpy(), y.numpy(), s, map_)
     assert fit.status(0) == "converged"
@@ -141,6 +143,8 @@ def test_settings_are_validated() -> None:
         Type2MLSettings(restarts=0)
     with pytest.raises(ValueError, match="max_evals"):
         Type2MLSettings(optimizer="lbfgs", max_evals=0)
+    with pytest.raises(ValueError, match="space"):
+        Type2MLSettings(space="exp")  # type: ignore[arg-type]
     X, y = make_data(8, 1)
     batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
     with pytest.raises(ValueError, match="Generator"):
@@ -162,14 +166,16 @@ def test_warm_start_at_the_optimum_stays_there() -> None:
     torch.testing.assert_close(warm.noise, cold.noise, rtol=1e-4, atol=1e-8)
 
 
-def test_warm_started_lbfgs_matches_scipy_from_the_same_start() -> None:
+@pytest.mark.parametrize("space", ["softplus", "log"])
+def test_warm_started_lbfgs_matches_scipy_from_the_same_start(space: str) -> None:
     X, y = make_data(25, 1, seed=3)
     s = DimWiseStructure.parse("SE", 1)
     batch = PaddedBatch.from_datasets([(X, y)], [s])
     params = torch.ones(batch.param_shape, dtype=torch.float64)
     params[0, 0, 0, :2] = torch.tensor([0.5, 0.3], dtype=torch.float64)
     noise = torch.tensor([0.3], dtype=torch.float64)
-    fit = fit_type2ml_batch(batch, Type2MLSettings(optimizer="lbfgs"), init=(params, noise))
+    settings = Type2MLSettings(optimizer="lbfgs", space=space)  # type: ignore[arg-type]
+    fit = fit_type2ml_batch(batch, settings, init=(params, noise))
     start = {(0, 0, "variance"): 0.5, (0, 0, "lengthscale"): 0.3}
     lml0 = dense_log_marginal_likelihood(X.numpy(), y.numpy(), s, start, 0.3)
     ref = _scipy_optimum(X.numpy(), y.numpy(), s, False, x0=np.log([0.5, 0.3, 0.3]))
@@ -177,6 +183,24 @@ def test_warm_started_lbfgs_matches_scipy_from_the_same_start() -> None:
     assert int(fit.iterations[0]) >= 1
     assert float(fit.objective[0]) > lml0 + 1e-3
     assert float(fit.objective[0]) == pytest.approx(ref, abs=1e-5)
+
+
+def test_log_space_adam_and_warm_start_at_the_optimum() -> None:
+    """In log space Adam reaches the L-BFGS optimum, and a warm start there stays there."""
+    X, y = make_data(25, 1, seed=3)
+    batch = PaddedBatch.from_datasets([(X, y)], [DimWiseStructure.parse("SE", 1)])
+    best = fit_type2ml_batch(batch, Type2MLSettings(optimizer="lbfgs"))
+    adam = fit_type2ml_batch(
+        batch, Type2MLSettings(max_iters=1000, rtol=1e-9, patience=20, space="log")
+    )
+    assert float(adam.objective[0]) == pytest.approx(float(best.objective[0]), abs=1e-3)
+    warm = fit_type2ml_batch(
+        batch,
+        Type2MLSettings(optimizer="lbfgs", max_iters=20, space="log"),
+        init=(best.params, best.noise),
+    )
+    assert float(warm.objective[0]) == pytest.approx(float(best.objective[0]), abs=1e-8)
+    torch.testing.assert_close(warm.noise, best.noise, rtol=1e-4, atol=1e-8)
 
 
 def test_warm_start_is_the_first_restart() -> None:

@@ -4,6 +4,14 @@ The objective, transform and optimiser are the baselines' ``GP-ML (L-BFGS)`` fit
 (:func:`amorgp.baselines.fit_type2ml_batch`), imported here on first use only: plain
 amortized inference never imports :mod:`amorgp.baselines`.
 
+The optimiser moves the log parameters ``log(theta - floor)`` (``space="log"`` of
+:class:`amorgp.baselines.Type2MLSettings`; the objective is the same): the network's
+errors are factors, which a log step corrects at the same pace for a lengthscale of 0.1
+or of 10.  On the paper protocol (split 0, 24 kernels x 5 datasets, from the calibrated
+start) 20 iterations reached a higher log marginal likelihood than in the transform's
+softplus space on 77 of 120 kernels (lower on 39) and a median test RMSE ratio to 5-start
+Type-2 ML of 1.014 instead of 1.031 (5 iterations: 1.069 instead of 1.082).
+
 ``refine=k`` runs at most ``k`` L-BFGS iterations per kernel (fewer when L-BFGS's own
 tolerances stop it); each iteration's strong-Wolfe line search may use up to
 :data:`EVALS_PER_ITERATION` evaluations of the objective, so the iteration count, not an
@@ -136,7 +144,10 @@ def refine(
         fit = fit_type2ml_batch(
             sub,
             Type2MLSettings(
-                optimizer="lbfgs", max_iters=n_iter, max_evals=n_iter * EVALS_PER_ITERATION
+                optimizer="lbfgs",
+                max_iters=n_iter,
+                max_evals=n_iter * EVALS_PER_ITERATION,
+                space="log",
             ),
             init=(cur[active][:, :sd, :sl, :sp], cur_noise[active]),
         )

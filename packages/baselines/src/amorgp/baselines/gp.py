@@ -41,8 +41,10 @@ __all__ = [
     "exact_predictive",
     "initial_raw",
     "log_marginal_likelihood",
+    "log_of_raw",
     "log_prior",
     "prior_raw",
+    "raw_of_log",
     "slot_kind",
     "unconstrain",
 ]
@@ -72,6 +74,30 @@ def unconstrain(batch: PaddedBatch, params: Tensor, noise: Tensor) -> tuple[Tens
     """Inverse of :func:`constrain` on used slots (unused slots get 0)."""
     raw = _table(batch).unconstrain(params, batch.symbols, batch.symbol_mask)
     return raw, positive_inverse(noise, ParamKind.NOISE)
+
+
+_LINEAR_TAIL = -30.0
+"""Below this raw value ``log(softplus(raw)) = raw`` to double precision."""
+
+
+def log_of_raw(raw: Tensor) -> Tensor:
+    """``z = log(theta - floor) = log(softplus(raw))`` of transform raw values (any shape).
+
+    The log space of :class:`~amorgp.baselines.type2ml.Type2MLSettings` ``space="log"``:
+    ``theta = floor + exp(z)`` for every kind.  Inverse: :func:`raw_of_log`.
+    """
+    tail = raw < _LINEAR_TAIL
+    safe = torch.where(tail, torch.zeros_like(raw), raw)  # no log(0) gradient in the other branch
+    return torch.where(tail, raw, torch.nn.functional.softplus(safe).log())
+
+
+def raw_of_log(z: Tensor) -> Tensor:
+    """Transform raw values ``softplus^-1(exp(z))`` of log-space values; inverse of
+    :func:`log_of_raw`.  A ``z`` past ``exp``'s range gives ``inf`` (a non-finite
+    objective, which the optimisers treat as a failed step)."""
+    tail = z < _LINEAR_TAIL
+    x = torch.where(tail, torch.ones_like(z), z).exp()
+    return torch.where(tail, z, x + torch.log(-torch.expm1(-x)))
 
 
 def initial_raw(

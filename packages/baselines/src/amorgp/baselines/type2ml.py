@@ -12,6 +12,13 @@ Settings of the paper (Bitzer et al. 2023, Appendix A):
 * ``MAP``: any of the above with the log prior of the parameter specs added to
   the objective (paper Fig. 11).
 
+The optimiser moves the raw values of the shared transform
+(``theta = floor + softplus(raw)``, :mod:`amorgp.kernel_grammar.transforms`) by default, as
+the paper's GPyTorch fits do; ``space="log"`` moves ``z = log(theta - floor)`` instead.
+The objective and its optima are the same; in log space a step changes a lengthscale or a
+period by a factor rather than by an amount, which suits warm starts whose parameters
+are off by a factor (refinement of the amortizer's prediction runs there).
+
 Adam runs on the whole padded batch (pairs x restarts) with one kernel
 evaluation and one batched Cholesky per step; each element stops on its own.
 A restart whose Cholesky fails or whose objective becomes non-finite is marked
@@ -33,8 +40,10 @@ from amorgp.baselines.gp import (
     constrain,
     initial_raw,
     log_marginal_likelihood,
+    log_of_raw,
     log_prior,
     prior_raw,
+    raw_of_log,
     slot_kind,
     unconstrain,
 )
@@ -44,6 +53,7 @@ from amorgp.lazy_kernels import PaddedBatch
 __all__ = ["BatchFit", "Type2MLSettings", "fit_type2ml_batch"]
 
 Optimizer = Literal["adam", "lbfgs"]
+Space = Literal["softplus", "log"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,9 @@ class Type2MLSettings:
             included (``None``: ``torch.optim.LBFGS``'s default ``max_iters * 5 // 4``).
         rtol: relative objective change of the Adam convergence test.
         patience: consecutive small changes needed to stop Adam.
+        space: the variables the optimiser moves: ``"softplus"`` (the transform's raw
+            values, the paper's) or ``"log"`` (``log(theta - floor)``); see the module
+            docstring.
     """
 
     optimizer: Optimizer = "adam"
@@ -74,10 +87,13 @@ class Type2MLSettings:
     max_evals: int | None = None
     rtol: float = 1e-4
     patience: int = 5
+    space: Space = "softplus"
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("adam", "lbfgs"):
             raise ValueError(f"optimizer must be 'adam' or 'lbfgs', got {self.optimizer!r}")
+        if self.space not in ("softplus", "log"):
+            raise ValueError(f"space must be 'softplus' or 'log', got {self.space!r}")
         if self.init not in ("default", "prior"):
             raise ValueError(f"init must be 'default' or 'prior', got {self.init!r}")
         if self.max_evals is not None and self.max_evals < 1:
@@ -119,8 +135,13 @@ class BatchFit:
         return "converged" if bool(self.converged[b]) else "max_iters"
 
 
-def _objective(batch: PaddedBatch, map_: bool) -> Callable[[Tensor, Tensor], Tensor]:
-    def f(raw: Tensor, raw_noise: Tensor) -> Tensor:
+def _objective(
+    batch: PaddedBatch, map_: bool, space: Space = "softplus"
+) -> Callable[[Tensor, Tensor], Tensor]:
+    def f(x: Tensor, x_noise: Tensor) -> Tensor:
+        raw, raw_noise = (
+            (x, x_noise) if space == "softplus" else (raw_of_log(x), raw_of_log(x_noise))
+        )
         params, noise = constrain(batch, raw, raw_noise)
         value = log_marginal_likelihood(batch, params, noise)
         if map_:
@@ -214,8 +235,10 @@ def fit_type2ml_batch(
         _warm_raw(batch, init)  # validate against the un-repeated batch
         init = (init[0].repeat_interleave(R, 0), init[1].repeat_interleave(R, 0))
     raw0, noise0 = _starts(big, s, generator, init)
+    if s.space == "log":
+        raw0, noise0 = log_of_raw(raw0), log_of_raw(noise0)
     if s.optimizer == "adam":
-        f = _objective(big, s.map)
+        f = _objective(big, s.map, s.space)
         res = batched_adam(
             [raw0, noise0],
             lambda p: f(p[0], p[1]),
@@ -230,7 +253,7 @@ def fit_type2ml_batch(
         raws, noises, losses, its, convs, fails = [], [], [], [], [], []
         for b in range(big.batch_size):
             one = big.select(b)
-            f1 = _objective(one, s.map)
+            f1 = _objective(one, s.map, s.space)
             r = lbfgs(
                 [raw0[b : b + 1], noise0[b : b + 1]],
                 _first(f1),
@@ -248,6 +271,8 @@ def fit_type2ml_batch(
         iters = torch.tensor(its)
         conv = torch.tensor(convs)
         failed = torch.tensor(fails) | ~torch.isfinite(loss)
+    if s.space == "log":
+        raw, raw_noise = raw_of_log(raw), raw_of_log(raw_noise)
     with torch.no_grad():
         params, noise = constrain(big, raw, raw_noise)
         lml = log_marginal_likelihood(big, params, noise)

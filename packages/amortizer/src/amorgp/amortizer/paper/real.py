@@ -64,7 +64,8 @@ def method_config(ctx: RunContext, method: str) -> str | None:
     if method == "sklearn":
         settings["sklearn"] = 2  # min-max scaled inputs, every expressible kernel
     if "+refine" in method:
-        settings["refine"] = 2  # 2: line searches no longer count against the iterations
+        # 2: line searches no longer count against the iterations; 3: L-BFGS in log space
+        settings["refine"] = 3
     if "+calibrate" in method:
         settings["calibrate"] = 1
     model = _model_of(ctx, method)
