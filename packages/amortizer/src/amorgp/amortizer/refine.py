@@ -7,10 +7,11 @@ amortized inference never imports :mod:`amorgp.baselines`.
 The optimiser moves the log parameters ``log(theta - floor)`` (``space="log"`` of
 :class:`amorgp.baselines.Type2MLSettings`; the objective is the same): the network's
 errors are factors, which a log step corrects at the same pace for a lengthscale of 0.1
-or of 10.  On the paper protocol (split 0, 24 kernels x 5 datasets, from the calibrated
-start) 20 iterations reached a higher log marginal likelihood than in the transform's
-softplus space on 77 of 120 kernels (lower on 39) and a median test RMSE ratio to 5-start
-Type-2 ML of 1.014 instead of 1.031 (5 iterations: 1.069 instead of 1.082).
+or of 10.  On the paper protocol (24 kernels x 5 datasets x 3 splits, from the
+calibrated start) 20 iterations reached a higher log marginal likelihood than in the
+transform's softplus space on 220 of the 360 cells (lower on 129), 5 iterations on 203
+(lower on 156), at 0.9x the time; on split 0 the median test RMSE ratio to 5-start
+Type-2 ML went from 1.031 to 1.014 (20 iterations) and from 1.082 to 1.069 (5).
 
 ``refine=k`` runs at most ``k`` L-BFGS iterations per kernel (fewer when L-BFGS's own
 tolerances stop it); each iteration's strong-Wolfe line search may use up to
