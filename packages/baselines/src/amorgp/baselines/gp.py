@@ -28,6 +28,7 @@ from torch import Tensor
 
 from amorgp.diff_linalg import gp_log_marginal_likelihood, robust_cholesky
 from amorgp.kernel_grammar import NOISE, ParamKind, positive, positive_inverse
+from amorgp.kernel_grammar.transforms import softplus_inverse
 from amorgp.lazy_kernels import (
     PaddedBatch,
     SlotTable,
@@ -97,7 +98,7 @@ def raw_of_log(z: Tensor) -> Tensor:
     objective, which the optimisers treat as a failed step)."""
     tail = z < _LINEAR_TAIL
     x = torch.where(tail, torch.ones_like(z), z).exp()
-    return torch.where(tail, z, x + torch.log(-torch.expm1(-x)))
+    return torch.where(tail, z, softplus_inverse(x))
 
 
 def initial_raw(

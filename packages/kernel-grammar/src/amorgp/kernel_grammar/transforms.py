@@ -35,7 +35,7 @@ from typing import Any
 
 from amorgp.kernel_grammar._array import softplus, softplus_inverse
 
-__all__ = ["FLOORS", "ParamKind", "positive", "positive_inverse"]
+__all__ = ["FLOORS", "ParamKind", "positive", "positive_inverse", "softplus_inverse"]
 
 
 class ParamKind(StrEnum):
