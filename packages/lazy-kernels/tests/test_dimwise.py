@@ -111,6 +111,47 @@ def test_gradients_after_an_inference_mode_call() -> None:
     torch.testing.assert_close(K.detach(), K0, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 6, 1027])
+def test_circulant_index_stores_each_pair_once(n: int) -> None:
+    """Oracle for the packed index: entry ``(i, j)`` reads offset ``k < H`` of row ``r``,
+    whose pair ``(r, (r + k) mod n)`` is ``{i, j}``; ``(i, j)`` and ``(j, i)`` read the same
+    place (a large odd ``n`` too)."""
+    half, full = evaluation._circulant(n, torch.device("cpu"))
+    assert half == n // 2 + 1
+    assert full.dtype == torch.int32  # half the memory of an int64 index
+    pos = full.long().reshape(n, n).numpy()
+    k, r = pos // n, pos % n
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    assert (k < half).all()
+    partner = (r + k) % n
+    assert (((r == i) & (partner == j)) | ((r == j) & (partner == i))).all()
+    np.testing.assert_array_equal(pos, pos.T)
+
+
+def test_circulant_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop that grows ``n`` by one point per step (Bayesian optimisation, active
+    learning) must not keep an index per size: the cached indices hold at most
+    ``CIRCULANT_CACHE_BYTES`` together, the most recent kept, a larger one not cached
+    (regression test: the cache was unbounded, 11 GiB after n = 100..1500)."""
+    cache = evaluation._index_cache
+    monkeypatch.setattr(evaluation, "CIRCULANT_CACHE_BYTES", 4 * 30 * 30)  # one n = 30 index
+    cache.clear()
+    cpu = torch.device("cpu")
+    for n in range(20, 34):
+        batch = random_dimwise_batch(
+            PAPER_VOCABULARY, torch.Generator().manual_seed(n), batch=1, n=n, dims=1, addends=1
+        )
+        K = kernel_matrix_dimwise(batch.X1, batch.X1, *batch.args()[2:])
+        sym = dataclasses.replace(batch, X2=batch.X1)
+        np.testing.assert_allclose(K.numpy(), reference_kernel_dimwise(sym), rtol=1e-12)
+        torch.testing.assert_close(K, K.transpose(1, 2), rtol=0, atol=0)
+        held = sum(t.numel() * t.element_size() for t in cache.values())
+        assert held <= evaluation.CIRCULANT_CACHE_BYTES
+        assert ((n, cpu) in cache) == (n <= 30)  # the latest size, unless too large
+    assert len(cache) == 1  # n = 30: every smaller one evicted by the next
+    cache.clear()
+
+
 def test_negative_inputs_lin_products() -> None:
     """LIN factors go negative for negative inputs; the evaluator must not assume positivity."""
     vocab = Vocabulary(("LIN", "SE*LIN", "LIN*PER"))

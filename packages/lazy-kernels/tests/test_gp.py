@@ -10,6 +10,7 @@ from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import DimWiseKernel
 from amorgp.lazy_kernels.gp import (
     CHOLESKY_MAX_N,
+    EVALUATOR_MATRICES_BLOCKWISE,
     EVALUATOR_MATRICES_NO_GRAPH,
     EVALUATOR_MATRICES_PER_TERM,
     ExactGP,
@@ -178,35 +179,51 @@ def test_choose_backend_rule() -> None:
     assert choose_backend(CHOLESKY_MAX_N + 1) == "cg"
     assert choose_backend(CHOLESKY_MAX_N, dtype=torch.float32) == "cg"
     assert choose_backend(100_000, keops=True) == "keops"
-    dense = 8 * 4000**2
-    peak = (EVALUATOR_MATRICES_PER_TERM + 1) * dense  # evaluator for one addend, plus K
-    assert choose_backend(4000, memory_budget=peak + 2 * dense) == "cholesky"
-    assert choose_backend(4000, memory_budget=peak + 2 * dense - 1) == "cg"
-    assert choose_backend(4000, memory_budget=peak - 1, keops=True) == "keops"
-    # many addends (d = 8, two per dimension) push a mid-size n off the dense path
-    assert choose_backend(3000, keops=True) == "cholesky"
-    assert choose_backend(3000, keops=True, n_terms=16) == "keops"
+    # below 2048 points (or on another device, or with a graph for the inputs) the
+    # evaluator records a whole-matrix graph: EVALUATOR_MATRICES_PER_TERM per addend
+    n = 1500
+    dense = 8 * n**2
+    peak = (EVALUATOR_MATRICES_PER_TERM * 3 + 1) * dense  # evaluator for 3 addends, plus K
+    assert choose_backend(n, memory_budget=peak + 2 * dense, n_terms=3) == "cholesky"
+    assert choose_backend(n, memory_budget=peak + 2 * dense - 1, n_terms=3) == "cg"
+    assert choose_backend(n, memory_budget=peak - 1, keops=True, n_terms=3) == "keops"
     with pytest.raises(ValueError, match="n_terms"):
         choose_backend(100, n_terms=0)
-    with pytest.raises(ValueError, match="pykeops"):
+    with pytest.raises(ValueError, match=r"pykeops is not installed: install it .*memory_budget"):
         choose_backend(100_000, keops=False)
+
+
+def test_choose_backend_with_a_blockwise_graph_does_not_count_addends() -> None:
+    # from 2048 points on the CPU a graph for the parameters is recorded block by block:
+    # at most EVALUATOR_MATRICES_BLOCKWISE matrices, whatever the number of addends
+    n = 3000
+    dense = 8 * n**2
+    fits = (EVALUATOR_MATRICES_BLOCKWISE + 2) * dense
+    for terms in (2, 16, 200):
+        assert choose_backend(n, memory_budget=fits, n_terms=terms) == "cholesky"
+        assert choose_backend(n, memory_budget=fits - 1, n_terms=terms) == "cg"
+    # a graph for the inputs, or another device, records the whole matrix per addend
+    whole = (EVALUATOR_MATRICES_PER_TERM * 16 + 1 + 2) * dense
+    assert choose_backend(n, memory_budget=fits, n_terms=16, input_graph=True, keops=True) == (
+        "keops"
+    )
+    assert choose_backend(n, memory_budget=whole, n_terms=16, input_graph=True) == "cholesky"
+    assert choose_backend(n, device="cuda", memory_budget=fits, n_terms=16, keops=True) == "keops"
+    # just below the size where the blocks start: per addend
+    assert choose_backend(2047, memory_budget=fits, n_terms=16, keops=True) == "keops"
+    assert choose_backend(2048, memory_budget=fits, n_terms=16) == "cholesky"
 
 
 def test_choose_backend_without_a_graph_does_not_count_addends() -> None:
     # no autograd graph: the evaluator works by blocks of points, so its peak is at most
     # EVALUATOR_MATRICES_NO_GRAPH matrices whatever the number of addends
-    budget = 2**30
-    dense = 8 * 3000**2
-    assert choose_backend(3000, memory_budget=budget, keops=True, n_terms=16) == "keops"
-    for terms in (1, 16, 200):
-        assert choose_backend(3000, memory_budget=budget, n_terms=terms, graph=False) == "cholesky"
+    n = 1500
+    dense = 8 * n**2
     fits = (EVALUATOR_MATRICES_NO_GRAPH + 2) * dense  # evaluator (with K) + Cholesky
-    assert choose_backend(3000, memory_budget=fits, n_terms=16, graph=False) == "cholesky"
-    assert choose_backend(3000, memory_budget=fits - 1, n_terms=16, graph=False) == "cg"
-    # one addend needs less than the block-wise bound: the smaller of the two counts
-    one = (EVALUATOR_MATRICES_PER_TERM + 1 + 2) * dense
-    assert one < fits
-    assert choose_backend(3000, memory_budget=one, graph=False) == "cholesky"
+    assert choose_backend(n, memory_budget=fits, keops=True, n_terms=16) == "keops"
+    for terms in (1, 16, 200):
+        assert choose_backend(n, memory_budget=fits, n_terms=terms, graph=False) == "cholesky"
+        assert choose_backend(n, memory_budget=fits - 1, n_terms=terms, graph=False) == "cg"
 
 
 def test_exact_gp_without_a_graph_stays_on_cholesky() -> None:
@@ -226,6 +243,20 @@ def test_exact_gp_without_a_graph_stays_on_cholesky() -> None:
     torch.testing.assert_close(
         gp.log_marginal_likelihood().detach(), oracle, rtol=1e-10, atol=1e-10
     )
+
+
+def test_exact_gp_counts_a_graph_for_the_inputs_per_addend() -> None:
+    # 2100 points, parameters requiring grad: the graph is recorded block by block and
+    # fits a budget of EVALUATOR_MATRICES_BLOCKWISE + 2 matrices; inputs requiring grad
+    # make it a whole-matrix graph, counted per addend (3 here), which does not
+    X, y = _data(2100, 24)
+    k, _ = _kernel()
+    dense = 8 * 2100**2
+    budget = (EVALUATOR_MATRICES_BLOCKWISE + 2) * dense
+    assert (EVALUATOR_MATRICES_PER_TERM * k.n_terms + 1 + 2) * dense > budget
+    assert ExactGP(k, 0.1, X, y, memory_budget=budget, backend="dense").backend == "cholesky"
+    Xg = X.clone().requires_grad_()
+    assert ExactGP(k, 0.1, Xg, y, memory_budget=budget, backend="dense").backend == "cg"
 
 
 def test_dense_backend_picks_the_solver_by_memory() -> None:

@@ -63,7 +63,7 @@ Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``: stages ``"network"``, ``"refine"`` (iterations) and
 ``"likelihood"`` (kernels)."""
 
-_MEMORY_BUDGET = 2**30
+_MEMORY_BUDGET = 4 * 2**30
 
 
 class Amortizer(NetworkPrediction, GPBackendSizing):
@@ -79,8 +79,9 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             checkpoint's ``train.encoder_points`` if set, else ``train.n_max``, else
             :data:`DEFAULT_ENCODER_POINTS`).
         seed: seed of the encoder subset of large datasets.
-        memory_budget: bytes the dense GP backends may use; ExactGP's ``"auto"``
-            backend rule picks dense Cholesky, dense CG or KeOps CG with it.
+        memory_budget: bytes the dense GP backends may use (default 4 GiB, as
+            :class:`~amorgp.lazy_kernels.ExactGP`); its ``"auto"`` backend rule picks dense
+            Cholesky, dense CG or KeOps CG with it.
         gp_options: more :class:`~amorgp.lazy_kernels.ExactGP` options for the CG
             backends (``cg_tol``, ``max_cg_iter``, ``precond_rank`` (default
             :data:`DEFAULT_PRECOND_RANK`), ``n_probes``).

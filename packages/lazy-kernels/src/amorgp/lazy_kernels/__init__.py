@@ -20,6 +20,7 @@ from amorgp.lazy_kernels.elementary import (
 from amorgp.lazy_kernels.fit import Hyperparameter, HyperparameterInference, KernelFit
 from amorgp.lazy_kernels.gp import (
     CHOLESKY_MAX_N,
+    EVALUATOR_MATRICES_BLOCKWISE,
     EVALUATOR_MATRICES_NO_GRAPH,
     EVALUATOR_MATRICES_PER_TERM,
     ExactGP,
@@ -85,6 +86,7 @@ __all__ = [
     "Posterior",
     "kernel_operator",
     "PivotedCholeskyPreconditioner",
+    "EVALUATOR_MATRICES_BLOCKWISE",
     "EVALUATOR_MATRICES_NO_GRAPH",
     "EVALUATOR_MATRICES_PER_TERM",
     "choose_backend",

@@ -47,6 +47,7 @@ from amorgp.lazy_kernels.solvers import (
 
 __all__ = [
     "CHOLESKY_MAX_N",
+    "EVALUATOR_MATRICES_BLOCKWISE",
     "EVALUATOR_MATRICES_NO_GRAPH",
     "EVALUATOR_MATRICES_PER_TERM",
     "ExactGP",
@@ -67,11 +68,20 @@ n = 6000 on 2 cores) starts to exceed tens of O(n^2) CG iterations; it is a defa
 measured crossover beyond n = 2000."""
 
 
-EVALUATOR_MATRICES_NO_GRAPH = 12
+EVALUATOR_MATRICES_NO_GRAPH = 4
 """Peak working memory of the dense evaluator without an autograd graph, in matrices of
 the output's size, the output included, whatever the number of addends (it works by
-blocks of points and updates in place): measured 6.1-11.0 at n = 1000-3000, d = 8, 8-32
-addends (docs/benchmarks/lazy-kernels.md, section 9)."""
+blocks of points and updates in place): measured 2.1-2.5 at n = 2000-3000, d = 8, 8-32
+addends, up to 6 at n = 1000 where a fixed few tens of MiB of block buffers count
+(docs/benchmarks/lazy-kernels.md, section 9)."""
+
+EVALUATOR_MATRICES_BLOCKWISE = 6
+"""Peak working memory of the dense evaluator *with* a graph for the parameters on the
+CPU, forward and backward, in matrices of the output's size, where it records that graph
+block by block (from ``n * (n // 2 + 1) >= BLOCKWISE_MIN_ELEMENTS``, i.e. n >= 2048, for
+any number of dimensions): measured 3.8-5.6 at n = 2000-3000, d = 8, 8-32 addends
+(section 9).  Below that size, on other devices and with a graph for the inputs, the
+count is :data:`EVALUATOR_MATRICES_PER_TERM` per addend."""
 
 
 def choose_backend(
@@ -82,16 +92,23 @@ def choose_backend(
     keops: bool | None = None,
     n_terms: int = 1,
     graph: bool = True,
+    input_graph: bool = False,
 ) -> str:
     """The backend ``"auto"`` uses for ``n`` training points.
 
-    The dense backends build ``K`` with the batched evaluator, whose peak memory grows
-    with the number of addends: about ``EVALUATOR_MATRICES_PER_TERM * n_terms`` matrices
-    of ``n x n`` (measured in docs/benchmarks/lazy-kernels.md, section 1b), plus ``K``
-    itself, plus two more for Cholesky.  Without an autograd graph (``graph=False``:
-    neither the parameters nor the inputs require grad, e.g. conditioning on predicted
-    hyperparameters) the evaluator works by blocks of points and its peak is at most
-    :data:`EVALUATOR_MATRICES_NO_GRAPH` matrices, whatever the number of addends.
+    The dense backends build ``K`` with the batched evaluator, whose peak memory depends
+    on how it runs (docs/benchmarks/lazy-kernels.md, sections 1b and 9):
+
+    * recording a whole-matrix autograd graph: about ``EVALUATOR_MATRICES_PER_TERM *
+      n_terms`` matrices of ``n x n``, plus ``K`` itself;
+    * without a graph (``graph=False``: neither the parameters nor the inputs require
+      grad, e.g. conditioning on predicted hyperparameters) it works by blocks of points:
+      at most :data:`EVALUATOR_MATRICES_NO_GRAPH` matrices, whatever the number of addends;
+    * with a graph for the parameters only on the CPU, from ``n >= 2048`` it records the
+      graph block by block: at most :data:`EVALUATOR_MATRICES_BLOCKWISE` matrices, forward
+      and backward.
+
+    The smaller count that applies is used; Cholesky needs two more matrices.
 
     Rule: ``"cholesky"`` if ``n <= CHOLESKY_MAX_N`` (float64; ``CHOLESKY_MAX_N // 2``
     for float32, whose Cholesky fails earlier) and the Cholesky peak fits
@@ -102,21 +119,28 @@ def choose_backend(
         n_terms: active addends of the kernel(s) evaluated at once (summed over input
             dimensions and over the kernels of one batch).
         graph: whether ``K`` is evaluated with an autograd graph.
+        input_graph: whether that graph reaches the inputs (they require grad).
 
     Raises:
-        ValueError: if only KeOps would fit and pykeops is unavailable.
+        ValueError: if only KeOps would fit and pykeops is unavailable (the message says
+            how to proceed).
     """
+    from amorgp.lazy_kernels.evaluation import BLOCKWISE_MIN_ELEMENTS
     from amorgp.lazy_kernels.keops import keops_available
 
     if n_terms < 1:
         raise ValueError(f"n_terms must be >= 1, got {n_terms}")
     item = torch.finfo(dtype).bits // 8
     dense = item * n * n
-    evaluator = (EVALUATOR_MATRICES_PER_TERM * n_terms + 1) * dense
+    cpu = torch.device(device).type == "cpu"
+    matrices = EVALUATOR_MATRICES_PER_TERM * n_terms + 1
     if not graph:
-        evaluator = min(evaluator, EVALUATOR_MATRICES_NO_GRAPH * dense)
+        matrices = min(matrices, EVALUATOR_MATRICES_NO_GRAPH)
+    elif cpu and not input_graph and n * (n // 2 + 1) >= BLOCKWISE_MIN_ELEMENTS:
+        matrices = min(matrices, EVALUATOR_MATRICES_BLOCKWISE)
+    evaluator = matrices * dense
     limit = CHOLESKY_MAX_N if dtype == torch.float64 else CHOLESKY_MAX_N // 2
-    if torch.device(device).type == "cuda":
+    if not cpu:
         limit *= 2
     if n <= limit and evaluator + 2 * dense <= memory_budget:
         return "cholesky"
@@ -128,7 +152,8 @@ def choose_backend(
         raise ValueError(
             f"n = {n} with {n_terms} addend(s) needs {evaluator / 2**30:.2f} GiB to evaluate the "
             f"dense kernel matrix, above the memory budget of {memory_budget / 2**30:.2f} GiB, "
-            "and pykeops is not installed"
+            "and pykeops is not installed: install it (pip install 'amorgp-lazy-kernels[keops]'"
+            ", O(n) memory) or raise memory_budget"
         )
     return "keops"
 
@@ -208,6 +233,7 @@ class ExactGP:
                     keops=True if backend == "dense" else None,
                     n_terms=kernel.n_terms,
                     graph=graph,
+                    input_graph=X.requires_grad,
                 )
                 if backend == "dense" and self.backend == "keops":
                     self.backend = "cg"  # where only KeOps would fit: dense CG as asked
