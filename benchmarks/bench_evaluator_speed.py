@@ -138,12 +138,13 @@ def worker(quick: bool, repeats: int) -> dict[str, list[float]]:
 EVALUATOR_FILES = ("dimwise.py", "tables.py", "elementary.py")
 
 
-def _baseline_tree(rev: str, into: str) -> str:
-    """This tree's lazy-kernels source with the evaluator's modules of revision ``rev``."""
+def baseline_source(rev: str, into: str, files: tuple[str, ...] = EVALUATOR_FILES) -> str:
+    """This tree's lazy-kernels source with the modules ``files`` of revision ``rev``
+    (a folder to put first on ``PYTHONPATH``)."""
     src = ROOT / "packages" / "lazy-kernels" / "src"
     shutil.copytree(src, into, dirs_exist_ok=True)
     pkg = "packages/lazy-kernels/src/amorgp/lazy_kernels"
-    for name in EVALUATOR_FILES:
+    for name in files:
         text = subprocess.run(
             ["git", "-C", str(ROOT), "show", f"{rev}:{pkg}/{name}"],
             capture_output=True,
@@ -169,7 +170,7 @@ def section(script: str, quick: bool, baseline: str | None = None) -> list[str]:
     rounds, repeats = (2, 2) if quick else (4, 3)
     times: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        src = _baseline_tree(rev, tmp)
+        src = baseline_source(rev, tmp)
         for r in range(rounds):
             for variant in ("before", "after") if r % 2 == 0 else ("after", "before"):
                 res = _run(script, src if variant == "before" else None, quick, repeats)

@@ -48,9 +48,9 @@ cache, and rebuilding it block by block costs more than it saves (one thread: eq
 about 3 blocks, 10% slower at 4 on training batches, 3x faster from 12 on)."""
 
 
-CIRCULANT_CACHE_BYTES = 64 * 2**20
+CIRCULANT_CACHE_BYTES = 16 * 2**20
 """Most memory the cached circulant indices hold together (least recently used evicted;
-an index larger than this, above 4096 points, is rebuilt per call)."""
+an index larger than this, above 2048 points, is rebuilt per call)."""
 
 _INDEX_BLOCK = 1 << 20
 """Entries of the circulant index built at once (bounds its temporaries)."""
