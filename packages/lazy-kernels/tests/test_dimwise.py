@@ -132,7 +132,7 @@ def test_circulant_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop that grows ``n`` by one point per step (Bayesian optimisation, active
     learning) must not keep an index per size: the cached indices hold at most
     ``CIRCULANT_CACHE_BYTES`` together, the most recent kept, a larger one not cached
-    (regression test: the cache was unbounded, 11 GiB after n = 100..1500)."""
+    (regression test: the cache was unbounded, 12 GiB of growth over n = 100..1500)."""
     cache = evaluation._index_cache
     monkeypatch.setattr(evaluation, "CIRCULANT_CACHE_BYTES", 4 * 30 * 30)  # one n = 30 index
     cache.clear()

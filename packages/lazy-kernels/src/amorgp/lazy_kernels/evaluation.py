@@ -117,7 +117,8 @@ def _circulant(N: int, device: torch.device) -> tuple[int, Tensor]:
     evaluates the same ``N`` many times; rebuilding costs a third of a one-addend
     evaluation at 2000 points), within :data:`CIRCULANT_CACHE_BYTES`.  An unbounded
     cache would keep an ``N x N`` index for every size ever seen: a Bayesian-optimisation
-    loop adding one point per step up to 1500 points grew by 11 GiB that way.
+    loop adding one point per step up to 1500 points grew by 12 GiB that way
+    (``docs/benchmarks/lazy-kernels.md``, section 11).
     """
     return N // 2 + 1, _cached_circulant_index(N, device)
 
