@@ -12,6 +12,7 @@ from amorgp.lazy_kernels.gp import (
     CHOLESKY_MAX_N,
     EVALUATOR_MATRICES_BLOCKWISE,
     EVALUATOR_MATRICES_NO_GRAPH,
+    EVALUATOR_MATRICES_NO_GRAPH_DEVICE,
     EVALUATOR_MATRICES_PER_TERM,
     ExactGP,
     PivotedCholeskyPreconditioner,
@@ -224,6 +225,11 @@ def test_choose_backend_without_a_graph_does_not_count_addends() -> None:
     for terms in (1, 16, 200):
         assert choose_backend(n, memory_budget=fits, n_terms=terms, graph=False) == "cholesky"
         assert choose_backend(n, memory_budget=fits - 1, n_terms=terms, graph=False) == "cg"
+    # other devices evaluate whole matrices: the larger bound there (the dense limit doubles)
+    device = (EVALUATOR_MATRICES_NO_GRAPH_DEVICE + 2) * dense
+    for budget, backend in ((device, "cholesky"), (device - 1, "cg")):
+        got = choose_backend(n, device="cuda", memory_budget=budget, n_terms=16, graph=False)
+        assert got == backend
 
 
 def test_exact_gp_without_a_graph_stays_on_cholesky() -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "CHOLESKY_MAX_N",
     "EVALUATOR_MATRICES_BLOCKWISE",
     "EVALUATOR_MATRICES_NO_GRAPH",
+    "EVALUATOR_MATRICES_NO_GRAPH_DEVICE",
     "EVALUATOR_MATRICES_PER_TERM",
     "ExactGP",
     "PivotedCholeskyPreconditioner",
@@ -74,6 +75,11 @@ the output's size, the output included, whatever the number of addends (it works
 blocks of points and updates in place): measured 2.1-2.5 at n = 2000-3000, d = 8, 8-32
 addends, up to 6 at n = 1000 where a fixed few tens of MiB of block buffers count
 (docs/benchmarks/lazy-kernels.md, section 9)."""
+
+EVALUATOR_MATRICES_NO_GRAPH_DEVICE = 12
+"""The same count on other devices, where the evaluator works on whole matrices (the
+blocks are a CPU cache optimisation): the bound of the previous evaluator, kept as it was
+(not measured on a GPU), so choices there are unchanged."""
 
 EVALUATOR_MATRICES_BLOCKWISE = 6
 """Peak working memory of the dense evaluator *with* a graph for the parameters on the
@@ -103,7 +109,8 @@ def choose_backend(
       n_terms`` matrices of ``n x n``, plus ``K`` itself;
     * without a graph (``graph=False``: neither the parameters nor the inputs require
       grad, e.g. conditioning on predicted hyperparameters) it works by blocks of points:
-      at most :data:`EVALUATOR_MATRICES_NO_GRAPH` matrices, whatever the number of addends;
+      at most :data:`EVALUATOR_MATRICES_NO_GRAPH` matrices on the CPU, whatever the number
+      of addends (:data:`EVALUATOR_MATRICES_NO_GRAPH_DEVICE` elsewhere);
     * with a graph for the parameters only on the CPU, from ``n >= 2048`` it records the
       graph block by block: at most :data:`EVALUATOR_MATRICES_BLOCKWISE` matrices, forward
       and backward.
@@ -135,7 +142,8 @@ def choose_backend(
     cpu = torch.device(device).type == "cpu"
     matrices = EVALUATOR_MATRICES_PER_TERM * n_terms + 1
     if not graph:
-        matrices = min(matrices, EVALUATOR_MATRICES_NO_GRAPH)
+        bound = EVALUATOR_MATRICES_NO_GRAPH if cpu else EVALUATOR_MATRICES_NO_GRAPH_DEVICE
+        matrices = min(matrices, bound)
     elif cpu and not input_graph and n * (n // 2 + 1) >= BLOCKWISE_MIN_ELEMENTS:
         matrices = min(matrices, EVALUATOR_MATRICES_BLOCKWISE)
     evaluator = matrices * dense
