@@ -993,7 +993,7 @@ def section_growing_loop(quick: bool, baseline: str = LOOP_BASELINE) -> list[str
     """Section 11: memory over a loop that adds one point per step, before/after and peers."""
     import bench_evaluator_speed
 
-    from amorgp.lazy_kernels.evaluation import CIRCULANT_CACHE_BYTES
+    from amorgp.lazy_kernels.circulant import CIRCULANT_CACHE_BYTES
 
     kernel_range, amortizer_range = ((100, 600), (20, 300)) if quick else ((100, 1500), (20, 1000))
     rows = [
@@ -1012,7 +1012,8 @@ def section_growing_loop(quick: bool, baseline: str = LOOP_BASELINE) -> list[str
         "A Bayesian-optimisation or active-learning loop refits on one more point every "
         "step. Peak resident-memory growth over the whole loop, MiB, each variant in a fresh "
         f"process. *before* = this tree with the evaluator module (`evaluation.py`) of "
-        f"revision `{baseline}`, which cached the circulant unpacking index of every size it "
+        f"revision `{baseline}`, which built and cached the circulant unpacking index itself, "
+        "for every size it "
         "saw (an `n x n` int64 tensor each), *after* = this tree (the indices of the most "
         "recent sizes, "
         f"int32, within `CIRCULANT_CACHE_BYTES` = {CIRCULANT_CACHE_BYTES // 2**20} MiB); the "

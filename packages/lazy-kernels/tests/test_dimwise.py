@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from amorgp.kernel_grammar import EXTENDED_VOCABULARY, PAPER_VOCABULARY, Vocabulary
-from amorgp.lazy_kernels import evaluation, kernel_diag_dimwise, kernel_matrix_dimwise
+from amorgp.lazy_kernels import circulant, evaluation, kernel_diag_dimwise, kernel_matrix_dimwise
 from amorgp.lazy_kernels.testing import (
     DimWiseBatch,
     random_dimwise_batch,
@@ -116,7 +116,7 @@ def test_circulant_index_stores_each_pair_once(n: int) -> None:
     """Oracle for the packed index: entry ``(i, j)`` reads offset ``k < H`` of row ``r``,
     whose pair ``(r, (r + k) mod n)`` is ``{i, j}``; ``(i, j)`` and ``(j, i)`` read the same
     place (a large odd ``n`` too)."""
-    half, full = evaluation._circulant(n, torch.device("cpu"))
+    half, full = circulant.circulant_packing(n, torch.device("cpu"))
     assert half == n // 2 + 1
     assert full.dtype == torch.int32  # half the memory of an int64 index
     pos = full.long().reshape(n, n).numpy()
@@ -133,8 +133,8 @@ def test_circulant_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     learning) must not keep an index per size: the cached indices hold at most
     ``CIRCULANT_CACHE_BYTES`` together, the most recent kept, a larger one not cached
     (regression test: the cache was unbounded, 12 GiB of growth over n = 100..1500)."""
-    cache = evaluation._index_cache
-    monkeypatch.setattr(evaluation, "CIRCULANT_CACHE_BYTES", 4 * 30 * 30)  # one n = 30 index
+    cache = circulant._index_cache
+    monkeypatch.setattr(circulant, "CIRCULANT_CACHE_BYTES", 4 * 30 * 30)  # one n = 30 index
     cache.clear()
     cpu = torch.device("cpu")
     for n in range(20, 34):
@@ -146,7 +146,7 @@ def test_circulant_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         np.testing.assert_allclose(K.numpy(), reference_kernel_dimwise(sym), rtol=1e-12)
         torch.testing.assert_close(K, K.transpose(1, 2), rtol=0, atol=0)
         held = sum(t.numel() * t.element_size() for t in cache.values())
-        assert held <= evaluation.CIRCULANT_CACHE_BYTES
+        assert held <= circulant.CIRCULANT_CACHE_BYTES
         assert ((n, cpu) in cache) == (n <= 30)  # the latest size, unless too large
     assert len(cache) == 1  # n = 30: every smaller one evicted by the next
     cache.clear()

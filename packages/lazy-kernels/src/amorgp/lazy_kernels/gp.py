@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.lazy_kernels.evaluation import blockwise_graph
 from amorgp.lazy_kernels.operators import (
     EVALUATOR_MATRICES_PER_TERM,
     DenseKernel,
@@ -84,9 +85,9 @@ blocks are a CPU cache optimisation): the bound of the previous evaluator, kept 
 EVALUATOR_MATRICES_BLOCKWISE = 6
 """Peak working memory of the dense evaluator *with* a graph for the parameters on the
 CPU, forward and backward, in matrices of the output's size, where it records that graph
-block by block (from ``n * (n // 2 + 1) >= BLOCKWISE_MIN_ELEMENTS``, i.e. n >= 2048, for
-any number of dimensions): measured 3.8-5.6 at n = 2000-3000, d = 8, 8-32 addends
-(section 9).  Below that size, on other devices and with a graph for the inputs, the
+block by block (from n = 2048 for any number of dimensions:
+:func:`~amorgp.lazy_kernels.evaluation.blockwise_graph`): measured 3.8-5.6 at
+n = 2000-3000, d = 8, 8-32 addends (section 9).  Below that size, on other devices and with a graph for the inputs, the
 count is :data:`EVALUATOR_MATRICES_PER_TERM` per addend."""
 
 
@@ -132,7 +133,6 @@ def choose_backend(
         ValueError: if only KeOps would fit and pykeops is unavailable (the message says
             how to proceed).
     """
-    from amorgp.lazy_kernels.evaluation import BLOCKWISE_MIN_ELEMENTS
     from amorgp.lazy_kernels.keops import keops_available
 
     if n_terms < 1:
@@ -144,7 +144,7 @@ def choose_backend(
     if not graph:
         bound = EVALUATOR_MATRICES_NO_GRAPH if cpu else EVALUATOR_MATRICES_NO_GRAPH_DEVICE
         matrices = min(matrices, bound)
-    elif cpu and not input_graph and n * (n // 2 + 1) >= BLOCKWISE_MIN_ELEMENTS:
+    elif cpu and not input_graph and blockwise_graph(n):
         matrices = min(matrices, EVALUATOR_MATRICES_BLOCKWISE)
     evaluator = matrices * dense
     limit = CHOLESKY_MAX_N if dtype == torch.float64 else CHOLESKY_MAX_N // 2
