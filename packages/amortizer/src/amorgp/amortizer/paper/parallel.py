@@ -2,8 +2,8 @@
 
 The full protocol's Fig. 3 is 5 datasets x 3 splits x 24 kernels x 10 methods, most of it
 the Type-2 ML, MAP and variational baselines on one CPU thread each: tens of CPU hours.
-``amorgp benchmark paper --jobs N`` splits those cells into (dataset, method) shards and
-computes them in ``N`` processes (each on one thread) before the experiments run; the
+``amorgp benchmark paper --jobs N`` splits those cells into (dataset, split, method) shards
+and computes them in ``N`` processes (each on one thread) before the experiments run; the
 experiments then read every cell back from the cache.  Shards write disjoint cells to the
 same cell files (whole lines, appended atomically), so an interrupted parallel run
 continues like a sequential one, and its cells equal those of a sequential run.
@@ -40,22 +40,24 @@ _METHOD_COST = {
 _DATASET_COST = {"concrete": 0, "housing": 1, "energy": 2, "yacht": 3, "airline": 4}
 
 
-def real_shards(config: PaperConfig) -> list[tuple[str, str]]:
-    """The ``(dataset, method)`` shards of the real-data cells that Fig. 3 and Fig. 11 of
-    ``config`` need, the most expensive first (empty when neither experiment is run)."""
+def real_shards(config: PaperConfig) -> list[tuple[str, int, str]]:
+    """The ``(dataset, split, method)`` shards of the real-data cells that Fig. 3 and
+    Fig. 11 of ``config`` need, the most expensive first (empty when neither experiment
+    is run).  The splits of a dataset are independent, so they are separate shards: a
+    machine with more cores than (dataset, method) pairs keeps them all busy."""
     methods: list[str] = []
     if "fig3" in config.experiments:
         methods += list(config.methods)
     if "fig11" in config.experiments:
         methods += [m for m in fig11.METHODS if m not in methods]
-    shards = [(d, m) for m in methods for d in config.datasets]
+    shards = [(d, s, m) for m in methods for d in config.datasets for s in range(config.splits)]
     return sorted(
         shards,
-        key=lambda s: (_METHOD_COST.get(s[1], 7), _DATASET_COST.get(s[0], 2)),
+        key=lambda x: (_METHOD_COST.get(x[2], 7), _DATASET_COST.get(x[0], 2), x[1]),
     )
 
 
-def _run_shard(args: tuple[PaperConfig, str, str, str]) -> int:
+def _run_shard(args: tuple[PaperConfig, str, str, int, str]) -> int:
     """One shard in a worker: its missing cells computed and cached; returns their number."""
     import torch
 
@@ -63,12 +65,12 @@ def _run_shard(args: tuple[PaperConfig, str, str, str]) -> int:
     from amorgp.amortizer.paper.context import RunContext
     from amorgp.amortizer.paper.real import kernel_templates, real_cells
 
-    config, out, dataset, method = args
+    config, out, dataset, split, method = args
     torch.set_num_threads(1)
     shard = dataclasses.replace(config, datasets=(dataset,), methods=(method,))
     cache = CellCache(Path(out))
     ctx = RunContext(shard, Path(out), cache, progress=False)
-    real_cells(ctx, [method], kernel_templates(shard.kernel_ids), "fig3")
+    real_cells(ctx, [method], kernel_templates(shard.kernel_ids), "fig3", splits=[split])
     return cache.computed
 
 
@@ -92,7 +94,7 @@ def prefetch_real_cells(config: PaperConfig, out: Path, jobs: int) -> int:
     computed = 0
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(min(jobs, len(shards))) as pool:
-        tasks = [(config, str(out), d, m) for d, m in shards]
+        tasks = [(config, str(out), d, s, m) for d, s, m in shards]
         for i, n in enumerate(pool.imap_unordered(_run_shard, tasks), start=1):
             computed += n
             log.info("real-data shards: %d/%d done (%d cells computed)", i, len(tasks), computed)

@@ -177,13 +177,17 @@ def supports(method: str, kernel: str, d: int) -> bool:
 
 
 def real_cells(
-    ctx: RunContext, methods: Sequence[str], kernels: Sequence[str], experiment: str
+    ctx: RunContext,
+    methods: Sequence[str],
+    kernels: Sequence[str],
+    experiment: str,
+    splits: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Every real-data cell of ``methods`` x ``kernels`` x datasets x splits.
 
     Missing cells are computed (all missing kernels of a split and method in one call)
     and cached; methods whose model is not available are skipped with a note for
-    ``experiment``.
+    ``experiment``.  ``splits`` restricts the splits (default: all of the config's).
 
     Returns:
         One record per cell: ``dataset, split, kernel, method, rmse, nll, time_s``.
@@ -196,10 +200,11 @@ def real_cells(
     runnable = [m for m in methods if hashes[m] is not None]
     names = ctx.dataset_names()
     records: list[dict[str, Any]] = []
-    with ctx.bar(len(names) * cfg.splits * len(runnable), f"{experiment}: real data") as bar:
+    split_ids = list(range(cfg.splits) if splits is None else splits)
+    with ctx.bar(len(names) * len(split_ids) * len(runnable), f"{experiment}: real data") as bar:
         for path, name in zip(cfg.datasets, names, strict=True):
             data = ctx.dataset(path)
-            for split in range(cfg.splits):
+            for split in split_ids:
                 lazy = functools.cache(functools.partial(make_split, data, split))
                 for m in runnable:
                     ks = [k for k in kernels if supports(m, k, data.X.shape[1])]
