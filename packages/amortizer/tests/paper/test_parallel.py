@@ -7,8 +7,11 @@ import dataclasses
 import pytest
 
 from amorgp.amortizer.paper import PaperConfig
+from amorgp.amortizer.paper.cache import CellCache
+from amorgp.amortizer.paper.context import RunContext
 from amorgp.amortizer.paper.fig11 import METHODS as FIG11_METHODS
 from amorgp.amortizer.paper.parallel import prefetch_real_cells, real_shards
+from amorgp.amortizer.paper.real import kernel_templates, real_cells
 
 
 def test_shards_cover_fig3_and_fig11_methods_once_each() -> None:
@@ -44,10 +47,6 @@ def test_a_split_shard_computes_that_split_only_and_equals_a_full_run(
     tmp_path, tiny_checkpoint
 ) -> None:
     """A (dataset, split, method) shard's cells are those of a sequential run of all splits."""
-    from amorgp.amortizer.paper.cache import CellCache
-    from amorgp.amortizer.paper.context import RunContext
-    from amorgp.amortizer.paper.real import kernel_templates, real_cells
-
     config = PaperConfig(
         experiments=("fig3",),
         datasets=("yacht",),
