@@ -61,9 +61,9 @@ def campaign_report(
 ) -> str:
     """Write the report of ``log`` to ``markdown`` (and ``figure``); returns the Markdown.
 
-    With ``card`` (e.g. ``docs/model-card.md``), the tables also replace what stands in that
-    file between the lines ``<!-- campaign:begin -->`` and ``<!-- campaign:end -->``, so the
-    model card shows every run; a card without both markers raises ``ValueError`` and is
+    With ``card`` (e.g. ``docs/training/model-card-history.md``), the tables also replace
+    what stands in that file between the lines ``<!-- campaign:begin -->`` and
+    ``<!-- campaign:end -->``, so the card shows every run; a card without both markers raises ``ValueError`` and is
     left as it was (the report is written first).
     """
     records = read_campaign_log(log)
