@@ -35,7 +35,7 @@ def test_exponential_against_scipy(rate: float) -> None:
 
 
 def test_paper_priors() -> None:
-    # ARCHITECTURE §1: s^2, c^2, p ~ Gamma(2, 3); l ~ Gamma(2, 5); noise ~ Exp(1/0.15^2)
+    # docs/architecture.md §4: s^2, c^2, p ~ Gamma(2, 3); l ~ Gamma(2, 5); noise ~ Exp(1/0.15^2)
     expected = {
         "variance": Gamma(2, 3),
         "offset": Gamma(2, 3),

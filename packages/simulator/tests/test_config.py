@@ -11,7 +11,7 @@ from amorgp.simulator import SimulatorConfig
 
 
 def test_paper_preset_matches_appendix_a() -> None:
-    # values of Bitzer et al. (2023), Appendix A (ARCHITECTURE §1)
+    # values of Bitzer et al. (2023), Appendix A (docs/architecture.md §4)
     cfg = SimulatorConfig.paper()
     assert (cfg.n_min, cfg.n_max) == (10, 250)
     assert cfg.d_max == 8

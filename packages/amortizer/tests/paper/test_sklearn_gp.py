@@ -1,4 +1,4 @@
-"""The scikit-learn kernels equal the grammar's closed forms (ARCHITECTURE, Appendix A)."""
+"""The scikit-learn kernels equal the grammar's closed forms (``docs/architecture.md`` §4)."""
 
 from __future__ import annotations
 

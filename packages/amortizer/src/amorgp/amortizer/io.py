@@ -1,6 +1,6 @@
 """Datasets for inference: validation and CSV loading.
 
-The normalisation contract (ARCHITECTURE §3, stored in every checkpoint as
+The normalisation contract (``docs/architecture.md`` §3.1, stored in every checkpoint as
 ``NORMALISATION``) is :class:`amorgp.lazy_kernels.Normalizer`: each input column is
 min-max scaled to ``[0, 1]`` (a constant column maps to 0.5), the targets are
 standardised, and hyperparameters map back to original units where the map is

@@ -1,6 +1,6 @@
 """The amortization network g(D, S) -> (theta_S, sigma^2) of Bitzer et al. (2023).
 
-Shapes (padded batch contract, ARCHITECTURE §3): ``B`` datasets, ``N`` points,
+Shapes (padded batch contract, ``docs/architecture.md`` §3.2): ``B`` datasets, ``N`` points,
 ``D`` input dimensions, ``L`` addends per dimension, ``P`` parameter slots,
 ``H`` dataset-encoder width, ``K`` kernel-token width.
 

@@ -2,7 +2,7 @@
 
 :class:`Normalizer`, :func:`as_dataset` and :func:`as_inputs` are owned by
 :mod:`amorgp.lazy_kernels.data` (below both the baselines and the amortizer) and
-re-exported here; see there for the contract (ARCHITECTURE §3).
+re-exported here; see there for the contract (``docs/architecture.md`` §3).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The inference protocol shared by the baselines and the amortizer.
 
 "Given a dataset and a list of kernels, return hyperparameters and log
-marginal likelihoods" (ARCHITECTURE §2).  :class:`KernelFit` (the fit-result base
+marginal likelihoods" (``docs/architecture.md`` §2).  :class:`KernelFit` (the fit-result base
 both the baselines' ``FitResult`` and the amortizer's ``KernelResult`` extend) and
 :class:`HyperparameterInference` are owned by :mod:`amorgp.lazy_kernels.fit` and
 re-exported here.

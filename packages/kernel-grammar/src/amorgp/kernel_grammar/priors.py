@@ -2,7 +2,7 @@
 
 Only the declaration and the log density live here (numpy or torch inputs, via
 the array-namespace dispatch); samplers that take a ``torch.Generator`` live in
-the simulator.  Parameterisation is (shape, rate) as in ARCHITECTURE §1.
+the simulator.  Parameterisation is (shape, rate) as in ``docs/architecture.md`` §4.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dataset validation and the normalisation contract (ARCHITECTURE §3).
+"""Dataset validation and the normalisation contract (``docs/architecture.md`` §3.1).
 
 Inputs are min-max scaled per column to ``[0, 1]`` (a constant column maps to
 ``0.5``) and targets are standardised with the population standard deviation,

@@ -1,6 +1,6 @@
 """Reusable checks for code that produces or consumes simulated batches.
 
-:func:`check_batch` asserts the padded batch contract (ARCHITECTURE §3) and the
+:func:`check_batch` asserts the padded batch contract (``docs/architecture.md`` §3) and the
 simulator's ground-truth invariants; downstream packages (the amortizer's data
 pipeline, fixed-set loaders) can call it on anything that claims to be a
 :class:`~amorgp.simulator.batch.SimulatedBatch`.  :func:`dense_covariance` is a

@@ -59,7 +59,7 @@ def random_symbol_params(
 
 @dataclass
 class DimWiseBatch:
-    """A padded batch (ARCHITECTURE §3) of inputs and dimension-wise structures."""
+    """A padded batch (``docs/architecture.md`` §3) of inputs and dimension-wise structures."""
 
     X1: Tensor
     X2: Tensor
