@@ -77,7 +77,7 @@ CAMPAIGN_STAGES: tuple[CampaignStage, ...] = (
 )
 """The curriculum: small datasets first, then the paper's ``n <= 250``, then a step
 decay of the learning rate once the validation NLL of the constant-rate stage had
-levelled off (session 19: 0.4775 at 1.14 M datasets, 0.4749 at 1.29 M and 1.35 M)."""
+levelled off (0.4775 at 1.14 M datasets, 0.4749 at 1.29 M and 1.35 M)."""
 
 
 def stage_train_config(stage: CampaignStage, seed: int, batch_size: int) -> TrainConfig:

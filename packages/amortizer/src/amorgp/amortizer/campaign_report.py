@@ -30,7 +30,7 @@ def read_campaign_log(log: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def _runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One summary per run (a machine session): its segments' first and last records."""
+    """One summary per run (one campaign process on one machine): its segments' first and last records."""
     runs: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         runs.setdefault(str(r.get("run", "?")), []).append(r)

@@ -79,8 +79,8 @@ addends, up to 6 at n = 1000 where a fixed few tens of MiB of block buffers coun
 
 EVALUATOR_MATRICES_NO_GRAPH_DEVICE = 12
 """The same count on other devices, where the evaluator works on whole matrices (the
-blocks are a CPU cache optimisation): the bound of the previous evaluator, kept as it was
-(not measured on a GPU), so choices there are unchanged."""
+blocks are a CPU cache optimisation): the bound of whole-matrix evaluation (not measured
+on a GPU)."""
 
 EVALUATOR_MATRICES_BLOCKWISE = 6
 """Peak working memory of the dense evaluator *with* a graph for the parameters on the

@@ -64,7 +64,7 @@ def method_config(ctx: RunContext, method: str) -> str | None:
     if method == "sklearn":
         settings["sklearn"] = 2  # min-max scaled inputs, every expressible kernel
     if "+refine" in method:
-        # 2: line searches no longer count against the iterations; 3: L-BFGS in log space
+        # config version: 2 = each line search has its own evaluation budget; 3 = log space
         settings["refine"] = 3
     if "+calibrate" in method:
         settings["calibrate"] = 1
