@@ -282,7 +282,7 @@ def _splits(n: int) -> str:
 
 
 def targets(groups: dict[tuple[str, str], list]) -> str:
-    """The issue's targets, checked on the mean test log-likelihood of the cells present."""
+    """The DIWP quality targets, checked on the mean test log-likelihood of the cells present."""
     lines, wins, near = [], 0, 0
     present = [d for d in DATASETS if (d, "diwp") in groups]
     for name in present:
