@@ -193,6 +193,18 @@ class KernelResult(KernelFit):
         """Alias of :attr:`normalizer` (the name used before the fit-result base)."""
         return self.normalizer
 
+    def predict(self, X_new: Any, *, include_noise: bool = True) -> tuple[Any, Any]:
+        """GP predictive ``(mean (m,), variance (m,))`` at ``X_new (m, d)``, original units
+        (see :meth:`KernelFit.predict <amorgp.lazy_kernels.KernelFit.predict>`).
+
+        Returns float64 CPU tensors for a tensor ``X_new``, float64 numpy arrays for
+        anything else (a numpy array, a list).
+        """
+        mean, var = super().predict(X_new, include_noise=include_noise)
+        if isinstance(X_new, Tensor):
+            return mean, var
+        return mean.numpy(), var.numpy()
+
     def _predict_normalized(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
         if self._gp is None:
             raise ValueError("this result holds no data to condition on")
