@@ -177,7 +177,9 @@ def test_kernel_object_is_readable() -> None:
     k = reg.kernel_
     assert isinstance(k, FittedKernel)
     text = repr(k)
-    assert "SE@0(variance=" in text and "period=" in text and "WhiteNoise(noise_level=" in text
+    assert "SE@0(variance=" in text
+    assert "period=" in text
+    assert "WhiteNoise(noise_level=" in text
     params = k.get_params()
     assert list(params) == [
         "d0.0.SE.variance",
@@ -207,10 +209,13 @@ def test_kernel_result_predict_returns_the_input_s_array_type() -> None:
     X, y = _data_1d()
     res = Amortizer.from_pretrained(device="cpu").infer(X, y, "SE")
     m, v = res.predict(X[:4])
-    assert isinstance(m, np.ndarray) and isinstance(v, np.ndarray)
-    assert m.dtype == np.float64 and m.shape == (4,)
+    assert isinstance(m, np.ndarray)
+    assert isinstance(v, np.ndarray)
+    assert m.dtype == np.float64
+    assert m.shape == (4,)
     mt, vt = res.predict(torch.from_numpy(X[:4]))
-    assert isinstance(mt, torch.Tensor) and isinstance(vt, torch.Tensor)
+    assert isinstance(mt, torch.Tensor)
+    assert isinstance(vt, torch.Tensor)
     np.testing.assert_array_equal(mt.numpy(), m)
     np.testing.assert_array_equal(vt.numpy(), v)
     ml, _ = res.predict(X[:4].tolist())
