@@ -71,6 +71,13 @@ class ConditionedGP:
         self._lml: float | None = None
         self._gp: ExactGP | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the data and parameters, not the factor (``O(n^2)``): it is recomputed
+        on first use, so fitted estimators travel cheaply between processes."""
+        state = self.__dict__.copy()
+        state["_gp"] = None
+        return state
+
     @property
     def gp(self) -> ExactGP:
         """The one :class:`~amorgp.lazy_kernels.ExactGP` of this kernel (built on first use)."""
