@@ -7,12 +7,16 @@ normal density and central finite differences.
 
 from __future__ import annotations
 
+import pickle
+
+import joblib
 import numpy as np
 import pytest
 import torch
 from scipy.stats import multivariate_normal
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ExpSineSquared
+from sklearn.model_selection import KFold, cross_val_score
 
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.estimator import AmortizedGPRegressor
@@ -220,3 +224,36 @@ def test_kernel_result_predict_returns_the_input_s_array_type() -> None:
     np.testing.assert_array_equal(vt.numpy(), v)
     ml, _ = res.predict(X[:4].tolist())
     assert isinstance(ml, np.ndarray)
+
+
+def test_fitted_estimator_pickles_without_the_posterior_factor() -> None:
+    X, y = _data_1d(400)
+    reg = AmortizedGPRegressor(kernel="SE + PER", device="cpu").fit(X, y)
+    mean, std = reg.predict(X[:5], return_std=True)
+    assert reg.result_.factored or reg.result_._gp is not None
+    blob = pickle.dumps(reg)
+    assert len(blob) < 400 * 400 * 8 // 10  # the factor alone is n^2 float64
+    back = pickle.loads(blob)
+    m2, s2 = back.predict(X[:5], return_std=True)
+    np.testing.assert_allclose(m2, mean, rtol=1e-12)
+    np.testing.assert_allclose(s2, std, rtol=1e-12)
+    assert back.log_marginal_likelihood_ == reg.log_marginal_likelihood_
+
+
+def _cv_scores(**kwargs: object) -> np.ndarray:
+    X, y = _data_1d(60)
+    cv = KFold(4, shuffle=True, random_state=0)
+    est = AmortizedGPRegressor(kernel="SE + PER", device="cpu")
+    return cross_val_score(est, X, y, cv=cv, **kwargs)  # type: ignore[arg-type]
+
+
+def test_cross_validation_in_threads_matches_serial() -> None:
+    serial = _cv_scores()
+    with joblib.parallel_config(backend="threading"):
+        threaded = _cv_scores(n_jobs=2)
+    np.testing.assert_allclose(threaded, serial, rtol=1e-10)
+
+
+@pytest.mark.slow
+def test_cross_validation_in_processes_matches_serial() -> None:
+    np.testing.assert_allclose(_cv_scores(n_jobs=2), _cv_scores(), rtol=1e-10)
