@@ -1,4 +1,9 @@
-"""An sklearn-style regressor over the amortized GP: ``fit``, ``predict(return_std=True)``, ``score``.
+"""An sklearn-style regressor over the amortized GP: ``fit``, ``predict``, ``score``, ``sample_y``.
+
+``AmortizedGPRegressor`` mirrors scikit-learn's ``GaussianProcessRegressor``:
+``predict(return_std=..., return_cov=...)``, ``sample_y``, ``log_marginal_likelihood(theta,
+eval_gradient)``, ``kernel_`` (a :class:`~amorgp.amortizer.fitted_kernel.FittedKernel` with
+``to_sklearn()``), ``X_train_``, ``alpha_``, ``log_marginal_likelihood_value_``.
 
 >>> import numpy as np
 >>> from amorgp.amortizer import AmortizedGPRegressor
