@@ -132,8 +132,8 @@ def planted_search(amz: Amortizer, cases: int, seed: int) -> dict[str, Any]:
             fit_true = amz.fit_many(X, y, [truth])[0]
             m1, v1 = res.best.fit.predict(Xt)
             m0, v0 = fit_true.predict(Xt)
-            nll_found = scores(m1.numpy(), v1.numpy(), yt)[1]
-            nll_true = scores(m0.numpy(), v0.numpy(), yt)[1]
+            nll_found = scores(np.asarray(m1), np.asarray(v1), yt)[1]
+            nll_true = scores(np.asarray(m0), np.asarray(v0), yt)[1]
             exact = res.best.structure == truth
             found += int(exact)
             ok += int(exact or nll_found <= nll_true + 1e-9)
@@ -179,7 +179,7 @@ def airline_search(amz: Amortizer) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, res, t in (("amortized", res_a, t_a), ("type2ml", res_t, t_t)):
         m, v = res.best.fit.predict(Xte)
-        rmse, nll = scores(m.numpy(), v.numpy(), yte)
+        rmse, nll = scores(np.asarray(m), np.asarray(v), yte)
         periods = [
             t_.original.get("period") or t_.original.get("per_period")
             for t_ in describe_structure(res.best.fit, Xtr)

@@ -68,7 +68,7 @@ def real_scores(
                 warnings.simplefilter("ignore")
                 fits = amz.infer_many(X[tr], y[tr], kernels)
             for f in fits:
-                m, v = (t.numpy() for t in f.predict(X[te]))
+                m, v = (np.asarray(t) for t in f.predict(X[te]))
                 mm, vv, t = (m - mu) / sd, v / sd**2, (y[te] - mu) / sd
                 rmse.append(float(np.sqrt(np.mean((mm - t) ** 2))))
                 nll.append(float(np.mean(0.5 * (np.log(2 * np.pi * vv) + (t - mm) ** 2 / vv))))

@@ -50,9 +50,9 @@ def test_bma_with_each_implementer(method: str) -> None:
         mean, var = ens.fits[i].predict(Xt)
         j = live.index(i)
         np.testing.assert_allclose(
-            mix.means[j].numpy(), mean.numpy(), rtol=1e-6, atol=1e-6 * np.std(y)
+            mix.means[j].numpy(), np.asarray(mean), rtol=1e-6, atol=1e-6 * np.std(y)
         )
-        np.testing.assert_allclose(mix.variances[j].numpy(), var.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(mix.variances[j].numpy(), np.asarray(var), rtol=1e-6)
     rmse = float(np.sqrt(np.mean((mix.mean().numpy() - yt) ** 2)))
     constant = float(np.sqrt(np.mean((y.mean() - yt) ** 2)))
     assert rmse < 0.5 * constant

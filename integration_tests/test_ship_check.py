@@ -30,7 +30,7 @@ def _direct_rmse(model: str, calibrate: bool) -> list[float]:
     out = []
     for f in fits:
         m, v = f.predict(sp.X_test)
-        out.append(scores(m.numpy(), v.numpy(), sp.y_test, sp.mu, sp.sd)[0])
+        out.append(scores(np.asarray(m), np.asarray(v), sp.y_test, sp.mu, sp.sd)[0])
     return out
 
 

@@ -256,7 +256,7 @@ def real_data_scores(
         rmse, nll = [], []
         t = (y[te] - mu) / sd
         for f in fits:
-            m, v = (a.numpy() for a in f.predict(X[te]))
+            m, v = (np.asarray(a) for a in f.predict(X[te]))
             m, v = (m - mu) / sd, v / sd**2
             rmse.append(float(np.sqrt(np.mean((m - t) ** 2))))
             nll.append(float(np.mean(0.5 * (np.log(2 * np.pi * v) + (t - m) ** 2 / v))))

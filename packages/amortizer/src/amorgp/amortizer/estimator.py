@@ -1,4 +1,9 @@
-"""An sklearn-style regressor over the amortized GP: ``fit``, ``predict(return_std=True)``, ``score``.
+"""An sklearn-style regressor over the amortized GP: ``fit``, ``predict``, ``score``, ``sample_y``.
+
+``AmortizedGPRegressor`` mirrors scikit-learn's ``GaussianProcessRegressor``:
+``predict(return_std=..., return_cov=...)``, ``sample_y``, ``log_marginal_likelihood(theta,
+eval_gradient)``, ``kernel_`` (a :class:`~amorgp.amortizer.fitted_kernel.FittedKernel` with
+``to_sklearn()``), ``X_train_``, ``alpha_``, ``log_marginal_likelihood_value_``.
 
 >>> import numpy as np
 >>> from amorgp.amortizer import AmortizedGPRegressor
@@ -17,15 +22,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from amorgp.amortizer.fitted_kernel import FittedKernel
 from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.results import KernelResult
-from amorgp.lazy_kernels import as_dataset
+from amorgp.lazy_kernels import DimWiseKernel, as_dataset
 
 __all__ = ["AmortizedGPRegressor"]
 
@@ -104,7 +111,19 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             normalised units, plus ``"noise"`` (see ``result_.table`` for original units).
         log_marginal_likelihood_: log marginal likelihood of the training targets
             in original units.
+        log_marginal_likelihood_value_: the same (scikit-learn's name).
+        kernel_: the fitted kernel and noise as a :class:`~amorgp.amortizer.fitted_kernel.FittedKernel`
+            (scikit-learn's ``normalize_y=True`` units; ``kernel_.to_sklearn()``).
+        X_train_: ``(n, d)`` training inputs (float64 copy).
+        alpha_: ``(n,)`` ``(K + sigma^2 I)^{-1} y~`` for the standardised targets ``y~``
+            (scikit-learn's ``alpha_`` with ``normalize_y=True``).
         n_features_in_: number of input columns.
+
+    scikit-learn parity: ``GaussianProcessRegressor(kernel=reg.kernel_.to_sklearn(),
+    normalize_y=True, optimizer=None, alpha=0)`` fitted on the same data gives the same
+    ``predict`` (mean, ``return_std``, ``return_cov``), ``alpha_`` and, up to the constant
+    ``n log std(y)`` (scikit-learn reports it for the standardised targets), the same log
+    marginal likelihood.
     """
 
     def __init__(
@@ -143,6 +162,8 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         result = amz.infer(Xa, ya, self.kernel, refine=self.refine, calibrate=self.calibrate)
         self.result_: KernelResult = result
         self.n_features_in_ = Xa.shape[1]
+        self.X_train_: np.ndarray = Xa.numpy().copy()
+        self.kernel_ = FittedKernel(result.kernel, result.params, result.noise, result.normalizer)
         hyper = {f"d{h.dim}.{h.addend}.{h.symbol}.{h.name}": h.value for h in result.table}
         self.hyperparameters_: dict[str, float] = {**hyper, "noise": result.noise}
         return self
@@ -157,12 +178,24 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             raise AttributeError("log_marginal_likelihood_ is available after fit")
         return self.result_.log_marginal_likelihood_original
 
-    def predict(self, X: Any, return_std: bool = False) -> Any:
-        """Predictive mean ``(m,)`` at ``X (m, d)``; with ``return_std`` also the std of ``y``.
+    @property
+    def log_marginal_likelihood_value_(self) -> float:
+        """scikit-learn's name of :attr:`log_marginal_likelihood_` (original units: add
+        ``n log std(y)`` to compare with scikit-learn's ``normalize_y=True`` value)."""
+        if "result_" not in self.__dict__:
+            raise AttributeError("log_marginal_likelihood_value_ is available after fit")
+        return self.log_marginal_likelihood_
 
-        Raises:
-            ValueError: ``fit`` was not called, or ``X`` is invalid / has the wrong width.
-        """
+    @property
+    def alpha_(self) -> np.ndarray:
+        """``(n,)`` ``(K + sigma^2 I)^{-1} y~`` for the standardised targets ``y~``."""
+        if "result_" not in self.__dict__:
+            raise AttributeError("alpha_ is available after fit")
+        with torch.inference_mode():
+            alpha = self.result_.posterior.alpha()
+        return alpha.detach().to("cpu", torch.float64).numpy().copy()
+
+    def _inputs(self, X: Any) -> torch.Tensor:
         if not hasattr(self, "result_"):
             _not_fitted(self)
         if _validate_data is not None:
@@ -173,9 +206,132 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
                 f"X has {Xa.shape[1]} features, but {type(self).__name__} is expecting "
                 f"{self.n_features_in_} features as input"
             )
+        return Xa
+
+    def predict(self, X: Any, return_std: bool = False, return_cov: bool = False) -> Any:
+        """Predictive mean ``(m,)`` at ``X (m, d)``; with ``return_std`` also the std of ``y``,
+        with ``return_cov`` the ``(m, m)`` covariance of ``y`` (noise on the diagonal), as
+        scikit-learn's ``GaussianProcessRegressor.predict`` with a ``WhiteKernel``.
+
+        Raises:
+            ValueError: ``fit`` was not called, or ``X`` is invalid / has the wrong width.
+            RuntimeError: both ``return_std`` and ``return_cov`` (scikit-learn's rule).
+        """
+        if return_std and return_cov:
+            raise RuntimeError("At most one of return_std or return_cov can be requested.")
+        Xa = self._inputs(X)
         mean, var = self.result_.predict(Xa, include_noise=True)
         m = mean.numpy()
+        if return_cov:
+            return m, self._covariance(Xa)
         return (m, np.sqrt(var.numpy())) if return_std else m
+
+    def _covariance(self, Xa: torch.Tensor) -> np.ndarray:
+        """``(m, m)`` predictive covariance of ``y`` at validated inputs, original units."""
+        res = self.result_
+        Xn = res.normalizer.transform_x(Xa)
+        post = res.posterior
+        with torch.inference_mode():
+            cov = post.covariance(Xn.to(device=post.X.device, dtype=post.X.dtype))
+            cov = cov.to("cpu", torch.float64)
+        cov = cov + res.noise * torch.eye(cov.shape[0], dtype=torch.float64)
+        return (cov * res.normalizer.y_std**2).numpy()
+
+    def sample_y(self, X: Any, n_samples: int = 1, random_state: Any = 0) -> np.ndarray:
+        """Joint draws of ``y`` at ``X (m, d)`` from the predictive, ``(m, n_samples)``.
+
+        As scikit-learn's ``GaussianProcessRegressor.sample_y``: ``random_state`` is an int,
+        a ``numpy.random.RandomState`` or ``None`` (draws by
+        ``RandomState.multivariate_normal`` of ``predict(X, return_cov=True)``, the same
+        numbers scikit-learn draws for the same mean and covariance); a ``torch.Generator``
+        draws ``mean + Q sqrt(max(lambda, 0)) e`` from the covariance's eigendecomposition
+        with ``e`` from the generator.
+
+        Raises:
+            ValueError: ``n_samples`` is not a positive integer, or invalid ``X``.
+        """
+        if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)):
+            raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
+        if n_samples < 1:
+            raise ValueError(f"n_samples must be a positive integer, got {n_samples}")
+        mean, cov = self.predict(X, return_cov=True)
+        if isinstance(random_state, torch.Generator):
+            evals, Q = torch.linalg.eigh(torch.from_numpy(cov))
+            root = Q * evals.clamp_min(0).sqrt()
+            e = torch.randn(
+                mean.shape[0], int(n_samples), generator=random_state, dtype=torch.float64
+            )
+            return mean[:, None] + (root @ e).numpy()
+        rng = _check_random_state(random_state)
+        return rng.multivariate_normal(mean, cov, int(n_samples)).T
+
+    def log_marginal_likelihood(
+        self, theta: Any = None, eval_gradient: bool = False, clone_kernel: bool = True
+    ) -> Any:
+        """Log marginal likelihood of the training targets (original units) at ``theta``.
+
+        Args:
+            theta: log-space hyperparameters in the order of ``kernel_.theta`` (the kernel's
+                parameters, then the noise level); ``None``: the fitted value
+                :attr:`log_marginal_likelihood_value_`.
+            eval_gradient: also return the gradient with respect to ``theta`` (autograd).
+            clone_kernel: accepted for scikit-learn compatibility (nothing is modified).
+
+        The likelihood is evaluated densely (Cholesky of ``n x n``, float64) for a given
+        ``theta``.
+
+        Returns:
+            the value, or ``(value, gradient (len(theta),))`` with ``eval_gradient``.
+
+        Raises:
+            ValueError: not fitted, ``theta`` of the wrong length or not finite, or
+                ``eval_gradient`` without ``theta`` (scikit-learn's rule).
+        """
+        if not hasattr(self, "result_"):
+            _not_fitted(self)
+        if theta is None:
+            if eval_gradient:
+                raise ValueError("Gradient can only be evaluated for theta!=None")
+            return self.log_marginal_likelihood_value_
+        th = torch.as_tensor(np.asarray(theta, dtype=np.float64)).reshape(-1).clone()
+        if th.shape[0] != self.kernel_.theta.shape[0] or not bool(torch.isfinite(th).all()):
+            raise ValueError(
+                f"theta must hold {self.kernel_.theta.shape[0]} finite log-space values "
+                f"(order of kernel_.theta: {', '.join(self.kernel_.hyperparameter_names)})"
+            )
+        with torch.inference_mode(False), torch.enable_grad():
+            th.requires_grad_(eval_gradient)
+            value = _dense_lml(self.result_, self.kernel_, th)
+            if not eval_gradient:
+                return float(value)
+            (grad,) = torch.autograd.grad(value, th)
+        return float(value.detach()), grad.numpy()
+
+
+def _dense_lml(res: KernelResult, kernel: FittedKernel, theta: torch.Tensor) -> torch.Tensor:
+    """``log p(y | theta)`` in original units by a dense float64 Cholesky (differentiable)."""
+    post = res.posterior
+    X = post.X.detach().to("cpu", torch.float64)
+    y = post.y.detach().to("cpu", torch.float64)
+    params, noise = kernel.params_from_theta(theta)
+    n = y.shape[0]
+    K = DimWiseKernel(res.kernel, params)(X) + noise * torch.eye(n, dtype=torch.float64)
+    L, info = torch.linalg.cholesky_ex(K)
+    if int(info) != 0:
+        return torch.tensor(-math.inf, dtype=torch.float64) + 0.0 * theta.sum()
+    a = torch.cholesky_solve(y[:, None], L)[:, 0]
+    value = -0.5 * (y * a).sum() - torch.log(torch.diagonal(L)).sum()
+    return value - 0.5 * n * math.log(2 * math.pi) + res.normalizer.lml_offset(n)
+
+
+def _check_random_state(seed: Any) -> np.random.RandomState:
+    try:
+        from sklearn.utils import check_random_state
+    except ImportError:  # pragma: no cover - without scikit-learn
+        if isinstance(seed, np.random.RandomState):
+            return seed
+        return np.random.RandomState(seed)
+    return check_random_state(seed)
 
 
 @functools.lru_cache(maxsize=8)

@@ -71,6 +71,13 @@ class ConditionedGP:
         self._lml: float | None = None
         self._gp: ExactGP | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the data and parameters, not the factor (``O(n^2)``): it is recomputed
+        on first use, so fitted estimators travel cheaply between processes."""
+        state = self.__dict__.copy()
+        state["_gp"] = None
+        return state
+
     @property
     def gp(self) -> ExactGP:
         """The one :class:`~amorgp.lazy_kernels.ExactGP` of this kernel (built on first use)."""
@@ -192,6 +199,18 @@ class KernelResult(KernelFit):
     def normalization(self) -> Normalizer:
         """Alias of :attr:`normalizer` (the name used before the fit-result base)."""
         return self.normalizer
+
+    def predict(self, X_new: Any, *, include_noise: bool = True) -> tuple[Any, Any]:
+        """GP predictive ``(mean (m,), variance (m,))`` at ``X_new (m, d)``, original units
+        (see :meth:`KernelFit.predict <amorgp.lazy_kernels.KernelFit.predict>`).
+
+        Returns float64 CPU tensors for a tensor ``X_new``, float64 numpy arrays for
+        anything else (a numpy array, a list).
+        """
+        mean, var = super().predict(X_new, include_noise=include_noise)
+        if isinstance(X_new, Tensor):
+            return mean, var
+        return mean.numpy(), var.numpy()
 
     def _predict_normalized(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
         if self._gp is None:

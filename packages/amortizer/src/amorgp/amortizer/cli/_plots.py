@@ -23,7 +23,7 @@ __all__ = ["plot_demo", "plot_ensemble", "plot_prediction"]
 def _predictor(result: KernelResult) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
     def f(Xq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         m, v = result.predict(Xq, include_noise=True)
-        return m.numpy(), np.sqrt(v.numpy())
+        return np.asarray(m), np.sqrt(np.asarray(v))
 
     return f
 
@@ -124,7 +124,7 @@ def plot_ensemble(path: Path, ens: KernelEnsemble, train: Dataset, test: Dataset
             if fit is not None and float(ens.weights[i]) > 0:
                 ax.plot(
                     grid[:, 0],
-                    fit.predict(grid)[0].numpy(),
+                    np.asarray(fit.predict(grid)[0]),
                     lw=0.8,
                     alpha=0.8,
                     label=f"{ens.kernels[i]} (w {float(ens.weights[i]):.2f})",

@@ -52,13 +52,15 @@ def _kernels(amz: Amortizer, table: Dataset, given: tuple[str, ...], preset: str
 
 
 def _member_rows(ens: KernelEnsemble, test: Dataset | None) -> list[dict[str, Any]]:
+    import numpy as np
+
     rows = ens.table()
     if test is None or test.y is None:
         return rows
     for row, fit in zip(rows, ens.fits, strict=True):
         if fit is None or row["status"] == "failed":
             continue
-        m, v = (t.numpy() for t in fit.predict(test.X))
+        m, v = (np.asarray(t) for t in fit.predict(test.X))
         row["test_rmse"], row["test_nll"] = holdout_scores(test.y, m, v)
     return rows
 

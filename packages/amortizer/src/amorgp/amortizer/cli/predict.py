@@ -172,7 +172,7 @@ def predict(
     t0 = time.perf_counter()
     mean_t, var_t = result.predict(test.X, include_noise=True)
     t_pred = time.perf_counter() - t0
-    mean, var = mean_t.numpy(), var_t.numpy()
+    mean, var = np.asarray(mean_t), np.asarray(var_t)
     if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var > 0).all()):
         raise click.ClickException(
             f"kernel {result.kernel_text}: the predictions are not finite; the data's values "

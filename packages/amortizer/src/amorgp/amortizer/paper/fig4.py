@@ -40,7 +40,7 @@ def member_scores(
         if f is None or not math.isfinite(float(f.log_marginal_likelihood)):
             continue
         m, v = f.predict(Xt)
-        out.append(scores(m.cpu().numpy(), v.cpu().numpy(), yt, mu, sd))
+        out.append(scores(np.asarray(m), np.asarray(v), yt, mu, sd))
     return out
 
 

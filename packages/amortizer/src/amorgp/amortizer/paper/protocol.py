@@ -190,5 +190,5 @@ def amortized_predictions(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fits = amz.infer_many(Xtr, ytr, list(kernels), refine=refine, calibrate=calibrate)
-        preds = [(m.cpu().numpy(), v.cpu().numpy()) for m, v in (f.predict(Xte) for f in fits)]
+        preds = [(np.asarray(m), np.asarray(v)) for m, v in (f.predict(Xte) for f in fits)]
     return preds, time.perf_counter() - t0
