@@ -30,7 +30,10 @@ __all__ = [
     "atomic_write",
     "check_output_path",
     "check_plot_path",
+    "SCHEMA_VERSION",
     "emit",
+    "is_stdout",
+    "json_document",
     "json_text",
     "non_finite",
     "results_only_on_stdout",
@@ -127,6 +130,24 @@ def _nulls(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_nulls(v) for v in obj]
     return obj
+
+
+SCHEMA_VERSION = 1
+"""Version of the ``--json`` documents of every command: each is one object with
+``schema_version``, ``command`` and the command's fields; a field is never renamed or
+removed without raising this number."""
+
+
+def json_document(command: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The ``--json`` document of ``command``: ``{"schema_version", "command", ...fields}``."""
+    return {"schema_version": SCHEMA_VERSION, "command": command, **fields}
+
+
+def is_stdout(path: Path | str) -> bool:
+    """Whether an output path means standard output: ``-``, ``/dev/stdout`` or
+    ``/dev/fd/1`` (``/proc/self/fd/1``), by name, never by where descriptor 1 points."""
+    text = str(path)
+    return text == "-" or text in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 
 def json_text(obj: Any, *, indent: int | None = None) -> str:
