@@ -24,7 +24,7 @@ CASES = {
 def test_complex_inputs_are_refused_like_scikit_learn(case: str) -> None:
     X = CASES[case]
     if not isinstance(X, torch.Tensor):  # the oracle: scikit-learn refuses them too
-        with pytest.raises(ValueError, match="[Cc]omplex"):
+        with pytest.raises(ValueError, match=r"[Cc]omplex"):
             check_array(X)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no ComplexWarning on the way
@@ -36,4 +36,5 @@ def test_complex_inputs_are_refused_like_scikit_learn(case: str) -> None:
 
 def test_real_data_still_pass() -> None:
     X, y = as_dataset([[1.0], [2.0], [3.0]], [1, 2, 4])
-    assert X.dtype == torch.float64 and y.tolist() == [1.0, 2.0, 4.0]
+    assert X.dtype == torch.float64
+    assert y.tolist() == [1.0, 2.0, 4.0]

@@ -104,9 +104,7 @@ def check_inputs(
                 f"a kernel is text or a DimWiseStructure, got {type(k).__name__} ({k!r})"
             )
         if isinstance(k, DimWiseStructure) and k.n_dims != d:
-            raise DataError(
-                f"kernel {k} has {k.n_dims} input dimension(s) but X has {d} column(s)"
-            )
+            raise DataError(f"kernel {k} has {k.n_dims} input dimension(s) but X has {d} column(s)")
         try:
             DimWiseStructure.coerce(k, d, vocabulary)
         except KernelSyntaxError:

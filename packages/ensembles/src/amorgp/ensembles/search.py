@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-
 from amorgp.ensembles.ensemble import InferenceLike, _fit_members, _lml, check_inputs
 from amorgp.kernel_grammar import (
     PAPER_VOCABULARY,
