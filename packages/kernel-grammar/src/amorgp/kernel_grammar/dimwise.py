@@ -127,7 +127,7 @@ class DimWiseStructure:
             KernelSyntaxError: the text does not parse.
             ValueError: the expression is not in the dimension-wise space.
         """
-        return cls.from_expr(parse(text, n_dims), n_dims, vocabulary)
+        return cls.from_expr(parse(text, n_dims, vocabulary), n_dims, vocabulary)
 
     @classmethod
     def coerce(
