@@ -96,12 +96,11 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 
 
 def set_verbose(verbose: bool) -> None:
-    """Log INFO messages (size, backend, time estimates) to stderr when ``verbose``."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
+    """Log amorgp's INFO messages (size, backend, time estimates) to stderr when
+    ``verbose``; otherwise warnings only.  A stderr handler is installed on the root
+    logger where none is (``logging.basicConfig``)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("amorgp").setLevel(logging.INFO if verbose else logging.NOTSET)
 
 
 class _LazyGroup(AmorgpGroup):

@@ -34,6 +34,7 @@ __all__ = [
     "emit",
     "is_stdout",
     "json_document",
+    "json_option",
     "json_text",
     "non_finite",
     "results_only_on_stdout",
@@ -141,6 +142,17 @@ removed without raising this number."""
 def json_document(command: str, fields: dict[str, Any]) -> dict[str, Any]:
     """The ``--json`` document of ``command``: ``{"schema_version", "command", ...fields}``."""
     return {"schema_version": SCHEMA_VERSION, "command": command, **fields}
+
+
+def json_option(help_text: str = "") -> Callable[[Any], Any]:
+    """The ``--json`` flag (parameter ``as_json``) every command offers."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help=help_text
+        or "Print one JSON document (schema_version 1) on stdout; messages go to stderr.",
+    )
 
 
 def is_stdout(path: Path | str) -> bool:
