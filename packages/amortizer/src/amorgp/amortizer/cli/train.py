@@ -29,7 +29,7 @@ __all__ = ["parse_overrides", "train_command"]
 
 BOUNDS: dict[str, tuple[float, float]] = {
     "batch_size": (1, 4096),
-    "lr": (1e-12, 10.0),
+    "lr": (1e-12, 1e12),
     "warmup_steps": (0, 10**9),
     "grad_clip": (0.0, 1e6),
     "weight_decay": (0.0, 10.0),
@@ -53,6 +53,8 @@ error, an integer overflow in torch or a half-created run."""
 
 def _check_bounds(key: str, out: float) -> None:
     low, high = BOUNDS.get(key, (-math.inf, math.inf))
+    if key == "lr" and out <= 0:
+        raise click.BadParameter(f"lr must be positive, got {out:g}", param_hint="--set")
     if not low <= out <= high:
         shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in (low, high, out)]
         raise click.BadParameter(
