@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import MutableMapping
 from typing import Any
 
 import click
@@ -107,13 +108,12 @@ class _LazyGroup(AmorgpGroup):
     """The ``amorgp`` group: commands from :data:`COMMANDS`, imported on demand."""
 
     @property
-    def commands(self) -> dict[str, click.Command]:  # type: ignore[override]
+    def commands(self) -> MutableMapping[str, click.Command]:
         """Every command (imports all the command modules)."""
-        ctx = click.Context(self)
-        return {name: self.get_command(ctx, name) for name in COMMANDS}  # type: ignore[misc]
+        return {name: self._load(name) for name in COMMANDS}
 
     @commands.setter
-    def commands(self, value: dict[str, click.Command]) -> None:
+    def commands(self, value: MutableMapping[str, click.Command]) -> None:
         if value:
             raise TypeError("add commands to COMMANDS")
 
@@ -121,9 +121,10 @@ class _LazyGroup(AmorgpGroup):
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        entry = COMMANDS.get(cmd_name)
-        if entry is None:
-            return None
+        return self._load(cmd_name) if cmd_name in COMMANDS else None
+
+    def _load(self, cmd_name: str) -> click.Command:
+        entry = COMMANDS[cmd_name]
         module = importlib.import_module(f"amorgp.amortizer.cli.{entry[0]}")
         command: click.Command = getattr(module, entry[1])
         return command
