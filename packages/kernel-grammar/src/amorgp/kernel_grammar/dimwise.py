@@ -147,8 +147,8 @@ class DimWiseStructure:
         """
         if isinstance(kernel, DimWiseStructure):
             s = kernel
-        elif isinstance(kernel, str):
-            s = cls.parse(kernel, n_dims)
+        elif isinstance(kernel, str):  # (the vocabulary only shapes a syntax error's hint)
+            s = cls.from_expr(parse(kernel, n_dims, vocabulary), n_dims)
         else:
             raise ValueError(f"a kernel is text or a DimWiseStructure, got {type(kernel).__name__}")
         if s.n_dims != n_dims:
