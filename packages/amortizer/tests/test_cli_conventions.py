@@ -103,7 +103,7 @@ def test_every_command_has_one_versioned_json_schema(
                     "--set",
                     "num_workers=0",
                 ],
-            )  # fmt: skip
+            )
             .stdout.strip()
             .splitlines()[-1]
         ),
