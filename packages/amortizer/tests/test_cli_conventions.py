@@ -208,3 +208,41 @@ def test_search_and_ensemble_report_likelihoods_in_original_units(
     text = CliRunner().invoke(main, ens)
     assert "original units" in text.stdout
     assert f"{doc['members'][0]['log_marginal_likelihood_original']:.2f}" in text.stdout
+
+
+def test_large_n_says_the_backend_and_an_estimate_and_logs_every_stage(
+    data_1d: Path,
+    tiny_checkpoint: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import amorgp.amortizer.cli._common as common
+
+    monkeypatch.setattr(common, "LARGE_N", 10)  # the 30-point table counts as large here
+    args = ["predict", str(data_1d), "-k", "SE", "--split", "0.2", "--refine", "2"]
+    with caplog.at_level(logging.INFO, logger="amorgp.cli"):
+        res = CliRunner().invoke(main, [*args, "--checkpoint", str(tiny_checkpoint), "-v"])
+    assert res.exit_code == 0, res.output
+    note = next(line for line in res.stderr.splitlines() if line.startswith("Note: n = 24"))
+    assert "backend cholesky: roughly" in note
+    assert "calibration ~" in note
+    assert "refinement ~" in note
+    for stage in ("network", "calibration", "refine", "posterior", "likelihood", "prediction"):
+        assert f"{stage}" in caplog.text, stage
+
+
+def test_time_estimate_scales_as_the_flop_counts() -> None:
+    from amorgp.amortizer.calibrate import MAX_POINTS
+    from amorgp.amortizer.cli._common import estimate_seconds
+
+    units = {"cholesky": 1.0, "eigh": 2.0, "matmul": 4.0}
+    small = estimate_seconds(512, [1], "cholesky", True, 3, units)
+    big = estimate_seconds(1024, [1, 2], "cholesky", True, 3, units)
+    assert small == {"calibration": 2.0, "posterior": 1.0, "refinement": 18.0}
+    assert big["posterior"] == 2 * 8 * small["posterior"]  # two kernels, (n x 2)^3
+    assert big["refinement"] == 2 * 8 * small["refinement"]
+    huge = estimate_seconds(100 * MAX_POINTS, [1], "cg", True, 0, units)
+    assert huge["calibration"] == 2.0 * (MAX_POINTS / 512) ** 3  # a bounded subset
+    assert "refinement" not in huge
+    cg = estimate_seconds(1024, [1, 3], "cg", False, 0, units)
+    assert cg == {"posterior": 30 * 20 * 4 * 1024**2 * 4.0 / 512**3}

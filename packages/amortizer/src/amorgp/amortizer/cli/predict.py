@@ -30,6 +30,7 @@ from amorgp.amortizer.cli._common import (
     inference_options,
     load_amortizer,
     run_inference,
+    running,
 )
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import (
@@ -290,7 +291,8 @@ def _predict_one(
     """Predictive mean and variance of one kernel on ``test``, its summary lines said,
     and its JSON block."""
     t0 = time.perf_counter()
-    mean_t, var_t = result.predict(test.X, include_noise=True)
+    with running(f"prediction ({result.kernel_text}, {test.X.shape[0]} points)"):
+        mean_t, var_t = result.predict(test.X, include_noise=True)
     t_pred = time.perf_counter() - t0
     mean, var = mean_t.numpy(), var_t.numpy()
     if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var > 0).all()):
