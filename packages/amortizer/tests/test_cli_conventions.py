@@ -246,3 +246,35 @@ def test_time_estimate_scales_as_the_flop_counts() -> None:
     assert "refinement" not in huge
     cg = estimate_seconds(1024, [1, 3], "cg", False, 0, units)
     assert cg == {"posterior": 30 * 20 * 4 * 1024**2 * 4.0 / 512**3}
+
+
+def test_library_chatter_and_warnings_become_one_line_messages() -> None:
+    import warnings
+
+    import click
+
+    from amorgp.amortizer.cli import AmorgpCommand
+    from amorgp.amortizer.cli._output import emit
+
+    @click.command("noisy", cls=AmorgpCommand)
+    def noisy() -> None:
+        print(
+            "[KeOps] Warning : CUDA libraries not found or could not be loaded; Switching to CPU only."
+        )
+        print("a library's own line")
+        for _ in range(3):
+            warnings.warn("one thing went\nsomewhat wrong", UserWarning, stacklevel=1)
+        warnings.warn_explicit(
+            "`torch.jit.script` is deprecated", DeprecationWarning, "/site-packages/torch/x.py", 1
+        )
+        emit("result")
+
+    res = CliRunner().invoke(click.Group(commands=[noisy]), ["noisy"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == "result\n"
+    assert "KeOps" not in res.stderr
+    assert "deprecated" not in res.stderr
+    assert "a library's own line" in res.stderr
+    assert res.stderr.count("Warning: one thing went") == 1
+    assert "somewhat wrong" not in res.stderr  # one line
+    assert "UserWarning" not in res.stderr

@@ -24,7 +24,11 @@ thing on stdout.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -52,6 +56,34 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
         where = f" {err.filename}" if err.filename else ""
         return click.ClickException(f"cannot access{where}: {err.strerror or err}")
     raise TypeError(f"not a mapped error: {type(err).__name__}")
+
+
+@contextlib.contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """Library warnings as one ``Warning: ...`` line each on stderr (each text once),
+    never Python's two-line ``file:line: Category: text`` form; deprecation notices of
+    other libraries (``torch.jit.script is deprecated``) go to the ``amorgp.cli`` log
+    (``-v``), as do matplotlib's and KeOps' log messages below ERROR."""
+    for name in ("matplotlib", "PIL", "pykeops", "keopscore"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        try:
+            yield
+        finally:
+            seen: set[str] = set()
+            for w in caught:
+                text = str(w.message).strip().splitlines()[0] if str(w.message).strip() else ""
+                if not text or text in seen:
+                    continue
+                seen.add(text)
+                foreign = "amorgp" not in str(w.filename)
+                if foreign and issubclass(
+                    w.category, DeprecationWarning | PendingDeprecationWarning | FutureWarning
+                ):
+                    logging.getLogger("amorgp.cli").info("library notice: %s", text)
+                else:
+                    click.echo(f"Warning: {text}", err=True)
 
 
 def _mapped(err: BaseException) -> bool:
@@ -89,7 +121,7 @@ class AmorgpCommand(click.Command):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with results_only_on_stdout():
+            with results_only_on_stdout(), one_line_warnings():
                 return super().invoke(ctx)
         except BrokenPipeError:  # stdout's reader went away (`| head`): stop quietly
             silence_stdout()

@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import math
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -71,7 +73,7 @@ def results_only_on_stdout() -> Iterator[None]:
         os.dup2(2, 1)
     _RESULTS.append(real)
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(LibraryOutput(sys.stderr)):
             yield
     finally:
         _RESULTS.pop()
@@ -84,6 +86,46 @@ def results_only_on_stdout() -> Iterator[None]:
                     sys.stderr.flush()
                 os.dup2(saved, 1)
                 os.close(saved)
+
+
+_CHATTER = re.compile(r"^\s*\[(py)?KeOps\]", re.IGNORECASE)
+"""Lines libraries print that are no message to the user (KeOps' start-up and compile
+notes): logged (``-v`` shows them) instead of printed."""
+
+
+class LibraryOutput(io.TextIOBase):
+    """What libraries print while a command runs: passed on to ``target`` (stderr) line
+    by line, except KeOps' chatter (:data:`_CHATTER`), which goes to the ``amorgp.cli``
+    log at INFO level (shown with ``-v``)."""
+
+    def __init__(self, target: TextIO) -> None:
+        self.target = target
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self._line(line)
+        return len(text)
+
+    def _line(self, line: str) -> None:
+        if _CHATTER.match(line):
+            logging.getLogger("amorgp.cli").info("%s", line.strip())
+        else:
+            self.target.write(line + "\n")
+
+    def flush(self) -> None:
+        if self._pending:
+            self._line(self._pending)
+            self._pending = ""
+        self.target.flush()
+
+    def fileno(self) -> int:
+        return self.target.fileno()
 
 
 def emit(text: str = "") -> None:
