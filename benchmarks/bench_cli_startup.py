@@ -5,7 +5,7 @@ Each command runs as a fresh process ``--repeats`` times (default 10; ``--quick`
 in turn, and the median wall time is reported with its ratio to ``import torch,
 sklearn`` (what ``amorgp --help`` imported before parsing its arguments) and to an
 empty interpreter (the floor: ``python -c pass``).  Writes
-``docs/benchmarks/cli_startup.md``.  The target is ``--help`` and ``--version`` in at
+``docs/benchmarks/cli-startup.md``.  The target is ``--help`` and ``--version`` in at
 most 0.5 s.
 
 Usage::
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "docs" / "benchmarks" / "cli_startup.md"
+OUT = ROOT / "docs" / "benchmarks" / "cli-startup.md"
 
 PY = sys.executable
 CASES: list[tuple[str, list[str]]] = [
