@@ -145,9 +145,10 @@ class _ProgressBars:
         """The running stage that follows a finished library stage."""
         if stage == "network":
             if self.calibrate:
-                self.start("calibration (exact scale and noise)", 0)
+                then = ", then refinement" if self.refine else ""
+                self.start(f"calibration (exact scale and noise){then}", 0)
             elif self.refine:
-                self.start("refine", 0)
+                self.start("refinement (first round)", 0)
             else:
                 self.start("posterior (factorisation or CG)", 0)
         elif stage == "refine":
