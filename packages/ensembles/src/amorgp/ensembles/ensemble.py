@@ -42,7 +42,14 @@ from amorgp.kernel_grammar import (
 )
 from amorgp.lazy_kernels import HyperparameterInference, KernelFit, Normalizer, as_dataset
 
-__all__ = ["FitLike", "InferenceLike", "KernelEnsemble", "Weighting", "check_inputs"]
+__all__ = [
+    "FitLike",
+    "InferenceLike",
+    "KernelEnsemble",
+    "Weighting",
+    "check_data",
+    "check_inputs",
+]
 
 _MIN_POINTS = 3
 """Fewest training rows accepted (the amortizer's ``MIN_POINTS``)."""
@@ -62,6 +69,21 @@ FitLike = KernelFit
 
 def _label(kernel: Any) -> str:
     return str(kernel)
+
+
+def check_data(X: Any, y: Any) -> tuple[Tensor, Tensor]:
+    """Validate training data as every fit would (float64, finite, at least three rows, a
+    target that varies, ranges float64 can normalise), once, before any fit.
+
+    Raises:
+        DataError: see :func:`amorgp.lazy_kernels.as_dataset` and
+            :meth:`amorgp.lazy_kernels.Normalizer.fit`.
+    """
+    Xt, yt = as_dataset(X, y, min_points=_MIN_POINTS, training=True)
+    with warnings.catch_warnings():  # constant columns: the fits warn about them themselves
+        warnings.simplefilter("ignore", UserWarning)
+        Normalizer.fit(Xt, yt)
+    return Xt, yt
 
 
 def check_inputs(
@@ -90,10 +112,7 @@ def check_inputs(
     items = [kernels] if isinstance(kernels, str | DimWiseStructure) else list(kernels)
     if not items:
         raise OptionError("an ensemble needs at least one kernel")
-    Xt, yt = as_dataset(X, y, min_points=_MIN_POINTS, training=True)
-    with warnings.catch_warnings():  # constant columns: the fits warn about them themselves
-        warnings.simplefilter("ignore", UserWarning)
-        Normalizer.fit(Xt, yt)
+    Xt, yt = check_data(X, y)
     vocabulary = getattr(inference, "vocabulary", None)
     if not isinstance(vocabulary, Vocabulary):
         vocabulary = None

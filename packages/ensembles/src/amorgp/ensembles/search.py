@@ -31,7 +31,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from amorgp.ensembles.ensemble import InferenceLike, _fit_members, _lml, check_inputs
+from amorgp.ensembles.ensemble import (
+    InferenceLike,
+    _fit_members,
+    _lml,
+    check_data,
+    check_inputs,
+)
 from amorgp.kernel_grammar import (
     PAPER_VOCABULARY,
     DimWiseStructure,
@@ -156,9 +162,10 @@ def structure_search(
     if isinstance(max_addends, bool) or not isinstance(max_addends, int) or max_addends < 1:
         raise OptionError(f"max_addends must be a positive integer, got {max_addends!r}")
     t0 = time.perf_counter()
-    Xt, _, starts = check_inputs(
-        inference, X, y, start if start is not None else [vocabulary.symbols[0]]
-    )
+    if start is not None:
+        Xt, _, starts = check_inputs(inference, X, y, start)
+    else:  # the data alone: the start level is built from ``vocabulary`` below
+        Xt, _ = check_data(X, y)
     n, n_dims = Xt.shape
     frontier = (
         [DimWiseStructure.coerce(s, n_dims, vocabulary) for s in starts]
