@@ -216,11 +216,10 @@ def _ensemble_text(summary: dict[str, Any], n_members: int) -> str:
     ]
     for r in sorted(summary["members"], key=lambda r: -r["weight"]):
         lml = r["log_marginal_likelihood_original"]
-        if lml is None and r["log_marginal_likelihood"] is not None:  # a fit without units
-            lml = r["log_marginal_likelihood"]
-        lml_text = (
-            "failed" if r["status"] == "failed" else fmt(lml) if lml is None else f"{lml:.2f}"
-        )
+        if r["status"] == "failed":
+            lml_text = "failed"
+        else:
+            lml_text = "-" if lml is None else f"{lml:.2f}"
         lines.append(
             f"  {r['kernel']:<34} {r['weight']:>8.3f} {lml_text:>10} "
             f"{fmt(r.get('test_rmse')):>10} {fmt(r.get('test_nll')):>9}"
