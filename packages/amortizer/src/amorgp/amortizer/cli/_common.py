@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_device",
     "check_finite",
+    "announce",
     "check_kernels",
     "estimate_seconds",
     "running",
@@ -255,7 +256,7 @@ def estimate_seconds(
     return out
 
 
-def _announce(
+def announce(
     n: int, d: int, terms: list[int], backend: str, refine: Refine, calibrate: bool
 ) -> None:
     """Say which backend runs and, where the work takes seconds, roughly how long."""
@@ -364,7 +365,7 @@ def run_inference(
     structures = check_kernels(amz, kernels, data)
     n, d = data.X.shape
     terms = [sum(len(a) for a in s.dims) for s in structures]
-    _announce(n, d, terms, amz.gp_backend(n, max(terms), graph=False), refine, amz.calibrate)
+    announce(n, d, terms, amz.gp_backend(n, max(terms), graph=False), refine, amz.calibrate)
     bars = _ProgressBars(calibrate=amz.calibrate, refine=refine != 0)
     try:
         with warnings.catch_warnings(record=True) as caught:

@@ -24,6 +24,7 @@ import click
 
 from amorgp.amortizer.cli._common import (
     Refine,
+    announce,
     check_kernels,
     fmt,
     inference_options,
@@ -133,6 +134,16 @@ def ensemble(
     train, test = _prepare(data, target, split, seed, plot_path)
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
     kernels = _kernels(amz, train, kernel_texts, preset)
+    n = int(train.X.shape[0])
+    terms = [sum(len(a) for a in k.dims) for k in kernels]
+    announce(
+        n,
+        int(train.X.shape[1]),
+        terms,
+        amz.gp_backend(n, max(terms), graph=False),
+        refine,
+        amz.calibrate,
+    )
     inference = amz if refine == 0 else amz.method(refine=refine)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
