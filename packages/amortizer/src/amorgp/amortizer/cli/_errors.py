@@ -29,7 +29,7 @@ import logging
 import sys
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -60,30 +60,39 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
 
 @contextlib.contextmanager
 def one_line_warnings() -> Iterator[None]:
-    """Library warnings as one ``Warning: ...`` line each on stderr (each text once),
-    never Python's two-line ``file:line: Category: text`` form; deprecation notices of
-    other libraries (``torch.jit.script is deprecated``) go to the ``amorgp.cli`` log
-    (``-v``), as do matplotlib's and KeOps' log messages below ERROR."""
+    """Library warnings as one ``Warning: ...`` line each on stderr, as they happen (each
+    text once), never Python's two-line ``file:line: Category: text`` form; deprecation
+    notices of other libraries (``torch.jit.script is deprecated``) go to the
+    ``amorgp.cli`` log (``-v``), as do matplotlib's and KeOps' log messages below ERROR."""
     for name in ("matplotlib", "PIL", "pykeops", "keopscore"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    with warnings.catch_warnings(record=True) as caught:
+    seen: set[str] = set()
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        lines = str(message).strip().splitlines()
+        text = lines[0] if lines else ""
+        if not text or text in seen:
+            return
+        seen.add(text)
+        foreign = "amorgp" not in str(filename)
+        if foreign and issubclass(
+            category, DeprecationWarning | PendingDeprecationWarning | FutureWarning
+        ):
+            logging.getLogger("amorgp.cli").info("library notice: %s", text)
+        else:
+            click.echo(f"Warning: {text}", err=True)
+
+    with warnings.catch_warnings():
         warnings.simplefilter("default")
-        try:
-            yield
-        finally:
-            seen: set[str] = set()
-            for w in caught:
-                text = str(w.message).strip().splitlines()[0] if str(w.message).strip() else ""
-                if not text or text in seen:
-                    continue
-                seen.add(text)
-                foreign = "amorgp" not in str(w.filename)
-                if foreign and issubclass(
-                    w.category, DeprecationWarning | PendingDeprecationWarning | FutureWarning
-                ):
-                    logging.getLogger("amorgp.cli").info("library notice: %s", text)
-                else:
-                    click.echo(f"Warning: {text}", err=True)
+        warnings.showwarning = show
+        yield
 
 
 def _mapped(err: BaseException) -> bool:
