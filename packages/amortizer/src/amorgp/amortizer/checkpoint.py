@@ -30,6 +30,7 @@ failure raises :class:`~amorgp.kernel_grammar.errors.CheckpointError` (a
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -52,7 +53,9 @@ from amorgp.kernel_grammar.errors import CheckpointError
 __all__ = [
     "FORMAT",
     "SHARD_BYTES",
+    "check_file_name",
     "check_finite",
+    "check_weight_shapes",
     "NORMALISATION",
     "Checkpoint",
     "load_checkpoint",
@@ -138,8 +141,76 @@ def tensor_files(path: Path, meta: dict[str, Any], single: str) -> list[str]:
         files = shards[key]
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             raise CheckpointError(f"checkpoint {path}: invalid shard list for {key} in {META_FILE}")
+        for f in files:
+            check_file_name(path, f)
         return list(files)
     return [single] if (path / single).exists() else []
+
+
+def check_file_name(path: Path, name: str) -> None:
+    """Refuse a tensor file name of ``checkpoint.json`` that is not a plain file name in
+    the checkpoint folder (``../x.safetensors``, ``/abs/x``, ``sub/x``, ``..``).
+
+    Raises:
+        CheckpointError: naming the file.
+    """
+    plain = (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and not os.path.isabs(name)
+        and Path(name).name == name
+    )
+    if not plain:
+        raise CheckpointError(
+            f"checkpoint {path}: {META_FILE} names the tensor file {name!r}, which is not a "
+            "plain file name inside the checkpoint folder; refusing to read or copy it"
+        )
+
+
+def check_weight_shapes(path: Path, names: list[str], network: NetworkConfig) -> None:
+    """Compare the tensor shapes in the safetensors headers of ``names`` with those of
+    ``network``'s parameters, before any memory is allocated for either: the network is
+    built on torch's ``meta`` device (shapes only) and only the headers are read.
+
+    Raises:
+        CheckpointError: a missing, extra or differently shaped tensor (an architecture in
+            ``checkpoint.json`` that does not fit the weights, e.g. an edited ``d_data``),
+            or a header that cannot be read.
+    """
+    stored: dict[str, tuple[int, ...]] = {}
+    for name in names:
+        try:
+            with safe_open(str(path / name), framework="pt") as fh:
+                for key in fh.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                    stored[key] = tuple(fh.get_slice(key).get_shape())
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"checkpoint {path}: cannot read {name}: {err}") from err
+    with torch.device("meta"):
+        skeleton = build_model(network)
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    missing = sorted(set(expected) - set(stored))
+    extra = sorted(set(stored) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(stored) if expected[k] != stored[k])
+    if missing or extra or wrong:
+        detail = "; ".join(
+            part
+            for part in (
+                f"missing {', '.join(missing[:3])}" if missing else "",
+                f"unexpected {', '.join(extra[:3])}" if extra else "",
+                ", ".join(
+                    f"{k} stored {list(stored[k])}, architecture {list(expected[k])}"
+                    for k in wrong[:3]
+                ),
+            )
+            if part
+        )
+        raise CheckpointError(
+            f"checkpoint {path}: the stored weights do not match the architecture in "
+            f"{META_FILE} ({detail}); refusing to build the network"
+        )
 
 
 def _sha256(path: Path) -> str:
@@ -248,8 +319,10 @@ def save_checkpoint(
         The checkpoint directory.
 
     Raises:
-        CheckpointError: ``directory`` exists (without ``overwrite``), or a weight or
-            optimiser tensor is not finite (nothing is written then).
+        CheckpointError: ``directory`` exists (without ``overwrite``), a weight or
+            optimiser tensor is not finite (nothing is written then), or the files
+            cannot be written (a full disk: the partial copy is removed, an existing
+            checkpoint at ``directory`` is untouched).
     """
     target = Path(directory)
     if target.exists() and not overwrite:
@@ -257,8 +330,11 @@ def save_checkpoint(
     module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     weights = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
     check_finite(weights, f"refusing to write checkpoint {target}: the model")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as err:
+        raise _write_error(target, err) from err
     try:
         files = _save_tensors(weights, tmp, MODEL_FILE, max_shard_bytes)
         shards: dict[str, list[str]] = {}
@@ -291,10 +367,24 @@ def save_checkpoint(
         body["sha256"] = {name: _sha256(tmp / name) for name in files}
         (tmp / META_FILE).write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
         replace_directory(tmp, target)
+    except (SafetensorError, OSError) as err:  # a full disk, a quota, a lost mount
+        raise _write_error(target, err) from err
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _write_error(target: Path, err: BaseException) -> CheckpointError:
+    """The clean error of a checkpoint that could not be written (the partial copy is
+    removed; an older checkpoint at ``target`` is untouched)."""
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "StorageFull" in reason:
+        reason = "no space left on device"
+    return CheckpointError(
+        f"cannot write checkpoint {target}: {reason}; nothing was replaced (an earlier "
+        "checkpoint there is intact): free space and resume the run"
+    )
 
 
 def replace_directory(tmp: Path, target: Path) -> None:
@@ -346,6 +436,7 @@ def _verify_checksums(path: Path, meta: dict[str, Any]) -> None:
             "refusing to load unverified tensors (pass verify=False to load it anyway)"
         )
     for name, digest in digests.items():
+        check_file_name(path, name)
         file = path / name
         if not file.exists():
             raise CheckpointError(f"checkpoint {path} is missing {name}")
@@ -404,7 +495,9 @@ def load_checkpoint(
         raise CheckpointError(
             f"checkpoint {path} holds a different architecture: {network} != expected {expect_network}"
         )
-    weights = _load_tensors(path, tensor_files(path, meta, MODEL_FILE) or [MODEL_FILE])
+    model_files = tensor_files(path, meta, MODEL_FILE) or [MODEL_FILE]
+    check_weight_shapes(path, model_files, network)
+    weights = _load_tensors(path, model_files)
     model = build_model(network)
     try:
         model.load_state_dict(weights, strict=True)

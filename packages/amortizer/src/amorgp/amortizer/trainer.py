@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 import sys
 import threading
 import time
@@ -390,14 +391,21 @@ def run_training(
     dev = torch.device(device) if device is not None else default_device()
     ddp = Distributed(dev)
     run = RunDirectory(out)
+    fresh = ddp.rank == 0 and not Path(out).exists()
     try:
         if ddp.rank == 0 and resume == run.holds_run():  # else start_run refuses
             run.lock()
             run.clean_stale(started)
-        start = start_run(
-            run, network, train_cfg, resume=resume, init_from=init_from, overrides=overrides
-        )
-        budget.check_reachable(start.state, out)
+        try:
+            start = start_run(
+                run, network, train_cfg, resume=resume, init_from=init_from, overrides=overrides
+            )
+            budget.check_reachable(start.state, out)
+        except BaseException:
+            if fresh:  # refused before any work: leave no half-created run (.lock) behind
+                run.close()
+                shutil.rmtree(out, ignore_errors=True)
+            raise
         trainer = Trainer(run, start, budget, dev, ddp, progress=progress, log_every=log_every)
         return trainer.run_all()
     finally:

@@ -33,10 +33,26 @@ from torch import Tensor
 from amorgp.ensembles.batched import batched_member_predictive
 from amorgp.ensembles.mixture import GaussianMixture
 from amorgp.ensembles.weights import bma_weights, stacking_weights, uniform_weights
-from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import HyperparameterInference, KernelFit
+from amorgp.kernel_grammar import (
+    DataError,
+    DimWiseStructure,
+    KernelSyntaxError,
+    OptionError,
+    Vocabulary,
+)
+from amorgp.lazy_kernels import HyperparameterInference, KernelFit, Normalizer, as_dataset
 
-__all__ = ["FitLike", "InferenceLike", "KernelEnsemble", "Weighting"]
+__all__ = [
+    "FitLike",
+    "InferenceLike",
+    "KernelEnsemble",
+    "Weighting",
+    "check_data",
+    "check_inputs",
+]
+
+_MIN_POINTS = 3
+"""Fewest training rows accepted (the amortizer's ``MIN_POINTS``)."""
 
 Weighting = Literal["bma", "uniform", "stacking"]
 
@@ -53,6 +69,68 @@ FitLike = KernelFit
 
 def _label(kernel: Any) -> str:
     return str(kernel)
+
+
+def check_data(X: Any, y: Any) -> tuple[Tensor, Tensor]:
+    """Validate training data as every fit would (float64, finite, at least three rows, a
+    target that varies, ranges float64 can normalise), once, before any fit.
+
+    Raises:
+        DataError: see :func:`amorgp.lazy_kernels.as_dataset` and
+            :meth:`amorgp.lazy_kernels.Normalizer.fit`.
+    """
+    Xt, yt = as_dataset(X, y, min_points=_MIN_POINTS, training=True)
+    with warnings.catch_warnings():  # constant columns: the fits warn about them themselves
+        warnings.simplefilter("ignore", UserWarning)
+        Normalizer.fit(Xt, yt)
+    return Xt, yt
+
+
+def check_inputs(
+    inference: InferenceLike, X: Any, y: Any, kernels: str | DimWiseStructure | Sequence[Any]
+) -> tuple[Tensor, Tensor, list[Any]]:
+    """Validate the data and the kernels once, before any fit.
+
+    A single kernel (text or structure) is one kernel, never iterated character by
+    character.  The data are checked as every fit would check them (float64, finite,
+    at least three rows, a target that varies, target and input ranges float64 can
+    normalise), so that a bad input raises its typed error here instead of failing
+    every member.
+
+    Returns:
+        ``(X (n, d), y (n,))`` as float64 tensors and the kernels as a list (the
+        texts/structures given, in order).
+
+    Raises:
+        OptionError: no kernel, a kernel that is neither text nor a structure, or a
+            symbol outside ``inference.vocabulary`` (where the method has one).
+        DataError: invalid data (see :func:`amorgp.lazy_kernels.as_dataset` and
+            :meth:`amorgp.lazy_kernels.Normalizer.fit`), or a kernel structure with a
+            different number of input dimensions than ``X`` has columns.
+        KernelSyntaxError: a kernel text that does not parse.
+    """
+    items = [kernels] if isinstance(kernels, str | DimWiseStructure) else list(kernels)
+    if not items:
+        raise OptionError("an ensemble needs at least one kernel")
+    Xt, yt = check_data(X, y)
+    vocabulary = getattr(inference, "vocabulary", None)
+    if not isinstance(vocabulary, Vocabulary):
+        vocabulary = None
+    d = Xt.shape[1]
+    for k in items:
+        if not isinstance(k, str | DimWiseStructure):
+            raise OptionError(
+                f"a kernel is text or a DimWiseStructure, got {type(k).__name__} ({k!r})"
+            )
+        if isinstance(k, DimWiseStructure) and k.n_dims != d:
+            raise DataError(f"kernel {k} has {k.n_dims} input dimension(s) but X has {d} column(s)")
+        try:
+            DimWiseStructure.coerce(k, d, vocabulary)
+        except KernelSyntaxError:
+            raise
+        except ValueError as err:
+            raise OptionError(f"kernel {_label(k)}: {err}") from None
+    return Xt, yt, items
 
 
 def _fit_members(
@@ -121,7 +199,7 @@ class KernelEnsemble:
         inference: InferenceLike,
         X: Any,
         y: Any,
-        kernels: Sequence[str | DimWiseStructure],
+        kernels: str | DimWiseStructure | Sequence[str | DimWiseStructure],
         *,
         weighting: Weighting = "bma",
         validation: tuple[Any, Any] | None = None,
@@ -133,7 +211,8 @@ class KernelEnsemble:
         Args:
             inference: anything with ``fit_many(X, y, kernels)`` (the inference protocol).
             X: ``(n, d)`` inputs; y: ``(n,)`` targets (original units).
-            kernels: kernel texts or structures (at least one).
+            kernels: kernel texts or structures (at least one; a single text or
+                structure is one kernel).
             weighting: ``"bma"`` (softmax of log marginal likelihoods), ``"uniform"`` or
                 ``"stacking"`` (weights maximising the held-out log predictive density).
             validation: held-out ``(X_val, y_val)`` for stacking; default a random
@@ -142,12 +221,15 @@ class KernelEnsemble:
             generator: random source of the stacking split.
 
         Raises:
-            ValueError: no kernels, an unknown weighting, or every member failed.
+            OptionError: no kernels, an unknown weighting, a kernel outside the method's
+                vocabulary.
+            DataError: data that no member could fit (see :func:`check_inputs`).
+            KernelSyntaxError: a kernel text that does not parse.
+            ValueError: every member failed.
         """
-        if len(kernels) == 0:
-            raise ValueError("an ensemble needs at least one kernel")
         if weighting not in ("bma", "uniform", "stacking"):
-            raise ValueError(f"unknown weighting {weighting!r}; use bma, uniform or stacking")
+            raise OptionError(f"unknown weighting {weighting!r}; use bma, uniform or stacking")
+        _, _, kernels = check_inputs(inference, X, y, kernels)
         start = time.perf_counter()
         labels = [_label(k) for k in kernels]
         fits = _fit_members(inference, X, y, kernels)

@@ -31,10 +31,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-
-from amorgp.ensembles.ensemble import InferenceLike, _fit_members, _lml
-from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, Vocabulary, neighbours
+from amorgp.ensembles.ensemble import (
+    InferenceLike,
+    _fit_members,
+    _lml,
+    check_data,
+    check_inputs,
+)
+from amorgp.kernel_grammar import (
+    PAPER_VOCABULARY,
+    DimWiseStructure,
+    OptionError,
+    Vocabulary,
+    neighbours,
+)
 
 __all__ = ["Criterion", "ScoredStructure", "SearchResult", "structure_search"]
 
@@ -114,7 +124,7 @@ def structure_search(
     criterion: Criterion = "bic",
     vocabulary: Vocabulary = PAPER_VOCABULARY,
     max_addends: int = 4,
-    start: Sequence[str | DimWiseStructure] | None = None,
+    start: str | DimWiseStructure | Sequence[str | DimWiseStructure] | None = None,
     refine: InferenceLike | None = None,
     refine_top: int = 3,
     progress: Callable[[int, int, float], None] | None = None,
@@ -129,26 +139,36 @@ def structure_search(
         criterion: ``"lml"`` or ``"bic"``.
         vocabulary: the symbols moves may use.
         max_addends: addends per dimension at most (the network was trained with <= 6).
-        start: starting structures (default: each symbol alone in every dimension).
+        start: starting structures (default: each symbol alone in every dimension; a
+            single text or structure is one start).
         refine: a second inference method refitting the ``refine_top`` best structures.
         refine_top: how many to refit.
         progress: called as ``progress(level, n_candidates, best_score)`` after each level.
 
     Raises:
-        ValueError: bad ``depth``/``beam``/``criterion``, or every start candidate failed.
+        OptionError: bad ``depth``/``beam``/``criterion``/``max_addends``, or a start
+            kernel outside ``vocabulary``.
+        DataError: data no candidate could fit (checked once, up front: see
+            :func:`~amorgp.ensembles.ensemble.check_inputs`).
+        KernelSyntaxError: a start kernel text that does not parse.
+        ValueError: every start candidate failed.
     """
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise ValueError(f"depth must be a non-negative integer, got {depth!r}")
+        raise OptionError(f"depth must be a non-negative integer, got {depth!r}")
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-        raise ValueError(f"beam must be a positive integer, got {beam!r}")
+        raise OptionError(f"beam must be a positive integer, got {beam!r}")
     if criterion not in ("lml", "bic"):
-        raise ValueError(f"unknown criterion {criterion!r}; use lml or bic")
+        raise OptionError(f"unknown criterion {criterion!r}; use lml or bic")
+    if isinstance(max_addends, bool) or not isinstance(max_addends, int) or max_addends < 1:
+        raise OptionError(f"max_addends must be a positive integer, got {max_addends!r}")
     t0 = time.perf_counter()
-    Xa = np.asarray(X, dtype=np.float64)
-    n_dims = 1 if Xa.ndim == 1 else Xa.shape[1]
-    n = Xa.shape[0]
+    if start is not None:
+        Xt, _, starts = check_inputs(inference, X, y, start)
+    else:  # the data alone: the start level is built from ``vocabulary`` below
+        Xt, _ = check_data(X, y)
+    n, n_dims = Xt.shape
     frontier = (
-        [DimWiseStructure.coerce(s, n_dims, vocabulary) for s in start]
+        [DimWiseStructure.coerce(s, n_dims, vocabulary) for s in starts]
         if start is not None
         else _start(n_dims, vocabulary)
     )

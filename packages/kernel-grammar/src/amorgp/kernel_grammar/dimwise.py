@@ -127,7 +127,7 @@ class DimWiseStructure:
             KernelSyntaxError: the text does not parse.
             ValueError: the expression is not in the dimension-wise space.
         """
-        return cls.from_expr(parse(text, n_dims), n_dims, vocabulary)
+        return cls.from_expr(parse(text, n_dims, vocabulary), n_dims, vocabulary)
 
     @classmethod
     def coerce(
@@ -147,8 +147,8 @@ class DimWiseStructure:
         """
         if isinstance(kernel, DimWiseStructure):
             s = kernel
-        elif isinstance(kernel, str):
-            s = cls.parse(kernel, n_dims)
+        elif isinstance(kernel, str):  # (the vocabulary only shapes a syntax error's hint)
+            s = cls.from_expr(parse(kernel, n_dims, vocabulary), n_dims)
         else:
             raise ValueError(f"a kernel is text or a DimWiseStructure, got {type(kernel).__name__}")
         if s.n_dims != n_dims:

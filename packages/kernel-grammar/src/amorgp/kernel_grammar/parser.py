@@ -14,6 +14,10 @@ input dimension ``k`` (0-based).  An expression without any ``@`` is the same
 structure in every dimension; an expression with ``@`` must index every atom.
 
 Examples: ``SE + PER``, ``se*lin + se``, ``(SE x LIN + SE)@0 * (SE + PER)@1``.
+
+Other libraries' names are read as the grammar's (:data:`ALIASES`: ``RBF`` is ``SE``,
+``Matern52`` is ``MAT52``, ...); a bare ``Matern`` (whose smoothness differs between
+libraries) is refused with a hint.  Parentheses nest at most :data:`MAX_DEPTH` deep.
 """
 
 from __future__ import annotations
@@ -25,9 +29,30 @@ from typing import Any
 
 from amorgp.kernel_grammar.errors import OptionError
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
-from amorgp.kernel_grammar.registry import ELEMENTARY
+from amorgp.kernel_grammar.registry import ELEMENTARY, Vocabulary
 
-__all__ = ["KernelSyntaxError", "parse"]
+__all__ = ["ALIASES", "MAX_DEPTH", "KernelSyntaxError", "parse"]
+
+MAX_DEPTH = 64
+"""Deepest nesting of parentheses accepted (deeper: a :class:`KernelSyntaxError`, never a
+``RecursionError``)."""
+
+ALIASES: dict[str, str] = {
+    "RBF": "SE",
+    "SQEXP": "SE",
+    "SQUAREDEXPONENTIAL": "SE",
+    "LINEAR": "LIN",
+    "PERIODIC": "PER",
+    "EXPSINESQUARED": "PER",
+    "MATERN52": "MAT52",
+    "MATERN_52": "MAT52",
+    "RATIONALQUADRATIC": "RQ",
+}
+"""Names of other libraries (scikit-learn, GPyTorch) read as the grammar's kernels
+(upper case, without spaces)."""
+
+_MATERN_OTHER = re.compile(r"^MAT(ERN)?_?(12|32|1_2|3_2)?$")
+"""A Matérn kernel other than 5/2, or one whose smoothness is not given."""
 
 
 _ONE_LINE = str.maketrans({"\t": " ", "\n": " ", "\r": " ", "\v": " ", "\f": " "})
@@ -116,32 +141,50 @@ def _tokenize(text: str) -> list[_Token]:
     return tokens
 
 
-def _unknown_name_hint(name: str) -> str:
+def _known(vocabulary: Vocabulary | None) -> list[str]:
+    """The elementary kernels to suggest: those of ``vocabulary`` (its symbols that are
+    not products) or every registered one."""
+    if vocabulary is None:
+        return list(ELEMENTARY)
+    return [s for s in vocabulary.symbols if "*" not in s]
+
+
+def _unknown_name_hint(name: str, vocabulary: Vocabulary | None = None) -> str:
     upper = name.upper()
-    for known in ELEMENTARY:
-        rest = upper[len(known) :]
-        if upper.startswith(known) and rest.isdigit():
+    known_list = _known(vocabulary)
+    known = ", ".join(known_list)
+    if _MATERN_OTHER.match(upper):
+        if "MAT52" in known_list:
+            return (
+                "the grammar's Matérn kernel is MAT52 (smoothness nu = 5/2; also written "
+                f"Matern52); known kernels: {known}"
+            )
+        return f"this network's vocabulary has no Matérn kernel; its kernels: {known}"
+    for elementary in ELEMENTARY:
+        rest = upper[len(elementary) :]
+        if upper.startswith(elementary) and rest.isdigit():
             return (
                 f"input dimensions are written with '@' and count from 0: "
-                f"write '{known}@{int(rest)}' for dimension {int(rest)}"
+                f"write '{elementary}@{int(rest)}' for dimension {int(rest)}"
             )
     if "X" in upper:
         parts = upper.split("X")
-        if len(parts) > 1 and all(p in ELEMENTARY for p in parts):
+        if len(parts) > 1 and all(p in ELEMENTARY or p in ALIASES for p in parts):
             return f"separate the product operator by spaces: '{' x '.join(parts)}'"
-    close = difflib.get_close_matches(upper, list(ELEMENTARY), n=1, cutoff=0.4)
-    known = ", ".join(ELEMENTARY)
+    close = difflib.get_close_matches(upper, known_list, n=1, cutoff=0.4)
     if close:
         return f"did you mean '{close[0]}'? known kernels: {known}"
     return f"known kernels: {known}"
 
 
 class _Parser:
-    def __init__(self, text: str, n_dims: int | None) -> None:
+    def __init__(self, text: str, n_dims: int | None, vocabulary: Vocabulary | None) -> None:
         self.text = text
         self.n_dims = n_dims
+        self.vocabulary = vocabulary
         self.tokens = _tokenize(text)
         self.i = 0
+        self.depth = 0
 
     @property
     def tok(self) -> _Token:
@@ -241,13 +284,26 @@ class _Parser:
         tok = self.tok
         if tok.kind == "NAME":
             name = tok.text.upper()
+            name = ALIASES.get(name, name)
             if name not in ELEMENTARY:
-                self.error(f"unknown kernel {tok.text!r}", tok, _unknown_name_hint(tok.text))
+                self.error(
+                    f"unknown kernel {tok.text!r}",
+                    tok,
+                    _unknown_name_hint(tok.text, self.vocabulary),
+                )
             self.i += 1
             return Atom(name), _Index((tok.pos, len(tok.text)), False)
         if tok.kind == "LPAREN":
+            if self.depth >= MAX_DEPTH:
+                self.error(
+                    f"parentheses nested deeper than {MAX_DEPTH} levels",
+                    tok,
+                    "remove redundant parentheses",
+                )
             self.i += 1
+            self.depth += 1
             expr, info = self.expression()
+            self.depth -= 1
             if self.tok.kind != "RPAREN":
                 self.error(
                     "unbalanced parentheses: '(' is never closed",
@@ -274,7 +330,7 @@ class _Parser:
         raise AssertionError("unreachable")
 
 
-def parse(text: str, n_dims: int | None = None) -> Expr:
+def parse(text: str, n_dims: int | None = None, vocabulary: Vocabulary | None = None) -> Expr:
     """Parse a kernel expression.
 
     Args:
@@ -283,6 +339,8 @@ def parse(text: str, n_dims: int | None = None) -> Expr:
             Case, whitespace and the product spellings ``*``, ``x``, ``×`` are free.
         n_dims: number of input dimensions of the data, if known: ``@k`` with
             ``k >= n_dims`` is then an error.
+        vocabulary: the symbols the caller accepts, if known: the hint of an unknown
+            name suggests only these (the parse itself accepts every registered kernel).
 
     Returns:
         The expression (flattened, canonically ordered); ``str()`` of it parses back to it.
@@ -310,4 +368,4 @@ def parse(text: str, n_dims: int | None = None) -> Expr:
         isinstance(n_dims, bool) or not isinstance(n_dims, int) or n_dims < 1
     ):
         raise ValueError(f"n_dims must be a positive integer, got {n_dims!r}")
-    return _Parser(text, n_dims).parse()
+    return _Parser(text, n_dims, vocabulary).parse()

@@ -66,12 +66,34 @@ Y_STD_MAX = 1e150
 _TINY = float(np.finfo(np.float64).tiny)
 
 
+_ComplexWarning = getattr(getattr(np, "exceptions", np), "ComplexWarning", Warning)
+
+
+def _complex_error(name: str) -> DataError:
+    return DataError(
+        f"{name} holds complex values; complex data are not supported (as in scikit-learn): "
+        "pass the real part, or the real and imaginary parts as separate columns"
+    )
+
+
 def _float64(a: Any, name: str) -> Tensor:
+    """A float64 CPU copy of ``a``; complex values are refused, never cast (a cast would
+    drop the imaginary part with only a numpy warning)."""
     if isinstance(a, Tensor):
+        if a.is_complex():
+            raise _complex_error(name)
         return a.detach().to("cpu", torch.float64)
+    if np.iscomplexobj(a):
+        raise _complex_error(name)
     try:
-        return torch.from_numpy(np.array(a, dtype=np.float64))  # a copy: never a view
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", _ComplexWarning)  # complex objects in a list
+            return torch.from_numpy(np.array(a, dtype=np.float64))  # a copy: never a view
+    except _ComplexWarning:
+        raise _complex_error(name) from None
     except (TypeError, ValueError) as err:
+        if "complex" in str(err):
+            raise _complex_error(name) from None
         raise DataError(f"{name} must be numeric: {err}") from None
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
+import re
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +25,7 @@ from amorgp.kernel_grammar import OptionError
 __all__ = [
     "REFINE_STEPS",
     "AmortizedFit",
+    "FallbackWarning",
     "default_amortizer",
     "fit_amortized",
     "initialize_gpytorch",
@@ -196,6 +199,36 @@ def _model_units(res: KernelResult) -> Tensor:
 REFINE_STEPS = 50
 
 
+class FallbackWarning(UserWarning):
+    """:class:`AmortizedFit` fell back to BoTorch's ``fit_gpytorch_mll`` (the message
+    says why); issued once per cause and process."""
+
+
+_FALLBACK_ERRORS = (ValueError, ArithmeticError, RuntimeError)
+"""What an amortized fit may meet and fall back from: the library's ``OptionError`` (a
+kernel outside the vocabulary, e.g. ``MaternKernel``) and ``DataError`` (both
+``ValueError``), a non-finite or mismatched objective (``ArithmeticError``), and
+torch/GPyTorch numerical failures (``torch.linalg.LinAlgError``, ``NotPSDError``, out of
+memory: ``RuntimeError``).  Anything else (``TypeError``, ``AttributeError``, ...) is a
+bug and propagates."""
+
+_WARNED: set[str] = set()
+"""Causes of fallbacks warned about already (type and message without numbers)."""
+
+
+def _warn_fallback(err: BaseException) -> None:
+    cause = f"{type(err).__name__}: {re.sub(r'[-+0-9.e]+', '#', str(err))}"
+    if cause in _WARNED:
+        return
+    _WARNED.add(cause)
+    warnings.warn(
+        f"amortized fit fell back to BoTorch's fit_gpytorch_mll: {type(err).__name__}: {err} "
+        "(this warning is shown once per cause)",
+        FallbackWarning,
+        stacklevel=3,
+    )
+
+
 @dataclass
 class AmortizedFit:
     """A fitting function for BoTorch: amortized start, L-BFGS-B refine, fallback.
@@ -212,8 +245,10 @@ class AmortizedFit:
     ``fit_gpytorch_mll_scipy`` runs the iterations (:attr:`slow_refines` counts those).
     Unless the model is BoTorch's ``SingleTaskGP`` on the closed form, the final value is
     checked against the model's own MLL.  When anything fails (an exception, a
-    non-finite objective or parameter, a mismatch) the state is restored and BoTorch's
-    ``fit_gpytorch_mll`` runs instead; :attr:`fallbacks` counts those.
+    non-finite objective or parameter, a mismatch, a kernel outside the vocabulary; see
+    :data:`_FALLBACK_ERRORS`) the state is restored, a :class:`FallbackWarning` names
+    the reason (once per cause) and BoTorch's ``fit_gpytorch_mll`` runs instead;
+    :attr:`fallbacks` counts those.  Other exceptions (bugs) propagate.
 
     Attributes:
         refine_steps: L-BFGS-B iterations at most after the amortized start (0: none).
@@ -256,10 +291,11 @@ class AmortizedFit:
             lean, trusted = self._refine(mll) if self.refine_steps > 0 else (None, False)
             if not trusted:
                 _check(mll, lean)
-        except Exception as err:
+        except _FALLBACK_ERRORS as err:
             self.fallbacks += 1
             self.last_error = f"{type(err).__name__}: {err}"
             mll.load_state_dict(state)
+            _warn_fallback(err)
             return fit_gpytorch_mll(mll, **kwargs)
         return mll.eval()
 

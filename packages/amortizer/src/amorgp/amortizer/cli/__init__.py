@@ -13,12 +13,17 @@ module           command
 ``benchmark``    ``amorgp benchmark paper``: the paper's experiments (resumable)
 ===============  ================================================================
 
+Start-up: the group imports a command's module only when that command runs (or
+its ``--help`` is asked), so ``amorgp --help`` and ``amorgp --version`` import
+neither torch nor scikit-learn.  ``-v/--verbose`` works before or after the command.
+
 Errors: every command is an :class:`~amorgp.amortizer.cli._errors.AmorgpCommand`,
 which maps the library's typed errors to exit codes in one place (2: usage,
 ``OptionError``/``KernelSyntaxError``; 1: data, checkpoint, training and file errors),
 never by their text and never with a traceback.  Results go to stdout, everything
 else (warnings, progress, library output) to stderr.  To add a command, write a
-module with an ``@click.command(cls=AmorgpCommand)`` function and add it below.
+module with an ``@click.command(cls=AmorgpCommand)`` function and add it to
+:data:`COMMANDS`.
 
 Examples::
 
@@ -32,46 +37,126 @@ Examples::
 
 from __future__ import annotations
 
+import importlib
 import logging
+from collections.abc import MutableMapping
+from typing import Any
 
 import click
 
-from amorgp.amortizer.cli import (
-    benchmark,
-    campaign,
-    demo,
-    ensemble,
-    infer,
-    model_info,
-    predict,
-    train,
-)
 from amorgp.amortizer.cli._errors import AmorgpCommand, AmorgpGroup
 
-__all__ = ["AmorgpCommand", "main"]
+__all__ = ["COMMANDS", "AmorgpCommand", "main", "package_versions", "set_verbose"]
+
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "train": ("train", "train_command", "Train an amortization network on simulated data."),
+    "campaign": ("campaign", "campaign_command", "The long, resumable training campaign."),
+    "model-info": ("model_info", "model_info", "Parameter counts of a preset or a checkpoint."),
+    "infer": ("infer", "infer", "Amortized GP hyperparameters of each --kernel for a CSV table."),
+    "predict": ("predict", "predict", "GP predictions on a test set; RMSE and NLL."),
+    "demo": ("demo", "demo", "The airline series, amortized next to Type-2 ML."),
+    "ensemble": ("ensemble", "ensemble", "Bayesian model averaging over kernel structures."),
+    "search": ("ensemble", "search", "Greedy/beam search for the kernel structure."),
+    "benchmark": ("benchmark", "benchmark", "Reproducible benchmark runs (the paper's)."),
+}
+"""``name: (module under amorgp.amortizer.cli, attribute, one-line help)``; the module
+is imported only when the command runs or shows its help."""
+
+_PACKAGES = (
+    "amorgp",
+    "amorgp-kernel-grammar",
+    "amorgp-diff-linalg",
+    "amorgp-lazy-kernels",
+    "amorgp-simulator",
+    "amorgp-baselines",
+    "amorgp-ensembles",
+    "amorgp-amortizer",
+    "torch",
+)
 
 
-@click.group(cls=AmorgpGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def package_versions() -> dict[str, str]:
+    """Installed versions of the amorgp distributions and torch (read from the package
+    metadata, without importing anything); absent ones are left out."""
+    import importlib.metadata
+
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo("\n".join(f"{k} {v}" for k, v in package_versions().items()))
+    ctx.exit()
+
+
+def set_verbose(verbose: bool) -> None:
+    """Log amorgp's INFO messages (size, backend, time estimates) to stderr when
+    ``verbose``; otherwise warnings only.  A stderr handler is installed on the root
+    logger where none is (``logging.basicConfig``)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("amorgp").setLevel(logging.INFO if verbose else logging.NOTSET)
+
+
+class _LazyGroup(AmorgpGroup):
+    """The ``amorgp`` group: commands from :data:`COMMANDS`, imported on demand."""
+
+    @property
+    def commands(self) -> MutableMapping[str, click.Command]:
+        """Every command (imports all the command modules)."""
+        return {name: self._load(name) for name in COMMANDS}
+
+    @commands.setter
+    def commands(self, value: MutableMapping[str, click.Command]) -> None:
+        if value:
+            raise TypeError("add commands to COMMANDS")
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._load(cmd_name) if cmd_name in COMMANDS else None
+
+    def _load(self, cmd_name: str) -> click.Command:
+        entry = COMMANDS[cmd_name]
+        module = importlib.import_module(f"amorgp.amortizer.cli.{entry[0]}")
+        command: click.Command = getattr(module, entry[1])
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, entry[2]) for name, entry in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
-    "-v", "--verbose", is_flag=True, help="Log progress messages (size, backend) to stderr."
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Log progress messages (size, backend, time estimate) to stderr; also after the command.",
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print the versions of the amorgp packages and torch, and exit.",
 )
 def main(verbose: bool) -> None:
     """amorgp: amortized GP hyperparameter inference for structured kernels."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    set_verbose(verbose)
 
 
-for _command in (
-    train.train_command,
-    campaign.campaign_command,
-    model_info.model_info,
-    infer.infer,
-    predict.predict,
-    demo.demo,
-    ensemble.ensemble,
-    ensemble.search,
-    benchmark.benchmark,
-):
-    main.add_command(_command)
+def __getattr__(name: str) -> Any:
+    """The command modules (``amorgp.amortizer.cli.infer`` ...) on first use."""
+    if name in {entry[0] for entry in COMMANDS.values()}:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,10 +7,13 @@ names the option at fault.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import threading
+import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -26,7 +29,10 @@ if TYPE_CHECKING:
 __all__ = [
     "check_device",
     "check_finite",
+    "announce",
     "check_kernels",
+    "estimate_seconds",
+    "running",
     "fmt",
     "inference_options",
     "load_amortizer",
@@ -107,27 +113,185 @@ class RefineType(click.ParamType):
 
 
 class _ProgressBars:
-    """A :data:`~amorgp.amortizer.inference.Progress` hook drawing one tqdm bar per stage
-    on stderr (switched off when stderr is not a terminal)."""
+    """A :data:`~amorgp.amortizer.inference.Progress` hook: one tqdm bar per stage on
+    stderr (only on a terminal), and with ``-v`` one log line per stage on any stderr.
 
-    def __init__(self) -> None:
+    The library reports the network pass, each refinement round and each kernel's log
+    marginal likelihood; the stages between them (the calibration's eigendecompositions,
+    the posterior and its CG solves, the prediction) are shown as running stages whose
+    elapsed time a background thread keeps moving, so a long step never looks stalled.
+    """
+
+    def __init__(self, calibrate: bool = True, refine: bool = False) -> None:
         self.stage = ""
         self.bar: Any = None
+        self.calibrate = calibrate
+        self.refine = refine
+        self.t0 = time.perf_counter()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._ticker: threading.Thread | None = None
 
     def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self.stage:
+            self.start(stage, total)
+        with self._lock:
+            if self.bar is not None:
+                self.bar.n = done
+                self.bar.refresh()
+        if done >= total:
+            self._after(stage)
+
+    def _after(self, stage: str) -> None:
+        """The running stage that follows a finished library stage."""
+        if stage == "network":
+            if self.calibrate:
+                then = ", then refinement" if self.refine else ""
+                self.start(f"calibration (exact scale and noise){then}", 0)
+            elif self.refine:
+                self.start("refinement (first round)", 0)
+            else:
+                self.start("posterior (factorisation or CG)", 0)
+        elif stage == "refine":
+            self.start("posterior (factorisation or CG)", 0)
+
+    def start(self, stage: str, total: int) -> None:
+        """Begin ``stage`` (``total == 0``: a running stage without a count)."""
         from tqdm import tqdm
 
-        if stage != self.stage:
-            self.close()
+        self.close_bar()
+        log.info("%s ... (%.1f s so far)", stage, time.perf_counter() - self.t0)
+        with self._lock:
             self.stage = stage
-            self.bar = tqdm(total=total, desc=stage, disable=None, file=sys.stderr, leave=False)
-        self.bar.n = done
-        self.bar.refresh()
+            self.bar = tqdm(
+                total=total or None,
+                desc=stage,
+                disable=None,
+                file=sys.stderr,
+                leave=False,
+                bar_format=None if total else "{desc}: {elapsed}",
+            )
+            if self.bar.disable:
+                return
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                if self.bar is not None:
+                    self.bar.refresh()
+
+    def close_bar(self) -> None:
+        with self._lock:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        self._stop.set()
+        self.close_bar()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
+
+
+_PROBE = 512
+"""Size of the matrices timed to scale the estimate from (a few tens of ms)."""
+
+
+def _unit_times() -> dict[str, float]:
+    """Seconds of one float64 Cholesky, one ``eigh`` and one matrix product of size
+    :data:`_PROBE` on this machine with this thread setting (each timed once, after a
+    warm-up), the units :func:`estimate_seconds` scales by ``(n / 512)^3``."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(_PROBE, _PROBE, dtype=torch.float64, generator=g)
+    spd = a @ a.T + _PROBE * torch.eye(_PROBE, dtype=torch.float64)
+    out = {}
+    for name, op in (
+        ("cholesky", torch.linalg.cholesky),
+        ("eigh", torch.linalg.eigh),
+        ("matmul", lambda m: m @ m),
+    ):
+        op(spd)  # warm-up
+        t0 = time.perf_counter()
+        op(spd)
+        out[name] = max(time.perf_counter() - t0, 1e-6)
+    return out
+
+
+def estimate_seconds(
+    n: int,
+    terms: Sequence[int],
+    backend: str,
+    calibrate: bool,
+    refine: Refine,
+    units: dict[str, float],
+) -> dict[str, float]:
+    """A rough time estimate of each stage (seconds), from the measured ``units`` (see
+    :func:`_unit_times`) scaled by the cube of the size: the calibration's ``eigh`` per
+    kernel on at most ``calibrate.MAX_POINTS`` points, the posterior (a Cholesky per
+    kernel; CG: about 30 matrix-vector products per addend, each a twentieth of a
+    product's work per point pair), and the refinement (``refine`` L-BFGS iterations of
+    about 2 evaluations, each a Cholesky and an inverse, 3 Choleskys; ``auto``: at least
+    20 iterations)."""
+    from amorgp.amortizer.calibrate import MAX_POINTS
+
+    k = len(terms)
+    scale = (n / _PROBE) ** 3
+    out = {}
+    if calibrate:
+        out["calibration"] = k * units["eigh"] * (min(n, MAX_POINTS) / _PROBE) ** 3
+    if backend == "cholesky":
+        out["posterior"] = k * units["cholesky"] * scale
+    else:  # one product ~ n^3 flops; one kernel mat-vec ~ 20 n^2 per addend
+        per_pair = units["matmul"] / _PROBE**3
+        out["posterior"] = sum(30 * 20 * t for t in terms) * n**2 * per_pair
+    steps = 20 if refine == "auto" else int(refine)
+    if steps:
+        out["refinement"] = steps * k * 2 * 3 * units["cholesky"] * scale
+    return out
+
+
+def announce(
+    n: int, d: int, terms: list[int], backend: str, refine: Refine, calibrate: bool
+) -> None:
+    """Say which backend runs and, where the work takes seconds, roughly how long."""
+    log.info(
+        "working on n = %d points, d = %d, %d kernel(s) with backend %s",
+        n,
+        d,
+        len(terms),
+        backend,
+    )
+    if n < LARGE_N:
+        return
+    parts = estimate_seconds(n, terms, backend, calibrate, refine, _unit_times())
+    total = sum(parts.values())
+    detail = ", ".join(f"{k} ~{_duration(v)}" for k, v in parts.items())
+    click.echo(
+        f"Note: n = {n} points, {len(terms)} kernel(s), backend {backend}: roughly "
+        f"{_duration(total)} ({detail}; a rough estimate from this machine's speed)",
+        err=True,
+    )
+
+
+LARGE_N = 2000
+"""From this many points on, the commands say the backend and a time estimate on stderr
+(without ``-v``)."""
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return "<1 s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def check_device(device: str | None) -> None:
@@ -200,15 +364,9 @@ def run_inference(
     assert data.y is not None
     structures = check_kernels(amz, kernels, data)
     n, d = data.X.shape
-    n_terms = max(sum(len(a) for a in s.dims) for s in structures)
-    log.info(
-        "working on n = %d points, d = %d, %d kernel(s) with backend %s",
-        n,
-        d,
-        len(kernels),
-        amz.gp_backend(n, n_terms, graph=False),
-    )
-    bars = _ProgressBars()
+    terms = [sum(len(a) for a in s.dims) for s in structures]
+    announce(n, d, terms, amz.gp_backend(n, max(terms), graph=False), refine, amz.calibrate)
+    bars = _ProgressBars(calibrate=amz.calibrate, refine=refine != 0)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
@@ -222,9 +380,23 @@ def run_inference(
             )
     finally:
         bars.close()
+    log.info("inference done in %.1f s", time.perf_counter() - bars.t0)
     for w in caught:  # one clean line on stderr instead of a warnings traceback line
         click.echo(f"Warning: {w.message}", err=True)
     return results
+
+
+@contextlib.contextmanager
+def running(stage: str) -> Iterator[None]:
+    """Show ``stage`` as a running stage (elapsed time moving on a terminal; logged
+    with ``-v``) while the block runs, e.g. the prediction."""
+    bars = _ProgressBars()
+    bars.start(stage, 0)
+    try:
+        yield
+    finally:
+        bars.close()
+        log.info("%s done in %.1f s", stage, time.perf_counter() - bars.t0)
 
 
 def check_finite(results: Sequence[KernelResult]) -> None:

@@ -24,12 +24,16 @@ thing on stdout.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import logging
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 import click
 
 from amorgp.amortizer.cli._output import results_only_on_stdout, silence_stdout
-from amorgp.kernel_grammar.errors import OptionError, TrainingError
 
 __all__ = ["AmorgpCommand", "AmorgpGroup", "as_click_exception"]
 
@@ -40,6 +44,8 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
     Raises:
         TypeError: ``err`` is not an error the command line maps (a bug: re-raise it).
     """
+    from amorgp.kernel_grammar.errors import OptionError, TrainingError
+
     if isinstance(err, click.ClickException):
         return err
     if isinstance(err, OptionError):
@@ -52,20 +58,86 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
     raise TypeError(f"not a mapped error: {type(err).__name__}")
 
 
-_MAPPED = (OptionError, ValueError, TrainingError, OSError)
+@contextlib.contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """Library warnings as one ``Warning: ...`` line each on stderr, as they happen (each
+    text once), never Python's two-line ``file:line: Category: text`` form; deprecation
+    notices of other libraries (``torch.jit.script is deprecated``) go to the
+    ``amorgp.cli`` log (``-v``), as do matplotlib's and KeOps' log messages below ERROR."""
+    for name in ("matplotlib", "PIL", "pykeops", "keopscore"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    seen: set[str] = set()
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        lines = str(message).strip().splitlines()
+        text = lines[0] if lines else ""
+        if not text or text in seen:
+            return
+        seen.add(text)
+        foreign = "amorgp" not in str(filename)
+        if foreign and issubclass(
+            category, DeprecationWarning | PendingDeprecationWarning | FutureWarning
+        ):
+            logging.getLogger("amorgp.cli").info("library notice: %s", text)
+        else:
+            click.echo(f"Warning: {text}", err=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
+
+
+def _mapped(err: BaseException) -> bool:
+    """Whether the command line maps ``err`` (imports the errors module only when a
+    library error can have been raised, i.e. when it is loaded already)."""
+    if isinstance(err, ValueError | OSError):
+        return True
+    errors = sys.modules.get("amorgp.kernel_grammar.errors")
+    return errors is not None and isinstance(err, errors.TrainingError)
+
+
+def _verbose_option(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from amorgp.amortizer.cli import set_verbose
+
+        set_verbose(True)
 
 
 class AmorgpCommand(click.Command):
-    """A click command that turns typed library errors into exit codes (see module doc)."""
+    """A click command that turns typed library errors into exit codes (see module doc),
+    with ``-v/--verbose`` accepted after the command name too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not any("--verbose" in getattr(p, "opts", ()) for p in self.params):
+            self.params.append(
+                click.Option(
+                    ["-v", "--verbose"],
+                    is_flag=True,
+                    expose_value=False,
+                    callback=_verbose_option,
+                    help="Log progress messages (size, backend, time estimate) to stderr.",
+                )
+            )
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with results_only_on_stdout():
+            with results_only_on_stdout(), one_line_warnings():
                 return super().invoke(ctx)
         except BrokenPipeError:  # stdout's reader went away (`| head`): stop quietly
             silence_stdout()
             ctx.exit(1)
-        except _MAPPED as err:
+        except Exception as err:
+            if not _mapped(err):
+                raise
             raise as_click_exception(err, ctx) from None
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import math
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -30,7 +32,11 @@ __all__ = [
     "atomic_write",
     "check_output_path",
     "check_plot_path",
+    "SCHEMA_VERSION",
     "emit",
+    "is_stdout",
+    "json_document",
+    "json_option",
     "json_text",
     "non_finite",
     "results_only_on_stdout",
@@ -67,7 +73,7 @@ def results_only_on_stdout() -> Iterator[None]:
         os.dup2(2, 1)
     _RESULTS.append(real)
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(LibraryOutput(sys.stderr)):
             yield
     finally:
         _RESULTS.pop()
@@ -80,6 +86,46 @@ def results_only_on_stdout() -> Iterator[None]:
                     sys.stderr.flush()
                 os.dup2(saved, 1)
                 os.close(saved)
+
+
+_CHATTER = re.compile(r"^\s*\[(py)?KeOps\]", re.IGNORECASE)
+"""Lines libraries print that are no message to the user (KeOps' start-up and compile
+notes): logged (``-v`` shows them) instead of printed."""
+
+
+class LibraryOutput(io.TextIOBase):
+    """What libraries print while a command runs: passed on to ``target`` (stderr) line
+    by line, except KeOps' chatter (:data:`_CHATTER`), which goes to the ``amorgp.cli``
+    log at INFO level (shown with ``-v``)."""
+
+    def __init__(self, target: TextIO) -> None:
+        self.target = target
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self._line(line)
+        return len(text)
+
+    def _line(self, line: str) -> None:
+        if _CHATTER.match(line):
+            logging.getLogger("amorgp.cli").info("%s", line.strip())
+        else:
+            self.target.write(line + "\n")
+
+    def flush(self) -> None:
+        if self._pending:
+            self._line(self._pending)
+            self._pending = ""
+        self.target.flush()
+
+    def fileno(self) -> int:
+        return self.target.fileno()
 
 
 def emit(text: str = "") -> None:
@@ -127,6 +173,35 @@ def _nulls(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_nulls(v) for v in obj]
     return obj
+
+
+SCHEMA_VERSION = 1
+"""Version of the ``--json`` documents of every command: each is one object with
+``schema_version``, ``command`` and the command's fields; a field is never renamed or
+removed without raising this number."""
+
+
+def json_document(command: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The ``--json`` document of ``command``: ``{"schema_version", "command", ...fields}``."""
+    return {"schema_version": SCHEMA_VERSION, "command": command, **fields}
+
+
+def json_option(help_text: str = "") -> Callable[[Any], Any]:
+    """The ``--json`` flag (parameter ``as_json``) every command offers."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help=help_text
+        or "Print one JSON document (schema_version 1) on stdout; messages go to stderr.",
+    )
+
+
+def is_stdout(path: Path | str) -> bool:
+    """Whether an output path means standard output: ``-``, ``/dev/stdout`` or
+    ``/dev/fd/1`` (``/proc/self/fd/1``), by name, never by where descriptor 1 points."""
+    text = str(path)
+    return text == "-" or text in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 
 def json_text(obj: Any, *, indent: int | None = None) -> str:

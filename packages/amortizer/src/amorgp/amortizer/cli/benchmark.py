@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from amorgp.amortizer.cli._errors import AmorgpCommand, AmorgpGroup
-from amorgp.amortizer.cli._output import emit
+from amorgp.amortizer.cli._output import emit, json_document, json_option, json_text
 
 __all__ = ["benchmark", "paper"]
 
@@ -99,6 +99,7 @@ def benchmark() -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Another run's output folder: its cells missing from OUT are added first; repeatable.",
 )
+@json_option()
 def paper(
     quick: bool,
     datasets: str | None,
@@ -115,6 +116,7 @@ def paper(
     report_only: bool,
     jobs: int,
     merge_from: tuple[Path, ...],
+    as_json: bool,
 ) -> None:
     """Every experiment of Bitzer et al. (2023) on the bundled data (resumable).
 
@@ -150,13 +152,33 @@ def paper(
     for folder in merge_from:
         if not (folder / "cells").is_dir():
             raise click.BadParameter(f"no cells/ folder under {folder}", param_hint="--merge")
+    merged: dict[str, int] = {}
     if merge_from:
         from amorgp.amortizer.paper.cache import CellCache
 
         cache = CellCache(out)
         for folder in merge_from:
-            emit(f"merged {cache.merge(folder)} cells from {folder}")
+            merged[str(folder)] = cache.merge(folder)
+            if not as_json:
+                emit(f"merged {merged[str(folder)]} cells from {folder}")
     record = run_paper(config, out, progress=not no_progress, report_only=report_only, jobs=jobs)
+    if as_json:
+        emit(
+            json_text(
+                json_document(
+                    "benchmark paper",
+                    {
+                        "readme": str(out / "README.md"),
+                        "results": str(out / "results.json"),
+                        "merged": merged,
+                        "cells_computed": record["cells_computed"],
+                        "elapsed_s": record["elapsed_s"],
+                    },
+                ),
+                indent=2,
+            )
+        )
+        return
     emit(
         f"wrote {out / 'README.md'} and {out / 'results.json'} "
         f"({record['cells_computed']} cells computed, {record['elapsed_s']:.0f} s)"

@@ -16,7 +16,7 @@ import click
 
 from amorgp.amortizer.cli._common import check_device
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import emit, json_text
+from amorgp.amortizer.cli._output import emit, json_document, json_option, json_text
 
 __all__ = ["campaign_command", "default_campaign_state"]
 
@@ -96,6 +96,7 @@ def default_campaign_state() -> Path:
     help="With --report-only: also replace the campaign tables of this model card "
     "(between <!-- campaign:begin --> and <!-- campaign:end -->).",
 )
+@json_option("The record is one JSON document (schema_version 1) with or without this flag.")
 def campaign_command(
     state: Path | None,
     export_dir: Path,
@@ -109,6 +110,7 @@ def campaign_command(
     device: str,
     report_only: bool,
     card: Path | None,
+    as_json: bool,
 ) -> None:
     """Run the long, resumable training campaign (see amorgp.amortizer.campaign).
 
@@ -141,7 +143,7 @@ def campaign_command(
         swa_members=swa_members,
         device=device,
     )
-    emit(json_text(record))
+    emit(json_text(json_document("campaign", dict(record))))
 
 
 def _report(export_dir: Path, card: Path | None) -> None:
@@ -156,4 +158,11 @@ def _report(export_dir: Path, card: Path | None) -> None:
         campaign_report(log, markdown, figure, card=card)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
-    emit(json_text({"report": str(markdown), "figure": str(figure), "card": card and str(card)}))
+    emit(
+        json_text(
+            json_document(
+                "campaign",
+                {"report": str(markdown), "figure": str(figure), "card": card and str(card)},
+            )
+        )
+    )

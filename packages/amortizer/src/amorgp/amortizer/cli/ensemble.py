@@ -24,13 +24,20 @@ import click
 
 from amorgp.amortizer.cli._common import (
     Refine,
+    announce,
     check_kernels,
     fmt,
     inference_options,
     load_amortizer,
 )
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import check_plot_path, emit, json_text
+from amorgp.amortizer.cli._output import (
+    SCHEMA_VERSION,
+    check_plot_path,
+    emit,
+    json_document,
+    json_text,
+)
 from amorgp.amortizer.cli._plots import plot_ensemble
 from amorgp.amortizer.cli.predict import holdout_scores, split_table
 
@@ -51,10 +58,21 @@ def _kernels(amz: Amortizer, table: Dataset, given: tuple[str, ...], preset: str
     return [t.broadcast(d) for t in paper_evaluation_set(0)] if preset == "paper24" else []
 
 
+def _lml_original(fit: Any) -> float | None:
+    """The log marginal likelihood of ``fit`` in the data's original units (the
+    normalised one plus the normalisation's constant), ``None`` if unknown."""
+    value = getattr(fit, "log_marginal_likelihood_original", None)
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
 def _member_rows(ens: KernelEnsemble, test: Dataset | None) -> list[dict[str, Any]]:
     import numpy as np
 
     rows = ens.table()
+    for row, fit in zip(rows, ens.fits, strict=True):
+        row["log_marginal_likelihood_original"] = (
+            None if row["status"] == "failed" else _lml_original(fit)
+        )
     if test is None or test.y is None:
         return rows
     for row, fit in zip(rows, ens.fits, strict=True):
@@ -118,6 +136,16 @@ def ensemble(
     train, test = _prepare(data, target, split, seed, plot_path)
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
     kernels = _kernels(amz, train, kernel_texts, preset)
+    n = int(train.X.shape[0])
+    terms = [sum(len(a) for a in k.dims) for k in kernels]
+    announce(
+        n,
+        int(train.X.shape[1]),
+        terms,
+        amz.gp_backend(n, max(terms), graph=False),
+        refine,
+        amz.calibrate,
+    )
     inference = amz if refine == 0 else amz.method(refine=refine)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -127,6 +155,8 @@ def ensemble(
     for w in caught:
         click.echo(f"Warning: {w.message}", err=True)
     summary = {
+        "schema_version": SCHEMA_VERSION,
+        "command": "ensemble",
         "data": str(data),
         "weighting": weighting,
         "n_train": int(train.X.shape[0]),
@@ -194,11 +224,15 @@ def _ensemble_text(summary: dict[str, Any], n_members: int) -> str:
         f"{n_members} kernels, {summary['weighting']} weights, n_train = {summary['n_train']}"
         + (f", n_test = {summary['n_test']}" if summary["n_test"] else "")
         + f", {summary['time_s']:.2f} s",
-        f"  {'kernel':<34} {'weight':>8} {'log ML':>10} {'test RMSE':>10} {'test NLL':>9}",
+        f"  {'kernel':<34} {'weight':>8} {'log ML':>10} {'test RMSE':>10} {'test NLL':>9}"
+        "   (log ML: log marginal likelihood in the data's original units)",
     ]
     for r in sorted(summary["members"], key=lambda r: -r["weight"]):
-        lml = r["log_marginal_likelihood"]
-        lml_text = "failed" if lml is None else f"{lml:.2f}"
+        lml = r["log_marginal_likelihood_original"]
+        if r["status"] == "failed":
+            lml_text = "failed"
+        else:
+            lml_text = "-" if lml is None else f"{lml:.2f}"
         lines.append(
             f"  {r['kernel']:<34} {r['weight']:>8.3f} {lml_text:>10} "
             f"{fmt(r.get('test_rmse')):>10} {fmt(r.get('test_nll')):>9}"
@@ -280,16 +314,62 @@ def search(
     if as_json:
         emit(json_text(_search_json(str(data), criterion, res, terms, table, top), indent=2))
         return
+    emit(_criterion_note(criterion))
     for i, lvl in enumerate(res.levels):
         emit(
             f"level {i}: {len(lvl)} structures; best "
-            + ", ".join(f"{c.structure} ({c.score:.2f})" for c in lvl[:top])
+            + ", ".join(f"{c.structure} ({_shown_score(c, criterion)})" for c in lvl[:top])
         )
     emit(
-        f"best structure ({criterion} {res.best.score:.2f}, {res.n_scored} structures scored "
-        f"in {res.time_s:.2f} s{', refined' if res.refined else ''}): {res.best.structure}"
+        f"best structure ({_shown_score(res.best, criterion)}, {res.n_scored} structures "
+        f"scored in {res.time_s:.2f} s{', refined' if res.refined else ''}): {res.best.structure}"
     )
     emit(format_description(terms, list(table.feature_names)))
+
+
+def _criterion_note(criterion: str) -> str:
+    if criterion == "bic":
+        return (
+            "scores: BIC = -2 log ML + k log n (k: hyperparameters and noise), log marginal "
+            "likelihood in the data's original units; lower is better"
+        )
+    return (
+        "scores: log ML, the log marginal likelihood in the data's original units; higher is better"
+    )
+
+
+def _offset(fit: Any) -> float:
+    """Original-unit minus normalised log marginal likelihood (the same for every
+    structure on one dataset; 0 where a fit carries no original units)."""
+    original = getattr(fit, "log_marginal_likelihood_original", None)
+    normalised = getattr(fit, "log_marginal_likelihood", None)
+    if original is None or normalised is None:
+        return 0.0
+    diff = float(original) - float(normalised)
+    return diff if math.isfinite(diff) else 0.0
+
+
+def _scores(c: Any, criterion: str) -> dict[str, float | None]:
+    """``log_marginal_likelihood_original`` and, for BIC, ``bic`` (conventional sign,
+    lower is better, original units) of a scored candidate (``None`` if it failed)."""
+    if not math.isfinite(c.score):
+        return {"log_marginal_likelihood_original": None, "bic": None}
+    off = _offset(c.fit)
+    out: dict[str, float | None] = {
+        "log_marginal_likelihood_original": c.log_marginal_likelihood + off
+    }
+    if criterion == "bic":
+        out["bic"] = -2.0 * (c.score + off)
+    return out
+
+
+def _shown_score(c: Any, criterion: str) -> str:
+    s = _scores(c, criterion)
+    if s["log_marginal_likelihood_original"] is None:
+        return "failed"
+    if criterion == "bic":
+        return f"BIC {s['bic']:.2f}"
+    return f"log ML {s['log_marginal_likelihood_original']:.2f}"
 
 
 def _run_search(
@@ -334,32 +414,43 @@ def _search_json(
     data: str, criterion: str, res: SearchResult, terms: list[Any], table: Dataset, top: int
 ) -> dict[str, Any]:
     best = res.best
-    return {
-        "data": data,
-        "criterion": criterion,
-        "n_scored": res.n_scored,
-        "time_s": res.time_s,
-        "best": {
-            "kernel": str(best.structure),
-            "score": best.score,
-            "log_marginal_likelihood": best.log_marginal_likelihood,
-            "terms": [
-                {
-                    "dim": t.dim,
-                    "column": table.feature_names[t.dim],
-                    "symbol": t.symbol,
-                    "variance_share": t.share,
-                    "normalised": t.hyperparameters,
-                    "original": t.original,
-                }
-                for t in terms
+    return json_document(
+        "search",
+        {
+            "data": data,
+            "criterion": criterion,
+            "score_note": "score: the search's criterion in normalised units, higher is "
+            "better (lml: log ML; bic: log ML - k log n / 2); bic: the conventional BIC "
+            "in original units, lower is better",
+            "n_scored": res.n_scored,
+            "time_s": res.time_s,
+            "best": {
+                "kernel": str(best.structure),
+                "score": best.score,
+                "log_marginal_likelihood": best.log_marginal_likelihood,
+                **_scores(best, criterion),
+                "terms": [
+                    {
+                        "dim": t.dim,
+                        "column": table.feature_names[t.dim],
+                        "symbol": t.symbol,
+                        "variance_share": t.share,
+                        "normalised": t.hyperparameters,
+                        "original": t.original,
+                    }
+                    for t in terms
+                ],
+            },
+            "levels": [
+                [
+                    {
+                        "kernel": str(c.structure),
+                        "score": c.score if math.isfinite(c.score) else None,
+                        **_scores(c, criterion),
+                    }
+                    for c in lvl[:top]
+                ]
+                for lvl in res.levels
             ],
         },
-        "levels": [
-            [
-                {"kernel": str(c.structure), "score": c.score if math.isfinite(c.score) else None}
-                for c in lvl[:top]
-            ]
-            for lvl in res.levels
-        ],
-    }
+    )

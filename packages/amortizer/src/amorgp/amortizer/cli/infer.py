@@ -23,7 +23,7 @@ from amorgp.amortizer.cli._common import (
     run_inference,
 )
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import emit, json_text
+from amorgp.amortizer.cli._output import emit, json_document, json_text
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import KernelResult
@@ -76,7 +76,8 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
     "--json",
     "as_json",
     is_flag=True,
-    help="Print JSON instead of a table (stdout holds only the JSON; messages go to stderr).",
+    help="Print one JSON document (schema_version 1) instead of a table (stdout holds only "
+    "the JSON; messages go to stderr).",
 )
 @inference_options
 def infer(
@@ -103,12 +104,15 @@ def infer(
     results = run_inference(amz, table, kernels, refine)
     check_finite(results)
     if as_json:
-        out = {
-            "data": str(data),
-            "target": table.target_name,
-            "features": list(table.feature_names),
-            "results": [r.to_dict() for r in results],
-        }
+        out = json_document(
+            "infer",
+            {
+                "data": str(data),
+                "target": table.target_name,
+                "features": list(table.feature_names),
+                "results": [r.to_dict() for r in results],
+            },
+        )
         emit(json_text(out, indent=2))
     else:
         emit(_table(results, table))

@@ -4,13 +4,22 @@ Examples::
 
     amorgp predict data.csv --kernel "SE*PER + LIN" --split 0.2 --plot pred.png
     amorgp predict data.csv -k "SE + PER" --test new.csv --output pred.csv --refine 10
+    amorgp predict data.csv -k SE -k "SE + PER" --split 0.2 --output - > pred.csv
+
+Several ``--kernel`` options predict with every kernel (one result block each; the
+CSV gets ``mean``/``std`` columns per kernel, suffixed ``[KERNEL]``).  ``--output -``
+or ``--output /dev/stdout`` writes the CSV to standard output (the summary lines go
+to stderr then).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 import numpy as np
@@ -21,6 +30,7 @@ from amorgp.amortizer.cli._common import (
     inference_options,
     load_amortizer,
     run_inference,
+    running,
 )
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import (
@@ -28,25 +38,57 @@ from amorgp.amortizer.cli._output import (
     check_output_path,
     check_plot_path,
     emit,
+    is_stdout,
+    json_document,
+    json_text,
 )
 from amorgp.amortizer.io import Dataset, read_csv
+
+if TYPE_CHECKING:
+    from amorgp.amortizer.api import KernelResult
 
 __all__ = ["predict", "holdout_scores", "write_predictions"]
 
 
 def write_predictions(
-    path: Path, names: tuple[str, ...], X: np.ndarray, mean: np.ndarray, std: np.ndarray
+    path: Path,
+    names: tuple[str, ...],
+    X: np.ndarray,
+    mean: np.ndarray,
+    std: np.ndarray,
+    kernels: Sequence[str] = (),
 ) -> None:
     """CSV of the test inputs, predictive mean and std, every float written so that it
     reads back exactly (shortest round-trip ``repr``), atomically (see
-    :func:`~amorgp.amortizer.cli._output.atomic_write`)."""
-    body = np.column_stack([X, mean, std]).tolist()
+    :func:`~amorgp.amortizer.cli._output.atomic_write`), or on standard output when
+    ``path`` is ``-`` or ``/dev/stdout``.
+
+    ``mean`` and ``std`` are ``(n,)`` or, with several ``kernels``, ``(n, k)``: the
+    columns are then ``mean[KERNEL]``, ``std[KERNEL]`` per kernel.
+    """
+    mean, std = np.asarray(mean), np.asarray(std)
+    if mean.ndim == 1:
+        header = ["mean", "std"]
+        body = np.column_stack([X, mean, std]).tolist()
+    else:
+        header = [f"{c}[{k}]" for k in kernels for c in ("mean", "std")]
+        pairs = np.stack([mean, std], axis=2).reshape(mean.shape[0], -1)
+        body = np.column_stack([X, pairs]).tolist()
+
+    def write_to(fh: TextIO) -> None:
+        out = csv.writer(fh, lineterminator="\n")
+        out.writerow([*names, *header])
+        out.writerows([repr(v) for v in row] for row in body)
+
+    if is_stdout(path):
+        text = io.StringIO()
+        write_to(text)
+        emit(text.getvalue().rstrip("\n"))
+        return
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            out = csv.writer(fh, lineterminator="\n")
-            out.writerow([*names, "mean", "std"])
-            out.writerows([repr(v) for v in row] for row in body)
+            write_to(fh)
 
     atomic_write(path, write)
 
@@ -99,7 +141,7 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     if output is not None and plot_path is not None and output.resolve() == plot_path.resolve():
         raise click.BadParameter(f"{plot_path}: the same file as --output", param_hint="--plot")
     for path, option in ((output, "--output"), (plot_path, "--plot")):
-        if path is None:
+        if path is None or (option == "--output" and is_stdout(path)):
             continue
         if any(path.resolve() == p.resolve() for p in inputs):
             raise click.BadParameter(f"{path} is an input file", param_hint=option)
@@ -108,7 +150,14 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
 
 @click.command("predict", cls=AmorgpCommand)
 @click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--kernel", "-k", required=True, help="Kernel expression, e.g. 'SE*PER + LIN'.")
+@click.option(
+    "--kernel",
+    "-k",
+    "kernels",
+    multiple=True,
+    required=True,
+    help="Kernel expression, e.g. 'SE*PER + LIN' (repeatable: predicts with each).",
+)
 @click.option(
     "--test",
     "test_path",
@@ -127,16 +176,24 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
 @click.option(
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write test predictions (CSV, full float precision) here; replaced atomically.",
+    help="Write test predictions (CSV, full float precision) here; replaced atomically; "
+    "'-' or /dev/stdout: standard output.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON document (schema_version 1) on stdout; messages go to stderr.",
 )
 @inference_options
 def predict(
     data: Path,
-    kernel: str,
+    kernels: tuple[str, ...],
     test_path: Path | None,
     split: float | None,
     plot_path: Path | None,
     output: Path | None,
+    as_json: bool,
     target: str | None,
     seed: int,
     device: str | None,
@@ -151,6 +208,15 @@ def predict(
     if split is not None and not 0.0 < split < 1.0:
         raise click.BadParameter(
             f"must lie strictly between 0 and 1, got {split}", param_hint="--split"
+        )
+    if plot_path is not None and len(kernels) > 1:
+        raise click.BadParameter(
+            f"draws one kernel; {len(kernels)} --kernel options given: plot them one at a time",
+            param_hint="--plot",
+        )
+    if as_json and output is not None and is_stdout(output):
+        raise click.BadParameter(
+            "--json already writes standard output: give --output a file", param_hint="--output"
         )
     _check_paths([data] + ([test_path] if test_path else []), output, plot_path)
     table = read_csv(data, target)
@@ -167,10 +233,66 @@ def predict(
             training=False,
         )
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
-    (result,) = run_inference(amz, train, [kernel], refine)
-    check_finite([result])
+    results = run_inference(amz, train, kernels, refine)
+    check_finite(results)
+    # the summary goes to stderr when stdout carries the CSV or the JSON document
+    say = (
+        (lambda text: click.echo(text, err=True))
+        if as_json or (output is not None and is_stdout(output))
+        else emit
+    )
+    means, stds, blocks = [], [], []
+    for result in results:
+        mean, var, block = _predict_one(result, train, test, say)
+        means.append(mean)
+        stds.append(np.sqrt(var))
+        blocks.append(block)
+    if output is not None:
+        if len(results) == 1:
+            write_predictions(output, test.feature_names, test.X, means[0], stds[0])
+        else:
+            write_predictions(
+                output,
+                test.feature_names,
+                test.X,
+                np.stack(means, 1),
+                np.stack(stds, 1),
+                [r.kernel_text for r in results],
+            )
+        if not is_stdout(output):
+            say(f"predictions written to {output}")
+    if plot_path is not None:
+        from amorgp.amortizer.cli._plots import plot_prediction
+
+        plot_prediction(plot_path, results[0], train, test)
+        say(f"plot written to {plot_path}")
+    if as_json:
+        emit(
+            json_text(
+                json_document(
+                    "predict",
+                    {
+                        "data": str(data),
+                        "target": train.target_name,
+                        "features": list(train.feature_names),
+                        "n_train": int(train.X.shape[0]),
+                        "n_test": int(test.X.shape[0]),
+                        "results": blocks,
+                    },
+                ),
+                indent=2,
+            )
+        )
+
+
+def _predict_one(
+    result: KernelResult, train: Dataset, test: Dataset, say: Callable[[str], None]
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Predictive mean and variance of one kernel on ``test``, its summary lines said,
+    and its JSON block."""
     t0 = time.perf_counter()
-    mean_t, var_t = result.predict(test.X, include_noise=True)
+    with running(f"prediction ({result.kernel_text}, {test.X.shape[0]} points)"):
+        mean_t, var_t = result.predict(test.X, include_noise=True)
     t_pred = time.perf_counter() - t0
     mean, var = np.asarray(mean_t), np.asarray(var_t)
     if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var > 0).all()):
@@ -183,18 +305,21 @@ def predict(
         if result.refine_status != "none"
         else ""
     )
-    emit(
+    say(
         f"kernel {result.kernel_text}: n_train = {train.X.shape[0]}, n_test = {test.X.shape[0]}, "
         f"inference {1e3 * result.call_time_s:.1f} ms, prediction {1e3 * t_pred:.1f} ms" + refined
     )
+    block: dict[str, Any] = {
+        "kernel": result.kernel_text,
+        "log_marginal_likelihood": result.log_marginal_likelihood_original,
+        "prediction_time_s": t_pred,
+        "test_rmse": None,
+        "test_nll": None,
+        "mean": mean.tolist(),
+        "std": np.sqrt(var).tolist(),
+    }
     if test.y is not None:
         rmse, nll = holdout_scores(test.y, mean, var)
-        emit(f"test RMSE {rmse:.4g}   test NLL {nll:.4g} (per point, original units)")
-    if output is not None:
-        write_predictions(output, test.feature_names, test.X, mean, np.sqrt(var))
-        emit(f"predictions written to {output}")
-    if plot_path is not None:
-        from amorgp.amortizer.cli._plots import plot_prediction
-
-        plot_prediction(plot_path, result, train, test)
-        emit(f"plot written to {plot_path}")
+        block["test_rmse"], block["test_nll"] = rmse, nll
+        say(f"test RMSE {rmse:.4g}   test NLL {nll:.4g} (per point, original units)")
+    return mean, var, block

@@ -19,7 +19,7 @@ import click
 
 from amorgp.amortizer.cli._common import check_device
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import emit, json_text
+from amorgp.amortizer.cli._output import SCHEMA_VERSION, emit, json_option, json_text
 from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig, preset
 from amorgp.amortizer.registry import network_names, network_spec
 from amorgp.amortizer.rundir import RunDirectory
@@ -27,14 +27,51 @@ from amorgp.amortizer.rundir import RunDirectory
 __all__ = ["parse_overrides", "train_command"]
 
 
+BOUNDS: dict[str, tuple[float, float]] = {
+    "batch_size": (1, 4096),
+    "lr": (1e-12, 1e12),
+    "warmup_steps": (0, 10**9),
+    "grad_clip": (0.0, 1e6),
+    "weight_decay": (0.0, 10.0),
+    "alpha": (0.0, 1e6),
+    "beta": (0.0, 1e6),
+    "n_min": (1, 20_000),
+    "n_max": (1, 20_000),
+    "max_dims": (1, 64),
+    "encoder_points": (0, 20_000),
+    "size_buckets": (1, 64),
+    "val_size": (1, 100_000),
+    "val_every": (1, 10**9),
+    "num_workers": (0, 256),
+    "seed": (0, 2**63 - 1),
+}
+"""Inclusive range of every numeric training option ``--set`` accepts: wide enough for
+any run this code can carry out on one machine, narrow enough that a typo (an extra
+digit) is refused before a run directory is created, never met as an out-of-memory
+error, an integer overflow in torch or a half-created run."""
+
+
+def _check_bounds(key: str, out: float) -> None:
+    low, high = BOUNDS.get(key, (-math.inf, math.inf))
+    if key == "lr" and out <= 0:
+        raise click.BadParameter(f"lr must be positive, got {out:g}", param_hint="--set")
+    if not low <= out <= high:
+        shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in (low, high, out)]
+        raise click.BadParameter(
+            f"{key} must lie in [{shown[0]}, {shown[1]}], got {shown[2]}", param_hint="--set"
+        )
+
+
 def _parse_value(key: str, typ: Any, value: str) -> Any:
     if typ is int:
         try:
-            return int(value)
+            number = int(value)
         except ValueError:
             raise click.BadParameter(
                 f"{key} expects an integer, got {value!r}", param_hint="--set"
             ) from None
+        _check_bounds(key, number)
+        return number
     if typ is float:
         try:
             out = float(value)
@@ -44,10 +81,35 @@ def _parse_value(key: str, typ: Any, value: str) -> Any:
             ) from None
         if not math.isfinite(out):
             raise click.BadParameter(f"{key} must be finite, got {value!r}", param_hint="--set")
+        _check_bounds(key, out)
         return out
     if typ is str:
+        if key == "inputs":
+            from amorgp.simulator.inputs import INPUT_LAWS
+
+            if value not in INPUT_LAWS:
+                raise click.BadParameter(
+                    f"inputs must be one of {', '.join(INPUT_LAWS)}, got {value!r}",
+                    param_hint="--set",
+                )
         return value
     raise click.BadParameter(f"{key} cannot be set from the command line", param_hint="--set")
+
+
+def _check_init_overrides(init_from: Path, extra: dict[str, Any], phase: int) -> None:
+    """Validate ``--set`` on top of the recipe stored in ``--from`` (cross-field rules
+    such as ``n_min <= n_max``) before the run directory is created."""
+    import json
+
+    try:
+        stored = json.loads((init_from / "checkpoint.json").read_text())["train"]
+        base = TrainConfig.from_dict(stored).to_dict()
+    except (OSError, KeyError, TypeError, ValueError):
+        return  # the run reports an unreadable checkpoint itself
+    try:
+        TrainConfig.from_dict({**base, **extra, "phase": phase})
+    except (TypeError, ValueError) as err:
+        raise click.BadParameter(str(err), param_hint="--set") from None
 
 
 def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
@@ -187,6 +249,7 @@ def _configs(
 )
 @click.option("--device", help="torch device (default: cuda if available, else cpu).")
 @click.option("--no-progress", is_flag=True, help="Do not show a progress bar.")
+@json_option("The summary is one JSON document (schema_version 1) with or without this flag.")
 @click.pass_context
 def train_command(
     ctx: click.Context,
@@ -202,6 +265,7 @@ def train_command(
     overrides: tuple[str, ...],
     device: str | None,
     no_progress: bool,
+    as_json: bool,
 ) -> None:
     """Train an amortization network on simulated data (Ctrl-C stops and checkpoints).
 
@@ -219,6 +283,7 @@ def train_command(
     train_cfg: TrainConfig | None = None
     overrides_given: dict[str, Any] | None = None
     if init_from is not None:  # the checkpoint's recipe, with --phase and --set on top
+        _check_init_overrides(init_from, extra, phase)
         overrides_given = {**extra, "phase": phase}
     elif not resume:
         network, train_cfg = _configs(preset_name, model, phase, extra)
@@ -236,6 +301,8 @@ def train_command(
         train_overrides=overrides_given,
     )
     summary = {
+        "schema_version": SCHEMA_VERSION,
+        "command": "train",
         "step": result.step,
         "datasets_seen": result.datasets_seen,
         "stopped_by": result.stopped_by,

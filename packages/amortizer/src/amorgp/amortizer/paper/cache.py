@@ -5,8 +5,9 @@ A *cell* is one result of the paper experiments, identified by a :class:`CellKey
 of the settings that change the number (:func:`config_hash`).  Cells are appended
 as JSON lines to ``<root>/cells/<experiment>.jsonl`` with one ``write`` of a whole
 line on a file opened for appending, followed by ``fsync``: an interrupted run
-leaves at most one torn last line, which is ignored when reading, and the next
-run computes only the cells that are missing.  A later line for the same key wins.
+leaves at most one torn last line (no final newline), which the next run cuts off
+with a warning before it appends (a read-only reader only warns), and the next run
+computes only the cells that are missing.  A later line for the same key wins.
 Caches of runs on other machines (e.g. the spare cores of a machine lent for training)
 are added with :meth:`CellCache.merge`.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -74,12 +76,45 @@ class CellCache:
         path = self._file(experiment)
         if not path.exists():
             return
-        for line in path.read_text(encoding="utf-8").splitlines():
+        data = path.read_bytes()
+        complete = data.rfind(b"\n") + 1  # the end of the last whole line
+        if complete < len(data):
+            self._torn_tail(path, complete, len(data) - complete)
+            data = data[:complete]
+        bad = 0
+        for line in data.decode("utf-8", errors="replace").splitlines():
             try:
                 rec = json.loads(line)
                 self._cells[json.dumps(rec["key"])] = rec["value"]
             except (json.JSONDecodeError, KeyError, TypeError):
-                continue  # a torn last line of an interrupted run
+                bad += 1
+        if bad:
+            warnings.warn(
+                f"{path}: skipped {bad} unreadable line(s); their cells will be recomputed",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def _torn_tail(self, path: Path, complete: int, torn: int) -> None:
+        """A last line without its newline (a run killed mid-append): cut it off, so the
+        next append starts a line of its own, and say so (read-only: only say so)."""
+        if self.read_only:
+            warnings.warn(
+                f"{path}: ignoring a torn last line ({torn} bytes) left by an interrupted run",
+                UserWarning,
+                stacklevel=4,
+            )
+            return
+        with open(path, "r+b") as fh:
+            fh.truncate(complete)
+            fh.flush()
+            os.fsync(fh.fileno())
+        warnings.warn(
+            f"{path}: dropped a torn last line ({torn} bytes) left by an interrupted run; "
+            "its cell will be recomputed",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def get(self, key: CellKey) -> dict[str, Any] | None:
         """The stored value of ``key``, or ``None``."""
