@@ -68,9 +68,7 @@ def _all_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
             yield node
 
 
-def imports_of(
-    name: str, path: Path, modules: Iterable[str], deferred: bool = False
-) -> set[str]:
+def imports_of(name: str, path: Path, modules: Iterable[str], deferred: bool = False) -> set[str]:
     """The ``amorgp`` modules that module ``name`` imports at module level (and inside
     functions too if ``deferred``)."""
     known = set(modules)
@@ -96,9 +94,7 @@ def imports_of(
         for target in targets:
             while target and target not in known:
                 target = target.rpartition(".")[0]
-            if target and target.startswith(PREFIX) and target != name:
-                out.add(target)
-            elif target == name:
+            if target.startswith(PREFIX):
                 out.add(target)
     return out
 
@@ -201,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
                 if inner:
                     print(f"{module} -> {', '.join(inner)}")
         print()
-    print(f"## Cycles: {len(package_cycles)} between packages, {len(module_cycles)} between modules")
+    print(
+        f"## Cycles: {len(package_cycles)} between packages, {len(module_cycles)} between modules"
+    )
     for component in package_cycles + module_cycles:
         print(" <-> ".join(component))
     return 1 if module_cycles or package_cycles else 0

@@ -12,7 +12,7 @@ recomputed), and compares them cell by cell:
 * the median RMSE ratio of each to 5-start L-BFGS Type-2 ML (``gp-ml-lbfgs``) on the
   cells that have it;
 * optionally (``--heldout N``) both networks on ``N`` held-out simulated pairs
-  (:func:`amorgp.amortizer.campaign_plan.compare_on_heldout`).
+  (:func:`amorgp.amortizer.training.campaign_plan.compare_on_heldout`).
 
 A per-cell ratio below 1 on every dataset is what shipping asks for; differences of 1-2 %
 per cell are within the spread of the noise fine-tuning's seed
@@ -20,8 +20,8 @@ per cell are within the spread of the noise fine-tuning's seed
 
 Usage::
 
-    python benchmarks/ship_check.py docs/training/campaign/best [--base default] [--heldout 1000]
-    python benchmarks/ship_check.py docs/training/campaign/best-phase1 --base default-phase1
+    python -m amorgp_experiments.ship_check docs/training/campaign/best [--base default] [--heldout 1000]
+    python -m amorgp_experiments.ship_check docs/training/campaign/best-phase1 --base default-phase1
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMITTED_CELLS = ROOT / "docs" / "benchmarks" / "paper" / "cells"
 METHODS = ("amortized", "amortized+calibrate")
 REFERENCE = "gp-ml-lbfgs"
@@ -66,7 +66,7 @@ def fig3_cells(model: str, work: Path, quick: bool) -> Cells:
         for c in results["experiments"]["fig3"]["cells"]
     }
     if quick:  # the report also lists cached cells outside the quick subset
-        from amorgp.amortizer.paper.real import kernel_templates
+        from amorgp_experiments.paper.real import kernel_templates
 
         kernels = set(kernel_templates(QUICK_KERNELS))
         cells = {
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     heldout = None
     if a.heldout > 0:
         from amorgp.amortizer.bundled import resolve_checkpoint
-        from amorgp.amortizer.campaign_plan import compare_on_heldout
+        from amorgp.amortizer.training.campaign_plan import compare_on_heldout
 
         heldout = compare_on_heldout(
             resolve_checkpoint(a.base), resolve_checkpoint(a.candidate), n_pairs=a.heldout

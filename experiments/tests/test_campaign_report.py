@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from amorgp.amortizer.campaign_report import campaign_report, read_campaign_log, splice_section
+from amorgp_experiments.campaign_report import campaign_report, read_campaign_log, splice_section
 
 
 def _record(run: str, total: int, nll: float, best: float, improved: bool) -> dict:

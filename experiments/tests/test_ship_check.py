@@ -1,4 +1,4 @@
-"""``benchmarks/ship_check.py --quick``: the cell-by-cell comparison of two networks.
+"""``python -m amorgp_experiments.ship_check --quick``: the cell-by-cell comparison of two networks.
 
 The oracle is the library's own API on the paper protocol's split, outside the benchmark:
 each network's test RMSE on airline's split 0 for the two quick kernels, computed with
@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
 
 def _direct_rmse(model: str, calibrate: bool) -> list[float]:
+    from amorgp_experiments.paper.protocol import load_dataset, make_split, scores
+    from amorgp_experiments.paper.real import kernel_templates
+
     from amorgp.amortizer import Amortizer
-    from amorgp.amortizer.paper.protocol import load_dataset, make_split, scores
-    from amorgp.amortizer.paper.real import kernel_templates
     from amorgp.kernel_grammar import DimWiseStructure
 
     sp = make_split(load_dataset("airline"), 0)
@@ -35,10 +34,9 @@ def _direct_rmse(model: str, calibrate: bool) -> list[float]:
 
 
 @pytest.mark.parametrize("candidate", ["default", "small-d4-v1"])
-def test_ship_check_matches_the_api(
-    tmp_path: Path, candidate: str, benchmark_script: Callable[[str], ModuleType]
-) -> None:
-    sc = benchmark_script("ship_check")
+def test_ship_check_matches_the_api(tmp_path: Path, candidate: str) -> None:
+    from amorgp_experiments import ship_check as sc
+
     work = tmp_path / "work"
     sc.main(["--quick", candidate, "--work", str(work), "--json", str(tmp_path / "c.json")])
     table = json.loads((tmp_path / "c.json").read_text())["table"]

@@ -25,21 +25,21 @@ module             what
 
 Example::
 
-    from amorgp.amortizer.paper import PaperConfig, run_paper
+    from amorgp_experiments.paper import PaperConfig, run_paper
     record = run_paper(PaperConfig.quick_config(), Path("runs/paper"))
 """
 
-from amorgp.amortizer.paper.cache import CellCache, CellKey, config_hash
-from amorgp.amortizer.paper.config import EXPERIMENTS, FIG3_METHODS, PaperConfig
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.protocol import (
+from amorgp_experiments.paper.cache import CellCache, CellKey, config_hash
+from amorgp_experiments.paper.config import EXPERIMENTS, FIG3_METHODS, PaperConfig
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.protocol import (
     BUNDLED_DATASETS,
     load_dataset,
     scores,
     split_indices,
 )
-from amorgp.amortizer.paper.runner import MODULES, run_paper
-from amorgp.amortizer.paper.stats import spread, welch_t_test
+from amorgp_experiments.paper.runner import MODULES, run_paper
+from amorgp_experiments.paper.stats import spread, welch_t_test
 
 __all__ = [
     "BUNDLED_DATASETS",

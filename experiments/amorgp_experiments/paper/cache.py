@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from amorgp.amortizer.cli._output import json_text
+from amorgp.amortizer.strictjson import json_text
 
 __all__ = ["CellCache", "CellKey", "config_hash"]
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amorgp.amortizer.paper.cache import CellCache
-from amorgp.amortizer.paper.config import PaperConfig, model_identity
-from amorgp.amortizer.paper.protocol import RealDataset, load_dataset
+from amorgp_experiments.paper.cache import CellCache
+from amorgp_experiments.paper.config import PaperConfig, model_identity
+from amorgp_experiments.paper.protocol import RealDataset, load_dataset
 
 __all__ = ["RunContext"]
 

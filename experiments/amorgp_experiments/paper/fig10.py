@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.fig2b import sim_settings
-from amorgp.amortizer.paper.simulated import markdown_table, simulated_cells, summarise_methods
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.fig2b import sim_settings
+from amorgp_experiments.paper.simulated import markdown_table, simulated_cells, summarise_methods
 
 __all__ = ["PHASE1_FALLBACK", "resolve_models", "run"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from amorgp.amortizer.paper import fig3
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.real import kernel_templates, real_cells
+from amorgp_experiments.paper import fig3
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.real import kernel_templates, real_cells
 
 __all__ = ["METHODS", "run"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.simulated import markdown_table, simulated_cells, summarise_methods
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.simulated import markdown_table, simulated_cells, summarise_methods
 
 __all__ = ["SEED", "run", "sim_settings"]
 
@@ -52,7 +52,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 def figure(result: dict[str, Any], path: Any) -> bool:
     """Per-pair scatter of the amortized against the Type-2 ML score (RMSE, NLL)."""
-    from amorgp.amortizer.paper.figures import label_axis, save_figure, subplots
+    from amorgp_experiments.paper.figures import label_axis, save_figure, subplots
 
     pairs = result["pairs"]
     if not all(m in pairs and pairs[m]["nll"] for m in ("amortized", "type2ml")):

@@ -16,9 +16,9 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.real import kernel_templates, real_cells
-from amorgp.amortizer.paper.stats import spread
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.real import kernel_templates, real_cells
+from amorgp_experiments.paper.stats import spread
 
 __all__ = ["paired_ratio", "run", "summarise"]
 
@@ -150,7 +150,7 @@ def paired_ratio(a: dict[str, Any], ref: dict[str, Any]) -> tuple[float, int, in
 
 def figure(result: dict[str, Any], path: Any) -> bool:
     """RMSE, NLL and time (log scale) per method, one row of panels per dataset."""
-    from amorgp.amortizer.paper.figures import errorbar_panel, save_figure, subplots
+    from amorgp_experiments.paper.figures import errorbar_panel, save_figure, subplots
 
     summary = result["summary"]
     if not summary:

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from amorgp.amortizer.paper.cache import CellKey, config_hash
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.protocol import make_split, scores
-from amorgp.amortizer.paper.real import kernel_templates
-from amorgp.amortizer.paper.stats import spread
+from amorgp_experiments.paper.cache import CellKey, config_hash
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.protocol import make_split, scores
+from amorgp_experiments.paper.real import kernel_templates
+from amorgp_experiments.paper.stats import spread
 
 __all__ = ["bma_scores", "ensemble_timing", "member_scores", "run"]
 
@@ -221,7 +221,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 def figure(result: dict[str, Any], path: Any) -> bool:
     """Batched vs one-by-one ensemble time over n (log-log)."""
-    from amorgp.amortizer.paper.figures import label_axis, save_figure, subplots
+    from amorgp_experiments.paper.figures import label_axis, save_figure, subplots
 
     rows = result["timing"]
     if not rows:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.simulated import markdown_table, simulated_cells, summarise_methods
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.simulated import markdown_table, simulated_cells, summarise_methods
 
 __all__ = ["run"]
 
@@ -44,7 +44,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 def figure(result: dict[str, Any], path: Any) -> bool:
     """Median test NLL and RMSE against n with quartile bands."""
-    from amorgp.amortizer.paper.figures import label_axis, save_figure, subplots
+    from amorgp_experiments.paper.figures import label_axis, save_figure, subplots
 
     if not result["by_n"]:
         return False

@@ -16,8 +16,8 @@ import logging
 import multiprocessing
 from pathlib import Path
 
-from amorgp.amortizer.paper import fig11
-from amorgp.amortizer.paper.config import PaperConfig
+from amorgp_experiments.paper import fig11
+from amorgp_experiments.paper.config import PaperConfig
 
 __all__ = ["prefetch_real_cells", "real_shards"]
 
@@ -61,9 +61,9 @@ def _run_shard(args: tuple[PaperConfig, str, str, int, str]) -> int:
     """One shard in a worker: its missing cells computed and cached; returns their number."""
     import torch
 
-    from amorgp.amortizer.paper.cache import CellCache
-    from amorgp.amortizer.paper.context import RunContext
-    from amorgp.amortizer.paper.real import kernel_templates, real_cells
+    from amorgp_experiments.paper.cache import CellCache
+    from amorgp_experiments.paper.context import RunContext
+    from amorgp_experiments.paper.real import kernel_templates, real_cells
 
     config, out, dataset, split, method = args
     torch.set_num_threads(1)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from amorgp.amortizer.bundled import DATA_DIR as BUNDLED_DATA_DIR
 from amorgp.kernel_grammar import DataError
 
 __all__ = [
@@ -41,8 +42,8 @@ __all__ = [
     "split_indices",
 ]
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
-"""The package's bundled CSV files."""
+DATA_DIR = BUNDLED_DATA_DIR
+"""The bundled CSV files (those of the amortizer's wheel)."""
 
 BUNDLED_DATASETS = ("airline", "concrete", "energy", "housing", "yacht")
 PAPER_N_TRAIN = {"airline": 100, "yacht": 250}
@@ -61,25 +62,20 @@ def bundled_datasets() -> dict[str, Path]:
 def load_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Inputs ``(n, d)`` and targets ``(n,)`` of a CSV with a header (last column the target).
 
+    The file is read by the library's one CSV reader, :func:`amorgp.amortizer.io.read_csv`;
+    the paper's protocol asks for at least 12 rows on top.
+
     Raises:
         DataError: a file that is not numeric CSV, has fewer than 2 columns, or holds
             NaN/infinite values or a constant target.
         OSError: the file cannot be read.
     """
+    from amorgp.amortizer.io import read_csv
     from amorgp.lazy_kernels import as_dataset
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # numpy warns on an empty file; we raise below
-        try:
-            arr = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
-        except ValueError as err:
-            raise DataError(f"{path}: not a numeric CSV with a header row ({err})") from None
-    if arr.size == 0:
-        raise DataError(f"{path}: no data rows")
-    if arr.shape[1] < 2:
-        raise DataError(f"{path}: need at least one input column and the target column")
+    table = read_csv(path)
     try:
-        X, y = as_dataset(arr[:, :-1], arr[:, -1], min_points=12, training=True)
+        X, y = as_dataset(table.X, table.y, min_points=12, training=True)
     except DataError as err:
         raise DataError(f"{path}: {err}") from None
     return X.numpy(), y.numpy()

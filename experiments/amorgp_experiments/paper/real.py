@@ -11,7 +11,7 @@ the split in one call, divided by their number).  Methods:
   the bundled network ``NAME`` instead of the configured one (Table 1);
 * every ``amorgp.baselines`` method (``Baseline(method, **options).fit_many``);
 * ``sklearn``: scikit-learn's GPR on the kernels it expresses (SE-ARD; any kernel of
-  one input), one fit per kernel (:mod:`amorgp.amortizer.paper.sklearn_gp`);
+  one input), one fit per kernel (:mod:`amorgp_experiments.paper.sklearn_gp`);
 * ``ahgp@NAME``: a fixed-kernel SE-ARD network (AHGP), SE-ARD only.
 """
 
@@ -26,17 +26,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from amorgp.amortizer.paper.cache import CellKey, config_hash
-from amorgp.amortizer.paper.config import amortized_settings
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.protocol import (
+from amorgp.kernel_grammar import paper_evaluation_set
+from amorgp_experiments.paper.cache import CellKey, config_hash
+from amorgp_experiments.paper.config import amortized_settings
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.protocol import (
     TEST_CAP,
     Split,
     amortized_predictions,
     make_split,
     scores,
 )
-from amorgp.kernel_grammar import paper_evaluation_set
 
 __all__ = ["SE_ARD", "kernel_templates", "method_config", "real_cells"]
 
@@ -144,7 +144,7 @@ def _predict(
         )
         return list(preds), dt
     if base == "sklearn":
-        from amorgp.amortizer.paper.sklearn_gp import sklearn_gpr
+        from amorgp_experiments.paper.sklearn_gp import sklearn_gpr
 
         fits = [sklearn_gpr(sp.X_train, sp.y_train, sp.X_test, k) for k in kernels]
         return [(m, v) for m, v, _ in fits], sum(dt for _, _, dt in fits)
@@ -166,11 +166,11 @@ def _cell_values(preds: list[Prediction], dt: float, sp: Split) -> list[dict[str
 
 def supports(method: str, kernel: str, d: int) -> bool:
     """Whether ``method`` can fit ``kernel`` on ``d`` inputs (AHGP: SE-ARD only;
-    scikit-learn: see :func:`~amorgp.amortizer.paper.sklearn_gp.expressible`)."""
+    scikit-learn: see :func:`~amorgp_experiments.paper.sklearn_gp.expressible`)."""
     if method.startswith("ahgp"):
         return kernel == SE_ARD
     if method == "sklearn":
-        from amorgp.amortizer.paper.sklearn_gp import expressible
+        from amorgp_experiments.paper.sklearn_gp import expressible
 
         return expressible(kernel, d)
     return True

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from amorgp.amortizer.cli._output import json_text
+from amorgp.amortizer.strictjson import json_text
 
 __all__ = ["NOTES", "environment", "write_report"]
 

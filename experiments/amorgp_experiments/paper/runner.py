@@ -8,13 +8,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from amorgp.amortizer.paper import fig2b, fig3, fig4, fig9, fig10, fig11, table1
-from amorgp.amortizer.paper.cache import CellCache
-from amorgp.amortizer.paper.config import PaperConfig
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.parallel import prefetch_real_cells
-from amorgp.amortizer.paper.report import environment, write_report
-from amorgp.amortizer.runtime import interruptible
+from amorgp.amortizer.training.runtime import interruptible
+from amorgp_experiments.paper import fig2b, fig3, fig4, fig9, fig10, fig11, table1
+from amorgp_experiments.paper.cache import CellCache
+from amorgp_experiments.paper.config import PaperConfig
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.parallel import prefetch_real_cells
+from amorgp_experiments.paper.report import environment, write_report
 
 __all__ = ["MODULES", "run_paper"]
 
@@ -70,7 +70,7 @@ def run_paper(
         progress: progress bars on stderr (off anyway when stderr is not a terminal).
         report_only: compute nothing; regenerate the report from the cached cells.
         jobs: worker processes for the real-data cells of Fig. 3 / Fig. 11
-            (:func:`~amorgp.amortizer.paper.parallel.prefetch_real_cells`); 1: none.
+            (:func:`~amorgp_experiments.paper.parallel.prefetch_real_cells`); 1: none.
 
     Returns:
         The record written to ``results.json``.

@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.paper.cache import CellKey, config_hash
-from amorgp.amortizer.paper.context import RunContext
 from amorgp.amortizer.selection import select_by_likelihood
 from amorgp.lazy_kernels import PaddedBatch
+from amorgp_experiments.paper.cache import CellKey, config_hash
+from amorgp_experiments.paper.context import RunContext
 
 __all__ = [
     "gp_batches",

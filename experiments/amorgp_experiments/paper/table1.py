@@ -16,10 +16,10 @@ import json
 import statistics
 from typing import Any
 
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.protocol import PAPER_TABLE1_SE_ARD
-from amorgp.amortizer.paper.real import SE_ARD, real_cells
-from amorgp.amortizer.paper.stats import welch_t_test
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.protocol import PAPER_TABLE1_SE_ARD
+from amorgp_experiments.paper.real import SE_ARD, real_cells
+from amorgp_experiments.paper.stats import welch_t_test
 
 __all__ = ["ALPHA", "run"]
 

@@ -7,8 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-
-from amorgp.amortizer.paper.cache import CellCache, CellKey, config_hash
+from amorgp_experiments.paper.cache import CellCache, CellKey, config_hash
 
 
 def _keys(n: int) -> list[CellKey]:

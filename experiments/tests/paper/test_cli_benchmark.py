@@ -36,7 +36,7 @@ def test_bad_options_fail_before_any_work(
 
 
 def test_merge_adds_another_runs_cells_before_the_report(tmp_path: Path) -> None:
-    from amorgp.amortizer.paper.cache import CellCache, CellKey
+    from amorgp_experiments.paper.cache import CellCache, CellKey
 
     other = tmp_path / "other"
     key = CellKey("fig4", "toy", 0, "-", "bma", "x")

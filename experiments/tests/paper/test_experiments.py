@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from amorgp_experiments.paper import PaperConfig, run_paper
+from amorgp_experiments.paper.simulated import predictive_metrics
 
 from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.paper import PaperConfig, run_paper
-from amorgp.amortizer.paper.simulated import predictive_metrics
 from amorgp.amortizer.testing import seeded_checkpoint
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, base_symbol
@@ -149,9 +149,9 @@ def test_fig2b_fig4_fig9_resume_from_cells(
 def test_fig10_falls_back_to_the_phase1_folder_or_skips(
     tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from amorgp.amortizer.paper import fig10
-    from amorgp.amortizer.paper.cache import CellCache
-    from amorgp.amortizer.paper.context import RunContext
+    from amorgp_experiments.paper import fig10
+    from amorgp_experiments.paper.cache import CellCache
+    from amorgp_experiments.paper.context import RunContext
 
     cfg = replace(
         PaperConfig.quick_config(),

@@ -6,8 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-
-from amorgp.amortizer.paper import fig3
+from amorgp_experiments.paper import fig3
 
 
 def _cells(method: str, kernels: list[str], splits: list[int], rmse) -> list[dict]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from amorgp_experiments.paper import PaperConfig
+from amorgp_experiments.paper.cache import CellCache
+from amorgp_experiments.paper.config import amortized_settings, is_method
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.real import method_config
 
-from amorgp.amortizer.paper import PaperConfig
-from amorgp.amortizer.paper.cache import CellCache
-from amorgp.amortizer.paper.config import amortized_settings, is_method
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.real import method_config
 from amorgp.kernel_grammar import OptionError
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from amorgp.amortizer.paper import PaperConfig
-from amorgp.amortizer.paper.cache import CellCache
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.fig11 import METHODS as FIG11_METHODS
-from amorgp.amortizer.paper.parallel import prefetch_real_cells, real_shards
-from amorgp.amortizer.paper.real import kernel_templates, real_cells
+from amorgp_experiments.paper import PaperConfig
+from amorgp_experiments.paper.cache import CellCache
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.fig11 import METHODS as FIG11_METHODS
+from amorgp_experiments.paper.parallel import prefetch_real_cells, real_shards
+from amorgp_experiments.paper.real import kernel_templates, real_cells
 
 
 def test_shards_cover_fig3_and_fig11_methods_once_each() -> None:

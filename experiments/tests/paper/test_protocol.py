@@ -6,8 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from amorgp.amortizer.paper.protocol import (
+from amorgp_experiments.paper.protocol import (
     BUNDLED_DATASETS,
     load_dataset,
     make_split,
@@ -15,6 +14,7 @@ from amorgp.amortizer.paper.protocol import (
     scores,
     split_indices,
 )
+
 from amorgp.kernel_grammar import DataError
 
 

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from amorgp_experiments.paper import PaperConfig, run_paper
+from amorgp_experiments.paper import real as real_module
+from amorgp_experiments.paper.cache import CellCache
+from amorgp_experiments.paper.context import RunContext
+from amorgp_experiments.paper.protocol import load_dataset, make_split, scores
 
-from amorgp.amortizer.paper import PaperConfig, run_paper
-from amorgp.amortizer.paper import real as real_module
-from amorgp.amortizer.paper.cache import CellCache
-from amorgp.amortizer.paper.context import RunContext
-from amorgp.amortizer.paper.protocol import load_dataset, make_split, scores
 from amorgp.diff_linalg.testing import dense_gp_predictive
 
 

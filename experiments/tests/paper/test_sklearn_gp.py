@@ -6,8 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from amorgp.amortizer.paper.sklearn_gp import expressible, sklearn_gpr, sklearn_kernel
+from amorgp_experiments.paper.sklearn_gp import expressible, sklearn_gpr, sklearn_kernel
 
 S2, ELL, PERIOD, C2 = 1.7, 0.3, 0.45, 0.6
 

@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from amorgp_experiments.paper.stats import spread, welch_t_test
 from scipy import stats
-
-from amorgp.amortizer.paper.stats import spread, welch_t_test
 
 
 def test_welch_t_test_matches_scipy() -> None:

@@ -1,4 +1,9 @@
-"""amorgp.amortizer: the amortization network g(D, S) -> (theta_S, sigma^2), its training and CLI.
+"""amorgp.amortizer: the amortization network g(D, S) -> (theta_S, sigma^2), its inference and CLI.
+
+Importing this package (and running inference) loads neither the training code nor the
+simulator: training lives in :mod:`amorgp.amortizer.training`, behind the
+``amorgp-amortizer[train]`` extra.  Its names are still reachable from here, loaded on
+first use with a :class:`DeprecationWarning`.
 
 >>> import torch
 >>> from amorgp.amortizer import PRESETS, build_model
@@ -10,6 +15,12 @@
 ((3, 3, 3, 4), (3,))
 """
 
+import sys as _sys
+import types as _types
+import warnings as _warnings
+from typing import Any as _Any
+
+from amorgp.amortizer import _moved
 from amorgp.amortizer.ahgp import AHGPSEARD
 from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer, Hyperparameter, KernelResult, Progress
 from amorgp.amortizer.bundled import pretrained_names, resolve_checkpoint
@@ -17,7 +28,6 @@ from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint, load_model,
 from amorgp.amortizer.config import PRESETS, NetworkConfig, Preset, TrainConfig, preset
 from amorgp.amortizer.estimator import AmortizedGPRegressor
 from amorgp.amortizer.io import Dataset, as_dataset, read_csv
-from amorgp.amortizer.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.amortizer.model import (
     AmortizedGP,
     DatasetEncoder,
@@ -36,14 +46,51 @@ from amorgp.amortizer.registry import (
     network_spec,
     register_network,
 )
-from amorgp.amortizer.train import (
-    TrainResult,
-    encoder_view,
-    simulator_config,
-    train,
-    training_loss,
-    validate,
-)
+
+_moved.install()
+
+#: names of the training API, reachable here for compatibility: name -> module.
+_TRAINING_NAMES = {
+    **dict.fromkeys(
+        ("LossOutput", "gp_nll_per_point", "phase1_loss", "phase2_loss"),
+        "amorgp.amortizer.training.loss",
+    ),
+    **dict.fromkeys(
+        ("TrainResult", "encoder_view", "simulator_config", "train", "training_loss", "validate"),
+        "amorgp.amortizer.training.train",
+    ),
+}
+_OLD_MODULES = {old.rpartition(".")[2] for old in _moved.MOVED}
+
+
+def __getattr__(name: str) -> _Any:
+    import importlib
+
+    if name in _TRAINING_NAMES:
+        where = _TRAINING_NAMES[name]
+        _warnings.warn(
+            f"amorgp.amortizer.{name} moved to {where}.{name} (amorgp.amortizer.training); "
+            "import it from there",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(where), name)
+    if name in _OLD_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _Package(_types.ModuleType):
+    """Keeps a moved module's old name (``train``) bound to the API name, not the module
+    the import system would set on the package when the old path is imported."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _OLD_MODULES and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "AmortizationNetwork",
@@ -70,26 +117,16 @@ __all__ = [
     "Checkpoint",
     "DatasetEncoder",
     "KernelEncoderDecoder",
-    "LossOutput",
     "NetworkConfig",
     "NoiseHead",
     "Prediction",
     "Preset",
     "SymbolHeads",
     "TrainConfig",
-    "TrainResult",
     "build_model",
     "count_parameters",
-    "encoder_view",
-    "gp_nll_per_point",
     "load_checkpoint",
     "load_model",
-    "phase1_loss",
-    "phase2_loss",
     "preset",
     "save_checkpoint",
-    "simulator_config",
-    "train",
-    "training_loss",
-    "validate",
 ]

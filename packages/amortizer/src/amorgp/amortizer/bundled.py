@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from amorgp.kernel_grammar import CheckpointError
+from amorgp.amortizer.errors import CheckpointError
 
 __all__ = [
     "PRETRAINED_DIR",
@@ -24,6 +24,10 @@ PRETRAINED_ROOT = Path(__file__).parent / "pretrained"
 """The folder of the bundled models, one checkpoint directory per name."""
 
 PRETRAINED_DIR = PRETRAINED_ROOT / "default"
+
+DATA_DIR = Path(__file__).parent / "data"
+"""The bundled CSV datasets (the demo's airline series and the paper's four UCI tables);
+the repository's top-level ``data/`` is a link to this folder."""
 
 
 def pretrained_names() -> list[str]:

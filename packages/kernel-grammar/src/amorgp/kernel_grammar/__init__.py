@@ -7,13 +7,7 @@ from amorgp.kernel_grammar.dimwise import (
     encode,
     symbol_sort_key,
 )
-from amorgp.kernel_grammar.errors import (
-    AmorgpError,
-    CheckpointError,
-    DataError,
-    OptionError,
-    TrainingError,
-)
+from amorgp.kernel_grammar.errors import AmorgpError, DataError, OptionError, moved_error
 from amorgp.kernel_grammar.evaluation import StructureTemplate, paper_evaluation_set
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.parser import KernelSyntaxError, parse
@@ -36,10 +30,8 @@ from amorgp.kernel_grammar.transforms import FLOORS, ParamKind, positive, positi
 
 __all__ = [
     "AmorgpError",
-    "CheckpointError",
     "DataError",
     "OptionError",
-    "TrainingError",
     "ELEMENTARY",
     "Atom",
     "DimWiseStructure",
@@ -75,3 +67,8 @@ __all__ = [
     "positive_inverse",
     "register_elementary",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # CheckpointError, TrainingError: deprecated aliases (see amorgp.kernel_grammar.errors).
+    return moved_error(name)

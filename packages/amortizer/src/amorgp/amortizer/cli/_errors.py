@@ -29,7 +29,8 @@ from typing import Any
 import click
 
 from amorgp.amortizer.cli._output import results_only_on_stdout, silence_stdout
-from amorgp.kernel_grammar.errors import OptionError, TrainingError
+from amorgp.amortizer.errors import MissingExtraError, TrainingError
+from amorgp.kernel_grammar.errors import OptionError
 
 __all__ = ["AmorgpCommand", "AmorgpGroup", "as_click_exception"]
 
@@ -44,7 +45,7 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
         return err
     if isinstance(err, OptionError):
         return click.UsageError(str(err), ctx)
-    if isinstance(err, ValueError | TrainingError):
+    if isinstance(err, ValueError | TrainingError | MissingExtraError):
         return click.ClickException(str(err))
     if isinstance(err, OSError):
         where = f" {err.filename}" if err.filename else ""
@@ -52,7 +53,7 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
     raise TypeError(f"not a mapped error: {type(err).__name__}")
 
 
-_MAPPED = (OptionError, ValueError, TrainingError, OSError)
+_MAPPED = (OptionError, ValueError, TrainingError, MissingExtraError, OSError)
 
 
 class AmorgpCommand(click.Command):

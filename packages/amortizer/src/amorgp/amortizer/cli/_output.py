@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import math
 import os
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import click
+
+from amorgp.amortizer.strictjson import json_text
 
 __all__ = [
     "atomic_write",
@@ -117,22 +118,6 @@ def non_finite(obj: Any, path: str = "") -> list[str]:
     if isinstance(obj, list | tuple):
         return [p for i, v in enumerate(obj) for p in non_finite(v, f"{path}[{i}]")]
     return []
-
-
-def _nulls(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _nulls(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_nulls(v) for v in obj]
-    return obj
-
-
-def json_text(obj: Any, *, indent: int | None = None) -> str:
-    """Strict JSON of ``obj``: NaN and infinite floats become ``null`` (never a non-JSON
-    token); other objects are written as their ``str``."""
-    return json.dumps(_nulls(obj), indent=indent, allow_nan=False, default=str)
 
 
 def check_output_path(path: Path, option: str) -> None:

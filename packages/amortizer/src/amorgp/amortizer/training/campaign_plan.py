@@ -1,6 +1,6 @@
 """The plan of the training campaign (stages, recipes, validation set) and its files.
 
-See :mod:`amorgp.amortizer.campaign` for the campaign itself.
+See :mod:`amorgp.amortizer.training.campaign` for the campaign itself.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from torch import Tensor
 
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.train import validate
-from amorgp.kernel_grammar.errors import CheckpointError
+from amorgp.amortizer.errors import CheckpointError
+from amorgp.amortizer.training.train import validate
 from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
 
 __all__ = [
@@ -138,7 +138,7 @@ def heldout_pairs(
     """Positive paper-prior pairs (``n <= 250``, ``d <= 8``) with 50 test points each,
     drawn like the pairs of paper Fig. 2b but from ``seed`` (default
     :data:`HELDOUT_SEED`)."""
-    from amorgp.amortizer.paper.simulated import simulated_pairs
+    from amorgp_experiments.paper.simulated import simulated_pairs
 
     cfg = SimulatorConfig(
         n_min=10, n_max=250, d_max=8, n_test=50, positive_ratio=1.0, vocabulary=network.vocabulary
@@ -149,7 +149,7 @@ def heldout_pairs(
 def heldout_per_pair(checkpoint: Path, chunks: list[Any]) -> tuple[Tensor, Tensor]:
     """Per pair of :func:`heldout_pairs`: the test NLL per point and the test RMSE of the
     exact-GP predictive with the checkpoint's network's hyperparameters."""
-    from amorgp.amortizer.paper.simulated import (
+    from amorgp_experiments.paper.simulated import (
         gp_batches,
         network_parameters_batch,
         predictive_metrics,
@@ -213,7 +213,7 @@ def compare_on_heldout(
 
 
 def score_checkpoint(checkpoint: Path, batches: list[Any]) -> dict[str, float]:
-    """Validation metrics (see :func:`~amorgp.amortizer.train.validate`) of a checkpoint."""
+    """Validation metrics (see :func:`~amorgp.amortizer.training.train.validate`) of a checkpoint."""
     ckpt = load_checkpoint(checkpoint)
     return validate(ckpt.model, batches, ckpt.network.vocabulary, torch.device("cpu"))
 

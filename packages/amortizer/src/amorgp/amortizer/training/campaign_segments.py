@@ -1,8 +1,8 @@
 """The segments of one campaign call: train, average, fine-tune a copy, score, export.
 
 :class:`CampaignSegments` holds the campaign's status dictionary (``STATE/campaign.json``,
-see :mod:`amorgp.amortizer.campaign`) and runs the segments of one
-:func:`~amorgp.amortizer.campaign.run_campaign` call: each trains the current stage for a
+see :mod:`amorgp.amortizer.training.campaign`) and runs the segments of one
+:func:`~amorgp.amortizer.training.campaign.run_campaign` call: each trains the current stage for a
 few minutes (an ``amorgp train`` run directory, resumed exactly), exports the phase-1
 weights, averages the last segment ends, fine-tunes a phase-2 copy of the average, scores
 it on the fixed validation set (and the held-out pairs and real datasets when given) and
@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from amorgp.amortizer.campaign_plan import (
+from amorgp.amortizer.errors import TrainingError
+from amorgp.amortizer.training.campaign_plan import (
     SWA_MEMBERS,
     VALSET_SEED,
     CampaignStage,
@@ -36,14 +37,14 @@ from amorgp.amortizer.campaign_plan import (
     stage_train_config,
     write_json,
 )
-from amorgp.amortizer.rundir import RunDirectory
-from amorgp.amortizer.runtime import ActiveClock
-from amorgp.amortizer.train import TrainResult, train
-from amorgp.kernel_grammar.errors import OptionError, TrainingError
+from amorgp.amortizer.training.rundir import RunDirectory
+from amorgp.amortizer.training.runtime import ActiveClock
+from amorgp.amortizer.training.train import TrainResult, train
+from amorgp.kernel_grammar.errors import OptionError
 
 __all__ = ["CampaignSegments", "stage_ended"]
 
-logger = logging.getLogger("amorgp.amortizer.campaign")
+logger = logging.getLogger("amorgp.amortizer.training.campaign")
 
 
 def stage_ended(stages: Sequence[CampaignStage], k: int, done: int) -> bool:

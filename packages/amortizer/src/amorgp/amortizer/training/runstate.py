@@ -27,9 +27,10 @@ from torch import nn
 
 from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.model import build_model
-from amorgp.amortizer.rundir import RunDirectory
-from amorgp.kernel_grammar.errors import CheckpointError, OptionError
+from amorgp.amortizer.training.rundir import RunDirectory
+from amorgp.kernel_grammar.errors import OptionError
 
 __all__ = ["Budget", "RunStart", "RunState", "config_differences", "start_run"]
 
@@ -82,7 +83,7 @@ class RunState:
 
 @dataclass(frozen=True)
 class Budget:
-    """When a call of :func:`~amorgp.amortizer.train.train` stops (the first one reached).
+    """When a call of :func:`~amorgp.amortizer.training.train.train` stops (the first one reached).
 
     Attributes:
         max_steps: total optimiser steps of the run (over resumes), a positive integer.

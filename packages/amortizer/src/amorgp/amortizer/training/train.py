@@ -15,9 +15,9 @@ function of ``(seed, rank, step, num_workers)`` alone.  A checkpoint stores the
 step; resuming regenerates the current chunk and skips the batches already used,
 then continues bit-for-bit (model, optimiser state, step, RNG states restored).
 
-The loop itself is :class:`amorgp.amortizer.trainer.Trainer` (over the run state of
-:mod:`amorgp.amortizer.runstate`); the run directory (``last``, ``best``, the metrics
-log, the lock) is :mod:`amorgp.amortizer.rundir`.  This module holds the step
+The loop itself is :class:`amorgp.amortizer.training.trainer.Trainer` (over the run state of
+:mod:`amorgp.amortizer.training.runstate`); the run directory (``last``, ``best``, the metrics
+log, the lock) is :mod:`amorgp.amortizer.training.rundir`.  This module holds the step
 functions (the encoder's view, the loss, validation) and the entry point :func:`train`.
 """
 
@@ -35,9 +35,9 @@ import torch
 from torch import nn
 
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.amortizer.network import Prediction
 from amorgp.amortizer.registry import SE_VOCABULARY, network_spec
+from amorgp.amortizer.training.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.kernel_grammar import Vocabulary
 from amorgp.kernel_grammar.errors import OptionError
 from amorgp.lazy_kernels import PaddedBatch
@@ -307,8 +307,8 @@ def train(
             written then and ``last`` keeps the newest finite checkpoint.  Another
             process training in ``out_dir`` raises it too.
     """
-    from amorgp.amortizer.runstate import Budget  # these modules build on this one
-    from amorgp.amortizer.trainer import run_training
+    from amorgp.amortizer.training.runstate import Budget  # these modules build on this one
+    from amorgp.amortizer.training.trainer import run_training
 
     budget = Budget(max_steps=max_steps, max_datasets=max_datasets, max_minutes=max_minutes)
     if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:

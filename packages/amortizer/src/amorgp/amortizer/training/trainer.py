@@ -1,4 +1,4 @@
-"""The training loop of :func:`amorgp.amortizer.train.train`: a trainer over a run state.
+"""The training loop of :func:`amorgp.amortizer.training.train.train`: a trainer over a run state.
 
 :class:`Trainer` runs chunks of ``val_every`` optimiser steps; after each chunk
 it validates on the run's fixed set and writes a checkpoint (``last``, and
@@ -33,23 +33,24 @@ from torch import Tensor, nn
 
 from amorgp.amortizer.checkpoint import optimizer_from_tensors
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.rundir import RunDirectory
-from amorgp.amortizer.runstate import Budget, RunStart, start_run
-from amorgp.amortizer.runtime import (
+from amorgp.amortizer.errors import TrainingError
+from amorgp.amortizer.training.rundir import RunDirectory
+from amorgp.amortizer.training.runstate import Budget, RunStart, start_run
+from amorgp.amortizer.training.runtime import (
     ActiveClock,
     Distributed,
     default_device,
     deferred_sigint,
     simulated_batches,
 )
-from amorgp.amortizer.train import (
+from amorgp.amortizer.training.train import (
     TrainResult,
     make_stream,
     simulator_config,
     training_loss,
     validate,
 )
-from amorgp.kernel_grammar.errors import OptionError, TrainingError
+from amorgp.kernel_grammar.errors import OptionError
 from amorgp.simulator import SimulatedBatch, stream_seed
 
 __all__ = ["Trainer", "run_training"]
@@ -86,7 +87,7 @@ class _Pending(NamedTuple):
 
 
 class Trainer:
-    """Runs one call of training over a :class:`~amorgp.amortizer.runstate.RunState`.
+    """Runs one call of training over a :class:`~amorgp.amortizer.training.runstate.RunState`.
 
     Args:
         run: the run directory (locked by rank 0).
@@ -385,7 +386,7 @@ def run_training(
     progress: bool,
     log_every: int,
 ) -> TrainResult:
-    """Lock the run directory, build the start, train (see :func:`~amorgp.amortizer.train.train`)."""
+    """Lock the run directory, build the start, train (see :func:`~amorgp.amortizer.training.train.train`)."""
     started = time.time()
     dev = torch.device(device) if device is not None else default_device()
     ddp = Distributed(dev)
