@@ -8,8 +8,13 @@ to ``a.b.c`` where that is a module, else to ``a.b``.
 
 Usage::
 
-    python tools/import_graph.py            # packages, then modules inside each package
-    python tools/import_graph.py --cycles   # only the cycles; exit status 1 if any
+    python tools/import_graph.py              # packages, then modules inside each package
+    python tools/import_graph.py --cycles     # only the cycles; exit status 1 if any
+    python tools/import_graph.py --deferred   # imports inside functions count too
+
+``--deferred`` shows the circles that an import deferred into a function hides (they do
+not fail at import time but still tie the modules together); imports in a module's
+``__getattr__`` (deprecated aliases) and under ``TYPE_CHECKING`` never count.
 
 Cycles are the strongly connected components of more than one module (or a module
 that imports itself), between modules and between packages.
@@ -62,10 +67,24 @@ def _top_level_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.Import
             yield from _top_level_imports(node.body)
 
 
-def _all_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
-    for node in ast.walk(tree):
+def _all_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import, also inside functions and classes, except under ``TYPE_CHECKING`` and
+    in a module's ``__getattr__`` (deprecated aliases of names that moved away)."""
+    for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
+        elif isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            continue
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from _all_imports(node.orelse)
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    yield from _all_imports([child])
+                else:
+                    for sub in ast.walk(child):
+                        if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                            yield sub
 
 
 def imports_of(name: str, path: Path, modules: Iterable[str], deferred: bool = False) -> set[str]:
@@ -75,7 +94,7 @@ def imports_of(name: str, path: Path, modules: Iterable[str], deferred: bool = F
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     out: set[str] = set()
-    nodes = _all_imports(tree) if deferred else _top_level_imports(tree.body)
+    nodes = _all_imports(tree.body) if deferred else _top_level_imports(tree.body)
     for node in nodes:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]

@@ -12,8 +12,11 @@ import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1]
 
-if importlib.util.find_spec("amorgp_experiments") is None:
-    sys.path.insert(0, str(EXPERIMENTS))
+_spec = importlib.util.find_spec("amorgp_experiments")
+if _spec is None or EXPERIMENTS in Path(_spec.origin or "").resolve().parents:
+    # not installed, or found through the working directory: reachable from anywhere
+    if _spec is None:
+        sys.path.insert(0, str(EXPERIMENTS))
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(EXPERIMENTS), os.environ.get("PYTHONPATH")) if p
     )

@@ -38,8 +38,8 @@ MOVED: dict[str, str] = {
 }
 
 EXPERIMENTS_HINT = (
-    "the paper's experiments live in the repository's experiments/ folder, outside the "
-    "amorgp-amortizer wheel: from a source checkout, `pip install -e experiments` "
+    "amorgp_experiments lives in the repository's experiments/ folder, outside the "
+    "amorgp-amortizer wheel; from a source checkout, run `pip install -e experiments` "
     "(or `nox -s paper`)"
 )
 
@@ -112,4 +112,6 @@ def require_experiments(what: str) -> None:
             raise
         from amorgp.amortizer.errors import MissingExtraError
 
-        raise MissingExtraError(f"{what} needs {EXPERIMENTS_HINT}", name=err.name) from None
+        raise MissingExtraError(
+            f"{what} needs the experiments package: {EXPERIMENTS_HINT}", name=err.name
+        ) from None

@@ -1,12 +1,7 @@
 """amorgp.kernel_grammar: base kernels, parameter specs, priors, transforms and the kernel grammar."""
 
-from amorgp.kernel_grammar.dimwise import (
-    DimWiseStructure,
-    ParamName,
-    decode,
-    encode,
-    symbol_sort_key,
-)
+from amorgp.kernel_grammar.dimwise import DimWiseStructure, ParamName, symbol_sort_key
+from amorgp.kernel_grammar.encoding import decode, encode
 from amorgp.kernel_grammar.errors import AmorgpError, DataError, OptionError, moved_error
 from amorgp.kernel_grammar.evaluation import StructureTemplate, paper_evaluation_set
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
