@@ -10,8 +10,9 @@ raised by the library                                       the user sees
 :class:`~amorgp.kernel_grammar.errors.OptionError`           ``Error: ...``, exit 2
 (and :class:`~amorgp.kernel_grammar.KernelSyntaxError`)      with the usage line
 :class:`~amorgp.kernel_grammar.errors.DataError`,            ``Error: ...``, exit 1
-``CheckpointError``, ``TrainingError``, any other
-``ValueError``
+``CheckpointError``, ``TrainingError``,
+``MissingExtraError`` (:mod:`amorgp.amortizer.errors`),
+any other ``ValueError``
 ``OSError`` (a file that cannot be read or written)          ``Error: ...``, exit 1
 ``BrokenPipeError`` on stdout (``amorgp ... | head``)        nothing more, exit 1
 ==========================================================  =======================
@@ -29,8 +30,7 @@ from typing import Any
 import click
 
 from amorgp.amortizer.cli._output import results_only_on_stdout, silence_stdout
-from amorgp.amortizer.errors import MissingExtraError, TrainingError
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.kernel_grammar.errors import AmorgpError, OptionError
 
 __all__ = ["AmorgpCommand", "AmorgpGroup", "as_click_exception"]
 
@@ -45,7 +45,7 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
         return err
     if isinstance(err, OptionError):
         return click.UsageError(str(err), ctx)
-    if isinstance(err, ValueError | TrainingError | MissingExtraError):
+    if isinstance(err, ValueError | AmorgpError):  # data, checkpoint, training, missing extra
         return click.ClickException(str(err))
     if isinstance(err, OSError):
         where = f" {err.filename}" if err.filename else ""
@@ -53,7 +53,7 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
     raise TypeError(f"not a mapped error: {type(err).__name__}")
 
 
-_MAPPED = (OptionError, ValueError, TrainingError, MissingExtraError, OSError)
+_MAPPED = (OptionError, ValueError, AmorgpError, OSError)
 
 
 class AmorgpCommand(click.Command):
