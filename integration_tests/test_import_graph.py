@@ -95,3 +95,12 @@ def test_cycles_found_in_a_tree_with_known_ones(tool: ModuleType, tmp_path: Path
     ]
     assert tool.cycles(tool.package_graph(deferred)) == [["a", "b"]]
     assert tool.main(["--cycles", "--root", str(tmp_path)]) == 1
+
+
+def test_only_the_experiment_commands_import_the_experiments() -> None:
+    allowed = {"_moved.py", "benchmark.py", "campaign.py"}  # behind require_experiments
+    for path in (ROOT / "packages").glob("*/src/**/*.py"):
+        text = path.read_text(encoding="utf-8")
+        if "import amorgp_experiments" in text or "from amorgp_experiments" in text:
+            assert path.name in allowed, path
+            assert path.parent.name in ("amortizer", "cli"), path

@@ -138,7 +138,7 @@ def heldout_pairs(
     """Positive paper-prior pairs (``n <= 250``, ``d <= 8``) with 50 test points each,
     drawn like the pairs of paper Fig. 2b but from ``seed`` (default
     :data:`HELDOUT_SEED`)."""
-    from amorgp_experiments.paper.simulated import simulated_pairs
+    from amorgp.amortizer.training.heldout import simulated_pairs
 
     cfg = SimulatorConfig(
         n_min=10, n_max=250, d_max=8, n_test=50, positive_ratio=1.0, vocabulary=network.vocabulary
@@ -149,7 +149,7 @@ def heldout_pairs(
 def heldout_per_pair(checkpoint: Path, chunks: list[Any]) -> tuple[Tensor, Tensor]:
     """Per pair of :func:`heldout_pairs`: the test NLL per point and the test RMSE of the
     exact-GP predictive with the checkpoint's network's hyperparameters."""
-    from amorgp_experiments.paper.simulated import (
+    from amorgp.amortizer.training.heldout import (
         gp_batches,
         network_parameters_batch,
         predictive_metrics,
