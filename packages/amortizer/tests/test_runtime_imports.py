@@ -43,7 +43,7 @@ rng = np.random.default_rng(0)
 X = rng.uniform(0, 1, (40, 1))
 y = np.sin(6 * X[:, 0]) + 0.1 * rng.normal(size=40)
 result = Amortizer.from_pretrained().infer(X, y, "SE + PER")
-print(json.dumps(sorted(m for m in sys.modules if m.startswith("amorgp"))))
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(("amorgp", "sklearn")))))
 """
     out = _python(code)
     assert out.returncode == 0, out.stderr
@@ -52,6 +52,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("amorgp"))))
     assert not [m for m in modules if m.startswith("amorgp.simulator")]
     assert not [m for m in modules if m.startswith("amorgp.amortizer.train")]
     assert not [m for m in modules if m.startswith("amorgp_experiments")]
+    assert "sklearn" not in modules  # the estimator (and scikit-learn) load on first use
 
 
 def test_inference_works_without_the_simulator_installed() -> None:

@@ -3,7 +3,9 @@
 Importing this package (and running inference) loads neither the training code nor the
 simulator: training lives in :mod:`amorgp.amortizer.training`, behind the
 ``amorgp-amortizer[train]`` extra.  Its names are still reachable from here, loaded on
-first use with a :class:`DeprecationWarning`.
+first use with a :class:`DeprecationWarning`.  The scikit-learn-style
+:class:`AmortizedGPRegressor` is loaded on first use too (it imports scikit-learn, when
+installed, which costs more than the rest of the package).
 
 >>> import torch
 >>> from amorgp.amortizer import PRESETS, build_model
@@ -18,6 +20,7 @@ first use with a :class:`DeprecationWarning`.
 import sys as _sys
 import types as _types
 import warnings as _warnings
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from amorgp.amortizer import _moved
@@ -26,7 +29,6 @@ from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer, Hyperparameter, Kern
 from amorgp.amortizer.bundled import pretrained_names, resolve_checkpoint
 from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint, load_model, save_checkpoint
 from amorgp.amortizer.config import PRESETS, NetworkConfig, Preset, TrainConfig, preset
-from amorgp.amortizer.estimator import AmortizedGPRegressor
 from amorgp.amortizer.io import Dataset, as_dataset, read_csv
 from amorgp.amortizer.model import (
     AmortizedGP,
@@ -46,6 +48,9 @@ from amorgp.amortizer.registry import (
     network_spec,
     register_network,
 )
+
+if _TYPE_CHECKING:
+    from amorgp.amortizer.estimator import AmortizedGPRegressor
 
 _moved.install()
 
@@ -77,6 +82,10 @@ def __getattr__(name: str) -> _Any:
         return getattr(importlib.import_module(where), name)
     if name in _OLD_MODULES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "AmortizedGPRegressor":  # loaded on first use: it imports scikit-learn if present
+        from amorgp.amortizer.estimator import AmortizedGPRegressor
+
+        return AmortizedGPRegressor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
