@@ -109,6 +109,16 @@ def _install_packages(session: nox.Session, names: list[str], extra: str | None 
     session.run("python", str(ROOT / ".ci" / "check_sources.py"), *order)
 
 
+EXPERIMENTS = ROOT / "experiments"
+
+
+def _with_experiments(session: nox.Session) -> None:
+    """Make ``amorgp_experiments`` (the repository's ``experiments/`` folder, outside every
+    wheel) importable in the session and the processes it starts."""
+    old = session.env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
+    session.env["PYTHONPATH"] = os.pathsep.join([str(EXPERIMENTS), *([old] if old else [])])
+
+
 def _pytest(session: nox.Session, *args: str) -> None:
     """Run pytest; any exit code but 0 fails the session (5: no test was collected)."""
     session.run("python", "-m", "pytest", *args, *session.posargs)
@@ -173,9 +183,13 @@ def tests_gpytorch(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 @pruned
 def integration(session: nox.Session) -> None:
-    """End-to-end scenarios across all packages (slow ones deselected)."""
+    """End-to-end scenarios across all packages and the tests of ``experiments/`` (the
+    paper's experiments, ship check, campaign report); slow ones deselected."""
     _install_packages(session, EXISTING, extra="test")
+    _with_experiments(session)
     _pytest(session, "integration_tests", "-m", "not cuda and not slow")
+    session.chdir(EXPERIMENTS)
+    _pytest(session, "tests", "-m", "not cuda and not slow")
 
 
 @nox.session(python=PYTHON)
@@ -187,7 +201,11 @@ def integration_slow(session: nox.Session) -> None:
     two cores); ``AMORGP_CI_SLOW=1 .ci/run`` adds it together with ``tests_slow``.
     """
     _install_packages(session, EXISTING, extra="test")
+    _with_experiments(session)
     _pytest(session, "integration_tests", "-m", "slow and not cuda")
+    session.chdir(EXPERIMENTS)
+    if has_marker(EXPERIMENTS / "tests", "slow"):
+        _pytest(session, "tests", "-m", "slow and not cuda")
 
 
 @nox.session(python=PYTHON)
@@ -200,10 +218,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy over every package's sources."""
+    """mypy over every package's sources and ``experiments/``."""
     _install_packages(session, EXISTING, extra="test")
     session.install("mypy>=1.10")
-    session.run("mypy", *[f"packages/{n}/src" for n in EXISTING])
+    session.run("mypy", *[f"packages/{n}/src" for n in EXISTING], "experiments/amorgp_experiments")
 
 
 @nox.session(python=PYTHON)
@@ -231,12 +249,14 @@ def docs(session: nox.Session) -> None:
 def paper(session: nox.Session) -> None:
     """The paper's experiments: ``amorgp benchmark paper`` into docs/benchmarks/paper/.
 
-    The full protocol takes hours on a CPU and is resumable (finished cells are cached
-    under ``docs/benchmarks/paper/cells/``); ``nox -s paper -- --quick`` is a smoke run
-    of minutes.  Options after ``--`` go to the command (``--datasets``, ``--splits``,
-    ``--experiments``, ``--out``...).
+    The experiments live in ``experiments/`` (``amorgp_experiments``, not in any wheel),
+    put on ``PYTHONPATH`` here.  The full protocol takes hours on a CPU and is resumable
+    (finished cells are cached under ``docs/benchmarks/paper/cells/``);
+    ``nox -s paper -- --quick`` is a smoke run of minutes.  Options after ``--`` go to the
+    command (``--datasets``, ``--splits``, ``--experiments``, ``--out``...).
     """
-    _install_packages(session, ["amortizer"], extra="paper")
+    _install_packages(session, ["amortizer"], extra="train,paper")
+    _with_experiments(session)
     session.run("amorgp", "benchmark", "paper", *session.posargs)
 
 
@@ -252,4 +272,5 @@ def benchmark(session: nox.Session, name: str) -> None:
     runs one as a smoke test (every script accepts ``--quick``).
     """
     _install_packages(session, EXISTING, extra="bench")
+    _with_experiments(session)  # bench_model_quality reuses the paper's simulated pairs
     session.run("python", str(ROOT / "benchmarks" / f"bench_{name}.py"), *session.posargs)

@@ -1,7 +1,9 @@
 """The package graph of the monorepo, read from each package's ``pyproject.toml``.
 
 A package's siblings are the ``amorgp-*`` requirements of its ``[project]
-dependencies``; it needs PyTorch if it or any sibling requires ``torch``.
+dependencies`` and of its optional dependencies (extras such as ``train``: a session
+that installs an extra installs those siblings from the repository first); it needs
+PyTorch if it or any sibling requires ``torch``.
 Used by ``noxfile.py``; no dependency beyond the standard library.
 """
 
@@ -59,7 +61,16 @@ def read_package(pyproject: Path) -> Package:
     if dist != PREFIX + name:
         raise ValueError(f"{pyproject}: project name {dist!r} should be {PREFIX + name!r}")
     deps = [_requirement_name(r) for r in project.get("dependencies", [])]
-    siblings = tuple(d.removeprefix(PREFIX) for d in deps if d.startswith(PREFIX))
+    extras = [
+        _requirement_name(r)
+        for group in project.get("optional-dependencies", {}).values()
+        for r in group
+    ]
+    siblings = tuple(
+        dict.fromkeys(
+            d.removeprefix(PREFIX) for d in deps + extras if d.startswith(PREFIX) and d != dist
+        )
+    )
     return Package(name, siblings, "torch" in deps)
 
 

@@ -30,15 +30,8 @@ from pathlib import Path
 
 import torch
 
-from amorgp.amortizer import (
-    PRESETS,
-    TrainConfig,
-    build_model,
-    count_parameters,
-    train,
-    training_loss,
-)
-from amorgp.amortizer.train import simulator_config
+from amorgp.amortizer import PRESETS, TrainConfig, build_model, count_parameters
+from amorgp.amortizer.training import simulator_config, train, training_loss
 from amorgp.kernel_grammar import Vocabulary
 from amorgp.simulator import Simulator
 

@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from amorgp_experiments.paper.fig4 import bma_scores, ensemble_timing, member_scores
+from amorgp_experiments.paper.protocol import load_dataset, scores
 
 from amorgp.amortizer import Amortizer
-from amorgp.amortizer.paper.fig4 import bma_scores, ensemble_timing, member_scores
-from amorgp.amortizer.paper.protocol import load_dataset, scores
 from amorgp.baselines import Baseline, train_test_split
 from amorgp.ensembles import KernelEnsemble, describe_structure, structure_search
 from amorgp.kernel_grammar import DimWiseStructure, paper_evaluation_set

@@ -38,10 +38,10 @@ import torch
 
 from amorgp.amortizer import Amortizer
 from amorgp.amortizer.api import PRETRAINED_DIR
-from amorgp.amortizer.campaign import campaign_validation_set, score_checkpoint
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import TrainConfig
-from amorgp.amortizer.train import train
+from amorgp.amortizer.training.campaign import campaign_validation_set, score_checkpoint
+from amorgp.amortizer.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_N_TRAIN = {"airline": 100, "yacht": 250}

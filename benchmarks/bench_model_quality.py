@@ -48,20 +48,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
-from torch import Tensor
-
-from amorgp.amortizer import load_checkpoint
-from amorgp.amortizer.api import PRETRAINED_DIR
-from amorgp.amortizer.paper import protocol as paper_protocol
-from amorgp.amortizer.paper.simulated import (
+from amorgp_experiments.paper import protocol as paper_protocol
+from amorgp_experiments.paper.simulated import (
     gp_batches,
     markdown_table,
     predictive_metrics,
     simulated_pairs,
     summary,
 )
-from amorgp.amortizer.paper.simulated import network_parameters_batch as amortized
+from amorgp_experiments.paper.simulated import network_parameters_batch as amortized
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from amorgp.amortizer import load_checkpoint
+from amorgp.amortizer.api import PRETRAINED_DIR
 from amorgp.baselines import Type2MLSettings, fit_type2ml_batch
 from amorgp.kernel_grammar import (
     NOISE,

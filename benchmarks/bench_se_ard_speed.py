@@ -11,8 +11,8 @@ the rest as test points, at most 1000) both fit SE-ARD and predict the test poin
 is timed after a warm-up call, interleaved (network, scikit-learn, network, ...), one
 thread, and the medians are reported with their ratio and the test RMSE (standardised).
 The functions timed are those of the paper benchmark's cells
-(``amorgp.amortizer.paper.protocol.amortized_predictions`` and
-``amorgp.amortizer.paper.sklearn_gp.sklearn_gpr``).
+(``amorgp_experiments.paper.protocol.amortized_predictions`` and
+``amorgp_experiments.paper.sklearn_gp.sklearn_gpr``).
 
 Writes ``docs/benchmarks/se-ard-speed.md`` (and ``.json``).
 
@@ -36,14 +36,15 @@ DATASETS = ("airline", "yacht", "energy", "concrete", "housing")
 
 
 def run(model: str, datasets: tuple[str, ...], repeats: int) -> dict[str, dict[str, float]]:
-    from amorgp.amortizer import Amortizer
-    from amorgp.amortizer.paper.protocol import (
+    from amorgp_experiments.paper.protocol import (
         amortized_predictions,
         load_dataset,
         make_split,
         scores,
     )
-    from amorgp.amortizer.paper.sklearn_gp import sklearn_gpr
+    from amorgp_experiments.paper.sklearn_gp import sklearn_gpr
+
+    from amorgp.amortizer import Amortizer
 
     amz = Amortizer.from_pretrained(model)
     out: dict[str, dict[str, float]] = {}

@@ -166,7 +166,8 @@ def training_step_share(repeats: int) -> list[str]:
     Optional: skipped (with a note) when ``amorgp.amortizer`` is not installed.
     """
     try:
-        from amorgp.amortizer import PRESETS, build_model, simulator_config, training_loss
+        from amorgp.amortizer import PRESETS, build_model
+        from amorgp.amortizer.training import simulator_config, training_loss
     except ImportError:
         return ["`amorgp.amortizer` is not installed: the training-step comparison is skipped.", ""]
     preset = PRESETS["small"]

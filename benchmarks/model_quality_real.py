@@ -16,7 +16,7 @@ Methods, side by side in one run on the same splits:
 Per (dataset, split, kernel): test RMSE and mean test NLL in standardised target units
 (the training targets' mean and standard deviation), and the wall-clock time.  The
 splits, scores, methods and the per-cell cache are those of ``amorgp benchmark paper``
-(:mod:`amorgp.amortizer.paper`); cells are cached under ``--cache``, so an interrupted
+(:mod:`amorgp_experiments.paper`); cells are cached under ``--cache``, so an interrupted
 run continues.
 """
 
@@ -28,10 +28,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from amorgp.amortizer.paper import PaperConfig, RunContext
-from amorgp.amortizer.paper.cache import CellCache
-from amorgp.amortizer.paper.protocol import PAPER_TABLE1_SE_ARD
-from amorgp.amortizer.paper.real import SE_ARD, kernel_templates, real_cells
+from amorgp_experiments.paper import PaperConfig, RunContext
+from amorgp_experiments.paper.cache import CellCache
+from amorgp_experiments.paper.protocol import PAPER_TABLE1_SE_ARD
+from amorgp_experiments.paper.real import SE_ARD, kernel_templates, real_cells
 
 REFINE_LEVELS = (0, 5, 20, 50)
 TYPE2ML = "gp-ml-lbfgs"
@@ -52,7 +52,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Every number of the real-data protocol (see the module docstring).
 
-    The cells are those of ``amorgp benchmark paper`` (:mod:`amorgp.amortizer.paper`),
+    The cells are those of ``amorgp benchmark paper`` (:mod:`amorgp_experiments.paper`),
     cached under ``cache_dir/cells`` so that an interrupted run continues.
     """
     config = PaperConfig(

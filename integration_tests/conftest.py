@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -10,6 +11,9 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+if importlib.util.find_spec("amorgp_experiments") is None:  # the paper guide's examples
+    sys.path.insert(0, str(ROOT / "experiments"))
 
 
 def load_benchmark(name: str) -> ModuleType:

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from scipy.stats import multivariate_normal
 
-from amorgp.amortizer import PRESETS, TrainConfig, gp_nll_per_point, load_checkpoint, train
+from amorgp.amortizer import PRESETS, TrainConfig, load_checkpoint
+from amorgp.amortizer.training import gp_nll_per_point, train
 from amorgp.kernel_grammar import DimWiseStructure, encode
 from amorgp.lazy_kernels import PaddedBatch
 

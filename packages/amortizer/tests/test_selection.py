@@ -17,7 +17,6 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import Amortizer
-from amorgp.amortizer.api import PRETRAINED_DIR
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.selection import select_by_likelihood
 from amorgp.amortizer.testing import seeded_checkpoint
@@ -134,6 +133,8 @@ def test_candidates_from_the_checkpoint_and_bad_candidates(
 
 @pytest.mark.parametrize("name", ["default", "small-d8-c376k"])
 def test_bundled_checkpoints_load_the_candidates_they_name(name: str) -> None:
-    meta = json.loads((PRETRAINED_DIR.parent / name / "checkpoint.json").read_text())
+    from amorgp.amortizer.bundled import resolve_checkpoint
+
+    meta = json.loads((resolve_checkpoint(name) / "checkpoint.json").read_text())
     amz = Amortizer.from_pretrained(name, device="cpu")
     assert amz.network_names == [name, *meta.get("candidates", [])]

@@ -1,4 +1,11 @@
-"""amorgp.amortizer: the amortization network g(D, S) -> (theta_S, sigma^2), its training and CLI.
+"""amorgp.amortizer: the amortization network g(D, S) -> (theta_S, sigma^2), its inference and CLI.
+
+Importing this package (and running inference) loads neither the training code nor the
+simulator: training lives in :mod:`amorgp.amortizer.training`, behind the
+``amorgp-amortizer[train]`` extra.  Its names are still reachable from here, loaded on
+first use with a :class:`DeprecationWarning`.  The scikit-learn-style
+:class:`AmortizedGPRegressor` is loaded on first use too (it imports scikit-learn, when
+installed, which costs more than the rest of the package).
 
 >>> import torch
 >>> from amorgp.amortizer import PRESETS, build_model
@@ -9,7 +16,7 @@
 >>> tuple(pred.params.shape), tuple(pred.noise.shape)
 ((3, 3, 3, 4), (3,))
 
-The names below are imported on first use (PEP 562 ``__getattr__``), so that
+The public names are imported on first use (PEP 562 ``__getattr__``), so that
 ``import amorgp.amortizer.cli`` (and ``amorgp --help``) does not import torch.
 """
 
@@ -18,7 +25,15 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import Any
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from amorgp.amortizer import _moved
+
+if TYPE_CHECKING:
+    from amorgp.amortizer.estimator import AmortizedGPRegressor
+
+_moved.install()
 
 _LAZY: dict[str, str] = {
     "AHGPSEARD": "amorgp.amortizer.ahgp",
@@ -42,10 +57,6 @@ _LAZY: dict[str, str] = {
     "Dataset": "amorgp.amortizer.io",
     "as_dataset": "amorgp.amortizer.io",
     "read_csv": "amorgp.amortizer.io",
-    "LossOutput": "amorgp.amortizer.loss",
-    "gp_nll_per_point": "amorgp.amortizer.loss",
-    "phase1_loss": "amorgp.amortizer.loss",
-    "phase2_loss": "amorgp.amortizer.loss",
     "AmortizedGP": "amorgp.amortizer.model",
     "DatasetEncoder": "amorgp.amortizer.model",
     "KernelEncoderDecoder": "amorgp.amortizer.model",
@@ -61,13 +72,22 @@ _LAZY: dict[str, str] = {
     "network_names": "amorgp.amortizer.registry",
     "network_spec": "amorgp.amortizer.registry",
     "register_network": "amorgp.amortizer.registry",
-    "TrainResult": "amorgp.amortizer.train",
-    "encoder_view": "amorgp.amortizer.train",
-    "simulator_config": "amorgp.amortizer.train",
-    "train": "amorgp.amortizer.train",
-    "training_loss": "amorgp.amortizer.train",
-    "validate": "amorgp.amortizer.train",
 }
+"""Public name -> the module that defines it, imported on first use."""
+
+#: names of the training API, reachable here for compatibility: name -> module.
+_TRAINING_NAMES = {
+    **dict.fromkeys(
+        ("LossOutput", "gp_nll_per_point", "phase1_loss", "phase2_loss"),
+        "amorgp.amortizer.training.loss",
+    ),
+    **dict.fromkeys(
+        ("TrainResult", "encoder_view", "simulator_config", "train", "training_loss", "validate"),
+        "amorgp.amortizer.training.train",
+    ),
+}
+_OLD_MODULES = {old.rpartition(".")[2] for old in _moved.MOVED}
+
 __all__ = [
     "AmortizationNetwork",
     "DatasetEncoding",
@@ -93,33 +113,35 @@ __all__ = [
     "Checkpoint",
     "DatasetEncoder",
     "KernelEncoderDecoder",
-    "LossOutput",
     "NetworkConfig",
     "NoiseHead",
     "Prediction",
     "Preset",
     "SymbolHeads",
     "TrainConfig",
-    "TrainResult",
     "build_model",
     "count_parameters",
-    "encoder_view",
-    "gp_nll_per_point",
     "load_checkpoint",
     "load_model",
-    "phase1_loss",
-    "phase2_loss",
     "preset",
     "save_checkpoint",
-    "simulator_config",
-    "train",
-    "training_loss",
-    "validate",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """Import a public name on first use and keep it in the package namespace."""
+    """Import a public name on first use and keep it in the package namespace; training
+    names and moved modules are answered with a :class:`DeprecationWarning`."""
+    if name in _TRAINING_NAMES:
+        where = _TRAINING_NAMES[name]
+        warnings.warn(
+            f"amorgp.amortizer.{name} moved to {where}.{name} (amorgp.amortizer.training); "
+            "import it from there",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(where), name)
+    if name in _OLD_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -133,13 +155,12 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """Keeps the function :func:`~amorgp.amortizer.train.train` as the package's
-    ``train`` (as an eager ``from amorgp.amortizer.train import train`` did) when the
-    import system binds the submodule of the same name."""
+    """Keeps a moved module's old name (``train``) bound to the API name, not the module
+    the import system would set on the package when the old path is imported."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "train" and isinstance(value, types.ModuleType):
-            value = value.train
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _OLD_MODULES and isinstance(value, types.ModuleType):
+            return
         super().__setattr__(name, value)
 
 

@@ -1,21 +1,28 @@
-"""The bundled pretrained models: the default and earlier defaults kept loadable by name.
+"""The bundled pretrained models: the default and the AHGP comparison network.
 
 Each bundled model is a checkpoint directory ``pretrained/<name>/`` of this package
 (``model.safetensors`` + ``checkpoint.json`` with checksums); ``default`` is the one
 :meth:`~amorgp.amortizer.Amortizer.from_pretrained` loads without arguments.
+
+The earlier defaults (``default-phase1``, ``small-*``) are not in the wheel: they live in
+the repository's top-level ``models/`` folder, loadable by path from anywhere and, from a
+source checkout, by name (with a warning saying where the network was loaded from).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
-from amorgp.kernel_grammar import CheckpointError
+from amorgp.amortizer.errors import CheckpointError
 
 __all__ = [
     "PRETRAINED_DIR",
     "PRETRAINED_ROOT",
+    "REPOSITORY_MODELS",
     "pretrained_names",
+    "repository_model_names",
     "resolve_checkpoint",
     "ship_model",
 ]
@@ -25,10 +32,43 @@ PRETRAINED_ROOT = Path(__file__).parent / "pretrained"
 
 PRETRAINED_DIR = PRETRAINED_ROOT / "default"
 
+DATA_DIR = Path(__file__).parent / "data"
+"""The bundled CSV datasets (the demo's airline series and the paper's four UCI tables);
+the repository's top-level ``data/`` is a link to this folder."""
+
+
+def _repository_models() -> Path | None:
+    repo = Path(__file__).resolve().parents[5]
+    inside = (repo / "packages" / "amortizer" / "pyproject.toml").is_file()
+    return repo / "models" if inside and (repo / "models").is_dir() else None
+
+
+REPOSITORY_MODELS = _repository_models()
+"""The repository's ``models/`` folder (earlier networks, not in the wheel) when this
+package runs from a source checkout; ``None`` in an installed wheel."""
+
+
+def _names(root: Path | None) -> list[str]:
+    if root is None or not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "checkpoint.json").exists())
+
 
 def pretrained_names() -> list[str]:
-    """Names of the bundled models (``"default"`` and the earlier ones kept loadable)."""
-    return sorted(p.name for p in PRETRAINED_ROOT.iterdir() if (p / "checkpoint.json").exists())
+    """Names of the models bundled in the package (``"default"``, ``"ahgp-se-ard-d4-v1"``)."""
+    return _names(PRETRAINED_ROOT)
+
+
+def repository_model_names() -> list[str]:
+    """Names of the earlier networks in the repository's ``models/`` folder, loadable by
+    name from a source checkout (empty in an installed wheel)."""
+    return _names(REPOSITORY_MODELS)
+
+
+def _as_name(path: str | os.PathLike[str]) -> str | None:
+    """``path`` as a model name: one path component (``small-d8-c640k``), else ``None``."""
+    parts = Path(path).parts
+    return parts[0] if len(parts) == 1 and parts[0] not in (".", "..") else None
 
 
 def resolve_checkpoint(path: str | os.PathLike[str] | None) -> Path:
@@ -45,13 +85,34 @@ def resolve_checkpoint(path: str | os.PathLike[str] | None) -> Path:
             )
         return PRETRAINED_DIR
     where = Path(path)
+    name = _as_name(path)
+    named = None
+    if name is not None:
+        for root, kind in ((PRETRAINED_ROOT, "bundled"), (REPOSITORY_MODELS, "repository")):
+            if root is not None and (root / name / "checkpoint.json").is_file():
+                named = (root / name, kind)
+                break
     if where.exists():
+        if named is not None:
+            warnings.warn(
+                f"loaded the folder {where.resolve()}, not the {named[1]} model {name!r} of "
+                f"the same name (give its path, {named[0]}, to load that one)",
+                stacklevel=2,
+            )
         return where
-    if isinstance(path, str) and "/" not in path and (PRETRAINED_ROOT / path).is_dir():
-        return PRETRAINED_ROOT / path
+    if named is not None:
+        if named[1] == "repository":
+            warnings.warn(
+                f"{name!r} is not bundled with the package: loaded it from the repository's "
+                f"models/ folder ({named[0]})",
+                stacklevel=2,
+            )
+        return named[0]
+    others = repository_model_names()
+    more = f"; in this checkout's models/ folder: {', '.join(others)}" if others else ""
     raise CheckpointError(
         f"no checkpoint at {where}; give a checkpoint directory or the name of a bundled "
-        f"model ({', '.join(pretrained_names())})"
+        f"model ({', '.join(pretrained_names())}{more})"
     )
 
 

@@ -47,8 +47,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.model import build_model
-from amorgp.kernel_grammar.errors import CheckpointError
 
 __all__ = [
     "FORMAT",

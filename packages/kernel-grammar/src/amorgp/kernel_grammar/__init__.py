@@ -1,19 +1,8 @@
 """amorgp.kernel_grammar: base kernels, parameter specs, priors, transforms and the kernel grammar."""
 
-from amorgp.kernel_grammar.dimwise import (
-    DimWiseStructure,
-    ParamName,
-    decode,
-    encode,
-    symbol_sort_key,
-)
-from amorgp.kernel_grammar.errors import (
-    AmorgpError,
-    CheckpointError,
-    DataError,
-    OptionError,
-    TrainingError,
-)
+from amorgp.kernel_grammar.dimwise import DimWiseStructure, ParamName, symbol_sort_key
+from amorgp.kernel_grammar.encoding import decode, encode
+from amorgp.kernel_grammar.errors import AmorgpError, DataError, OptionError, moved_error
 from amorgp.kernel_grammar.evaluation import StructureTemplate, paper_evaluation_set
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.parser import KernelSyntaxError, parse
@@ -36,10 +25,8 @@ from amorgp.kernel_grammar.transforms import FLOORS, ParamKind, positive, positi
 
 __all__ = [
     "AmorgpError",
-    "CheckpointError",
     "DataError",
     "OptionError",
-    "TrainingError",
     "ELEMENTARY",
     "Atom",
     "DimWiseStructure",
@@ -75,3 +62,8 @@ __all__ = [
     "positive_inverse",
     "register_elementary",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # CheckpointError, TrainingError: deprecated aliases (see amorgp.kernel_grammar.errors).
+    return moved_error(name)

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from amorgp.kernel_grammar.dimwise import DimWiseStructure, encode
+from amorgp.kernel_grammar.dimwise import DimWiseStructure
+from amorgp.kernel_grammar.encoding import encode
 from amorgp.kernel_grammar.expressions import Expr
 from amorgp.kernel_grammar.parser import KernelSyntaxError, parse
 from amorgp.kernel_grammar.registry import (

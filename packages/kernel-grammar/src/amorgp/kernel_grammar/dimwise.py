@@ -37,7 +37,7 @@ from amorgp.kernel_grammar.registry import (
     base_symbol,
 )
 
-__all__ = ["DimWiseStructure", "ParamName", "decode", "encode", "symbol_sort_key"]
+__all__ = ["DimWiseStructure", "ParamName", "symbol_sort_key"]
 
 
 def symbol_sort_key(name: str) -> tuple[int, tuple[int, ...]]:
@@ -407,5 +407,18 @@ def _dimension_symbols(e: Expr, d: int | None) -> tuple[str, ...]:
     return tuple(symbols)
 
 
-# the padded-array form lives in its own module; re-exported here
-from amorgp.kernel_grammar.encoding import decode, encode  # noqa: E402
+def __getattr__(name: str) -> Any:
+    # encode/decode (the padded-array form) live in amorgp.kernel_grammar.encoding, which
+    # builds on this module; the names here are deprecated aliases.
+    if name in ("encode", "decode"):
+        import warnings
+
+        from amorgp.kernel_grammar import encoding
+
+        warnings.warn(
+            f"amorgp.kernel_grammar.dimwise.{name} moved to amorgp.kernel_grammar.encoding.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(encoding, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

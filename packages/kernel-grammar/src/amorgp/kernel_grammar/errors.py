@@ -10,17 +10,20 @@ class                      raised for                                       CLI 
 :class:`OptionError`       an option or argument value out of its domain    2 (usage)
 :class:`DataError`         data that cannot be used (NaN, shapes, columns)  1
 :class:`KernelSyntaxError` kernel text that does not parse (parser module)  2 (usage)
-:class:`CheckpointError`   a missing, corrupted or mismatched checkpoint    1
-:class:`TrainingError`     a training run that cannot go on (divergence)    1
 =========================  ==============================================  =========
 
-``OptionError``, ``DataError`` and ``CheckpointError`` are also ``ValueError`` and
-``TrainingError`` a ``RuntimeError``, so code that caught the built-in classes keeps working.
+``OptionError`` and ``DataError`` are also ``ValueError``, so code that caught the built-in
+class keeps working.  ``CheckpointError`` and ``TrainingError`` are raised only by the
+amortizer and live in :mod:`amorgp.amortizer.errors`; the names here are deprecated
+aliases of their base classes (catching them still catches the amortizer's errors).
 """
 
 from __future__ import annotations
 
-__all__ = ["AmorgpError", "CheckpointError", "DataError", "OptionError", "TrainingError"]
+import warnings
+from typing import Any
+
+__all__ = ["AmorgpError", "DataError", "OptionError"]
 
 
 class AmorgpError(Exception):
@@ -35,9 +38,30 @@ class DataError(AmorgpError, ValueError):
     """Data that cannot be used as given: non-finite values, wrong shapes, bad columns."""
 
 
-class CheckpointError(AmorgpError, ValueError):
-    """A checkpoint that is missing, corrupted, unverifiable or does not fit."""
+class _CheckpointError(AmorgpError, ValueError):
+    """Base of :class:`amorgp.amortizer.errors.CheckpointError` (deprecated name here)."""
 
 
-class TrainingError(AmorgpError, RuntimeError):
-    """A training run that cannot continue (non-finite loss or weights, failed validation)."""
+class _TrainingError(AmorgpError, RuntimeError):
+    """Base of :class:`amorgp.amortizer.errors.TrainingError` (deprecated name here)."""
+
+
+_MOVED = {"CheckpointError": _CheckpointError, "TrainingError": _TrainingError}
+
+
+def moved_error(name: str) -> Any:
+    """The deprecated alias ``name`` (``CheckpointError``, ``TrainingError``), with a
+    :class:`DeprecationWarning` naming where the error lives now."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"amorgp.kernel_grammar.{name} moved to amorgp.amortizer.errors.{name}; "
+        "import it from there",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return _MOVED[name]
+
+
+def __getattr__(name: str) -> Any:
+    return moved_error(name)

@@ -10,8 +10,9 @@ raised by the library                                       the user sees
 :class:`~amorgp.kernel_grammar.errors.OptionError`           ``Error: ...``, exit 2
 (and :class:`~amorgp.kernel_grammar.KernelSyntaxError`)      with the usage line
 :class:`~amorgp.kernel_grammar.errors.DataError`,            ``Error: ...``, exit 1
-``CheckpointError``, ``TrainingError``, any other
-``ValueError``
+``CheckpointError``, ``TrainingError``,
+``MissingExtraError`` (:mod:`amorgp.amortizer.errors`),
+any other ``ValueError``
 ``OSError`` (a file that cannot be read or written)          ``Error: ...``, exit 1
 ``BrokenPipeError`` on stdout (``amorgp ... | head``)        nothing more, exit 1
 ==========================================================  =======================
@@ -50,7 +51,7 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
         return err
     if isinstance(err, OptionError):
         return click.UsageError(str(err), ctx)
-    if isinstance(err, ValueError | TrainingError):
+    if isinstance(err, ValueError | AmorgpError):  # data, checkpoint, training, missing extra
         return click.ClickException(str(err))
     if isinstance(err, OSError):
         where = f" {err.filename}" if err.filename else ""
@@ -101,7 +102,7 @@ def _mapped(err: BaseException) -> bool:
     if isinstance(err, ValueError | OSError):
         return True
     errors = sys.modules.get("amorgp.kernel_grammar.errors")
-    return errors is not None and isinstance(err, errors.TrainingError)
+    return errors is not None and isinstance(err, errors.AmorgpError)
 
 
 def _verbose_option(ctx: click.Context, param: click.Parameter, value: bool) -> None:

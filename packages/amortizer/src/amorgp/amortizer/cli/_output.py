@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import math
 import os
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import click
+
+from amorgp.amortizer.strictjson import json_text
 
 __all__ = [
     "atomic_write",
@@ -165,16 +166,6 @@ def non_finite(obj: Any, path: str = "") -> list[str]:
     return []
 
 
-def _nulls(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _nulls(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_nulls(v) for v in obj]
-    return obj
-
-
 SCHEMA_VERSION = 1
 """Version of the ``--json`` documents of every command: each is one object with
 ``schema_version``, ``command`` and the command's fields; a field is never renamed or
@@ -202,12 +193,6 @@ def is_stdout(path: Path | str) -> bool:
     ``/dev/fd/1`` (``/proc/self/fd/1``), by name, never by where descriptor 1 points."""
     text = str(path)
     return text == "-" or text in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
-
-
-def json_text(obj: Any, *, indent: int | None = None) -> str:
-    """Strict JSON of ``obj``: NaN and infinite floats become ``null`` (never a non-JSON
-    token); other objects are written as their ``str``."""
-    return json.dumps(_nulls(obj), indent=indent, allow_nan=False, default=str)
 
 
 def check_output_path(path: Path, option: str) -> None:

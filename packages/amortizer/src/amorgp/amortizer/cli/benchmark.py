@@ -125,10 +125,13 @@ def paper(
     """
     import torch
 
+    from amorgp.amortizer._moved import require_experiments
     from amorgp.amortizer.cli._common import check_device
-    from amorgp.amortizer.paper import PaperConfig, run_paper
-    from amorgp.amortizer.paper.config import model_identity
-    from amorgp.amortizer.paper.protocol import load_dataset
+
+    require_experiments("amorgp benchmark paper")
+    from amorgp_experiments.paper import PaperConfig, run_paper
+    from amorgp_experiments.paper.config import model_identity
+    from amorgp_experiments.paper.protocol import load_dataset
 
     check_device(device)
     model_identity(model)  # a model that cannot be found fails now (exit 1, naming it)
@@ -154,7 +157,7 @@ def paper(
             raise click.BadParameter(f"no cells/ folder under {folder}", param_hint="--merge")
     merged: dict[str, int] = {}
     if merge_from:
-        from amorgp.amortizer.paper.cache import CellCache
+        from amorgp_experiments.paper.cache import CellCache
 
         cache = CellCache(out)
         for folder in merge_from:

@@ -112,7 +112,7 @@ def campaign_command(
     card: Path | None,
     as_json: bool,
 ) -> None:
-    """Run the long, resumable training campaign (see amorgp.amortizer.campaign).
+    """Run the long, resumable training campaign (see amorgp.amortizer.training.campaign).
 
     Start it in the background at low priority, e.g.
     ``nohup nice -n 19 amorgp campaign > campaign.out 2>&1 &``;
@@ -126,7 +126,7 @@ def campaign_command(
     import torch
 
     from amorgp.amortizer.api import PRETRAINED_DIR
-    from amorgp.amortizer.campaign import run_campaign
+    from amorgp.amortizer.training.campaign import run_campaign
 
     check_device(device)
     torch.set_num_threads(threads)
@@ -147,7 +147,10 @@ def campaign_command(
 
 
 def _report(export_dir: Path, card: Path | None) -> None:
-    from amorgp.amortizer.campaign_report import campaign_report
+    from amorgp.amortizer._moved import require_experiments
+
+    require_experiments("amorgp campaign --report-only")
+    from amorgp_experiments.campaign_report import campaign_report
 
     log = export_dir / "campaign.jsonl"
     if not log.is_file():

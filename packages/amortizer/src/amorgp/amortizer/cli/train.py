@@ -22,7 +22,6 @@ from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import SCHEMA_VERSION, emit, json_option, json_text
 from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig, preset
 from amorgp.amortizer.registry import network_names, network_spec
-from amorgp.amortizer.rundir import RunDirectory
 
 __all__ = ["parse_overrides", "train_command"]
 
@@ -166,6 +165,8 @@ def _check_combination(
         raise click.UsageError(
             "phase 2 fine-tunes a trained network: pass --from runs/NAME/last", ctx
         )
+    from amorgp.amortizer.training.rundir import RunDirectory
+
     if RunDirectory(out_dir).holds_run():
         raise click.UsageError(
             f"{out_dir} already holds a run: add --resume to continue it, or choose another --out",
@@ -272,7 +273,7 @@ def train_command(
     Without a budget (--max-minutes, --max-datasets, --max-steps) it runs until
     interrupted.  Prints a JSON summary (step, datasets seen, stop reason, checkpoint).
     """
-    from amorgp.amortizer.train import train
+    from amorgp.amortizer.training.train import train
 
     extra = parse_overrides(overrides)
     _check_combination(ctx, out_dir, resume, init_from, phase)

@@ -29,18 +29,16 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from amorgp.baselines.bayesian import mixture_log_density, mixture_moments
 from amorgp.baselines.diwp.model import DIWP, DIWPSettings
+from amorgp.baselines.results import FitResult
 from amorgp.kernel_grammar import DataError, DimWiseStructure, OptionError, base_symbol
 from amorgp.lazy_kernels import Normalizer, as_dataset, as_inputs
-
-if TYPE_CHECKING:
-    from amorgp.baselines.api import FitResult
 
 __all__ = ["DIWPFit", "diwp_kernel", "diwp_results", "fit_diwp", "fit_diwp_normalized"]
 
@@ -262,8 +260,6 @@ def diwp_results(
     ``options`` are :class:`DIWPSettings` fields, plus ``quick=True`` for
     :meth:`DIWPSettings.quick`; ``common`` holds the shared ``FitResult`` fields.
     """
-    from amorgp.baselines.api import FitResult  # api dispatches here: import at call time
-
     opts = dict(options)
     quick = bool(opts.pop("quick", False))
     kernels = [diwp_kernel(s) for s in structures]

@@ -1,0 +1,180 @@
+"""Should a campaign export replace the default?  The decisive check, side by side.
+
+Runs the paper benchmark's Fig. 3 amortizer rows (``amortized``: the network alone,
+``amortized+calibrate``: the library's default) for a base model and a candidate on the
+full paper protocol (24 kernels x 5 datasets x 3 splits; ``--quick``: airline, 2 kernels,
+one split), each in its own output folder seeded with the committed cells of
+``docs/benchmarks/paper`` (so the base's and the Type-2 ML cells are read, not
+recomputed), and compares them cell by cell:
+
+* per dataset, the median over cells of the candidate's test RMSE divided by the base's,
+  the share of cells where the candidate is better, and the median NLL difference;
+* the median RMSE ratio of each to 5-start L-BFGS Type-2 ML (``gp-ml-lbfgs``) on the
+  cells that have it;
+* optionally (``--heldout N``) both networks on ``N`` held-out simulated pairs
+  (:func:`amorgp.amortizer.training.campaign_plan.compare_on_heldout`).
+
+A per-cell ratio below 1 on every dataset is what shipping asks for; differences of 1-2 %
+per cell are within the spread of the noise fine-tuning's seed
+(``docs/training/input-laws.md``).
+
+Usage::
+
+    python -m amorgp_experiments.ship_check docs/training/campaign/best [--base default] [--heldout 1000]
+    python -m amorgp_experiments.ship_check docs/training/campaign/best-phase1 --base default-phase1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED_CELLS = ROOT / "docs" / "benchmarks" / "paper" / "cells"
+METHODS = ("amortized", "amortized+calibrate")
+REFERENCE = "gp-ml-lbfgs"
+DATASETS = ("airline", "concrete", "energy", "housing", "yacht")
+QUICK_KERNELS = (0, 1)
+
+Cells = dict[tuple[str, int, str, str], dict[str, Any]]
+
+
+def fig3_cells(model: str, work: Path, quick: bool) -> Cells:
+    """The Fig. 3 cells of ``model`` (computed where not cached) and the cached baselines."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "cells").mkdir(exist_ok=True)
+    if COMMITTED_CELLS.exists() and not (work / "cells" / "real.jsonl").exists():
+        shutil.copyfile(COMMITTED_CELLS / "real.jsonl", work / "cells" / "real.jsonl")
+    cmd = [
+        sys.executable, "-m", "amorgp.amortizer.cli", "benchmark", "paper",
+        "--model", model, "--experiments", "fig3", "--methods", ",".join(METHODS),
+        "--out", str(work), "--no-progress",
+    ]  # fmt: skip
+    if quick:
+        ids = ",".join(str(i) for i in QUICK_KERNELS)
+        cmd += ["--datasets", "airline", "--kernels", ids, "--splits", "1"]
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    results = json.loads((work / "results.json").read_text())
+    cells = {
+        (c["dataset"], int(c["split"]), c["kernel"], c["method"]): c
+        for c in results["experiments"]["fig3"]["cells"]
+    }
+    if quick:  # the report also lists cached cells outside the quick subset
+        from amorgp_experiments.paper.real import kernel_templates
+
+        kernels = set(kernel_templates(QUICK_KERNELS))
+        cells = {
+            k: v for k, v in cells.items() if k[0] == "airline" and k[1] == 0 and k[2] in kernels
+        }
+    return cells
+
+
+def _ok(cell: dict[str, Any] | None) -> bool:
+    return cell is not None and cell.get("rmse") is not None and cell.get("nll") is not None
+
+
+def compare(base: Cells, cand: Cells) -> dict[str, Any]:
+    """Per method and dataset: cell-by-cell ratios of ``cand`` to ``base`` and to Type-2 ML."""
+    out: dict[str, Any] = {}
+    for method in METHODS:
+        rows: dict[str, Any] = {}
+        for ds in DATASETS:
+            keys = [k for k in cand if k[0] == ds and k[3] == method and _ok(cand[k])]
+            keys = [k for k in keys if _ok(base.get(k))]
+            if not keys:
+                continue
+            ratio = [cand[k]["rmse"] / base[k]["rmse"] for k in keys]
+            ref = [(*k[:3], REFERENCE) for k in keys]
+            with_ref = [(k, r) for k, r in zip(keys, ref, strict=True) if _ok(cand.get(r))]
+            rows[ds] = {
+                "cells": len(keys),
+                "rmse_ratio": statistics.median(ratio),
+                "better": sum(r < 1 for r in ratio) / len(ratio),
+                "nll_diff": statistics.median(cand[k]["nll"] - base[k]["nll"] for k in keys),
+                "base_to_ref": statistics.median(
+                    base[k]["rmse"] / cand[r]["rmse"] for k, r in with_ref
+                )
+                if with_ref
+                else None,
+                "cand_to_ref": statistics.median(
+                    cand[k]["rmse"] / cand[r]["rmse"] for k, r in with_ref
+                )
+                if with_ref
+                else None,
+            }
+        out[method] = rows
+    return out
+
+
+def markdown(base: str, cand: str, table: dict[str, Any], heldout: dict[str, float] | None) -> str:
+    def f(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    lines = [
+        f"# Ship check: `{cand}` against `{base}`",
+        "",
+        "Fig. 3 amortizer cells of the paper protocol, compared cell by cell (test RMSE "
+        "ratio candidate / base: median over cells; Type-2 ML: 5-start L-BFGS).",
+        "",
+        "| method | dataset | cells | RMSE ratio | candidate better | NLL difference | "
+        "base / Type-2 ML | candidate / Type-2 ML |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method, rows in table.items():
+        for ds, r in rows.items():
+            lines.append(
+                f"| {method} | {ds} | {r['cells']} | {r['rmse_ratio']:.3f} | "
+                f"{100 * r['better']:.0f} % | {r['nll_diff']:+.3f} | {f(r['base_to_ref'])} | "
+                f"{f(r['cand_to_ref'])} |"
+            )
+    if heldout is not None:
+        lines += [
+            "",
+            f"Held-out simulated pairs ({heldout['pairs']}): median paired test NLL difference "
+            f"{heldout['median_nll_difference']:+.4f} nats, candidate better on "
+            f"{100 * heldout['new_better_fraction']:.1f} % (sign test p = {heldout['sign_test_p']:.2g}).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("candidate", help="checkpoint directory or bundled model name")
+    ap.add_argument(
+        "--base", default="default", help="bundled name or directory (default: default)"
+    )
+    ap.add_argument("--work", type=Path, default=Path("runs/ship-check"), help="scratch folder")
+    ap.add_argument("--heldout", type=int, default=0, help="held-out simulated pairs (0: none)")
+    ap.add_argument("--quick", action="store_true", help="airline, 2 kernels, one split")
+    ap.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
+    ap.add_argument("--json", type=Path, default=None, help="write the numbers as JSON here")
+    a = ap.parse_args(argv)
+    base = fig3_cells(a.base, a.work / "base", a.quick)
+    cand = fig3_cells(a.candidate, a.work / "candidate", a.quick)
+    table = compare(base, cand)
+    heldout = None
+    if a.heldout > 0:
+        from amorgp.amortizer.bundled import resolve_checkpoint
+        from amorgp.amortizer.training.campaign_plan import compare_on_heldout
+
+        heldout = compare_on_heldout(
+            resolve_checkpoint(a.base), resolve_checkpoint(a.candidate), n_pairs=a.heldout
+        )
+    text = markdown(a.base, a.candidate, table, heldout)
+    print(text)
+    if a.out is not None:
+        a.out.write_text(text)
+    if a.json is not None:
+        a.json.write_text(json.dumps({"table": table, "heldout": heldout}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

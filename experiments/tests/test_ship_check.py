@@ -1,0 +1,54 @@
+"""``python -m amorgp_experiments.ship_check --quick``: the cell-by-cell comparison of two networks.
+
+The oracle is the library's own API on the paper protocol's split, outside the benchmark:
+each network's test RMSE on airline's split 0 for the two quick kernels, computed with
+``Amortizer.infer_many`` and the protocol's scoring, gives the ratios the check reports.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def _direct_rmse(model: str, calibrate: bool) -> list[float]:
+    from amorgp_experiments.paper.protocol import load_dataset, make_split, scores
+    from amorgp_experiments.paper.real import kernel_templates
+
+    from amorgp.amortizer import Amortizer
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    sp = make_split(load_dataset("airline"), 0)
+    amz = Amortizer.from_pretrained(model, calibrate=calibrate)
+    structs = [DimWiseStructure.coerce(k, sp.X_train.shape[1]) for k in kernel_templates([0, 1])]
+    fits = amz.infer_many(sp.X_train, sp.y_train, structs)
+    out = []
+    for f in fits:
+        m, v = f.predict(sp.X_test)
+        out.append(scores(np.asarray(m), np.asarray(v), sp.y_test, sp.mu, sp.sd)[0])
+    return out
+
+
+@pytest.mark.parametrize("candidate", ["default", "small-d4-v1"])
+def test_ship_check_matches_the_api(tmp_path: Path, candidate: str) -> None:
+    from amorgp_experiments import ship_check as sc
+
+    work = tmp_path / "work"
+    sc.main(["--quick", candidate, "--work", str(work), "--json", str(tmp_path / "c.json")])
+    table = json.loads((tmp_path / "c.json").read_text())["table"]
+    for method, calibrate in (("amortized", False), ("amortized+calibrate", True)):
+        row = table[method]["airline"]
+        assert row["cells"] == 2
+        base = _direct_rmse("default", calibrate)
+        cand = _direct_rmse(candidate, calibrate)
+        want = statistics.median(c / b for c, b in zip(cand, base, strict=True))
+        np.testing.assert_allclose(row["rmse_ratio"], want, rtol=1e-6)
+        if candidate == "default":
+            assert row["better"] == 0.0
+            assert row["nll_diff"] == 0.0
+        else:  # the first model against the campaign's: different predictions
+            assert row["rmse_ratio"] != 1.0
