@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from amorgp.amortizer.paper.cache import CellCache, CellKey
+from amorgp_experiments.paper.cache import CellCache, CellKey
 
 
 def _key(i: int) -> CellKey:

@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from amorgp.amortizer.cli import AmorgpCommand, main
 from amorgp.amortizer.cli._errors import as_click_exception
+from amorgp.amortizer.errors import CheckpointError, TrainingError
 from amorgp.kernel_grammar import KernelSyntaxError
-from amorgp.kernel_grammar.errors import CheckpointError, DataError, OptionError, TrainingError
+from amorgp.kernel_grammar.errors import DataError, OptionError
 
 COMMANDS = (
     "train",

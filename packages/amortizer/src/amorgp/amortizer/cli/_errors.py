@@ -45,7 +45,7 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
     Raises:
         TypeError: ``err`` is not an error the command line maps (a bug: re-raise it).
     """
-    from amorgp.kernel_grammar.errors import OptionError, TrainingError
+    from amorgp.kernel_grammar.errors import AmorgpError, OptionError
 
     if isinstance(err, click.ClickException):
         return err
