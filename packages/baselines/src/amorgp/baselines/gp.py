@@ -26,11 +26,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from amorgp.diff_linalg import gp_log_marginal_likelihood, robust_cholesky
+from amorgp.diff_linalg import gp_log_marginal_likelihood
 from amorgp.kernel_grammar import NOISE, ParamKind, positive, positive_inverse
 from amorgp.kernel_grammar.transforms import softplus_inverse
 from amorgp.lazy_kernels import (
     PaddedBatch,
+    Posterior,
     SlotTable,
     kernel_diag_dimwise,
     kernel_matrix_dimwise,
@@ -193,26 +194,19 @@ def exact_predictive(
     """Exact GP posterior predictive at ``X_new (B, M, D)`` (normalised units).
 
     ``mean = K_*^T A^{-1} y`` and ``var = k_** - diag(K_*^T A^{-1} K_*)`` (plus
-    ``sigma^2`` with ``include_noise``), ``A = K + sigma^2 I`` factored once;
-    padded training points are an identity block with zero targets.  Variances are
+    ``sigma^2`` with ``include_noise``), ``A = K + sigma^2 I`` factored once by
+    :meth:`amorgp.lazy_kernels.Posterior.dense`; padded training points are an identity
+    block with zero targets.  Variances are
     clamped at 0 before the noise is added.
 
     Returns:
-        ``(mean (B, M), var (B, M))``; NaN for elements whose Cholesky failed.
+        ``(mean (B, M), var (B, M))``; NaN for elements whose matrix is not finite or
+        whose Cholesky failed.
     """
-    K = kernel_matrix(batch, params)
-    mf = batch.point_mask.to(K.dtype)
-    A = K * (mf[:, :, None] * mf[:, None, :]) + torch.diag_embed(noise[:, None] * mf + (1.0 - mf))
-    chol = robust_cholesky(A)
-    Ks = kernel_matrix(batch, params, X_new) * mf[:, :, None]
-    alpha = torch.cholesky_solve((batch.y * mf)[..., None], chol.L)[..., 0]
-    mean = (Ks * alpha[..., None]).sum(1)
-    V = torch.linalg.solve_triangular(chol.L, Ks, upper=False)
+    post = Posterior.dense(
+        kernel_matrix(batch, params), batch.y, noise, point_mask=batch.point_mask
+    )
     kss = kernel_diag_dimwise(
         X_new, batch.symbols, batch.symbol_mask, params, batch.vocab, batch.dim_mask, validate=False
     )
-    var = (kss - (V * V).sum(1)).clamp_min(0.0)
-    if include_noise:
-        var = var + noise[:, None]
-    nan = torch.full_like(mean, float("nan"))
-    return torch.where(chol.failed[:, None], nan, mean), torch.where(chol.failed[:, None], nan, var)
+    return post.predict(kernel_matrix(batch, params, X_new), kss, include_noise=include_noise)
