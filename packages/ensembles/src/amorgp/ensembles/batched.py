@@ -10,9 +10,9 @@ For members ``m = 1..M`` with normalised hyperparameters ``theta_m`` and noise
 
 evaluated with lazy-kernels' batched heterogeneous evaluator (the members are the
 batch) and its batched dense posterior (:meth:`amorgp.lazy_kernels.Posterior.dense`),
-then mapped back to original units with the fits' shared normalisation.  Test points are processed in chunks that reuse
-the factors.  A member whose matrix cannot be factorised gets NaN (the ensemble then
-drops it with a warning).
+then mapped back to original units with the fits' shared normalisation.  Test points are
+processed in chunks that reuse the factors.  A member whose matrix cannot be factorised
+gets NaN (the ensemble then drops it with a warning).
 """
 
 from __future__ import annotations

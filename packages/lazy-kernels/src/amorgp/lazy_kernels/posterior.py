@@ -457,10 +457,10 @@ class DensePosterior:
             raise DataError(f"noise must be a scalar or have shape {tuple(batch)}, got {noise!r}")
         noise_t = noise_t.expand(batch)
         y = y.to(K.dtype)
-        eye = torch.eye(n, dtype=K.dtype, device=K.device)
         if point_mask is None:
-            A = K + noise_t[..., None, None] * eye
-            self.n_points = torch.full(batch, n, dtype=K.dtype, device=K.device)
+            A = K.clone()
+            A.diagonal(dim1=-2, dim2=-1).add_(noise_t[..., None])
+            self.n_points: Tensor | float = float(n)
         else:
             if tuple(point_mask.shape) != (*batch, n):
                 got = tuple(point_mask.shape)
@@ -474,15 +474,19 @@ class DensePosterior:
         self.A, self.y, self.noise, self.point_mask = A, y, noise_t, point_mask
         with torch.no_grad():
             Ad = A.detach()
-            bad = ~torch.isfinite(Ad).all(-1).all(-1)
-            if bool(bad.any()):
+            bad = None
+            if not bool(torch.isfinite(Ad).all()):
+                bad = ~torch.isfinite(Ad).all(-1).all(-1)
+                eye = torch.eye(n, dtype=K.dtype, device=K.device)
                 Ad = torch.where(bad[..., None, None], eye.expand_as(Ad), Ad)
             if jitter_ladder is None:
                 res = robust_cholesky(Ad, jitter=jitter, max_tries=max_tries, validate=False)
                 L, eps, failed = res.L, res.jitter, res.failed
+                any_failed = bool(failed.any())
             else:
-                L, eps, failed = _ladder_cholesky(Ad, jitter_ladder)
-            failed = failed | bad
+                L, eps, failed, any_failed = _ladder_cholesky(Ad, jitter_ladder)
+            if bad is not None:
+                failed, any_failed = failed | bad, True
             self.L: Tensor = L
             """``(..., n, n)`` lower factors of ``A + jitter I`` (identity where failed)."""
             self.jitter: Tensor = eps
@@ -491,9 +495,13 @@ class DensePosterior:
             """``(...,)`` bool: ``A`` not finite or not positive definite even with jitter."""
             self.alpha: Tensor = torch.cholesky_solve(y.detach()[..., None], L)[..., 0]
             """``(..., n)`` ``A^{-1} y``."""
+            self.any_failed = any_failed
+            """Whether any element failed."""
 
     def _nan_where_failed(self, value: Tensor) -> Tensor:
-        bad = self.failed.reshape(*self.failed.shape, *([1] * (value.ndim - self.failed.ndim)))
+        if not self.any_failed:
+            return value
+        bad = self.failed.reshape((*self.failed.shape, *([1] * (value.ndim - self.failed.ndim))))
         return torch.where(bad, torch.full_like(value, float("nan")), value)
 
     def log_marginal_likelihood(self) -> Tensor:
@@ -538,12 +546,15 @@ def _broadcasts(shape: torch.Size, batch: torch.Size) -> bool:
     return all(a in (1, b) for a, b in zip(reversed(shape), reversed(batch), strict=False))
 
 
-def _ladder_cholesky(A: Tensor, ladder: tuple[float, ...]) -> tuple[Tensor, Tensor, Tensor]:
+def _ladder_cholesky(A: Tensor, ladder: tuple[float, ...]) -> tuple[Tensor, Tensor, Tensor, bool]:
     """Cholesky of ``A (..., n, n)``, retrying each failing element with the absolute
-    jitters of ``ladder`` in order: ``(L, jitter, failed)``, ``L = I`` where failed."""
+    jitters of ``ladder`` in order: ``(L, jitter, failed, any failed)``, ``L = I`` where
+    failed."""
     L, info = torch.linalg.cholesky_ex(A)
     failed = info != 0
     eps = torch.zeros(A.shape[:-2], dtype=A.dtype, device=A.device)
+    if not bool(failed.any()):
+        return L, eps, failed, False
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     for value in ladder:
         if not bool(failed.any()):
@@ -552,4 +563,5 @@ def _ladder_cholesky(A: Tensor, ladder: tuple[float, ...]) -> tuple[Tensor, Tens
         L = torch.where(failed[..., None, None], L2, L)
         eps = torch.where(failed, torch.full_like(eps, value), eps)
         failed = failed & (info2 != 0)
-    return torch.where(failed[..., None, None], eye.expand_as(L), L), eps, failed
+    any_failed = bool(failed.any())
+    return torch.where(failed[..., None, None], eye.expand_as(L), L), eps, failed, any_failed
