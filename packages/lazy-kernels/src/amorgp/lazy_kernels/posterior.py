@@ -459,7 +459,7 @@ class DensePosterior:
         y = y.to(K.dtype)
         if point_mask is None:
             A = K.clone()
-            A.diagonal(dim1=-2, dim2=-1).add_(noise_t[..., None])
+            A.diagonal(dim1=-2, dim2=-1).add_(noise_t.unsqueeze(-1))
             self.n_points: Tensor | float = float(n)
         else:
             if tuple(point_mask.shape) != (*batch, n):
@@ -493,7 +493,7 @@ class DensePosterior:
             """``(...,)`` absolute jitter each factor needed (0 where none)."""
             self.failed: Tensor = failed
             """``(...,)`` bool: ``A`` not finite or not positive definite even with jitter."""
-            self.alpha: Tensor = torch.cholesky_solve(y.detach()[..., None], L)[..., 0]
+            self.alpha: Tensor = torch.cholesky_solve(y.detach().unsqueeze(-1), L).squeeze(-1)
             """``(..., n)`` ``A^{-1} y``."""
             self.any_failed = any_failed
             """Whether any element failed."""
