@@ -43,7 +43,7 @@ from amorgp.baselines.bayesian import (
     mixture_moments,
 )
 from amorgp.baselines.diwp.fit import diwp_results
-from amorgp.baselines.gp import exact_predictive
+from amorgp.baselines.gp import exact_posterior, exact_predictive
 from amorgp.baselines.results import FitResult, LogPredictive, Predictor
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_predictive
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
@@ -410,8 +410,15 @@ def _svgp_results(
 
 
 def _exact_predictor(one: PaddedBatch, params: Tensor, noise: Tensor) -> Predictor:
+    """Predictions from one exact posterior, factored on the first call and then held."""
+    held: list[Any] = []  # the DensePosterior, once built
+
     def predictor(Xq: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
-        mean, var = exact_predictive(one, params, noise, Xq[None], include_noise=include_noise)
+        if not held:
+            held.append(exact_posterior(one, params.detach(), noise.detach()))
+        mean, var = exact_predictive(
+            one, params, noise, Xq[None], include_noise=include_noise, posterior=held[0]
+        )
         return mean[0], var[0]
 
     return predictor

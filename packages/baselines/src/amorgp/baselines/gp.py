@@ -37,9 +37,11 @@ from amorgp.lazy_kernels import (
     kernel_matrix_dimwise,
     slot_table,
 )
+from amorgp.lazy_kernels.posterior import DensePosterior
 
 __all__ = [
     "constrain",
+    "exact_posterior",
     "exact_predictive",
     "initial_raw",
     "log_marginal_likelihood",
@@ -183,6 +185,15 @@ def log_marginal_likelihood(batch: PaddedBatch, params: Tensor, noise: Tensor) -
     return torch.where(bad, torch.full_like(value, float("nan")), value)
 
 
+def exact_posterior(batch: PaddedBatch, params: Tensor, noise: Tensor) -> DensePosterior:
+    """The exact GP posterior of every element, ``A = K + sigma^2 I`` factored once
+    (:meth:`amorgp.lazy_kernels.Posterior.dense`; padded training points are an identity
+    block with zero targets).  Serves any number of :func:`exact_predictive` calls."""
+    return Posterior.dense(
+        kernel_matrix(batch, params), batch.y, noise, point_mask=batch.point_mask
+    )
+
+
 def exact_predictive(
     batch: PaddedBatch,
     params: Tensor,
@@ -190,22 +201,20 @@ def exact_predictive(
     X_new: Tensor,
     *,
     include_noise: bool = True,
+    posterior: DensePosterior | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Exact GP posterior predictive at ``X_new (B, M, D)`` (normalised units).
 
     ``mean = K_*^T A^{-1} y`` and ``var = k_** - diag(K_*^T A^{-1} K_*)`` (plus
     ``sigma^2`` with ``include_noise``), ``A = K + sigma^2 I`` factored once by
-    :meth:`amorgp.lazy_kernels.Posterior.dense`; padded training points are an identity
-    block with zero targets.  Variances are
-    clamped at 0 before the noise is added.
+    :func:`exact_posterior` (or ``posterior``, its result for the same ``batch``,
+    ``params`` and ``noise``).  Variances are clamped at 0 before the noise is added.
 
     Returns:
         ``(mean (B, M), var (B, M))``; NaN for elements whose matrix is not finite or
         whose Cholesky failed.
     """
-    post = Posterior.dense(
-        kernel_matrix(batch, params), batch.y, noise, point_mask=batch.point_mask
-    )
+    post = exact_posterior(batch, params, noise) if posterior is None else posterior
     kss = kernel_diag_dimwise(
         X_new, batch.symbols, batch.symbol_mask, params, batch.vocab, batch.dim_mask, validate=False
     )
