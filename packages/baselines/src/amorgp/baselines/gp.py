@@ -209,6 +209,7 @@ def exact_predictive(
     ``sigma^2`` with ``include_noise``), ``A = K + sigma^2 I`` factored once by
     :func:`exact_posterior` (or ``posterior``, its result for the same ``batch``,
     ``params`` and ``noise``).  Variances are clamped at 0 before the noise is added.
+    The predictions are not differentiable (no autograd graph through the factor).
 
     Returns:
         ``(mean (B, M), var (B, M))``; NaN for elements whose matrix is not finite or
