@@ -14,6 +14,8 @@ method                  what runs
 ``diwp``                deep inverse Wishart process (a kernel names its Gram kernel)
 ======================  ============================================================
 
+Each name is a :class:`BaselineMethod` (its ``name``, ``fit_many`` and ``result_type``)
+in a registry: :func:`get_method` looks one up, :func:`register_method` adds one.
 Data are normalised by the contract of :mod:`amorgp.baselines.data` before
 fitting; hyperparameters are reported in normalised units and predictions in
 original units.  ``fit_many`` fits all kernels of one dataset in one padded
@@ -41,14 +43,24 @@ from amorgp.baselines.bayesian import (
     mixture_moments,
 )
 from amorgp.baselines.diwp.fit import diwp_results
-from amorgp.baselines.gp import exact_predictive
+from amorgp.baselines.gp import exact_posterior, exact_predictive
 from amorgp.baselines.results import FitResult, LogPredictive, Predictor
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_predictive
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
 from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, OptionError, Vocabulary
 from amorgp.lazy_kernels import Normalizer, PaddedBatch, as_dataset
 
-__all__ = ["METHODS", "Baseline", "FitResult", "Method", "fit", "fit_many"]
+__all__ = [
+    "METHODS",
+    "Baseline",
+    "BaselineMethod",
+    "FitResult",
+    "Method",
+    "fit",
+    "fit_many",
+    "get_method",
+    "register_method",
+]
 
 Method = Literal[
     "gp-ml",
@@ -61,26 +73,221 @@ Method = Literal[
     "advi-fullrank",
     "diwp",
 ]
+
+
+class BaselineMethod:
+    """One method of the registry: its :attr:`name`, the :attr:`result_type` of its fits and
+    :meth:`fit_many`.
+
+    :meth:`fit_many` validates and normalises the data, builds the padded batch of
+    ``(dataset, kernel)`` pairs and hands them to :meth:`_fit`, which each method
+    implements.  Methods are looked up by name (:func:`get_method`); a new one is
+    added with :func:`register_method`.
+
+    Args:
+        name: the string users pass as ``method=``.
+        description: one line saying what runs.
+    """
+
+    result_type: type[FitResult] = FitResult
+    """The type of the results :meth:`fit_many` returns."""
+
+    def __init__(self, name: str, description: str) -> None:
+        self.name = name
+        self.description = description
+
+    def fit_many(
+        self,
+        X: Any,
+        y: Any,
+        kernels: Sequence[str | DimWiseStructure],
+        *,
+        vocab: Vocabulary = PAPER_VOCABULARY,
+        generator: torch.Generator | None = None,
+        normalize: bool = True,
+        **options: Any,
+    ) -> list[FitResult]:
+        """Fit several kernels to one dataset (arguments as :func:`fit_many`)."""
+        t0 = time.perf_counter()
+        Xt, yt = as_dataset(X, y)
+        if not kernels:
+            raise OptionError("need at least one kernel")
+        d = Xt.shape[1]
+        structures = [DimWiseStructure.coerce(k, d, vocab) for k in kernels]
+        norm = Normalizer.fit(Xt, yt) if normalize else Normalizer.identity(d)
+        Xn, yn = norm.transform_x(Xt), norm.transform_y(yt)
+        gen = generator if generator is not None else torch.Generator().manual_seed(0)
+        batch = PaddedBatch.from_datasets([(Xn, yn)] * len(structures), structures, vocab)
+        common: dict[str, Any] = {
+            "method": self.name,
+            "normalizer": norm,
+            "n_points": Xt.shape[0],
+            "call_time_s": math.nan,
+        }
+        results = self._fit(common, Xn, yn, batch, structures, options, gen)
+        elapsed = time.perf_counter() - t0
+        return [replace(r, call_time_s=elapsed) for r in results]
+
+    def _fit(
+        self,
+        common: dict[str, Any],
+        Xn: Tensor,
+        yn: Tensor,
+        batch: PaddedBatch,
+        structures: list[DimWiseStructure],
+        options: dict[str, Any],
+        gen: torch.Generator,
+    ) -> list[FitResult]:
+        """One result per structure on the normalised data (``common``: the shared fields)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _fit")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class Type2MLMethod(BaselineMethod):
+    """Type-2 ML or MAP (:func:`~amorgp.baselines.type2ml.fit_type2ml_batch`) with preset
+    :class:`~amorgp.baselines.type2ml.Type2MLSettings` fields (options override them)."""
+
+    def __init__(self, name: str, description: str, **preset: Any) -> None:
+        super().__init__(name, description)
+        self.preset = preset
+
+    def settings(self, options: dict[str, Any]) -> Type2MLSettings:
+        """The preset overridden by ``options``."""
+        return Type2MLSettings(**{**self.preset, **options})
+
+    def _fit(
+        self,
+        common: dict[str, Any],
+        Xn: Tensor,
+        yn: Tensor,
+        batch: PaddedBatch,
+        structures: list[DimWiseStructure],
+        options: dict[str, Any],
+        gen: torch.Generator,
+    ) -> list[FitResult]:
+        return _type2_results(common, batch, structures, self.settings(options), gen)
+
+
+class SVGPMethod(BaselineMethod):
+    """SVGP (:func:`~amorgp.baselines.svgp.fit_svgp_batch`), options: ``SVGPSettings``."""
+
+    def _fit(
+        self,
+        common: dict[str, Any],
+        Xn: Tensor,
+        yn: Tensor,
+        batch: PaddedBatch,
+        structures: list[DimWiseStructure],
+        options: dict[str, Any],
+        gen: torch.Generator,
+    ) -> list[FitResult]:
+        return _svgp_results(common, batch, structures, SVGPSettings(**options), gen)
+
+
+class ADVIMethod(BaselineMethod):
+    """ADVI over the hyperparameters (:func:`~amorgp.baselines.bayesian.fit_advi_gp`) with
+    one variational family; options: ``ADVISettings``."""
+
+    def __init__(self, name: str, description: str, family: str) -> None:
+        super().__init__(name, description)
+        self.family = family
+
+    def _fit(
+        self,
+        common: dict[str, Any],
+        Xn: Tensor,
+        yn: Tensor,
+        batch: PaddedBatch,
+        structures: list[DimWiseStructure],
+        options: dict[str, Any],
+        gen: torch.Generator,
+    ) -> list[FitResult]:
+        settings = ADVISettings(**{"family": self.family, **options})
+        return _advi_results(common, batch, structures, settings, gen)
+
+
+class DIWPMethod(BaselineMethod):
+    """Deep inverse Wishart process (:mod:`amorgp.baselines.diwp`); options: ``DIWPSettings``
+    (``quick=True``: its quick configuration)."""
+
+    def _fit(
+        self,
+        common: dict[str, Any],
+        Xn: Tensor,
+        yn: Tensor,
+        batch: PaddedBatch,
+        structures: list[DimWiseStructure],
+        options: dict[str, Any],
+        gen: torch.Generator,
+    ) -> list[FitResult]:
+        return diwp_results(common, Xn, yn, structures, options, gen)
+
+
+_REGISTRY: dict[str, BaselineMethod] = {}
+
+
+def register_method(method: BaselineMethod) -> BaselineMethod:
+    """Add ``method`` to the registry under its name (returned, for use as a decorator-like
+    call).
+
+    Raises:
+        OptionError: a method of that name is already registered.
+    """
+    if method.name in _REGISTRY:
+        raise OptionError(f"a baseline method named {method.name!r} is already registered")
+    _REGISTRY[method.name] = method
+    return method
+
+
+def get_method(method: str | BaselineMethod) -> BaselineMethod:
+    """The registered method called ``method`` (a :class:`BaselineMethod` is returned as is).
+
+    Raises:
+        OptionError: no method of that name.
+    """
+    if isinstance(method, BaselineMethod):
+        return method
+    try:
+        return _REGISTRY[method]
+    except (KeyError, TypeError):
+        known = ", ".join(_REGISTRY)
+        raise OptionError(f"unknown method {method!r}; choose one of {known}") from None
+
+
+for _m in (
+    Type2MLMethod("gp-ml", "Type-2 ML, Adam lr 0.1, <= 150 steps, paper initialisation"),
+    Type2MLMethod("gp-ml-multistart", "gp-ml with 10 starts", restarts=10),
+    Type2MLMethod(
+        "gp-ml-lbfgs", "Type-2 ML, L-BFGS with strong-Wolfe line search", optimizer="lbfgs"
+    ),
+    Type2MLMethod("map", "gp-ml plus the log prior", map=True),
+    Type2MLMethod("map-lbfgs", "gp-ml-lbfgs plus the log prior", map=True, optimizer="lbfgs"),
+    SVGPMethod("svgp", "SVGP, n/2 k-means inducing points, Adam lr 0.03, <= 500 steps"),
+    ADVIMethod("advi-meanfield", "ADVI, mean-field family", "meanfield"),
+    ADVIMethod("advi-fullrank", "ADVI, full-rank family", "fullrank"),
+    DIWPMethod("diwp", "deep inverse Wishart process"),
+):
+    register_method(_m)
+del _m
+
 METHODS: tuple[str, ...] = get_args(Method)
+"""The names of the built-in methods (the registry's, in order)."""
 
 
 def _type2_settings(method: str, overrides: dict[str, Any]) -> Type2MLSettings:
-    presets: dict[str, dict[str, Any]] = {
-        "gp-ml": {},
-        "gp-ml-multistart": {"restarts": 10},
-        "gp-ml-lbfgs": {"optimizer": "lbfgs"},
-        "map": {"map": True},
-        "map-lbfgs": {"map": True, "optimizer": "lbfgs"},
-    }
-    base = presets[method]
-    return Type2MLSettings(**{**base, **overrides})
+    m = get_method(method)
+    if not isinstance(m, Type2MLMethod):
+        raise OptionError(f"{method!r} is not a Type-2 ML method")
+    return m.settings(overrides)
 
 
 def fit_many(
     X: Any,
     y: Any,
     kernels: Sequence[str | DimWiseStructure],
-    method: Method = "gp-ml",
+    method: Method | BaselineMethod = "gp-ml",
     *,
     vocab: Vocabulary = PAPER_VOCABULARY,
     generator: torch.Generator | None = None,
@@ -94,7 +301,8 @@ def fit_many(
         y: ``(n,)`` targets.
         kernels: kernel expressions (``"SE + PER"`` applies to every dimension) or
             :class:`~amorgp.kernel_grammar.DimWiseStructure`.
-        method: one of :data:`METHODS`.
+        method: one of :data:`METHODS` (or a :class:`BaselineMethod`), looked up by
+            :func:`get_method`.
         vocab: the symbol vocabulary.
         generator: random source (restarts, inducing points, ADVI); default a
             generator seeded with 0.
@@ -112,38 +320,9 @@ def fit_many(
         ValueError: invalid data, unknown method, or a kernel that does not parse or
             does not match the data's dimension.
     """
-    t0 = time.perf_counter()
-    if method not in METHODS:
-        raise OptionError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    Xt, yt = as_dataset(X, y)
-    if not kernels:
-        raise OptionError("need at least one kernel")
-    d = Xt.shape[1]
-    structures = [DimWiseStructure.coerce(k, d, vocab) for k in kernels]
-    norm = Normalizer.fit(Xt, yt) if normalize else Normalizer.identity(d)
-    Xn, yn = norm.transform_x(Xt), norm.transform_y(yt)
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    batch = PaddedBatch.from_datasets([(Xn, yn)] * len(structures), structures, vocab)
-
-    common: dict[str, Any] = {
-        "method": method,
-        "normalizer": norm,
-        "n_points": Xt.shape[0],
-        "call_time_s": math.nan,
-    }
-    if method.startswith("advi"):
-        family = "meanfield" if method == "advi-meanfield" else "fullrank"
-        settings = ADVISettings(**{"family": family, **options})
-        results = _advi_results(common, batch, structures, settings, gen)
-    elif method == "diwp":
-        results = diwp_results(common, Xn, yn, structures, options, gen)
-    elif method == "svgp":
-        results = _svgp_results(common, batch, structures, SVGPSettings(**options), gen)
-    else:
-        settings2 = _type2_settings(method, options)
-        results = _type2_results(common, batch, structures, settings2, gen)
-    elapsed = time.perf_counter() - t0
-    return [replace(r, call_time_s=elapsed) for r in results]
+    return get_method(method).fit_many(
+        X, y, kernels, vocab=vocab, generator=generator, normalize=normalize, **options
+    )
 
 
 def _cpu(params: Tensor) -> Tensor:
@@ -231,8 +410,15 @@ def _svgp_results(
 
 
 def _exact_predictor(one: PaddedBatch, params: Tensor, noise: Tensor) -> Predictor:
+    """Predictions from one exact posterior, factored on the first call and then held."""
+    held: list[Any] = []  # the DensePosterior, once built
+
     def predictor(Xq: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
-        mean, var = exact_predictive(one, params, noise, Xq[None], include_noise=include_noise)
+        if not held:
+            held.append(exact_posterior(one, params.detach(), noise.detach()))
+        mean, var = exact_predictive(
+            one, params, noise, Xq[None], include_noise=include_noise, posterior=held[0]
+        )
         return mean[0], var[0]
 
     return predictor
@@ -288,7 +474,7 @@ def fit(
     X: Any,
     y: Any,
     kernel: str | DimWiseStructure,
-    method: Method = "gp-ml",
+    method: Method | BaselineMethod = "gp-ml",
     *,
     vocab: Vocabulary = PAPER_VOCABULARY,
     generator: torch.Generator | None = None,
@@ -314,7 +500,7 @@ class Baseline:
     """A configured method that satisfies :class:`~amorgp.baselines.protocol.HyperparameterInference`.
 
     Args:
-        method: one of :data:`METHODS`.
+        method: one of :data:`METHODS` (or a :class:`BaselineMethod`).
         vocab: the symbol vocabulary.
         seed: seed of the generator created for each call (deterministic results).
         **options: settings overrides (see :func:`fit_many`).
@@ -322,15 +508,15 @@ class Baseline:
 
     def __init__(
         self,
-        method: Method = "gp-ml",
+        method: Method | BaselineMethod = "gp-ml",
         *,
         vocab: Vocabulary = PAPER_VOCABULARY,
         seed: int = 0,
         **options: Any,
     ):
-        if method not in METHODS:
-            raise OptionError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-        self.method: Method = method
+        self.registered = get_method(method)
+        """The :class:`BaselineMethod` that runs."""
+        self.method: str = self.registered.name
         self.vocab = vocab
         self.seed = seed
         self.options = options
@@ -342,7 +528,9 @@ class Baseline:
         self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
     ) -> list[FitResult]:
         gen = torch.Generator().manual_seed(self.seed)
-        return fit_many(X, y, kernels, self.method, vocab=self.vocab, generator=gen, **self.options)
+        return self.registered.fit_many(
+            X, y, kernels, vocab=self.vocab, generator=gen, **self.options
+        )
 
     def __repr__(self) -> str:
         return f"Baseline({self.method!r})"

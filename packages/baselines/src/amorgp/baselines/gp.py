@@ -26,19 +26,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from amorgp.diff_linalg import gp_log_marginal_likelihood, robust_cholesky
+from amorgp.diff_linalg import gp_log_marginal_likelihood
 from amorgp.kernel_grammar import NOISE, ParamKind, positive, positive_inverse
 from amorgp.kernel_grammar.transforms import softplus_inverse
 from amorgp.lazy_kernels import (
     PaddedBatch,
+    Posterior,
     SlotTable,
     kernel_diag_dimwise,
     kernel_matrix_dimwise,
     slot_table,
 )
+from amorgp.lazy_kernels.posterior import DensePosterior
 
 __all__ = [
     "constrain",
+    "exact_posterior",
     "exact_predictive",
     "initial_raw",
     "log_marginal_likelihood",
@@ -182,6 +185,15 @@ def log_marginal_likelihood(batch: PaddedBatch, params: Tensor, noise: Tensor) -
     return torch.where(bad, torch.full_like(value, float("nan")), value)
 
 
+def exact_posterior(batch: PaddedBatch, params: Tensor, noise: Tensor) -> DensePosterior:
+    """The exact GP posterior of every element, ``A = K + sigma^2 I`` factored once
+    (:meth:`amorgp.lazy_kernels.Posterior.dense`; padded training points are an identity
+    block with zero targets).  Serves any number of :func:`exact_predictive` calls."""
+    return Posterior.dense(
+        kernel_matrix(batch, params), batch.y, noise, point_mask=batch.point_mask
+    )
+
+
 def exact_predictive(
     batch: PaddedBatch,
     params: Tensor,
@@ -189,30 +201,22 @@ def exact_predictive(
     X_new: Tensor,
     *,
     include_noise: bool = True,
+    posterior: DensePosterior | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Exact GP posterior predictive at ``X_new (B, M, D)`` (normalised units).
 
     ``mean = K_*^T A^{-1} y`` and ``var = k_** - diag(K_*^T A^{-1} K_*)`` (plus
-    ``sigma^2`` with ``include_noise``), ``A = K + sigma^2 I`` factored once;
-    padded training points are an identity block with zero targets.  Variances are
-    clamped at 0 before the noise is added.
+    ``sigma^2`` with ``include_noise``), ``A = K + sigma^2 I`` factored once by
+    :func:`exact_posterior` (or ``posterior``, its result for the same ``batch``,
+    ``params`` and ``noise``).  Variances are clamped at 0 before the noise is added.
+    The predictions are not differentiable (no autograd graph through the factor).
 
     Returns:
-        ``(mean (B, M), var (B, M))``; NaN for elements whose Cholesky failed.
+        ``(mean (B, M), var (B, M))``; NaN for elements whose matrix is not finite or
+        whose Cholesky failed.
     """
-    K = kernel_matrix(batch, params)
-    mf = batch.point_mask.to(K.dtype)
-    A = K * (mf[:, :, None] * mf[:, None, :]) + torch.diag_embed(noise[:, None] * mf + (1.0 - mf))
-    chol = robust_cholesky(A)
-    Ks = kernel_matrix(batch, params, X_new) * mf[:, :, None]
-    alpha = torch.cholesky_solve((batch.y * mf)[..., None], chol.L)[..., 0]
-    mean = (Ks * alpha[..., None]).sum(1)
-    V = torch.linalg.solve_triangular(chol.L, Ks, upper=False)
+    post = exact_posterior(batch, params, noise) if posterior is None else posterior
     kss = kernel_diag_dimwise(
         X_new, batch.symbols, batch.symbol_mask, params, batch.vocab, batch.dim_mask, validate=False
     )
-    var = (kss - (V * V).sum(1)).clamp_min(0.0)
-    if include_noise:
-        var = var + noise[:, None]
-    nan = torch.full_like(mean, float("nan"))
-    return torch.where(chol.failed[:, None], nan, mean), torch.where(chol.failed[:, None], nan, var)
+    return post.predict(kernel_matrix(batch, params, X_new), kss, include_noise=include_noise)

@@ -9,10 +9,10 @@ For members ``m = 1..M`` with normalised hyperparameters ``theta_m`` and noise
 ``var_m(x) = k_m(x, x) - ||L_m^{-1} k_m(x)||^2 + sigma_m^2`` (clamped at ``sigma_m^2``),
 
 evaluated with lazy-kernels' batched heterogeneous evaluator (the members are the
-batch) and diff-linalg's batched robust Cholesky, then mapped back to original units
-with the fits' shared normalisation.  Test points are processed in chunks that reuse
-the factors.  A member whose matrix cannot be factorised gets NaN (the ensemble then
-drops it with a warning).
+batch) and its batched dense posterior (:meth:`amorgp.lazy_kernels.Posterior.dense`),
+then mapped back to original units with the fits' shared normalisation.  Test points are
+processed in chunks that reuse the factors.  A member whose matrix cannot be factorised
+gets NaN (the ensemble then drops it with a warning).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from amorgp.diff_linalg import robust_cholesky
 from amorgp.kernel_grammar import Vocabulary, base_symbol, encode, symbol_sort_key
-from amorgp.lazy_kernels import kernel_diag_dimwise, kernel_matrix_dimwise
+from amorgp.lazy_kernels import Posterior, kernel_diag_dimwise, kernel_matrix_dimwise
 
 __all__ = ["batched_member_predictive", "normalisation_of"]
 
@@ -83,19 +82,14 @@ def batched_member_predictive(
     n = Xn.shape[0]
     Xb = Xn.expand(M, n, D)
     K = kernel_matrix_dimwise(Xb, Xb, symbols, mask, theta, vocab)
-    K = K + noise[:, None, None] * torch.eye(n, dtype=torch.float64)
-    chol = robust_cholesky(K)
-    alpha = torch.cholesky_solve(yn.expand(M, n)[..., None], chol.L)[..., 0]  # (M, n)
+    post = Posterior.dense(K, yn.expand(M, n), noise)
     means, variances = [], []
     for start in range(0, Xq.shape[0], chunk):
         Xc = Xq[start : start + chunk].expand(M, -1, D)
         Ks = kernel_matrix_dimwise(Xb, Xc, symbols, mask, theta, vocab)  # (M, n, t)
-        v = torch.linalg.solve_triangular(chol.L, Ks, upper=False)
         kss = kernel_diag_dimwise(Xc, symbols, mask, theta, vocab)
-        means.append(torch.einsum("mnt,mn->mt", Ks, alpha))
-        variances.append((kss - (v * v).sum(1)).clamp_min(0.0) + noise[:, None])
+        m_c, v_c = post.predict(Ks, kss, include_noise=True)  # NaN rows where failed
+        means.append(m_c)
+        variances.append(v_c)
     mean, var = torch.cat(means, 1), torch.cat(variances, 1)
-    bad = chol.failed[:, None].expand_as(mean)
-    mean = torch.where(bad, torch.full_like(mean, float("nan")), mean)
-    var = torch.where(bad, torch.full_like(var, float("nan")), var)
     return norm.unnormalize_predictive(mean, var)

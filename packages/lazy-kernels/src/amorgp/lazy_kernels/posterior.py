@@ -358,3 +358,210 @@ class Posterior:
 
     def __repr__(self) -> str:
         return f"Posterior({self.operator!r}, method={self.method!r}, n={self.y.shape[0]})"
+
+    @classmethod
+    def dense(
+        cls,
+        K: Tensor,
+        y: Tensor,
+        noise: float | Tensor,
+        *,
+        point_mask: Tensor | None = None,
+        jitter: float = 1e-8,
+        max_tries: int = 5,
+        jitter_ladder: tuple[float, ...] | None = None,
+    ) -> DensePosterior:
+        """The exact posterior of a batch of dense kernel matrices ``K (..., n, n)``, each
+        factored once (see :class:`DensePosterior`)."""
+        return DensePosterior(
+            K,
+            y,
+            noise,
+            point_mask=point_mask,
+            jitter=jitter,
+            max_tries=max_tries,
+            jitter_ladder=jitter_ladder,
+        )
+
+
+class _DenseLML(torch.autograd.Function):
+    """Batched ``-1/2 y^T alpha - sum log diag L`` from given factors; backward
+    ``Abar = 1/2 (alpha alpha^T - A^{-1}) g`` and ``ybar = -alpha g`` per element."""
+
+    @staticmethod
+    def forward(ctx: Any, A: Tensor, y: Tensor, L: Tensor, alpha: Tensor) -> Tensor:
+        ctx.save_for_backward(L, alpha)
+        return -0.5 * (y * alpha).sum(-1) - torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: Tensor) -> Any:
+        L, alpha = ctx.saved_tensors
+        gA = gy = None
+        if ctx.needs_input_grad[0]:
+            outer = alpha[..., :, None] * alpha[..., None, :]
+            gA = (0.5 * g)[..., None, None] * (outer - torch.cholesky_inverse(L))
+        if ctx.needs_input_grad[1]:
+            gy = -g[..., None] * alpha
+        return gA, gy, None, None
+
+
+class DensePosterior:
+    """Exact GP posteriors of a batch of dense kernel matrices, one Cholesky factor each.
+
+    For every batch element ``b``: ``A_b = K_b + sigma_b^2 I = L_b L_b^T`` (plus jitter
+    where the factorisation needs it), ``alpha_b = A_b^{-1} y_b``; from these the log
+    marginal likelihood, ``A_b^{-1}`` and the predictive at test points whose
+    cross-covariance ``K(X, X*)`` is given.  Built by :meth:`Posterior.dense`.
+
+    With ``point_mask`` (``(..., n)`` bool, the padded-batch contract) the padded points
+    are an identity block with zero targets: they change neither the likelihood nor
+    the predictive.  Elements whose ``A`` is not finite or does not factor even with
+    jitter are flagged in :attr:`failed` (``L = I``) and get NaN results, never an
+    exception.  The factor is built without autograd; the log marginal likelihood is
+    differentiable w.r.t. ``K``, ``noise`` and ``y`` (fused adjoint), predictions are not.
+
+    Args:
+        K: ``(..., n, n)`` symmetric kernel matrices without noise (float64 for GP algebra).
+        y: ``(..., n)`` targets (minus any mean).
+        noise: ``sigma^2``, a scalar or ``(...,)``.
+        point_mask: ``(..., n)`` bool, ``True`` for real points; ``None``: all real.
+        jitter, max_tries: :func:`amorgp.diff_linalg.robust_cholesky`'s relative jitter
+            ladder (``jitter * 10^k * mean |A_ii|``).
+        jitter_ladder: absolute jitters tried in order instead, per failing element, e.g.
+            GPyTorch's ``psd_safe_cholesky`` in float64: ``(1e-8, 1e-7, 1e-6)``.
+
+    Raises:
+        DataError: on shape mismatches.
+    """
+
+    def __init__(
+        self,
+        K: Tensor,
+        y: Tensor,
+        noise: float | Tensor,
+        *,
+        point_mask: Tensor | None = None,
+        jitter: float = 1e-8,
+        max_tries: int = 5,
+        jitter_ladder: tuple[float, ...] | None = None,
+    ) -> None:
+        if not isinstance(K, Tensor) or K.ndim < 2 or K.shape[-1] != K.shape[-2]:
+            raise DataError(f"K must have shape (..., n, n), got {tuple(getattr(K, 'shape', ()))}")
+        batch, n = K.shape[:-2], K.shape[-1]
+        if not isinstance(y, Tensor) or tuple(y.shape) != (*batch, n):
+            got = tuple(getattr(y, "shape", ()))
+            raise DataError(f"y must have shape {(*batch, n)} to match K, got {got}")
+        noise_t = torch.as_tensor(noise, dtype=K.dtype, device=K.device)
+        if noise_t.ndim > len(batch) or not _broadcasts(noise_t.shape, batch):
+            raise DataError(f"noise must be a scalar or have shape {tuple(batch)}, got {noise!r}")
+        noise_t = noise_t.expand(batch)
+        y = y.to(K.dtype)
+        if point_mask is None:
+            A = K.clone()
+            A.diagonal(dim1=-2, dim2=-1).add_(noise_t.unsqueeze(-1))
+            self.n_points: Tensor | float = float(n)
+        else:
+            if tuple(point_mask.shape) != (*batch, n):
+                got = tuple(point_mask.shape)
+                raise DataError(f"point_mask must have shape {(*batch, n)}, got {got}")
+            mf = point_mask.to(K.dtype)
+            A = K * (mf[..., :, None] * mf[..., None, :]) + torch.diag_embed(
+                noise_t[..., None] * mf + (1.0 - mf)
+            )
+            y = y * mf
+            self.n_points = mf.sum(-1)
+        self.A, self.y, self.noise, self.point_mask = A, y, noise_t, point_mask
+        with torch.no_grad():
+            Ad = A.detach()
+            bad = None
+            if not bool(torch.isfinite(Ad).all()):
+                bad = ~torch.isfinite(Ad).all(-1).all(-1)
+                eye = torch.eye(n, dtype=K.dtype, device=K.device)
+                Ad = torch.where(bad[..., None, None], eye.expand_as(Ad), Ad)
+            if jitter_ladder is None:
+                res = robust_cholesky(Ad, jitter=jitter, max_tries=max_tries, validate=False)
+                L, eps, failed = res.L, res.jitter, res.failed
+                any_failed = bool(failed.any())
+            else:
+                L, eps, failed, any_failed = _ladder_cholesky(Ad, jitter_ladder)
+            if bad is not None:
+                failed, any_failed = failed | bad, True
+            self.L: Tensor = L
+            """``(..., n, n)`` lower factors of ``A + jitter I`` (identity where failed)."""
+            self.jitter: Tensor = eps
+            """``(...,)`` absolute jitter each factor needed (0 where none)."""
+            self.failed: Tensor = failed
+            """``(...,)`` bool: ``A`` not finite or not positive definite even with jitter."""
+            self.alpha: Tensor = torch.cholesky_solve(y.detach().unsqueeze(-1), L).squeeze(-1)
+            """``(..., n)`` ``A^{-1} y``."""
+            self.any_failed = any_failed
+            """Whether any element failed."""
+
+    def _nan_where_failed(self, value: Tensor) -> Tensor:
+        if not self.any_failed:
+            return value
+        bad = self.failed.reshape((*self.failed.shape, *([1] * (value.ndim - self.failed.ndim))))
+        return torch.where(bad, torch.full_like(value, float("nan")), value)
+
+    def log_marginal_likelihood(self) -> Tensor:
+        """``(...,)`` ``log N(y; 0, A)`` over the real points; NaN where failed."""
+        value = _DenseLML.apply(self.A, self.y, self.L, self.alpha)
+        return self._nan_where_failed(value - 0.5 * self.n_points * _LOG_2PI)
+
+    def inverse(self) -> Tensor:
+        """``(..., n, n)`` ``A^{-1}`` from the factor (identity block on padded points)."""
+        return torch.cholesky_inverse(self.L)
+
+    def predict(
+        self, Ks: Tensor, kss: Tensor, *, include_noise: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """Predictive ``(mean (..., m), var (..., m))`` from ``Ks = K(X, X*) (..., n, m)`` and
+        the prior variances ``kss = k(x*, x*) (..., m)``.
+
+        ``mean = Ks^T alpha``, ``var = kss - ||L^{-1} Ks||^2`` per column clamped at 0,
+        plus ``sigma^2`` with ``include_noise``; NaN where failed.
+        """
+        batch, n = self.L.shape[:-2], self.L.shape[-1]
+        if tuple(Ks.shape[:-1]) != (*batch, n) or tuple(kss.shape) != (*batch, Ks.shape[-1]):
+            raise DataError(
+                f"Ks must have shape {(*batch, n)} + (m,) and kss the leading shape + (m,); "
+                f"got {tuple(Ks.shape)} and {tuple(kss.shape)}"
+            )
+        with torch.no_grad():
+            if self.point_mask is not None:
+                Ks = Ks * self.point_mask.to(Ks.dtype)[..., None]
+            mean = (Ks * self.alpha[..., None]).sum(-2)
+            V = torch.linalg.solve_triangular(self.L, Ks, upper=False)
+            var = (kss - (V * V).sum(-2)).clamp_min(0.0)
+            if include_noise:
+                var = var + self.noise.detach()[..., None]
+        return self._nan_where_failed(mean), self._nan_where_failed(var)
+
+    def __repr__(self) -> str:
+        return f"DensePosterior(batch={tuple(self.L.shape[:-2])}, n={self.L.shape[-1]})"
+
+
+def _broadcasts(shape: torch.Size, batch: torch.Size) -> bool:
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(batch), strict=False))
+
+
+def _ladder_cholesky(A: Tensor, ladder: tuple[float, ...]) -> tuple[Tensor, Tensor, Tensor, bool]:
+    """Cholesky of ``A (..., n, n)``, retrying each failing element with the absolute
+    jitters of ``ladder`` in order: ``(L, jitter, failed, any failed)``, ``L = I`` where
+    failed."""
+    L, info = torch.linalg.cholesky_ex(A)
+    failed = info != 0
+    eps = torch.zeros(A.shape[:-2], dtype=A.dtype, device=A.device)
+    if not bool(failed.any()):
+        return L, eps, failed, False
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    for value in ladder:
+        if not bool(failed.any()):
+            break
+        L2, info2 = torch.linalg.cholesky_ex(A + value * eye)
+        L = torch.where(failed[..., None, None], L2, L)
+        eps = torch.where(failed, torch.full_like(eps, value), eps)
+        failed = failed & (info2 != 0)
+    any_failed = bool(failed.any())
+    return torch.where(failed[..., None, None], eye.expand_as(L), L), eps, failed, any_failed

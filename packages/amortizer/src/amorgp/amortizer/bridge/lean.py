@@ -26,6 +26,7 @@ their parameters; input transforms without trainable parameters.  Anything else 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,12 +38,14 @@ from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.likelihoods.noise_models import HomoskedasticNoise
 from gpytorch.means import ConstantMean, ZeroMean
 from gpytorch.priors import GammaPrior, LogNormalPrior, NormalPrior
-from linear_operator.utils.cholesky import psd_safe_cholesky
+from linear_operator.utils.errors import NanError, NotPSDError
+from linear_operator.utils.warnings import NumericalWarning
 from scipy.optimize import minimize
 from torch import Tensor
 
-from amorgp.amortizer.bridge.lean_rbf import RBFObjective
+from amorgp.amortizer.bridge.lean_rbf import GPYTORCH_JITTER, RBFObjective
 from amorgp.kernel_grammar import OptionError
+from amorgp.lazy_kernels import Posterior
 
 __all__ = ["LeanObjective", "LeanResult"]
 
@@ -131,8 +134,8 @@ class LeanObjective:
         """The MLL (a 0-d tensor) with the raw parameters in ``vals`` (others: the model's)."""
         get = _Getter(vals, used)
         X, y, n = self.X, self.y, self.y.shape[0]
-        A = self._kernel(X, get) + get(self.noise_module, "noise") * torch.eye(n, dtype=X.dtype)
-        out = _GaussianLogDensity.apply(A, y - self._mean(X, get))
+        noise = get(self.noise_module, "noise").reshape(())
+        out = _gaussian_log_density(self._kernel(X, get), y - self._mean(X, get), noise)
         for prior in self._priors:
             out = out + prior(get)
         return out / n
@@ -213,27 +216,34 @@ class LeanObjective:
         return LeanResult(-fun, int(out.nit), int(out.nfev), str(out.message), int(out.status))
 
 
-class _GaussianLogDensity(torch.autograd.Function):
-    """``log N(r; 0, A)`` for ``A (n, n)``, ``r (n,)``, with the closed-form backward
-    ``dlog/dA = (alpha alpha^T - A^{-1}) / 2``, ``dlog/dr = -alpha`` (``alpha = A^{-1} r``).
+def _gaussian_log_density(K: Tensor, r: Tensor, noise: Tensor) -> Tensor:
+    """``log N(r; 0, K + sigma^2 I)`` (0-d) by :meth:`amorgp.lazy_kernels.Posterior.dense`,
+    differentiable w.r.t. ``K``, ``r`` and ``noise`` (backward
+    ``dlog/dA = (alpha alpha^T - A^{-1}) / 2``, ``dlog/dr = -alpha``).
 
-    The factorisation is GPyTorch's ``psd_safe_cholesky`` (jitter only when plain Cholesky
-    fails, as in the model's own likelihood); the jitter is a constant.
+    The factorisation retries as GPyTorch's ``psd_safe_cholesky`` does (absolute jitter
+    ``1e-8, 1e-7, 1e-6`` only when plain Cholesky fails, warned as ``NumericalWarning``,
+    as in the model's own likelihood); the jitter is a constant.
+
+    Raises:
+        NanError: ``K + sigma^2 I`` holds NaN (as GPyTorch).
+        NotPSDError: not positive definite even with the largest jitter (as GPyTorch).
     """
-
-    @staticmethod
-    def forward(ctx: Any, A: Tensor, r: Tensor) -> Tensor:
-        L = psd_safe_cholesky(A)
-        alpha = torch.cholesky_solve(r[:, None], L)[:, 0]
-        ctx.save_for_backward(L, alpha)
-        n = r.shape[0]
-        return -0.5 * (r @ alpha) - L.diagonal().log().sum() - 0.5 * n * _LOG_2PI
-
-    @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, Tensor]:
-        L, alpha = ctx.saved_tensors
-        grad_A = 0.5 * g * (alpha[:, None] * alpha[None, :] - torch.cholesky_inverse(L))
-        return grad_A, -g * alpha
+    post = Posterior.dense(K, r, noise, jitter_ladder=GPYTORCH_JITTER)
+    if post.any_failed:
+        if bool(torch.isnan(post.A.detach()).any()):
+            raise NanError(f"the {tuple(K.shape)} covariance K + sigma^2 I holds NaN")
+        raise NotPSDError(
+            f"Matrix not positive definite after repeatedly adding jitter up to "
+            f"{GPYTORCH_JITTER[-1]:.1e}."
+        )
+    if float(post.jitter) > 0:
+        warnings.warn(
+            f"A not p.d., added jitter of {float(post.jitter):.1e} to the diagonal",
+            NumericalWarning,
+            stacklevel=2,
+        )
+    return post.log_marginal_likelihood()
 
 
 class _Getter:

@@ -3,7 +3,8 @@
 BoTorch's default ``SingleTaskGP`` is ``RBFKernel`` with ARD (optionally under a
 ``ScaleKernel``), a ``ConstantMean`` and a homoskedastic ``GaussianLikelihood``.  For it
 the objective of :class:`~amorgp.amortizer.bridge.lean.LeanObjective` and its gradient are
-a handful of dense float64 operations, written here in NumPy without autograd:
+a handful of dense float64 operations, written here in NumPy without autograd (the
+factor of ``A``, ``alpha`` and ``A^{-1}`` from :meth:`amorgp.lazy_kernels.Posterior.dense`):
 
     K = s exp(-Q / 2),  Q_ik = sum_j w_j (x_ij - x_kj)^2,  w_j = 1 / l_j^2,
     A = K + sigma^2 I,  r = y - c,  alpha = A^{-1} r,  W = (alpha alpha^T - A^{-1}) / 2,
@@ -25,14 +26,16 @@ import gpytorch.kernels as gk
 import numpy as np
 import torch
 from gpytorch.priors import GammaPrior, LogNormalPrior, NormalPrior
-from scipy.linalg import LinAlgError
-from scipy.linalg.lapack import dpotrf, dpotri, dpotrs
 
 from amorgp.kernel_grammar import OptionError
+from amorgp.lazy_kernels import Posterior
 
-__all__ = ["RBFObjective"]
+__all__ = ["GPYTORCH_JITTER", "RBFObjective"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+GPYTORCH_JITTER = (1e-8, 1e-7, 1e-6)
+"""GPyTorch's float64 Cholesky jitter ladder (``psd_safe_cholesky``: absolute jitter, three
+tries, only where plain Cholesky fails)."""
 
 
 class RBFObjective:
@@ -114,15 +117,13 @@ class RBFObjective:
             v[self.idx] = theta
         ls, os, noise = v[:nls], v[nls], v[nls + 1]
         E = np.exp(self.Dh @ (1.0 / (ls * ls))).reshape(n, n)
-        A = os * E
-        A.flat[:: n + 1] += noise
-        try:
-            L = _cholesky(A)
-        except LinAlgError:  # let the line search step back
-            return math.inf, np.zeros_like(theta)
         r = self.y - v[nls + 2]
-        alpha, _ = dpotrs(L, r, lower=1)
-        Ainv, _ = dpotri(L, lower=1)  # lower triangle of A^{-1} (upper: leftovers)
+        post = Posterior.dense(
+            torch.from_numpy(os * E), torch.from_numpy(r), noise, jitter_ladder=GPYTORCH_JITTER
+        )
+        if post.any_failed:  # let the line search step back
+            return math.inf, np.zeros_like(theta)
+        alpha, Ainv, L = post.alpha.numpy(), post.inverse().numpy(), post.L.numpy()
         value = -0.5 * (r @ alpha) - np.log(L.diagonal()).sum() - 0.5 * n * _LOG_2PI
         # W = (alpha alpha^T - A^{-1}) / 2 o E, summed over the lower triangle (weights M)
         W = np.outer(alpha, alpha)
@@ -137,17 +138,6 @@ class RBFObjective:
         g[nls + 2] = alpha.sum()
         value += self.priors.add_to(v, g)
         return float(-value / n), -(g[self.idx] * dv) / n
-
-
-def _cholesky(A: np.ndarray) -> np.ndarray:
-    """Lower Cholesky factor (upper triangle left as is); on failure GPyTorch's float64
-    jitter ``1e-8 * 10^k``, ``k = 0, 1, 2``."""
-    for k in range(-1, 3):
-        jitter = 0.0 if k < 0 else 1e-8 * 10.0**k
-        L, info = dpotrf(A + jitter * np.eye(A.shape[0]) if jitter else A, lower=1, clean=0)
-        if info == 0:
-            return L
-    raise LinAlgError("the covariance is not positive definite, even with jitter")
 
 
 def _value(mod: Any, kind: str) -> np.ndarray:
