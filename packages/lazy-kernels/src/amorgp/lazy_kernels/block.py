@@ -131,9 +131,7 @@ class BlockKernelOperator:
             return self.rows
         if graph is None:
             graph = torch.is_grad_enabled() and self.requires_grad
-        return block_rows(
-            self.shape[1], self.kernel.n_terms, self.dtype, self.memory_budget, graph
-        )
+        return block_rows(self.shape[1], self.kernel.n_terms, self.dtype, self.memory_budget, graph)
 
     def _cross(self, X1: Tensor) -> Tensor:
         return self.kernel(X1, self._X2)
