@@ -117,7 +117,8 @@ def test_block_gp_predicts_like_cholesky(device: str) -> None:
     m1, v1 = dense.predict(Xt)
     m2, v2 = block.predict(Xt)
     torch.testing.assert_close(m2, m1, rtol=1e-6, atol=1e-7)
-    assert v1 is not None and v2 is not None
+    assert v1 is not None
+    assert v2 is not None
     torch.testing.assert_close(v2, v1, rtol=1e-5, atol=1e-7)
     cov1 = dense.posterior().covariance(Xt)
     cov2 = block.posterior().covariance(Xt)
