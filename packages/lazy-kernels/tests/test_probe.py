@@ -171,3 +171,17 @@ def test_keops_on_cuda_where_the_probe_passes() -> None:
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
     if not usable:
         assert probe_keops("cuda").reason
+
+
+def test_keops_can_be_turned_off(monkeypatch: pytest.MonkeyPatch, fresh_probe: Path) -> None:
+    monkeypatch.setenv("AMORGP_KEOPS", "off")
+    monkeypatch.setattr(probe_module, "keops_installed", lambda: True)
+
+    def no_probe(*args: object, **kwargs: object) -> None:
+        raise AssertionError("probed although KeOps is off")
+
+    monkeypatch.setattr(probe_module, "probe_keops", no_probe)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not keops_usable("cpu")
+        assert choose_backend(100_000) == "block"

@@ -16,6 +16,9 @@ and CUDA version), so the probe runs once per environment, not once per process:
     the JSON file of outcomes (default ``$XDG_CACHE_HOME/amorgp/keops-probe.json``, else
     ``~/.cache/amorgp/keops-probe.json``); ``off`` (or an empty value) keeps outcomes in
     memory only.
+``AMORGP_KEOPS``
+    ``off`` (or ``0``, ``false``, ``no``) disables KeOps: :func:`keops_usable` is False
+    without a probe or a warning, so the block operator is used wherever KeOps would be.
 ``AMORGP_KEOPS_PROBE_TIMEOUT``
     seconds the child may take (default 600: the first run compiles two formulas);
     a timeout counts as a failure for this process but is not written to disk.
@@ -39,7 +42,14 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["KeOpsProbe", "keops_installed", "keops_usable", "probe_cache_path", "probe_keops"]
+__all__ = [
+    "KeOpsProbe",
+    "keops_disabled",
+    "keops_installed",
+    "keops_usable",
+    "probe_cache_path",
+    "probe_keops",
+]
 
 PROBE_TIMEOUT_S = 600.0
 
@@ -91,6 +101,11 @@ def keops_installed() -> bool:
         return importlib.util.find_spec("pykeops") is not None
     except (ImportError, ValueError):  # pragma: no cover - a half-installed package
         return False
+
+
+def keops_disabled() -> bool:
+    """Whether the environment variable ``AMORGP_KEOPS`` turns KeOps off (see module doc)."""
+    return os.environ.get("AMORGP_KEOPS", "").strip().lower() in ("0", "off", "false", "no")
 
 
 def probe_cache_path() -> Path | None:
@@ -219,11 +234,12 @@ def probe_keops(device: torch.device | str = "cpu", *, refresh: bool = False) ->
 def keops_usable(device: torch.device | str = "cpu") -> bool:
     """Whether KeOps reductions (and their gradients) work on ``device``.
 
-    False without a warning where pykeops is not installed; False with one warning per
+    False without a warning where pykeops is not installed or ``AMORGP_KEOPS=off``; False
+    with one warning per
     device and process (naming the reason) where the probe fails.
     """
     device = torch.device(device)
-    if not keops_installed():
+    if keops_disabled() or not keops_installed():
         return False
     probe = probe_keops(device)
     if not probe.ok:
