@@ -138,7 +138,8 @@ def bench_small(report: Report, device: torch.device, reps: int) -> None:
             t_dev = _timed(partial(call, models[device]), device, reps)
             t_cpu = _timed(partial(call, models[torch.device("cpu")]), torch.device("cpu"), reps)
             ratio = statistics.median(t_cpu) / statistics.median(t_dev)
-            row = f"| {label} | {_stat(t_dev)} | {_stat(t_cpu)} | x{ratio:.2f} | {TARGETS[label]} |"
+            target = TARGETS[label] if device.type == "cuda" else "(GPU only)"
+            row = f"| {label} | {_stat(t_dev)} | {_stat(t_cpu)} | x{ratio:.2f} | {target} |"
         except Exception as exc:  # a failure is a result: record it, go on
             traceback.print_exc()
             row = f"| {label} | failed: {type(exc).__name__}: {str(exc)[:120]} | | | |"
@@ -158,7 +159,9 @@ def bench_large(
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-        target = TARGETS.get(n, "")
+        target = TARGETS.get(n, "") if device.type == "cuda" else "(GPU only)"
+        report.large.append(f"| {n:,} | not finished (cut by a time limit) | | | | | {target} |")
+        report.write()  # what a run killed by a timeout leaves
         try:
             backend = amz.gp_backend(n, 4, graph=False)
             t0 = time.perf_counter()
@@ -181,7 +184,7 @@ def bench_large(
         except Exception as exc:
             traceback.print_exc()
             row = f"| {n:,} | failed: {type(exc).__name__}: {str(exc)[:120]} | | | | | {target} |"
-        report.large.append(row)
+        report.large[-1] = row
         report.write()
         print(row, flush=True)
         del X, y, Xt
