@@ -19,6 +19,7 @@ from amorgp.lazy_kernels import (
     choose_backend,
     kernel_operator,
 )
+from amorgp.lazy_kernels.block import block_rows
 from amorgp.lazy_kernels.testing import reference_structure
 
 DEVICES = [
@@ -101,6 +102,8 @@ def test_block_rows_follow_the_memory_budget() -> None:
     assert op.block_size(graph=False) == 10
     assert op.block_size(graph=True) < 10  # a graph costs more per entry
     assert BlockKernelOperator(kernel, X, memory_budget=1).block_size() == 1
+    # off the CPU the evaluator works on whole blocks: 12 matrices without a graph
+    assert block_rows(100, 1, torch.float64, 8 * 12 * 100 * 10, False, "cuda") == 10
     with pytest.raises(OptionError, match="rows"):
         BlockKernelOperator(kernel, X, rows=0)
     assert isinstance(kernel_operator(kernel, X, backend="block"), BlockKernelOperator)

@@ -34,20 +34,28 @@ BLOCK_MEMORY_BUDGET = 256 * 2**20
 """Default bytes one row block (its kernel values and the evaluator's working memory) may use."""
 
 _MATRICES_NO_GRAPH = 4
-"""Working memory of the dense evaluator per entry of its output without a graph, in
-matrices (:data:`~amorgp.lazy_kernels.EVALUATOR_MATRICES_NO_GRAPH`)."""
+"""Working memory of the dense evaluator per entry of its output without a graph on the
+CPU, in matrices (:data:`~amorgp.lazy_kernels.EVALUATOR_MATRICES_NO_GRAPH`)."""
+_MATRICES_NO_GRAPH_DEVICE = 12
+"""The same on other devices (:data:`~amorgp.lazy_kernels.EVALUATOR_MATRICES_NO_GRAPH_DEVICE`)."""
 
 
 def block_rows(
-    columns: int, n_terms: int, dtype: torch.dtype, memory_budget: float, graph: bool
+    columns: int,
+    n_terms: int,
+    dtype: torch.dtype,
+    memory_budget: float,
+    graph: bool,
+    device: torch.device | str = "cpu",
 ) -> int:
     """Rows per block so that one block of ``columns`` columns and the dense evaluator's
     working memory (``EVALUATOR_MATRICES_PER_TERM * n_terms + 1`` matrices with a graph,
-    at most 4 without) fit ``memory_budget`` bytes; at least 1."""
+    at most 4 without on the CPU, 12 elsewhere) fit ``memory_budget`` bytes; at least 1."""
     item = torch.finfo(dtype).bits // 8
     matrices = EVALUATOR_MATRICES_PER_TERM * n_terms + 1
     if not graph:
-        matrices = min(matrices, _MATRICES_NO_GRAPH)
+        cpu = torch.device(device).type == "cpu"
+        matrices = min(matrices, _MATRICES_NO_GRAPH if cpu else _MATRICES_NO_GRAPH_DEVICE)
     return max(1, int(memory_budget // (item * matrices * max(columns, 1))))
 
 
@@ -131,7 +139,9 @@ class BlockKernelOperator:
             return self.rows
         if graph is None:
             graph = torch.is_grad_enabled() and self.requires_grad
-        return block_rows(self.shape[1], self.kernel.n_terms, self.dtype, self.memory_budget, graph)
+        return block_rows(
+            self.shape[1], self.kernel.n_terms, self.dtype, self.memory_budget, graph, self.device
+        )
 
     def _cross(self, X1: Tensor) -> Tensor:
         return self.kernel(X1, self._X2)
@@ -150,7 +160,8 @@ class BlockKernelOperator:
             out = torch.cat([block(X1b, X2, V2) for X1b in self._X1.split(b)], 0)
         else:
             parts = [
-                checkpoint(block, X1b, X2, V2, use_reentrant=False) for X1b in self._X1.split(b)
+                checkpoint(block, X1b, X2, V2, use_reentrant=False, preserve_rng_state=False)
+                for X1b in self._X1.split(b)
             ]
             out = parts[0] if len(parts) == 1 else torch.cat(parts, 0)
         return out[:, 0] if vec else out
