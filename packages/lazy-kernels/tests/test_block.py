@@ -103,7 +103,8 @@ def test_block_rows_follow_the_memory_budget() -> None:
     assert op.block_size(graph=True) < 10  # a graph costs more per entry
     assert BlockKernelOperator(kernel, X, memory_budget=1).block_size() == 1
     # off the CPU the evaluator works on whole blocks: 12 matrices without a graph
-    assert block_rows(100, 1, torch.float64, 8 * 12 * 100 * 10, False, "cuda") == 10
+    assert block_rows(100, 3, torch.float64, 8 * 12 * 100 * 10, False, "cuda") == 10
+    assert block_rows(100, 3, torch.float64, 8 * 4 * 100 * 10, False, "cpu") == 10
     with pytest.raises(OptionError, match="rows"):
         BlockKernelOperator(kernel, X, rows=0)
     assert isinstance(kernel_operator(kernel, X, backend="block"), BlockKernelOperator)
