@@ -194,7 +194,9 @@ class ExactGP:
             block of the block backend.
         cg_tol, max_cg_iter, precond_rank, n_probes, generator: of the CG backends (see
             :class:`Posterior`).
-        chunk_budget: bytes one chunk of test points may use in predictions.
+        chunk_budget: bytes one chunk of test points may use in predictions; with the lazy
+            backends at least half of ``memory_budget``, since each chunk costs one CG
+            solve of ``O(n^2)`` matvecs, so fewer, larger chunks are faster.
         var_block: test points per batched CG solve of the predictive variance; default
             16 for dense CG, and the whole chunk of test points for the lazy backends
             (``"keops"``, ``"block"``), whose matvecs cost one evaluation of ``K``
@@ -274,7 +276,9 @@ class ExactGP:
             "max_cg_iter": max_cg_iter,
             "precond_rank": precond_rank,
             "n_probes": n_probes,
-            "memory_budget": chunk_budget,
+            "memory_budget": max(chunk_budget, memory_budget / 2)
+            if self.backend in ("keops", "block")
+            else chunk_budget,
             "var_block": var_block
             if var_block is not None
             else (LAZY_VAR_BLOCK if self.backend in ("keops", "block") else 16),
