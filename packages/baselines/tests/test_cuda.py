@@ -35,11 +35,14 @@ def _batch() -> tuple[PaddedBatch, list[tuple[torch.Tensor, torch.Tensor]], list
     return PaddedBatch.from_datasets(datasets, structs), datasets, structs
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "lbfgs"])
 @pytest.mark.parametrize("map_", [False, True], ids=["ml", "map"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_type2ml_on_a_device_matches_the_cpu_and_the_dense_oracle(device: str, map_: bool) -> None:
+def test_type2ml_on_a_device_matches_the_cpu_and_the_dense_oracle(
+    device: str, map_: bool, optimizer: str
+) -> None:
     batch, datasets, structs = _batch()
-    settings = Type2MLSettings(max_iters=40, map=map_)
+    settings = Type2MLSettings(max_iters=40, map=map_, optimizer=optimizer)  # type: ignore[arg-type]
     on_device = fit_type2ml_batch(batch.to(device), settings)
     on_cpu = fit_type2ml_batch(batch, settings)
     assert on_device.params.device.type == device
