@@ -32,6 +32,7 @@ def fresh_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No memo, no warning yet, and a private cache file (returned)."""
     monkeypatch.setattr(probe_module, "_MEMO", {})
     monkeypatch.setattr(probe_module, "_WARNED", set())
+    monkeypatch.setattr(probe_module, "_USABLE", {})
     cache = tmp_path / "cache" / "probe.json"
     monkeypatch.setenv("AMORGP_KEOPS_PROBE_CACHE", str(cache))
     return cache

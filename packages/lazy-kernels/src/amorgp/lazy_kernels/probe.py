@@ -92,6 +92,8 @@ class KeOpsProbe:
 
 _MEMO: dict[str, KeOpsProbe] = {}
 _WARNED: set[str] = set()
+_USABLE: dict[str, bool] = {}
+""":func:`keops_usable` by device in this process (its fast path: every KeOps matvec asks)."""
 
 
 def keops_installed() -> bool:
@@ -215,6 +217,8 @@ def probe_keops(device: torch.device | str = "cpu", *, refresh: bool = False) ->
     if not keops_installed():
         return KeOpsProbe(False, "pykeops is not installed")
     key = _environment_key(device)
+    if refresh:
+        _USABLE.pop(str(device), None)
     if not refresh and key in _MEMO:
         return _MEMO[key]
     path = probe_cache_path()
@@ -239,7 +243,13 @@ def keops_usable(device: torch.device | str = "cpu") -> bool:
     device and process (naming the reason) where the probe fails.
     """
     device = torch.device(device)
-    if keops_disabled() or not keops_installed():
+    if keops_disabled():
+        return False
+    known = _USABLE.get(str(device))
+    if known is not None:
+        return known
+    if not keops_installed():
+        _USABLE[str(device)] = False
         return False
     probe = probe_keops(device)
     if not probe.ok:
@@ -253,4 +263,5 @@ def keops_usable(device: torch.device | str = "cpu") -> bool:
                 UserWarning,
                 stacklevel=2,
             )
+    _USABLE[str(device)] = probe.ok
     return probe.ok
