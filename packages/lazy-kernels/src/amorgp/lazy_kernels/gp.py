@@ -190,8 +190,9 @@ class ExactGP:
             :attr:`backend` holds the resolved name (``"cholesky"``, ``"cg"``, ``"keops"``
             or ``"block"``; ``"block"`` also where ``"keops"`` was asked for and KeOps
             fails its probe, with a warning).
-        memory_budget: bytes the dense backends may use (for ``"auto"``), and one row
-            block of the block backend.
+        memory_budget: bytes the dense backends may use (for ``"auto"``); the block
+            backend's row blocks may use half of it, and so may the chunks of test points
+            of the lazy backends (below), so that both together fit.
         cg_tol, max_cg_iter, precond_rank, n_probes, generator: of the CG backends (see
             :class:`Posterior`).
         chunk_budget: bytes one chunk of test points may use in predictions; with the lazy
@@ -266,7 +267,10 @@ class ExactGP:
                     self.backend = "cg"  # where only KeOps would fit: dense CG as asked
             lazy = self.backend in ("keops", "block")
             self._operator = kernel_operator(
-                kernel, X, backend=self.backend if lazy else "dense", memory_budget=memory_budget
+                kernel,
+                X,
+                backend=self.backend if lazy else "dense",
+                memory_budget=memory_budget / 2,
             )
             if self.backend == "keops" and not isinstance(self._operator, KeOpsOperator):
                 self.backend = "block"  # KeOps failed its probe (warned)
