@@ -239,8 +239,7 @@ def keops_usable(device: torch.device | str = "cpu") -> bool:
     """Whether KeOps reductions (and their gradients) work on ``device``.
 
     False without a warning where pykeops is not installed or ``AMORGP_KEOPS=off``; False
-    with one warning per
-    device and process (naming the reason) where the probe fails.
+    with one warning per device and process (naming the reason) where the probe fails.
     """
     device = torch.device(device)
     if keops_disabled():
