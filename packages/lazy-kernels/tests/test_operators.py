@@ -32,7 +32,7 @@ needs_keops = pytest.mark.skipif(not keops_available(), reason="pykeops is not i
 
 @pytest.mark.parametrize("check", list(OPERATOR_CHECKS), ids=str)
 @pytest.mark.parametrize("symbol", SYMBOLS, ids=lambda s: s.name)
-@pytest.mark.parametrize("implementation", ["dense", "expression"])
+@pytest.mark.parametrize("implementation", ["dense", "expression", "block"])
 def test_operator_conformance_per_symbol(
     implementation: str, symbol: BaseSymbol, check: str
 ) -> None:
@@ -44,7 +44,7 @@ def test_operator_conformance_per_symbol(
 @pytest.mark.parametrize("check", list(OPERATOR_CHECKS), ids=str)
 @pytest.mark.parametrize(
     "implementation",
-    ["dense", pytest.param("keops", marks=needs_keops)],
+    ["dense", "block", pytest.param("keops", marks=needs_keops)],
 )
 def test_operator_conformance_composite(implementation: str, check: str) -> None:
     """A composite structure with every elementary kernel, sums and products."""

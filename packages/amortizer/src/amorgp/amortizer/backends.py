@@ -41,17 +41,15 @@ class GPBackendSizing:
 
     def fits_dense(self, n: int, n_terms: int = 1, graph: bool = True) -> bool:
         """Whether ``n_terms`` addends on ``n`` points fit the dense Cholesky backend, with
-        an autograd graph or without (see :meth:`gp_backend`); ``False`` also where only
-        KeOps would fit and pykeops is not installed."""
-        try:
-            return self.gp_backend(n, n_terms, graph) == "cholesky"
-        except ValueError:  # only KeOps would fit, and it is not installed
-            return False
+        an autograd graph or without (see :meth:`gp_backend`)."""
+        return self.gp_backend(n, n_terms, graph) == "cholesky"
 
     def gp_backend(self, n: int, n_terms: int = 1, graph: bool = True) -> str:
         """The ExactGP backend for ``n`` points and ``n_terms`` addends evaluated at once,
         with an autograd graph (refinement) or without (a fit's posterior):
-        ``"cholesky"``, ``"cg"`` or ``"keops"``."""
+        ``"cholesky"``, ``"cg"``, ``"keops"`` (pykeops installed and passing its probe on
+        :attr:`device`) or ``"block"`` (the torch block operator: beyond the dense limits
+        where KeOps is absent or fails its probe, which warns once with the reason)."""
         return choose_backend(
             n, self.dtype, self.device, self.memory_budget, n_terms=n_terms, graph=graph
         )

@@ -105,7 +105,7 @@ class ConditionedGP:
 
     @property
     def backend(self) -> str:
-        """``"cholesky"``, ``"cg"`` or ``"keops"``."""
+        """``"cholesky"``, ``"cg"``, ``"keops"`` or ``"block"``."""
         return self.gp.backend
 
     @property

@@ -194,7 +194,7 @@ def _starts(
     raw, raw_noise = prior_raw(batch, generator)
     if s.init == "default" or warm:
         d_raw, d_noise = _warm_raw(batch, init) if init is not None else initial_raw(batch)
-        first = torch.arange(batch.batch_size) % R == 0
+        first = torch.arange(batch.batch_size, device=batch.device) % R == 0
         raw = torch.where(first[:, None, None, None], d_raw, raw)
         raw_noise = torch.where(first, d_noise, raw_noise)
     return raw, raw_noise
@@ -267,10 +267,11 @@ def fit_type2ml_batch(
             convs.append(r.converged)
             fails.append(r.failed)
         raw, raw_noise = torch.cat(raws), torch.cat(noises)
-        loss = torch.tensor(losses, dtype=torch.float64)
-        iters = torch.tensor(its)
-        conv = torch.tensor(convs)
-        failed = torch.tensor(fails) | ~torch.isfinite(loss)
+        dev = raw.device
+        loss = torch.tensor(losses, dtype=torch.float64, device=dev)
+        iters = torch.tensor(its, device=dev)
+        conv = torch.tensor(convs, device=dev)
+        failed = torch.tensor(fails, device=dev) | ~torch.isfinite(loss)
     if s.space == "log":
         raw, raw_noise = raw_of_log(raw), raw_of_log(raw_noise)
     with torch.no_grad():
@@ -280,7 +281,7 @@ def fit_type2ml_batch(
     failed = failed | ~torch.isfinite(obj)
     score = torch.where(failed, torch.full_like(obj, -torch.inf), obj).view(B, R)
     best = score.argmax(1)
-    pick = torch.arange(B) * R + best
+    pick = torch.arange(B, device=best.device) * R + best
     failed_r = failed.view(B, R)
     all_failed = failed_r.all(1)
     elapsed = time.perf_counter() - t0

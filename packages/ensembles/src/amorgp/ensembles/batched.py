@@ -48,7 +48,13 @@ def _params(fits: Sequence[Any], D: int, L: int, P: int) -> Tensor:
 
 
 def batched_member_predictive(
-    fits: Sequence[Any], X: Any, y: Any, X_new: Any, *, chunk: int = 2048
+    fits: Sequence[Any],
+    X: Any,
+    y: Any,
+    X_new: Any,
+    *,
+    chunk: int = 2048,
+    device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor] | None:
     """Predictive means and variances ``(M, T)`` of every fit at ``X_new``, original units.
 
@@ -58,27 +64,36 @@ def batched_member_predictive(
         X, y: the training data the fits were made on (original units).
         X_new: ``(T, d)`` test inputs.
         chunk: test points per evaluation.
+        device: where the kernel matrices and factors are computed (default: the device
+            of ``X_new`` when it is a tensor, else the CPU); the results are on the CPU.
 
     Returns:
-        ``(means (M, T), variances (M, T))`` float64, NaN rows for members whose matrix
+        ``(means (M, T), variances (M, T))`` float64 on the CPU, NaN rows for members whose matrix
         could not be factorised; ``None`` when the fits do not expose what this needs
         (the caller then asks each member for its predictive).
     """
     norm = normalisation_of(fits[0]) if fits else None
     if norm is None or not all(hasattr(f, "hyperparameters") for f in fits):
         return None
-    Xn = norm.transform_x(torch.as_tensor(X, dtype=torch.float64))
-    yn = norm.transform_y(torch.as_tensor(y, dtype=torch.float64).reshape(-1))
-    Xq = torch.as_tensor(X_new, dtype=torch.float64)
-    Xq = norm.transform_x(Xq[:, None] if Xq.ndim == 1 else Xq)
+    if device is None:
+        device = X_new.device if isinstance(X_new, Tensor) else "cpu"
+    dev = torch.device(device)
+
+    def host(t: Any) -> Tensor:
+        return torch.as_tensor(t, dtype=torch.float64).cpu()
+
+    Xn = norm.transform_x(host(X)).to(dev)
+    yn = norm.transform_y(host(y).reshape(-1)).to(dev)
+    Xq = host(X_new)
+    Xq = norm.transform_x(Xq[:, None] if Xq.ndim == 1 else Xq).to(dev)
     names = sorted({s for f in fits for a in f.kernel.dims for s in a}, key=symbol_sort_key)
     vocab = Vocabulary(tuple(names), "ensemble")
     symbols_np, mask_np = encode([f.kernel for f in fits], vocab)
-    symbols, mask = torch.as_tensor(symbols_np), torch.as_tensor(mask_np)
+    symbols, mask = torch.as_tensor(symbols_np, device=dev), torch.as_tensor(mask_np, device=dev)
     M, D, L = symbols.shape
     P = max(len(base_symbol(n).params) for n in names)
-    theta = _params(fits, D, L, P)
-    noise = torch.tensor([float(f.noise) for f in fits], dtype=torch.float64)
+    theta = _params(fits, D, L, P).to(dev)
+    noise = torch.tensor([float(f.noise) for f in fits], dtype=torch.float64, device=dev)
     n = Xn.shape[0]
     Xb = Xn.expand(M, n, D)
     K = kernel_matrix_dimwise(Xb, Xb, symbols, mask, theta, vocab)
@@ -92,4 +107,4 @@ def batched_member_predictive(
         means.append(m_c)
         variances.append(v_c)
     mean, var = torch.cat(means, 1), torch.cat(variances, 1)
-    return norm.unnormalize_predictive(mean, var)
+    return norm.unnormalize_predictive(mean.cpu(), var.cpu())

@@ -1,7 +1,8 @@
-"""Kernel operators from amorgp grammar expressions (dense torch and KeOps), exact GPs at large n,
+"""Kernel operators from amorgp grammar expressions (dense torch, torch by row blocks, KeOps), exact GPs at large n,
 the normalisation and dataset-validation contract, and the fit-result base shared by every method."""
 
 from amorgp.lazy_kernels.batch import PaddedBatch, check_structures
+from amorgp.lazy_kernels.block import BlockKernelOperator
 from amorgp.lazy_kernels.data import Y_STD_MAX, Y_STD_MIN, Normalizer, as_dataset, as_inputs
 from amorgp.lazy_kernels.dimwise import (
     kernel_diag_dimwise,
@@ -45,6 +46,7 @@ from amorgp.lazy_kernels.operators import (
     kernel_operator,
 )
 from amorgp.lazy_kernels.posterior import Posterior
+from amorgp.lazy_kernels.probe import KeOpsProbe, keops_usable, probe_keops
 from amorgp.lazy_kernels.slots import (
     PARAM_KINDS,
     UNUSED_SLOT_VALUE,
@@ -81,6 +83,10 @@ __all__ = [
     "ExactGP",
     "KeOpsKernel",
     "KeOpsOperator",
+    "KeOpsProbe",
+    "BlockKernelOperator",
+    "keops_usable",
+    "probe_keops",
     "KernelOperator",
     "DenseKernel",
     "DenseKernelOperator",

@@ -11,7 +11,13 @@ for every log marginal likelihood and prediction:
     dense operator kept in memory, used through matvecs by preconditioned CG + SLQ.
 ``"keops"``
     :class:`~amorgp.lazy_kernels.keops.KeOpsOperator` (``K`` never formed, ``O(n)``
-    memory) and preconditioned CG + SLQ.
+    memory) and preconditioned CG + SLQ.  Where KeOps fails its probe on the device
+    (:func:`~amorgp.lazy_kernels.keops_usable`, which warns once with the reason), the
+    block backend instead.
+``"block"``
+    :class:`~amorgp.lazy_kernels.BlockKernelOperator` (``K`` never formed: matvecs by row
+    blocks of the dense evaluator sized to the memory budget, ``O(n x block)`` memory, any
+    device, no compiler) and preconditioned CG + SLQ.
 ``"dense"``
     the dense operator with the solver of the memory rule: ``"cholesky"`` where it fits,
     ``"cg"`` otherwise (never KeOps).
@@ -19,7 +25,8 @@ for every log marginal likelihood and prediction:
 ``backend="auto"`` picks (see :func:`choose_backend`): Cholesky up to
 :data:`CHOLESKY_MAX_N` points when the dense evaluator's working memory (which grows with
 the number of addends) and the Cholesky workspace fit the memory budget, dense CG while the
-evaluator's working memory fits, KeOps CG beyond.  Any :class:`KernelOperator` may be
+evaluator's working memory fits, KeOps CG beyond where KeOps works on the device, else
+block CG.  Any :class:`KernelOperator` may be
 given instead of a kernel; then ``backend`` only picks the solver.
 """
 
@@ -32,6 +39,7 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, OptionError
 from amorgp.lazy_kernels.evaluation import blockwise_graph
+from amorgp.lazy_kernels.keops import KeOpsOperator
 from amorgp.lazy_kernels.operators import (
     EVALUATOR_MATRICES_PER_TERM,
     DenseKernel,
@@ -60,7 +68,10 @@ __all__ = [
     "slq_logdet",
 ]
 
-Backend = Literal["auto", "cholesky", "cg", "keops", "dense"]
+LAZY_VAR_BLOCK = 2**30
+"""``var_block`` of the lazy backends: no limit beyond the chunk of test points."""
+
+Backend = Literal["auto", "cholesky", "cg", "keops", "block", "dense"]
 
 CHOLESKY_MAX_N = 6000
 """Largest n for which ``auto`` uses dense Cholesky (float64, CPU).  In the benchmark
@@ -120,7 +131,10 @@ def choose_backend(
 
     Rule: ``"cholesky"`` if ``n <= CHOLESKY_MAX_N`` (float64; ``CHOLESKY_MAX_N // 2``
     for float32, whose Cholesky fails earlier) and the Cholesky peak fits
-    ``memory_budget`` bytes; else ``"cg"`` if the evaluator peak fits; else ``"keops"``.
+    ``memory_budget`` bytes; else ``"cg"`` if the evaluator peak fits; else ``"keops"``
+    where pykeops is installed and passes its probe on ``device``
+    (:func:`~amorgp.lazy_kernels.keops_usable`: a subprocess, cached; a failure warns
+    once), else ``"block"`` (the torch block operator, ``O(n x block)`` memory).
     On CUDA the dense limits double (fast dense kernels).
 
     Args:
@@ -128,12 +142,12 @@ def choose_backend(
             dimensions and over the kernels of one batch).
         graph: whether ``K`` is evaluated with an autograd graph.
         input_graph: whether that graph reaches the inputs (they require grad).
+        keops: whether KeOps may be used (None: installed and passing its probe).
 
     Raises:
-        ValueError: if only KeOps would fit and pykeops is unavailable (the message says
-            how to proceed).
+        ValueError: ``n_terms < 1``.
     """
-    from amorgp.lazy_kernels.keops import keops_available
+    from amorgp.lazy_kernels.probe import keops_installed, keops_usable
 
     if n_terms < 1:
         raise ValueError(f"n_terms must be >= 1, got {n_terms}")
@@ -155,15 +169,8 @@ def choose_backend(
     if evaluator <= memory_budget:
         return "cg"
     if keops is None:
-        keops = keops_available()
-    if not keops:
-        raise ValueError(
-            f"n = {n} with {n_terms} addend(s) needs {evaluator / 2**30:.2f} GiB to evaluate the "
-            f"dense kernel matrix, above the memory budget of {memory_budget / 2**30:.2f} GiB, "
-            "and pykeops is not installed: install it (pip install 'amorgp-lazy-kernels[keops]'"
-            ", O(n) memory) or raise memory_budget"
-        )
-    return "keops"
+        keops = keops_installed() and keops_usable(device)
+    return "keops" if keops else "block"
 
 
 class ExactGP:
@@ -177,14 +184,26 @@ class ExactGP:
             require grad).
         X: ``(n, D)`` training inputs.
         y: ``(n,)`` training targets.
-        backend: ``"auto"``, ``"cholesky"``, ``"cg"``, ``"keops"`` or ``"dense"`` (the dense
-            operator, solver by the memory rule); with an operator ``"cholesky"`` or ``"cg"``
-            (``"auto"``/``"dense"``: by the memory rule). :attr:`backend` holds the
-            resolved name (``"cholesky"``, ``"cg"`` or ``"keops"``).
-        memory_budget: bytes the dense backends may use (for ``"auto"``).
+        backend: ``"auto"``, ``"cholesky"``, ``"cg"``, ``"keops"``, ``"block"`` or
+            ``"dense"`` (the dense operator, solver by the memory rule); with an operator
+            ``"cholesky"`` or ``"cg"`` (``"auto"``/``"dense"``: by the memory rule).
+            :attr:`backend` holds the resolved name (``"cholesky"``, ``"cg"``, ``"keops"``
+            or ``"block"``; ``"block"`` also where ``"keops"`` was asked for and KeOps
+            fails its probe, with a warning).
+        memory_budget: bytes the dense backends may use (for ``"auto"``); the block
+            backend's row blocks may use half of it, and so may the chunks of test points
+            of the lazy backends (below), so that both together fit.
         cg_tol, max_cg_iter, precond_rank, n_probes, generator: of the CG backends (see
             :class:`Posterior`).
-        chunk_budget: bytes one chunk of test points may use in predictions.
+        chunk_budget: bytes one chunk of test points may use in predictions; with the lazy
+            backends at least half of ``memory_budget``, since each chunk costs one CG
+            solve of ``O(n^2)`` matvecs, so fewer, larger chunks are faster.
+        var_block: test points per batched CG solve of the predictive variance; default
+            16 for dense CG, and the whole chunk of test points for the lazy backends
+            (``"keops"``, ``"block"``), whose matvecs cost one evaluation of ``K``
+            whatever the number of right-hand sides (8x faster variances at n = 2000 on
+            the CPU, ``docs/benchmarks/gpu.md``).  The chunk's memory rule already counts
+            the CG work arrays.
 
     The posterior (its factor) is built on the first query and rebuilt only when the
     kernel parameters or the noise are modified in place (an optimiser step).
@@ -209,11 +228,12 @@ class ExactGP:
         n_probes: int = 15,
         generator: torch.Generator | None = None,
         chunk_budget: float = 256 * 2**20,
+        var_block: int | None = None,
     ) -> None:
         _check_data(X, y)
-        if backend not in ("auto", "cholesky", "cg", "keops", "dense"):
+        if backend not in ("auto", "cholesky", "cg", "keops", "block", "dense"):
             raise OptionError(
-                f"unknown backend {backend!r}; use auto, cholesky, cg, keops or dense"
+                f"unknown backend {backend!r}; use auto, cholesky, cg, keops, block or dense"
             )
         self.noise = torch.as_tensor(noise, dtype=X.dtype, device=X.device)
         nd = self.noise.detach()
@@ -245,16 +265,27 @@ class ExactGP:
                 )
                 if backend == "dense" and self.backend == "keops":
                     self.backend = "cg"  # where only KeOps would fit: dense CG as asked
+            lazy = self.backend in ("keops", "block")
             self._operator = kernel_operator(
-                kernel, X, backend="keops" if self.backend == "keops" else "dense"
+                kernel,
+                X,
+                backend=self.backend if lazy else "dense",
+                memory_budget=memory_budget / 2,
             )
+            if self.backend == "keops" and not isinstance(self._operator, KeOpsOperator):
+                self.backend = "block"  # KeOps failed its probe (warned)
         self.kernel, self.X, self.y = kernel, X, y
         self._options: dict[str, Any] = {
             "cg_tol": cg_tol,
             "max_cg_iter": max_cg_iter,
             "precond_rank": precond_rank,
             "n_probes": n_probes,
-            "memory_budget": chunk_budget,
+            "memory_budget": max(chunk_budget, memory_budget / 2)
+            if self.backend in ("keops", "block")
+            else chunk_budget,
+            "var_block": var_block
+            if var_block is not None
+            else (LAZY_VAR_BLOCK if self.backend in ("keops", "block") else 16),
             "generator": generator if generator is not None else torch.Generator().manual_seed(0),
         }
         self._posterior: Posterior | None = None
@@ -301,7 +332,7 @@ class ExactGP:
         return self.posterior().log_marginal_likelihood()
 
     def predict(
-        self, X_test: Tensor, return_var: bool = True, var_block: int = 16
+        self, X_test: Tensor, return_var: bool = True, var_block: int | None = None
     ) -> tuple[Tensor, Tensor | None]:
         """Posterior predictive mean and (latent, diagonal, clamped >= 0) variance.
 
@@ -309,13 +340,14 @@ class ExactGP:
             X_test: ``(m, D)`` test inputs.
             return_var: also compute the variance; with a CG backend this costs one
                 batched solve per ``var_block`` test points.
-            var_block: test points per batched CG solve.
+            var_block: test points per batched CG solve (default: the GP's ``var_block``).
 
         Returns:
             ``mean (m,)`` and ``var (m,)`` (or None).
         """
         post = self.posterior()
-        post.var_block = var_block
+        if var_block is not None:
+            post.var_block = var_block
         return post.predict(X_test, return_var)
 
 
@@ -345,7 +377,7 @@ def _check_kernel(kernel: object, X: Tensor) -> None:
 
 
 def _given_operator(op: KernelOperator, X: Tensor, backend: str) -> KernelOperator:
-    if backend == "keops":
+    if backend in ("keops", "block"):
         raise OptionError("with a KernelOperator, backend picks the solver: auto, cholesky or cg")
     if op.X2 is not op.X1:
         raise OptionError("the operator must be the symmetric training operator K(X, X)")

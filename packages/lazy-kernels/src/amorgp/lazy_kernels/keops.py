@@ -42,6 +42,7 @@ from torch import Tensor
 from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, base_symbol
 from amorgp.lazy_kernels.elementary import keops_elementary
 from amorgp.lazy_kernels.operators import DenseKernelOperator, check_rhs
+from amorgp.lazy_kernels.probe import keops_installed, keops_usable
 
 if TYPE_CHECKING:
     from amorgp.lazy_kernels.structure import DimWiseKernel
@@ -65,12 +66,10 @@ _WARM: set[tuple[str, str, int, bool]] = set()
 
 
 def keops_available() -> bool:
-    """True if pykeops imports (compilation may still fail without a C++ compiler)."""
-    try:
-        import pykeops.torch  # noqa: F401
-    except Exception:  # pragma: no cover - depends on the installation
-        return False
-    return True
+    """True if pykeops is installed (found on the path, not imported).  Whether it works on a
+    device is :func:`~amorgp.lazy_kernels.keops_usable` (a probe in a subprocess, since a
+    broken installation can end the process with a signal)."""
+    return keops_installed()
 
 
 _LOCK_DEPTH = 0
@@ -250,6 +249,10 @@ class KeOpsKernel:
         V2 = V[:, None] if vec else V
         if V2.shape[0] != X2.shape[0]:
             raise ValueError(f"V has {V2.shape[0]} rows but X2 has {X2.shape[0]} points")
+        if not keops_usable(X1.device):  # warned once: the torch block operator instead
+            from amorgp.lazy_kernels.block import BlockKernelOperator
+
+            return BlockKernelOperator(self.dense_kernel, X1, X2).matmul(V)
         dtype = X1.dtype
         theta = self.theta().to(dtype=dtype, device=X1.device)
         V2 = V2.to(dtype)
@@ -313,8 +316,11 @@ def warm_up(
     Runs a tiny forward pass, and a backward pass w.r.t. inputs, parameters and
     right-hand sides when ``backward`` is True, for every number of right-hand
     sides in ``n_rhs``, so later calls and concurrent processes find the binaries
-    in KeOps' cache.
+    in KeOps' cache.  Does nothing (after the one warning of
+    :func:`~amorgp.lazy_kernels.keops_usable`) where KeOps fails its probe on the CPU.
     """
+    if not keops_usable("cpu"):
+        return
     for s in structures:
         st = DimWiseStructure.parse(s, n_dims) if isinstance(s, str) else s
         P = max(len(base_symbol(x).params) for a in st.dims for x in a)

@@ -24,7 +24,9 @@ Implementations: :class:`DenseKernelOperator` wraps any dense kernel with
 :class:`~amorgp.lazy_kernels.DimWiseKernel` and the general
 :class:`~amorgp.lazy_kernels.ExpressionKernel` — and stores ``K`` once evaluated (a matvec
 is then one ``matmul``); :class:`~amorgp.lazy_kernels.keops.KeOpsOperator` never forms
-``K``: its matvecs are KeOps reductions in ``O(N + M)`` memory.  Obtain them with
+``K``: its matvecs are KeOps reductions in ``O(N + M)`` memory;
+:class:`~amorgp.lazy_kernels.BlockKernelOperator` never forms ``K`` either: its matvecs
+evaluate it by row blocks with the dense evaluator, in ``O(block x M)`` memory.  Obtain them with
 ``kernel.operator(X1, X2)`` or :func:`kernel_operator`.
 """
 
@@ -211,21 +213,40 @@ class DenseKernelOperator:
 
 
 def kernel_operator(
-    kernel: DenseKernel, X1: Tensor, X2: Tensor | None = None, backend: str = "dense"
+    kernel: DenseKernel,
+    X1: Tensor,
+    X2: Tensor | None = None,
+    backend: str = "dense",
+    memory_budget: float | None = None,
 ) -> KernelOperator:
     """The operator of ``kernel`` on ``(X1, X2)`` evaluated by ``backend``.
 
     Args:
         kernel: a dense kernel (:class:`~amorgp.lazy_kernels.DimWiseKernel` for ``"keops"``).
         X1: ``(N, D)``; X2: ``(M, D)`` or None (symmetric).
-        backend: ``"dense"`` (:class:`DenseKernelOperator`) or ``"keops"``
-            (:class:`~amorgp.lazy_kernels.keops.KeOpsOperator`).
+        backend: ``"dense"`` (:class:`DenseKernelOperator`), ``"keops"``
+            (:class:`~amorgp.lazy_kernels.keops.KeOpsOperator`) or ``"block"``
+            (:class:`~amorgp.lazy_kernels.BlockKernelOperator`).  ``"keops"`` where KeOps
+            fails its probe on ``X1``'s device (:func:`~amorgp.lazy_kernels.keops_usable`,
+            which warns) gives the block operator.
+        memory_budget: bytes one row block of the block operator may use (default
+            :data:`~amorgp.lazy_kernels.block.BLOCK_MEMORY_BUDGET`).
 
     Raises:
         OptionError: unknown backend, or KeOps for a kernel that is not dimension-wise.
     """
     if backend == "dense":
         return DenseKernelOperator(kernel, X1, X2)
+    if backend == "keops":
+        from amorgp.lazy_kernels.probe import keops_usable
+
+        if not keops_usable(X1.device):
+            backend = "block"
+    if backend == "block":
+        from amorgp.lazy_kernels.block import BLOCK_MEMORY_BUDGET, BlockKernelOperator
+
+        budget = BLOCK_MEMORY_BUDGET if memory_budget is None else memory_budget
+        return BlockKernelOperator(kernel, X1, X2, memory_budget=budget)
     if backend == "keops":
         from amorgp.lazy_kernels.keops import KeOpsKernel
         from amorgp.lazy_kernels.structure import DimWiseKernel
@@ -235,4 +256,4 @@ def kernel_operator(
                 f"the KeOps backend needs a DimWiseKernel, got {type(kernel).__name__}"
             )
         return KeOpsKernel(kernel.structure, kernel.params).operator(X1, X2)
-    raise OptionError(f"unknown operator backend {backend!r}; use 'dense' or 'keops'")
+    raise OptionError(f"unknown operator backend {backend!r}; use 'dense', 'keops' or 'block'")

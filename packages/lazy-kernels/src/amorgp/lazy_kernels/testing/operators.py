@@ -8,7 +8,7 @@ parameters and a generator, and compares the operator's ``dense``, ``matmul``, `
 (``BaseSymbol.reference``), eigenvalues and finite differences.  The factories of the
 package's implementations are in :data:`OPERATOR_FACTORIES`: the dense evaluator
 (``DimWiseKernel``), the general expression kernel (``ExpressionKernel``, the same kernel
-written atom by atom) and KeOps.
+written atom by atom), the torch block operator and KeOps.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from amorgp.kernel_grammar import (
     Sum,
     base_symbol,
 )
+from amorgp.lazy_kernels.block import BlockKernelOperator
 from amorgp.lazy_kernels.keops import KeOpsKernel
 from amorgp.lazy_kernels.operators import KernelOperator
 from amorgp.lazy_kernels.structure import DimWiseKernel, ExpressionKernel
@@ -44,6 +45,7 @@ __all__ = [
     "check_operator_protocol",
     "check_operator_reference",
     "check_operator_symmetry_psd",
+    "block_operator",
     "dense_operator",
     "expression_operator",
     "keops_operator",
@@ -61,6 +63,14 @@ def dense_operator(
 ) -> KernelOperator:
     """The dense evaluator's operator (``DimWiseKernel(...).operator``)."""
     return DimWiseKernel(structure, params).operator(X1, X2)
+
+
+def block_operator(
+    structure: DimWiseStructure, params: Tensor, X1: Tensor, X2: Tensor | None = None
+) -> KernelOperator:
+    """The torch block operator (:class:`~amorgp.lazy_kernels.BlockKernelOperator`) with
+    blocks of 3 rows, so that every matvec of the suite spans several blocks."""
+    return BlockKernelOperator(DimWiseKernel(structure, params), X1, X2, rows=3)
 
 
 def keops_operator(
@@ -121,6 +131,7 @@ OPERATOR_FACTORIES: dict[str, OperatorFactory] = {
     "dense": dense_operator,
     "expression": expression_operator,
     "keops": keops_operator,
+    "block": block_operator,
 }
 """The package's operator implementations by name."""
 
