@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from amorgp_experiments.paper.cache import CellCache, CellKey
 
 
