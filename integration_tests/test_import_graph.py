@@ -12,13 +12,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Circles that only an import deferred into a function closes (no import-time failure):
-# none may be added; remove an entry once its circle is gone.
-KNOWN_DEFERRED = [
-    ["amorgp.amortizer.training.train", "amorgp.amortizer.training.trainer"],
-    ["amorgp.lazy_kernels.keops", "amorgp.lazy_kernels.operators", "amorgp.lazy_kernels.structure"],
-]
-
 
 @pytest.fixture(scope="module")
 def tool() -> ModuleType:
@@ -40,7 +33,7 @@ def test_the_repository_has_no_import_cycles(tool: ModuleType) -> None:
     assert tool.cycles(tool.package_graph(graph)) == []
     deferred = tool.module_graph(ROOT, deferred=True)
     assert tool.cycles(tool.package_graph(deferred)) == []
-    assert all(c in KNOWN_DEFERRED for c in tool.cycles(deferred)), tool.cycles(deferred)
+    assert tool.cycles(deferred) == []  # not even circles closed by deferred imports
 
 
 def test_the_runtime_modules_import_no_training_module(tool: ModuleType) -> None:

@@ -18,6 +18,7 @@ from amorgp.lazy_kernels.elementary import (
     register_torch_elementary,
     torch_elementary,
 )
+from amorgp.lazy_kernels.factory import kernel_operator
 from amorgp.lazy_kernels.fit import Hyperparameter, HyperparameterInference, KernelFit
 from amorgp.lazy_kernels.gp import (
     CHOLESKY_MAX_N,
@@ -43,7 +44,6 @@ from amorgp.lazy_kernels.operators import (
     DenseKernel,
     DenseKernelOperator,
     KernelOperator,
-    kernel_operator,
 )
 from amorgp.lazy_kernels.posterior import Posterior
 from amorgp.lazy_kernels.probe import KeOpsProbe, keops_usable, probe_keops

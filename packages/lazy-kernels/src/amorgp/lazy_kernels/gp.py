@@ -39,12 +39,12 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, OptionError
 from amorgp.lazy_kernels.evaluation import blockwise_graph
+from amorgp.lazy_kernels.factory import kernel_operator
 from amorgp.lazy_kernels.keops import KeOpsOperator
 from amorgp.lazy_kernels.operators import (
     EVALUATOR_MATRICES_PER_TERM,
     DenseKernel,
     KernelOperator,
-    kernel_operator,
 )
 from amorgp.lazy_kernels.posterior import Method, Posterior
 from amorgp.lazy_kernels.solvers import (

@@ -44,7 +44,6 @@ __all__ = [
     "DenseKernel",
     "DenseKernelOperator",
     "KernelOperator",
-    "kernel_operator",
 ]
 
 EVALUATOR_MATRICES_PER_TERM = 6
@@ -210,50 +209,3 @@ class DenseKernelOperator:
 
     def __repr__(self) -> str:
         return f"DenseKernelOperator({self.kernel!r}, shape={self.shape})"
-
-
-def kernel_operator(
-    kernel: DenseKernel,
-    X1: Tensor,
-    X2: Tensor | None = None,
-    backend: str = "dense",
-    memory_budget: float | None = None,
-) -> KernelOperator:
-    """The operator of ``kernel`` on ``(X1, X2)`` evaluated by ``backend``.
-
-    Args:
-        kernel: a dense kernel (:class:`~amorgp.lazy_kernels.DimWiseKernel` for ``"keops"``).
-        X1: ``(N, D)``; X2: ``(M, D)`` or None (symmetric).
-        backend: ``"dense"`` (:class:`DenseKernelOperator`), ``"keops"``
-            (:class:`~amorgp.lazy_kernels.keops.KeOpsOperator`) or ``"block"``
-            (:class:`~amorgp.lazy_kernels.BlockKernelOperator`).  ``"keops"`` where KeOps
-            fails its probe on ``X1``'s device (:func:`~amorgp.lazy_kernels.keops_usable`,
-            which warns) gives the block operator.
-        memory_budget: bytes one row block of the block operator may use (default
-            :data:`~amorgp.lazy_kernels.block.BLOCK_MEMORY_BUDGET`).
-
-    Raises:
-        OptionError: unknown backend, or KeOps for a kernel that is not dimension-wise.
-    """
-    if backend == "dense":
-        return DenseKernelOperator(kernel, X1, X2)
-    if backend == "keops":
-        from amorgp.lazy_kernels.probe import keops_usable
-
-        if not keops_usable(X1.device):
-            backend = "block"
-    if backend == "block":
-        from amorgp.lazy_kernels.block import BLOCK_MEMORY_BUDGET, BlockKernelOperator
-
-        budget = BLOCK_MEMORY_BUDGET if memory_budget is None else memory_budget
-        return BlockKernelOperator(kernel, X1, X2, memory_budget=budget)
-    if backend == "keops":
-        from amorgp.lazy_kernels.keops import KeOpsKernel
-        from amorgp.lazy_kernels.structure import DimWiseKernel
-
-        if not isinstance(kernel, DimWiseKernel):
-            raise OptionError(
-                f"the KeOps backend needs a DimWiseKernel, got {type(kernel).__name__}"
-            )
-        return KeOpsKernel(kernel.structure, kernel.params).operator(X1, X2)
-    raise OptionError(f"unknown operator backend {backend!r}; use 'dense', 'keops' or 'block'")

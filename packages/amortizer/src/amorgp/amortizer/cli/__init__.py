@@ -38,13 +38,12 @@ Examples::
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import MutableMapping
 from typing import Any
 
 import click
 
-from amorgp.amortizer.cli._errors import AmorgpCommand, AmorgpGroup
+from amorgp.amortizer.cli._errors import AmorgpCommand, AmorgpGroup, set_verbose
 
 __all__ = ["COMMANDS", "AmorgpCommand", "main", "package_versions", "set_verbose"]
 
@@ -94,14 +93,6 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
         return
     click.echo("\n".join(f"{k} {v}" for k, v in package_versions().items()))
     ctx.exit()
-
-
-def set_verbose(verbose: bool) -> None:
-    """Log amorgp's INFO messages (size, backend, time estimates) to stderr when
-    ``verbose``; otherwise warnings only.  A stderr handler is installed on the root
-    logger where none is (``logging.basicConfig``)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("amorgp").setLevel(logging.INFO if verbose else logging.NOTSET)
 
 
 class _LazyGroup(AmorgpGroup):

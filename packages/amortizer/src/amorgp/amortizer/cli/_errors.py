@@ -105,10 +105,16 @@ def _mapped(err: BaseException) -> bool:
     return errors is not None and isinstance(err, errors.AmorgpError)
 
 
+def set_verbose(verbose: bool) -> None:
+    """Log amorgp's INFO messages (size, backend, time estimates) to stderr when
+    ``verbose``; otherwise warnings only.  A stderr handler is installed on the root
+    logger where none is (``logging.basicConfig``)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("amorgp").setLevel(logging.INFO if verbose else logging.NOTSET)
+
+
 def _verbose_option(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        from amorgp.amortizer.cli import set_verbose
-
         set_verbose(True)
 
 

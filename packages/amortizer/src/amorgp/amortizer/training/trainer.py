@@ -44,7 +44,7 @@ from amorgp.amortizer.training.runtime import (
     deferred_sigint,
     simulated_batches,
 )
-from amorgp.amortizer.training.train import (
+from amorgp.amortizer.training.steps import (
     TrainResult,
     make_stream,
     simulator_config,

@@ -1,0 +1,58 @@
+"""The factory of kernel operators by backend: :func:`kernel_operator`.
+
+It sits above the operator modules (:mod:`~amorgp.lazy_kernels.operators`,
+:mod:`~amorgp.lazy_kernels.block`, :mod:`~amorgp.lazy_kernels.keops`,
+:mod:`~amorgp.lazy_kernels.structure`), which do not import it.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from amorgp.kernel_grammar import OptionError
+from amorgp.lazy_kernels.block import BLOCK_MEMORY_BUDGET, BlockKernelOperator
+from amorgp.lazy_kernels.keops import KeOpsKernel
+from amorgp.lazy_kernels.operators import DenseKernel, DenseKernelOperator, KernelOperator
+from amorgp.lazy_kernels.probe import keops_usable
+from amorgp.lazy_kernels.structure import DimWiseKernel
+
+__all__ = ["kernel_operator"]
+
+
+def kernel_operator(
+    kernel: DenseKernel,
+    X1: Tensor,
+    X2: Tensor | None = None,
+    backend: str = "dense",
+    memory_budget: float | None = None,
+) -> KernelOperator:
+    """The operator of ``kernel`` on ``(X1, X2)`` evaluated by ``backend``.
+
+    Args:
+        kernel: a dense kernel (:class:`~amorgp.lazy_kernels.DimWiseKernel` for ``"keops"``).
+        X1: ``(N, D)``; X2: ``(M, D)`` or None (symmetric).
+        backend: ``"dense"`` (:class:`DenseKernelOperator`), ``"keops"``
+            (:class:`~amorgp.lazy_kernels.keops.KeOpsOperator`) or ``"block"``
+            (:class:`~amorgp.lazy_kernels.BlockKernelOperator`).  ``"keops"`` where KeOps
+            fails its probe on ``X1``'s device (:func:`~amorgp.lazy_kernels.keops_usable`,
+            which warns) gives the block operator.
+        memory_budget: bytes one row block of the block operator may use (default
+            :data:`~amorgp.lazy_kernels.block.BLOCK_MEMORY_BUDGET`).
+
+    Raises:
+        OptionError: unknown backend, or KeOps for a kernel that is not dimension-wise.
+    """
+    if backend == "dense":
+        return DenseKernelOperator(kernel, X1, X2)
+    if backend == "keops" and not keops_usable(X1.device):
+        backend = "block"
+    if backend == "block":
+        budget = BLOCK_MEMORY_BUDGET if memory_budget is None else memory_budget
+        return BlockKernelOperator(kernel, X1, X2, memory_budget=budget)
+    if backend == "keops":
+        if not isinstance(kernel, DimWiseKernel):
+            raise OptionError(
+                f"the KeOps backend needs a DimWiseKernel, got {type(kernel).__name__}"
+            )
+        return KeOpsKernel(kernel.structure, kernel.params).operator(X1, X2)
+    raise OptionError(f"unknown operator backend {backend!r}; use 'dense', 'keops' or 'block'")
