@@ -230,6 +230,7 @@ def calibrate(
     *,
     seed: int = 0,
     scale: bool = True,
+    matrices: Tensor | None = None,
 ) -> Calibration:
     """Exact Type-2 ML of the global scale and the noise of ``K`` kernels (module docstring).
 
@@ -243,6 +244,10 @@ def calibrate(
         scale: ``False`` keeps the scale (``s = 1``) and searches the noise alone on a grid
             (for a model that cannot hold a global scale, e.g. a GPyTorch kernel without
             ``ScaleKernel``).
+        matrices: the ``(K, n, n)`` float64 kernel matrices of ``params`` on all of
+            ``Xn`` when already evaluated (e.g. by
+            :func:`amorgp.amortizer.batched.kernel_matrices`; only without a subset,
+            ``n <=`` :data:`MAX_POINTS`); read, not modified.
 
     Returns:
         A :class:`Calibration`; a kernel whose eigendecomposition fails (non-finite
@@ -256,6 +261,8 @@ def calibrate(
     X64 = Xn.detach().to(dev, torch.float64)
     y64 = yn.detach().to(dev, torch.float64)
     idx = encoder_subset(X64.shape[0], MAX_POINTS, seed)
+    if idx is not None and matrices is not None:
+        raise OptionError(f"precomputed matrices need n <= {MAX_POINTS} points, got {X64.shape[0]}")
     if idx is not None:
         X64, y64 = X64[idx.to(dev)], y64[idx.to(dev)]
     n, d = X64.shape
@@ -280,15 +287,18 @@ def calibrate(
         for start in range(0, K, per_chunk):  # chunks bound the memory of the kernel matrices
             sl = slice(start, min(K, start + per_chunk))
             B = sl.stop - sl.start
-            Km = kernel_matrix_dimwise(
-                X64.expand(B, n, d),
-                X64.expand(B, n, d),
-                symbols[sl],
-                symbol_mask[sl],
-                p64[sl],
-                vocabulary,
-                validate=False,
-            )
+            if matrices is not None:
+                Km = matrices[sl].to(torch.float64)
+            else:
+                Km = kernel_matrix_dimwise(
+                    X64.expand(B, n, d),
+                    X64.expand(B, n, d),
+                    symbols[sl],
+                    symbol_mask[sl],
+                    p64[sl],
+                    vocabulary,
+                    validate=False,
+                )
             finite = torch.isfinite(Km).flatten(1).all(1)
             Km = torch.where(finite[:, None, None], Km, torch.eye(n, dtype=Km.dtype, device=dev))
             lam, Q = torch.linalg.eigh(Km)

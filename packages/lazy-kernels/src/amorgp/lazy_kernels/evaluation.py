@@ -26,6 +26,7 @@ up to floating-point summation order):
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -56,6 +57,16 @@ def blockwise_graph(n: int) -> bool:
     return n * half >= BLOCKWISE_MIN_ELEMENTS and CHUNK_ELEMENTS // n < half
 
 
+class _Owners(NamedTuple):
+    """The batch element of each active pair: ``B`` elements, ``owner (A,)`` (on the
+    device; pairs are element-major) and ``uniform``, every element's number of active
+    pairs where they are all equal (else ``None``)."""
+
+    B: int
+    owner: Tensor
+    uniform: int | None
+
+
 class _Group(NamedTuple):
     """The tokens of one symbol id: their positions ``idx`` in the token list, their
     pairs ``a`` (``span = (first, stop)`` when ``a`` is the consecutive run
@@ -77,13 +88,13 @@ def _span(a: Tensor) -> tuple[int, int] | None:
 
 def _plan(
     symbols: Tensor, symbol_mask: Tensor, dim_mask: Tensor, n_symbols: int, by_dim: bool
-) -> tuple[Tensor, Tensor, Tensor, list[_Group], bool]:
+) -> tuple[Tensor, _Owners, Tensor, list[_Group], bool]:
     """Index plan of a padded batch, built from the small structure tensors on the host
     (``by_dim``: the per-pair quantities have one row per dimension, shared by all elements).
 
     Returns:
         ``pairs (A,)`` flat ``b * D + d`` of the active dimensions (b-major),
-        ``n_dims (B,)`` active dimensions per batch element,
+        the :class:`_Owners` of the pairs,
         ``tokens (T,)`` flat ``(b * D + d) * L + l`` of the active addends, per symbol id
         present its :class:`_Group` (all on the input's device), and whether every active
         pair has exactly one addend.
@@ -112,7 +123,10 @@ def _plan(
             groups.append(_Group(sid, idx.to(device), a_dev, span, rows_dev, row_span))
             start += counts[sid]
     one_each = bool((torch.bincount(token_pair, minlength=pairs.shape[0]) == 1).all())
-    return pairs.to(device), dmask_h.sum(-1).to(device), tokens.to(device), groups, one_each
+    counts_b = dmask_h.sum(-1)
+    uniform = int(counts_b[0]) if bool((counts_b == counts_b[0]).all()) else None
+    owners = _Owners(B, (pairs // D).to(device), uniform)
+    return pairs.to(device), owners, tokens.to(device), groups, one_each
 
 
 def _tail(u: Tensor, v: Tensor) -> tuple[int, ...]:
@@ -223,7 +237,7 @@ def _product(
     par: Tensor,
     tables: SymbolTables,
     groups: list[_Group],
-    n_dims: Tensor,
+    n_dims: _Owners,
     A: int,
     fused: bool = False,
 ) -> Tensor:
@@ -235,13 +249,33 @@ def _product(
     rounding); ``fused`` (:func:`_fusable`) says so."""
     if fused:
         logs = _sum_addends(u, v, par, tables, groups, A, log=True)
-        if n_dims.shape[0] != A:
-            logs = torch.segment_reduce(logs, "sum", lengths=n_dims, unsafe=True, initial=0.0)
+        if n_dims.B != A:
+            logs = _reduce(logs, n_dims, "sum")
         return _exp_(logs) if not logs.requires_grad else logs.exp()
     pair_sum = _sum_addends(u, v, par, tables, groups, A)
-    if n_dims.shape[0] == A:  # one active dimension per element: nothing to multiply
+    if n_dims.B == A:  # one active dimension per element: nothing to multiply
         return pair_sum
-    return torch.segment_reduce(pair_sum, "prod", lengths=n_dims, unsafe=True, initial=1.0)
+    return _reduce(pair_sum, n_dims, "prod")
+
+
+def _reduce(vals: Tensor, owners: _Owners, op: str) -> Tensor:
+    """``(B, *tail)``: the ``(A, *tail)`` per-pair values summed (``op="sum"``) or
+    multiplied (``"prod"``) into their batch elements (the pairs are element-major).
+
+    With as many active pairs in every element, one reduction of a view; else
+    ``index_add_`` / ``index_reduce``, both several times faster than ``segment_reduce``
+    on the CPU (0.04 against 0.25-0.37 ms for 144 pairs of 1,500 values)."""
+    tail = vals.shape[1:]
+    if owners.uniform is not None:
+        grouped = vals.reshape(owners.B, owners.uniform, *tail)
+        return grouped.sum(1) if op == "sum" else grouped.prod(1)
+    if op == "sum":
+        out = torch.zeros((owners.B, *tail), dtype=vals.dtype, device=vals.device)
+        return out.index_add(0, owners.owner, vals)
+    out = torch.ones((owners.B, *tail), dtype=vals.dtype, device=vals.device)
+    with warnings.catch_warnings():  # index_reduce is marked beta; its "prod" is stable
+        warnings.simplefilter("ignore")
+        return out.index_reduce(0, owners.owner, vals, "prod")
 
 
 def _block_rows(u: Tensor, v: Tensor, A: int) -> tuple[tuple[int, ...], int]:
@@ -262,13 +296,13 @@ def _product_by_blocks(
     par: Tensor,
     tables: SymbolTables,
     groups: list[_Group],
-    n_dims: Tensor,
+    n_dims: _Owners,
     A: int,
     fused: bool = False,
 ) -> Tensor:
     """:func:`_product` without a graph, by blocks of ``rows`` of the first point axis."""
     tail, rows = _block_rows(u, v, A)
-    out = torch.empty((n_dims.shape[0], *tail), dtype=par.dtype, device=par.device)
+    out = torch.empty((n_dims.B, *tail), dtype=par.dtype, device=par.device)
     for s in range(0, tail[0], rows):
         ub, vb = _block(u, s, rows), _block(v, s, rows)
         out[:, s : s + rows] = _product(ub, vb, par, tables, groups, n_dims, A, fused)
@@ -297,7 +331,7 @@ class _BlockwiseProduct(torch.autograd.Function):
         v: Tensor,
         tables: SymbolTables,
         groups: list[_Group],
-        n_dims: Tensor,
+        n_dims: _Owners,
         A: int,
         fused: bool,
     ) -> Tensor:
@@ -330,7 +364,7 @@ def _chunked(
     par: Tensor,
     tables: SymbolTables,
     groups: list[_Group],
-    n_dims: Tensor,
+    n_dims: _Owners,
     A: int,
     fused: bool = False,
 ) -> Tensor:
