@@ -277,7 +277,8 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 improving (see :mod:`amorgp.amortizer.refine`).
             calibrate: after the network, set each kernel's global scale and noise
                 variance to their exact Type-2 ML values given its other
-                hyperparameters (one eigendecomposition per kernel, on at most
+                hyperparameters (one tridiagonalisation per kernel on the CPU, one
+                eigendecomposition elsewhere, on at most
                 :data:`~amorgp.amortizer.calibrate.MAX_POINTS` points; the log marginal
                 likelihood never decreases; see :mod:`amorgp.amortizer.calibrate`).
                 Runs before ``refine``, which then starts from the calibrated values.
@@ -285,7 +286,10 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             evaluate_lml: compute every kernel's log marginal likelihood before returning
                 (``None``: only where the dense backend makes it cheap; else on first
                 access).  Each likelihood factors its kernel's posterior, which the result
-                keeps for its predictions.
+                keeps for its predictions.  On the dense backend (float64, one kernel
+                matrix within :data:`~amorgp.amortizer.batched.CHUNK_BYTES`) the kernel
+                matrices of all kernels are evaluated in one call, shared by the
+                calibration, and factored together (:mod:`amorgp.amortizer.batched`).
             progress: called as ``progress(stage, done, total)`` while working (see
                 :data:`Progress`), e.g. to drive a progress bar.
 
