@@ -144,11 +144,19 @@ def factor(
     if A.device.type == "cpu":
         # LAPACK factors a batch one matrix at a time after copying the whole batch;
         # matrix by matrix the copy stays in cache (24 x 500^2: 169 ms against 230 ms)
-        parts = [jittered_cholesky_ex(A[i : i + 1], jitter, max_tries) for i in range(len(A))]
-        L, eps, failed = (torch.cat(t) for t in zip(*parts))
+        # (each factor overwrites its matrix while in cache: A becomes L)
+        eps = torch.zeros(A.shape[0], dtype=A.dtype)
+        failed = torch.zeros(A.shape[0], dtype=torch.bool)
+        for i in range(A.shape[0]):
+            L_i, eps[i : i + 1], failed[i : i + 1] = jittered_cholesky_ex(
+                A[i : i + 1], jitter, max_tries
+            )
+            A[i : i + 1] = L_i
+        L = A
     else:
         L, eps, failed = jittered_cholesky_ex(A, jitter, max_tries)
-    del A, Km
+        del A
+    del Km
     yb = y.to(L.dtype).expand(L.shape[0], n)[..., None].contiguous()
     # two triangular solves: torch's batched cholesky_solve is several times slower on CPU
     alpha = torch.linalg.solve_triangular(
