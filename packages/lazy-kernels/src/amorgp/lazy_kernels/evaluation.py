@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -36,7 +37,14 @@ from torch.autograd.function import once_differentiable
 from amorgp.lazy_kernels.circulant import circulant_packing
 from amorgp.lazy_kernels.tables import SymbolTables, _exp_, evaluate_symbol, log_form
 
-__all__ = ["BLOCKWISE_MIN_ELEMENTS", "CHUNK_ELEMENTS", "blockwise_graph", "evaluate_padded"]
+__all__ = [
+    "BLOCKWISE_MIN_ELEMENTS",
+    "CHUNK_ELEMENTS",
+    "blockwise_graph",
+    "evaluate_padded",
+    "host_copy",
+    "remember_host_copy",
+]
 
 CHUNK_ELEMENTS = 1 << 18
 """Values per block of the point axis (over all active pairs) without a recorded graph."""
@@ -87,10 +95,16 @@ def _span(a: Tensor) -> tuple[int, int] | None:
 
 
 def _plan(
-    symbols: Tensor, symbol_mask: Tensor, dim_mask: Tensor, n_symbols: int, by_dim: bool
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    dim_mask: Tensor,
+    n_symbols: int,
+    by_dim: bool,
+    device: torch.device,
 ) -> tuple[Tensor, _Owners, Tensor, list[_Group], bool]:
-    """Index plan of a padded batch, built from the small structure tensors on the host
-    (``by_dim``: the per-pair quantities have one row per dimension, shared by all elements).
+    """Index plan of a padded batch, built from the host copies of the small structure
+    tensors (:func:`host_copy`) and sent to ``device`` without waiting (``by_dim``: the
+    per-pair quantities have one row per dimension, shared by all elements).
 
     Returns:
         ``pairs (A,)`` flat ``b * D + d`` of the active dimensions (b-major),
@@ -99,9 +113,8 @@ def _plan(
         present its :class:`_Group` (all on the input's device), and whether every active
         pair has exactly one addend.
     """
-    device = symbols.device
     B, D, L = symbols.shape
-    sym_h, smask_h, dmask_h = symbols.cpu(), symbol_mask.cpu(), dim_mask.cpu()
+    sym_h, smask_h, dmask_h = symbols, symbol_mask, dim_mask
     tok_mask = smask_h & dmask_h[..., None]
     pairs = dmask_h.reshape(-1).nonzero().squeeze(1)
     pair_pos = torch.full((B * D,), -1, dtype=torch.long)
@@ -118,15 +131,63 @@ def _plan(
             idx = order[start : start + counts[sid]]
             a = token_pair[idx]
             rows = pairs[a] % D if by_dim else a
-            span, a_dev = _span(a), a.to(device)
-            row_span, rows_dev = (_span(rows), rows.to(device)) if by_dim else (span, a_dev)
-            groups.append(_Group(sid, idx.to(device), a_dev, span, rows_dev, row_span))
+            span, a_dev = _span(a), _to(a, device)
+            row_span, rows_dev = (_span(rows), _to(rows, device)) if by_dim else (span, a_dev)
+            groups.append(_Group(sid, _to(idx, device), a_dev, span, rows_dev, row_span))
             start += counts[sid]
     one_each = bool((torch.bincount(token_pair, minlength=pairs.shape[0]) == 1).all())
     counts_b = dmask_h.sum(-1)
     uniform = int(counts_b[0]) if bool((counts_b == counts_b[0]).all()) else None
-    owners = _Owners(B, (pairs // D).to(device), uniform)
-    return pairs.to(device), owners, tokens.to(device), groups, one_each
+    owners = _Owners(B, _to(pairs // D, device), uniform)
+    return _to(pairs, device), owners, _to(tokens, device), groups, one_each
+
+
+def _to(t: Tensor, device: torch.device) -> Tensor:
+    """A host index tensor on ``device``: an asynchronous copy (from pageable memory the
+    copy is staged before the call returns, so the host tensor may go at once)."""
+    return t.to(device, non_blocking=True)
+
+
+_HOST_COPIES: dict[int, tuple[weakref.ref[Tensor], Tensor]] = {}
+
+
+def remember_host_copy(device_tensor: Tensor, host_tensor: Tensor) -> None:
+    """Record that the CPU tensor ``host_tensor`` holds the values of ``device_tensor``.
+
+    The index plan of an evaluation (which pairs and addends are active, grouped by
+    symbol) is built on the host from the structure tensors ``symbols``,
+    ``symbol_mask`` and ``dim_mask``; for tensors on another device it reads their
+    recorded host copies instead of copying them back, which would wait for the device.
+    :meth:`amorgp.lazy_kernels.PaddedBatch.to` records the copies of a batch it moves,
+    so a training step on a GPU never synchronises in the evaluator.  The record lives as
+    long as ``device_tensor``; CPU tensors need none (ignored).
+    """
+    if device_tensor.device.type == "cpu":
+        return
+    key = id(device_tensor)
+
+    def forget(ref: weakref.ref[Tensor]) -> None:
+        entry = _HOST_COPIES.get(key)
+        if entry is not None and entry[0] is ref:
+            del _HOST_COPIES[key]
+
+    _HOST_COPIES[key] = (weakref.ref(device_tensor, forget), host_tensor.detach().cpu().clone())
+
+
+def _has_host_copy(t: Tensor) -> bool:
+    entry = _HOST_COPIES.get(id(t))
+    return entry is not None and entry[0]() is t
+
+
+def host_copy(t: Tensor) -> Tensor:
+    """``t`` on the CPU: itself, its recorded copy (:func:`remember_host_copy`), or a copy
+    read back from its device (a synchronisation)."""
+    if t.device.type == "cpu":
+        return t
+    entry = _HOST_COPIES.get(id(t))
+    if entry is not None and entry[0]() is t:
+        return entry[1]
+    return t.cpu()
 
 
 def _tail(u: Tensor, v: Tensor) -> tuple[int, ...]:
@@ -408,9 +469,10 @@ def evaluate_padded(
     same = not diag and _same_points(X1, X2)
     # every element's points are one (expanded) tensor: r, r^2, x x' per dimension, not pair
     by_dim = X1.stride(0) == 0 and (diag or same or (X2 is not None and X2.stride(0) == 0))
-    by_dim = by_dim and int(dim_mask.sum()) > D
+    dmask_h = host_copy(dim_mask)
+    by_dim = by_dim and int(dmask_h.sum()) > D
     pairs, n_dims, tokens, groups, one_each = _plan(
-        symbols, symbol_mask, dim_mask, tables.n_symbols, by_dim
+        host_copy(symbols), host_copy(symbol_mask), dmask_h, tables.n_symbols, by_dim, X1.device
     )
     A = pairs.shape[0]
     # index_select (a row copy) rather than advanced indexing: several times faster on CPU
