@@ -15,7 +15,13 @@ Nothing here reads a value back to the host (the jittered Cholesky does so only 
 factorisation fails on the CPU, see :func:`amorgp.diff_linalg.jittered_cholesky_ex`), so
 the path runs asynchronously on a GPU.  The kernel matrices of ``K`` kernels take
 ``8 K n^2`` bytes in float64 (and as much for the factors): callers chunk the kernels
-(:func:`chunks`) to bound the memory.
+(:func:`chunks`) to bound the memory.  The factors of a chunk share one tensor, which
+stays in memory while any of its kernels' results does (at most :data:`CHUNK_BYTES`).
+
+On the CPU the factorisation loops over the matrices of a chunk (LAPACK factors a batch
+one matrix at a time anyway, after copying the whole batch: matrix by matrix the copy
+stays in cache, 169 ms against 230 ms for 24 matrices of 500 x 500); elsewhere it is one
+batched call.
 """
 
 from __future__ import annotations
@@ -142,9 +148,8 @@ def factor(
         A.mul_(scale.to(A.dtype)[:, None, None])
     A.diagonal(dim1=-2, dim2=-1).add_(noise.to(A.dtype)[:, None])
     if A.device.type == "cpu":
-        # LAPACK factors a batch one matrix at a time after copying the whole batch;
-        # matrix by matrix the copy stays in cache (24 x 500^2: 169 ms against 230 ms)
-        # (each factor overwrites its matrix while in cache: A becomes L)
+        # matrix by matrix (module docstring); each factor overwrites its matrix while
+        # in cache: A becomes L
         eps = torch.zeros(A.shape[0], dtype=A.dtype)
         failed = torch.zeros(A.shape[0], dtype=torch.bool)
         for i in range(A.shape[0]):

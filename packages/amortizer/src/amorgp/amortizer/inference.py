@@ -335,6 +335,8 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             params, noise, factors = self._calibrate_and_factor(
                 Xn, yn, structures, params, noise, calibrate
             )
+            # a step that tries more parameter sets per kernel goes here: score them with
+            # batched.score against each factor's lml, re-factor winners with self._factor
         else:
             if calibrate:
                 cal = calibrate_scale_noise(
