@@ -166,3 +166,22 @@ def test_loss_reads_no_value_back_from_the_device() -> None:
     nll.sum().backward()
     assert p.grad is not None
     assert p.grad.shape == params.shape
+
+
+def test_batched_path_reads_no_value_back_from_the_device() -> None:
+    """Kernel matrices, calibration (its device route, batched ``eigh``) and the batched
+    factorisation run on the ``meta`` device, where any read-back would raise: on a GPU
+    they queue without waiting."""
+    from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+
+    st = [DimWiseStructure.parse(k, 2, V) for k in ("SE + PER", "LIN", "SE*LIN")]
+    meta = {"dtype": torch.float64, "device": "meta"}
+    X, y = torch.randn(30, 2, **meta), torch.randn(30, **meta)
+    params = torch.rand(3, 2, 2, V.max_params, **meta)
+    noise = torch.rand(3, **meta)
+    assert batched.score(X, y, st, V, params, noise).shape == (3,)
+    Km = batched.kernel_matrices(X, st, V, params)
+    cal = calibrate(X, y, st, V, params, noise, matrices=Km)
+    f = batched.factor(Km, y, cal.noise, cal.scale)
+    assert f.L.shape == (3, 30, 30)
+    assert f.lml.device.type == "meta"

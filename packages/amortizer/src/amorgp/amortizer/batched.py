@@ -87,12 +87,16 @@ def chunks(n_kernels: int, n: int, budget: float = CHUNK_BYTES) -> list[slice]:
 def encoded(
     structures: Sequence[DimWiseStructure], vocabulary: Vocabulary, device: torch.device
 ) -> tuple[Tensor, Tensor]:
-    """``symbols (K, d, L)`` and ``symbol_mask (K, d, L)`` of the structures on ``device``."""
-    symbols, mask = encode(structures, vocabulary)
-    return (
-        torch.as_tensor(symbols, device=device),
-        torch.as_tensor(mask, device=device),
-    )
+    """``symbols (K, d, L)`` and ``symbol_mask (K, d, L)`` of the structures on ``device``,
+    with their host copies recorded for the evaluator's index plan (no read-back)."""
+    from amorgp.lazy_kernels.evaluation import remember_host_copy
+
+    out = []
+    for host in (torch.as_tensor(a) for a in encode(structures, vocabulary)):
+        moved = host.to(device, non_blocking=True)
+        remember_host_copy(moved, host)
+        out.append(moved)
+    return out[0], out[1]
 
 
 def kernel_matrices(
