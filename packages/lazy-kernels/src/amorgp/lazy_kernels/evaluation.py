@@ -450,6 +450,53 @@ def _chunked(
     return out
 
 
+def _se_ard(
+    X1: Tensor,
+    X2: Tensor,
+    sym_h: Tensor,
+    smask_h: Tensor,
+    dmask_h: Tensor,
+    params: Tensor,
+    tables: SymbolTables,
+) -> Tensor | None:
+    """Kernel matrices of a batch whose every active dimension holds ``SE`` alone (SE-ARD),
+    without a recorded graph, or ``None`` when it does not apply.
+
+    ``K_b = prod_d s_bd exp(-(x_d - x'_d)^2 / (2 l_bd^2)) = exp(sum_d log s_bd - |u - u'|^2
+    / 2)`` with the scaled points ``u = x / l_b``: the squared distances come from one
+    ``cdist`` over all dimensions (differences, not the matrix-product expansion, so no
+    cancellation: the values equal the dimension-wise ones to rounding, symmetric with an
+    exact diagonal), and one ``exp`` per entry, instead of per-dimension temporaries
+    (500 points, 6 dimensions: 1.5 ms against 8.3 ms of CPU time).  Used from two active
+    dimensions on; with one, the symmetric packing evaluates half the pairs."""
+    if torch.is_grad_enabled() and (X1.requires_grad or X2.requires_grad or params.requires_grad):
+        return None
+    if int(dmask_h.sum(-1).max()) < 2:  # one dimension: the packed evaluation, half the pairs
+        return None
+    se = [sid for sid, cs in enumerate(tables.compiled) if cs is not None and cs.name == "SE"]
+    if not se:
+        return None
+    cs = tables.compiled[se[0]]
+    assert cs is not None
+    tok = smask_h & dmask_h[..., None]
+    if not bool(((sym_h == se[0]) | ~tok).all()) or not bool((tok.sum(-1) == dmask_h).all()):
+        return None
+    B, D, L = sym_h.shape
+    ls_slot = cs.factors[0][1][0]
+    slot = tok.to(torch.uint8).argmax(-1)  # (B, D) the addend of each active dimension
+    flat = (torch.arange(B * D).reshape(B, D) * L + slot).reshape(-1)
+    dev = X1.device
+    par = params.reshape(B * D * L, -1).index_select(0, _to(flat, dev)).reshape(B, D, -1)
+    active = _to(dmask_h, dev)
+    one = torch.ones((), dtype=par.dtype, device=dev)
+    log_var = torch.where(active, par[..., 0], one).log().sum(-1)  # (B,)
+    inv_ls = torch.where(active, par[..., ls_slot].reciprocal(), torch.zeros_like(one))
+    U1 = X1 * inv_ls[:, None, :].to(X1.dtype)
+    U2 = U1 if X2 is X1 else X2 * inv_ls[:, None, :].to(X2.dtype)
+    d2 = torch.cdist(U1, U2, compute_mode="donot_use_mm_for_euclid_dist").square_()
+    return _exp_(d2.mul_(-0.5).add_(log_var[:, None, None].to(d2.dtype)))
+
+
 def evaluate_padded(
     X1: Tensor,
     X2: Tensor | None,
@@ -470,9 +517,14 @@ def evaluate_padded(
     # every element's points are one (expanded) tensor: r, r^2, x x' per dimension, not pair
     by_dim = X1.stride(0) == 0 and (diag or same or (X2 is not None and X2.stride(0) == 0))
     dmask_h = host_copy(dim_mask)
+    sym_h, smask_h = host_copy(symbols), host_copy(symbol_mask)
+    if not diag:
+        fast = _se_ard(X1, X1 if X2 is None else X2, sym_h, smask_h, dmask_h, params, tables)
+        if fast is not None:
+            return fast
     by_dim = by_dim and int(dmask_h.sum()) > D
     pairs, n_dims, tokens, groups, one_each = _plan(
-        host_copy(symbols), host_copy(symbol_mask), dmask_h, tables.n_symbols, by_dim, X1.device
+        sym_h, smask_h, dmask_h, tables.n_symbols, by_dim, X1.device
     )
     A = pairs.shape[0]
     # index_select (a row copy) rather than advanced indexing: several times faster on CPU
