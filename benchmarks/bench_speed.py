@@ -144,7 +144,9 @@ def _floor(amz: Any, X: Any, y: Any) -> dict[str, float]:
     idx = amz.encoder_subset(Xn.shape[0])
     Xe, ye = (Xn, yn) if idx is None else (Xn[idx], yn[idx])
     d = X.shape[1]
-    sym, mask = encode_structures([DimWiseStructure.parse("SE", d)], amz.vocabulary, d, "cpu")
+    sym, mask = encode_structures(
+        [DimWiseStructure.parse("SE", d)], amz.vocabulary, d, torch.device("cpu")
+    )
     eager = _OneDataset(amz.model)  # the eager forward (the traced one hides its ops)
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
         eager(Xe[None].float(), ye[None].float(), sym, mask)
@@ -215,7 +217,8 @@ def main() -> None:
                     got = _spawn(src, task, args.quick, repeats, sklearn=sk)
                     old = res[side].get(task)
                     if old is not None:
-                        got = {k: min(v, old[k]) for k, v in got.items()}
+                        best = {"matmul_flops_per_s": max, "encoder_points": max}
+                        got = {k: best.get(k, min)(v, old[k]) for k, v in got.items()}
                     res[side][task] = got
     res["machine"] = _machine()
     res["quick"] = args.quick
