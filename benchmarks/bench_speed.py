@@ -329,11 +329,12 @@ def _markdown(r: dict[str, Any]) -> str:
         "",
         "## Limits",
         "",
-        "- The 24 kernels cost more than 4x one kernel on this CPU: their kernel matrices "
+        f"- The 24 kernels cost {a['many'] / a['one']:.0f}x one kernel on this CPU, not a "
+        "few times: their kernel matrices "
         "(sums of up to four addends in each of six dimensions, `exp` and `sin` of "
         "125,000 point pairs per addend and dimension), 24 tridiagonalisations and 24 "
         "Cholesky factorisations are work that grows with the number of kernels, while the "
-        "network, the only cost shared, is a few milliseconds.  On a GPU the same path "
+        "network, the only cost shared, is about ten milliseconds.  On a GPU the same path "
         "runs batched without host synchronisation (see `docs/benchmarks/gpu.md`).",
         "- The timings are one-thread CPU times on a machine shared with other work; ratios "
         "hold better than absolute times.",
