@@ -43,6 +43,12 @@ class ConditionedGP:
         memory_budget: bytes the dense backends may use.
         options: more ExactGP options (``cg_tol``, ``max_cg_iter``, ``precond_rank``,
             ``n_probes``).
+        factor: a precomputed dense factorisation of ``K + sigma^2 I`` at these
+            parameters: ``(L (n, n), alpha (n,), jitter, lml)`` (the lower Cholesky factor,
+            ``alpha = (K + sigma^2 I)^{-1} y``, the absolute jitter it needed, the 0-d log
+            marginal likelihood), e.g. one element of
+            :func:`amorgp.amortizer.batched.factor`.  The posterior adopts it on the dense
+            backend (no second factorisation); on another backend it is ignored.
     """
 
     def __init__(
@@ -55,6 +61,7 @@ class ConditionedGP:
         *,
         memory_budget: float,
         options: Mapping[str, Any] | None = None,
+        factor: tuple[Tensor, Tensor, Tensor | float, Tensor | float] | None = None,
     ) -> None:
         self.structure = structure
         with torch.inference_mode(False):  # a normal tensor: ExactGP tracks its version
@@ -70,6 +77,7 @@ class ConditionedGP:
         self.options = dict(options or {})
         self._lml: float | None = None
         self._gp: ExactGP | None = None
+        self._factor = factor
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the data and parameters, not the factor (``O(n^2)``): it is recomputed
@@ -96,6 +104,8 @@ class ConditionedGP:
                 chunk_budget=_CHUNK_BYTES,
                 **self.options,
             )
+            if self._factor is not None and self._gp.backend == "cholesky":
+                _adopt(self._gp.posterior(), *self._factor[:3])
         return self._gp
 
     @property
@@ -110,11 +120,16 @@ class ConditionedGP:
 
     @property
     def factored(self) -> bool:
-        """Whether the posterior's dense Cholesky factor exists (see ``ExactGP.factored``)."""
-        return self._gp is not None and self._gp.factored
+        """Whether the posterior's dense Cholesky factor exists (see ``ExactGP.factored``;
+        also when a precomputed factor waits to be adopted)."""
+        if self._gp is None:
+            return self._factor is not None
+        return self._gp.factored
 
     def log_marginal_likelihood(self) -> float:
         """``log p(y~ | theta, S)`` from the posterior's factor (computed once, then cached)."""
+        if self._lml is None and self._factor is not None:
+            self._lml = float(self._factor[3])
         if self._lml is None:
             post = self.posterior
             with torch.inference_mode():
@@ -129,6 +144,17 @@ class ConditionedGP:
             mean, var = post.predict(Xq)
         assert var is not None
         return mean, var + self.noise if include_noise else var
+
+
+def _adopt(post: Posterior, L: Tensor, alpha: Tensor, jitter: Tensor | float) -> None:
+    """Give ``post`` its dense factor (``A + jitter I = L L^T``) and ``alpha = A^{-1} y``:
+    one factorisation, counted once."""
+    if post._L is None:
+        with torch.inference_mode(False):
+            post._L = L.detach().clone() if L.is_inference() else L.detach()
+            post._alpha = alpha.detach().clone() if alpha.is_inference() else alpha.detach()
+        post.cholesky_jitter = float(jitter)
+        post.factorizations += 1
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

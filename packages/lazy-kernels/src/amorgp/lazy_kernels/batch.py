@@ -235,11 +235,19 @@ class PaddedBatch:
         *,
         non_blocking: bool = False,
     ) -> Self:
-        """The batch on ``device`` with floating tensors in ``dtype`` (masks and ids unchanged)."""
+        """The batch on ``device`` with floating tensors in ``dtype`` (masks and ids unchanged).
+
+        Moved off the CPU, the ids and masks keep their host copies
+        (:func:`~amorgp.lazy_kernels.evaluation.remember_host_copy`): evaluating the
+        batch's kernels then never waits for the device."""
+        from amorgp.lazy_kernels.evaluation import remember_host_copy
+
         moved: dict[str, Any] = {}
         for k, v in self.tensors().items():
             target = dtype if dtype is not None and v.is_floating_point() else v.dtype
             moved[k] = v.to(device=device or v.device, dtype=target, non_blocking=non_blocking)
+            if not v.is_floating_point() and v.device.type == "cpu":
+                remember_host_copy(moved[k], v)
         return replace(self, **moved)
 
     def pin_memory(self) -> Self:

@@ -50,7 +50,12 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import Vocabulary
-from amorgp.lazy_kernels.evaluation import evaluate_padded
+from amorgp.lazy_kernels.evaluation import (
+    _has_host_copy,
+    evaluate_padded,
+    host_copy,
+    remember_host_copy,
+)
 from amorgp.lazy_kernels.tables import symbol_tables
 
 __all__ = ["kernel_diag_dimwise", "kernel_matrix_dimwise", "validate_dimwise"]
@@ -225,6 +230,17 @@ def _check_values(
         _fail("params must be positive in every used slot (got a value <= 0)")
 
 
+def _default_dim_mask(symbol_mask: Tensor) -> Tensor:
+    """``symbol_mask.any(-1)``, with its host copy recorded where ``symbol_mask`` has one
+    (:func:`~amorgp.lazy_kernels.evaluation.remember_host_copy`): no read-back."""
+    dim_mask = symbol_mask.any(-1)
+    if symbol_mask.device.type != "cpu":
+        recorded = host_copy(symbol_mask) if _has_host_copy(symbol_mask) else None
+        if recorded is not None:
+            remember_host_copy(dim_mask, recorded.any(-1))
+    return dim_mask
+
+
 def kernel_matrix_dimwise(
     X1: Tensor,
     X2: Tensor,
@@ -264,7 +280,7 @@ def kernel_matrix_dimwise(
     if validate:
         dim_mask = validate_dimwise(X1, X2, symbols, symbol_mask, params, vocab, dim_mask)
     elif dim_mask is None:
-        dim_mask = symbol_mask.any(-1)
+        dim_mask = _default_dim_mask(symbol_mask)
     tables = symbol_tables(vocab, symbols.device)
     return evaluate_padded(X1, X2, symbols, symbol_mask, params, tables, dim_mask, diag=False)
 
@@ -295,6 +311,6 @@ def kernel_diag_dimwise(
     if validate:
         dim_mask = validate_dimwise(X, None, symbols, symbol_mask, params, vocab, dim_mask)
     elif dim_mask is None:
-        dim_mask = symbol_mask.any(-1)
+        dim_mask = _default_dim_mask(symbol_mask)
     tables = symbol_tables(vocab, symbols.device)
     return evaluate_padded(X, None, symbols, symbol_mask, params, tables, dim_mask, diag=True)

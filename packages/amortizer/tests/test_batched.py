@@ -1,0 +1,187 @@
+"""The batched inference path (one evaluator call, the calibration on its matrices, one
+batched factorisation) against the per-kernel dense reference and numpy oracles."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import multivariate_normal
+
+from amorgp.amortizer import batched
+from amorgp.amortizer.api import Amortizer
+from amorgp.amortizer.calibrate import _Tridiagonal, _tridiagonal, calibrate
+from amorgp.amortizer.results import ConditionedGP
+from amorgp.kernel_grammar import DimWiseStructure
+
+KERNELS = ["SE", "LIN", "(SE + PER)@0 * LIN@1", "SE*PER + LIN", "(LIN + SE)@0 * (SE*PER)@1"]
+
+
+def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 5, size=(n, d)) * np.arange(1, d + 1)
+    y = np.sin(X).sum(1) * 3 + 10 + 0.3 * rng.normal(size=n)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def amz(tiny_checkpoint: Path) -> Amortizer:
+    return Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+
+
+def _oracle_lml(
+    X: np.ndarray, y: np.ndarray, s: DimWiseStructure, params: np.ndarray, noise: float
+) -> float:
+    K = s.reference(X, X, params) + noise * np.eye(len(y))
+    return float(multivariate_normal(np.zeros(len(y)), K).logpdf(y))
+
+
+@pytest.mark.parametrize("calibrated", [True, False])
+def test_batched_path_matches_the_per_kernel_dense_reference(
+    amz: Amortizer, calibrated: bool
+) -> None:
+    """Hyperparameters, likelihoods and predictions of the batched path equal those of the
+    per-kernel path (calibration by one eigendecomposition per kernel on its own matrix, a
+    posterior that factors its own matrix), and the likelihood a numpy oracle's."""
+    X, y = _data(60, 2)
+    Xt = _data(15, 2, seed=3)[0]
+    fast = amz.infer_many(X, y, KERNELS, calibrate=calibrated)
+    norm, Xn, yn, st = amz._prepare(X, y, KERNELS)
+    params, noise, _, _ = amz._predict(Xn, yn, st)
+    if calibrated:
+        cal = calibrate(Xn, yn, st, amz.vocabulary, params, noise, method="eigh")
+        params, noise = cal.params, cal.noise
+    for i, (s, r) in enumerate(zip(st, fast, strict=True)):
+        assert r.factored  # the likelihood came with the batched factor
+        ref_params = params[i, : s.n_dims, : s.max_addends].double()
+        torch.testing.assert_close(r.params, ref_params, rtol=1e-9, atol=1e-12)
+        assert r.noise == pytest.approx(float(noise[i]), rel=1e-9)
+        ref = ConditionedGP(s, params[i], float(noise[i]), Xn, yn, memory_budget=2**30)
+        assert r.log_marginal_likelihood == pytest.approx(ref.log_marginal_likelihood(), rel=1e-10)
+        expect = _oracle_lml(Xn.numpy(), yn.numpy(), s, r.params.numpy(), r.noise)
+        assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-8)
+        Xq = norm.transform_x(torch.as_tensor(Xt)).to(Xn)
+        mean, var = r._predict_normalized(Xq, include_noise=True)
+        ref_mean, ref_var = ref.predict(Xq, include_noise=True)
+        torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(var, ref_var, rtol=1e-9, atol=1e-10)
+        assert r.posterior.factorizations == 1  # predictions reuse the batched factor
+
+
+def test_score_matches_a_dense_oracle() -> None:
+    """``batched.score`` of several parameter sets (one structure repeated) is the numpy
+    multivariate-normal log density of each."""
+    from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 2))
+    y = np.sin(X).sum(1) + 0.1 * rng.normal(size=40)
+    st = [DimWiseStructure.parse(k, 2, V) for k in ("SE + PER", "SE + PER", "LIN", "SE*LIN")]
+    g = torch.Generator().manual_seed(0)
+    params = 0.3 + 2 * torch.rand(4, 2, 2, V.max_params, generator=g, dtype=torch.float64)
+    noise = torch.tensor([0.1, 0.01, 0.3, 0.05], dtype=torch.float64)
+    got = batched.score(torch.as_tensor(X), torch.as_tensor(y), st, V, params, noise)
+    for i, s in enumerate(st):
+        p = params[i, :, : s.max_addends].numpy()
+        assert float(got[i]) == pytest.approx(_oracle_lml(X, y, s, p, float(noise[i])), rel=1e-9)
+    # a small chunk budget factors one kernel at a time: the same values
+    one = batched.score(
+        torch.as_tensor(X), torch.as_tensor(y), st, V, params, noise, budget=8 * 40 * 40
+    )
+    torch.testing.assert_close(one, got, rtol=1e-12, atol=0)
+
+
+def test_score_marks_an_indefinite_matrix_minus_infinity() -> None:
+    K = torch.tensor([[[1.0, 2.0], [2.0, 1.0]], [[2.0, 0.5], [0.5, 1.0]]], dtype=torch.float64)
+    f = batched.factor(K.clone(), torch.tensor([1.0, -1.0]), torch.zeros(2), max_tries=0)
+    assert bool(f.failed[0])
+    assert f.lml[0] == -math.inf
+    A = K[1].numpy()
+    expect = multivariate_normal(np.zeros(2), A).logpdf([1.0, -1.0])
+    assert float(f.lml[1]) == pytest.approx(expect, rel=1e-12)
+
+
+def test_tridiagonal_profile_matches_the_closed_form() -> None:
+    """``y^T (K + rI)^{-1} y`` and ``log det(K + rI)`` from the tridiagonal recurrence
+    give the profile likelihood that numpy's solve and slogdet give."""
+    rng = np.random.default_rng(2)
+    n = 30
+    X = rng.normal(size=(n, 3))
+    Ks = np.stack(
+        [np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1) / ell**2) for ell in (0.5, 2.0)]
+    )
+    y = rng.normal(size=n)
+    spec = _tridiagonal(torch.as_tensor(Ks), torch.as_tensor(y))
+    assert isinstance(spec, _Tridiagonal)
+    log_r = torch.tensor([[-6.0, -1.0, 2.0], [-3.0, 0.0, 4.0]], dtype=torch.float64)
+    lml, s = spec.profile(log_r)
+    for b in range(2):
+        for j in range(3):
+            A = Ks[b] + math.exp(float(log_r[b, j])) * np.eye(n)
+            quad = y @ np.linalg.solve(A, y)
+            logdet = np.linalg.slogdet(A)[1]
+            s_exp = quad / n
+            lml_exp = -0.5 * (n * (math.log(s_exp) + 1 + math.log(2 * math.pi)) + logdet)
+            assert float(s[b, j]) == pytest.approx(s_exp, rel=1e-9)
+            assert float(lml[b, j]) == pytest.approx(lml_exp, rel=1e-9)
+    noise = torch.tensor([[0.1], [0.02]], dtype=torch.float64)
+    exact = spec.exact(noise)
+    for b in range(2):
+        cov = Ks[b] + float(noise[b, 0]) * np.eye(n)
+        expect = multivariate_normal(np.zeros(n), cov).logpdf(y)
+        assert float(exact[b, 0]) == pytest.approx(expect, rel=1e-9)
+
+
+def test_tridiagonal_and_eigh_calibrations_agree(amz: Amortizer) -> None:
+    X, y = _data(80, 2, seed=4)
+    _norm, Xn, yn, st = amz._prepare(X, y, KERNELS)
+    params, noise, _, _ = amz._predict(Xn, yn, st)
+    a = calibrate(Xn, yn, st, amz.vocabulary, params, noise, method="tridiagonal")
+    b = calibrate(Xn, yn, st, amz.vocabulary, params, noise, method="eigh")
+    torch.testing.assert_close(a.scale, b.scale, rtol=1e-7, atol=0)
+    torch.testing.assert_close(a.noise, b.noise, rtol=1e-7, atol=0)
+    torch.testing.assert_close(a.gain, b.gain, rtol=1e-6, atol=1e-9)
+
+
+def test_loss_reads_no_value_back_from_the_device() -> None:
+    """The training loss on a batch moved with ``PaddedBatch.to`` runs forward and backward
+    on the ``meta`` device, which holds no values: any read-back (``.cpu()``, ``.item()``,
+    ``bool(t)``, ``nonzero``) would raise.  It stands in for a CUDA step in
+    synchronisation-debug mode."""
+    from amorgp.amortizer import testing
+    from amorgp.amortizer.loss import gp_nll_per_point
+    from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+
+    g = torch.Generator().manual_seed(7)
+    b = testing.random_padded_batch(g, V, batch=4, n_max=9, d_max=3, l_max=3)
+    B, D, L = b.symbols.shape
+    params = 0.2 + torch.rand(B, D, L, V.max_params, generator=g, dtype=torch.float64)
+    noise = 0.05 + 0.1 * torch.rand(B, generator=g, dtype=torch.float64)
+    moved = b.to("meta")
+    p = params.to("meta").requires_grad_()
+    nll, _ = gp_nll_per_point(moved.with_params(p, noise.to("meta")))
+    nll.sum().backward()
+    assert p.grad is not None
+    assert p.grad.shape == params.shape
+
+
+def test_batched_path_reads_no_value_back_from_the_device() -> None:
+    """Kernel matrices, calibration (its device route, batched ``eigh``) and the batched
+    factorisation run on the ``meta`` device, where any read-back would raise: on a GPU
+    they queue without waiting."""
+    from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+
+    st = [DimWiseStructure.parse(k, 2, V) for k in ("SE + PER", "LIN", "SE*LIN")]
+    meta = {"dtype": torch.float64, "device": "meta"}
+    X, y = torch.randn(30, 2, **meta), torch.randn(30, **meta)
+    params = torch.rand(3, 2, 2, V.max_params, **meta)
+    noise = torch.rand(3, **meta)
+    assert batched.score(X, y, st, V, params, noise).shape == (3,)
+    Km = batched.kernel_matrices(X, st, V, params)
+    cal = calibrate(X, y, st, V, params, noise, matrices=Km)
+    f = batched.factor(Km, y, cal.noise, cal.scale)
+    assert f.L.shape == (3, 30, 30)
+    assert f.lml.device.type == "meta"

@@ -1,0 +1,101 @@
+"""The evaluator's index plan: host copies instead of read-backs, and the pair reductions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+from amorgp.kernel_grammar import DimWiseStructure, encode
+from amorgp.lazy_kernels import PaddedBatch, kernel_matrix_dimwise
+from amorgp.lazy_kernels.evaluation import host_copy, remember_host_copy
+
+TEXTS = ["SE + PER", "(LIN + SE)@0 * (SE*PER)@2 * LIN@1", "SE"]
+
+
+def _batch(
+    seed: int = 0,
+) -> tuple[list[DimWiseStructure], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    st = [DimWiseStructure.parse(t, 3, V) for t in TEXTS]
+    s, m = (torch.as_tensor(a) for a in encode(st, V))
+    g = torch.Generator().manual_seed(seed)
+    B, D, L = s.shape
+    X = torch.randn(B, 12, D, generator=g, dtype=torch.float64)
+    P = 0.5 + torch.rand(B, D, L, V.max_params, generator=g, dtype=torch.float64)
+    return st, X, s, m, P
+
+
+def test_matrices_match_the_numpy_reference_with_ragged_dimensions() -> None:
+    """Elements with different numbers of active dimensions (the ragged reduction)."""
+    st = [
+        DimWiseStructure.parse(t, d, V)
+        for t, d in [("SE", 1), ("PER@0 * LIN@1", 2), ("SE + LIN", 3)]
+    ]
+    s, m = (torch.as_tensor(a) for a in encode(st, V))  # padded to 3 dimensions
+    g = torch.Generator().manual_seed(1)
+    B, D, L = s.shape
+    X = torch.randn(B, 10, D, generator=g, dtype=torch.float64)
+    P = 0.5 + torch.rand(B, D, L, V.max_params, generator=g, dtype=torch.float64)
+    K = kernel_matrix_dimwise(X, X, s, m, P, V)
+    for b, structure in enumerate(st):
+        d = structure.n_dims
+        Xb = X[b, :, :d].numpy()
+        expect = structure.reference(Xb, Xb, P[b, :d, : structure.max_addends].numpy())
+        np.testing.assert_allclose(K[b].numpy(), expect, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_evaluation_reads_no_value_back_from_the_device(grad: bool) -> None:
+    """On the ``meta`` device (shapes, no values) any read-back raises; with the structure
+    tensors' host copies recorded, the evaluation and its backward run without one (as a
+    CUDA step in synchronisation-debug mode)."""
+    _, X, s, m, P = _batch()
+    sd, md = s.to("meta"), m.to("meta")
+    Xm = X.to("meta")
+    with pytest.raises(NotImplementedError):
+        kernel_matrix_dimwise(Xm, Xm, sd, md, P.to("meta"), V, validate=False)
+    remember_host_copy(sd, s)
+    remember_host_copy(md, m)
+    Pm = P.to("meta").requires_grad_(grad)
+    K = kernel_matrix_dimwise(Xm, Xm, sd, md, Pm, V, validate=False)
+    assert K.shape == (3, 12, 12)
+    assert K.device.type == "meta"
+    if grad:
+        K.sum().backward()
+        assert Pm.grad is not None
+        assert Pm.grad.shape == P.shape
+
+
+def test_a_moved_batch_records_its_host_copies() -> None:
+    _st, X, s, m, _P = _batch()
+    y = torch.zeros(X.shape[:2], dtype=torch.float64)
+    batch = PaddedBatch(X, y, torch.ones(y.shape, dtype=torch.bool), m.any(-1), s, m, V)
+    moved = batch.to("meta")
+    assert torch.equal(host_copy(moved.symbols), s)
+    assert torch.equal(host_copy(moved.symbol_mask), m)
+    assert torch.equal(host_copy(moved.dim_mask), m.any(-1))
+    before = s.clone()
+    s.fill_(0)  # the record is a copy: later changes of the source do not reach it
+    assert torch.equal(host_copy(moved.symbols), before)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_se_ard_matrices_match_the_numpy_reference(cross: bool) -> None:
+    """SE in every active dimension (the ``cdist`` route), ragged dimensions, with and
+    without a second point set: the dense numpy reference to rounding, exactly symmetric."""
+    st = [DimWiseStructure.parse("SE", d, V) for d in (3, 2, 1)]
+    s, m = (torch.as_tensor(a) for a in encode(st, V))
+    g = torch.Generator().manual_seed(4)
+    B, D, L = s.shape
+    X = 2 * torch.randn(B, 30, D, generator=g, dtype=torch.float64)
+    X2 = torch.randn(B, 9, D, generator=g, dtype=torch.float64) if cross else X
+    P = 0.2 + torch.rand(B, D, L, V.max_params, generator=g, dtype=torch.float64)
+    K = kernel_matrix_dimwise(X, X2, s, m, P, V)
+    for b, structure in enumerate(st):
+        d = structure.n_dims
+        A, C = X[b, :, :d].numpy(), X2[b, :, :d].numpy()
+        expect = structure.reference(A, C, P[b, :d, :1].numpy())
+        np.testing.assert_allclose(K[b].numpy(), expect, rtol=1e-13, atol=1e-15)
+    if not cross:
+        torch.testing.assert_close(K, K.transpose(1, 2), rtol=0, atol=0)
