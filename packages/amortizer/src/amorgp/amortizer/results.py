@@ -83,7 +83,10 @@ class ConditionedGP:
         """Pickle the data and parameters, not the factor (``O(n^2)``): it is recomputed
         on first use, so fitted estimators travel cheaply between processes."""
         state = self.__dict__.copy()
+        if state.get("_lml") is None and state.get("_factor") is not None:
+            state["_lml"] = float(state["_factor"][3])
         state["_gp"] = None
+        state["_factor"] = None
         return state
 
     @property
