@@ -22,6 +22,7 @@ from amorgp.amortizer.calibrate import check_calibrate
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.forward import warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
+from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
 from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.prediction import NetworkPrediction
 from amorgp.amortizer.refine import check_refine, refine_in_groups
@@ -98,6 +99,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             to their exact Type-2 ML values after the network, ``False`` keeps the
             network's prediction alone (the paper's amortized method, about 1.3-2.8x
             faster at ``n = 500``).
+        starts: the default of :meth:`infer_many`'s ``starts`` (``None``: see there).
 
     Example:
         >>> import numpy as np
@@ -122,6 +124,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         candidates: Mapping[str, AmortizationNetwork] | None = None,
         name: str = "primary",
         calibrate: bool = True,
+        starts: int | None = None,
     ) -> None:
         if not isinstance(model, AmortizationNetwork):
             raise OptionError(
@@ -131,6 +134,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.calibrate = check_calibrate(calibrate)
+        self.starts = None if starts is None else check_starts(starts)
         self.meta: dict[str, Any] = dict(meta or {})
         train = _section(self.meta, "train")
         if encoder_points is None:
@@ -230,6 +234,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         calibrate: bool | None = None,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
+        starts: int | None = None,
     ) -> KernelResult:
         """Hyperparameters of one kernel (see :meth:`infer_many`)."""
         return self.infer_many(
@@ -240,6 +245,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             calibrate=calibrate,
             evaluate_lml=evaluate_lml,
             progress=progress,
+            starts=starts,
         )[0]
 
     def infer_many(
@@ -252,6 +258,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         calibrate: bool | None = None,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
+        starts: int | None = None,
     ) -> list[KernelResult]:
         """Hyperparameters of several kernels on one dataset in one batch.
 
@@ -274,6 +281,14 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 (``None``: only where the dense backend makes it cheap; else on first
                 access).  Each likelihood factors its kernel's posterior, which the result
                 keeps for its predictions.
+            starts: starts per kernel with a periodic term, the network's prediction
+                included: the periodogram's periods, harmonics and lengthscale rescalings,
+                each calibrated, the best by exact log marginal likelihood kept
+                (:mod:`amorgp.amortizer.multistart`; ``KernelResult.start`` names the
+                winner; ``refine="auto"`` refines the best few).  ``1``: the prediction
+                alone.  ``None``: the amortizer's ``starts``, else
+                :data:`~amorgp.amortizer.multistart.DEFAULT_STARTS` with ``calibrate``
+                and 1 without.
             progress: called as ``progress(stage, done, total)`` while working (see
                 :data:`Progress`), e.g. to drive a progress bar.
 
@@ -306,6 +321,13 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 Xn, yn, structures, self.vocabulary, params, noise, seed=self.seed
             )
             params, noise = cal.params, cal.noise
+        starts = resolve_starts(starts, self.starts, calibrate)
+        start = ["network"] * len(structures)
+        if starts > 1:  # more starts for periodic kernels (amortizer/multistart.py)
+            ms = multistart(
+                Xn, yn, structures, self.vocabulary, params, noise, starts, steps, self.seed
+            )
+            params, noise, start = ms.params, ms.noise, ms.start
         n, K = Xn.shape[0], len(structures)
         terms = [sum(len(a) for a in s.dims) for s in structures]
         dense = self.fits_dense(n, max(terms), graph=False)
@@ -337,6 +359,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 refine_status=status[i],
                 calibrated=calibrate,
                 network=chosen[i],
+                start=start[i],
                 _gp=gps[i],
             )
             for i, s in enumerate(structures)
