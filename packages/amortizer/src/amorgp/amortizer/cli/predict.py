@@ -129,6 +129,14 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write test predictions (CSV, full float precision) here; replaced atomically.",
 )
+@click.option(
+    "--starts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Starts of a kernel with a periodic term (periodogram periods, harmonics; the "
+    "best by likelihood wins); 1: the network's prediction alone.  [default: 8, or 1 "
+    "with --no-calibrate]",
+)
 @inference_options
 def predict(
     data: Path,
@@ -144,6 +152,7 @@ def predict(
     checkpoint: Path | None,
     refine: Refine,
     calibrate: bool,
+    starts: int | None,
 ) -> None:
     """GP predictions on a test set with amortized hyperparameters; RMSE and NLL when targets are known."""
     if (test_path is None) == (split is None):
@@ -167,6 +176,7 @@ def predict(
             training=False,
         )
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    amz.starts = starts
     (result,) = run_inference(amz, train, [kernel], refine)
     check_finite([result])
     t0 = time.perf_counter()
