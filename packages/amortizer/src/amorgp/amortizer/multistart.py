@@ -16,7 +16,8 @@ exact log marginal likelihood:
   the period of every periodic addend of that dimension to the peak's period and its
   lengthscale to :data:`PERIODIC_LENGTHSCALE` (a smooth, nearly sinusoidal shape; the
   network's shape belongs to its own period); an ``SE*PER`` addend's decay lengthscale
-  is raised to at least :data:`DECAY_PERIODS` periods;
+  is raised to at least :data:`DECAY_PERIODS` periods, and the lengthscales of the
+  addends without a period (in every dimension) to at least :data:`TREND_LENGTHSCALE`;
 * ``"harmonic x1/2"``, ``"harmonic x2"``, ``"harmonic x1/3"``: the network's periods
   times a factor, in every dimension;
 * ``"periodogram, lengthscale x0.5"``, ``"... x2"``: the best periodogram start with its
@@ -63,6 +64,7 @@ __all__ = [
     "MAX_FREQUENCIES",
     "PEAKS",
     "PERIODIC_LENGTHSCALE",
+    "TREND_LENGTHSCALE",
     "REFINE_STARTS",
     "MultiStart",
     "check_starts",
@@ -91,6 +93,12 @@ PERIODIC_LENGTHSCALE = 1.0
 
 DECAY_PERIODS = 2.0
 """Least decay lengthscale of an ``SE*PER`` addend in a periodogram start, in periods."""
+
+TREND_LENGTHSCALE = 0.5
+"""Least lengthscale of the addends without a period (``SE``, ``SE*LIN``...) in a
+periodogram start (normalised units: half the input range): the periodic term explains
+the oscillation the network may have given a short lengthscale, and in a product over
+dimensions a short lengthscale elsewhere would decorrelate the periodic one."""
 
 MAX_FREQUENCIES = 2000
 """Most frequencies of the periodogram grid."""
@@ -245,10 +253,11 @@ def period_candidates(X: Tensor, y: Tensor, peaks: int = PEAKS) -> list[tuple[in
 
 
 # -- starts ----------------------------------------------------------------------------------
-def _slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor]:
-    """Per vocabulary id (0 = padding): the slot of the period, of the periodic lengthscale
-    and of the decay (SE) lengthscale of a periodic product, ``-1`` where absent."""
-    period, per_ls, decay = [-1], [-1], [-1]
+def _slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per vocabulary id (0 = padding): the slot of the period, of the periodic lengthscale,
+    of the decay (SE) lengthscale of a periodic product, and of the lengthscale of an
+    addend without a period (a trend), ``-1`` where absent."""
+    period, per_ls, decay, trend = [-1], [-1], [-1], [-1]
     for sym in vocabulary.symbols:
         spec = base_symbol(sym)
         names = list(spec.param_names)
@@ -258,14 +267,17 @@ def _slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor]:
         if not has:
             per_ls.append(-1)
             decay.append(-1)
+            ls = ParamKind.LENGTHSCALE
+            trend.append(kinds.index(ls) if ls in kinds else -1)
             continue
+        trend.append(-1)
         per_ls.append(
             names.index("per_lengthscale")
             if "per_lengthscale" in names
             else names.index("lengthscale")
         )
         decay.append(names.index("se_lengthscale") if "se_lengthscale" in names else -1)
-    return (torch.tensor(t) for t in (period, per_ls, decay))  # type: ignore[return-value]
+    return tuple(torch.tensor(t) for t in (period, per_ls, decay, trend))  # type: ignore[return-value]
 
 
 def _set(params: Tensor, slots: Tensor, where: Tensor, value: Tensor) -> Tensor:
@@ -285,14 +297,15 @@ def _starts_of(
     params: Tensor,
     symbols: Tensor,
     mask: Tensor,
-    tables: tuple[Tensor, Tensor, Tensor],
+    tables: tuple[Tensor, Tensor, Tensor, Tensor],
     candidates: Sequence[tuple[int, float, float]],
     starts: int,
 ) -> list[tuple[str, Tensor]]:
     """Up to ``starts - 1`` alternative starts ``(name, params (D, L, P))`` of one kernel
     (module docstring); ``[]`` without a periodic addend."""
-    period_t, per_ls_t, decay_t = tables
+    period_t, per_ls_t, decay_t, trend_t = tables
     p_slot, l_slot, s_slot = period_t[symbols], per_ls_t[symbols], decay_t[symbols]  # (D, L)
+    t_slot = trend_t[symbols]
     periodic = (p_slot >= 0) & mask
     if not bool(periodic.any()) or starts <= 1:
         return []
@@ -307,6 +320,8 @@ def _starts_of(
         p = _set(p, l_slot, in_dim, torch.tensor(PERIODIC_LENGTHSCALE))
         decay = in_dim & (s_slot >= 0)
         p = _set(p, s_slot, decay, _get(p, s_slot).clamp_min(DECAY_PERIODS * period))
+        trend = (t_slot >= 0) & mask
+        p = _set(p, t_slot, trend, _get(p, t_slot).clamp_min(TREND_LENGTHSCALE))
         pg.append(("periodogram" if not pg else f"periodogram {len(pg) + 1}", p))
         del rank
     harmonics = [

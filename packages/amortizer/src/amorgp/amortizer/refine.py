@@ -1,8 +1,14 @@
 """Refinement of amortized hyperparameters by Type-2 ML (L-BFGS), warm-started at the network.
 
-The objective, transform and optimiser are the baselines' ``GP-ML (L-BFGS)`` fit
-(:func:`amorgp.baselines.fit_type2ml_batch`), imported here on first use only: plain
-amortized inference never imports :mod:`amorgp.baselines`.
+The objective, transform and optimiser are those of the baselines' ``GP-ML (L-BFGS)`` fit
+(:func:`amorgp.baselines.fit_type2ml_batch` with ``space="log"``; its L-BFGS,
+:func:`amorgp.baselines.lbfgs`, is imported here on first use only: plain amortized
+inference never imports :mod:`amorgp.baselines`).  The objective is evaluated by
+:class:`LogMarginalLikelihood`: the inputs' pairwise differences computed once per
+refinement and the gradient in closed form, where the baselines differentiate the
+batched kernel evaluator by autograd; the iterates are the same (the final log marginal
+likelihoods agree to about 1e-10 nats) at a fraction of the time per evaluation
+(``docs/benchmarks/local-optima.md``).
 
 The optimiser moves the log parameters ``log(theta - floor)`` (``space="log"`` of
 :class:`amorgp.baselines.Type2MLSettings`; the objective is the same): the network's
@@ -26,9 +32,16 @@ tolerances stop it); each iteration's strong-Wolfe line search may use up to
 :data:`EVALS_PER_ITERATION` evaluations of the objective, so the iteration count, not an
 evaluation budget, bounds the refinement.  ``refine="auto"`` runs rounds of
 :data:`AUTO_ROUND` iterations, warm-started at the previous round, until the log marginal
-likelihood of a kernel improves by less than :data:`AUTO_RTOL` relatively
-(``Delta <= AUTO_RTOL * max(1, |LML|)``) over a round, L-BFGS converges, or
-:data:`AUTO_MAX_ITERS` iterations have run.
+likelihood of a kernel improves by less than :data:`AUTO_ATOL` nats or :data:`AUTO_RTOL`
+relatively (``Delta <= max(AUTO_ATOL, AUTO_RTOL * |LML|)``) over a round, L-BFGS
+converges, or :data:`AUTO_MAX_ITERS` iterations have run.
+
+With several starts per kernel (:mod:`amorgp.amortizer.multistart`, kernels with a
+periodic term), ``refine="auto"`` first refines the best :data:`~amorgp.amortizer.
+multistart.REFINE_STARTS` starts of each kernel for :data:`STARTS_ROUND` iterations each
+(:func:`refine_starts`) and continues from the best of them: a start that scores lower
+before refinement (a harmonic of the period, a different lengthscale) may lead to the
+higher optimum.
 """
 
 from __future__ import annotations
@@ -56,11 +69,13 @@ if TYPE_CHECKING:
     from amorgp.amortizer.multistart import MultiStart
 
 __all__ = [
+    "AUTO_ATOL",
     "AUTO_MAX_ITERS",
     "AUTO_ROUND",
     "AUTO_RTOL",
     "EVALS_PER_ITERATION",
     "LogMarginalLikelihood",
+    "STARTS_ROUND",
     "Refinement",
     "check_refine",
     "dense_groups",
@@ -80,6 +95,14 @@ AUTO_ROUND = 10
 AUTO_RTOL = 1e-4
 """Relative improvement of the log marginal likelihood over one round below which
 ``refine="auto"`` stops."""
+
+STARTS_ROUND = 5
+"""L-BFGS iterations of each of the best starts before ``refine="auto"`` keeps one."""
+
+AUTO_ATOL = 0.05
+"""Improvement of the log marginal likelihood (nats) over one round below which
+``refine="auto"`` stops, whatever its size (a twentieth of the 1-nat resolution at which
+model comparisons read it)."""
 
 AUTO_MAX_ITERS = 500
 """Most L-BFGS iterations ``refine="auto"`` runs per kernel."""
@@ -167,7 +190,7 @@ def refine(
             iterations[k] += its
             prev = last[k]
             last[k] = lml
-            stalled = prev is not None and lml - prev <= AUTO_RTOL * max(1.0, abs(lml))
+            stalled = prev is not None and lml - prev <= max(AUTO_ATOL, AUTO_RTOL * abs(lml))
             if st != "max_iters" or (steps == "auto" and stalled):
                 status[k] = "converged" if st != "failed" else "failed"
             else:
@@ -455,7 +478,7 @@ def refine_starts(
     structures: Sequence[DimWiseStructure],
     vocabulary: Vocabulary,
     starts: MultiStart,
-    iterations: int = AUTO_ROUND,
+    iterations: int = STARTS_ROUND,
 ) -> MultiStart:
     """The best few starts of each kernel (``starts.alternatives``) refined by ``iterations``
     L-BFGS iterations each, in log space, in one call of :func:`refine`; per kernel the
