@@ -315,7 +315,8 @@ def _starts_of(
     D = params.shape[0]
     net_period = _get(params, p_slot)
     pg: list[tuple[str, Tensor]] = []
-    for rank, (j, period, _) in enumerate(candidates):  # a handful
+    first_dim = periodic
+    for j, period, _ in candidates:  # a handful
         if j >= D or not bool(periodic[j].any()):
             continue
         in_dim = periodic & (torch.arange(D, device=params.device) == j)[:, None]
@@ -326,8 +327,9 @@ def _starts_of(
         p = _set(p, s_slot, decay, _get(p, s_slot).clamp_min(least))
         trend = (t_slot >= 0) & mask
         p = _set(p, t_slot, trend, _get(p, t_slot).clamp_min(TREND_LENGTHSCALE))
+        if not pg:
+            first_dim = in_dim
         pg.append(("periodogram" if not pg else f"periodogram {len(pg) + 1}", p))
-        del rank
     harmonics = [
         (
             f"harmonic {name}",
@@ -340,7 +342,7 @@ def _starts_of(
         name, best = pg[0]
         for f, tag in ((0.5, "x0.5"), (2.0, "x2")):
             ls = _get(best, l_slot) * f
-            rescaled.append((f"{name}, lengthscale {tag}", _set(best, l_slot, periodic, ls)))
+            rescaled.append((f"{name}, lengthscale {tag}", _set(best, l_slot, first_dim, ls)))
     # priority: periodogram peaks and harmonics interleaved, then the rescalings
     order: list[tuple[str, Tensor]] = []
     queues = [pg[:1], pg[1:2], harmonics[:1], pg[2:3], harmonics[1:2], pg[3:], rescaled[:1]]

@@ -485,8 +485,8 @@ def refine_starts(
 
     The best few starts of each kernel (``starts.alternatives``) are refined by
     ``iterations`` L-BFGS iterations each (log space), the better half of each kernel's
-    starts (by exact log marginal likelihood) kept and refined again, until one start per
-    kernel is left: with 3 starts, rounds of 3 and 2.  A kernel with one start is left to
+    starts (by exact log marginal likelihood) kept and refined again, until two are left,
+    of which the better wins: with 3 starts, rounds of 3 and 2.  A kernel with one start is left to
     the refinement that follows.
 
     ``refine="auto"`` then continues from the winner until the objective stops improving
@@ -519,7 +519,7 @@ def refine_starts(
         survivors = []
         for k in sorted({e[0] for e in flat}):  # per kernel: keep the better half
             mine = sorted((i for i, e in enumerate(flat) if e[0] == k), key=lambda i: -score[i])
-            if len(mine) > 1 and math.isfinite(score[mine[1]]):
+            if len(mine) > 2 and math.isfinite(score[mine[1]]):
                 survivors += [
                     (k, flat[i][1], ref.params[i], ref.noise[i])
                     for i in mine[: (len(mine) + 1) // 2]
