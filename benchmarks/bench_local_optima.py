@@ -141,26 +141,41 @@ def reference_fit(X: np.ndarray, y: np.ndarray, kernel: str, dim: int, amz: Amor
 
 
 def run_one(
-    amz: Amortizer, X: np.ndarray, y: np.ndarray, kernel: str, dim: int, sk: bool
+    amz: Amortizer,
+    X: np.ndarray,
+    y: np.ndarray,
+    kernel: str,
+    dim: int,
+    sk: bool,
+    repeats: int = 1,
 ) -> dict[str, Any]:
+    """Every method on one dataset; with ``repeats > 1`` the methods run in turn that many
+    times and each keeps its shortest time (the results do not change)."""
     out: dict[str, Any] = {}
-    for name, kw in zip(METHODS, ({"starts": 1}, {}, {"refine": "auto"}), strict=True):
-        t0 = time.perf_counter()
-        r = amz.infer(X, y, kernel, **kw)
-        lml = r.log_marginal_likelihood
-        out[name] = {
-            "lml": lml,
-            "period": period_of(r, dim),
-            "time": time.perf_counter() - t0,
-            "start": r.start,
-            "offset": r.normalizer.lml_offset(X.shape[0]),
-        }
-    if sk:  # original inputs (its initial period 1 in their units), standardised targets
-        norm = amz._prepare(X, y, [kernel])[0]
-        yn = norm.transform_y(y).numpy()
-        lml, period, dt = sklearn_fit(np.asarray(X, float).reshape(len(yn), -1), yn, kernel)
-        span = float(norm.x_range[dim])
-        out["scikit-learn, 3 restarts"] = {"lml": lml, "period": period / span, "time": dt}
+    for _ in range(repeats):
+        for name, kw in zip(METHODS, ({"starts": 1}, {}, {"refine": "auto"}), strict=True):
+            t0 = time.perf_counter()
+            r = amz.infer(X, y, kernel, **kw)
+            lml = r.log_marginal_likelihood
+            dt = time.perf_counter() - t0
+            out[name] = {
+                "lml": lml,
+                "period": period_of(r, dim),
+                "time": min(dt, out.get(name, {}).get("time", math.inf)),
+                "start": r.start,
+                "offset": r.normalizer.lml_offset(X.shape[0]),
+            }
+        if sk:  # original inputs (its initial period 1 in their units), standardised targets
+            norm = amz._prepare(X, y, [kernel])[0]
+            yn = norm.transform_y(y).numpy()
+            lml, period, dt = sklearn_fit(np.asarray(X, float).reshape(len(yn), -1), yn, kernel)
+            span = float(norm.x_range[dim])
+            best = out.get("scikit-learn, 3 restarts", {}).get("time", math.inf)
+            out["scikit-learn, 3 restarts"] = {
+                "lml": lml,
+                "period": period / span,
+                "time": min(dt, best),
+            }
     return out
 
 
@@ -250,6 +265,8 @@ def report(res: dict[str, Any], out: Path) -> None:
         "",
         "## Airline (`SE + SE*PER`, 144 monthly points)",
         "",
+        f"Times: the shortest of {res['repeats']} runs, the methods in turn.",
+        "",
         "| method | log marginal likelihood (original units) | period (years) | winning start "
         "| time (s) | time / scikit-learn |",
         "|---|---:|---:|---|---:|---:|",
@@ -335,12 +352,12 @@ def report(res: dict[str, Any], out: Path) -> None:
     js.with_suffix(".json.tmp").replace(js)
 
 
-def airline(amz: Amortizer, cache: dict) -> dict[str, Any]:
+def airline(amz: Amortizer, cache: dict, repeats: int) -> dict[str, Any]:
     table = read_csv(AIRLINE, None)
     X, y = table.X, table.y
     assert y is not None
     kernel = "SE + SE*PER"
-    out = run_one(amz, X, y, kernel, 0, sk=True)
+    out = run_one(amz, X, y, kernel, 0, sk=True, repeats=repeats)
     norm = amz._prepare(X, y, [kernel])[0]
     offset = norm.lml_offset(X.shape[0])
     span = float(norm.x_range[0])
@@ -382,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
         "config": "quick run" if a.quick else "full run",
         "repeats": a.repeats,
     }
-    res["airline"] = airline(amz, cache)
+    res["airline"] = airline(amz, cache, a.repeats)
     rows = []
     for c in planted_cases(a.quick):
         X, y, kernel, dim = make_case(c)

@@ -212,3 +212,26 @@ def test_estimator_starts(amz: Amortizer) -> None:
     assert one.result_.start == "network"
     assert many.result_.start == amz.infer(x, y, "SE + PER").start
     assert many.get_params()["starts"] is None
+
+
+def test_above_the_scoring_subset_the_winner_is_calibrated_on_all_points(amz: Amortizer) -> None:
+    """With more than ``SCORE_POINTS`` points the starts are scored on a subset; the winner's
+    scale and noise are then the exact Type-2 ML ones on all points (scipy, dense)."""
+    from scipy.optimize import minimize
+
+    from amorgp.amortizer.multistart import SCORE_POINTS
+
+    x, y = _planted_1d(n=SCORE_POINTS + 144, seed=14)
+    r = amz.infer(x, y, "SE + PER")
+    assert r.start.startswith("periodogram")
+    assert _periods(r, 0)[0] == pytest.approx(2.3, rel=0.03)
+    norm = r.normalizer
+    Xn, yn = norm.transform_x(x).numpy(), norm.transform_y(y).numpy()
+    K = r.kernel.reference(Xn, Xn, r.params.numpy())
+
+    def nll(t: np.ndarray) -> float:
+        cov = np.exp(t[0]) * K + np.exp(t[1]) * np.eye(len(yn))
+        return -float(multivariate_normal(np.zeros(len(yn)), cov).logpdf(yn))
+
+    best = minimize(nll, [0.0, np.log(r.noise)], method="L-BFGS-B")
+    assert -nll(np.array([0.0, np.log(r.noise)])) == pytest.approx(-best.fun, abs=1e-3)
