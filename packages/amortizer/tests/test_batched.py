@@ -48,7 +48,7 @@ def test_batched_path_matches_the_per_kernel_dense_reference(
     posterior that factors its own matrix), and the likelihood a numpy oracle's."""
     X, y = _data(60, 2)
     Xt = _data(15, 2, seed=3)[0]
-    fast = amz.infer_many(X, y, KERNELS, calibrate=calibrated)
+    fast = amz.infer_many(X, y, KERNELS, calibrate=calibrated, starts=1)
     norm, Xn, yn, st = amz._prepare(X, y, KERNELS)
     params, noise, _, _ = amz._predict(Xn, yn, st)
     if calibrated:
@@ -69,6 +69,26 @@ def test_batched_path_matches_the_per_kernel_dense_reference(
         torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-10)
         torch.testing.assert_close(var, ref_var, rtol=1e-9, atol=1e-10)
         assert r.posterior.factorizations == 1  # predictions reuse the batched factor
+
+
+def test_multistart_winners_are_factored_once_at_their_own_parameters(amz: Amortizer) -> None:
+    """With several starts (the default), a kernel whose winner is not the network's
+    prediction is factored again at the winner's parameters: its likelihood is the numpy
+    oracle's at the returned parameters, and predictions reuse that one factor."""
+    X, y = _data(60, 2)
+    Xt = _data(15, 2, seed=3)[0]
+    fits = amz.infer_many(X, y, KERNELS)
+    norm, Xn, yn, st = amz._prepare(X, y, KERNELS)
+    for s, r in zip(st, fits, strict=True):
+        expect = _oracle_lml(Xn.numpy(), yn.numpy(), s, r.params.numpy(), r.noise)
+        assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-8)
+        ref = ConditionedGP(s, r.params, r.noise, Xn, yn, memory_budget=2**30)
+        Xq = norm.transform_x(torch.as_tensor(Xt)).to(Xn)
+        mean, var = r._predict_normalized(Xq, include_noise=True)
+        ref_mean, ref_var = ref.predict(Xq, include_noise=True)
+        torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(var, ref_var, rtol=1e-9, atol=1e-10)
+        assert r.posterior.factorizations == 1
 
 
 def test_score_matches_a_dense_oracle() -> None:

@@ -99,6 +99,9 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         calibrate: set the kernel's global scale and the noise to their exact Type-2 ML
             values after the network (the default; see :mod:`amorgp.amortizer.calibrate`);
             ``False``: the network's prediction alone.
+        starts: starts of a kernel with a periodic term (periodogram periods,
+            harmonics...; :mod:`amorgp.amortizer.multistart`); ``None``: 8 with
+            ``calibrate``, 1 (the network's prediction) without.
         checkpoint: checkpoint directory; ``None`` for the bundled default.
         device: ``"cpu"``, ``"cuda"``; ``None`` picks CUDA when available.
         encoder_points: most points the dataset encoder reads (``None``: the
@@ -132,6 +135,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         *,
         refine: int | Literal["auto"] = 0,
         calibrate: bool = True,
+        starts: int | None = None,
         checkpoint: str | None = None,
         device: str | None = None,
         encoder_points: int | None = None,
@@ -140,6 +144,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.kernel = kernel
         self.refine = refine
         self.calibrate = calibrate
+        self.starts = starts
         self.checkpoint = checkpoint
         self.device = device
         self.encoder_points = encoder_points
@@ -159,7 +164,9 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             X, y = _validate_data(self, X, y, ensure_min_samples=MIN_POINTS, y_numeric=True)
         Xa, ya = as_dataset(_as_2d(X), _host(y), min_points=MIN_POINTS, training=True)
         amz = self._amortizer()
-        result = amz.infer(Xa, ya, self.kernel, refine=self.refine, calibrate=self.calibrate)
+        result = amz.infer(
+            Xa, ya, self.kernel, refine=self.refine, calibrate=self.calibrate, starts=self.starts
+        )
         self.result_: KernelResult = result
         self.n_features_in_ = Xa.shape[1]
         self.X_train_: np.ndarray = Xa.numpy().copy()

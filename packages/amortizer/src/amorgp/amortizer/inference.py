@@ -24,6 +24,7 @@ from amorgp.amortizer.calibrate import check_calibrate
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.forward import warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
+from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
 from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.prediction import NetworkPrediction
 from amorgp.amortizer.refine import check_refine, refine_in_groups
@@ -111,6 +112,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             network's prediction alone (the paper's amortized method; at ``n = 500``,
             ``d = 6`` about 1.5x faster for ``SE`` and 1.75x for ``SE + PER``, process
             CPU time on one thread).
+        starts: the default of :meth:`infer_many`'s ``starts`` (``None``: see there).
 
     Example:
         >>> import numpy as np
@@ -135,6 +137,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         candidates: Mapping[str, AmortizationNetwork] | None = None,
         name: str = "primary",
         calibrate: bool = True,
+        starts: int | None = None,
     ) -> None:
         if not isinstance(model, AmortizationNetwork):
             raise OptionError(
@@ -144,6 +147,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.calibrate = check_calibrate(calibrate)
+        self.starts = None if starts is None else check_starts(starts)
         self.meta: dict[str, Any] = dict(meta or {})
         train = _section(self.meta, "train")
         if encoder_points is None:
@@ -243,6 +247,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         calibrate: bool | None = None,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
+        starts: int | None = None,
     ) -> KernelResult:
         """Hyperparameters of one kernel (see :meth:`infer_many`)."""
         return self.infer_many(
@@ -253,6 +258,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             calibrate=calibrate,
             evaluate_lml=evaluate_lml,
             progress=progress,
+            starts=starts,
         )[0]
 
     def infer_many(
@@ -265,6 +271,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         calibrate: bool | None = None,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
+        starts: int | None = None,
     ) -> list[KernelResult]:
         """Hyperparameters of several kernels on one dataset in one batch.
 
@@ -291,6 +298,14 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 matrix within :data:`~amorgp.amortizer.batched.CHUNK_BYTES`) the kernel
                 matrices of all kernels are evaluated in one call, shared by the
                 calibration, and factored together (:mod:`amorgp.amortizer.batched`).
+            starts: starts per kernel with a periodic term, the network's prediction
+                included: the periodogram's periods, harmonics and lengthscale rescalings,
+                each calibrated, the best by exact log marginal likelihood kept
+                (:mod:`amorgp.amortizer.multistart`; ``KernelResult.start`` names the
+                winner; ``refine="auto"`` refines the best few).  ``1``: the prediction
+                alone.  ``None``: the amortizer's ``starts``, else
+                :data:`~amorgp.amortizer.multistart.DEFAULT_STARTS` with ``calibrate``
+                and 1 without.
             progress: called as ``progress(stage, done, total)`` while working (see
                 :data:`Progress`), e.g. to drive a progress bar.
 
@@ -318,6 +333,8 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         params, noise, n_enc, chosen = self._predict(Xn, yn, structures)
         if progress is not None:
             progress("network", 1, 1)
+        starts = resolve_starts(starts, self.starts, calibrate)
+        start = ["network"] * len(structures)
         n, K = Xn.shape[0], len(structures)
         terms = [sum(len(a) for a in s.dims) for s in structures]
         dense = self.fits_dense(n, max(terms), graph=False)
@@ -336,14 +353,33 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             params, noise, factors = self._calibrate_and_factor(
                 Xn, yn, structures, params, noise, calibrate
             )
-            # a step that tries more parameter sets per kernel goes here: score them with
-            # batched.score against each factor's lml, re-factor winners with self._factor
+            if starts > 1:  # more starts for periodic kernels (amortizer/multistart.py)
+                ms = multistart(
+                    Xn, yn, structures, self.vocabulary, params, noise, starts, steps, self.seed
+                )
+                moved = [
+                    i
+                    for i in range(K)
+                    if not (torch.equal(ms.params[i], params[i]) and ms.noise[i] == noise[i])
+                ]
+                params, noise, start = ms.params, ms.noise, ms.start
+                if moved:  # the kernels whose winner is another start: factored again
+                    again = self._factor(
+                        Xn, yn, [structures[i] for i in moved], params[moved], noise[moved]
+                    )
+                    for i, f in zip(moved, again, strict=True):
+                        factors[i] = f
         else:
             if calibrate:
                 cal = calibrate_scale_noise(
                     Xn, yn, structures, self.vocabulary, params, noise, seed=self.seed
                 )
                 params, noise = cal.params, cal.noise
+            if starts > 1:  # more starts for periodic kernels (amortizer/multistart.py)
+                ms = multistart(
+                    Xn, yn, structures, self.vocabulary, params, noise, starts, steps, self.seed
+                )
+                params, noise, start = ms.params, ms.noise, ms.start
             if steps != 0:
                 groups = self.refine_groups(n, terms, steps)
                 ref = refine_in_groups(
@@ -375,6 +411,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 refine_status=status[i],
                 calibrated=calibrate,
                 network=chosen[i],
+                start=start[i],
                 _gp=gps[i],
             )
             for i, s in enumerate(structures)

@@ -1,8 +1,14 @@
 """Refinement of amortized hyperparameters by Type-2 ML (L-BFGS), warm-started at the network.
 
-The objective, transform and optimiser are the baselines' ``GP-ML (L-BFGS)`` fit
-(:func:`amorgp.baselines.fit_type2ml_batch`), imported here on first use only: plain
-amortized inference never imports :mod:`amorgp.baselines`.
+The objective, transform and optimiser are those of the baselines' ``GP-ML (L-BFGS)`` fit
+(:func:`amorgp.baselines.fit_type2ml_batch` with ``space="log"``; its L-BFGS,
+:func:`amorgp.baselines.lbfgs`, is imported here on first use only: plain amortized
+inference never imports :mod:`amorgp.baselines`).  The objective is evaluated by
+:class:`LogMarginalLikelihood`: the inputs' pairwise differences computed once per
+refinement and the gradient in closed form, where the baselines differentiate the
+batched kernel evaluator by autograd; the iterates are the same (the final log marginal
+likelihoods agree to about 1e-10 nats) at a fraction of the time per evaluation
+(``docs/benchmarks/local-optima.md``).
 
 The optimiser moves the log parameters ``log(theta - floor)`` (``space="log"`` of
 :class:`amorgp.baselines.Type2MLSettings`; the objective is the same): the network's
@@ -26,33 +32,56 @@ tolerances stop it); each iteration's strong-Wolfe line search may use up to
 :data:`EVALS_PER_ITERATION` evaluations of the objective, so the iteration count, not an
 evaluation budget, bounds the refinement.  ``refine="auto"`` runs rounds of
 :data:`AUTO_ROUND` iterations, warm-started at the previous round, until the log marginal
-likelihood of a kernel improves by less than :data:`AUTO_RTOL` relatively
-(``Delta <= AUTO_RTOL * max(1, |LML|)``) over a round, L-BFGS converges, or
-:data:`AUTO_MAX_ITERS` iterations have run.
+likelihood of a kernel improves by less than :data:`AUTO_ATOL` nats or :data:`AUTO_RTOL`
+relatively (``Delta <= max(AUTO_ATOL, AUTO_RTOL * |LML|)``) over a round, L-BFGS
+converges, or :data:`AUTO_MAX_ITERS` iterations have run.
+
+With several starts per kernel (:mod:`amorgp.amortizer.multistart`, kernels with a
+periodic term), ``refine="auto"`` first refines the best :data:`~amorgp.amortizer.
+multistart.REFINE_STARTS` starts of each kernel by successive halving (rounds of
+:data:`STARTS_ROUND` iterations, the better half kept after each; :func:`refine_starts`)
+and continues from the last one left: a start that scores lower before refinement (a
+harmonic of the period, a different lengthscale) may lead to the higher optimum.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
+from amorgp.kernel_grammar import (
+    FLOORS,
+    BaseSymbol,
+    DimWiseStructure,
+    OptionError,
+    ParamKind,
+    Vocabulary,
+    base_symbol,
+)
+
+if TYPE_CHECKING:
+    from amorgp.amortizer.multistart import MultiStart
 
 __all__ = [
+    "AUTO_ATOL",
     "AUTO_MAX_ITERS",
     "AUTO_ROUND",
     "AUTO_RTOL",
     "EVALS_PER_ITERATION",
+    "LogMarginalLikelihood",
+    "STARTS_ROUND",
     "Refinement",
     "check_refine",
     "dense_groups",
     "refine",
     "refine_in_groups",
+    "refine_starts",
 ]
 
 EVALS_PER_ITERATION = 25
@@ -66,6 +95,15 @@ AUTO_ROUND = 10
 AUTO_RTOL = 1e-4
 """Relative improvement of the log marginal likelihood over one round below which
 ``refine="auto"`` stops."""
+
+STARTS_ROUND = 5
+"""L-BFGS iterations of a round of successive halving over the best starts
+(:func:`refine_starts`)."""
+
+AUTO_ATOL = 0.05
+"""Improvement of the log marginal likelihood (nats) over one round below which
+``refine="auto"`` stops, whatever its size (a twentieth of the 1-nat resolution at which
+model comparisons read it)."""
 
 AUTO_MAX_ITERS = 500
 """Most L-BFGS iterations ``refine="auto"`` runs per kernel."""
@@ -97,12 +135,15 @@ class Refinement:
         noise: ``(K,)`` refined noise variances.
         iterations: L-BFGS iterations run per kernel.
         status: per kernel ``"converged"``, ``"max_iters"`` or ``"failed"``.
+        log_marginal_likelihood: per kernel, the exact log marginal likelihood at the
+            refined parameters (``nan`` where no iteration ran).
     """
 
     params: Tensor
     noise: Tensor
     iterations: list[int]
     status: list[str]
+    log_marginal_likelihood: list[float] = field(default_factory=list)
 
 
 def refine(
@@ -127,48 +168,30 @@ def refine(
 
     A kernel whose refinement fails keeps its last finite iterate.
     """
-    from amorgp.baselines import Type2MLSettings, fit_type2ml_batch
-    from amorgp.lazy_kernels import PaddedBatch
-
     X64, y64 = (t.detach().to("cpu", torch.float64) for t in (Xn, yn))
-    batch = PaddedBatch.from_datasets([(X64, y64)] * len(structures), list(structures), vocabulary)
-    D, L, P = batch.param_shape[1:]
-    cur = params.detach().to("cpu", torch.float64)[:, :D, :L, :P].clone()
+    D = max(s.n_dims for s in structures)
+    L = max(s.max_addends for s in structures)
+    P = params.shape[-1]
+    cur = params.detach().to("cpu", torch.float64)[:, :D, :L].clone()
     cur_noise = noise.detach().to("cpu", torch.float64).clone()
     K = len(structures)
     budget = AUTO_MAX_ITERS if steps == "auto" else steps
     per_round = AUTO_ROUND if steps == "auto" else steps
     iterations, status = [0] * K, ["max_iters"] * K
+    objectives = [LogMarginalLikelihood(X64, y64, s) for s in structures]
+    z = [f.to_log(cur[k], cur_noise[k]) for k, f in enumerate(objectives)]
     active = list(range(K))
     last: list[float | None] = [None] * K
     done = 0
     while active and done < budget:
         n_iter = min(per_round, budget - done)
-        sub = batch
-        if len(active) < K:  # the kernels still improving, re-padded
-            sub = PaddedBatch.from_datasets(
-                [(X64, y64)] * len(active), [structures[k] for k in active], vocabulary
-            )
-        sd, sl, sp = sub.param_shape[1:]
-        fit = fit_type2ml_batch(
-            sub,
-            Type2MLSettings(
-                optimizer="lbfgs",
-                max_iters=n_iter,
-                max_evals=n_iter * EVALS_PER_ITERATION,
-                space="log",
-            ),
-            init=(cur[active][:, :sd, :sl, :sp], cur_noise[active]),
-        )
         still = []
-        for j, k in enumerate(active):  # per-kernel bookkeeping, K small
-            cur[k, :sd, :sl, :sp], cur_noise[k] = fit.params[j], fit.noise[j]
-            iterations[k] += int(fit.iterations[j])
-            st = fit.status(j)
-            lml = float(fit.log_marginal_likelihood[j])
+        for k in active:  # one L-BFGS run per kernel (its own line search)
+            z[k], lml, its, st = objectives[k].maximise(z[k], n_iter)
+            iterations[k] += its
             prev = last[k]
             last[k] = lml
-            stalled = prev is not None and lml - prev <= AUTO_RTOL * max(1.0, abs(lml))
+            stalled = prev is not None and lml - prev <= max(AUTO_ATOL, AUTO_RTOL * abs(lml))
             if st != "max_iters" or (steps == "auto" and stalled):
                 status[k] = "converged" if st != "failed" else "failed"
             else:
@@ -177,9 +200,226 @@ def refine(
         done += n_iter
         if progress is not None:
             progress("refine", min(done, budget), budget)
+    for k, f in enumerate(objectives):
+        p, nz = f.from_log(z[k])
+        cur[k, : p.shape[0], : p.shape[1], : p.shape[2]] = p
+        cur_noise[k] = nz
     out = params.detach().clone()
-    out[:, :D, :L, :P] = cur.to(device=params.device, dtype=params.dtype)
-    return Refinement(out, cur_noise.to(device=noise.device, dtype=noise.dtype), iterations, status)
+    out[:, :D, :L, :P] = cur[..., :P].to(device=params.device, dtype=params.dtype)
+    lmls = [math.nan if v is None else v for v in last]
+    return Refinement(
+        out, cur_noise.to(device=noise.device, dtype=noise.dtype), iterations, status, lmls
+    )
+
+
+class LogMarginalLikelihood:
+    """The exact log marginal likelihood of one kernel structure on fixed data, as a
+    function of its log parameters ``z = log(theta - floor)`` (the transform's floors), for
+    L-BFGS.
+
+    The same objective as :func:`amorgp.baselines.fit_type2ml_batch` with ``space="log"``
+    (which :func:`refine` used before), evaluated with less work per step: the pairwise
+    differences of every input dimension are computed once, each addend's kernel and its
+    derivatives are a few element-wise operations on them (``SE``, ``LIN``, ``PER``,
+    ``MAT52``, ``RQ`` and their products), and the gradient is in closed form
+    (:meth:`value_and_grad`), one Cholesky and one inverse per evaluation.
+
+    Args:
+        X: ``(n, d)`` normalised inputs (float64).
+        y: ``(n,)`` targets.
+        structure: the kernel structure.
+    """
+
+    def __init__(self, X: Tensor, y: Tensor, structure: DimWiseStructure) -> None:
+        self.X, self.y, self.structure = X, y, structure
+        self.terms: list[tuple[int, int, BaseSymbol]] = [
+            (j, l, base_symbol(sym))
+            for j, dim in enumerate(structure.dims)
+            for l, sym in enumerate(dim)  # noqa: E741
+        ]
+        self.floors = torch.tensor(
+            [FLOORS[kind] for _, _, b in self.terms for kind in b.param_kinds]
+            + [FLOORS[ParamKind.NOISE]],
+            dtype=torch.float64,
+        )
+        dims = sorted({j for j, _, _ in self.terms})
+        self.r = {j: X[:, j, None] - X[None, :, j] for j in dims}
+        self.xx = {j: X[:, j, None] * X[None, :, j] for j in dims}
+        self.r2 = {j: r.square() for j, r in self.r.items()}
+
+    def to_log(self, params: Tensor, noise: Tensor) -> Tensor:
+        """``z (m,)`` of ``params (D, L, P)`` (the structure's slots) and ``noise``."""
+        theta = [params[j, a, : len(b.params)] for j, a, b in self.terms]
+        flat = torch.cat([*theta, noise.reshape(1)])
+        return (flat - self.floors).clamp_min(1e-300).log()
+
+    def from_log(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """``(params (D, L, P), noise)`` of ``z`` (unused slots 1)."""
+        theta = self.floors + z.detach().exp()
+        D, L = self.structure.n_dims, self.structure.max_addends
+        P = max(len(b.params) for _, _, b in self.terms)
+        params = torch.ones(D, L, P, dtype=torch.float64)
+        i = 0
+        for j, a, b in self.terms:  # a few addends
+            params[j, a, : len(b.params)] = theta[i : i + len(b.params)]
+            i += len(b.params)
+        return params, theta[-1]
+
+    def value(self, z: Tensor) -> Tensor:
+        """The log marginal likelihood at ``z (m,)``, differentiable with respect to ``z``
+        (gradient in closed form, see :meth:`value_and_grad`; NaN on failure)."""
+        return _LogMarginalLikelihoodFn.apply(z, self)
+
+    def value_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """The log marginal likelihood at ``z (m,)`` and its gradient ``(m,)``.
+
+        With ``A = K + sigma^2 I``, ``alpha = A^-1 y`` and ``W = (alpha alpha^T - A^-1) / 2``,
+        ``d LML / d theta = sum(W * dK / d theta)`` (``trace W`` for the noise); ``K`` is
+        the product over dimensions of the sums ``S_j`` of their addends, so an addend of
+        dimension ``j`` contributes ``sum(W * prod_{i != j} S_i * dk / d theta)``; each
+        ``dk / d theta`` is element-wise (``SE``: ``k r^2 / l^3``; ``PER``: ``k s^2 / l^3``
+        and ``k s cos(pi r / p) pi r / (p^2 l^2)`` with ``s = sin(pi r / p)``...).
+        ``d theta / d z = theta - floor``.  Float64; one Cholesky and one inverse.
+        """
+        with torch.no_grad():
+            theta = self.floors + z.detach().exp()
+            parts: dict[int, list[tuple[Tensor, list[tuple[int, Tensor]]]]] = {}
+            i = 0
+            for j, _, b in self.terms:  # a few addends
+                k, grads = self._addend_and_grads(j, b, theta[i : i + len(b.params)], i)
+                parts.setdefault(j, []).append((k, grads))
+                i += len(b.params)
+            sums = {j: sum(k for k, _ in lst[1:]) + lst[0][0] for j, lst in parts.items()}
+            K = None
+            for S in sums.values():
+                K = S if K is None else K * S
+            assert K is not None
+            nan = torch.full_like(theta, math.nan)
+            n = K.shape[0]
+            A = K + theta[-1] * torch.eye(n, dtype=K.dtype)
+            if not bool(torch.isfinite(A).all()):
+                return z.new_tensor(math.nan), nan
+            Lc, info = torch.linalg.cholesky_ex(A)
+            if int(info) != 0:
+                return z.new_tensor(math.nan), nan
+            alpha = torch.cholesky_solve(self.y[:, None], Lc)[:, 0]
+            lml = -0.5 * (
+                (self.y * alpha).sum()
+                + 2.0 * Lc.diagonal().log().sum()
+                + n * math.log(2.0 * math.pi)
+            )
+            W = 0.5 * (alpha[:, None] * alpha[None, :] - torch.cholesky_inverse(Lc))
+            grad = torch.zeros_like(theta)
+            for j, lst in parts.items():  # dimensions
+                Wj = W
+                for i2, S in sums.items():
+                    if i2 != j:
+                        Wj = Wj * S
+                for _, grads in lst:
+                    for idx, dk in grads:
+                        grad[idx] = torch.dot(Wj.reshape(-1), dk.reshape(-1))
+            grad[-1] = W.diagonal().sum()
+            return lml, grad * (theta - self.floors)
+
+    def _addend_and_grads(
+        self, j: int, b: BaseSymbol, v: Tensor, first: int
+    ) -> tuple[Tensor, list[tuple[int, Tensor]]]:
+        """One addend's kernel and its derivatives ``[(index in theta, dk / d theta)]``
+        (an ``int`` derivative is a constant: ``1``)."""
+        names = list(b.param_names)
+        values = dict(zip(names, v, strict=True))
+        at = {name: first + i for i, name in enumerate(names)}
+        r, xx = self.r[j], self.xx[j]
+        if b.factors == ("LIN",):
+            k = values["variance"] * xx + values["offset"]
+            return k, [(at["variance"], xx), (at["offset"], torch.ones_like(xx))]
+        units: list[Tensor] = []
+        dunits: list[list[tuple[str, Tensor]]] = []
+        for f in b.factors:
+            p = {name: values[full] for name, full in b.factor_param_names(f).items()}
+            full = b.factor_param_names(f)
+            if f == "SE":
+                ell = p["lengthscale"]
+                r2 = self.r2[j]
+                t = (r2 * (-0.5 / ell.square())).exp()
+                d = [(full["lengthscale"], t * r2 * (1.0 / ell**3))]
+            elif f == "LIN":
+                t = xx + p["offset"]
+                d = [(full["offset"], torch.ones_like(t))]
+            elif f == "PER":
+                ell, per = p["lengthscale"], p["period"]
+                w = r * (math.pi / per)
+                sn = torch.sin(w)
+                sn2 = sn.square()
+                t = (sn2 * (-0.5 / ell.square())).exp()
+                d = [
+                    (full["lengthscale"], t * sn2 * (1.0 / ell**3)),
+                    (full["period"], t * sn * torch.cos(w) * w * (1.0 / (per * ell.square()))),
+                ]
+            elif f == "MAT52":
+                ell = p["lengthscale"]
+                a = r.abs() * (math.sqrt(5.0) / ell)
+                e = (-a).exp()
+                t = (1.0 + a + a.square() / 3.0) * e
+                d = [(full["lengthscale"], a.square() * (1.0 + a) * e / (3.0 * ell))]
+            elif f == "RQ":
+                ell, al = p["lengthscale"], p["alpha"]
+                q = self.r2[j] * (1.0 / (2.0 * al * ell.square()))
+                t = (1.0 + q).pow(-al)
+                d = [
+                    (full["lengthscale"], t * 2.0 * al * q / (ell * (1.0 + q))),
+                    (full["alpha"], t * (q / (1.0 + q) - torch.log1p(q))),
+                ]
+            else:  # pragma: no cover - the registry's elementary kernels are listed above
+                raise OptionError(f"refinement does not know the elementary kernel {f!r}")
+            units.append(t)
+            dunits.append(d)
+        var = values["variance"]
+        unit = units[0] if len(units) == 1 else units[0] * units[1]
+        grads = [(at["variance"], unit)]
+        for fi, d in enumerate(dunits):
+            other = var if len(units) == 1 else var * units[1 - fi]
+            grads.extend((at[name], other * dt) for name, dt in d)
+        return var * unit, grads
+
+    def maximise(self, z: Tensor, iterations: int) -> tuple[Tensor, float, int, str]:
+        """At most ``iterations`` L-BFGS iterations (strong Wolfe, up to
+        :data:`EVALS_PER_ITERATION` evaluations each) from ``z``: ``(z, lml, iterations
+        run, status)``, status ``"converged"``, ``"max_iters"`` or ``"failed"`` (the last
+        finite iterate is kept)."""
+        from amorgp.baselines import lbfgs
+
+        res = lbfgs(
+            [z],
+            lambda p: -self.value(p[0]),
+            max_iters=iterations,
+            max_evals=iterations * EVALS_PER_ITERATION,
+        )
+        z_new = res.params[0].detach()
+        with torch.no_grad():
+            lml = float(self.value(z_new))
+        failed = res.failed or not math.isfinite(lml)
+        if failed and not math.isfinite(lml):
+            z_new = z
+            with torch.no_grad():
+                lml = float(self.value(z))
+        status = "failed" if failed else ("converged" if res.converged else "max_iters")
+        return z_new, lml, int(res.iterations), status
+
+
+class _LogMarginalLikelihoodFn(torch.autograd.Function):
+    """:meth:`LogMarginalLikelihood.value_and_grad` as an autograd function of ``z``."""
+
+    @staticmethod
+    def forward(ctx: Any, z: Tensor, objective: LogMarginalLikelihood) -> Tensor:
+        value, grad = objective.value_and_grad(z)
+        ctx.save_for_backward(grad)
+        return value
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None]:
+        (grad,) = ctx.saved_tensors
+        return grad_out * grad, None
 
 
 def dense_groups(terms: Sequence[int], fits: Callable[[int], bool]) -> list[list[int]] | None:
@@ -231,3 +471,70 @@ def refine_in_groups(
         for j, i in enumerate(idx):
             iterations[i], status[i] = ref.iterations[j], ref.status[j]
     return Refinement(params, noise, iterations, status)
+
+
+def refine_starts(
+    Xn: Tensor,
+    yn: Tensor,
+    structures: Sequence[DimWiseStructure],
+    vocabulary: Vocabulary,
+    starts: MultiStart,
+    iterations: int = STARTS_ROUND,
+) -> MultiStart:
+    """The best start of each kernel after refinement, by successive halving.
+
+    The best few starts of each kernel (``starts.alternatives``) are refined by
+    ``iterations`` L-BFGS iterations each (log space), the better half of each kernel's
+    starts (by exact log marginal likelihood) kept and refined again, until two are left,
+    of which the better wins: with 3 starts, rounds of 3 and 2.  A kernel with one start is left to
+    the refinement that follows.
+
+    ``refine="auto"`` then continues from the winner until the objective stops improving
+    (:func:`refine`), so a start that is better only after refinement is found: on a
+    planted period of a third of the range (3-D input) the periodogram's start scored
+    below the doubled network period after 5 iterations (29.2 against 35.3) and above it
+    after 10 (48.1 against 37.0), where it ends 23 nats higher.
+    """
+    flat = [
+        (k, name, p, nz)
+        for k, alt in enumerate(starts.alternatives)
+        if len(alt) > 1
+        for name, p, nz in alt
+    ]
+    if not flat:
+        return starts
+    new_params, new_noise = starts.params.clone(), starts.noise.clone()
+    names, lmls = list(starts.start), starts.log_marginal_likelihood.clone()
+    P = starts.params.shape[-1]
+    while flat:
+        D = max(p.shape[0] for _, _, p, _ in flat)
+        L = max(p.shape[1] for _, _, p, _ in flat)
+        params = starts.params.new_ones(len(flat), D, L, P)
+        for i, (_, _, p, _) in enumerate(flat):  # a few starts
+            params[i, : p.shape[0], : p.shape[1], : p.shape[2]] = p
+        noise = torch.stack([nz for _, _, _, nz in flat]).to(starts.noise)
+        group = [structures[k] for k, _, _, _ in flat]
+        ref = refine(Xn, yn, group, vocabulary, params, noise, iterations)
+        score = [v if math.isfinite(v) else -math.inf for v in ref.log_marginal_likelihood]
+        survivors = []
+        for k in sorted({e[0] for e in flat}):  # per kernel: keep the better half
+            mine = sorted((i for i, e in enumerate(flat) if e[0] == k), key=lambda i: -score[i])
+            if len(mine) > 2 and math.isfinite(score[mine[1]]):
+                survivors += [
+                    (k, flat[i][1], ref.params[i], ref.noise[i])
+                    for i in mine[: (len(mine) + 1) // 2]
+                ]
+                continue
+            i = mine[0]
+            if math.isfinite(score[i]):
+                p = ref.params[i]
+                d, a = min(p.shape[0], new_params.shape[1]), min(p.shape[1], new_params.shape[2])
+                new_params[k] = 1.0
+                new_params[k, :d, :a] = p[:d, :a]
+                new_noise[k] = ref.noise[i]
+                names[k] = flat[i][1]
+                lmls[k] = score[i]
+        flat = survivors
+    return replace(
+        starts, params=new_params, noise=new_noise, start=names, log_marginal_likelihood=lmls
+    )

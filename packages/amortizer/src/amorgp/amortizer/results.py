@@ -183,6 +183,8 @@ class KernelResult(KernelFit):
         network: the name of the network whose prediction this is (the amortizer's
             primary network, or the candidate with the highest log marginal likelihood;
             see :mod:`amorgp.amortizer.selection`).
+        start: which start won (:mod:`amorgp.amortizer.multistart`): ``"network"``,
+            ``"periodogram"``, ``"harmonic x2"``...
 
     :attr:`log_marginal_likelihood` is computed by :meth:`Amortizer.infer_many
     <amorgp.amortizer.inference.Amortizer.infer_many>` when the dense backend applies (or
@@ -196,6 +198,7 @@ class KernelResult(KernelFit):
     refine_status: str = "none"
     calibrated: bool = False
     network: str = "primary"
+    start: str = "network"
     _gp: ConditionedGP | None = field(default=None, repr=False)
 
     @property
@@ -256,4 +259,5 @@ class KernelResult(KernelFit):
             "calibrated": self.calibrated,
             "encoder_points": self.encoder_points,
             "network": self.network,
+            "start": self.start,
         }

@@ -61,6 +61,8 @@ def _report(results: list[Any], baseline: list[Any] | None, n: int) -> None:
             lml.append(baseline[i].log_marginal_likelihood + offset)
         emit(f"  {'noise variance':<30}" + "".join(f"{fmt(v):>13}" for v in noise))
         emit(f"  {'log marginal likelihood':<30}" + "".join(f"{v:>13.2f}" for v in lml))
+        if r.start != "network":
+            emit(f"  {'amortized start':<30}{r.start}")
 
 
 @click.command("demo", cls=AmorgpCommand)
@@ -145,9 +147,16 @@ def demo(
     if baseline is not None:
         line += f", Type-2 ML (Adam, <= 150 steps) {1e3 * t_baseline:.1f} ms, speed-up x{t_baseline / t_amortized:.1f}"
     emit(line)
+    best = max(range(len(results)), key=lambda i: results[i].log_marginal_likelihood)
+    periods = [h.original for h in results[best].table if h.name.endswith("period")]
+    if periods:
+        emit(
+            f"best amortized kernel: {results[best].kernel_text}, period "
+            + ", ".join(f"{p:.3f}" for p in periods if p is not None)
+            + f" years (start: {results[best].start})"
+        )
     if not no_plot:
         from amorgp.amortizer.cli._plots import plot_demo
 
-        best = max(range(len(results)), key=lambda i: results[i].log_marginal_likelihood)
         plot_demo(plot_path, table, results[best], None if baseline is None else baseline[best])
         emit(f"plot written to {plot_path} (best amortized kernel: {results[best].kernel_text})")

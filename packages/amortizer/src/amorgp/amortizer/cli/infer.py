@@ -40,6 +40,7 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
             f"(normalised {r.log_marginal_likelihood:.2f})   noise {fmt(r.noise_original)} "
             f"(normalised {fmt(r.noise)})   network {r.network}"
             + ("   scale and noise calibrated" if r.calibrated else "")
+            + (f"   start: {r.start}" if r.start != "network" else "")
             + (
                 f"   refined: {r.refine_steps} L-BFGS iterations"
                 if r.refine_status != "none"
@@ -79,6 +80,14 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
     help="Print one JSON document (schema_version 1) instead of a table (stdout holds only "
     "the JSON; messages go to stderr).",
 )
+@click.option(
+    "--starts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Starts of a kernel with a periodic term (periodogram periods, harmonics; the "
+    "best by likelihood wins); 1: the network's prediction alone.  [default: 8, or 1 "
+    "with --no-calibrate]",
+)
 @inference_options
 def infer(
     data: Path,
@@ -91,6 +100,7 @@ def infer(
     checkpoint: Path | None,
     refine: Refine,
     calibrate: bool,
+    starts: int | None,
 ) -> None:
     """Amortized GP hyperparameters of each --kernel for the table DATA (CSV with a header).
 
@@ -101,6 +111,7 @@ def infer(
 
     table = read_csv(data, target)
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    amz.starts = starts
     results = run_inference(amz, table, kernels, refine)
     check_finite(results)
     if as_json:

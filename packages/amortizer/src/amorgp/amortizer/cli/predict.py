@@ -185,6 +185,14 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     is_flag=True,
     help="Print one JSON document (schema_version 1) on stdout; messages go to stderr.",
 )
+@click.option(
+    "--starts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Starts of a kernel with a periodic term (periodogram periods, harmonics; the "
+    "best by likelihood wins); 1: the network's prediction alone.  [default: 8, or 1 "
+    "with --no-calibrate]",
+)
 @inference_options
 def predict(
     data: Path,
@@ -201,6 +209,7 @@ def predict(
     checkpoint: Path | None,
     refine: Refine,
     calibrate: bool,
+    starts: int | None,
 ) -> None:
     """GP predictions on a test set with amortized hyperparameters; RMSE and NLL when targets are known."""
     if (test_path is None) == (split is None):
@@ -233,6 +242,7 @@ def predict(
             training=False,
         )
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    amz.starts = starts
     results = run_inference(amz, train, kernels, refine)
     check_finite(results)
     # the summary goes to stderr when stdout carries the CSV or the JSON document

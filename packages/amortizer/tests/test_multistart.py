@@ -1,0 +1,237 @@
+"""Amortized multi-start (:mod:`amorgp.amortizer.multistart`) against independent oracles:
+planted periods, dense float64 likelihoods, scipy's Lomb-Scargle periodogram."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.signal import lombscargle
+from scipy.stats import multivariate_normal
+
+from amorgp.amortizer import Amortizer
+from amorgp.amortizer.calibrate import calibrate
+from amorgp.amortizer.multistart import (
+    DEFAULT_STARTS,
+    check_starts,
+    has_periodic,
+    lomb_scargle,
+    period_candidates,
+)
+from amorgp.kernel_grammar import OptionError
+
+
+@pytest.fixture(scope="module")
+def amz() -> Amortizer:
+    return Amortizer.from_pretrained(device="cpu")
+
+
+def _planted_1d(n: int = 150, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Period 2.3 over [0, 10], noise 0.2."""
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0, 10, n))
+    return x, np.sin(2 * np.pi * x / 2.3) + 0.2 * rng.normal(size=n)
+
+
+def _planted_3d(n: int = 150, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Period 2.3 over [0, 10] in input 1 of 3, a linear trend in input 0."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 10, (n, 3))
+    y = np.sin(2 * np.pi * X[:, 1] / 2.3) + 0.15 * X[:, 0] + 0.2 * rng.normal(size=n)
+    return X, y
+
+
+def _periods(r: object, dim: int) -> list[float]:
+    return [h.original for h in r.table if h.dim == dim and "period" in h.name]  # type: ignore[attr-defined]
+
+
+def _dense_lml(r: object, X: np.ndarray, y: np.ndarray) -> float:
+    norm = r.normalizer  # type: ignore[attr-defined]
+    Xn, yn = norm.transform_x(X).numpy(), norm.transform_y(y).numpy()
+    K = r.kernel.reference(Xn, Xn, r.params.numpy())  # type: ignore[attr-defined]
+    cov = K + r.noise * np.eye(len(yn))  # type: ignore[attr-defined]
+    return float(multivariate_normal(np.zeros(len(yn)), cov).logpdf(yn))
+
+
+def test_finds_a_planted_period_the_single_start_misses(amz: Amortizer) -> None:
+    x, y = _planted_1d()
+    one = amz.infer(x, y, "SE + PER", starts=1)
+    many = amz.infer(x, y, "SE + PER")
+    assert one.start == "network"
+    assert abs(_periods(one, 0)[0] / 2.3 - 1) > 0.2  # the network's guess is elsewhere
+    assert many.start.startswith("periodogram")
+    assert _periods(many, 0)[0] == pytest.approx(2.3, rel=0.03)
+    assert _dense_lml(many, x, y) > _dense_lml(one, x, y) + 5.0
+
+
+def test_finds_a_planted_period_in_one_dimension_of_three(amz: Amortizer) -> None:
+    X, y = _planted_3d()
+    kernel = "SE@0 * (SE + PER)@1 * SE@2"
+    one = amz.infer(X, y, kernel, starts=1)
+    many = amz.infer(X, y, kernel)
+    assert abs(_periods(one, 1)[0] / 2.3 - 1) > 0.2
+    assert many.start.startswith("periodogram")
+    assert _periods(many, 1)[0] == pytest.approx(2.3, rel=0.03)
+    assert _dense_lml(many, X, y) > _dense_lml(one, X, y) + 5.0
+
+
+@pytest.mark.parametrize("kernel", ["SE + PER", "LIN + SE*PER", "SE + LIN*PER"])
+def test_winner_likelihood_is_the_dense_float64_one(amz: Amortizer, kernel: str) -> None:
+    """The reported likelihood is the dense float64 one at the winning parameters, and
+    never below the network's start."""
+    x, y = _planted_1d(n=80, seed=4)
+    r = amz.infer(x, y, kernel)
+    assert r.log_marginal_likelihood == pytest.approx(_dense_lml(r, x, y), rel=1e-9, abs=1e-9)
+    one = amz.infer(x, y, kernel, starts=1)
+    assert r.log_marginal_likelihood >= one.log_marginal_likelihood - 1e-9
+
+
+def test_starts_one_is_the_network_and_calibration_alone(amz: Amortizer) -> None:
+    """``starts=1`` returns the calibrated network prediction, computed here step by step."""
+    x, y = _planted_1d(n=60, seed=5)
+    kernels = ["SE + PER", "LIN + SE*PER"]
+    got = amz.infer_many(x, y, kernels, starts=1)
+    _, Xn, yn, structures = amz._prepare(x, y, kernels)
+    params, noise, _, _ = amz._predict(Xn, yn, structures)
+    cal = calibrate(Xn, yn, structures, amz.vocabulary, params, noise, seed=amz.seed)
+    for i, r in enumerate(got):
+        s = structures[i]
+        want = cal.params[i, : s.n_dims, : s.max_addends].to(torch.float64)
+        assert torch.equal(r.params, want)
+        assert r.noise == float(cal.noise[i])
+        assert r.start == "network"
+
+
+def test_kernels_without_a_period_are_unchanged(amz: Amortizer) -> None:
+    x, y = _planted_1d(n=60, seed=6)
+    a = amz.infer_many(x, y, ["SE", "LIN + SE"])
+    b = amz.infer_many(x, y, ["SE", "LIN + SE"], starts=1)
+    for ra, rb in zip(a, b, strict=True):
+        assert torch.equal(ra.params, rb.params)
+        assert ra.noise == rb.noise
+        assert ra.start == "network"
+
+
+def test_lomb_scargle_matches_scipy() -> None:
+    rng = np.random.default_rng(7)
+    x = np.sort(rng.uniform(0, 3, 90))
+    y = np.sin(2 * np.pi * x / 0.4) + 0.3 * rng.normal(size=90)
+    y = y - y.mean()
+    w = np.linspace(0.5, 60.0, 300)
+    want = lombscargle(x, y, w)
+    got = lomb_scargle(torch.tensor(x)[None], torch.tensor(y)[None], torch.tensor(w))[0]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-9, atol=1e-9 * want.max())
+
+
+def test_period_candidates_peak_at_the_planted_period_of_each_dimension() -> None:
+    rng = np.random.default_rng(8)
+    X = rng.uniform(0, 1, (200, 2))
+    y = np.cos(2 * np.pi * X[:, 1] / 0.07) + 2 * X[:, 0] + 0.1 * rng.normal(size=200)
+    (dim, period, power), *_ = period_candidates(torch.tensor(X), torch.tensor(y))
+    assert dim == 1
+    assert period == pytest.approx(0.07, rel=0.02)
+    assert 0 < power <= 1.0
+
+
+def test_refine_auto_keeps_the_planted_period(amz: Amortizer) -> None:
+    x, y = _planted_1d(n=100, seed=9)
+    r = amz.infer(x, y, "SE + PER", refine="auto")
+    assert r.start.startswith("periodogram")
+    assert _periods(r, 0)[0] == pytest.approx(2.3, rel=0.03)
+    assert r.refine_steps > 0
+    assert r.log_marginal_likelihood == pytest.approx(_dense_lml(r, x, y), rel=1e-9)
+    plain = amz.infer(x, y, "SE + PER")
+    assert r.log_marginal_likelihood >= plain.log_marginal_likelihood - 1e-6
+
+
+def test_planted_periodic_structure_wins_model_averaging(amz: Amortizer) -> None:
+    """Bayesian model averaging over the amortizer's likelihoods puts the weight on the
+    periodic structure (the network alone would have favoured a smooth one)."""
+    from amorgp.ensembles import KernelEnsemble
+
+    x, y = _planted_1d(n=120, seed=10)
+    kernels = ["SE", "LIN", "SE + LIN", "SE + PER"]
+    ens = KernelEnsemble.fit(amz, x, y, kernels)
+    assert int(torch.as_tensor(ens.weights).argmax()) == 3
+    assert float(ens.weights[3]) > 0.99
+    one = KernelEnsemble.fit(amz.method(), x, y, kernels)  # same method, default starts
+    assert np.allclose(one.log_marginal_likelihoods, ens.log_marginal_likelihoods)
+    single = Amortizer(amz.model, amz.meta, starts=1)
+    lone = KernelEnsemble.fit(single, x, y, kernels)
+    assert float(lone.log_marginal_likelihoods[3]) < float(ens.log_marginal_likelihoods[3]) - 5
+
+
+def test_structure_search_finds_the_planted_period(amz: Amortizer) -> None:
+    from amorgp.ensembles import structure_search
+
+    x, y = _planted_1d(n=120, seed=11)
+    res = structure_search(amz, x, y, depth=1, criterion="bic", vocabulary=amz.vocabulary)
+    assert has_periodic(res.best.structure)
+
+
+def test_invalid_starts() -> None:
+    for bad in (0, -1, 1.5, True, "3"):
+        with pytest.raises(OptionError, match="starts"):
+            check_starts(bad)
+    assert check_starts(np.int64(3)) == 3
+    assert DEFAULT_STARTS > 1
+
+
+def test_cli_starts_option(tmp_path: Path, amz: Amortizer) -> None:
+    """``amorgp infer --starts`` is ``infer_many``'s ``starts``; ``--starts 0`` is refused."""
+    from click.testing import CliRunner
+
+    from amorgp.amortizer.cli import main
+
+    x, y = _planted_1d(n=80, seed=12)
+    path = tmp_path / "p.csv"
+    np.savetxt(path, np.column_stack([x, y]), delimiter=",", header="x,y", comments="")
+    for starts, want in (
+        (None, amz.infer(x, y, "SE + PER")),
+        (1, amz.infer(x, y, "SE + PER", starts=1)),
+    ):
+        args = ["infer", str(path), "-k", "SE + PER", "--json", "--device", "cpu"]
+        res = CliRunner().invoke(main, args + ([] if starts is None else ["--starts", str(starts)]))
+        assert res.exit_code == 0, res.output
+        (got,) = json.loads(res.stdout)["results"]
+        assert got["start"] == want.start
+        assert got["log_marginal_likelihood"] == pytest.approx(want.log_marginal_likelihood)
+    bad = CliRunner().invoke(main, ["infer", str(path), "-k", "SE + PER", "--starts", "0"])
+    assert bad.exit_code == 2
+
+
+def test_estimator_starts(amz: Amortizer) -> None:
+    from amorgp.amortizer.estimator import AmortizedGPRegressor
+
+    x, y = _planted_1d(n=80, seed=13)
+    one = AmortizedGPRegressor("SE + PER", starts=1, device="cpu").fit(x[:, None], y)
+    many = AmortizedGPRegressor("SE + PER", device="cpu").fit(x[:, None], y)
+    assert one.result_.start == "network"
+    assert many.result_.start == amz.infer(x, y, "SE + PER").start
+    assert many.get_params()["starts"] is None
+
+
+def test_above_the_scoring_subset_the_winner_is_calibrated_on_all_points(amz: Amortizer) -> None:
+    """With more than ``SCORE_POINTS`` points the starts are scored on a subset; the winner's
+    scale and noise are then the exact Type-2 ML ones on all points (scipy, dense)."""
+    from scipy.optimize import minimize
+
+    from amorgp.amortizer.multistart import SCORE_POINTS
+
+    x, y = _planted_1d(n=SCORE_POINTS + 144, seed=14)
+    r = amz.infer(x, y, "SE + PER")
+    assert r.start.startswith("periodogram")
+    assert _periods(r, 0)[0] == pytest.approx(2.3, rel=0.03)
+    norm = r.normalizer
+    Xn, yn = norm.transform_x(x).numpy(), norm.transform_y(y).numpy()
+    K = r.kernel.reference(Xn, Xn, r.params.numpy())
+
+    def nll(t: np.ndarray) -> float:
+        cov = np.exp(t[0]) * K + np.exp(t[1]) * np.eye(len(yn))
+        return -float(multivariate_normal(np.zeros(len(yn)), cov).logpdf(yn))
+
+    best = minimize(nll, [0.0, np.log(r.noise)], method="L-BFGS-B")
+    assert -nll(np.array([0.0, np.log(r.noise)])) == pytest.approx(-best.fun, abs=1e-3)
