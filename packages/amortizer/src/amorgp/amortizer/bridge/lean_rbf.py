@@ -119,7 +119,10 @@ class RBFObjective:
         E = np.exp(self.Dh @ (1.0 / (ls * ls))).reshape(n, n)
         r = self.y - v[nls + 2]
         post = Posterior.dense(
-            torch.from_numpy(os * E), torch.from_numpy(r), noise, jitter_ladder=GPYTORCH_JITTER
+            torch.from_numpy(os * E),
+            torch.from_numpy(r),
+            float(noise),
+            jitter_ladder=GPYTORCH_JITTER,
         )
         if post.any_failed:  # let the line search step back
             return math.inf, np.zeros_like(theta)
