@@ -152,7 +152,8 @@ class _LapackFactor:
     def inverse(self) -> torch.Tensor:
         from scipy.linalg.lapack import dpotri
 
-        return torch.from_numpy(dpotri(self._L, lower=1)[0])
+        inv = dpotri(self._L, lower=1)[0]  # the lower triangle (upper: leftovers)
+        return torch.from_numpy(np.tril(inv) + np.tril(inv, -1).T)
 
 
 def _objective(n: int, repeats: int, *, fit: bool) -> list[dict[str, object]]:
