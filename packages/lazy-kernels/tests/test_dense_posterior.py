@@ -98,6 +98,10 @@ def test_shape_errors_are_data_errors() -> None:
         Posterior.dense(K, y, noise, point_mask=torch.ones(2, 4, dtype=torch.bool))
     with pytest.raises(DataError, match="K must have shape"):
         Posterior.dense(K[..., :4], y, noise)
+    with pytest.raises(DataError, match="noise must be a scalar"):
+        Posterior.dense(K[0], y[0], [0.1, 0.2])
+    with pytest.raises(DataError, match="noise must be a scalar"):
+        Posterior.dense(K[0], y[0], noise)
 
 
 @pytest.mark.parametrize("tensor_noise", [False, True])

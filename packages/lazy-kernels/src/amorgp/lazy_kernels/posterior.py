@@ -481,7 +481,7 @@ class DensePosterior:
         if (
             point_mask is None
             and not batch
-            and (not isinstance(noise, Tensor) or noise.ndim == 0)
+            and (isinstance(noise, float | int) or (isinstance(noise, Tensor) and noise.ndim == 0))
             and self._factor_single(K, y, noise)
         ):
             return
