@@ -127,7 +127,7 @@ class RBFObjective:
         alpha, Ainv, L = post.alpha.numpy(), post.inverse().numpy(), post.L.numpy()
         value = -0.5 * (r @ alpha) - np.log(L.diagonal()).sum() - 0.5 * n * _LOG_2PI
         # (alpha alpha^T - A^{-1}) o E: symmetric (A^{-1} is the full symmetric inverse)
-        W = np.outer(alpha, alpha)
+        W = alpha[:, None] * alpha
         W -= Ainv
         W *= E
         WE = W.reshape(-1)
