@@ -13,7 +13,14 @@ the repeats:
 * ``batch``: ``B`` matrices at once (factor and ``alpha``), against a Python loop of
   ``dpotrf`` / ``dpotrs``;
 * ``predict``: mean and variance at ``m`` test points from a batch of ``B`` factors,
-  against ``dpotrs`` / ``dtrtrs`` per element.
+  against ``dpotrs`` / ``dtrtrs`` per element;
+* ``RBF objective``: one evaluation (value and gradient) of the GPyTorch bridge's
+  closed-form objective of BoTorch's default ``SingleTaskGP`` (RBF with ARD, ``d = 6``,
+  ``n`` training points), factoring through ``Posterior.dense``, against the same objective
+  with its factorisation done by SciPy's ``dpotrf`` / ``dpotrs`` / ``dpotri`` (the bridge's
+  former NumPy path);
+* ``RBF fit``: the bridge's L-BFGS-B fit (at most 50 iterations) of that model from its
+  initial hyperparameters, both ways.
 
 Writes ``docs/benchmarks/dense-posterior.md`` (and ``.json``).
 
@@ -46,10 +53,16 @@ def _problem(B: int, n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return full[:, :n, :n], full[:, :n, n:], rng.standard_normal((B, n)), np.full(B, 0.1)
 
 
-def _time(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    number = 20
-    return statistics.median(timeit.repeat(fn, number=number, repeat=repeats)) / number
+def _time(
+    ours: Callable[[], object], peer: Callable[[], object], repeats: int, number: int = 20
+) -> tuple[float, float]:
+    """Median seconds per call of each, the repeats of the two alternating."""
+    ours(), peer()
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(timeit.timeit(ours, number=number) / number)
+        b.append(timeit.timeit(peer, number=number) / number)
+    return statistics.median(a), statistics.median(b)
 
 
 def run(sizes: list[tuple[int, int, int]], repeats: int) -> list[dict[str, object]]:
@@ -108,10 +121,94 @@ def _compare(B: int, n: int, m: int, repeats: int) -> list[dict[str, object]]:
         ("batch", ours_batch, lapack_batch),
         ("predict", ours_predict, lapack_predict),
     ):
-        t_ours, t_peer = _time(ours, repeats), _time(peer, repeats)
+        t_ours, t_peer = _time(ours, peer, repeats)
         rows.append(
             {"what": what, "B": 1 if what.startswith("factor") else B, "n": n,
              "m": 0 if what.startswith("factor") else m, "ours_us": 1e6 * t_ours,
+             "lapack_us": 1e6 * t_peer, "ratio": t_ours / t_peer}
+        )  # fmt: skip
+        print(rows[-1], flush=True)
+    return rows
+
+
+class _LapackFactor:
+    """A stand-in for ``Posterior.dense`` in the RBF objective: SciPy's LAPACK on the
+    NumPy views (the peer; no jitter ladder, the benchmark's matrices need none)."""
+
+    def __init__(self, K: torch.Tensor, y: torch.Tensor, noise: float, **_: object) -> None:
+        from scipy.linalg.lapack import dpotrf, dpotrs
+
+        A = K.numpy().copy()
+        A.flat[:: A.shape[0] + 1] += noise
+        L, info = dpotrf(A, lower=1, clean=0)
+        self.any_failed, self._L = info != 0, L
+        self.L = torch.from_numpy(L)
+        self.alpha = torch.from_numpy(dpotrs(L, y.numpy(), lower=1)[0])
+
+    @classmethod
+    def dense(cls, *args: object, **kwargs: object) -> _LapackFactor:
+        return cls(*args, **kwargs)  # type: ignore[arg-type]
+
+    def inverse(self) -> torch.Tensor:
+        from scipy.linalg.lapack import dpotri
+
+        inv = dpotri(self._L, lower=1)[0]  # the lower triangle (upper: leftovers)
+        return torch.from_numpy(np.tril(inv) + np.tril(inv, -1).T)
+
+
+def _objective(n: int, repeats: int, *, fit: bool) -> list[dict[str, object]]:
+    import warnings
+
+    from botorch.models import SingleTaskGP
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    import amorgp.amortizer.bridge.lean_rbf as lean_rbf
+    from amorgp.amortizer.bridge.lean import LeanObjective
+
+    g = torch.Generator().manual_seed(n)
+    X = torch.rand(n, 6, generator=g, dtype=torch.float64)
+    Y = torch.sin(3.0 * X.sum(-1, keepdim=True)) + 0.1 * torch.randn(n, 1, generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = SingleTaskGP(X, Y.to(torch.float64))
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    lean = LeanObjective(mll)
+    assert lean.closed_form is not None
+    theta = lean.x0()
+    ours_posterior = lean_rbf.Posterior
+
+    def with_peer(fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            lean_rbf.Posterior = _LapackFactor  # type: ignore[misc,assignment]
+            try:
+                return fn()
+            finally:
+                lean_rbf.Posterior = ours_posterior  # type: ignore[misc]
+
+        return run
+
+    def evaluate() -> object:
+        return lean.value_and_grad(theta)
+
+    def refit() -> object:  # from the initial hyperparameters every time
+        start = lean._unflatten(torch.from_numpy(theta)).values()
+        with torch.no_grad():
+            for p, v in zip(lean.params, start, strict=True):
+                p.copy_(v.to(p))
+        return lean.minimize(50)
+
+    (f1, g1), (f2, g2) = evaluate(), with_peer(evaluate)()
+    if not (
+        abs(f1 - f2) <= 1e-10 * max(1.0, abs(f2)) and np.allclose(g1, g2, rtol=1e-7, atol=1e-10)
+    ):
+        raise AssertionError(f"the objectives differ: {f1} vs {f2}")
+    rows = []
+    cases = [("RBF objective, one evaluation", evaluate, 20)]
+    cases += [("RBF fit, <= 50 L-BFGS-B iterations", refit, 1)] if fit else []
+    for what, fn, number in cases:
+        t_ours, t_peer = _time(fn, with_peer(fn), repeats, number)
+        rows.append(
+            {"what": what, "B": 1, "n": n, "m": 0, "ours_us": 1e6 * t_ours,
              "lapack_us": 1e6 * t_peer, "ratio": t_ours / t_peer}
         )  # fmt: skip
         print(rows[-1], flush=True)
@@ -126,7 +223,10 @@ def main() -> None:
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sizes = [(8, 25, 50), (8, 60, 100)] if a.quick else [(8, 25, 50), (32, 60, 100), (8, 200, 200)]
-    rows = run(sizes, 3 if a.quick else a.repeats)
+    repeats = 3 if a.quick else a.repeats
+    rows = run(sizes, repeats)
+    for n in (25, 50, 60):
+        rows += _objective(n, 2 * repeats, fit=n == 50)
     lines = [
         "# Dense exact posterior: `Posterior.dense` against LAPACK (SciPy)",
         "",
@@ -134,7 +234,10 @@ def main() -> None:
         f"{platform.machine()} ({os.cpu_count()} cores), torch {torch.__version__}, one "
         "thread; median per call, both sides interleaved. Ratio > 1: `Posterior.dense` is "
         "slower. On a machine shared with other jobs the absolute times vary by a factor of "
-        "a few between runs; compare the ratios.",
+        "a few between runs; compare the ratios. The RBF rows time the GPyTorch bridge's "
+        "closed-form objective of BoTorch's `SingleTaskGP` (d = 6) with its factorisation by "
+        "`Posterior.dense` against the same objective factored by SciPy's LAPACK; the fit "
+        "row is the bridge's L-BFGS-B fit (at most 50 iterations) both ways.",
         "",
         "| what | B | n | m | Posterior.dense (us) | LAPACK (us) | ratio |",
         "|---|---:|---:|---:|---:|---:|---:|",

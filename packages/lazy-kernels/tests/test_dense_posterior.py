@@ -98,3 +98,65 @@ def test_shape_errors_are_data_errors() -> None:
         Posterior.dense(K, y, noise, point_mask=torch.ones(2, 4, dtype=torch.bool))
     with pytest.raises(DataError, match="K must have shape"):
         Posterior.dense(K[..., :4], y, noise)
+    with pytest.raises(DataError, match="noise must be a scalar"):
+        Posterior.dense(K[0], y[0], [0.1, 0.2])
+    with pytest.raises(DataError, match="noise must be a scalar"):
+        Posterior.dense(K[0], y[0], noise)
+
+
+@pytest.mark.parametrize("tensor_noise", [False, True])
+def test_unbatched_matrix_equals_oracle(tensor_noise: bool) -> None:
+    K, Ks, Kss, y, noise = _problem(1, 15, 4, 4)
+    K, Ks, Kss, y = K[0], Ks[0], Kss[0], y[0]
+    s = noise[0] if tensor_noise else float(noise[0])
+    post = Posterior.dense(K, y, s)
+    mean, var = post.predict(Ks, Kss.diagonal(), include_noise=True)
+    m_ref, v_ref, l_ref, i_ref = _oracle(K, Ks, Kss, y, noise[0])
+    torch.testing.assert_close(mean, m_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(var, v_ref + noise[0], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(post.log_marginal_likelihood(), l_ref, rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(post.inverse(), i_ref, rtol=1e-9, atol=1e-9)
+    assert post.L.shape == (15, 15)
+    assert post.alpha.shape == (15,)
+    assert not post.any_failed
+    assert not bool(post.failed)
+    assert float(post.jitter) == 0.0
+    assert post.failed.shape == ()
+    assert post.jitter.shape == ()
+    assert post.noise.shape == ()
+    assert float(post.noise) == float(noise[0])
+    assert post.y.dtype == torch.float64
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        _ = post.nothing  # type: ignore[attr-defined]
+
+
+def test_unbatched_gradient_equals_oracle_autograd() -> None:
+    K, _, _, y, noise = _problem(1, 9, 1, 5)
+    K1, y1, s1 = (t[0].clone().requires_grad_(True) for t in (K, y, noise))
+    K2, y2, s2 = (t[0].clone().requires_grad_(True) for t in (K, y, noise))
+    Posterior.dense(K1, y1, s1).log_marginal_likelihood().backward()
+    _oracle(K2, K2[:, :1], K2[:1, :1], y2, s2)[2].backward()
+    for a, b in ((K1, K2), (y1, y2), (s1, s2)):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-10)
+
+
+def test_unbatched_jitter_and_failures_as_batched() -> None:
+    n = 6
+    y = torch.arange(float(n), dtype=torch.float64)
+    ones = torch.ones(n, n, dtype=torch.float64)  # rank one: needs jitter without noise
+    post = Posterior.dense(ones, y, 0.0, jitter_ladder=(1e-8, 1e-7, 1e-6))
+    assert float(post.jitter) == 1e-8
+    assert not post.any_failed
+    A = ones + 1e-8 * torch.eye(n, dtype=torch.float64)
+    torch.testing.assert_close(post.alpha, torch.linalg.solve(A, y), rtol=1e-6, atol=0.0)
+    K = torch.eye(n, dtype=torch.float64)
+    for i, j, value in ((2, 2, math.inf), (0, 3, math.nan), (4, 1, math.nan)):
+        bad = K.clone()
+        bad[i, j] = value  # +inf on the diagonal factors; NaN above it is not read
+        post = Posterior.dense(bad, y, 0.1)
+        assert post.any_failed
+        assert bool(post.failed)
+        assert torch.isnan(post.log_marginal_likelihood())
+    neg = -torch.eye(n, dtype=torch.float64)
+    assert bool(Posterior.dense(neg, y, 0.1, jitter_ladder=(1e-8,)).failed)
+    assert bool(Posterior.dense(neg, y, 0.1).failed)

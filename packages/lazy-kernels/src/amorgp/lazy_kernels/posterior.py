@@ -431,9 +431,35 @@ class DensePosterior:
         jitter_ladder: absolute jitters tried in order instead, per failing element, e.g.
             GPyTorch's ``psd_safe_cholesky`` in float64: ``(1e-8, 1e-7, 1e-6)``.
 
+    One unbatched matrix without ``point_mask`` takes a fast path (the bridge's objectives
+    evaluate thousands of small ones): one plain Cholesky before any check, jitter and the
+    finiteness checks only when it fails, no broadcasting or mask algebra; the results
+    are those of the general path.
+
     Raises:
         DataError: on shape mismatches.
     """
+
+    A: Tensor
+    """``(..., n, n)`` ``K + sigma^2 I`` (identity block on padded points), differentiable."""
+    y: Tensor
+    """``(..., n)`` the targets (zero on padded points)."""
+    noise: Tensor
+    """``(...,)`` ``sigma^2``."""
+    point_mask: Tensor | None
+    """The ``point_mask`` given."""
+    n_points: Tensor | float
+    """The number of real points (``(...,)`` with ``point_mask``)."""
+    L: Tensor
+    """``(..., n, n)`` lower factors of ``A + jitter I`` (identity where failed)."""
+    jitter: Tensor
+    """``(...,)`` absolute jitter each factor needed (0 where none)."""
+    failed: Tensor
+    """``(...,)`` bool: ``A`` not finite or not positive definite even with jitter."""
+    alpha: Tensor
+    """``(..., n)`` ``A^{-1} y``."""
+    any_failed: bool
+    """Whether any element failed."""
 
     def __init__(
         self,
@@ -452,6 +478,13 @@ class DensePosterior:
         if not isinstance(y, Tensor) or tuple(y.shape) != (*batch, n):
             got = tuple(getattr(y, "shape", ()))
             raise DataError(f"y must have shape {(*batch, n)} to match K, got {got}")
+        if (
+            point_mask is None
+            and not batch
+            and (isinstance(noise, float | int) or (isinstance(noise, Tensor) and noise.ndim == 0))
+            and self._factor_single(K, y, noise)
+        ):
+            return
         noise_t = torch.as_tensor(noise, dtype=K.dtype, device=K.device)
         if noise_t.ndim > len(batch) or not _broadcasts(noise_t.shape, batch):
             raise DataError(f"noise must be a scalar or have shape {tuple(batch)}, got {noise!r}")
@@ -460,7 +493,7 @@ class DensePosterior:
         if point_mask is None:
             A = K.clone()
             A.diagonal(dim1=-2, dim2=-1).add_(noise_t.unsqueeze(-1))
-            self.n_points: Tensor | float = float(n)
+            self.n_points = float(n)
         else:
             if tuple(point_mask.shape) != (*batch, n):
                 got = tuple(point_mask.shape)
@@ -473,30 +506,49 @@ class DensePosterior:
             self.n_points = mf.sum(-1)
         self.A, self.y, self.noise, self.point_mask = A, y, noise_t, point_mask
         with torch.no_grad():
-            Ad = A.detach()
-            bad = None
-            if not bool(torch.isfinite(Ad).all()):
-                bad = ~torch.isfinite(Ad).all(-1).all(-1)
-                eye = torch.eye(n, dtype=K.dtype, device=K.device)
-                Ad = torch.where(bad[..., None, None], eye.expand_as(Ad), Ad)
-            if jitter_ladder is None:
-                res = robust_cholesky(Ad, jitter=jitter, max_tries=max_tries, validate=False)
-                L, eps, failed = res.L, res.jitter, res.failed
-                any_failed = bool(failed.any())
-            else:
-                L, eps, failed, any_failed = _ladder_cholesky(Ad, jitter_ladder)
-            if bad is not None:
-                failed, any_failed = failed | bad, True
-            self.L: Tensor = L
-            """``(..., n, n)`` lower factors of ``A + jitter I`` (identity where failed)."""
-            self.jitter: Tensor = eps
-            """``(...,)`` absolute jitter each factor needed (0 where none)."""
-            self.failed: Tensor = failed
-            """``(...,)`` bool: ``A`` not finite or not positive definite even with jitter."""
-            self.alpha: Tensor = torch.cholesky_solve(y.detach().unsqueeze(-1), L).squeeze(-1)
-            """``(..., n)`` ``A^{-1} y``."""
-            self.any_failed = any_failed
-            """Whether any element failed."""
+            L, eps, failed, any_failed = _factor(A.detach(), jitter, max_tries, jitter_ladder)
+            self._store(L, eps, failed, any_failed)
+
+    def _factor_single(self, K: Tensor, y: Tensor, noise: float | Tensor) -> bool:
+        """The fast path of one unmasked ``(n, n)`` matrix with a scalar noise: one plain
+        Cholesky, no mask, no broadcasting, no host check before it, no autograd context.
+        ``False`` (nothing stored) when ``A`` needs jitter or is not finite: the general path
+        takes over, with the same result as if it had run alone."""
+        n = K.shape[-1]
+        if isinstance(noise, Tensor):
+            A = K + noise * _eye(n, K.dtype, K.device)
+        else:
+            A = torch.add(K, _eye(n, K.dtype, K.device), alpha=float(noise))
+        Ad = A.detach() if A.requires_grad else A
+        L, info = torch.linalg.cholesky_ex(Ad)
+        # a successful factor of a non-finite A has an infinite diagonal entry, and a
+        # non-finite entry above the diagonal is not read: the sum catches both
+        if info.item() != 0 or not math.isfinite(Ad.sum().item()):
+            return False
+        y = y if y.dtype == K.dtype else y.to(K.dtype)
+        self.A, self.y, self.L, self.point_mask, self.n_points = A, y, L, None, float(n)
+        self.any_failed = False
+        self._lazy = (noise, K.dtype, K.device)
+        yd = y.detach() if y.requires_grad else y
+        self.alpha = torch.cholesky_solve(yd.unsqueeze(1), L).squeeze(1)
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        # the attributes the fast path knows without computing them, made on first use
+        lazy = self.__dict__.get("_lazy")
+        if lazy is None or name not in ("jitter", "failed", "noise"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        noise, dtype, device = lazy
+        if name == "noise":
+            value = torch.as_tensor(noise, dtype=dtype, device=device)
+        else:
+            value = torch.zeros((), dtype=dtype if name == "jitter" else torch.bool, device=device)
+        setattr(self, name, value)
+        return value
+
+    def _store(self, L: Tensor, eps: Tensor, failed: Tensor, any_failed: bool) -> None:
+        self.L, self.jitter, self.failed, self.any_failed = L, eps, failed, any_failed
+        self.alpha = torch.cholesky_solve(self.y.detach().unsqueeze(-1), L).squeeze(-1)
 
     def _nan_where_failed(self, value: Tensor) -> Tensor:
         if not self.any_failed:
@@ -542,8 +594,44 @@ class DensePosterior:
         return f"DensePosterior(batch={tuple(self.L.shape[:-2])}, n={self.L.shape[-1]})"
 
 
+_EYES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+
+
+def _eye(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A shared ``(n, n)`` identity, made once per size (never modified: only read)."""
+    key = (n, dtype, device)
+    eye = _EYES.get(key)
+    if eye is None:
+        if len(_EYES) > 64:
+            _EYES.clear()
+        eye = _EYES[key] = torch.eye(n, dtype=dtype, device=device)
+    return eye
+
+
 def _broadcasts(shape: torch.Size, batch: torch.Size) -> bool:
     return all(a in (1, b) for a, b in zip(reversed(shape), reversed(batch), strict=False))
+
+
+def _factor(
+    A: Tensor, jitter: float, max_tries: int, ladder: tuple[float, ...] | None
+) -> tuple[Tensor, Tensor, Tensor, bool]:
+    """``(L, jitter, failed, any failed)`` of ``A (..., n, n)`` (no autograd): non-finite
+    elements are failed with ``L = I``; the others by ``robust_cholesky``'s relative
+    ladder or, given ``ladder``, by :func:`_ladder_cholesky`."""
+    bad = None
+    if not bool(torch.isfinite(A).all()):
+        bad = ~torch.isfinite(A).all(-1).all(-1)
+        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        A = torch.where(bad[..., None, None], eye.expand_as(A), A)
+    if ladder is None:
+        res = robust_cholesky(A, jitter=jitter, max_tries=max_tries, validate=False)
+        L, eps, failed = res.L, res.jitter, res.failed
+        any_failed = bool(failed.any())
+    else:
+        L, eps, failed, any_failed = _ladder_cholesky(A, ladder)
+    if bad is not None:
+        failed, any_failed = failed | bad, True
+    return L, eps, failed, any_failed
 
 
 def _ladder_cholesky(A: Tensor, ladder: tuple[float, ...]) -> tuple[Tensor, Tensor, Tensor, bool]:

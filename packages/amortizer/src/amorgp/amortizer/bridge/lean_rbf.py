@@ -100,8 +100,6 @@ class RBFObjective:
         self.Dh = -0.5 * self.D
         self.y = lean.y.numpy()
         self.n, self.nls = n, nls
-        # weights of the lower triangle (the sums over symmetric matrices), halved
-        self.M = np.tril(np.full((n, n), 1.0), -1) + 0.5 * np.eye(n)
 
     def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """``(-MLL, -dMLL/dtheta)`` at the flat raw parameters ``theta``."""
@@ -119,21 +117,23 @@ class RBFObjective:
         E = np.exp(self.Dh @ (1.0 / (ls * ls))).reshape(n, n)
         r = self.y - v[nls + 2]
         post = Posterior.dense(
-            torch.from_numpy(os * E), torch.from_numpy(r), noise, jitter_ladder=GPYTORCH_JITTER
+            torch.from_numpy(os * E),
+            torch.from_numpy(r),
+            float(noise),
+            jitter_ladder=GPYTORCH_JITTER,
         )
         if post.any_failed:  # let the line search step back
             return math.inf, np.zeros_like(theta)
         alpha, Ainv, L = post.alpha.numpy(), post.inverse().numpy(), post.L.numpy()
         value = -0.5 * (r @ alpha) - np.log(L.diagonal()).sum() - 0.5 * n * _LOG_2PI
-        # W = (alpha alpha^T - A^{-1}) / 2 o E, summed over the lower triangle (weights M)
-        W = np.outer(alpha, alpha)
+        # (alpha alpha^T - A^{-1}) o E: symmetric (A^{-1} is the full symmetric inverse)
+        W = alpha[:, None] * alpha
         W -= Ainv
         W *= E
-        W *= self.M
         WE = W.reshape(-1)
         g = np.empty(nls + 3)
-        g[:nls] = os * (WE @ self.D) / ls**3
-        g[nls] = WE.sum()
+        g[:nls] = (0.5 * os) * (WE @ self.D) / ls**3
+        g[nls] = 0.5 * WE.sum()
         g[nls + 1] = 0.5 * (alpha @ alpha - Ainv.trace())
         g[nls + 2] = alpha.sum()
         value += self.priors.add_to(v, g)
