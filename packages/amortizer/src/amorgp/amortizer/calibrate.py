@@ -41,7 +41,7 @@ Two exact ways to evaluate the profile (``method``):
   ``1e-8`` in the noise at worst on the paper kernels; the eigenvalue route clamps
   eigenvalues at 0, the recurrence does not need to).
 
-Above :data:`MAX_POINTS` training points the eigendecompositions use a random subset of
+Above :data:`MAX_POINTS` training points the calibration (either method) uses a random subset of
 that size (seeded, as the encoder's subset), so the cost stays bounded for large ``n``.
 A smaller cap is not a free speed-up: with 250 points instead of all 500 (the paper
 protocol's concrete, energy and housing cells, 3 splits x 24 kernels each) the whole
@@ -87,7 +87,7 @@ RATIO_RANGE = (1e-8, 1e4)
 """Smallest and largest noise-to-signal ratio ``r = sigma^2 / s`` searched."""
 
 MAX_POINTS = 1000
-"""Most training points the eigendecompositions use (a seeded random subset above)."""
+"""Most training points the calibration uses (a seeded random subset above)."""
 
 METHODS = ("auto", "tridiagonal", "eigh")
 """Ways to evaluate the profile likelihood on the grid (see :func:`calibrate`)."""

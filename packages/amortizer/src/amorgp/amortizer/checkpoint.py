@@ -24,7 +24,7 @@ checkpoint, and a model holding NaN or infinite values is never written.  Loadin
 verifies the format tag, the checksums (a ``checkpoint.json`` without a checksum of
 every tensor file is refused unless the caller passes ``verify=False``) and that
 every stored tensor is finite, then rebuilds the network from its config; each
-failure raises :class:`~amorgp.kernel_grammar.errors.CheckpointError` (a
+failure raises :class:`~amorgp.amortizer.errors.CheckpointError` (a
 ``ValueError``) naming the file or tensor.
 """
 

@@ -17,11 +17,26 @@ from amorgp.baselines.advi import (
     paper_gradients,
     positive_log_density,
 )
-from amorgp.baselines.api import METHODS, Baseline, FitResult, Method, fit, fit_many
+from amorgp.baselines.api import (
+    METHODS,
+    Baseline,
+    BaselineMethod,
+    FitResult,
+    Method,
+    fit,
+    fit_many,
+    get_method,
+    register_method,
+)
 from amorgp.baselines.bayesian import ADVISettings, GPPosterior, fit_advi_gp
 from amorgp.baselines.data import Normalizer, as_dataset, as_inputs, train_test_split
 from amorgp.baselines.diwp import DIWP, DIWPFit, DIWPSettings, fit_diwp
-from amorgp.baselines.gp import exact_predictive, log_marginal_likelihood, log_prior
+from amorgp.baselines.gp import (
+    exact_posterior,
+    exact_predictive,
+    log_marginal_likelihood,
+    log_prior,
+)
 from amorgp.baselines.gram_kernels import GRAM_KERNELS, GramBlocks, GramKernel, gram_kernel
 from amorgp.baselines.optim import batched_adam, lbfgs
 from amorgp.baselines.protocol import HyperparameterInference, KernelFit
@@ -33,6 +48,7 @@ __all__ = [
     "ADVISettings",
     "METHODS",
     "Baseline",
+    "BaselineMethod",
     "BatchFit",
     "DIWP",
     "DIWPFit",
@@ -54,6 +70,7 @@ __all__ = [
     "as_inputs",
     "batched_adam",
     "elbo_estimate",
+    "exact_posterior",
     "exact_predictive",
     "fit",
     "fit_advi_gp",
@@ -61,12 +78,14 @@ __all__ = [
     "fit_many",
     "fit_svgp_batch",
     "fit_type2ml_batch",
+    "get_method",
     "gram_kernel",
     "lbfgs",
     "log_marginal_likelihood",
     "log_prior",
     "paper_gradients",
     "positive_log_density",
+    "register_method",
     "svgp_elbo",
     "svgp_predictive",
     "train_test_split",

@@ -45,7 +45,7 @@ from amorgp.lazy_kernels.operators import (
     DenseKernelOperator,
     KernelOperator,
 )
-from amorgp.lazy_kernels.posterior import Posterior
+from amorgp.lazy_kernels.posterior import DensePosterior, Posterior
 from amorgp.lazy_kernels.probe import KeOpsProbe, keops_usable, probe_keops
 from amorgp.lazy_kernels.slots import (
     PARAM_KINDS,
@@ -90,6 +90,7 @@ __all__ = [
     "KernelOperator",
     "DenseKernel",
     "DenseKernelOperator",
+    "DensePosterior",
     "Posterior",
     "kernel_operator",
     "PivotedCholeskyPreconditioner",

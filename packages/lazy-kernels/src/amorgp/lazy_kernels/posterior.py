@@ -52,7 +52,7 @@ from amorgp.lazy_kernels.solvers import (
     slq_logdet,
 )
 
-__all__ = ["Posterior"]
+__all__ = ["DensePosterior", "Posterior"]
 
 Method = Literal["cholesky", "cg"]
 _LOG_2PI = math.log(2.0 * math.pi)

@@ -83,7 +83,7 @@ def inference_options(f: F) -> F:
             default=True,
             show_default=True,
             help="Set each kernel's global scale and noise to their exact Type-2 ML values "
-            "after the network (one eigendecomposition per kernel; before --refine); "
+            "after the network (one tridiagonal reduction per kernel on the CPU; before --refine); "
             "--no-calibrate: the network's prediction alone.",
         ),
     ]

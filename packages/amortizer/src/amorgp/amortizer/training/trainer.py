@@ -4,7 +4,7 @@
 it validates on the run's fixed set and writes a checkpoint (``last``, and
 ``best`` when the validation NLL is the lowest so far).  A step whose loss is not
 finite, whose weights become non-finite, or in which every dataset of the batch
-failed stops the run with :class:`~amorgp.kernel_grammar.errors.TrainingError`,
+failed stops the run with :class:`~amorgp.amortizer.errors.TrainingError`,
 as does a validation in which every dataset failed; no checkpoint is written
 then, so ``last`` keeps the newest finite one.
 
