@@ -213,7 +213,7 @@ def refine_timing(amz: Amortizer, repeats: int) -> dict[str, float]:
 def paper_cells(amz: Amortizer, splits: int, datasets: list[str]) -> dict[str, Any]:
     """The paper protocol's real-data cells (24 kernels per dataset and split), calibrated:
     test RMSE and NLL with the default multi-start against one start, side by side."""
-    from amorgp.amortizer.paper.protocol import load_dataset, scores
+    from amorgp_experiments.paper.protocol import load_dataset, scores
     from amorgp.baselines import train_test_split
     from amorgp.kernel_grammar import paper_evaluation_set
 

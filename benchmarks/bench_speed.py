@@ -5,7 +5,7 @@ Side by side in one run, each in its own process on one thread:
 * **one kernel**: ``Amortizer.from_pretrained().infer(X, y, "SE")`` (calibrated, the
   library default) then ``.predict(X_test)`` at 200 test points, against
   scikit-learn's single-start ``GaussianProcessRegressor`` (``C * RBF(ARD) + White``,
-  ``normalize_y``; :func:`amorgp.amortizer.paper.sklearn_gp.sklearn_gpr`) fit + predict
+  ``normalize_y``; :func:`amorgp_experiments.paper.sklearn_gp.sklearn_gpr`) fit + predict
   on the same data;
 * **24 kernels**: ``infer_many`` of the 24 paper evaluation kernels
   (``paper_evaluation_set(0)``, each the same sum in every dimension), calibrated, and its
@@ -105,7 +105,7 @@ def worker(task: str, quick: bool, repeats: int) -> dict[str, Any]:
         t24 = _cpu_min(many, max(1, repeats // 3))
         out: dict[str, Any] = {"one": t1, "many": t24}
         if os.environ.get("BENCH_SKLEARN") == "1":
-            from amorgp.amortizer.paper.sklearn_gp import sklearn_gpr
+            from amorgp_experiments.paper.sklearn_gp import sklearn_gpr
 
             out["sklearn"] = _cpu_min(lambda: sklearn_gpr(X, y, Xt, "SE"), max(1, repeats // 3))
             out.update(_floor(amz, X, y))
