@@ -214,6 +214,7 @@ def paper_cells(amz: Amortizer, splits: int, datasets: list[str]) -> dict[str, A
     """The paper protocol's real-data cells (24 kernels per dataset and split), calibrated:
     test RMSE and NLL with the default multi-start against one start, side by side."""
     from amorgp_experiments.paper.protocol import load_dataset, scores
+
     from amorgp.baselines import train_test_split
     from amorgp.kernel_grammar import paper_evaluation_set
 

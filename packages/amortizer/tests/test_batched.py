@@ -172,7 +172,7 @@ def test_loss_reads_no_value_back_from_the_device() -> None:
     ``bool(t)``, ``nonzero``) would raise.  It stands in for a CUDA step in
     synchronisation-debug mode."""
     from amorgp.amortizer import testing
-    from amorgp.amortizer.loss import gp_nll_per_point
+    from amorgp.amortizer.training.loss import gp_nll_per_point
     from amorgp.kernel_grammar import PAPER_VOCABULARY as V
 
     g = torch.Generator().manual_seed(7)

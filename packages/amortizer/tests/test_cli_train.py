@@ -17,7 +17,7 @@ from amorgp.amortizer.cli import main
 from amorgp.amortizer.cli.train import parse_overrides
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model, count_parameters
-from amorgp.amortizer.rundir import LOCK
+from amorgp.amortizer.training.rundir import LOCK
 
 TINY_SETS = [
     "--set", "batch_size=4", "--set", "n_max=12", "--set", "max_dims=2",

@@ -186,7 +186,7 @@ def test_complex_inputs_are_refused_by_the_api(tiny_checkpoint: Path) -> None:
 def test_a_run_refused_while_starting_leaves_no_folder(
     tmp_path: Path, tiny_checkpoint: Path
 ) -> None:
-    from amorgp.amortizer.train import train
+    from amorgp.amortizer.training.train import train
     from amorgp.kernel_grammar import OptionError
 
     out = tmp_path / "new-run"

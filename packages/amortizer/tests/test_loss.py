@@ -9,8 +9,8 @@ from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import testing
 from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.loss import gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.amortizer.model import Prediction, build_model
+from amorgp.amortizer.training.loss import gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.kernel_grammar import PAPER_VOCABULARY
 from amorgp.lazy_kernels import PaddedBatch
 from amorgp.simulator.testing import dense_covariance, structure_of

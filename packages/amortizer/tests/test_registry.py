@@ -23,7 +23,7 @@ from amorgp.amortizer.registry import (
     network_spec,
     register_network,
 )
-from amorgp.amortizer.train import simulator_config
+from amorgp.amortizer.training.train import simulator_config
 from amorgp.kernel_grammar import PAPER_VOCABULARY, Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 

@@ -17,9 +17,9 @@ import torch
 from amorgp.amortizer import trainer as trainer_module
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import PRESETS, preset
-from amorgp.amortizer.rundir import RunDirectory
 from amorgp.amortizer.testing import TINY_TRAIN
-from amorgp.amortizer.train import train
+from amorgp.amortizer.training.rundir import RunDirectory
+from amorgp.amortizer.training.train import train
 from amorgp.kernel_grammar.errors import CheckpointError, OptionError, TrainingError
 
 NET = PRESETS["tiny"].network
