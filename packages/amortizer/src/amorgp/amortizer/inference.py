@@ -36,11 +36,9 @@ from amorgp.amortizer.selection import (
     load_network,
 )
 from amorgp.kernel_grammar import (
-    ELEMENTARY,
     DimWiseStructure,
     OptionError,
     Vocabulary,
-    base_symbol,
 )
 from amorgp.lazy_kernels import Normalizer, as_dataset
 
@@ -497,7 +495,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                     params[sl], noise[sl], scale = cal.params, cal.noise, cal.scale
                     # LIN alone (s^2 x x' + c^2) is not proportional to its variance:
                     # those kernels' matrices are evaluated again at the new parameters
-                    redo = [i for i, s in enumerate(structures[sl]) if not _homogeneous(s)]
+                    redo = [i for i, s in enumerate(structures[sl]) if not batched.homogeneous(s)]
                     if redo:
                         sub = [structures[sl][i] for i in redo]
                         at = torch.tensor(redo, device=Km.device)
@@ -581,17 +579,6 @@ def _split(f: batched.Factors) -> list[Factor | None]:
         None if failed[i] else (f.L[i], f.alpha[i], f.jitter[i], f.lml[i])
         for i in range(len(failed))
     ]
-
-
-def _homogeneous(structure: DimWiseStructure) -> bool:
-    """Whether scaling every addend's variance by ``c`` scales the kernel by ``c`` in each
-    dimension (every symbol but LIN alone, whose offset ``c^2`` is not scaled)."""
-    return all(
-        ELEMENTARY[f].variance_scales_all or len(base_symbol(a).factors) > 1
-        for addends in structure.dims
-        for a in addends
-        for f in base_symbol(a).factors
-    )
 
 
 def _section(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:

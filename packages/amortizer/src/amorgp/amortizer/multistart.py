@@ -50,6 +50,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.batched import homogeneous
 from amorgp.kernel_grammar import (
     FLOORS,
     DimWiseStructure,
@@ -175,21 +176,27 @@ def lomb_scargle(x: Tensor, y: Tensor, freqs: Tensor) -> Tensor:
     centre it first).
 
     Args:
-        x: ``(B, n)`` sample positions.
+        x: ``(B, n)`` sample positions, or ``(G, n)`` with ``G`` dividing ``B`` where
+            signal ``b`` is sampled at row ``b % G`` (its trigonometry computed once).
         y: ``(B, n)`` values.
         freqs: ``(F,)`` angular frequencies ``omega > 0``.
 
     Returns:
         ``(B, F)`` power.
     """
-    wx = freqs[None, :, None] * x[:, None, :]  # (B, F, n)
+    B, n = y.shape
+    # signals sharing their sample positions share the trigonometry: x (G, n) with
+    # G dividing B, signal b sampled at row b % G (period_candidates' layout)
+    G = x.shape[0]
+    wx = freqs[None, :, None] * x[:, None, :]  # (G, F, n)
     tau2 = torch.atan2(torch.sin(2.0 * wx).sum(-1), torch.cos(2.0 * wx).sum(-1))  # 2 omega tau
     arg = wx - 0.5 * tau2[..., None]
     c, s = torch.cos(arg), torch.sin(arg)
-    yc = (y[:, None, :] * c).sum(-1)
-    ys = (y[:, None, :] * s).sum(-1)
-    cc = (c * c).sum(-1).clamp_min(1e-300)
-    ss = (s * s).sum(-1).clamp_min(1e-300)
+    yg = y.reshape(B // G, G, n)
+    yc = torch.einsum("rgn,gfn->rgf", yg, c).reshape(B, -1)
+    ys = torch.einsum("rgn,gfn->rgf", yg, s).reshape(B, -1)
+    cc = (c * c).sum(-1).clamp_min(1e-300).repeat(B // G, 1)
+    ss = (s * s).sum(-1).clamp_min(1e-300).repeat(B // G, 1)
     return 0.5 * (yc * yc / cc + ys * ys / ss)
 
 
@@ -240,7 +247,7 @@ def period_candidates(X: Tensor, y: Tensor, peaks: int = PEAKS) -> list[tuple[in
     F = int(min(MAX_FREQUENCIES, max(8, (f_max - f_lo) / df)))
     f = torch.linspace(f_lo, f_max, F, dtype=torch.float64, device=X.device)  # cycles / range
     sig = _signals(X, y)  # (3, d, n)
-    xs = (X / span).T.expand(3, d, n).reshape(3 * d, n)
+    xs = (X / span).T  # (d, n): the three signals of a dimension share its positions
     power = lomb_scargle(xs, sig.reshape(3 * d, n), 2.0 * math.pi * f)
     var = (sig.reshape(3 * d, n) ** 2).mean(-1).clamp_min(1e-300)
     power = (2.0 * power / (n * var[:, None])).view(3, d, F).amax(0)  # (d, F)
@@ -360,27 +367,28 @@ def _starts_of(
     return order[: starts - 1]
 
 
-def _log_likelihood(
-    X: Tensor,
-    y: Tensor,
-    symbols: Tensor,
-    mask: Tensor,
-    params: Tensor,
-    noise: Tensor,
-    vocab: Vocabulary,
+def _matrices(
+    X: Tensor, symbols: Tensor, mask: Tensor, params: Tensor, vocab: Vocabulary
 ) -> Tensor:
-    """``(B,)`` exact log marginal likelihood (one batched Cholesky; ``-inf`` where the
-    factorisation fails)."""
+    """``(B, n, n)`` kernel matrices of ``B`` parameter sets on the points ``X (n, d)``."""
     from amorgp.lazy_kernels import kernel_matrix_dimwise
 
     B, (n, d) = params.shape[0], X.shape
-    Km = kernel_matrix_dimwise(
+    return kernel_matrix_dimwise(
         X.expand(B, n, d), X.expand(B, n, d), symbols, mask, params, vocab, validate=False
     )
+
+
+def _log_likelihood(Km: Tensor, y: Tensor, noise: Tensor) -> Tensor:
+    """``(B,)`` exact log marginal likelihood of ``y`` under the kernel matrices
+    ``Km (B, n, n)`` plus ``noise (B,)`` (one batched Cholesky; ``-inf`` where the
+    factorisation fails)."""
+    n = Km.shape[-1]
     Km = Km + noise[:, None, None] * torch.eye(n, dtype=Km.dtype, device=Km.device)
     ok = torch.isfinite(Km).flatten(1).all(1)
     Km = torch.where(ok[:, None, None], Km, torch.eye(n, dtype=Km.dtype, device=Km.device))
     L, info = torch.linalg.cholesky_ex(Km)
+    B = Km.shape[0]
     alpha = torch.cholesky_solve(y.expand(B, n)[..., None], L)[..., 0]
     lml = -0.5 * (
         (y[None] * alpha).sum(-1) + 2.0 * L.diagonal(dim1=-2, dim2=-1).log().sum(-1) + n * _LOG_2PI
@@ -451,21 +459,33 @@ def multistart(
     own = torch.tensor(owner, dtype=torch.long, device=dev)
     all_params, all_noise = p64, n64
     if alt:
+        # each start's kernel matrix on the scoring points is evaluated once: calibrated on,
+        # then scaled (the calibrated matrix is the scale times it, but for LIN alone)
+        alt_structures = [structures[k] for k in owner]
+        alt_params = torch.stack(alt)
+        Km = _matrices(Xc, sym[own], msk[own], alt_params, vocabulary)
         cal = calibrate(
             Xc,
             yc,
-            [structures[k] for k in owner],
+            alt_structures,
             vocabulary,
-            torch.stack(alt),
+            alt_params,
             n64[own],
             seed=seed,
+            matrices=Km,
         )
+        Km = Km * cal.scale[:, None, None]
+        redo = [i for i, st in enumerate(alt_structures) if not homogeneous(st)]
+        if redo:
+            at = torch.tensor(redo, device=dev)
+            Km[at] = _matrices(Xc, sym[own][at], msk[own][at], cal.params[at], vocabulary)
         all_params = torch.cat([p64, cal.params])
         all_noise = torch.cat([n64, cal.noise])
+        Km = torch.cat([_matrices(Xc, sym, msk, p64, vocabulary), Km])
     all_owner = torch.cat([torch.arange(K, device=dev), own])
     all_names = ["network"] * K + names
     lml = (
-        _log_likelihood(Xc, yc, sym[all_owner], msk[all_owner], all_params, all_noise, vocabulary)
+        _log_likelihood(Km, yc, all_noise)
         if alt
         else torch.full((K,), math.nan, dtype=torch.float64, device=dev)
     )
