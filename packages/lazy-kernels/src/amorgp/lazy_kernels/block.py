@@ -25,6 +25,7 @@ from amorgp.kernel_grammar import DataError, OptionError
 from amorgp.lazy_kernels.operators import (
     EVALUATOR_MATRICES_PER_TERM,
     DenseKernel,
+    PointsOperator,
     check_rhs,
 )
 
@@ -59,7 +60,7 @@ def block_rows(
     return max(1, int(memory_budget // (item * matrices * max(columns, 1))))
 
 
-class BlockKernelOperator:
+class BlockKernelOperator(PointsOperator):
     """``K(X1, X2)`` of a dense kernel, applied by row blocks (see module doc).
 
     Args:
@@ -102,35 +103,6 @@ class BlockKernelOperator:
         self._X2 = X1 if X2 is None else X2
         self.memory_budget = float(memory_budget)
         self.rows = rows
-
-    @property
-    def X1(self) -> Tensor:
-        return self._X1
-
-    @property
-    def X2(self) -> Tensor:
-        return self._X2
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self._X1.shape[0], self._X2.shape[0])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._X1.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self._X1.device
-
-    @property
-    def bytes_per_entry(self) -> float:
-        item = torch.finfo(self.dtype).bits // 8
-        return float(item * (EVALUATOR_MATRICES_PER_TERM * self.kernel.n_terms + 1))
-
-    @property
-    def requires_grad(self) -> bool:
-        return any(t.requires_grad for t in (self.kernel.params, self._X1, self._X2))
 
     def block_size(self, graph: bool | None = None) -> int:
         """Rows per block of :meth:`matmul` (with an autograd graph or without; default:

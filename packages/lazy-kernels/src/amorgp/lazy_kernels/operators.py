@@ -127,32 +127,14 @@ def check_rhs(V: Tensor, rows: int) -> tuple[Tensor, bool]:
     return V2, vec
 
 
-class DenseKernelOperator:
-    """``K(X1, X2)`` of a dense kernel, evaluated at most once and kept.
+class PointsOperator:
+    """What an operator of ``kernel`` on the points ``(X1, X2)`` reports of itself (shape,
+    dtype, device, memory per entry, whether it records gradients): shared by the dense
+    and the block operator."""
 
-    ``dense()`` evaluates ``kernel(X1, X2)`` the first time and stores it (with its
-    autograd graph when gradients are being recorded); ``matmul`` multiplies the stored
-    matrix; ``columns`` reads the stored matrix, or evaluates only the requested columns
-    when it has not been formed.  A matrix stored without a graph is re-evaluated once if
-    a later call records gradients (parameters or inputs that require grad).
-
-    Args:
-        kernel: a dense kernel (``kernel(X1, X2)``, ``kernel.diag(X)``, ``params``,
-            ``n_terms``), e.g. :class:`~amorgp.lazy_kernels.DimWiseKernel`.
-        X1: ``(N, D)`` inputs.
-        X2: ``(M, D)`` inputs, or None for the symmetric ``K(X1, X1)``.
-    """
-
-    def __init__(self, kernel: DenseKernel, X1: Tensor, X2: Tensor | None = None) -> None:
-        for name, X in (("X1", X1), ("X2", X2)):
-            if X is not None and (not isinstance(X, Tensor) or X.ndim != 2):
-                raise DataError(
-                    f"{name} must be an (N, D) tensor, got {tuple(getattr(X, 'shape', ()))}"
-                )
-        self.kernel = kernel
-        self._X1 = X1
-        self._X2 = X1 if X2 is None else X2
-        self._K: Tensor | None = None
+    kernel: DenseKernel
+    _X1: Tensor
+    _X2: Tensor
 
     @property
     def X1(self) -> Tensor:
@@ -182,6 +164,34 @@ class DenseKernelOperator:
     @property
     def requires_grad(self) -> bool:
         return any(t.requires_grad for t in (self.kernel.params, self._X1, self._X2))
+
+
+class DenseKernelOperator(PointsOperator):
+    """``K(X1, X2)`` of a dense kernel, evaluated at most once and kept.
+
+    ``dense()`` evaluates ``kernel(X1, X2)`` the first time and stores it (with its
+    autograd graph when gradients are being recorded); ``matmul`` multiplies the stored
+    matrix; ``columns`` reads the stored matrix, or evaluates only the requested columns
+    when it has not been formed.  A matrix stored without a graph is re-evaluated once if
+    a later call records gradients (parameters or inputs that require grad).
+
+    Args:
+        kernel: a dense kernel (``kernel(X1, X2)``, ``kernel.diag(X)``, ``params``,
+            ``n_terms``), e.g. :class:`~amorgp.lazy_kernels.DimWiseKernel`.
+        X1: ``(N, D)`` inputs.
+        X2: ``(M, D)`` inputs, or None for the symmetric ``K(X1, X1)``.
+    """
+
+    def __init__(self, kernel: DenseKernel, X1: Tensor, X2: Tensor | None = None) -> None:
+        for name, X in (("X1", X1), ("X2", X2)):
+            if X is not None and (not isinstance(X, Tensor) or X.ndim != 2):
+                raise DataError(
+                    f"{name} must be an (N, D) tensor, got {tuple(getattr(X, 'shape', ()))}"
+                )
+        self.kernel = kernel
+        self._X1 = X1
+        self._X2 = X1 if X2 is None else X2
+        self._K: Tensor | None = None
 
     def dense(self) -> Tensor:
         records = torch.is_grad_enabled() and self.requires_grad

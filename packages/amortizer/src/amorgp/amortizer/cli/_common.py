@@ -44,6 +44,17 @@ log = logging.getLogger("amorgp.cli")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+starts_option = click.option(
+    "--starts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Starts of a kernel with a periodic term (periodogram periods, harmonics; the "
+    "best by likelihood wins); 1: the network's prediction alone.  [default: 8, or 1 "
+    "with --no-calibrate]",
+)
+"""The ``--starts`` option of the commands that infer (``amorgp.amortizer.multistart``)."""
+
+
 def inference_options(f: F) -> F:
     """``--target --seed --device --dtype --checkpoint --refine --calibrate``."""
     options = [

@@ -21,6 +21,7 @@ from amorgp.amortizer.cli._common import (
     inference_options,
     load_amortizer,
     run_inference,
+    starts_option,
 )
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import emit, json_document, json_text
@@ -80,14 +81,7 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
     help="Print one JSON document (schema_version 1) instead of a table (stdout holds only "
     "the JSON; messages go to stderr).",
 )
-@click.option(
-    "--starts",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Starts of a kernel with a periodic term (periodogram periods, harmonics; the "
-    "best by likelihood wins); 1: the network's prediction alone.  [default: 8, or 1 "
-    "with --no-calibrate]",
-)
+@starts_option
 @inference_options
 def infer(
     data: Path,

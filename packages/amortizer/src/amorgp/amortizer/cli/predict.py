@@ -31,6 +31,7 @@ from amorgp.amortizer.cli._common import (
     load_amortizer,
     run_inference,
     running,
+    starts_option,
 )
 from amorgp.amortizer.cli._errors import AmorgpCommand
 from amorgp.amortizer.cli._output import (
@@ -185,14 +186,7 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     is_flag=True,
     help="Print one JSON document (schema_version 1) on stdout; messages go to stderr.",
 )
-@click.option(
-    "--starts",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Starts of a kernel with a periodic term (periodogram periods, harmonics; the "
-    "best by likelihood wins); 1: the network's prediction alone.  [default: 8, or 1 "
-    "with --no-calibrate]",
-)
+@starts_option
 @inference_options
 def predict(
     data: Path,
