@@ -233,8 +233,8 @@ def paper_cells(amz: Amortizer, splits: int, datasets: list[str]) -> dict[str, A
             many = amz.infer_many(data.X[tr], data.y[tr], kernels)
             t_many += time.perf_counter() - t0
             for a, b in zip(one, many, strict=True):
-                sa = scores(*(v.numpy() for v in a.predict(data.X[te])), data.y[te], mu, sd)
-                sb = scores(*(v.numpy() for v in b.predict(data.X[te])), data.y[te], mu, sd)
+                sa = scores(*(np.asarray(v) for v in a.predict(data.X[te])), data.y[te], mu, sd)
+                sb = scores(*(np.asarray(v) for v in b.predict(data.X[te])), data.y[te], mu, sd)
                 ratios.append(sb[0] / sa[0])
                 nll_diff.append(sb[1] - sa[1])
                 changed += b.start != "network"
