@@ -57,3 +57,31 @@ def test_demo_without_plot_writes_nothing(
     assert res.exit_code == 0, res.output
     assert "Type-2 ML" not in res.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_json_is_one_versioned_document_with_original_unit_likelihoods() -> None:
+    """``demo --json``: one JSON object (schema_version, command) on stdout; each kernel's
+    original-unit log marginal likelihood is its normalised one plus the normalisation's
+    offset ``-n log sd(y)`` (a closed form), for the amortized and the Type-2 ML fits."""
+    import json
+
+    import numpy as np
+    from click.testing import CliRunner
+
+    from amorgp.amortizer.cli import main
+    from amorgp.amortizer.cli.demo import DEMO_DATA
+    from amorgp.amortizer.io import read_csv
+
+    res = CliRunner().invoke(main, ["demo", "--json", "--no-plot", "-k", "SE", "-k", "SE + PER"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert (doc["schema_version"], doc["command"]) == (1, "demo")
+    assert [r["kernel"] for r in doc["results"]] == ["SE", "SE + PER"]
+    y = read_csv(DEMO_DATA).y
+    assert y is not None
+    offset = -len(y) * np.log(np.std(y))  # the population standard deviation
+    for fit in [*doc["results"], *doc["type2ml"]]:
+        got = fit["log_marginal_likelihood_original"] - fit["log_marginal_likelihood"]
+        assert got == pytest.approx(offset, rel=1e-6)
+    best = max(doc["results"], key=lambda r: r["log_marginal_likelihood"])
+    assert doc["best"] == best["kernel"]

@@ -25,7 +25,8 @@ from amorgp.amortizer.cli._common import (
     run_inference,
 )
 from amorgp.amortizer.cli._errors import AmorgpCommand
-from amorgp.amortizer.cli._output import check_plot_path, emit
+from amorgp.amortizer.cli._output import check_plot_path, emit, json_document, json_option
+from amorgp.amortizer.strictjson import json_text
 
 __all__ = ["DEMO_DATA", "DEMO_KERNELS", "demo"]
 
@@ -83,12 +84,14 @@ def _report(results: list[Any], baseline: list[Any] | None, n: int) -> None:
     help=f"Kernels to compare (default: {', '.join(DEMO_KERNELS)}).",
 )
 @click.option("--no-baseline", is_flag=True, help="Skip the Type-2 ML comparison.")
+@json_option()
 @inference_options
 def demo(
     plot_path: Path,
     no_plot: bool,
     kernels: tuple[str, ...],
     no_baseline: bool,
+    as_json: bool,
     target: str | None,
     seed: int,
     device: str | None,
@@ -127,6 +130,36 @@ def demo(
             raise click.ClickException(f"Type-2 ML failed: {err}") from None
         t_baseline = time.perf_counter() - t0
     n = table.X.shape[0]
+    best = max(range(len(results)), key=lambda i: results[i].log_marginal_likelihood)
+    if as_json:
+        offset = results[0].normalization.lml_offset(n)
+        fields: dict[str, Any] = {
+            "data": "airline",
+            "target": table.target_name,
+            "features": list(table.feature_names),
+            "results": [r.to_dict() for r in results],
+            "best": results[best].kernel_text,
+            "amortized_time_s": t_amortized,
+        }
+        if baseline is not None:
+            fields["type2ml"] = [
+                {
+                    "kernel": r.kernel_text,
+                    "log_marginal_likelihood": b.log_marginal_likelihood,
+                    "log_marginal_likelihood_original": b.log_marginal_likelihood + offset,
+                    "noise": b.noise,
+                    "noise_original": r.normalization.noise_to_original(b.noise),
+                }
+                for r, b in zip(results, baseline, strict=True)
+            ]
+            fields["type2ml_time_s"] = t_baseline
+        emit(json_text(json_document("demo", fields), indent=2))
+        if not no_plot:
+            from amorgp.amortizer.cli._plots import plot_demo
+
+            plot_demo(plot_path, table, results[best], None if baseline is None else baseline[best])
+            click.echo(f"plot written to {plot_path}", err=True)
+        return
     emit(
         f"airline passengers (Box & Jenkins 1949-1960), n = {n}, "
         f"input {table.feature_names[0]}, target {table.target_name}"
@@ -147,7 +180,6 @@ def demo(
     if baseline is not None:
         line += f", Type-2 ML (Adam, <= 150 steps) {1e3 * t_baseline:.1f} ms, speed-up x{t_baseline / t_amortized:.1f}"
     emit(line)
-    best = max(range(len(results)), key=lambda i: results[i].log_marginal_likelihood)
     periods = [h.original for h in results[best].table if h.name.endswith("period")]
     if periods:
         emit(
