@@ -4,6 +4,7 @@ the normalisation and dataset-validation contract, and the fit-result base share
 from amorgp.lazy_kernels.batch import PaddedBatch, check_structures
 from amorgp.lazy_kernels.block import BlockKernelOperator
 from amorgp.lazy_kernels.data import Y_STD_MAX, Y_STD_MIN, Normalizer, as_dataset, as_inputs
+from amorgp.lazy_kernels.dense_posterior import DensePosterior
 from amorgp.lazy_kernels.dimwise import (
     kernel_diag_dimwise,
     kernel_matrix_dimwise,
@@ -45,7 +46,7 @@ from amorgp.lazy_kernels.operators import (
     DenseKernelOperator,
     KernelOperator,
 )
-from amorgp.lazy_kernels.posterior import DensePosterior, Posterior
+from amorgp.lazy_kernels.posterior import Posterior
 from amorgp.lazy_kernels.probe import KeOpsProbe, keops_usable, probe_keops
 from amorgp.lazy_kernels.slots import (
     PARAM_KINDS,
