@@ -51,6 +51,7 @@ per point (up to 1.0 on one cell) and the RMSE fell on concrete and rose on hous
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -225,6 +226,10 @@ class _Eigen:
     def exact(self, noise: Tensor) -> Tensor:
         return _exact_log_likelihood(self.lam, self.z2, noise)
 
+    def profile_and_exact(self, log_r: Tensor, noise: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`profile` at ``log_r (B, G)`` and :meth:`exact` at ``noise (B, J)``."""
+        return (*self.profile(log_r), self.exact(noise))
+
 
 class _Tridiagonal:
     """The likelihoods from the tridiagonal form of ``H K H^T`` where ``H`` is orthogonal
@@ -274,6 +279,29 @@ class _Tridiagonal:
         quad, logdet = self._quad_logdet(noise)
         return -0.5 * (quad + logdet + n * _LOG_2PI)
 
+    def profile_and_exact(self, log_r: Tensor, noise: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`profile` at ``log_r (B, G)`` and :meth:`exact` at ``noise (B, J)`` in one
+        pass of the recurrence (its cost is the Python loop over ``n``, not the width)."""
+        n, G = self.a.shape[1], log_r.shape[1]
+        quad, logdet = self._quad_logdet(torch.cat([log_r.exp(), noise], 1))
+        s = quad[:, :G] / n
+        lml = -0.5 * (n * (s.log() + 1.0 + _LOG_2PI) + logdet[:, :G])
+        exact = -0.5 * (quad[:, G:] + logdet[:, G:] + n * _LOG_2PI)
+        return lml, s, exact
+
+
+@functools.lru_cache(maxsize=64)
+def _dsytrd_lwork(n: int) -> int:
+    """LAPACK's optimal workspace for ``dsytrd`` at order ``n``.
+
+    With the optimal workspace ``dsytrd`` runs its blocked (level-3 BLAS) reduction;
+    SciPy's default, the minimal workspace, falls back to the unblocked one, 1.5x slower
+    at ``n = 500`` (10.7 ms against 16.8 ms, one thread)."""
+    from scipy.linalg import lapack
+
+    lwork, info = lapack.dsytrd_lwork(max(n, 1), lower=1)
+    return max(int(lwork), 1) if info == 0 else max(n, 1)
+
 
 def _tridiagonal(Km: Tensor, y: Tensor) -> _Tridiagonal:
     """:class:`_Tridiagonal` of CPU float64 matrices ``Km (B, n, n)`` and targets ``y (n,)``.
@@ -296,9 +324,10 @@ def _tridiagonal(Km: Tensor, y: Tensor) -> _Tridiagonal:
     Kt.baddbmm_(w[:, :, None], vb[:, None, :], alpha=-2.0)
     a = torch.empty(Km.shape[:2], dtype=torch.float64)
     b = torch.empty((Km.shape[0], max(n - 1, 0)), dtype=torch.float64)
+    lwork = _dsytrd_lwork(n)
     for i in range(Km.shape[0]):  # LAPACK has no batched tridiagonalisation
         # the symmetric C-ordered matrix is its own Fortran-ordered transpose
-        _, d, e, _, info = lapack.dsytrd(Kt[i].numpy().T, lower=1, overwrite_a=1)
+        _, d, e, _, info = lapack.dsytrd(Kt[i].numpy().T, lower=1, overwrite_a=1, lwork=lwork)
         if info != 0:
             raise RuntimeError(f"dsytrd failed with info {info}")
         a[i], b[i] = torch.from_numpy(d), torch.from_numpy(e)
@@ -306,16 +335,18 @@ def _tridiagonal(Km: Tensor, y: Tensor) -> _Tridiagonal:
 
 
 def _best_ratio(
-    spec: _Eigen | _Tridiagonal, s_min: Tensor, like: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Grid search and parabolic refinement of ``log r``: ``(log_r, s, lml)``, each ``(B,)``."""
+    spec: _Eigen | _Tridiagonal, s_min: Tensor, like: Tensor, noise: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Grid search and parabolic refinement of ``log r``: ``(log_r, s, lml, base)``, each
+    ``(B,)``, where ``base`` is the exact likelihood at scale 1 and ``noise (B,)`` (the
+    prediction), evaluated with the grid."""
     grid = _log_grid(like)
-    lml, s = spec.profile(grid)
+    lml, s, base = spec.profile_and_exact(grid, noise[:, None])
     cand = _candidates(grid, _valid(lml, s, grid, s_min))
     lml_c, s_c = spec.profile(cand)
     lml_c = _valid(lml_c, s_c, cand, s_min)
     j = lml_c.argmax(-1, keepdim=True)
-    return cand.gather(1, j)[:, 0], s_c.gather(1, j)[:, 0], lml_c.gather(1, j)[:, 0]
+    return cand.gather(1, j)[:, 0], s_c.gather(1, j)[:, 0], lml_c.gather(1, j)[:, 0], base[:, 0]
 
 
 def _best_noise(spec: _Eigen | _Tridiagonal, like: Tensor) -> tuple[Tensor, Tensor]:
@@ -441,12 +472,12 @@ def calibrate(
             spec = _spectrum(Km, y64, method)
             like = Km[:, 0]  # (B, n): dtype, device and batch of the grids
             if scale:
-                log_r, s, lml = _best_ratio(spec, s_min[sl], like)
+                log_r, s, lml, base = _best_ratio(spec, s_min[sl], like, n64[sl])
                 best_noise = s * log_r.exp()
             else:
                 best_noise, lml = _best_noise(spec, like)
                 s = torch.ones_like(best_noise)
-            base = spec.exact(n64[sl, None])[:, 0]
+                base = spec.exact(n64[sl, None])[:, 0]
             better = finite & torch.isfinite(lml) & (lml > base)
             factors[sl] = torch.where(better, s, torch.ones_like(s))
             new_noise[sl] = torch.where(better, best_noise, n64[sl])
