@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -364,16 +364,26 @@ def _best_noise(spec: _Eigen | _Tridiagonal, like: Tensor) -> tuple[Tensor, Tens
     return noise.gather(1, j)[:, 0], lml.gather(1, j)[:, 0]
 
 
-def _spectrum(Km: Tensor, y: Tensor, method: str) -> _Eigen | _Tridiagonal:
-    """The likelihoods' representation of ``Km (B, n, n)`` by ``method`` (see
-    :data:`METHODS`)."""
-    if method == "auto":
-        method = "tridiagonal" if Km.device.type == "cpu" else "eigh"
-    if method == "tridiagonal":
-        return _tridiagonal(Km, y)
+def _eigen(Km: Tensor, y: Tensor) -> _Eigen:
+    """:class:`_Eigen` of ``Km (B, n, n)`` and targets ``y (n,)``: one batched ``eigh``."""
     lam, Q = torch.linalg.eigh(Km)
     z2 = (Q.transpose(1, 2) @ y[:, None])[..., 0] ** 2
     return _Eigen(lam.clamp_min(0.0), z2)
+
+
+_SPECTRA: dict[str, Callable[[Tensor, Tensor], _Eigen | _Tridiagonal]] = {
+    "tridiagonal": _tridiagonal,
+    "eigh": _eigen,
+}
+"""The representation of the likelihoods by method name (:data:`METHODS` less ``auto``)."""
+
+
+def _spectrum(Km: Tensor, y: Tensor, method: str) -> _Eigen | _Tridiagonal:
+    """The likelihoods' representation of ``Km (B, n, n)`` by ``method`` (see
+    :data:`METHODS`; ``"auto"``: the tridiagonal form on the CPU, ``eigh`` elsewhere)."""
+    if method == "auto":
+        method = "tridiagonal" if Km.device.type == "cpu" else "eigh"
+    return _SPECTRA[method](Km, y)
 
 
 def calibrate(
