@@ -172,16 +172,6 @@ def tests_cuda(session: nox.Session, package: str) -> None:
 
 @nox.session(python=PYTHON)
 @pruned
-def tests_gpytorch(session: nox.Session) -> None:
-    """The GPyTorch/BoTorch bridge's tests with the ``amortizer[gpytorch]`` extra installed
-    (without it, ``tests`` skips them)."""
-    _install_packages(session, ["amortizer"], extra="test,gpytorch")
-    session.chdir(ROOT / "packages" / "amortizer")
-    _pytest(session, "tests/test_bridge.py", "tests/test_readme.py", "-m", "not cuda and not slow")
-
-
-@nox.session(python=PYTHON)
-@pruned
 def integration(session: nox.Session) -> None:
     """End-to-end scenarios across all packages and the tests of ``experiments/`` (the
     paper's experiments, ship check, campaign report); slow ones deselected."""
@@ -227,7 +217,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """The main job on a bundled default: amortized inference on the airline data."""
-    _install_packages(session, ["amortizer"])
+    _install_packages(session, ["cli"])
     out = ROOT / "runs" / "demo"
     out.mkdir(parents=True, exist_ok=True)
     session.run("amorgp", "demo", "--plot", str(out / "amorgp-demo.png"), *session.posargs)
@@ -256,6 +246,7 @@ def paper(session: nox.Session) -> None:
     command (``--datasets``, ``--splits``, ``--experiments``, ``--out``...).
     """
     _install_packages(session, ["amortizer"], extra="train,paper")
+    _install_packages(session, ["cli"])
     _with_experiments(session)
     session.run("amorgp", "benchmark", "paper", *session.posargs)
 

@@ -3,7 +3,10 @@
 A package's siblings are the ``amorgp-*`` requirements of its ``[project]
 dependencies`` and of its optional dependencies (extras such as ``train``: a session
 that installs an extra installs those siblings from the repository first); it needs
-PyTorch if it or any sibling requires ``torch``.
+PyTorch if it or any sibling requires ``torch``.  An extra that names a package which
+itself depends on this one (``amorgp-amortizer[gpytorch]`` pulls ``amorgp-gpytorch``,
+which requires ``amorgp-amortizer``) is a convenience for users, not a sibling: it is
+left out of the graph, which would otherwise hold a cycle.
 Used by ``noxfile.py``; no dependency beyond the standard library.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 __all__ = [
@@ -37,11 +40,13 @@ class Package:
         name: directory name under ``packages/`` (the distribution name without ``amorgp-``).
         siblings: the ``amorgp-*`` packages it declares directly.
         requires_torch: whether its own dependencies name ``torch``.
+        extra_siblings: the siblings named only by its extras (a subset of ``siblings``).
     """
 
     name: str
     siblings: tuple[str, ...]
     requires_torch: bool
+    extra_siblings: tuple[str, ...] = ()
 
 
 def _requirement_name(requirement: str) -> str:
@@ -71,7 +76,8 @@ def read_package(pyproject: Path) -> Package:
             d.removeprefix(PREFIX) for d in deps + extras if d.startswith(PREFIX) and d != dist
         )
     )
-    return Package(name, siblings, "torch" in deps)
+    hard = {d.removeprefix(PREFIX) for d in deps}
+    return Package(name, siblings, "torch" in deps, tuple(s for s in siblings if s not in hard))
 
 
 def topological_order(packages: dict[str, Package]) -> list[str]:
@@ -123,8 +129,27 @@ def closure(packages: dict[str, Package], names: list[str]) -> set[str]:
 
 
 def read_packages(packages_dir: Path) -> dict[str, Package]:
-    """Every ``packages_dir/<name>/pyproject.toml``, keyed by directory name."""
-    return {p.parent.name: read_package(p) for p in sorted(packages_dir.glob("*/pyproject.toml"))}
+    """Every ``packages_dir/<name>/pyproject.toml``, keyed by directory name.
+
+    An extra's sibling that requires the package itself (through its ``[project]
+    dependencies``, transitively) is dropped from the package's siblings.
+    """
+    packages = {
+        p.parent.name: read_package(p) for p in sorted(packages_dir.glob("*/pyproject.toml"))
+    }
+    hard = {
+        name: Package(name, tuple(s for s in pkg.siblings if s not in pkg.extra_siblings), False)
+        for name, pkg in packages.items()
+    }
+    out = {}
+    for name, pkg in packages.items():
+        upward = {s for s in pkg.extra_siblings if s in hard and name in closure(hard, [s]) - {s}}
+        out[name] = replace(
+            pkg,
+            siblings=tuple(s for s in pkg.siblings if s not in upward),
+            extra_siblings=tuple(s for s in pkg.extra_siblings if s not in upward),
+        )
+    return out
 
 
 def needs_torch(packages: dict[str, Package], name: str) -> bool:

@@ -6,7 +6,7 @@ One BO loop per (problem, seed, fitting method), side by side in one run:
   kernel with ARD, LogNormal lengthscale and noise priors, ``Standardize`` outcome
   transform), refitted from scratch at every iteration;
 * fitting, the named peer: BoTorch's ``fit_gpytorch_mll(mll)``; against
-  ``AmortizedFit()`` of ``amorgp.amortizer.bridge`` (one forward pass of the bundled
+  ``AmortizedFit()`` of ``amorgp.gpytorch`` (one forward pass of the bundled
   network, then at most 50 L-BFGS-B iterations of the same objective evaluated in closed
   form, stopping at convergence, BoTorch's fit as the fallback), ``AmortizedFit(0)``
   (the network's hyperparameters with the calibrated noise, the bridge's default start:
@@ -351,7 +351,7 @@ def main() -> None:
     import botorch
     import gpytorch
 
-    from amorgp.amortizer.bridge import AmortizedFit, default_amortizer
+    from amorgp.gpytorch import AmortizedFit, default_amortizer
 
     seeds = args.seeds or (10 if args.full else 3)
     iters = args.iters or (50 if args.full else 15)

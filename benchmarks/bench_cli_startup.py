@@ -31,9 +31,9 @@ OUT = ROOT / "docs" / "benchmarks" / "cli-startup.md"
 PY = sys.executable
 CASES: list[tuple[str, list[str]]] = [
     ("python -c pass (floor)", [PY, "-c", "pass"]),
-    ("python -m amorgp.amortizer.cli --help", [PY, "-m", "amorgp.amortizer.cli", "--help"]),
-    ("python -m amorgp.amortizer.cli --version", [PY, "-m", "amorgp.amortizer.cli", "--version"]),
-    ("import amorgp.amortizer.cli", [PY, "-c", "import amorgp.amortizer.cli"]),
+    ("python -m amorgp.cli --help", [PY, "-m", "amorgp.cli", "--help"]),
+    ("python -m amorgp.cli --version", [PY, "-m", "amorgp.cli", "--version"]),
+    ("import amorgp.cli", [PY, "-c", "import amorgp.cli"]),
     ("peer: import torch, sklearn", [PY, "-c", "import torch, sklearn"]),
 ]
 PEER = "peer: import torch, sklearn"

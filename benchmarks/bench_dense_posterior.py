@@ -162,8 +162,8 @@ def _objective(n: int, repeats: int, *, fit: bool) -> list[dict[str, object]]:
     from botorch.models import SingleTaskGP
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
-    import amorgp.amortizer.bridge.lean_rbf as lean_rbf
-    from amorgp.amortizer.bridge.lean import LeanObjective
+    import amorgp.gpytorch.lean_rbf as lean_rbf
+    from amorgp.gpytorch.lean import LeanObjective
 
     g = torch.Generator().manual_seed(n)
     X = torch.rand(n, 6, generator=g, dtype=torch.float64)

@@ -41,11 +41,53 @@ def test_the_runtime_modules_import_no_training_module(tool: ModuleType) -> None
     runtime = [
         m
         for m in graph
-        if m.startswith("amorgp.amortizer")
-        and not m.startswith(("amorgp.amortizer.training", "amorgp.amortizer.cli"))
+        if m.startswith("amorgp.amortizer") and not m.startswith("amorgp.amortizer.training")
     ]
     for module in runtime:
         assert not [t for t in graph[module] if "training" in t or "simulator" in t], module
+
+
+def test_no_module_imports_a_private_module_of_another_package(tool: ModuleType) -> None:
+    graph = tool.module_graph(ROOT, deferred=True)
+    assert "amorgp.cli._output" in graph  # the private modules were found
+    assert "amorgp.cli._output" in graph["amorgp.cli.infer"]  # inside its package: fine
+    assert tool.private_imports(graph) == []
+    external = tool.external_graph(ROOT)
+    assert any(p.startswith("experiments/") for p in external)
+    assert any(p.startswith("benchmarks/") for p in external)
+    assert tool.private_imports(external) == []
+
+
+def test_the_split_packages_are_apart_from_the_amortizer(tool: ModuleType) -> None:
+    """The amortizer imports neither the command line nor the GPyTorch bridge (they
+    depend on it); the bridge does not import the command line."""
+    packages = tool.package_graph(tool.module_graph(ROOT, deferred=True))
+    assert "amortizer" in packages["cli"]
+    assert "amortizer" in packages["gpytorch"]
+    assert not {"cli", "gpytorch"} & packages["amortizer"]
+    assert "cli" not in packages["gpytorch"]
+
+
+def test_private_imports_found_in_a_tree_with_known_ones(tool: ModuleType, tmp_path: Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "a/src/amorgp/a/__init__.py": "",
+            "a/src/amorgp/a/_helpers.py": "",
+            "a/src/amorgp/a/x.py": "from amorgp.a import _helpers\nimport amorgp.a.__main__\n",
+            "a/src/amorgp/a/__main__.py": "",
+            "b/src/amorgp/b/__init__.py": "",
+            "b/src/amorgp/b/c.py": "def f():\n    from amorgp.a._helpers import g\n",
+        },
+    )
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "run.py").write_text("import amorgp.a._helpers\n")
+    graph = tool.module_graph(tmp_path, deferred=True)
+    assert tool.private_imports(graph) == [("amorgp.b.c", "amorgp.a._helpers")]
+    assert tool.private_imports(tool.module_graph(tmp_path)) == []  # deferred only
+    external = tool.external_graph(tmp_path, folders=("experiments",))
+    assert tool.private_imports(external) == [("experiments/run.py", "amorgp.a._helpers")]
+    assert tool.main(["--cycles", "--root", str(tmp_path)]) == 1
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:
@@ -91,7 +133,7 @@ def test_cycles_found_in_a_tree_with_known_ones(tool: ModuleType, tmp_path: Path
 
 
 def test_only_the_experiment_commands_import_the_experiments() -> None:
-    allowed = {"_moved.py", "benchmark.py", "campaign.py"}  # behind require_experiments
+    allowed = {"_moved.py", "extras.py", "benchmark.py", "campaign.py"}  # require_experiments
     for path in (ROOT / "packages").glob("*/src/**/*.py"):
         text = path.read_text(encoding="utf-8")
         if "import amorgp_experiments" in text or "from amorgp_experiments" in text:

@@ -45,6 +45,10 @@ def test_repository_graph_is_the_documented_one(graph: ModuleType) -> None:
     assert not graph.needs_torch(packages, "kernel-grammar")
     assert graph.needs_torch(packages, "diff-linalg")
     assert {"simulator", "baselines"} <= graph.closure(packages, ["amortizer"])
+    # amortizer[gpytorch] pulls amorgp-gpytorch, which requires the amortizer: not a sibling
+    assert "gpytorch" not in packages["amortizer"].siblings
+    assert "amortizer" in packages["gpytorch"].siblings
+    assert "amortizer" in packages["cli"].siblings
 
 
 def test_order_torch_and_closure_from_pyproject(graph: ModuleType, tmp_path: Path) -> None:
@@ -59,6 +63,24 @@ def test_order_torch_and_closure_from_pyproject(graph: ModuleType, tmp_path: Pat
     assert graph.closure(packages, ["top"]) == {"top", "mid", "low"}
     assert graph.needs_torch(packages, "top")
     assert not graph.needs_torch(packages, "alone")
+
+
+def test_an_extra_naming_a_dependent_package_is_not_a_sibling(
+    graph: ModuleType, tmp_path: Path
+) -> None:
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "pyproject.toml").write_text(
+        '[project]\nname = "amorgp-core"\ndependencies = ["amorgp-low"]\n'
+        '[project.optional-dependencies]\nplug = ["amorgp-plug>=0.1"]\n'
+        'train = ["amorgp-tool"]\n'
+    )
+    _write(tmp_path, "plug", ["amorgp-core>=0.1"])
+    _write(tmp_path, "tool", ["amorgp-low"])
+    _write(tmp_path, "low", [])
+    packages = graph.read_packages(tmp_path)
+    assert packages["core"].siblings == ("low", "tool")  # plug requires core: left out
+    assert graph.topological_order(packages) == ["low", "tool", "core", "plug"]
+    assert graph.closure(packages, ["plug"]) == {"plug", "core", "low", "tool"}
 
 
 def test_cycle_is_named(graph: ModuleType, tmp_path: Path) -> None:

@@ -54,12 +54,14 @@ def _name(requirement: str) -> tuple[str, str]:
     return re.sub(r"[-_.]+", "-", m.group(1)).lower(), (m.group(2) or "")
 
 
-def test_seven_packages_and_the_umbrella() -> None:
+def test_nine_packages_and_the_umbrella() -> None:
     assert [p.name for p in PACKAGE_DIRS] == [
         "amortizer",
         "baselines",
+        "cli",
         "diff-linalg",
         "ensembles",
+        "gpytorch",
         "kernel-grammar",
         "lazy-kernels",
         "simulator",
@@ -110,8 +112,9 @@ def test_umbrella_installs_every_package_with_their_extras() -> None:
         if name.startswith("amorgp-"):
             pins[name] = r
     packages = {f"amorgp-{p.name}": _project(p)["project"] for p in PACKAGE_DIRS}
-    # the base is the runtime: every package but the simulator, which training needs
-    assert set(pins) == set(packages) - {"amorgp-simulator"}
+    # the base is the runtime and the command line: every package but the simulator, which
+    # training needs, and the GPyTorch bridge, which the gpytorch extra adds
+    assert set(pins) == set(packages) - {"amorgp-simulator", "amorgp-gpytorch"}
     for name, req in pins.items():
         assert packages[name]["version"] == version
         assert req == f"{name}=={version}"
@@ -126,6 +129,12 @@ def test_umbrella_installs_every_package_with_their_extras() -> None:
             elif name == "amorgp":
                 assert set(bracket.strip("[]").split(",")) <= set(extras)
     assert _name(extras["gpytorch"][0]) == ("amorgp-amortizer", "[gpytorch]")
+    assert f"amorgp-gpytorch=={version}" in extras["gpytorch"]
+    assert packages["amorgp-amortizer"]["optional-dependencies"]["gpytorch"] == [
+        "amorgp-gpytorch>=0.1"
+    ]
+    assert packages["amorgp-cli"]["scripts"] == {"amorgp": "amorgp.cli:main"}
+    assert "scripts" not in packages["amorgp-amortizer"]  # the command is the CLI's
     assert _name(extras["keops"][0]) == ("amorgp-lazy-kernels", "[keops]")
     assert _name(extras["train"][0]) == ("amorgp-amortizer", "[train]")
     assert "amorgp-simulator" in packages["amorgp-amortizer"]["optional-dependencies"]["train"][0]
@@ -152,8 +161,9 @@ def test_the_package_graph_does_not_read_the_umbrella() -> None:
     packages = graph.read_packages(ROOT / "packages")
     assert sorted(packages) == [p.name for p in PACKAGE_DIRS]
     order = graph.topological_order(packages)
-    assert order[-1] == "amortizer"
-    assert graph.closure(packages, ["amortizer"]) == set(packages)
+    assert order[-3:] == ["amortizer", "cli", "gpytorch"]
+    assert graph.closure(packages, ["amortizer"]) == set(packages) - {"cli", "gpytorch"}
+    assert graph.closure(packages, ["cli", "gpytorch"]) == set(packages)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,11 @@ not fail at import time but still tie the modules together); imports in a module
 
 Cycles are the strongly connected components of more than one module (or a module
 that imports itself), between modules and between packages.
+
+Private modules: no module imports a private module (a path part that starts with ``_``,
+such as ``amorgp.cli._output``) of another package, anywhere in its body; the same holds
+for the scripts outside the packages (``experiments/``, ``benchmarks/``).  The tool lists
+such imports and exits 1 if there is one.
 """
 
 from __future__ import annotations
@@ -140,6 +145,36 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
+def is_private(module: str) -> bool:
+    """Whether a part of the dotted path is private (``_output``; not ``__main__``)."""
+    return any(p.startswith("_") and not p.startswith("__") for p in module.split("."))
+
+
+def private_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """``(importer, private module)`` pairs where the private module is another package's."""
+    return sorted(
+        (source, target)
+        for source, targets in graph.items()
+        for target in targets
+        if is_private(target) and package_of(target) != package_of(source)
+    )
+
+
+def external_graph(
+    root: Path = ROOT, folders: Iterable[str] = ("experiments", "benchmarks")
+) -> dict[str, set[str]]:
+    """``path -> amorgp modules it imports`` (anywhere in its body) for the Python files of
+    ``folders``, which sit outside the packages."""
+    files = module_files(root)
+    out: dict[str, set[str]] = {}
+    for folder in folders:
+        base = root / folder
+        for path in sorted(base.rglob("*.py")) if base.is_dir() else []:
+            name = str(path.relative_to(root))
+            out[name] = imports_of(name, path, files, deferred=True)
+    return out
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with a cycle (Tarjan's algorithm, iterative)."""
     index: dict[str, int] = {}
@@ -221,7 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     for component in package_cycles + module_cycles:
         print(" <-> ".join(component))
-    return 1 if module_cycles or package_cycles else 0
+    private = private_imports(module_graph(args.root, deferred=True))
+    private += private_imports(external_graph(args.root))
+    print(f"## Imports of another package's private module: {len(private)}")
+    for source, target in private:
+        print(f"{source} -> {target}")
+    return 1 if module_cycles or package_cycles or private else 0
 
 
 if __name__ == "__main__":

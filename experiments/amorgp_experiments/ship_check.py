@@ -52,7 +52,7 @@ def fig3_cells(model: str, work: Path, quick: bool) -> Cells:
     if COMMITTED_CELLS.exists() and not (work / "cells" / "real.jsonl").exists():
         shutil.copyfile(COMMITTED_CELLS / "real.jsonl", work / "cells" / "real.jsonl")
     cmd = [
-        sys.executable, "-m", "amorgp.amortizer.cli", "benchmark", "paper",
+        sys.executable, "-m", "amorgp.cli", "benchmark", "paper",
         "--model", model, "--experiments", "fig3", "--methods", ",".join(METHODS),
         "--out", str(work), "--no-progress",
     ]  # fmt: skip

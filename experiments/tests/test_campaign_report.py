@@ -108,7 +108,7 @@ def test_report_rewrites_the_card_tables_and_keeps_the_rest(tmp_path: Path) -> N
 def test_cli_report_only_writes_report_and_card(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from amorgp.amortizer.cli import main
+    from amorgp.cli import main
 
     export = tmp_path / "campaign"
     export.mkdir()

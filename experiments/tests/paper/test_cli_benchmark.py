@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amorgp.amortizer.cli import main
+from amorgp.cli import main
 
 
 @pytest.mark.parametrize(

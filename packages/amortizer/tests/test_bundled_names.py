@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from amorgp.amortizer import Amortizer
 from amorgp.amortizer.bundled import (
@@ -18,7 +17,6 @@ from amorgp.amortizer.bundled import (
     repository_model_names,
     resolve_checkpoint,
 )
-from amorgp.amortizer.cli import main
 from amorgp.amortizer.errors import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,20 +40,6 @@ def test_repository_models_load_by_path_and_by_name_with_a_note() -> None:
     default = Amortizer.from_pretrained().infer(X, y, "SE")
     np.testing.assert_array_equal(by_name.params.numpy(), by_path.params.numpy())
     assert not np.array_equal(by_name.params.numpy(), default.params.numpy())
-
-
-def test_cli_checkpoint_accepts_every_name_its_error_lists(tmp_path: Path) -> None:
-    runner = CliRunner()
-    bad = runner.invoke(main, ["infer", str(AIRLINE), "--kernel", "SE", "--checkpoint", "nope"])
-    assert bad.exit_code == 1
-    listed = bad.output.split("(", 1)[1]
-    for name in [*pretrained_names(), *repository_model_names()]:
-        assert name in listed
-    for name in ("ahgp-se-ard-d4-v1", "small-d8-c640k"):
-        ok = runner.invoke(
-            main, ["infer", str(AIRLINE), "--kernel", "SE", "--checkpoint", name, "--json"]
-        )
-        assert ok.exit_code == 0, ok.output
 
 
 def test_a_local_folder_named_like_a_bundled_model_is_loaded_with_a_warning(

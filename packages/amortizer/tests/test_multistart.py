@@ -3,9 +3,6 @@ planted periods, dense float64 likelihoods, scipy's Lomb-Scargle periodogram."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -178,29 +175,6 @@ def test_invalid_starts() -> None:
             check_starts(bad)
     assert check_starts(np.int64(3)) == 3
     assert DEFAULT_STARTS > 1
-
-
-def test_cli_starts_option(tmp_path: Path, amz: Amortizer) -> None:
-    """``amorgp infer --starts`` is ``infer_many``'s ``starts``; ``--starts 0`` is refused."""
-    from click.testing import CliRunner
-
-    from amorgp.amortizer.cli import main
-
-    x, y = _planted_1d(n=80, seed=12)
-    path = tmp_path / "p.csv"
-    np.savetxt(path, np.column_stack([x, y]), delimiter=",", header="x,y", comments="")
-    for starts, want in (
-        (None, amz.infer(x, y, "SE + PER")),
-        (1, amz.infer(x, y, "SE + PER", starts=1)),
-    ):
-        args = ["infer", str(path), "-k", "SE + PER", "--json", "--device", "cpu"]
-        res = CliRunner().invoke(main, args + ([] if starts is None else ["--starts", str(starts)]))
-        assert res.exit_code == 0, res.output
-        (got,) = json.loads(res.stdout)["results"]
-        assert got["start"] == want.start
-        assert got["log_marginal_likelihood"] == pytest.approx(want.log_marginal_likelihood)
-    bad = CliRunner().invoke(main, ["infer", str(path), "-k", "SE + PER", "--starts", "0"])
-    assert bad.exit_code == 2
 
 
 def test_estimator_starts(amz: Amortizer) -> None:

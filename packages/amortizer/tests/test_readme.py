@@ -21,21 +21,3 @@ def test_quick_start_example_runs() -> None:
     assert len(namespace["many"]) == 3  # type: ignore[arg-type]
     better, res = namespace["better"], namespace["res"]
     assert better.log_marginal_likelihood >= res.log_marginal_likelihood  # type: ignore[attr-defined]
-
-
-def test_gpytorch_example_runs() -> None:
-    """The GPyTorch/BoTorch section's example (skipped without the extra)."""
-    import pytest
-
-    pytest.importorskip("gpytorch")
-    pytest.importorskip("botorch")
-    text = README.read_text()
-    section = text[text.index("## GPyTorch and BoTorch") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    namespace: dict[str, object] = {}
-    exec(compile(code.group(1), str(README), "exec"), namespace)
-    mean, res = namespace["mean"], namespace["res"]
-    ref, _ = res.predict(namespace["X"][:3], include_noise=False)  # type: ignore[attr-defined,index]
-    assert float((mean[:, 0] - ref).abs().max()) < 1e-8  # type: ignore[index]
-    assert not namespace["model"].training  # type: ignore[attr-defined]

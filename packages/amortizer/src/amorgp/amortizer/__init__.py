@@ -1,4 +1,4 @@
-"""amorgp.amortizer: the amortization network g(D, S) -> (theta_S, sigma^2), its inference and CLI.
+"""amorgp.amortizer: the amortization network g(D, S) -> (theta_S, sigma^2) and its inference.
 
 Importing this package (and running inference) loads neither the training code nor the
 simulator: training lives in :mod:`amorgp.amortizer.training`, behind the
@@ -17,7 +17,11 @@ installed, which costs more than the rest of the package).
 ((3, 3, 3, 4), (3,))
 
 The public names are imported on first use (PEP 562 ``__getattr__``), so that
-``import amorgp.amortizer.cli`` (and ``amorgp --help``) does not import torch.
+``import amorgp.cli`` (and ``amorgp --help``) does not import torch.  The command line
+(:mod:`amorgp.cli`, distribution ``amorgp-cli``) and the GPyTorch/BoTorch bridge
+(:mod:`amorgp.gpytorch`, ``amorgp-gpytorch``) are packages of their own; their former
+paths ``amorgp.amortizer.cli``, ``.plotting`` and ``.bridge`` still import, with a
+:class:`DeprecationWarning`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ A module that moved leaves no file at its old path: an import of the old dotted 
 answered by :class:`MovedModuleFinder`, which imports the module at its new path, warns
 (:class:`DeprecationWarning` naming the new path) and hands back that same module object,
 so ``amorgp.amortizer.train`` and ``amorgp.amortizer.training.train`` are one module.
+Where the new path belongs to a part installed apart (:mod:`amorgp.amortizer.extras`:
+``amorgp-cli``, ``amorgp-gpytorch``, the experiments) and that part is absent, the old
+path raises :class:`~amorgp.amortizer.errors.MissingExtraError` saying what to install.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import types
 import warnings
 from collections.abc import Sequence
+
+from amorgp.amortizer.extras import EXPERIMENTS_HINT, INSTALL_HINTS, require_experiments
 
 __all__ = ["EXPERIMENTS_HINT", "MOVED", "MovedModuleFinder", "install", "require_experiments"]
 
@@ -35,13 +41,10 @@ MOVED: dict[str, str] = {
     **{f"amorgp.amortizer.{name}": f"amorgp.amortizer.training.{name}" for name in _TRAINING},
     "amorgp.amortizer.campaign_report": "amorgp_experiments.campaign_report",
     "amorgp.amortizer.paper": "amorgp_experiments.paper",
+    "amorgp.amortizer.cli": "amorgp.cli",
+    "amorgp.amortizer.plotting": "amorgp.cli.plotting",
+    "amorgp.amortizer.bridge": "amorgp.gpytorch",
 }
-
-EXPERIMENTS_HINT = (
-    "amorgp_experiments lives in the repository's experiments/ folder, outside the "
-    "amorgp-amortizer wheel; from a source checkout, run `pip install -e experiments` "
-    "(or `nox -s paper`)"
-)
 
 
 def new_path(fullname: str) -> str | None:
@@ -52,20 +55,30 @@ def new_path(fullname: str) -> str | None:
     return None
 
 
+def _part_of(module: str) -> str | None:
+    """The part installed apart (a key of ``INSTALL_HINTS``) that ``module`` belongs to."""
+    for part in INSTALL_HINTS:
+        if module == part or module.startswith(part + "."):
+            return part
+    return None
+
+
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, target: str) -> None:
         self.target = target
         self.spec: importlib.machinery.ModuleSpec | None = None
+        self.alias_spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         try:
             module = importlib.import_module(self.target)
         except ModuleNotFoundError as err:
-            if self.target.startswith("amorgp_experiments") and err.name == "amorgp_experiments":
+            part = _part_of(self.target)
+            if part is not None and err.name is not None and _part_of(err.name) == part:
                 from amorgp.amortizer.errors import MissingExtraError
 
                 raise MissingExtraError(
-                    f"{spec.name} moved to {self.target}: {EXPERIMENTS_HINT}", name=spec.name
+                    f"{spec.name} moved to {self.target}: {INSTALL_HINTS[part]}", name=spec.name
                 ) from None
             raise
         self.spec = module.__spec__
@@ -74,6 +87,22 @@ class _AliasLoader(importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         # The import system stamped the alias's spec on the module: give it back its own.
         module.__spec__ = self.spec
+
+    def get_code(self, fullname: str) -> types.CodeType | None:
+        """What ``python -m <old path>`` runs: the new module's code (its ``__main__``'s
+        where the new path is a package), so ``python -m amorgp.amortizer.cli`` still works."""
+        self.create_module(importlib.machinery.ModuleSpec(fullname, self))  # or a one-line error
+        spec = importlib.util.find_spec(self.target)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(self.target + ".__main__")
+        loader = None if spec is None else spec.loader
+        if spec is None or not isinstance(loader, importlib.abc.InspectLoader):
+            raise ImportError(
+                f"{fullname} moved to {self.target}, which cannot be run", name=fullname
+            )
+        if self.alias_spec is not None:  # runpy sets sys.argv[0] to the origin
+            self.alias_spec.origin = spec.origin
+        return loader.get_code(spec.name)
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):
@@ -93,25 +122,12 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(new))
+        loader = _AliasLoader(new)
+        loader.alias_spec = importlib.machinery.ModuleSpec(fullname, loader)
+        return loader.alias_spec
 
 
 def install() -> None:
     """Put one :class:`MovedModuleFinder` on ``sys.meta_path`` (idempotent)."""
     if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, MovedModuleFinder())
-
-
-def require_experiments(what: str) -> None:
-    """Raise :class:`~amorgp.amortizer.errors.MissingExtraError` (naming ``what`` and how to
-    get them) unless the repository's experiments package is importable."""
-    try:
-        import amorgp_experiments  # noqa: F401
-    except ModuleNotFoundError as err:
-        if err.name != "amorgp_experiments":
-            raise
-        from amorgp.amortizer.errors import MissingExtraError
-
-        raise MissingExtraError(
-            f"{what} needs the experiments package: {EXPERIMENTS_HINT}", name=err.name
-        ) from None

@@ -1,0 +1,427 @@
+"""Options and steps shared by ``infer``, ``predict`` and ``demo``.
+
+Each step raises the library's typed errors (mapped to exit codes by
+:class:`~amorgp.cli._errors.AmorgpCommand`) or a click exception that
+names the option at fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import click
+
+from amorgp.cli._output import non_finite
+
+if TYPE_CHECKING:
+    from amorgp.amortizer.api import Amortizer, KernelResult
+    from amorgp.amortizer.io import Dataset
+    from amorgp.kernel_grammar import DimWiseStructure
+
+__all__ = [
+    "check_device",
+    "check_finite",
+    "announce",
+    "check_kernels",
+    "estimate_seconds",
+    "running",
+    "fmt",
+    "inference_options",
+    "load_amortizer",
+    "run_inference",
+]
+
+log = logging.getLogger("amorgp.cli")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+starts_option = click.option(
+    "--starts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Starts of a kernel with a periodic term (periodogram periods, harmonics; the "
+    "best by likelihood wins); 1: the network's prediction alone.  [default: 8, or 1 "
+    "with --no-calibrate]",
+)
+"""The ``--starts`` option of the commands that infer (``amorgp.amortizer.multistart``)."""
+
+
+def inference_options(f: F) -> F:
+    """``--target --seed --device --dtype --checkpoint --refine --calibrate``."""
+    options = [
+        click.option("--target", help="Target column (default: the last column)."),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Seed of the encoder subset and splits.",
+        ),
+        click.option(
+            "--device", help="torch device, e.g. cpu or cuda (default: cuda if available)."
+        ),
+        click.option(
+            "--dtype",
+            type=click.Choice(["float64", "float32"]),
+            default="float64",
+            show_default=True,
+            help="dtype of the GP algebra (the network runs in float32).",
+        ),
+        click.option(
+            "--checkpoint",
+            type=click.Path(path_type=Path),
+            help="Checkpoint directory (default: the bundled pretrained model).",
+        ),
+        click.option(
+            "--refine",
+            type=RefineType(),
+            default="0",
+            show_default=True,
+            help="Most L-BFGS iterations of Type-2 ML started from the amortized prediction, "
+            "or 'auto' (until the log marginal likelihood stops improving).",
+        ),
+        click.option(
+            "--calibrate/--no-calibrate",
+            default=True,
+            show_default=True,
+            help="Set each kernel's global scale and noise to their exact Type-2 ML values "
+            "after the network (one tridiagonal reduction per kernel on the CPU; before --refine); "
+            "--no-calibrate: the network's prediction alone.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+Refine = int | Literal["auto"]
+"""``--refine`` after :class:`RefineType`: ``infer_many``'s ``refine`` as it is."""
+
+
+class RefineType(click.ParamType):
+    """``--refine``: a non-negative integer or ``auto`` (the default ``"0"`` converts too)."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Refine:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        text = str(value).strip().lower()
+        if text == "auto":
+            return "auto"
+        if text.isdigit():
+            return int(text)
+        self.fail(f"{value!r} is neither a non-negative integer nor 'auto'", param, ctx)
+
+
+class _ProgressBars:
+    """A :data:`~amorgp.amortizer.inference.Progress` hook: one tqdm bar per stage on
+    stderr (only on a terminal), and with ``-v`` one log line per stage on any stderr.
+
+    The library reports the network pass, each refinement round and each kernel's log
+    marginal likelihood; the stages between them (the calibration's eigendecompositions,
+    the posterior and its CG solves, the prediction) are shown as running stages whose
+    elapsed time a background thread keeps moving, so a long step never looks stalled.
+    """
+
+    def __init__(self, calibrate: bool = True, refine: bool = False) -> None:
+        self.stage = ""
+        self.bar: Any = None
+        self.calibrate = calibrate
+        self.refine = refine
+        self.t0 = time.perf_counter()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._ticker: threading.Thread | None = None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self.stage:
+            self.start(stage, total)
+        with self._lock:
+            if self.bar is not None:
+                self.bar.n = done
+                self.bar.refresh()
+        if done >= total:
+            self._after(stage)
+
+    def _after(self, stage: str) -> None:
+        """The running stage that follows a finished library stage."""
+        if stage == "network":
+            if self.calibrate:
+                then = ", then refinement" if self.refine else ""
+                self.start(f"calibration (exact scale and noise){then}", 0)
+            elif self.refine:
+                self.start("refinement (first round)", 0)
+            else:
+                self.start("posterior (factorisation or CG)", 0)
+        elif stage == "refine":
+            self.start("posterior (factorisation or CG)", 0)
+
+    def start(self, stage: str, total: int) -> None:
+        """Begin ``stage`` (``total == 0``: a running stage without a count)."""
+        from tqdm import tqdm
+
+        self.close_bar()
+        log.info("%s ... (%.1f s so far)", stage, time.perf_counter() - self.t0)
+        with self._lock:
+            self.stage = stage
+            self.bar = tqdm(
+                total=total or None,
+                desc=stage,
+                disable=None,
+                file=sys.stderr,
+                leave=False,
+                bar_format=None if total else "{desc}: {elapsed}",
+            )
+            if self.bar.disable:
+                return
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                if self.bar is not None:
+                    self.bar.refresh()
+
+    def close_bar(self) -> None:
+        with self._lock:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+
+    def close(self) -> None:
+        self._stop.set()
+        self.close_bar()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
+
+
+_PROBE = 512
+"""Size of the matrices timed to scale the estimate from (a few tens of ms)."""
+
+
+def _unit_times() -> dict[str, float]:
+    """Seconds of one float64 Cholesky, one ``eigh`` and one matrix product of size
+    :data:`_PROBE` on this machine with this thread setting (each timed once, after a
+    warm-up), the units :func:`estimate_seconds` scales by ``(n / 512)^3``."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(_PROBE, _PROBE, dtype=torch.float64, generator=g)
+    spd = a @ a.T + _PROBE * torch.eye(_PROBE, dtype=torch.float64)
+    out = {}
+    for name, op in (
+        ("cholesky", torch.linalg.cholesky),
+        ("eigh", torch.linalg.eigh),
+        ("matmul", lambda m: m @ m),
+    ):
+        op(spd)  # warm-up
+        t0 = time.perf_counter()
+        op(spd)
+        out[name] = max(time.perf_counter() - t0, 1e-6)
+    return out
+
+
+def estimate_seconds(
+    n: int,
+    terms: Sequence[int],
+    backend: str,
+    calibrate: bool,
+    refine: Refine,
+    units: dict[str, float],
+) -> dict[str, float]:
+    """A rough time estimate of each stage (seconds), from the measured ``units`` (see
+    :func:`_unit_times`) scaled by the cube of the size: the calibration's ``eigh`` per
+    kernel on at most ``calibrate.MAX_POINTS`` points, the posterior (a Cholesky per
+    kernel; CG: about 30 matrix-vector products per addend, each a twentieth of a
+    product's work per point pair), and the refinement (``refine`` L-BFGS iterations of
+    about 2 evaluations, each a Cholesky and an inverse, 3 Choleskys; ``auto``: at least
+    20 iterations)."""
+    from amorgp.amortizer.calibrate import MAX_POINTS
+
+    k = len(terms)
+    scale = (n / _PROBE) ** 3
+    out = {}
+    if calibrate:
+        out["calibration"] = k * units["eigh"] * (min(n, MAX_POINTS) / _PROBE) ** 3
+    if backend == "cholesky":
+        out["posterior"] = k * units["cholesky"] * scale
+    else:  # one product ~ n^3 flops; one kernel mat-vec ~ 20 n^2 per addend
+        per_pair = units["matmul"] / _PROBE**3
+        out["posterior"] = sum(30 * 20 * t for t in terms) * n**2 * per_pair
+    steps = 20 if refine == "auto" else int(refine)
+    if steps:
+        out["refinement"] = steps * k * 2 * 3 * units["cholesky"] * scale
+    return out
+
+
+def announce(
+    n: int, d: int, terms: list[int], backend: str, refine: Refine, calibrate: bool
+) -> None:
+    """Say which backend runs and, where the work takes seconds, roughly how long."""
+    log.info(
+        "working on n = %d points, d = %d, %d kernel(s) with backend %s",
+        n,
+        d,
+        len(terms),
+        backend,
+    )
+    if n < LARGE_N:
+        return
+    parts = estimate_seconds(n, terms, backend, calibrate, refine, _unit_times())
+    total = sum(parts.values())
+    detail = ", ".join(f"{k} ~{_duration(v)}" for k, v in parts.items())
+    click.echo(
+        f"Note: n = {n} points, {len(terms)} kernel(s), backend {backend}: roughly "
+        f"{_duration(total)} ({detail}; a rough estimate from this machine's speed)",
+        err=True,
+    )
+
+
+LARGE_N = 2000
+"""From this many points on, the commands say the backend and a time estimate on stderr
+(without ``-v``)."""
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return "<1 s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def check_device(device: str | None) -> None:
+    """Raise a usage error for a ``--device`` torch does not know or cannot use."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise click.BadParameter(str(err), param_hint="--device") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise click.BadParameter(f"{device}: use cpu, cuda or mps", param_hint="--device")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise click.BadParameter(f"{device}: no CUDA device is available", param_hint="--device")
+
+
+def load_amortizer(
+    checkpoint: Path | None, device: str | None, dtype: str, seed: int, calibrate: bool = True
+) -> Amortizer:
+    """The network of ``--checkpoint`` (default: the bundled model) on ``--device``, with
+    ``--calibrate`` as its default for every kernel it fits."""
+    import torch
+
+    from amorgp.amortizer.api import Amortizer
+
+    check_device(device)
+    try:
+        return Amortizer.from_pretrained(
+            checkpoint,
+            device=device,
+            dtype=torch.float64 if dtype == "float64" else torch.float32,
+            seed=seed,
+            calibrate=calibrate,
+        )
+    except ValueError as err:
+        raise click.ClickException(f"cannot load the model: {err}") from None
+
+
+def check_kernels(amz: Amortizer, kernels: Sequence[str], data: Dataset) -> list[DimWiseStructure]:
+    """Parse every ``--kernel`` for the data's input columns (usage error naming it)."""
+    d = data.X.shape[1]
+    out = []
+    for k in kernels:
+        try:
+            out.append(amz.structure(k, d))
+        except ValueError as err:
+            raise click.BadParameter(
+                f"{k!r}: {err} (the data have {d} input column(s): "
+                f"{', '.join(data.feature_names)})",
+                param_hint="--kernel",
+            ) from None
+    return out
+
+
+def run_inference(
+    amz: Amortizer,
+    data: Dataset,
+    kernels: Sequence[str],
+    refine: Refine,
+) -> list[KernelResult]:
+    """Amortized hyperparameters and log marginal likelihoods of ``kernels``.
+
+    Library output goes to stderr; library warnings become one ``Warning: ...`` line
+    each on stderr; progress bars on stderr (only on a terminal) follow the network
+    pass, the refinement and each kernel's log marginal likelihood (the slow part for
+    large ``n``); ``-v`` logs the size and the GP backend first.
+    """
+    assert data.y is not None
+    structures = check_kernels(amz, kernels, data)
+    n, d = data.X.shape
+    terms = [sum(len(a) for a in s.dims) for s in structures]
+    announce(n, d, terms, amz.gp_backend(n, max(terms), graph=False), refine, amz.calibrate)
+    bars = _ProgressBars(calibrate=amz.calibrate, refine=refine != 0)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            results = amz.infer_many(
+                data.X,
+                data.y,
+                list(kernels),
+                refine=refine,
+                evaluate_lml=True,
+                progress=bars,
+            )
+    finally:
+        bars.close()
+    log.info("inference done in %.1f s", time.perf_counter() - bars.t0)
+    for w in caught:  # one clean line on stderr instead of a warnings traceback line
+        click.echo(f"Warning: {w.message}", err=True)
+    return results
+
+
+@contextlib.contextmanager
+def running(stage: str) -> Iterator[None]:
+    """Show ``stage`` as a running stage (elapsed time moving on a terminal; logged
+    with ``-v``) while the block runs, e.g. the prediction."""
+    bars = _ProgressBars()
+    bars.start(stage, 0)
+    try:
+        yield
+    finally:
+        bars.close()
+        log.info("%s done in %.1f s", stage, time.perf_counter() - bars.t0)
+
+
+def check_finite(results: Sequence[KernelResult]) -> None:
+    """Refuse to report NaN or infinite numbers as a result (exit 1, naming them)."""
+    for r in results:
+        bad = non_finite(r.to_dict())
+        if bad:
+            raise click.ClickException(
+                f"kernel {r.kernel_text}: the result is not finite ({'; '.join(bad)}); "
+                "the data's values are probably beyond the float64 range of the GP algebra: "
+                "rescale the columns"
+            )
+
+
+def fmt(x: float | None) -> str:
+    """Four significant digits, ``-`` for a missing value."""
+    return "-" if x is None else f"{x:.4g}"

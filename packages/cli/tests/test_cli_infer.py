@@ -1,0 +1,339 @@
+"""Tests of ``amorgp infer`` through ``CliRunner`` (and a subprocess where stdout matters)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+
+from amorgp.amortizer.api import Amortizer, KernelResult
+from amorgp.cli import main
+from amorgp.cli._output import json_text, non_finite
+
+
+def _run(args: list[str], ckpt: Path | None = None) -> Result:
+    full = [*args, "--checkpoint", str(ckpt)] if ckpt is not None else args
+    return CliRunner().invoke(main, full)
+
+
+def test_infer_json_matches_the_api(data_1d: Path, tiny_checkpoint: Path) -> None:
+    res = _run(["infer", str(data_1d), "-k", "SE + PER", "-k", "LIN", "--json"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["target"] == "value"
+    assert out["features"] == ["time"]
+    data = np.loadtxt(data_1d, delimiter=",", skiprows=1)
+    api = Amortizer.from_pretrained(tiny_checkpoint).infer_many(
+        data[:, :1], data[:, 1], ["SE + PER", "LIN"]
+    )
+    for got, want in zip(out["results"], api, strict=True):
+        assert got["kernel"] == want.kernel_text
+        assert got["log_marginal_likelihood"] == pytest.approx(
+            want.log_marginal_likelihood, rel=1e-9
+        )
+        assert [h["normalised"] for h in got["hyperparameters"]] == pytest.approx(
+            [h.value for h in want.table]
+        )
+        assert got["network"] == want.network == "tiny"
+
+
+def test_infer_names_the_winning_network(
+    data_1d: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """With a candidate network, each kernel's row names the network the API picked."""
+    from amorgp.amortizer.config import PRESETS
+    from amorgp.amortizer.testing import seeded_checkpoint
+
+    other = seeded_checkpoint(tmp_path / "other", PRESETS["tiny"].network, seed=5)
+    ckpt = tmp_path / "main"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    meta = json.loads((ckpt / "checkpoint.json").read_text())
+    (ckpt / "checkpoint.json").write_text(json.dumps({**meta, "candidates": [str(other)]}))
+    kernels = ["SE + PER", "LIN", "SE", "PER"]
+    res = _run(["infer", str(data_1d), *[a for k in kernels for a in ("-k", k)]], ckpt)
+    assert res.exit_code == 0, res.output
+    data = np.loadtxt(data_1d, delimiter=",", skiprows=1)
+    api = Amortizer.from_pretrained(ckpt).infer_many(data[:, :1], data[:, 1], kernels)
+    rows = [line for line in res.output.splitlines() if line.startswith("kernel ")]
+    assert [line.rsplit("network ", 1)[1].split()[0] for line in rows] == [r.network for r in api]
+    assert {r.network for r in api} <= {"main", "other"}
+
+
+def test_infer_table(data_2d: Path, tiny_checkpoint: Path) -> None:
+    res = _run(
+        ["infer", str(data_2d), "-k", "(SE + LIN)@0 * PER@1", "--target", "target"], tiny_checkpoint
+    )
+    assert res.exit_code == 0, res.output
+    text = res.output
+    assert "per_period" not in text  # PER alone names its parameter 'period'
+    assert "period" in text
+    assert "log marginal likelihood" in text
+    assert " a " in text
+    assert " b " in text  # columns named by the CSV header
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "code", "message"),
+    [
+        ("t,v\n1,2\nx,3\n4,5\n", [], 1, "column 't' is not numeric"),
+        ("t,v\n1,2\n2,nan\n4,5\n", [], 1, "NaN or infinite"),
+        ("t,v\n1,2\n2,2\n4,2\n", [], 1, "y is constant"),
+        ("t,v\n1,2\n2,3\n", [], 1, "at least 3 data points"),
+        ("t,v\n1,2\n2,3\n4,5\n", ["--target", "w"], 2, "unknown target column 'w'"),
+        (
+            "t,v\n1,2\n2,3\n4,5\n",
+            ["-k", "SE@0 * SE@1"],
+            2,
+            "out of range for data with 1 input dimension",
+        ),
+        ("t,v\n1,2\n2,3\n4,5\n", ["-k", "SE + "], 2, "--kernel"),
+        ("t,v\n1,2\n2,3\n4,5\n", ["-k", "MAT52"], 2, "not in vocabulary"),
+    ],
+)
+def test_infer_errors(
+    tmp_path: Path, tiny_checkpoint: Path, content: str, args: list[str], code: int, message: str
+) -> None:
+    f = tmp_path / "bad.csv"
+    f.write_text(content)
+    if not any(a == "-k" for a in args):
+        args = [*args, "-k", "SE"]
+    res = _run(["infer", str(f), *args], tiny_checkpoint)
+    assert res.exit_code == code, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output
+    assert not isinstance(res.exception, ValueError)
+
+
+def test_missing_file_and_corrupted_checkpoint(
+    tmp_path: Path, data_1d: Path, tiny_checkpoint: Path
+) -> None:
+    res = _run(["infer", str(tmp_path / "none.csv"), "-k", "SE"], tiny_checkpoint)
+    assert res.exit_code == 1
+    assert "cannot read" in res.output
+    res = _run(["infer", str(data_1d), "-k", "SE"], tmp_path / "no-ckpt")
+    assert res.exit_code == 1
+    assert "no checkpoint at" in res.output
+
+
+def test_dtype_choice_is_validated(data_1d: Path) -> None:
+    res = CliRunner().invoke(main, ["infer", str(data_1d), "-k", "SE", "--dtype", "float16"])
+    assert res.exit_code == 2
+
+
+_CHATTY = """
+import os, sys
+from amorgp.amortizer.api import Amortizer
+from amorgp.cli import main
+
+infer_many = Amortizer.infer_many
+
+def chatty(self, *args, **kwargs):
+    print("[KeOps] Warning : CUDA libraries not found (python print)")
+    sys.stdout.flush()
+    os.write(1, b"[KeOps] compiler output on file descriptor 1\\n")
+    return infer_many(self, *args, **kwargs)
+
+gp_backend = Amortizer.gp_backend
+
+def chatty_backend(self, *args, **kwargs):  # KeOps' first import, at the -v log line
+    os.write(1, b"[KeOps] Warning : CUDA libraries not found (backend choice)\\n")
+    return gp_backend(self, *args, **kwargs)
+
+Amortizer.infer_many = chatty
+Amortizer.gp_backend = chatty_backend
+main()
+"""
+
+
+def test_json_stdout_is_only_json_and_library_chatter_goes_to_stderr(
+    data_1d: Path, tiny_checkpoint: Path
+) -> None:
+    res = subprocess.run(
+        [sys.executable, "-c", _CHATTY, "-v", "infer", str(data_1d), "-k", "SE", "--json",
+         "--checkpoint", str(tiny_checkpoint)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)  # the whole of stdout parses
+    assert out["results"][0]["kernel"] == "SE"
+    assert "python print" in res.stderr
+    assert "file descriptor 1" in res.stderr
+    assert "backend choice" in res.stderr
+    assert "working on n = 30 points, d = 1, 1 kernel(s) with backend cholesky" in res.stderr
+    assert "%|" not in res.stderr  # no progress bar when stderr is not a terminal
+
+
+def test_non_finite_results_are_refused_never_printed(
+    data_1d: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    to_dict = KernelResult.to_dict
+
+    def overflowing(self: KernelResult) -> dict[str, object]:
+        return {**to_dict(self), "noise_original": math.inf}
+
+    monkeypatch.setattr(KernelResult, "to_dict", overflowing)
+    for extra in (["--json"], []):
+        res = _run(["infer", str(data_1d), "-k", "SE", *extra], tiny_checkpoint)
+        assert res.exit_code == 1, res.output
+        assert "noise_original = inf" in res.output
+        assert "Infinity" not in res.stdout
+        assert "Traceback" not in res.output
+
+
+def test_json_never_holds_non_json_tokens() -> None:
+    text = json_text({"a": [1.0, math.nan], "b": {"c": -math.inf}, "d": None})
+    assert json.loads(text) == {"a": [1.0, None], "b": {"c": None}, "d": None}
+    assert non_finite({"a": [1.0, math.nan], "b": {"c": -math.inf}}) == [
+        "a[1] = nan",
+        "b.c = -inf",
+    ]
+
+
+def test_verbose_logs_size_and_backend(
+    data_2d: Path, tiny_checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="amorgp.cli"):
+        res = _run(
+            ["-v", "infer", str(data_2d), "-k", "SE", "-k", "SE + PER", "--target", "target"],
+            tiny_checkpoint,
+        )
+    assert res.exit_code == 0, res.output
+    assert "working on n = 25 points, d = 2, 2 kernel(s) with backend cholesky" in caplog.text
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_progress_bars_on_a_terminal_stderr(data_2d: Path, tiny_checkpoint: Path) -> None:
+    termios = pytest.importorskip("termios")
+    fcntl = pytest.importorskip("fcntl")
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "amorgp.cli", "infer", str(data_2d), "-k", "SE",
+         "-k", "SE + PER", "--target", "target", "--refine", "2", "--json",
+         "--checkpoint", str(tiny_checkpoint)],
+        stdout=subprocess.PIPE, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    stdout, _ = proc.communicate(timeout=300)
+    os.close(master)
+    terminal = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0, terminal
+    assert "network" in terminal
+    assert "refine" in terminal
+    assert "likelihood" in terminal
+    assert len(json.loads(stdout)["results"]) == 2  # stdout stays pure JSON
+
+
+@pytest.mark.parametrize(("value", "code"), [("auto", 0), ("3", 0), ("-1", 2), ("abc", 2)])
+def test_refine_takes_a_count_or_auto(
+    data_1d: Path, tiny_checkpoint: Path, value: str, code: int
+) -> None:
+    res = _run(["infer", str(data_1d), "-k", "SE", "--json", "--refine", value], tiny_checkpoint)
+    assert res.exit_code == code, res.output
+    if code == 0:
+        got = json.loads(res.stdout)["results"][0]
+        assert got["refine_status"] in ("converged", "max_iters")
+        assert 1 <= got["refine_steps"] <= (3 if value == "3" else 10**6)
+    else:
+        assert "neither a non-negative integer nor 'auto'" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--device", "meta"], 2, "use cpu, cuda or mps"),
+        (["-k", ""], 2, "empty kernel expression"),
+        (["--checkpoint", "FILE"], 1, "cannot load the model"),
+        (["--checkpoint", "GARBAGE"], 1, "corrupted"),
+        (["--checkpoint", "NOSUMS"], 1, "checksum"),
+    ],
+)
+def test_bad_options_and_checkpoints(
+    data_1d: Path, tiny_checkpoint: Path, tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "checkpoint.json").write_text("not json")
+    nosums = tmp_path / "nosums"
+    shutil.copytree(tiny_checkpoint, nosums)
+    meta = json.loads((nosums / "checkpoint.json").read_text())
+    meta.pop("sha256")
+    (nosums / "checkpoint.json").write_text(json.dumps(meta))
+    subst = {"FILE": tmp_path / "file", "GARBAGE": tmp_path / "garbage", "NOSUMS": nosums}
+    args = [str(subst.get(a, a)) for a in args]
+    if "-k" not in args:
+        args += ["-k", "SE"]
+    if "--checkpoint" in args:
+        res = CliRunner().invoke(main, ["infer", str(data_1d), *args])
+    else:
+        res = _run(["infer", str(data_1d), *args], tiny_checkpoint)
+    assert res.exit_code == code, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_library_warnings_are_one_line_each_on_stderr(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "const.csv"
+    path.write_text("c,t,y\n" + "".join(f"5,{i},{(i * 7) % 5}\n" for i in range(12)))
+    res = _run(["infer", str(path), "-k", "SE", "--json"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    json.loads(res.stdout)
+    assert "Warning: " in res.stderr
+    assert "constant" in res.stderr
+
+
+@pytest.mark.parametrize(("edge", "code"), [(1.7e307, 0), (1e308, 1)])
+def test_huge_input_ranges_give_finite_results_or_a_clean_error(
+    tiny_checkpoint: Path, tmp_path: Path, edge: float, code: int
+) -> None:
+    path = tmp_path / "wide.csv"
+    path.write_text(f"x,y\n{-edge!r},1\n0,3\n{edge!r},2\n1,5\n")
+    res = _run(["infer", str(path), "-k", "SE", "--json"], tiny_checkpoint)
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output
+    if code == 0:
+        got = json.loads(res.stdout)["results"][0]
+        assert np.isfinite(got["log_marginal_likelihood"])
+    else:
+        assert res.stdout == ""
+
+
+@pytest.mark.parametrize("flag", [[], ["--calibrate"], ["--no-calibrate"]])
+def test_calibrate_flag_matches_the_api(
+    data_1d: Path, tiny_checkpoint: Path, flag: list[str]
+) -> None:
+    """Calibration is on by default, as in the API; ``--no-calibrate`` is the network alone."""
+    res = _run(["infer", str(data_1d), "-k", "SE + PER", "--json", *flag], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    (got,) = json.loads(res.output)["results"]
+    data = np.loadtxt(data_1d, delimiter=",", skiprows=1)
+    amz = Amortizer.from_pretrained(tiny_checkpoint)
+    calibrated = flag != ["--no-calibrate"]
+    want = amz.infer(data[:, :1], data[:, 1], "SE + PER", calibrate=calibrated)
+    plain = amz.infer(data[:, :1], data[:, 1], "SE + PER", calibrate=False)
+    assert got["calibrated"] is calibrated
+    assert got["log_marginal_likelihood"] == pytest.approx(want.log_marginal_likelihood, rel=1e-9)
+    assert want.log_marginal_likelihood >= plain.log_marginal_likelihood
+    table = _run(["infer", str(data_1d), "-k", "SE", *flag], tiny_checkpoint)
+    assert ("scale and noise calibrated" in table.output) is calibrated

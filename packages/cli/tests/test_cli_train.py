@@ -1,0 +1,295 @@
+"""Tests of ``amorgp train`` and ``amorgp model-info``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from amorgp.amortizer.checkpoint import load_checkpoint
+from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.model import build_model, count_parameters
+from amorgp.amortizer.training.rundir import LOCK
+from amorgp.cli import main
+from amorgp.cli.train import parse_overrides
+
+TINY_SETS = [
+    "--set", "batch_size=4", "--set", "n_max=12", "--set", "max_dims=2",
+    "--set", "val_size=4", "--set", "val_every=2", "--set", "num_workers=0",
+]  # fmt: skip
+
+
+def test_model_info_counts_match_the_model() -> None:
+    result = CliRunner().invoke(main, ["model-info", "--preset", "small"])
+    assert result.exit_code == 0, result.output
+    n = count_parameters(build_model(PRESETS["small"].network))
+    assert f"{n:,d} parameters" in result.output
+
+
+def test_train_resume_phase2_and_model_info(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "run"
+    args = [
+        "train",
+        "--preset",
+        "tiny",
+        "--out",
+        str(out),
+        "--max-steps",
+        "2",
+        "--no-progress",
+        *TINY_SETS,
+    ]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["step"] == 2
+    result = runner.invoke(
+        main, ["train", "--out", str(out), "--resume", "--max-steps", "3", "--no-progress"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["step"] == 3
+    result = runner.invoke(
+        main,
+        [
+            "train",
+            "--phase",
+            "2",
+            "--from",
+            str(out / "last"),
+            "--out",
+            str(tmp_path / "p2"),
+            "--max-steps",
+            "1",
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["model-info", str(tmp_path / "p2" / "last")])
+    assert result.exit_code == 0, result.output
+    assert '"phase": 2' in result.output
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["train", "--phase", "2", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "--from" in result.output
+    result = runner.invoke(
+        main, ["train", "--out", str(tmp_path / "x"), "--set", "bogus=1", "--max-steps", "1"]
+    )
+    assert result.exit_code == 2
+    assert "unknown training option" in result.output
+    result = runner.invoke(
+        main, ["train", "--out", str(tmp_path / "x"), "--resume", "--max-steps", "1"]
+    )
+    assert result.exit_code == 2  # the library's OptionError: --resume without a run
+    assert "nothing to resume" in result.output
+    (tmp_path / "bad").mkdir()
+    result = runner.invoke(main, ["model-info", str(tmp_path / "bad")])
+    assert result.exit_code == 1
+    assert "not an amorgp checkpoint" in result.output
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        ["--max-steps", "0"],
+        ["--max-steps", "-5"],
+        ["--max-minutes", "-1"],
+        ["--max-minutes", "0"],
+        ["--max-datasets", "0"],
+    ],
+)
+def test_budgets_that_allow_no_step_are_refused(tmp_path: Path, budget: list[str]) -> None:
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["train", "--preset", "tiny", "--out", str(out), *budget])
+    assert res.exit_code == 2, res.output
+    assert budget[0] in res.output
+    assert not out.exists()  # nothing ran, no checkpoint
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("lr=abc", "lr expects a number, got 'abc'"),
+        ("lr=nan", "lr must be finite"),
+        ("lr=inf", "lr must be finite"),
+        ("batch_size=1.5", "batch_size expects an integer"),
+        ("phase=2", "the phase is chosen by --phase"),
+        ("lr=-1", "lr must be positive"),
+        ("n_min=50", "n_min=50 exceeds n_max"),
+        ("novalue", "expects KEY=VALUE"),
+        ("bogus=1", "unknown training option 'bogus'"),
+    ],
+)
+def test_set_values_are_parsed_by_field_type(tmp_path: Path, item: str, message: str) -> None:
+    out = tmp_path / "run"
+    res = CliRunner().invoke(
+        main, ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "1", "--set", item]
+    )
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "--set" in res.output
+    assert "Traceback" not in res.output
+    assert not out.exists()
+
+
+def test_parse_overrides_types() -> None:
+    got = parse_overrides(("lr=1e-4", "batch_size=64", "grad-clip=0"))
+    assert got == {"lr": 1e-4, "batch_size": 64, "grad_clip": 0.0}
+    assert type(got["batch_size"]) is int
+    assert type(got["grad_clip"]) is float
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--preset", "tiny"], "--preset"),
+        (["--set", "lr=1e-3"], "--set"),
+        (["--phase", "2"], "--phase"),
+        (["--model", "ahgp-se-ard"], "--model"),
+    ],
+)
+def test_resume_refuses_options_it_would_ignore(
+    tmp_path: Path, extra: list[str], named: str
+) -> None:
+    out = tmp_path / "run"
+    (out / "last").mkdir(parents=True)
+    res = CliRunner().invoke(
+        main, ["train", "--out", str(out), "--resume", "--max-steps", "5", *extra]
+    )
+    assert res.exit_code == 2, res.output
+    assert f"{named} conflict(s) with --resume" in res.output
+
+
+def test_resume_help_says_what_it_refuses() -> None:
+    res = CliRunner().invoke(main, ["train", "--help"])
+    assert "--set and --from are refused" in " ".join(res.output.split())
+
+
+def test_existing_run_names_the_cli_option(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    (out / "last").mkdir(parents=True)
+    res = CliRunner().invoke(
+        main, ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "1"]
+    )
+    assert res.exit_code == 2, res.output
+    assert "add --resume" in res.output
+    assert "resume=True" not in res.output
+
+
+def test_a_second_run_in_the_same_folder_is_refused(tmp_path: Path) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    out = tmp_path / "run"
+    out.mkdir()
+    with open(out / LOCK, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a run in progress
+        res = CliRunner().invoke(
+            main,
+            ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "1", *TINY_SETS],
+        )
+    assert res.exit_code == 1, res.output
+    assert "is in use" in res.output
+    assert "Traceback" not in res.output
+    assert not (out / "last").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--device", "nonsense"], 2, "--device"),
+        (["--out", "FILE"], 2, "is a file"),
+    ],
+)
+def test_train_usage_errors(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    (tmp_path / "f").write_text("x")
+    args = [a.replace("FILE", str(tmp_path / "f")) for a in args]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "run")]
+    res = CliRunner().invoke(main, ["train", "--preset", "tiny", "--max-steps", "1", *args])
+    assert res.exit_code == code, res.output
+    assert message in res.output
+
+
+def test_a_diverging_run_is_an_error_and_keeps_no_nan_checkpoint(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = CliRunner().invoke(
+        main,
+        ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "60", "--no-progress",
+         "--set", "lr=1e6", "--set", "grad_clip=0", *TINY_SETS],
+    )  # fmt: skip
+    assert res.exit_code == 1, res.output
+    # caught at a training step or, when the weights blow up between two validations
+    # (lr 1e6: which comes first depends on float rounding), at the validation
+    assert "diverged" in res.output or "every validation dataset failed" in res.output
+    assert "Lower lr" in res.output
+    assert "Traceback" not in res.output
+    if (out / "last").exists():  # a checkpoint from before the divergence: finite
+        ckpt = load_checkpoint(out / "last")
+        assert all(torch.isfinite(v).all() for v in ckpt.model.state_dict().values())
+
+
+def test_resume_past_its_budget_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out), "--no-progress"]
+    res = CliRunner().invoke(main, [*args, "--preset", "tiny", "--max-steps", "2", *TINY_SETS])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, [*args, "--resume", "--max-steps", "2"])
+    assert res.exit_code == 2, res.output
+    assert "already at 2" in res.output
+
+
+def _steps(run: Path, kind: str) -> list[int]:
+    log = run / "metrics.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [r["step"] for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_and_a_truncated_last(tmp_path: Path) -> None:
+    """A real ``kill -9`` of ``amorgp train``; ``--resume`` continues with every metrics
+    step once and no temporary left; a truncated ``last`` falls back to an intact one."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "amorgp.cli"]
+    proc = subprocess.Popen(
+        [*cmd, "train", "--preset", "tiny", "--out", str(run), "--no-progress", *TINY_SETS],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600  # a guard against a hung child, not a timing
+        while not (run / "last").exists() or len(_steps(run, "validation")) < 2:
+            assert proc.poll() is None, "the training process stopped by itself"
+            assert time.monotonic() < deadline, "no second checkpoint"
+            time.sleep(0.2)
+    finally:
+        proc.kill()  # SIGKILL: no clean-up runs
+        proc.wait()
+    done = int(load_checkpoint(run / "last").meta["progress"]["step"])
+    target = done + 4
+    res = subprocess.run(
+        [*cmd, "train", "--out", str(run), "--resume", "--max-steps", str(target), "--no-progress"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1])["step"] == target
+    train_steps = _steps(run, "train")
+    assert len(train_steps) == len(set(train_steps))  # no step logged twice
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".step-")]
+    newest = (run / "last").resolve()
+    weights = newest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    res = subprocess.run(
+        [*cmd, "train", "--out", str(run), "--resume", "--max-steps", str(target + 2), "--no-progress"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert newest.name in res.stderr  # the warning names the broken checkpoint
+    assert "Traceback" not in res.stderr
+    assert json.loads(res.stdout.splitlines()[-1])["step"] == target + 2

@@ -1,0 +1,98 @@
+"""Export an amortized (or refined) result as a BoTorch ``SingleTaskGP``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from botorch.models import SingleTaskGP
+from botorch.models.transforms.input import Normalize
+from botorch.models.transforms.outcome import Standardize
+
+from amorgp.gpytorch.kernels import build_kernel
+from amorgp.kernel_grammar import DataError
+from amorgp.lazy_kernels import KernelFit
+from gpytorch.constraints import GreaterThan
+from gpytorch.likelihoods import GaussianLikelihood
+from gpytorch.means import ConstantMean
+
+__all__ = ["NOISE_FLOOR", "to_gpytorch"]
+
+#: Lower bound of the exported likelihood's noise (BoTorch's default 1e-4 would clip
+#: small amortized noises).
+NOISE_FLOOR = 1e-9
+
+
+def to_gpytorch(result: KernelFit, train_X: Any = None, train_Y: Any = None) -> SingleTaskGP:
+    """The float64 ``SingleTaskGP`` equal to ``result``'s GP, in original units.
+
+    The model takes original inputs: ``Normalize`` with the result's fixed bounds
+    ``[x_min, x_min + range]`` maps them to ``[0, 1]`` as the amortizer did.  BoTorch's
+    ``Standardize`` divides by the sample standard deviation ``s_b = s_y sqrt(n / (n-1))``
+    where amorgp uses the population one ``s_y``; the kernel variances of the first
+    dimension's addends (and the offset ``c^2`` of a LIN addend there) and the noise are
+    multiplied by ``r = (s_y / s_b)^2``, so that the
+    covariance in original units, ``s_y^2 (K + sigma^2 I)``, is the same.  The constant
+    mean is ``(y_mean - m_b) / s_b`` (zero up to rounding).  The kernel has no priors, so
+    ``ExactMarginalLogLikelihood * n`` is the log marginal likelihood of the standardised
+    targets: ``result.log_marginal_likelihood_original + n log s_b``.
+
+    Args:
+        result: the fit (``KernelResult`` of the amortizer, or a baseline's fit).
+        train_X: ``(n, d)`` original inputs (default: the result's own, un-normalised).
+        train_Y: ``(n,)`` or ``(n, 1)`` original targets (default: the result's own).
+
+    Returns:
+        A ``SingleTaskGP`` in train mode holding the training data.
+
+    Raises:
+        DataError: no training data given or held, or data of the wrong shape.
+    """
+    norm = result.normalizer
+    X, y = _training_data(result, train_X, train_Y)
+    n, d = X.shape
+    if d != result.kernel.n_dims or y.shape[0] != n:
+        raise DataError(
+            f"train_X {tuple(X.shape)} and train_Y {tuple(y.shape)} do not match the fit"
+        )
+    s_b = float(y.std())
+    r = (norm.y_std / s_b) ** 2
+    params = result.params.detach().to("cpu", torch.float64).clone()
+    params = params[: result.kernel.n_dims, : result.kernel.max_addends]
+    params[0, :, 0] *= r  # slot 0 is every base symbol's variance
+    for ell, sym in enumerate(result.kernel.dims[0]):
+        if sym == "LIN":  # s^2 x x' + c^2: the offset is a variance too
+            params[0, ell, 1] *= r
+    likelihood = GaussianLikelihood(noise_constraint=GreaterThan(NOISE_FLOOR)).double()
+    likelihood.noise = torch.tensor(result.noise * r, dtype=torch.float64)
+    mean = ConstantMean().double()
+    mean.constant = torch.tensor((norm.y_mean - float(y.mean())) / s_b, dtype=torch.float64)
+    bounds = torch.stack([norm.x_min, norm.x_min + norm.x_range]).to(torch.float64)
+    model = SingleTaskGP(
+        X,
+        y[:, None],
+        likelihood=likelihood,
+        covar_module=build_kernel(result.kernel, params),
+        mean_module=mean,
+        input_transform=Normalize(d, bounds=bounds),
+        outcome_transform=Standardize(m=1),
+    )
+    return model.double()
+
+
+def _training_data(
+    result: KernelFit, train_X: Any, train_Y: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    norm = result.normalizer
+    if train_X is None or train_Y is None:
+        gp = getattr(result, "_gp", None)
+        if gp is None:
+            raise DataError("the result holds no training data; pass train_X and train_Y")
+        Xn = gp.X.detach().to("cpu", torch.float64)
+        yn = gp.y.detach().to("cpu", torch.float64)
+        X = norm.x_min + Xn * norm.x_range
+        y = norm.y_mean + yn * norm.y_std
+        return X, y
+    X = torch.as_tensor(train_X, dtype=torch.float64)
+    X = X[:, None] if X.ndim == 1 else X
+    return X, torch.as_tensor(train_Y, dtype=torch.float64).reshape(-1)

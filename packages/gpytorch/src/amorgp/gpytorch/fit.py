@@ -1,0 +1,360 @@
+"""Initialise GPyTorch/BoTorch models in place and fit them from the amortized start."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from botorch.optim.fit import fit_gpytorch_mll_scipy
+from torch import Tensor
+
+from amorgp.amortizer.inference import Amortizer
+from amorgp.amortizer.results import KernelResult
+from amorgp.gpytorch.kernels import _assign, read_kernel
+from amorgp.gpytorch.lean import LeanObjective
+from amorgp.kernel_grammar import OptionError
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+__all__ = [
+    "REFINE_STEPS",
+    "AmortizedFit",
+    "FallbackWarning",
+    "default_amortizer",
+    "fit_amortized",
+    "initialize_gpytorch",
+    "model_data",
+]
+
+
+@functools.lru_cache(maxsize=1)
+def default_amortizer() -> Amortizer:
+    """The bundled pretrained :class:`~amorgp.amortizer.Amortizer` (loaded once), its own
+    network only: the fits here refine the start with L-BFGS, so a candidate network's
+    second forward and likelihood selection would cost more (a few ms of a fit of
+    about 7) than they can improve; pass ``amortizer=`` to use another."""
+    return Amortizer.from_pretrained(candidates=())
+
+
+def model_data(model: Any, train_X: Any = None, train_Y: Any = None) -> tuple[Tensor, Tensor]:
+    """The data as the model's kernel sees it: ``(X (n, d), y (n,))`` float64.
+
+    ``X`` passes through the model's input transform (e.g. ``Normalize``, fitted bounds
+    kept), ``y`` through its outcome transform (e.g. ``Standardize``, fitted statistics
+    kept); without ``train_X``/``train_Y`` the model's own training data are used
+    (``train_targets`` are already transformed).
+
+    Raises:
+        OptionError: a multi-output or batched model.
+    """
+    if train_X is None:
+        X = model.train_inputs[0]
+    else:
+        X = torch.as_tensor(train_X)
+    tf = getattr(model, "input_transform", None)
+    if tf is not None:
+        was = tf.training
+        tf.eval()
+        with torch.no_grad():
+            X = tf(X)
+        tf.train(was)
+    if train_Y is None:
+        y = model.train_targets
+    else:
+        Y = torch.as_tensor(train_Y)
+        Y = Y[:, None] if Y.ndim == 1 else Y
+        otf = getattr(model, "outcome_transform", None)
+        if otf is not None:
+            was = otf.training
+            otf.eval()
+            with torch.no_grad():
+                Y = otf(Y)[0]
+            otf.train(was)
+        y = Y
+    y = y.reshape(y.shape[0], -1) if y.ndim > 1 else y[:, None]
+    if X.ndim != 2 or y.shape[1] != 1:
+        raise OptionError(
+            f"initialize_gpytorch needs a single-output, non-batched model; got inputs "
+            f"{tuple(X.shape)} and targets {tuple(y.shape)}"
+        )
+    return X.detach().to(torch.float64), y[:, 0].detach().to(torch.float64)
+
+
+def initialize_gpytorch(
+    model: Any,
+    train_X: Any = None,
+    train_Y: Any = None,
+    *,
+    amortizer: Amortizer | None = None,
+    refine: int = 0,
+    calibrate: bool | None = None,
+) -> KernelResult:
+    """Set ``model``'s kernel hyperparameters and noise from one forward pass.
+
+    Reads ``model.covar_module`` as a dimension-wise structure (:func:`read_kernel`: RBF
+    with or without ARD, periodic, linear (+ constant), their sums and products per
+    column, ``ScaleKernel``), runs the amortizer on the data as the kernel sees them
+    (:func:`model_data`: after ``Normalize``/``Standardize`` that is already the
+    network's contract, min-max inputs and standardised targets), maps its
+    hyperparameters to the model's units (exact for variances, lengthscales and
+    periods; a LIN offset, which has no exact map, is taken in normalised units) and
+    writes them, each clamped into its GPyTorch constraint.  Priors and the mean are
+    left as they are.  Then ``fit_gpytorch_mll`` can run from there.
+
+    Args:
+        model: a GPyTorch ``ExactGP`` (e.g. BoTorch's ``SingleTaskGP``) with a
+            ``GaussianLikelihood``.
+        train_X, train_Y: the training data (default: the model's own).
+        amortizer: the network (default: :func:`default_amortizer`).
+        refine: L-BFGS steps of amorgp's Type-2 ML after the network.
+        calibrate: set the kernel's global scale and the noise to their exact Type-2 ML
+            values after the network (:mod:`amorgp.amortizer.calibrate`); where the
+            model cannot hold the scale (a kernel without ``ScaleKernel``, as BoTorch's
+            default), the noise alone, exact for the kernel it holds.  ``None``: the
+            amortizer's own setting (on for the bundled default).
+
+    Returns:
+        The amortizer's :class:`~amorgp.amortizer.KernelResult` (``calibrated`` whether
+        the start was; where the noise alone was calibrated, the model holds that noise,
+        not the result's).
+
+    Raises:
+        OptionError: a kernel outside the vocabulary, or a multi-output model.
+    """
+    X, y = model_data(model, train_X, train_Y)
+    kmap = read_kernel(model.covar_module, X.shape[1])
+    amz = amortizer if amortizer is not None else default_amortizer()
+    calibrate = amz.calibrate if calibrate is None else calibrate
+    # a tree that cannot hold a global scale (BoTorch's default RBF) gets the noise alone
+    # calibrated, below, rather than a scale it would drop
+    scaled = calibrate and kmap.holds_scale()
+    res = amz.infer(X, y, kmap.structure, refine=refine, calibrate=scaled, evaluate_lml=False)
+    want = _model_units(res)
+    kmap.write(want)
+    noise = res.noise_original
+    held = kmap.read()
+    if calibrate and not (scaled and _holds(kmap.structure, held, want)):
+        # the model does not hold the calibrated scale (no holder, clamped variances):
+        # the noise alone, exact for the kernel the model holds
+        from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
+
+        cal = calibrate_scale_noise(
+            X, y, [kmap.structure], amz.vocabulary, held[None], torch.tensor([noise]), scale=False
+        )
+        noise = float(cal.noise[0])
+        res = replace(res, calibrated=True)
+    _assign(model.likelihood.noise_covar, "noise", noise)
+    return res
+
+
+def _holds(structure: Any, held: Tensor, want: Tensor) -> bool:
+    """Whether the model holds the kernel of ``want`` (``(D, L, P)``): every parameter as
+    written, up to a per-dimension factor on the variances whose product over the
+    dimensions is 1 (a root ``ScaleKernel`` holds the product of the dimensions' scales,
+    which :meth:`~amorgp.gpytorch.kernels.KernelMap.read` books on one dimension:
+    the same kernel)."""
+    from amorgp.kernel_grammar import ParamKind, base_symbol
+
+    log_total = 0.0
+    for d, row in enumerate(structure.dims):
+        factors = []
+        for ell, name in enumerate(row):
+            for i, p in enumerate(base_symbol(name).params):
+                h, w = float(held[d, ell, i]), float(want[d, ell, i])
+                if p.kind == ParamKind.VARIANCE and h > 0 and w > 0:
+                    factors.append(math.log(h / w))
+                elif not math.isclose(h, w, rel_tol=1e-6, abs_tol=0.0):
+                    return False
+        if factors and max(factors) - min(factors) > 1e-6:
+            return False
+        log_total += factors[0] if factors else 0.0
+    return abs(log_total) <= 1e-6
+
+
+def _model_units(res: KernelResult) -> Tensor:
+    """``(D, L, P)`` parameters of ``res`` in original units (normalised where no exact
+    map exists)."""
+    out = res.params.detach().to("cpu", torch.float64).clone()
+    s = res.kernel
+    out = out[: s.n_dims, : s.max_addends]
+    for h in res.table:
+        if h.original is not None:
+            names = [
+                p
+                for p in s.param_names()
+                if (p.dim, p.addend, p.param) == (h.dim, h.addend, h.name)
+            ]
+            out[h.dim, h.addend, names[0].slot] = h.original
+    return out
+
+
+#: Default L-BFGS-B iterations of :class:`AmortizedFit` (an upper limit: the stopping
+#: rules usually end the refine earlier).
+REFINE_STEPS = 50
+
+
+class FallbackWarning(UserWarning):
+    """:class:`AmortizedFit` fell back to BoTorch's ``fit_gpytorch_mll`` (the message
+    says why); issued once per cause and process."""
+
+
+_FALLBACK_ERRORS = (ValueError, ArithmeticError, RuntimeError)
+"""What an amortized fit may meet and fall back from: the library's ``OptionError`` (a
+kernel outside the vocabulary, e.g. ``MaternKernel``) and ``DataError`` (both
+``ValueError``), a non-finite or mismatched objective (``ArithmeticError``), and
+torch/GPyTorch numerical failures (``torch.linalg.LinAlgError``, ``NotPSDError``, out of
+memory: ``RuntimeError``).  Anything else (``TypeError``, ``AttributeError``, ...) is a
+bug and propagates."""
+
+_WARNED: set[str] = set()
+"""Causes of fallbacks warned about already (type and message without numbers)."""
+
+
+def _warn_fallback(err: BaseException) -> None:
+    cause = f"{type(err).__name__}: {re.sub(r'[-+0-9.e]+', '#', str(err))}"
+    if cause in _WARNED:
+        return
+    _WARNED.add(cause)
+    warnings.warn(
+        f"amortized fit fell back to BoTorch's fit_gpytorch_mll: {type(err).__name__}: {err} "
+        "(this warning is shown once per cause)",
+        FallbackWarning,
+        stacklevel=3,
+    )
+
+
+@dataclass
+class AmortizedFit:
+    """A fitting function for BoTorch: amortized start, L-BFGS-B refine, fallback.
+
+    ``fit = AmortizedFit(); fit(mll)`` is used like ``fit_gpytorch_mll(mll)``: it
+    returns ``mll`` in eval mode with fitted hyperparameters.  It sets the start with
+    :func:`initialize_gpytorch`, then runs at most ``refine_steps`` L-BFGS-B iterations
+    (scipy's, with its stopping rules ``ftol``/``gtol``) of the model's own objective
+    (``ExactMarginalLogLikelihood``: likelihood plus priors).  Where the model is
+    supported (:class:`~amorgp.gpytorch.lean.LeanObjective`: the RBF models
+    BoTorch builds by default in closed form, other kernel trees of the amortizer's
+    vocabulary in plain torch) the objective is evaluated directly from the raw
+    parameters and the result written to the model once; otherwise BoTorch's
+    ``fit_gpytorch_mll_scipy`` runs the iterations (:attr:`slow_refines` counts those).
+    Unless the model is BoTorch's ``SingleTaskGP`` on the closed form, the final value is
+    checked against the model's own MLL.  When anything fails (an exception, a
+    non-finite objective or parameter, a mismatch, a kernel outside the vocabulary; see
+    :data:`_FALLBACK_ERRORS`) the state is restored, a :class:`FallbackWarning` names
+    the reason (once per cause) and BoTorch's ``fit_gpytorch_mll`` runs instead;
+    :attr:`fallbacks` counts those.  Other exceptions (bugs) propagate.
+
+    Attributes:
+        refine_steps: L-BFGS-B iterations at most after the amortized start (0: none).
+        amortizer: the network (default: :func:`default_amortizer`).
+        ftol: stop when the relative decrease of ``-MLL`` is at most ``ftol``.
+        gtol: stop when the projected gradient's largest entry is at most ``gtol``.
+        calibrate: start from the calibrated prediction (exact Type-2 ML scale and noise
+            given the network's other hyperparameters; :func:`initialize_gpytorch`);
+            ``None``: the amortizer's own setting (on for the bundled default).
+        calls: fits run.
+        fallbacks: fits that fell back to ``fit_gpytorch_mll``.
+        slow_refines: refines run through BoTorch's scipy fit (model outside the lean
+            objective).
+        abnormal_stops: lean refines that scipy stopped abnormally (a failed line search;
+            the parameters are the best found, no fallback).
+        last_error: why the last fallback happened.
+    """
+
+    refine_steps: int = REFINE_STEPS
+    amortizer: Amortizer | None = None
+    ftol: float = 2.220446e-9
+    gtol: float = 1e-5
+    calibrate: bool | None = None
+    calls: int = 0
+    fallbacks: int = 0
+    slow_refines: int = 0
+    abnormal_stops: int = 0
+    last_error: str = ""
+
+    def __call__(
+        self, mll: ExactMarginalLogLikelihood, **kwargs: Any
+    ) -> ExactMarginalLogLikelihood:
+        """Fit ``mll``'s model; ``kwargs`` go to the fallback ``fit_gpytorch_mll``."""
+        self.calls += 1
+        model = mll.model
+        state = {k: v.detach().clone() for k, v in mll.state_dict().items()}
+        try:
+            mll.train()
+            initialize_gpytorch(model, amortizer=self.amortizer, calibrate=self.calibrate)
+            lean, trusted = self._refine(mll) if self.refine_steps > 0 else (None, False)
+            if not trusted:
+                _check(mll, lean)
+        except _FALLBACK_ERRORS as err:
+            self.fallbacks += 1
+            self.last_error = f"{type(err).__name__}: {err}"
+            mll.load_state_dict(state)
+            _warn_fallback(err)
+            return fit_gpytorch_mll(mll, **kwargs)
+        return mll.eval()
+
+    def _refine(self, mll: ExactMarginalLogLikelihood) -> tuple[float | None, bool]:
+        """The L-BFGS-B iterations: ``(final MLL of the lean objective or None, whether
+        that value needs no check against the model's own MLL)``."""
+        try:
+            objective = LeanObjective(mll)
+        except OptionError:
+            self.slow_refines += 1
+            fit_gpytorch_mll_scipy(
+                mll,
+                options={"maxiter": int(self.refine_steps), "ftol": self.ftol, "gtol": self.gtol},
+            )
+            return None, False
+        res = objective.minimize(self.refine_steps, ftol=self.ftol, gtol=self.gtol)
+        self.abnormal_stops += res.status == 2
+        trusted = objective.closed_form is not None and (
+            type(mll.model).forward is SingleTaskGP.forward
+        )
+        return res.mll, trusted
+
+
+def _check(mll: ExactMarginalLogLikelihood, lean: float | None) -> None:
+    """Raise unless the model's MLL and parameters are finite and (``lean`` given) the MLL
+    equals ``lean``."""
+    loss = _objective(mll)
+    finite = all(bool(torch.isfinite(p).all()) for p in mll.parameters())
+    if not (math.isfinite(loss) and finite):
+        raise FloatingPointError(f"non-finite objective {loss} after the amortized start")
+    if lean is not None and abs(lean - loss) > 1e-6 * max(1.0, abs(loss)):
+        raise ArithmeticError(f"the lean objective ({lean}) differs from the model's MLL ({loss})")
+
+
+def _objective(mll: ExactMarginalLogLikelihood) -> float:
+    model = mll.model
+    with torch.no_grad():
+        out = model(*model.train_inputs)
+        return float(mll(out, model.train_targets))
+
+
+def fit_amortized(
+    mll: ExactMarginalLogLikelihood,
+    *,
+    refine_steps: int = REFINE_STEPS,
+    amortizer: Amortizer | None = None,
+    calibrate: bool | None = None,
+    **kwargs: Any,
+) -> ExactMarginalLogLikelihood:
+    """``fit_gpytorch_mll`` with an amortized start (see :class:`AmortizedFit`).
+
+    Example:
+        >>> from botorch.models import SingleTaskGP
+        >>> from gpytorch.mlls import ExactMarginalLogLikelihood
+        >>> import torch
+        >>> X = torch.rand(20, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        >>> model = SingleTaskGP(X, (X.sin().sum(-1, keepdim=True)))
+        >>> mll = fit_amortized(ExactMarginalLogLikelihood(model.likelihood, model))
+        >>> model.training
+        False
+    """
+    return AmortizedFit(refine_steps, amortizer, calibrate=calibrate)(mll, **kwargs)

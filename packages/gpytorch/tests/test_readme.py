@@ -1,0 +1,26 @@
+"""The README's example runs as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).parents[1] / "README.md"
+
+
+def test_gpytorch_example_runs() -> None:
+    """The quick start (skipped without GPyTorch and BoTorch)."""
+    import pytest
+
+    pytest.importorskip("gpytorch")
+    pytest.importorskip("botorch")
+    text = README.read_text()
+    section = text[text.index("## Quick start") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    namespace: dict[str, object] = {}
+    exec(compile(code.group(1), str(README), "exec"), namespace)
+    mean, res = namespace["mean"], namespace["res"]
+    ref, _ = res.predict(namespace["X"][:3], include_noise=False)  # type: ignore[attr-defined,index]
+    assert float((mean[:, 0] - ref).abs().max()) < 1e-8  # type: ignore[index]
+    assert not namespace["model"].training  # type: ignore[attr-defined]
