@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                         )
             if split == 0:
                 try:
-                    from amorgp.baselines.data import Normalizer
+                    from amorgp.lazy_kernels import Normalizer
 
                     norm = Normalizer.fit(torch.as_tensor(Xtr), torch.as_tensor(ytr))
                     Xn, yn = (

@@ -72,3 +72,15 @@ def test_read_test_table_rejects_unknown_columns(tmp_path: Path) -> None:
         read_csv(f, require_target=False, feature_names=("a", "b"), training=False)
     ds = read_csv(f, "other", feature_names=("a", "b"), training=False)
     assert ds.target_name == "other"
+
+
+def test_as_dataset_old_names_warn_and_name_the_owner() -> None:
+    import amorgp.amortizer as amz
+    import amorgp.amortizer.io as io
+    import amorgp.lazy_kernels as lk
+
+    for module in (amz, io):
+        assert "as_dataset" not in module.__all__
+        with pytest.warns(DeprecationWarning, match="amorgp.lazy_kernels.as_dataset"):
+            old = module.as_dataset
+        assert old is lk.as_dataset
