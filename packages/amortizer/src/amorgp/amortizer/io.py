@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.lazy_kernels import MIN_POINTS
 from amorgp.lazy_kernels import as_dataset as _as_dataset
 
 __all__ = ["MIN_POINTS", "Dataset", "read_csv"]
@@ -41,10 +42,6 @@ def __getattr__(name: str) -> Any:
         stacklevel=2,
     )
     return _as_dataset
-
-
-MIN_POINTS = 3
-"""Fewest points a dataset may have (a GP fit to fewer is meaningless)."""
 
 
 @dataclass(frozen=True)

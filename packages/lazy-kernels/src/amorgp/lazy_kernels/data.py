@@ -54,7 +54,11 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, base_symbol
 
-__all__ = ["Y_STD_MAX", "Y_STD_MIN", "Normalizer", "as_dataset", "as_inputs"]
+__all__ = ["MIN_POINTS", "Y_STD_MAX", "Y_STD_MIN", "Normalizer", "as_dataset", "as_inputs"]
+
+MIN_POINTS = 3
+"""Fewest points a training dataset may have (a GP fit to fewer is meaningless); the
+fitting entry points (amortizer, baselines, ensembles) pass it to :func:`as_dataset`."""
 
 Y_STD_MIN = 1e-150
 """Smallest target standard deviation accepted: ``s_y^2`` (and a normalised variance of
