@@ -174,7 +174,8 @@ def _check_params_layout(
 
 
 def _effective_dim_mask(dim_mask: Tensor | None, symbol_mask: Tensor, B: int, D: int) -> Tensor:
-    """The given ``dim_mask`` (checked against the addends) or ``symbol_mask.any(-1)``."""
+    """The given ``dim_mask`` (shape and dtype checked; its values against the addends by
+    :func:`~amorgp.lazy_kernels.batch.check_symbol_layout`) or ``symbol_mask.any(-1)``."""
     if dim_mask is None:
         dim_mask = symbol_mask.any(-1)
     else:
@@ -184,13 +185,6 @@ def _effective_dim_mask(dim_mask: Tensor | None, symbol_mask: Tensor, B: int, D:
             )
         if dim_mask.dtype != torch.bool:
             _fail(f"dim_mask must be bool, got {dim_mask.dtype}")
-        stray = symbol_mask & ~dim_mask[..., None]
-        if bool(stray.any()):
-            b, d, _ = (int(v) for v in stray.nonzero()[0])
-            _fail(
-                f"batch element {b} places a symbol in dimension {d}, which its data does not "
-                "have (dim_mask is False there; a dimension index exceeds the data)"
-            )
     return dim_mask
 
 
@@ -207,7 +201,7 @@ def _check_values(
     check_symbol_layout(symbols, symbol_mask, dim_mask, vocab)
     for name, X in (("X1", X1), ("X2", X2)):
         if X is not None:
-            check_finite_inputs(X, dim_mask[:, None, :], name, "in active dimensions")
+            check_finite_inputs(X, name, "in active dimensions", dim_mask=dim_mask)
     check_params(params, symbols, symbol_mask, vocab)
 
 
