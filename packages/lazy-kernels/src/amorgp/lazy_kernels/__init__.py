@@ -31,6 +31,7 @@ from amorgp.lazy_kernels.elementary import (
     register_keops_formula,
     register_torch_elementary,
     torch_elementary,
+    unregister_torch_elementary,
 )
 from amorgp.lazy_kernels.factory import kernel_operator
 from amorgp.lazy_kernels.fit import Hyperparameter, HyperparameterInference, KernelFit
@@ -139,5 +140,6 @@ __all__ = [
     "register_torch_elementary",
     "symbol_tables",
     "torch_elementary",
+    "unregister_torch_elementary",
     "validate_dimwise",
 ]

@@ -230,3 +230,9 @@ def symbol_tables(vocab: Vocabulary, device: torch.device) -> SymbolTables:
         n_symbols=len(vocab),
         max_params=vocab.max_params,
     )
+
+
+def clear_symbol_caches() -> None:
+    """Forget every compiled symbol and symbol table (after the elementary kernels change)."""
+    compile_symbol.cache_clear()
+    symbol_tables.cache_clear()
