@@ -143,3 +143,25 @@ def test_normalisation_and_simulator_priors_know_the_new_kernel(exp_kernel: str)
     assert bool((params[0, 0, 1, :3] > 0).all())
     assert math.isfinite(float(params[0, 0, 1, :3].sum()))
     assert "EXP" in ELEMENTARY
+
+
+def test_refinement_differentiates_the_new_kernel(exp_kernel: str) -> None:
+    """The amortizer's refinement objective needs no code for the new kernel: its
+    gradient (forward-mode through lazy-kernels' form) equals central differences."""
+    from amorgp.amortizer.refine import LogMarginalLikelihood
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(15, 2, generator=g, dtype=torch.float64)
+    y = torch.sin(5.0 * X[:, 0]) + 0.1 * torch.randn(15, generator=g, dtype=torch.float64)
+    structure = DimWiseStructure.parse("(SE*EXP + EXP)@0 * (LIN + EXP)@1")
+    f = LogMarginalLikelihood(X, y, structure)
+    z = 0.3 * torch.randn(f.floors.shape[0], generator=g, dtype=torch.float64)
+    value, grad = f.value_and_grad(z)
+    assert math.isfinite(float(value))
+    h = 1e-6
+    for i in range(z.shape[0]):
+        e = torch.zeros_like(z)
+        e[i] = h
+        fd = (f.value_and_grad(z + e)[0] - f.value_and_grad(z - e)[0]) / (2 * h)
+        assert float(grad[i]) == pytest.approx(float(fd), rel=1e-5, abs=1e-6), i
