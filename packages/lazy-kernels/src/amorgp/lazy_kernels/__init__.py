@@ -31,7 +31,6 @@ from amorgp.lazy_kernels.elementary import (
     register_keops_formula,
     register_torch_elementary,
     torch_elementary,
-    unregister_torch_elementary,
 )
 from amorgp.lazy_kernels.factory import kernel_operator
 from amorgp.lazy_kernels.fit import Hyperparameter, HyperparameterInference, KernelFit
@@ -76,6 +75,7 @@ from amorgp.lazy_kernels.tables import (
     compile_symbol,
     evaluate_symbol,
     symbol_tables,
+    unregister_torch_elementary,
 )
 
 __all__ = [

@@ -59,7 +59,6 @@ __all__ = [
     "register_keops_formula",
     "register_torch_elementary",
     "torch_elementary",
-    "unregister_torch_elementary",
 ]
 
 UnitFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -321,20 +320,6 @@ def register_torch_elementary(kernel: TorchElementary) -> None:
     if kernel.name in TORCH_ELEMENTARY:
         raise ValueError(f"elementary kernel {kernel.name!r} already has a torch implementation")
     TORCH_ELEMENTARY[kernel.name] = kernel
-
-
-def unregister_torch_elementary(name: str) -> None:
-    """Remove the torch form of ``name`` (for tests that register a kernel temporarily);
-    the compiled symbol tables are rebuilt on next use.
-
-    Raises:
-        ValueError: if ``name`` has no torch form.
-    """
-    if TORCH_ELEMENTARY.pop(name, None) is None:
-        raise ValueError(f"elementary kernel {name!r} has no torch implementation")
-    from amorgp.lazy_kernels.tables import clear_symbol_caches
-
-    clear_symbol_caches()
 
 
 def torch_elementary(name: str) -> TorchElementary:
