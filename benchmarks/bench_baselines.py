@@ -39,8 +39,12 @@ ALL_DATASETS = ("airline", "yacht", "energy", "concrete", "housing")
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:
-    arr = np.loadtxt(DATA / f"{name}.csv", delimiter=",", skiprows=1, dtype=np.float64)
-    return arr[:, :-1], arr[:, -1]
+    """A bundled dataset, read by the library's CSV reader (last column the target)."""
+    from amorgp.amortizer.io import read_csv
+
+    table = read_csv(DATA / f"{name}.csv")
+    assert table.y is not None
+    return table.X, table.y
 
 
 def metrics(result, X_test: np.ndarray, y_test: np.ndarray) -> tuple[float, float]:  # type: ignore[no-untyped-def]
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
                         )
             if split == 0:
                 try:
-                    from amorgp.baselines.data import Normalizer
+                    from amorgp.lazy_kernels import Normalizer
 
                     norm = Normalizer.fit(torch.as_tensor(Xtr), torch.as_tensor(ytr))
                     Xn, yn = (

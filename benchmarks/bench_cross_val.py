@@ -40,9 +40,11 @@ KERNEL = "SE + PER"
 
 def _data(name: str) -> tuple[np.ndarray, np.ndarray]:
     if name == "airline":
-        path = ROOT / "packages/amortizer/src/amorgp/amortizer/data/airline.csv"
-        arr = np.loadtxt(path, delimiter=",", skiprows=1)
-        return arr[:, :1], arr[:, 1]
+        from amorgp.amortizer.io import read_csv
+
+        table = read_csv(ROOT / "data" / "airline.csv")
+        assert table.y is not None
+        return table.X, table.y
     n = int(name.removeprefix("synthetic-"))
     rng = np.random.default_rng(0)
     X = np.sort(rng.uniform(0.0, 10.0, n))[:, None]

@@ -79,8 +79,12 @@ BEGIN, END = "<!-- diwp:begin -->", "<!-- diwp:end -->"
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:
-    arr = np.loadtxt(DATA / f"{name}.csv", delimiter=",", skiprows=1, dtype=np.float64)
-    return arr[:, :-1], arr[:, -1]
+    """A bundled dataset, read by the library's CSV reader (last column the target)."""
+    from amorgp.amortizer.io import read_csv
+
+    table = read_csv(DATA / f"{name}.csv")
+    assert table.y is not None
+    return table.X, table.y
 
 
 def split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

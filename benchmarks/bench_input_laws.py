@@ -40,6 +40,7 @@ from amorgp.amortizer import Amortizer
 from amorgp.amortizer.api import PRETRAINED_DIR
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import TrainConfig
+from amorgp.amortizer.io import read_csv
 from amorgp.amortizer.training.campaign import campaign_validation_set, score_checkpoint
 from amorgp.amortizer.training.train import train
 
@@ -55,8 +56,9 @@ def real_scores(
     amz = Amortizer.from_pretrained(checkpoint, device="cpu", calibrate=False)
     out: dict[str, Any] = {}
     for name in datasets:
-        arr = np.loadtxt(ROOT / "data" / f"{name}.csv", delimiter=",", skiprows=1, ndmin=2)
-        X, y = arr[:, :-1], arr[:, -1]
+        table = read_csv(ROOT / "data" / f"{name}.csv")
+        assert table.y is not None
+        X, y = table.X, table.y
         n_train = min(PAPER_N_TRAIN.get(name, 500), len(y) - 10)
         kernels = [t.broadcast(X.shape[1]) for t in paper_evaluation_set(0)[:n_kernels]]
         rmse, nll = [], []

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from amorgp.amortizer.io import read_csv
+from amorgp.kernel_grammar import DataError
 
 
 def _write(path: Path, text: str) -> Path:
@@ -72,3 +73,35 @@ def test_read_test_table_rejects_unknown_columns(tmp_path: Path) -> None:
         read_csv(f, require_target=False, feature_names=("a", "b"), training=False)
     ds = read_csv(f, "other", feature_names=("a", "b"), training=False)
     assert ds.target_name == "other"
+
+
+def test_as_dataset_old_names_warn_and_name_the_owner() -> None:
+    import amorgp.amortizer as amz
+    import amorgp.amortizer.io as io
+    import amorgp.lazy_kernels as lk
+
+    for module in (amz, io):
+        assert "as_dataset" not in module.__all__
+        with pytest.warns(DeprecationWarning, match="amorgp.lazy_kernels.as_dataset"):
+            old = module.as_dataset
+        assert old is lk.as_dataset
+
+
+def test_infer_and_read_csv_reject_every_bad_dataset(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from amorgp.amortizer import Amortizer
+    from amorgp.lazy_kernels.testing import bad_datasets, check_rejects_bad_data
+
+    amz = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", calibrate=False)
+    check_rejects_bad_data(lambda X, y: amz.infer(X, y, "SE"))
+    check_rejects_bad_data(lambda X, y: amz.infer_many(X, y, ["SE", "SE + PER"]))
+    # the CSV reader refuses the tables it can write (NaN, too few rows, constant target)
+    for case in bad_datasets():
+        if case.X.ndim != 2 or case.X.dtype == object or case.y.ndim != 1:
+            continue
+        if len(case.y) != len(case.X) or len(case.y) == 0:
+            continue
+        rows = "\n".join(",".join(map(str, [*x, t])) for x, t in zip(case.X, case.y, strict=True))
+        f = _write(tmp_path / "bad.csv", "a,b,t\n" + rows + "\n")
+        with pytest.raises(DataError) as err:
+            read_csv(f)
+        assert "\n" not in str(err.value), case.name

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from amorgp.baselines import METHODS, Baseline, HyperparameterInference, fit, fit_many
-from amorgp.baselines.data import Normalizer
 from amorgp.baselines.testing import (
     check_inference,
     check_kernel_fit,
@@ -15,7 +14,7 @@ from amorgp.baselines.testing import (
     dense_predictive,
 )
 from amorgp.kernel_grammar import DataError, DimWiseStructure
-from amorgp.lazy_kernels import KernelFit
+from amorgp.lazy_kernels import KernelFit, Normalizer
 
 FAST = {
     "gp-ml": {"max_iters": 30},

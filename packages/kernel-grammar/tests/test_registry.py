@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from amorgp.kernel_grammar import (
+    ALIASES,
     ELEMENTARY,
     EXTENDED_VOCABULARY,
     PAPER_VOCABULARY,
@@ -16,7 +17,9 @@ from amorgp.kernel_grammar import (
     Vocabulary,
     base_symbol,
     canonical_symbol_name,
+    parse,
     register_elementary,
+    unregister_elementary,
 )
 from amorgp.kernel_grammar.testing import check_base_symbol
 
@@ -121,6 +124,54 @@ def test_register_elementary_errors() -> None:
         register_elementary(ElementaryKernel("se2x-", "", (), lambda a, b, p: a))
     with pytest.raises(ValueError, match="already registered"):
         register_elementary(ElementaryKernel("SE", "", (), lambda a, b, p: a))
+
+
+def test_aliases_and_unit_metadata_are_declared_with_each_kernel() -> None:
+    assert ALIASES == {
+        "RBF": "SE",
+        "SQEXP": "SE",
+        "SQUAREDEXPONENTIAL": "SE",
+        "LINEAR": "LIN",
+        "PERIODIC": "PER",
+        "EXPSINESQUARED": "PER",
+        "MATERN52": "MAT52",
+        "MATERN_52": "MAT52",
+        "RATIONALQUADRATIC": "RQ",
+    }
+    assert {n: k.stationary for n, k in ELEMENTARY.items()} == {
+        "SE": True,
+        "LIN": False,
+        "PER": True,
+        "MAT52": True,
+        "RQ": True,
+    }
+    assert ELEMENTARY["PER"].input_scaled == ("period",)  # its lengthscale is unit-free
+    assert ELEMENTARY["SE"].input_scaled == ("lengthscale",)
+    assert ELEMENTARY["RQ"].input_scaled == ("lengthscale",)  # alpha has no units
+    assert ELEMENTARY["LIN"].input_scaled == ()
+
+
+def test_register_and_unregister_a_kernel_with_aliases() -> None:
+    def unit(a: np.ndarray, b: np.ndarray, p: dict[str, float]) -> np.ndarray:
+        return np.ones((a.size, b.size))
+
+    with pytest.raises(ValueError, match="aliases must be new"):
+        register_elementary(ElementaryKernel("CONSTX", "s^2", (), unit, aliases=("RBF",)))
+    with pytest.raises(ValueError, match="unknown parameters"):
+        ElementaryKernel("CONSTX", "s^2", (), unit, input_scaled=("lengthscale",))
+    assert "CONSTX" not in ELEMENTARY
+    register_elementary(ElementaryKernel("CONSTX", "s^2", (), unit, aliases=("CONSTANT",)))
+    try:
+        assert str(parse("constant + SE")) == str(parse("CONSTX + SE"))
+        assert base_symbol("CONSTX*SE").name == "SE*CONSTX"
+    finally:
+        unregister_elementary("CONSTX")
+    assert "CONSTX" not in ELEMENTARY
+    assert "CONSTANT" not in ALIASES
+    with pytest.raises(ValueError, match="unknown elementary kernel"):
+        base_symbol("CONSTX")
+    with pytest.raises(ValueError, match="not registered"):
+        unregister_elementary("CONSTX")
 
 
 def test_paper_vocabulary() -> None:

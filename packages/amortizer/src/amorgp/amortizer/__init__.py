@@ -60,7 +60,6 @@ _LAZY: dict[str, str] = {
     "AmortizedGPRegressor": "amorgp.amortizer.estimator",
     "FittedKernel": "amorgp.amortizer.fitted_kernel",
     "Dataset": "amorgp.amortizer.io",
-    "as_dataset": "amorgp.amortizer.io",
     "read_csv": "amorgp.amortizer.io",
     "AmortizedGP": "amorgp.amortizer.model",
     "DatasetEncoder": "amorgp.amortizer.model",
@@ -112,7 +111,6 @@ __all__ = [
     "Hyperparameter",
     "KernelResult",
     "Progress",
-    "as_dataset",
     "read_csv",
     "SE_VOCABULARY",
     "AmortizedGP",
@@ -148,6 +146,14 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(where), name)
     if name in _OLD_MODULES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "as_dataset":  # owned by amorgp.lazy_kernels
+        warnings.warn(
+            "amorgp.amortizer.as_dataset is deprecated: import amorgp.lazy_kernels.as_dataset "
+            "(its owner) instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module("amorgp.lazy_kernels").as_dataset
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,12 +5,12 @@ The normalisation contract (``docs/architecture.md`` §3.1, stored in every chec
 min-max scaled to ``[0, 1]`` (a constant column maps to 0.5), the targets are
 standardised, and hyperparameters map back to original units where the map is
 exact (:meth:`~amorgp.lazy_kernels.Normalizer.to_original`).  The network and the
-GP only ever see normalised data.  :func:`as_dataset` is the one validation of
-:mod:`amorgp.lazy_kernels.data` (re-exported); the amortizer fits data with at least
-:data:`MIN_POINTS` rows.
+GP only ever see normalised data.  :func:`read_csv` validates the table with the one
+dataset validation, :func:`amorgp.lazy_kernels.as_dataset` (the name ``as_dataset`` here is a
+deprecated re-export); the amortizer fits data with at least :data:`MIN_POINTS` rows.
 
-Positions in messages: :func:`as_dataset` names data rows counting from 1;
-:func:`read_csv` names file lines (the header is line 1).
+Positions in messages: :func:`~amorgp.lazy_kernels.as_dataset` names data rows counting
+from 1; :func:`read_csv` names file lines (the header is line 1).
 """
 
 from __future__ import annotations
@@ -18,18 +18,30 @@ from __future__ import annotations
 import csv
 import io
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from amorgp.kernel_grammar import DataError, OptionError
-from amorgp.lazy_kernels.data import as_dataset
+from amorgp.lazy_kernels import MIN_POINTS
+from amorgp.lazy_kernels import as_dataset as _as_dataset
 
-__all__ = ["MIN_POINTS", "Dataset", "as_dataset", "read_csv"]
+__all__ = ["MIN_POINTS", "Dataset", "read_csv"]
 
-MIN_POINTS = 3
-"""Fewest points a dataset may have (a GP fit to fewer is meaningless)."""
+
+def __getattr__(name: str) -> Any:
+    """``as_dataset``: a deprecated re-export of :func:`amorgp.lazy_kernels.as_dataset`."""
+    if name != "as_dataset":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"{__name__}.as_dataset is deprecated: import amorgp.lazy_kernels.as_dataset "
+        "(its owner) instead",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _as_dataset
 
 
 @dataclass(frozen=True)
@@ -189,7 +201,7 @@ def read_csv(
         feature_names: expected input columns (e.g. those of the training table), in
             this order; other columns except the target are an error.
         training: validate as training data (at least :data:`MIN_POINTS` rows and a
-            non-constant target, see :func:`as_dataset`); False for a test table.
+            non-constant target, see :func:`amorgp.lazy_kernels.as_dataset`); False for a test table.
 
     Returns:
         A validated :class:`Dataset`.
@@ -216,7 +228,7 @@ def read_csv(
     X = values[:, [header.index(c) for c in names]]
     y = None if tname is None else values[:, header.index(tname)]
     try:
-        Xa, ya = as_dataset(X, y, min_points=MIN_POINTS, training=training and y is not None)
+        Xa, ya = _as_dataset(X, y, min_points=MIN_POINTS, training=training and y is not None)
     except DataError as err:
         raise DataError(f"{path}: {err}") from None
     return Dataset(Xa.numpy(), None if ya is None else ya.numpy(), names, tname, tuple(lines[1:]))

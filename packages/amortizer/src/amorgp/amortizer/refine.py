@@ -212,6 +212,37 @@ def refine(
     )
 
 
+def _registered_unit_and_grads(
+    factor: str, p: dict[str, Tensor], full: dict[str, str], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor]]]:
+    """The unit factor ``kt`` of an elementary kernel without a closed form above, and its
+    derivatives ``[(name in the symbol, dkt / d theta)]`` by forward-mode differentiation of
+    its torch form (:func:`amorgp.lazy_kernels.torch_elementary`): a new base kernel needs
+    no code here.  ``r``, ``r2``, ``xx``: the ``(n, n)`` differences, squares and products.
+    """
+    from amorgp.kernel_grammar import ELEMENTARY
+    from amorgp.lazy_kernels import torch_elementary
+
+    form = torch_elementary(factor)
+    names = [q.name for q in ELEMENTARY[factor].params]
+
+    def unit(theta: Tensor) -> Tensor:
+        if form.log_unit_r is not None:
+            return form.log_unit_r(r, theta).exp()
+        if form.log_unit_r2 is not None:
+            return form.log_unit_r2(r2, theta).exp()
+        if form.unit_xx is not None:
+            return form.unit_xx(xx, theta)
+        raise OptionError(
+            f"refinement needs elementary kernel {factor!r} as a function of r, r^2 or x x' "
+            "(log_unit_r, log_unit_r2 or unit_xx of its TorchElementary)"
+        )
+
+    theta = torch.stack([p[n] for n in names])
+    jac = torch.func.jacfwd(unit)(theta)  # (n, n, k)
+    return unit(theta), [(full[n], jac[..., i]) for i, n in enumerate(names)]
+
+
 class LogMarginalLikelihood:
     """The exact log marginal likelihood of one kernel structure on fixed data, as a
     function of its log parameters ``z = log(theta - floor)`` (the transform's floors), for
@@ -370,8 +401,8 @@ class LogMarginalLikelihood:
                     (full["lengthscale"], t * 2.0 * al * q / (ell * (1.0 + q))),
                     (full["alpha"], t * (q / (1.0 + q) - torch.log1p(q))),
                 ]
-            else:  # pragma: no cover - the registry's elementary kernels are listed above
-                raise OptionError(f"refinement does not know the elementary kernel {f!r}")
+            else:  # a kernel registered elsewhere: derivatives of its lazy-kernels form
+                t, d = _registered_unit_and_grads(f, p, full, r, self.r2[j], xx)
             units.append(t)
             dunits.append(d)
         var = values["variance"]

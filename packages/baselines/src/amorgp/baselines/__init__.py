@@ -10,6 +10,8 @@ Quick start::
     results = fit_many(X, y, ["SE", "SE + LIN", "PER"], method="gp-ml-multistart")
 """
 
+from typing import Any
+
 from amorgp.baselines.advi import (
     ADVIResult,
     advi,
@@ -29,7 +31,8 @@ from amorgp.baselines.api import (
     register_method,
 )
 from amorgp.baselines.bayesian import ADVISettings, GPPosterior, fit_advi_gp
-from amorgp.baselines.data import Normalizer, as_dataset, as_inputs, train_test_split
+from amorgp.baselines.data import moved_name as _moved_name
+from amorgp.baselines.data import train_test_split
 from amorgp.baselines.diwp import DIWP, DIWPFit, DIWPSettings, fit_diwp
 from amorgp.baselines.gp import (
     exact_posterior,
@@ -61,13 +64,10 @@ __all__ = [
     "HyperparameterInference",
     "KernelFit",
     "Method",
-    "Normalizer",
     "SVGPFit",
     "SVGPSettings",
     "Type2MLSettings",
     "advi",
-    "as_dataset",
-    "as_inputs",
     "batched_adam",
     "elbo_estimate",
     "exact_posterior",
@@ -90,3 +90,9 @@ __all__ = [
     "svgp_predictive",
     "train_test_split",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``Normalizer``, ``as_dataset``, ``as_inputs``: deprecated re-exports of
+    :mod:`amorgp.lazy_kernels` (with a :class:`DeprecationWarning`)."""
+    return _moved_name(name, __name__)

@@ -48,7 +48,7 @@ from amorgp.baselines.results import FitResult, LogPredictive, Predictor
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_predictive
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
 from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, OptionError, Vocabulary
-from amorgp.lazy_kernels import Normalizer, PaddedBatch, as_dataset
+from amorgp.lazy_kernels import MIN_POINTS, Normalizer, PaddedBatch, as_dataset
 
 __all__ = [
     "METHODS",
@@ -109,7 +109,7 @@ class BaselineMethod:
     ) -> list[FitResult]:
         """Fit several kernels to one dataset (arguments as :func:`fit_many`)."""
         t0 = time.perf_counter()
-        Xt, yt = as_dataset(X, y)
+        Xt, yt = as_dataset(X, y, min_points=MIN_POINTS, training=True)
         if not kernels:
             raise OptionError("need at least one kernel")
         d = Xt.shape[1]

@@ -40,7 +40,13 @@ from amorgp.kernel_grammar import (
     OptionError,
     Vocabulary,
 )
-from amorgp.lazy_kernels import HyperparameterInference, KernelFit, Normalizer, as_dataset
+from amorgp.lazy_kernels import (
+    MIN_POINTS,
+    HyperparameterInference,
+    KernelFit,
+    Normalizer,
+    as_dataset,
+)
 
 __all__ = [
     "FitLike",
@@ -51,8 +57,6 @@ __all__ = [
     "check_inputs",
 ]
 
-_MIN_POINTS = 3
-"""Fewest training rows accepted (the amortizer's ``MIN_POINTS``)."""
 
 Weighting = Literal["bma", "uniform", "stacking"]
 
@@ -79,7 +83,7 @@ def check_data(X: Any, y: Any) -> tuple[Tensor, Tensor]:
         DataError: see :func:`amorgp.lazy_kernels.as_dataset` and
             :meth:`amorgp.lazy_kernels.Normalizer.fit`.
     """
-    Xt, yt = as_dataset(X, y, min_points=_MIN_POINTS, training=True)
+    Xt, yt = as_dataset(X, y, min_points=MIN_POINTS, training=True)
     with warnings.catch_warnings():  # constant columns: the fits warn about them themselves
         warnings.simplefilter("ignore", UserWarning)
         Normalizer.fit(Xt, yt)

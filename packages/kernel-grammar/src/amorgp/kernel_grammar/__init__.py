@@ -8,6 +8,7 @@ from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.parser import KernelSyntaxError, parse
 from amorgp.kernel_grammar.priors import Exponential, Gamma, Prior
 from amorgp.kernel_grammar.registry import (
+    ALIASES,
     ELEMENTARY,
     EXTENDED_VOCABULARY,
     NOISE,
@@ -19,6 +20,7 @@ from amorgp.kernel_grammar.registry import (
     base_symbol,
     canonical_symbol_name,
     register_elementary,
+    unregister_elementary,
 )
 from amorgp.kernel_grammar.search import Move, moves, neighbours
 from amorgp.kernel_grammar.transforms import FLOORS, ParamKind, positive, positive_inverse
@@ -27,6 +29,7 @@ __all__ = [
     "AmorgpError",
     "DataError",
     "OptionError",
+    "ALIASES",
     "ELEMENTARY",
     "Atom",
     "DimWiseStructure",
@@ -61,6 +64,7 @@ __all__ = [
     "positive",
     "positive_inverse",
     "register_elementary",
+    "unregister_elementary",
 ]
 
 

@@ -15,8 +15,9 @@ structure in every dimension; an expression with ``@`` must index every atom.
 
 Examples: ``SE + PER``, ``se*lin + se``, ``(SE x LIN + SE)@0 * (SE + PER)@1``.
 
-Other libraries' names are read as the grammar's (:data:`ALIASES`: ``RBF`` is ``SE``,
-``Matern52`` is ``MAT52``, ...); a bare ``Matern`` (whose smoothness differs between
+Other libraries' names are read as the grammar's (:data:`ALIASES`, declared with each
+kernel in :mod:`amorgp.kernel_grammar.registry`: ``RBF`` is ``SE``, ``Matern52`` is
+``MAT52``, ...); a bare ``Matern`` (whose smoothness differs between
 libraries) is refused with a hint.  Parentheses nest at most :data:`MAX_DEPTH` deep.
 """
 
@@ -29,27 +30,13 @@ from typing import Any
 
 from amorgp.kernel_grammar.errors import OptionError
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
-from amorgp.kernel_grammar.registry import ELEMENTARY, Vocabulary
+from amorgp.kernel_grammar.registry import ALIASES, ELEMENTARY, Vocabulary
 
 __all__ = ["ALIASES", "MAX_DEPTH", "KernelSyntaxError", "parse"]
 
 MAX_DEPTH = 64
 """Deepest nesting of parentheses accepted (deeper: a :class:`KernelSyntaxError`, never a
 ``RecursionError``)."""
-
-ALIASES: dict[str, str] = {
-    "RBF": "SE",
-    "SQEXP": "SE",
-    "SQUAREDEXPONENTIAL": "SE",
-    "LINEAR": "LIN",
-    "PERIODIC": "PER",
-    "EXPSINESQUARED": "PER",
-    "MATERN52": "MAT52",
-    "MATERN_52": "MAT52",
-    "RATIONALQUADRATIC": "RQ",
-}
-"""Names of other libraries (scikit-learn, GPyTorch) read as the grammar's kernels
-(upper case, without spaces)."""
 
 _MATERN_OTHER = re.compile(r"^MAT(ERN)?_?(12|32|1_2|3_2)?$")
 """A Matérn kernel other than 5/2, or one whose smoothness is not given."""

@@ -45,6 +45,7 @@ from amorgp.kernel_grammar.priors import Exponential, Gamma, Prior
 from amorgp.kernel_grammar.transforms import ParamKind
 
 __all__ = [
+    "ALIASES",
     "ELEMENTARY",
     "EXTENDED_VOCABULARY",
     "NOISE",
@@ -56,6 +57,7 @@ __all__ = [
     "base_symbol",
     "canonical_symbol_name",
     "register_elementary",
+    "unregister_elementary",
 ]
 
 
@@ -94,6 +96,15 @@ class ElementaryKernel:
             For all kernels but LIN the full kernel is ``variance * unit``.
         variance_scales_all: False for LIN, whose variance multiplies ``x x'``
             only (``s^2 x x' + c^2``).
+        stationary: the kernel depends on ``x - x'`` only (False for LIN).  Min-max
+            normalising the inputs maps a stationary kernel to one of the same form, so
+            its variance has an exact value in original units
+            (:meth:`amorgp.lazy_kernels.Normalizer.to_original`).
+        input_scaled: the parameters measured in units of the input (scaled by the
+            column range in original units); ``None``: those of kind ``LENGTHSCALE`` or
+            ``PERIOD``.  PER's lengthscale divides ``sin^2(pi r / p)`` and is unit-free.
+        aliases: other libraries' names read as this kernel by the parser (upper case,
+            without spaces: ``RBF`` for ``SE``).
     """
 
     name: str
@@ -101,6 +112,21 @@ class ElementaryKernel:
     params: tuple[ParamSpec, ...]
     unit: UnitKernel = field(repr=False, compare=False)
     variance_scales_all: bool = True
+    stationary: bool = True
+    input_scaled: tuple[str, ...] | None = None
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.input_scaled is None:
+            scaled = tuple(
+                p.name for p in self.params if p.kind in (ParamKind.LENGTHSCALE, ParamKind.PERIOD)
+            )
+            object.__setattr__(self, "input_scaled", scaled)
+        unknown = set(self.input_scaled or ()) - {p.name for p in self.params}
+        if unknown:
+            raise ValueError(
+                f"{self.name}: input_scaled names unknown parameters {sorted(unknown)}"
+            )
 
 
 def _r(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
@@ -131,29 +157,83 @@ def _rq(x1: np.ndarray, x2: np.ndarray, p: dict[str, Any]) -> np.ndarray:
 
 
 ELEMENTARY: dict[str, ElementaryKernel] = {}
+"""The registered elementary kernels by name, in registration order (the order of the
+factors in a product symbol's name)."""
+
+ALIASES: dict[str, str] = {}
+"""Names of other libraries (scikit-learn, GPyTorch) read as the grammar's kernels (upper
+case, without spaces), from each kernel's :attr:`ElementaryKernel.aliases`."""
 
 
 def register_elementary(kernel: ElementaryKernel) -> ElementaryKernel:
-    """Add an elementary kernel to the registry (names are upper case, letters then digits)."""
+    """Add an elementary kernel (and its aliases) to the registry.
+
+    This is kernel-grammar's one place for a new base kernel: its name, formula,
+    parameters with their kinds and priors, numpy reference and aliases.  Names are upper
+    case, a letter then letters or digits.
+
+    Raises:
+        ValueError: a malformed name, or a name or alias already taken.
+    """
     if not (kernel.name.isupper() and kernel.name[0].isalpha() and kernel.name.isalnum()):
         raise ValueError(
             f"elementary kernel names are upper-case alphanumerics, got {kernel.name!r}"
         )
-    if kernel.name in ELEMENTARY:
+    if kernel.name in ELEMENTARY or kernel.name in ALIASES:
         raise ValueError(f"elementary kernel {kernel.name!r} is already registered")
+    taken = [a for a in kernel.aliases if a in ALIASES or a in ELEMENTARY or a == kernel.name]
+    if taken or any(a != a.upper() or " " in a for a in kernel.aliases):
+        raise ValueError(f"{kernel.name}: aliases must be new upper-case names, got {taken}")
     ELEMENTARY[kernel.name] = kernel
+    ALIASES.update(dict.fromkeys(kernel.aliases, kernel.name))
     if "base_symbol" in globals():
         base_symbol.cache_clear()
     return kernel
 
 
-register_elementary(ElementaryKernel("SE", "s^2 exp(-(x-x')^2 / (2 l^2))", (_LENGTHSCALE,), _se))
+def unregister_elementary(name: str) -> None:
+    """Remove a registered elementary kernel and its aliases (for tests that register a
+    kernel temporarily).  Vocabularies using it stop working.
+
+    Raises:
+        ValueError: if ``name`` is not registered.
+    """
+    kernel = ELEMENTARY.pop(name, None)
+    if kernel is None:
+        raise ValueError(f"elementary kernel {name!r} is not registered")
+    for alias in kernel.aliases:
+        ALIASES.pop(alias, None)
+    base_symbol.cache_clear()
+
+
 register_elementary(
-    ElementaryKernel("LIN", "s^2 x x' + c^2", (_OFFSET,), _lin, variance_scales_all=False)
+    ElementaryKernel(
+        "SE",
+        "s^2 exp(-(x-x')^2 / (2 l^2))",
+        (_LENGTHSCALE,),
+        _se,
+        aliases=("RBF", "SQEXP", "SQUAREDEXPONENTIAL"),
+    )
 )
 register_elementary(
     ElementaryKernel(
-        "PER", "s^2 exp(-sin^2(pi |x-x'| / p) / (2 l^2))", (_LENGTHSCALE, _PERIOD), _per
+        "LIN",
+        "s^2 x x' + c^2",
+        (_OFFSET,),
+        _lin,
+        variance_scales_all=False,
+        stationary=False,
+        aliases=("LINEAR",),
+    )
+)
+register_elementary(
+    ElementaryKernel(
+        "PER",
+        "s^2 exp(-sin^2(pi |x-x'| / p) / (2 l^2))",
+        (_LENGTHSCALE, _PERIOD),
+        _per,
+        input_scaled=("period",),
+        aliases=("PERIODIC", "EXPSINESQUARED"),
     )
 )
 register_elementary(
@@ -162,11 +242,16 @@ register_elementary(
         "s^2 (1 + sqrt(5) r / l + 5 r^2 / (3 l^2)) exp(-sqrt(5) r / l), r = |x-x'|",
         (_LENGTHSCALE,),
         _mat52,
+        aliases=("MATERN52", "MATERN_52"),
     )
 )
 register_elementary(
     ElementaryKernel(
-        "RQ", "s^2 (1 + (x-x')^2 / (2 alpha l^2))^(-alpha)", (_LENGTHSCALE, _ALPHA), _rq
+        "RQ",
+        "s^2 (1 + (x-x')^2 / (2 alpha l^2))^(-alpha)",
+        (_LENGTHSCALE, _ALPHA),
+        _rq,
+        aliases=("RATIONALQUADRATIC",),
     )
 )
 

@@ -1,9 +1,22 @@
 """Kernel operators from amorgp grammar expressions (dense torch, torch by row blocks, KeOps), exact GPs at large n,
 the normalisation and dataset-validation contract, and the fit-result base shared by every method."""
 
-from amorgp.lazy_kernels.batch import PaddedBatch, check_structures
+from amorgp.lazy_kernels.batch import (
+    PaddedBatch,
+    check_finite_inputs,
+    check_params,
+    check_structures,
+    check_symbol_layout,
+)
 from amorgp.lazy_kernels.block import BlockKernelOperator
-from amorgp.lazy_kernels.data import Y_STD_MAX, Y_STD_MIN, Normalizer, as_dataset, as_inputs
+from amorgp.lazy_kernels.data import (
+    MIN_POINTS,
+    Y_STD_MAX,
+    Y_STD_MIN,
+    Normalizer,
+    as_dataset,
+    as_inputs,
+)
 from amorgp.lazy_kernels.dense_posterior import DensePosterior
 from amorgp.lazy_kernels.dimwise import (
     kernel_diag_dimwise,
@@ -62,9 +75,11 @@ from amorgp.lazy_kernels.tables import (
     compile_symbol,
     evaluate_symbol,
     symbol_tables,
+    unregister_torch_elementary,
 )
 
 __all__ = [
+    "MIN_POINTS",
     "Y_STD_MAX",
     "Y_STD_MIN",
     "Hyperparameter",
@@ -76,7 +91,10 @@ __all__ = [
     "PARAM_KINDS",
     "UNUSED_SLOT_VALUE",
     "PaddedBatch",
+    "check_finite_inputs",
+    "check_params",
     "check_structures",
+    "check_symbol_layout",
     "SlotTable",
     "size_buckets",
     "slot_table",
@@ -122,5 +140,6 @@ __all__ = [
     "register_torch_elementary",
     "symbol_tables",
     "torch_elementary",
+    "unregister_torch_elementary",
     "validate_dimwise",
 ]

@@ -45,7 +45,13 @@ from amorgp.kernel_grammar import (
 )
 from amorgp.lazy_kernels.slots import size_buckets, slot_table
 
-__all__ = ["PaddedBatch", "check_structures"]
+__all__ = [
+    "PaddedBatch",
+    "check_finite_inputs",
+    "check_params",
+    "check_structures",
+    "check_symbol_layout",
+]
 
 Index = Tensor | slice | int | Sequence[int]
 
@@ -74,9 +80,10 @@ def check_structures(
 ) -> None:
     """Check padded structures ``symbols``/``symbol_mask (B, D, L)`` against ``dim_mask (B, D)``.
 
-    Ids must lie in ``0..V`` with present addends non-padding, addends only in
-    present dimensions, every pair needs a present dimension and every present
-    dimension an addend.
+    Part of the one padded-batch validation (:meth:`PaddedBatch.validate`,
+    :func:`~amorgp.lazy_kernels.validate_dimwise`, the amortizer's kernel check).  Ids must
+    lie in ``0..V`` with present addends non-padding, addends only in present dimensions,
+    every pair needs a present dimension and every present dimension an addend.
 
     Raises:
         DataError: naming the first problem found.
@@ -87,24 +94,89 @@ def check_structures(
     _check_tensor(symbols, "symbols", tuple(int(s) for s in symbols.shape), "int")
     _check_tensor(symbol_mask, "symbol_mask", tuple(int(s) for s in symbols.shape), "bool")
     _check_tensor(dim_mask, "dim_mask", (B, D), "bool")
+    check_symbol_layout(symbols, symbol_mask, dim_mask, vocab)
+
+
+def check_symbol_layout(
+    symbols: Tensor, symbol_mask: Tensor, dim_mask: Tensor, vocab: Vocabulary
+) -> None:
+    """The values of well-shaped ``symbols``/``symbol_mask (B, D, L)`` and ``dim_mask (B, D)``
+    (see :func:`check_structures`, which checks the shapes and dtypes first).
+
+    Raises:
+        DataError: naming the first problem found.
+    """
     V = len(vocab)
-    if bool(((symbols < 0) | (symbols > V)).any()):
-        _fail(f"symbol ids must lie in 0..{V} (vocabulary {vocab.name!r}; 0 is padding)")
-    if bool((symbol_mask & (symbols == 0)).any()):
-        _fail("symbol_mask marks a padding id 0 as present")
+    out_of_range = (symbols < 0) | (symbols > V)
+    if bool((out_of_range | (symbol_mask & (symbols == 0))).any()):  # one host sync
+        if bool(out_of_range.any()):
+            _fail(
+                f"unknown symbol id {int(symbols[out_of_range][0])}: symbol ids must lie in "
+                f"0..{V} (vocabulary {vocab.name!r}; 0 is padding)"
+            )
+        _fail("unknown symbol id 0 under symbol_mask: it marks a padding id 0 as present")
     stray = symbol_mask & ~dim_mask[..., None]
     if bool(stray.any()):
         b, d, _ = (int(v) for v in stray.nonzero()[0])
         _fail(
             f"batch element {b} places a symbol in dimension {d}, which its data does not "
-            "have (dim_mask is False there)"
+            "have (dim_mask is False there; a dimension index exceeds the data)"
         )
-    if not bool(dim_mask.any(-1).all()):
-        _fail("every dataset needs at least one dimension (a dim_mask row is all False)")
     empty = dim_mask & ~symbol_mask.any(-1)
     if bool(empty.any()):
         b, d = (int(v) for v in empty.nonzero()[0])
-        _fail(f"batch element {b}: present dimension {d} has no addend in symbol_mask")
+        _fail(
+            f"batch element {b}: present dimension {d} has no addend in symbol_mask "
+            "(its kernel factor would be 0)"
+        )
+    no_dim = ~dim_mask.any(-1)
+    if bool(no_dim.any()):
+        _fail(
+            f"batch element {int(no_dim.nonzero()[0, 0])} has no active dimension "
+            "(a dim_mask row is all False; every dataset needs at least one dimension)"
+        )
+
+
+def check_finite_inputs(
+    X: Tensor,
+    name: str,
+    where: str,
+    *,
+    point_mask: Tensor | None = None,
+    dim_mask: Tensor | None = None,
+) -> None:
+    """``X (B, N)`` or ``(B, N, D)`` is finite at present points (``point_mask (B, N)``)
+    of present dimensions (``dim_mask (B, D)``); ``None`` masks mean all present.
+
+    Reduces over the points before masking (``X * 0`` is 0 where finite, NaN elsewhere),
+    so the check costs one pass over ``X`` and no gather.
+
+    Raises:
+        DataError: ``"<name> contains NaN or infinite values <where>"``.
+    """
+    z = X * 0.0
+    if point_mask is not None:
+        z = z.masked_fill(~(point_mask if X.ndim == 2 else point_mask[..., None]), 0.0)
+    ok = torch.isfinite(z.sum(1))
+    if dim_mask is not None:
+        ok = ok | ~dim_mask
+    if not bool(ok.all()):
+        _fail(f"{name} contains NaN or infinite values {where}")
+
+
+def check_params(params: Tensor, symbols: Tensor, symbol_mask: Tensor, vocab: Vocabulary) -> None:
+    """``params (B, D, L, P >= vocab.max_params)`` is finite and positive in every slot a
+    present addend reads (other slots may hold anything).
+
+    Raises:
+        DataError: naming the problem.
+    """
+    used = slot_table(vocab, symbols.device).used_slots(symbols, symbol_mask)
+    vals = params[..., : vocab.max_params][used]
+    if not bool(torch.isfinite(vals).all()):
+        _fail("params contains NaN or infinite values in used slots")
+    if not bool((vals > 0).all()):
+        _fail("params must be positive in every used slot (got a value <= 0)")
 
 
 @dataclass(frozen=True)
@@ -364,27 +436,21 @@ class PaddedBatch:
 
     def _validate_values(self) -> None:
         check_structures(self.symbols, self.symbol_mask, self.dim_mask, self.vocab)
-        dmask = self.dim_mask
         if not bool(self.point_mask.any(-1).all()):
             _fail("every dataset needs at least one point (a point_mask row is all False)")
-        present = self.point_mask[:, :, None] & dmask[:, None, :]
-        if not bool(torch.isfinite(self.X[present]).all()):
-            _fail("X contains NaN or infinite values at present entries")
-        if not bool(torch.isfinite(self.y[self.point_mask]).all()):
-            _fail("y contains NaN or infinite values at present points")
+        check_finite_inputs(
+            self.X, "X", "at present entries", point_mask=self.point_mask, dim_mask=self.dim_mask
+        )
+        check_finite_inputs(self.y, "y", "at present points", point_mask=self.point_mask)
 
     def _validate_params(self) -> None:
         B = len(self)
         if self.params is None or self.noise is None:
             raise DataError("params and noise must be given together")
-        symbols, _ = self.param_structure()
+        symbols, symbol_mask = self.param_structure()
         shape = (*symbols.shape, self.vocab.max_params)
         _check_tensor(self.params, "params", tuple(int(s) for s in shape), "float")
         _check_tensor(self.noise, "noise", (B,), "float")
-        vals = self.params[self.used_slots()]
-        if not bool(torch.isfinite(vals).all()):
-            _fail("params contains NaN or infinite values in used slots")
-        if not bool((vals > 0).all()):
-            _fail("params must be positive in every used slot (got a value <= 0)")
+        check_params(self.params, symbols, symbol_mask, self.vocab)
         if not bool((torch.isfinite(self.noise) & (self.noise > 0)).all()):
             _fail("noise variances must be finite and positive")

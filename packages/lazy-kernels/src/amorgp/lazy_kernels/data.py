@@ -17,18 +17,20 @@ Hyperparameters are reported in normalised units, and in original units where
 the kernel in original units has the same parametric form
 (:meth:`Normalizer.to_original`):
 
-* lengthscales and periods of column ``d``: ``l = l~ r_d`` (``None`` for a
-  constant column); the lengthscale of a ``PER`` factor divides
-  ``sin^2(pi r / p)``, is unit-free and keeps its value;
+* lengthscales and periods of column ``d`` that carry input units
+  (:attr:`~amorgp.kernel_grammar.ElementaryKernel.input_scaled`): ``l = l~ r_d``
+  (``None`` for a constant column); the others, e.g. the lengthscale of a ``PER``
+  factor, which divides ``sin^2(pi r / p)``, are unit-free and keep their value;
 * the noise variance: ``sigma^2 = sigma~^2 s_y^2`` (:meth:`Normalizer.noise_to_original`);
 * variances: the kernel is a product over dimensions, so the factor ``s_y^2``
   belongs to the product, not to one factor.  By convention it is assigned to
   input dimension 0: variances of dimension 0 are multiplied by ``s_y^2``, those
   of the other dimensions (unit-free factors) are unchanged.  The kernel built
   from the original-unit values is exactly the normalised one mapped back;
-* ``LIN``: ``x~ x~' = (x - m)(x' - m) / r^2`` is not of the form
-  ``a x x' + b`` unless the column minimum is 0, so a ``LIN``-containing
-  symbol's variance and offset have no exact original-unit value (``None``).
+* non-stationary factors (``LIN``, :attr:`~amorgp.kernel_grammar.ElementaryKernel.stationary`):
+  ``x~ x~' = (x - m)(x' - m) / r^2`` is not of the form ``a x x' + b`` unless the column
+  minimum is 0, so such a symbol's variance and offset have no exact original-unit
+  value (``None``).
 
 Extreme scales.  The mean and standard deviation of ``y`` are computed on ``y / max|y|``
 and rescaled, so no square over- or underflows.  Original-unit variances are
@@ -52,9 +54,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import DataError, base_symbol
+from amorgp.kernel_grammar import ELEMENTARY, DataError, ParamKind, base_symbol
 
-__all__ = ["Y_STD_MAX", "Y_STD_MIN", "Normalizer", "as_dataset", "as_inputs"]
+__all__ = ["MIN_POINTS", "Y_STD_MAX", "Y_STD_MIN", "Normalizer", "as_dataset", "as_inputs"]
+
+MIN_POINTS = 3
+"""Fewest points a training dataset may have (a GP fit to fewer is meaningless); the
+fitting entry points (amortizer, baselines, ensembles) pass it to :func:`as_dataset`."""
 
 Y_STD_MIN = 1e-150
 """Smallest target standard deviation accepted: ``s_y^2`` (and a normalised variance of
@@ -337,21 +343,23 @@ class Normalizer:
         return out if out is None or math.isfinite(out) else None
 
     def _to_original(self, dim: int, symbol: str, slot: int, value: float) -> float | None:
+        # the registry says which parameters carry input units (ElementaryKernel.input_scaled)
+        # and which kernels keep their form under the affine input map (stationary)
         sym = base_symbol(symbol)
         spec = sym.params[slot]
-        if spec.kind.value in ("lengthscale", "period"):
-            factor = next(
+        if spec.kind in (ParamKind.LENGTHSCALE, ParamKind.PERIOD):
+            factor, name = next(
                 (f, e)
                 for f in sym.factors
                 for e, n in sym.factor_param_names(f).items()
                 if n == spec.name
             )
-            if factor == ("PER", "lengthscale"):  # divides sin^2(pi r / p): unit-free
+            if name not in (ELEMENTARY[factor].input_scaled or ()):  # e.g. PER's lengthscale
                 return value
             r = float(self.x_range[dim])
             return value * r if r > 0 else None
-        if "LIN" in sym.factors:
+        if not all(ELEMENTARY[f].stationary for f in sym.factors):
             return None
-        if spec.kind.value == "variance":
+        if spec.kind is ParamKind.VARIANCE:
             return value * self.y_std * self.y_std if dim == 0 else value
         return None

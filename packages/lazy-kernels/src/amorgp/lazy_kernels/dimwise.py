@@ -49,7 +49,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import Vocabulary
+from amorgp.kernel_grammar import DataError, Vocabulary
+from amorgp.lazy_kernels.batch import check_finite_inputs, check_params, check_symbol_layout
 from amorgp.lazy_kernels.evaluation import (
     _has_host_copy,
     evaluate_padded,
@@ -62,7 +63,7 @@ __all__ = ["kernel_diag_dimwise", "kernel_matrix_dimwise", "validate_dimwise"]
 
 
 def _fail(msg: str) -> None:
-    raise ValueError(msg)
+    raise DataError(msg)
 
 
 def validate_dimwise(
@@ -94,8 +95,12 @@ def validate_dimwise(
     Returns:
         ``dim_mask (B, D)`` bool (``symbol_mask.any(-1)`` when not given).
 
+    The checks of the padded contract are those of :meth:`amorgp.lazy_kernels.PaddedBatch.validate`
+    (:func:`~amorgp.lazy_kernels.batch.check_symbol_layout`,
+    :func:`~amorgp.lazy_kernels.batch.check_params`), with one error type.
+
     Raises:
-        ValueError: naming the first problem found.
+        DataError: naming the first problem found (a ``ValueError``).
     """
     B, D = _check_points(X1, X2)
     L = _check_symbols(symbols, symbol_mask, B, D)
@@ -169,7 +174,8 @@ def _check_params_layout(
 
 
 def _effective_dim_mask(dim_mask: Tensor | None, symbol_mask: Tensor, B: int, D: int) -> Tensor:
-    """The given ``dim_mask`` (checked against the addends) or ``symbol_mask.any(-1)``."""
+    """The given ``dim_mask`` (shape and dtype checked; its values against the addends by
+    :func:`~amorgp.lazy_kernels.batch.check_symbol_layout`) or ``symbol_mask.any(-1)``."""
     if dim_mask is None:
         dim_mask = symbol_mask.any(-1)
     else:
@@ -179,13 +185,6 @@ def _effective_dim_mask(dim_mask: Tensor | None, symbol_mask: Tensor, B: int, D:
             )
         if dim_mask.dtype != torch.bool:
             _fail(f"dim_mask must be bool, got {dim_mask.dtype}")
-        stray = symbol_mask & ~dim_mask[..., None]
-        if bool(stray.any()):
-            b, d, _ = (int(v) for v in stray.nonzero()[0])
-            _fail(
-                f"batch element {b} places a symbol in dimension {d}, which its data does not "
-                "have (dim_mask is False there; a dimension index exceeds the data)"
-            )
     return dim_mask
 
 
@@ -198,36 +197,12 @@ def _check_values(
     vocab: Vocabulary,
     dim_mask: Tensor,
 ) -> None:
-    """Every active dimension has an addend, ids are known, inputs and used parameters valid."""
-    empty_dim = dim_mask & ~symbol_mask.any(-1)
-    if bool(empty_dim.any()):
-        b, d = (int(v) for v in empty_dim.nonzero()[0])
-        _fail(
-            f"batch element {b}: active dimension {d} has no addend (its kernel factor would be 0)"
-        )
-    no_dim = ~dim_mask.any(-1)
-    if bool(no_dim.any()):
-        _fail(f"batch element {int(no_dim.nonzero()[0, 0])} has no active dimension")
-    ids = symbols[symbol_mask]
-    bad = (ids < 1) | (ids > len(vocab))
-    if bool(bad.any()):
-        _fail(
-            f"unknown symbol id {int(ids[bad][0])} under symbol_mask; vocabulary {vocab.name!r} "
-            f"has ids 1..{len(vocab)} (0 is padding)"
-        )
+    """Ids, addends and dimensions (the batch's checks), finite inputs, valid parameters."""
+    check_symbol_layout(symbols, symbol_mask, dim_mask, vocab)
     for name, X in (("X1", X1), ("X2", X2)):
-        if X is None:
-            continue
-        cols = X.transpose(1, 2)[dim_mask]  # (active pairs, N)
-        if not bool(torch.isfinite(cols).all()):
-            _fail(f"{name} contains NaN or infinite values in active dimensions")
-    tables = symbol_tables(vocab, symbols.device)
-    used = tables.slot_mask[symbols.clamp(0, len(vocab))] & symbol_mask[..., None]  # (B, D, L, P)
-    vals = params[..., : vocab.max_params][used]
-    if not bool(torch.isfinite(vals).all()):
-        _fail("params contains NaN or infinite values in used slots")
-    if not bool((vals > 0).all()):
-        _fail("params must be positive in every used slot (got a value <= 0)")
+        if X is not None:
+            check_finite_inputs(X, name, "in active dimensions", dim_mask=dim_mask)
+    check_params(params, symbols, symbol_mask, vocab)
 
 
 def _default_dim_mask(symbol_mask: Tensor) -> Tensor:
@@ -275,7 +250,7 @@ def kernel_matrix_dimwise(
         ``X2`` and ``params``.
 
     Raises:
-        ValueError: on invalid input when ``validate`` is True (see :func:`validate_dimwise`).
+        DataError: on invalid input when ``validate`` is True (see :func:`validate_dimwise`).
     """
     if validate:
         dim_mask = validate_dimwise(X1, X2, symbols, symbol_mask, params, vocab, dim_mask)
@@ -306,7 +281,7 @@ def kernel_diag_dimwise(
         ``(B, N)`` diagonals, equal to ``kernel_matrix_dimwise(X, X, ...)`` diagonals.
 
     Raises:
-        ValueError: on invalid input when ``validate`` is True.
+        DataError: on invalid input when ``validate`` is True.
     """
     if validate:
         dim_mask = validate_dimwise(X, None, symbols, symbol_mask, params, vocab, dim_mask)

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -62,6 +63,7 @@ __all__ = [
 
 UnitFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 DistFn = Callable[[Tensor, Tensor], Tensor]
+GPyTorchBuilder = Callable[[Any, dict[str, Tensor], list[int] | None, Tensor | None], Any]
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,13 @@ class TorchElementary:
         unit_xx: optional ``(x1 x2, theta) -> kt`` (equal to ``unit``) for kernels of the
             product ``x x'`` only (LIN).
         keops: optional KeOps formula of the same factor (:class:`KeOpsFormula`).
+        gpytorch: optional ``(gk, p, dims, alone_variance) -> module``: the equal GPyTorch
+            module of the unit factor, built with ``gk = gpytorch.kernels`` from the
+            factor's parameters ``p`` (0-d float64 tensors by elementary name) on input
+            columns ``dims`` (``None``: all).  ``alone_variance`` is the symbol's variance
+            when the factor stands alone and its variance does not scale the whole kernel
+            (LIN: ``s^2 x x' + c^2 = s^2 (x x' + c^2 / s^2)``), else ``None``.  The
+            conformance suite uses it as an external oracle.
         owns_output: every form returns a new tensor (never an input or a view of one)
             that autograd has not saved for backward, so an evaluator may update it in
             place (add the variance, ``exp_``); False (the safe default) for a kernel
@@ -113,6 +122,7 @@ class TorchElementary:
     log_unit_r2: DistFn | None = None
     unit_xx: DistFn | None = None
     keops: KeOpsFormula | None = None
+    gpytorch: GPyTorchBuilder | None = field(default=None, compare=False)
     owns_output: bool = False
 
     def __post_init__(self) -> None:
@@ -215,21 +225,90 @@ _RQ_KEOPS = KeOpsFormula(
     2,
 )
 
+
+def _se_gpytorch(gk: Any, p: dict[str, Tensor], dims: list[int] | None, _: Any) -> Any:
+    k = gk.RBFKernel(active_dims=dims).double()
+    k.lengthscale = p["lengthscale"]
+    return k
+
+
+def _per_gpytorch(gk: Any, p: dict[str, Tensor], dims: list[int] | None, _: Any) -> Any:
+    k = gk.PeriodicKernel(active_dims=dims).double()
+    # GPyTorch documents exp(-2 sin^2(pi r / p) / l_gp^2) but its code (1.11-1.15) divides
+    # by l_gp itself: exp(-2 sin^2(.) / l_gp).  Matching the paper's 1 / (2 l^2) therefore
+    # needs l_gp = 4 l^2 (the documented form would be 2 l).
+    k.lengthscale = 4.0 * p["lengthscale"] ** 2
+    k.period_length = p["period"]
+    return k
+
+
+def _mat52_gpytorch(gk: Any, p: dict[str, Tensor], dims: list[int] | None, _: Any) -> Any:
+    k = gk.MaternKernel(nu=2.5, active_dims=dims).double()
+    k.lengthscale = p["lengthscale"]
+    return k
+
+
+def _rq_gpytorch(gk: Any, p: dict[str, Tensor], dims: list[int] | None, _: Any) -> Any:
+    k = gk.RQKernel(active_dims=dims).double()
+    k.lengthscale = p["lengthscale"]
+    k.alpha = p["alpha"]
+    return k
+
+
+def _lin_gpytorch(
+    gk: Any, p: dict[str, Tensor], dims: list[int] | None, alone_variance: Tensor | None
+) -> Any:
+    lin = gk.LinearKernel(active_dims=dims).double()
+    lin.variance = torch.tensor(1.0, dtype=torch.float64)
+    const = gk.ConstantKernel(active_dims=dims).double()
+    const.constant = p["offset"] if alone_variance is None else p["offset"] / alone_variance
+    return lin + const
+
+
 TORCH_ELEMENTARY: dict[str, TorchElementary] = {
     "SE": TorchElementary(
-        "SE", log_unit=_se, log_unit_r2=_se_r2, keops=_SE_KEOPS, owns_output=True
+        "SE",
+        log_unit=_se,
+        log_unit_r2=_se_r2,
+        keops=_SE_KEOPS,
+        gpytorch=_se_gpytorch,
+        owns_output=True,
     ),
-    "LIN": TorchElementary("LIN", unit=_lin, unit_xx=_lin_xx, keops=_LIN_KEOPS, owns_output=True),
+    "LIN": TorchElementary(
+        "LIN",
+        unit=_lin,
+        unit_xx=_lin_xx,
+        keops=_LIN_KEOPS,
+        gpytorch=_lin_gpytorch,
+        owns_output=True,
+    ),
     "PER": TorchElementary(
-        "PER", log_unit=_per, log_unit_r=_per_r, keops=_PER_KEOPS, owns_output=True
+        "PER",
+        log_unit=_per,
+        log_unit_r=_per_r,
+        keops=_PER_KEOPS,
+        gpytorch=_per_gpytorch,
+        owns_output=True,
     ),
     "MAT52": TorchElementary(
-        "MAT52", log_unit=_mat52, log_unit_r=_mat52_r, keops=_MAT52_KEOPS, owns_output=True
+        "MAT52",
+        log_unit=_mat52,
+        log_unit_r=_mat52_r,
+        keops=_MAT52_KEOPS,
+        gpytorch=_mat52_gpytorch,
+        owns_output=True,
     ),
     "RQ": TorchElementary(
-        "RQ", log_unit=_rq, log_unit_r2=_rq_r2, keops=_RQ_KEOPS, owns_output=True
+        "RQ",
+        log_unit=_rq,
+        log_unit_r2=_rq_r2,
+        keops=_RQ_KEOPS,
+        gpytorch=_rq_gpytorch,
+        owns_output=True,
     ),
 }
+"""lazy-kernels' one place per elementary kernel: its torch forms, KeOps formula and
+GPyTorch equivalent (:class:`TorchElementary`), by registry name."""
 
 
 def register_torch_elementary(kernel: TorchElementary) -> None:

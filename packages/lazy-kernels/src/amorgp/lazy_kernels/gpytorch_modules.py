@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import BaseSymbol, base_symbol
+from amorgp.kernel_grammar import ELEMENTARY, BaseSymbol, base_symbol
+from amorgp.lazy_kernels.elementary import TORCH_ELEMENTARY
 
 __all__ = ["gpytorch_kernel_matrix", "gpytorch_symbol_kernel"]
 
@@ -28,47 +29,25 @@ def gpytorch_symbol_kernel(
     computes ``exp(-2 sin^2 / l_gp)``; its docstring says ``l_gp^2``), MAT52 =
     ``MaternKernel(nu=2.5)``, RQ = ``RQKernel``, the unit LIN factor =
     ``LinearKernel(variance=1) + ConstantKernel(c^2)``; a symbol is ``ScaleKernel(s^2)``
-    of the product of its factors.
+    of the product of its factors.  Each factor's module is built by its
+    :attr:`~amorgp.lazy_kernels.TorchElementary.gpytorch` entry.
     """
     import gpytorch.kernels as gk
 
     sym = base_symbol(symbol) if isinstance(symbol, str) else symbol
     dims = None if active_dim is None else [active_dim]
-    lin_alone = sym.factors == ("LIN",)
+    variance = torch.tensor(float(params["variance"]), dtype=torch.float64)
     mods = []
     for f in sym.factors:
+        build = TORCH_ELEMENTARY[f].gpytorch if f in TORCH_ELEMENTARY else None
+        if build is None:
+            return None
         p = {
             k: torch.tensor(float(params[v]), dtype=torch.float64)
             for k, v in sym.factor_param_names(f).items()
         }
-        k: gk.Kernel
-        if f == "SE":
-            k = gk.RBFKernel(active_dims=dims).double()
-            k.lengthscale = p["lengthscale"]
-        elif f == "PER":
-            k = gk.PeriodicKernel(active_dims=dims).double()
-            # GPyTorch documents exp(-2 sin^2(pi r / p) / l_gp^2) but its code (1.11-1.15)
-            # divides by l_gp itself: exp(-2 sin^2(.) / l_gp).  Matching the paper's
-            # 1 / (2 l^2) therefore needs l_gp = 4 l^2 (the documented form would be 2 l).
-            k.lengthscale = 4.0 * p["lengthscale"] ** 2
-            k.period_length = p["period"]
-        elif f == "MAT52":
-            k = gk.MaternKernel(nu=2.5, active_dims=dims).double()
-            k.lengthscale = p["lengthscale"]
-        elif f == "RQ":
-            k = gk.RQKernel(active_dims=dims).double()
-            k.lengthscale = p["lengthscale"]
-            k.alpha = p["alpha"]
-        elif f == "LIN":
-            lin = gk.LinearKernel(active_dims=dims).double()
-            lin.variance = torch.tensor(1.0, dtype=torch.float64)
-            const = gk.ConstantKernel(active_dims=dims).double()
-            offset = p["offset"] / float(params["variance"]) if lin_alone else p["offset"]
-            const.constant = offset
-            k = lin + const
-        else:
-            return None
-        mods.append(k)
+        alone = len(sym.factors) == 1 and not ELEMENTARY[f].variance_scales_all
+        mods.append(build(gk, p, dims, variance if alone else None))
     prod = mods[0] if len(mods) == 1 else gk.ProductKernel(*mods)
     scaled = gk.ScaleKernel(prod).double()
     scaled.outputscale = torch.tensor(float(params["variance"]), dtype=torch.float64)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, base_symbol
+from amorgp.kernel_grammar import ELEMENTARY, DataError, DimWiseStructure, base_symbol
 from amorgp.lazy_kernels.elementary import keops_elementary
 from amorgp.lazy_kernels.operators import DenseKernelOperator, check_rhs
 from amorgp.lazy_kernels.probe import keops_installed, keops_usable
@@ -192,7 +192,7 @@ class KeOpsKernel:
         n_dims: number of dimensions for a dimension-free text.
 
     Raises:
-        ValueError: on a bad structure or parameter shape.
+        DataError: on a bad parameter shape.
     """
 
     def __init__(
@@ -202,7 +202,7 @@ class KeOpsKernel:
             structure = DimWiseStructure.parse(structure, n_dims)
         D, L = structure.n_dims, structure.max_addends
         if not isinstance(params, Tensor) or params.ndim != 3 or tuple(params.shape[:2]) != (D, L):
-            raise ValueError(
+            raise DataError(
                 f"params must have shape (D, L, P) = ({D}, {L}, P) for {structure}, "
                 f"got {tuple(getattr(params, 'shape', ()))}"
             )
@@ -244,11 +244,11 @@ class KeOpsKernel:
         D = self.structure.n_dims
         for name, X in (("X1", X1), ("X2", X2)):
             if X.ndim != 2 or X.shape[1] != D:
-                raise ValueError(f"{name} must have shape (N, {D}), got {tuple(X.shape)}")
+                raise DataError(f"{name} must have shape (N, {D}), got {tuple(X.shape)}")
         vec = V.ndim == 1
         V2 = V[:, None] if vec else V
         if V2.shape[0] != X2.shape[0]:
-            raise ValueError(f"V has {V2.shape[0]} rows but X2 has {X2.shape[0]} points")
+            raise DataError(f"V has {V2.shape[0]} rows but X2 has {X2.shape[0]} points")
         if not keops_usable(X1.device):  # warned once: the torch block operator instead
             from amorgp.lazy_kernels.block import BlockKernelOperator
 

@@ -25,8 +25,10 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import (
     Atom,
+    DataError,
     DimWiseStructure,
     Expr,
+    OptionError,
     Product,
     Sum,
     Vocabulary,
@@ -43,22 +45,22 @@ __all__ = ["DimWiseKernel", "ExpressionKernel"]
 
 def _as_inputs(X: Tensor, n_dims: int, name: str) -> Tensor:
     if not isinstance(X, Tensor):
-        raise ValueError(f"{name} must be a torch tensor, got {type(X).__name__}")
+        raise DataError(f"{name} must be a torch tensor, got {type(X).__name__}")
     if X.ndim == 1:
         X = X[:, None]
     if X.ndim != 2:
-        raise ValueError(f"{name} must have shape (N, D), got {tuple(X.shape)}")
+        raise DataError(f"{name} must have shape (N, D), got {tuple(X.shape)}")
     if X.shape[1] < n_dims:
-        raise ValueError(
+        raise DataError(
             f"the kernel uses {n_dims} input dimensions but {name} has only {X.shape[1]} "
             "(a dimension index exceeds the data)"
         )
     if X.shape[1] > n_dims:
-        raise ValueError(f"{name} has {X.shape[1]} dimensions but the kernel has {n_dims}")
+        raise DataError(f"{name} has {X.shape[1]} dimensions but the kernel has {n_dims}")
     if not X.is_floating_point():
-        raise ValueError(f"{name} must be floating point, got {X.dtype}")
+        raise DataError(f"{name} must be floating point, got {X.dtype}")
     if not bool(torch.isfinite(X).all()):
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise DataError(f"{name} contains NaN or infinite values")
     return X
 
 
@@ -76,8 +78,9 @@ class DimWiseKernel:
         dtype: dtype of the parameter tensor built from a mapping (float64).
 
     Raises:
-        ValueError: unparsable structure, wrong parameter shape, unknown or missing
-            parameter names, non-positive or non-finite parameters.
+        KernelSyntaxError: unparsable structure.
+        DataError: wrong parameter shape, non-positive or non-finite parameters.
+        OptionError: unknown or missing parameter names.
 
     Example:
         >>> k = DimWiseKernel("SE + PER", {...}, n_dims=1)  # doctest: +SKIP
@@ -94,7 +97,7 @@ class DimWiseKernel:
         if isinstance(structure, str):
             structure = DimWiseStructure.parse(structure, n_dims)
         if not isinstance(structure, DimWiseStructure):
-            raise ValueError(f"structure must be a DimWiseStructure or text, got {structure!r}")
+            raise OptionError(f"structure must be a DimWiseStructure or text, got {structure!r}")
         self.structure = structure
         symbols = sorted({s for a in structure.dims for s in a}, key=lambda s: (len(s), s))
         self.vocab = Vocabulary(tuple(symbols), "structure")
@@ -105,7 +108,7 @@ class DimWiseKernel:
         P = self.vocab.max_params
         if isinstance(params, Tensor):
             if params.ndim != 3 or tuple(params.shape[:2]) != (D, L) or params.shape[2] < P:
-                raise ValueError(
+                raise DataError(
                     f"params must have shape (D, L, P) = ({D}, {L}, >= {P}) for {structure}, "
                     f"got {tuple(params.shape)}"
                 )
@@ -113,26 +116,26 @@ class DimWiseKernel:
         elif isinstance(params, Mapping):
             self.params = self._from_named(params, dtype)
         else:
-            raise ValueError(f"params must be a tensor or a mapping, got {type(params).__name__}")
+            raise DataError(f"params must be a tensor or a mapping, got {type(params).__name__}")
         used = (
             torch.as_tensor(self.vocab.param_kind_table()[1])[self._symbols[0]]
             & self._mask[0][..., None]
         )
         vals = self.params[used.to(self.params.device)]
         if not bool(torch.isfinite(vals).all()) or not bool((vals > 0).all()):
-            raise ValueError(f"every parameter of {structure} must be finite and positive")
+            raise DataError(f"every parameter of {structure} must be finite and positive")
 
     def _from_named(self, named: Mapping[str, float | Tensor], dtype: torch.dtype) -> Tensor:
         names = self.structure.param_names()
         known = {str(n): n for n in names}
         unknown = sorted(set(named) - set(known))
         if unknown:
-            raise ValueError(
+            raise OptionError(
                 f"unknown parameter names {unknown} for {self.structure}; expected {list(known)}"
             )
         missing = [k for k in known if k not in named]
         if missing:
-            raise ValueError(f"missing parameters {missing} for {self.structure}")
+            raise OptionError(f"missing parameters {missing} for {self.structure}")
         D, L, P = self.structure.n_dims, self.structure.max_addends, self.vocab.max_params
         values = [torch.as_tensor(named[str(n)], dtype=dtype).reshape(()) for n in names]
         flat = torch.ones(D * L * P, dtype=dtype)
@@ -252,7 +255,7 @@ class ExpressionKernel:
         mask = torch.arange(P)[None, :] < torch.tensor(sizes)[:, None]
         vals = self.params[mask.to(self.params.device)]
         if not bool(torch.isfinite(vals).all()) or not bool((vals > 0).all()):
-            raise ValueError(f"every parameter of {expr} must be finite and positive")
+            raise DataError(f"every parameter of {expr} must be finite and positive")
 
     @property
     def n_terms(self) -> int:

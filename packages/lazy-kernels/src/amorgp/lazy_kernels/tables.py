@@ -23,15 +23,17 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import ELEMENTARY, Vocabulary, base_symbol
-from amorgp.lazy_kernels.elementary import TorchElementary, torch_elementary
+from amorgp.lazy_kernels.elementary import TORCH_ELEMENTARY, TorchElementary, torch_elementary
 
 __all__ = [
     "CompiledSymbol",
     "SymbolTables",
     "compile_symbol",
     "evaluate_symbol",
+    "clear_symbol_caches",
     "log_form",
     "symbol_tables",
+    "unregister_torch_elementary",
 ]
 
 
@@ -230,3 +232,21 @@ def symbol_tables(vocab: Vocabulary, device: torch.device) -> SymbolTables:
         n_symbols=len(vocab),
         max_params=vocab.max_params,
     )
+
+
+def clear_symbol_caches() -> None:
+    """Forget every compiled symbol and symbol table (after the elementary kernels change)."""
+    compile_symbol.cache_clear()
+    symbol_tables.cache_clear()
+
+
+def unregister_torch_elementary(name: str) -> None:
+    """Remove the torch form of ``name`` (for tests that register a kernel temporarily) and
+    forget the compiled symbols and tables built with it.
+
+    Raises:
+        ValueError: if ``name`` has no torch form.
+    """
+    if TORCH_ELEMENTARY.pop(name, None) is None:
+        raise ValueError(f"elementary kernel {name!r} has no torch implementation")
+    clear_symbol_caches()

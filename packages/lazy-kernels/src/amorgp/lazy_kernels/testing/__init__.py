@@ -7,8 +7,16 @@
 * :mod:`.evaluator` — the batched evaluator's suite (padded batches: batch vs loop,
   padding invariance, ...), run on every registered base symbol.
 * :mod:`.gpytorch_bridge` — the equivalent GPyTorch modules (an external oracle).
+* :mod:`.data` — the bad-data suite: every fitting entry point rejects the same bad
+  datasets with :class:`~amorgp.kernel_grammar.DataError` and a one-line message.
 """
 
+from amorgp.lazy_kernels.testing.data import (
+    BAD_DATASETS,
+    BadDataset,
+    bad_datasets,
+    check_rejects_bad_data,
+)
 from amorgp.lazy_kernels.testing.evaluator import (
     CONFORMANCE_CHECKS,
     DimWiseBatch,
@@ -53,6 +61,8 @@ from amorgp.lazy_kernels.testing.operators import (
 )
 
 __all__ = [
+    "BAD_DATASETS",
+    "BadDataset",
     "CONFORMANCE_CHECKS",
     "DimWiseBatch",
     "Evaluator",
@@ -60,6 +70,7 @@ __all__ = [
     "OPERATOR_FACTORIES",
     "OperatorFactory",
     "all_base_symbols",
+    "bad_datasets",
     "check_batch_equals_loop",
     "check_diag",
     "check_gpytorch",
@@ -73,6 +84,7 @@ __all__ = [
     "check_operator_symmetry_psd",
     "check_padding_invariance",
     "check_psd",
+    "check_rejects_bad_data",
     "check_reference",
     "check_symmetry",
     "dense_operator",

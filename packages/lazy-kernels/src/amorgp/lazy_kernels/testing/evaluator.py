@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import EXTENDED_VOCABULARY, BaseSymbol, Vocabulary, base_symbol
+from amorgp.kernel_grammar import ELEMENTARY, BaseSymbol, Vocabulary, base_symbol
 from amorgp.lazy_kernels.dimwise import kernel_diag_dimwise, kernel_matrix_dimwise
 from amorgp.lazy_kernels.testing.gpytorch_bridge import gpytorch_kernel_matrix
 
@@ -42,8 +42,9 @@ __all__ = [
 
 
 def all_base_symbols() -> tuple[BaseSymbol, ...]:
-    """Every registered base symbol: all elementary kernels and all their 2-gram products."""
-    return tuple(EXTENDED_VOCABULARY)
+    """Every registered base symbol: all elementary kernels of the registry (at the time of
+    the call) and all their 2-gram products, so a newly registered kernel is tested too."""
+    return tuple(Vocabulary.with_products(tuple(ELEMENTARY), "registered"))
 
 
 def random_symbol_params(
