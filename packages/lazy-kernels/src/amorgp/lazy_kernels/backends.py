@@ -53,6 +53,7 @@ from amorgp.lazy_kernels.solvers import (
     CGSolver,
     KeOpsSolver,
     Solver,
+    is_solver_type,
     solver_type,
 )
 
@@ -216,7 +217,7 @@ def backend_plan(
             backend with an operator.
         DataError: an operator whose inputs differ from ``X``.
     """
-    if not (isinstance(backend, type) and issubclass(backend, Solver)) and backend not in BACKENDS:
+    if not is_solver_type(backend) and backend not in BACKENDS:
         raise OptionError(
             f"unknown backend {backend!r}; use auto, cholesky, cg, keops, block or dense"
         )

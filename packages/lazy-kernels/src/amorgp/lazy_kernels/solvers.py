@@ -35,11 +35,12 @@ the same CG run.
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 import torch
 from torch import Tensor
@@ -59,6 +60,7 @@ __all__ = [
     "PivotedCholeskyPreconditioner",
     "SOLVERS",
     "Solver",
+    "is_solver_type",
     "pcg",
     "pivoted_cholesky",
     "slq_logdet",
@@ -561,6 +563,11 @@ SOLVERS: dict[str, type[Solver]] = {
 """The solver type of each backend name."""
 
 
+def is_solver_type(value: object) -> TypeGuard[type[Solver]]:
+    """Whether ``value`` is a concrete :class:`Solver` subclass."""
+    return isinstance(value, type) and issubclass(value, Solver) and not inspect.isabstract(value)
+
+
 def solver_type(
     solver: str | type[Solver], allowed: tuple[str, ...] | None = None, what: str = "solver"
 ) -> type[Solver]:
@@ -574,7 +581,7 @@ def solver_type(
     Raises:
         OptionError: an unknown name or something that is not a :class:`Solver` type.
     """
-    if isinstance(solver, type) and issubclass(solver, Solver) and solver is not Solver:
+    if is_solver_type(solver):
         return solver
     names = tuple(SOLVERS) if allowed is None else allowed
     if isinstance(solver, str) and solver in names:
