@@ -112,15 +112,13 @@ class Posterior:
             raise DataError(f"noise must be a positive finite scalar, got {noise!r}")
         if chunk_size is not None and chunk_size < 1:
             raise OptionError(f"chunk_size must be >= 1, got {chunk_size}")
-        self.operator, self.y = operator, y.to(operator.dtype)
-        self.X = operator.X1
-        item = torch.finfo(operator.dtype).bits // 8
-        per_point = n * (operator.bytes_per_entry + 2 * item)
-        self.chunk_size = chunk_size or max(1, int(memory_budget // per_point))
-        self.solver = kind(
+        self._setup(
             operator,
-            self.y,
+            y,
             self.noise,
+            kind,
+            memory_budget,
+            chunk_size,
             jitter=jitter,
             max_tries=max_tries,
             cg_tol=cg_tol,
@@ -130,6 +128,24 @@ class Posterior:
             var_block=var_block,
             generator=generator,
         )
+
+    def _setup(
+        self,
+        operator: KernelOperator,
+        y: Tensor,
+        noise: Tensor,
+        kind: type[Solver],
+        memory_budget: float,
+        chunk_size: int | None,
+        **options: Any,
+    ) -> None:
+        """The state of a posterior from checked arguments (no check, no host read)."""
+        self.operator, self.y, self.noise = operator, y.to(operator.dtype), noise
+        self.X = operator.X1
+        item = torch.finfo(operator.dtype).bits // 8
+        per_point = operator.shape[0] * (operator.bytes_per_entry + 2 * item)
+        self.chunk_size = chunk_size or max(1, int(memory_budget // per_point))
+        self.solver = kind(operator, self.y, noise, **options)
         self._lml: Tensor | None = None
 
     @classmethod
@@ -195,13 +211,31 @@ class Posterior:
         *,
         jitter: Tensor | float = 0.0,
         log_marginal_likelihood: Tensor | float | None = None,
+        check: bool = True,
+        memory_budget: float = 256 * 2**20,
+        chunk_size: int | None = None,
         **options: Any,
     ) -> Posterior:
         """The posterior whose dense Cholesky factor was computed elsewhere (e.g. one
         element of a batched factorisation): ``A + jitter I = L L^T``,
         ``alpha = A^{-1} y``, and optionally its log marginal likelihood; no second
-        factorisation.  ``options`` as :class:`Posterior`'s."""
-        post = cls(operator, y, noise, method=CholeskySolver, **options)
+        factorisation.  ``check=False`` trusts the arguments (a caller that built them,
+        like the amortizer's batched path): no validation and no value read back to the
+        host, so a GPU runs on asynchronously.  ``options`` as :class:`Posterior`'s."""
+        if check:
+            post = cls(
+                operator,
+                y,
+                noise,
+                method=CholeskySolver,
+                memory_budget=memory_budget,
+                chunk_size=chunk_size,
+                **options,
+            )
+        else:
+            post = cls.__new__(cls)
+            noise_t = torch.as_tensor(noise, dtype=operator.dtype, device=operator.device)
+            post._setup(operator, y, noise_t, CholeskySolver, memory_budget, chunk_size, **options)
         assert isinstance(post.solver, CholeskySolver)
         post.solver.adopt(L, alpha, jitter)
         if log_marginal_likelihood is not None:

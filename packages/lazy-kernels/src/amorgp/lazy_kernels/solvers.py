@@ -308,9 +308,14 @@ class Solver(ABC):
         """Factorisations of ``A`` so far (Cholesky or preconditioner): at most one."""
         self.last_cg_iterations = 0
         """CG iterations of the last solve (0 for Cholesky)."""
-        self.cholesky_jitter = 0.0
-        """Absolute jitter the Cholesky needed (0 when ``A`` factored as given)."""
+        self._jitter: Tensor | float = 0.0
         self._alpha: Tensor | None = None
+
+    @property
+    def cholesky_jitter(self) -> float:
+        """Absolute jitter the Cholesky needed (0 when ``A`` factored as given, and for
+        the CG solvers)."""
+        return float(self._jitter)
 
     def records_grad(self) -> bool:
         """Whether the log marginal likelihood records a graph now."""
@@ -393,7 +398,7 @@ class CholeskySolver(Solver):
         with torch.inference_mode(False):
             self._L = L.detach().clone() if L.is_inference() else L.detach()
             self._alpha = alpha.detach().clone() if alpha.is_inference() else alpha.detach()
-        self.cholesky_jitter = float(jitter)
+        self._jitter = jitter.detach() if isinstance(jitter, Tensor) else float(jitter)
         self.factorizations += 1
 
     def _cholesky(self, K: Tensor | None = None) -> Tensor:
@@ -410,7 +415,7 @@ class CholeskySolver(Solver):
                         f"K + sigma^2 I ({self.operator!r}, noise {float(self.noise):.3g}) is not "
                         f"positive definite even with jitter (after {self.max_tries} retries)"
                     )
-                self._L, self.cholesky_jitter = res.L, float(res.jitter)
+                self._L, self._jitter = res.L, res.jitter
                 self._alpha = torch.cholesky_solve(self.y.detach()[:, None], res.L)[:, 0]
             self.factorizations += 1
         return self._L
