@@ -245,16 +245,17 @@ def test_result_holds_a_posterior_equal_to_the_exact_gp_path(
         kind = CholeskySolver if path == "batched" else CGSolver
         assert type(r.posterior.solver) is kind
         assert r.factored is (path == "batched")
-        old = ExactGP(
-            DimWiseKernel(s, r.params.clone()),
-            r.noise,
-            Xn,
-            yn,
-            backend="auto",
-            memory_budget=budget,
-            chunk_budget=256 * 2**20,
-            **a.gp_options,
-        )
+        with pytest.warns(DeprecationWarning, match="ExactGP is deprecated"):
+            old = ExactGP(
+                DimWiseKernel(s, r.params.clone()),
+                r.noise,
+                Xn,
+                yn,
+                backend="auto",
+                memory_budget=budget,
+                chunk_budget=256 * 2**20,
+                **a.gp_options,
+            )
         assert old.backend == r.posterior.backend
         mean, var = r.posterior.predict(Xq)
         ref_mean, ref_var = old.predict(Xq)

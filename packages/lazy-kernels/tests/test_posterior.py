@@ -14,6 +14,9 @@ from amorgp.kernel_grammar import DimWiseStructure, base_symbol
 from amorgp.lazy_kernels import DimWiseKernel, ExactGP, ExpressionKernel, Posterior
 from amorgp.lazy_kernels import solvers as solvers_module
 
+# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
+pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
+
 STRUCTURE = DimWiseStructure.parse("(SE + PER)@0 * LIN@1")
 PARAMS = [[[1.2, 0.3, 0.0], [0.4, 0.6, 0.7]], [[0.8, 0.5, 1.0], [1.0, 1.0, 1.0]]]
 

@@ -1,16 +1,16 @@
-"""Exact GP regression for one kernel whose parameters change: :class:`ExactGP`.
+"""Deprecated: :class:`ExactGP`, an exact GP that rebuilds its posterior when its kernel
+parameters or noise change in place.
 
-Model: ``y = f(X) + eps``, ``f ~ GP(0, k)``, ``eps ~ N(0, sigma^2 I)``, ``A = K + sigma^2 I``.
-An :class:`ExactGP` converts its backend name once to a solver type and an operator
-(:func:`~amorgp.lazy_kernels.backend_plan`, rules in :mod:`amorgp.lazy_kernels.backends`)
-and keeps one :class:`~amorgp.lazy_kernels.Posterior` of the current kernel parameters and
-noise, built on the first query and rebuilt after an in-place change of either (an
-optimiser step).  For fixed hyperparameters build the posterior directly,
-:meth:`Posterior.from_kernel <amorgp.lazy_kernels.Posterior.from_kernel>`.
+Use :meth:`Posterior.from_kernel <amorgp.lazy_kernels.Posterior.from_kernel>`: one
+posterior per parameter value (its solver and operator chosen once, by
+:func:`~amorgp.lazy_kernels.backend_plan`), built again after an optimiser step.  The
+backend rules are in :mod:`amorgp.lazy_kernels.backends`; this module re-exports
+:func:`choose_backend` and its constants.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -55,7 +55,11 @@ __all__ = [
 
 
 class ExactGP:
-    """Exact GP regression with a fixed kernel and noise, over one cached :class:`Posterior`.
+    """Deprecated (a :class:`DeprecationWarning` on construction): use
+    :meth:`Posterior.from_kernel` with the same arguments (``kernel, X, y, noise``), one
+    posterior per parameter value.
+
+    Exact GP regression with a fixed kernel and noise, over one cached :class:`Posterior`.
 
     Args:
         kernel: a dense kernel (:class:`~amorgp.lazy_kernels.DimWiseKernel`, or
@@ -113,6 +117,12 @@ class ExactGP:
         chunk_budget: float = 256 * 2**20,
         var_block: int | None = None,
     ) -> None:
+        warnings.warn(
+            "ExactGP is deprecated; use Posterior.from_kernel(kernel, X, y, noise, backend=...) "
+            "(one posterior per parameter value)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         check_data(X, y)
         self.noise = torch.as_tensor(noise, dtype=X.dtype, device=X.device)
         nd = self.noise.detach()
