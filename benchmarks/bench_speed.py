@@ -408,9 +408,10 @@ def _markdown(r: dict[str, Any]) -> str:
         f'## Peak memory of `infer(X, y, "SE")` at {ma["points"]:,} points',
         "",
         "Above 5,792 points one kernel matrix exceeds the batched path's chunk "
-        "(`batched.CHUNK_BYTES`, 256 MiB): such fits keep the per-kernel posteriors of "
-        "`amorgp.amortizer.results.ConditionedGP`, whose backend (dense, CG, KeOps) follows "
-        "the memory budget, and the calibration its 1,000-point subset.",
+        "(`batched.CHUNK_BYTES`, 256 MiB): such fits give each result its own "
+        "`lazy_kernels.Posterior` (`KernelResult.posterior`), whose solver (dense Cholesky, "
+        "CG, KeOps or block CG) follows the memory budget, and the calibration its 1,000-point "
+        "subset.",
         "",
         "| | resident before the call | peak | increase | wall time |",
         "|---|---:|---:|---:|---:|",

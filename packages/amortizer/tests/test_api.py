@@ -379,7 +379,7 @@ def test_cg_backend_above_the_memory_budget(tiny_checkpoint: Path) -> None:
     )
     assert a.gp_backend(300, n_terms, graph=False) == "cg"
     r = a.infer(X, y, "SE + PER")
-    assert r._gp.backend == "cg"
+    assert r.posterior.backend == "cg"
     Xq = np.linspace(-2, 5, 7)[:, None]
     mean, var = r.predict(Xq)
     m, v = _oracle_predict(r, X, y, Xq)

@@ -14,7 +14,7 @@ from scipy.stats import multivariate_normal
 from amorgp.amortizer import batched
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.calibrate import _Tridiagonal, _tridiagonal, calibrate
-from amorgp.amortizer.results import ConditionedGP
+from amorgp.amortizer.results import conditioned_posterior
 from amorgp.kernel_grammar import DimWiseStructure
 
 KERNELS = ["SE", "LIN", "(SE + PER)@0 * LIN@1", "SE*PER + LIN", "(LIN + SE)@0 * (SE*PER)@1"]
@@ -39,6 +39,13 @@ def _oracle_lml(
     return float(multivariate_normal(np.zeros(len(y)), K).logpdf(y))
 
 
+def _noisy(pred: tuple[torch.Tensor, torch.Tensor | None], noise: torch.Tensor) -> tuple:
+    """A latent predictive plus the noise variance (the observed predictive)."""
+    mean, var = pred
+    assert var is not None
+    return mean, var + noise
+
+
 @pytest.mark.parametrize("calibrated", [True, False])
 def test_batched_path_matches_the_per_kernel_dense_reference(
     amz: Amortizer, calibrated: bool
@@ -59,13 +66,15 @@ def test_batched_path_matches_the_per_kernel_dense_reference(
         ref_params = params[i, : s.n_dims, : s.max_addends].double()
         torch.testing.assert_close(r.params, ref_params, rtol=1e-9, atol=1e-12)
         assert r.noise == pytest.approx(float(noise[i]), rel=1e-9)
-        ref = ConditionedGP(s, params[i], float(noise[i]), Xn, yn, memory_budget=2**30)
-        assert r.log_marginal_likelihood == pytest.approx(ref.log_marginal_likelihood(), rel=1e-10)
+        ref = conditioned_posterior(s, params[i], float(noise[i]), Xn, yn, memory_budget=2**30)
+        assert r.log_marginal_likelihood == pytest.approx(
+            float(ref.log_marginal_likelihood()), rel=1e-10
+        )
         expect = _oracle_lml(Xn.numpy(), yn.numpy(), s, r.params.numpy(), r.noise)
         assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-8)
         Xq = norm.transform_x(torch.as_tensor(Xt)).to(Xn)
         mean, var = r._predict_normalized(Xq, include_noise=True)
-        ref_mean, ref_var = ref.predict(Xq, include_noise=True)
+        ref_mean, ref_var = _noisy(ref.predict(Xq), ref.noise)
         torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-10)
         torch.testing.assert_close(var, ref_var, rtol=1e-9, atol=1e-10)
         assert r.posterior.factorizations == 1  # predictions reuse the batched factor
@@ -82,10 +91,10 @@ def test_multistart_winners_are_factored_once_at_their_own_parameters(amz: Amort
     for s, r in zip(st, fits, strict=True):
         expect = _oracle_lml(Xn.numpy(), yn.numpy(), s, r.params.numpy(), r.noise)
         assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-8)
-        ref = ConditionedGP(s, r.params, r.noise, Xn, yn, memory_budget=2**30)
+        ref = conditioned_posterior(s, r.params, r.noise, Xn, yn, memory_budget=2**30)
         Xq = norm.transform_x(torch.as_tensor(Xt)).to(Xn)
         mean, var = r._predict_normalized(Xq, include_noise=True)
-        ref_mean, ref_var = ref.predict(Xq, include_noise=True)
+        ref_mean, ref_var = _noisy(ref.predict(Xq), ref.noise)
         torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-10)
         torch.testing.assert_close(var, ref_var, rtol=1e-9, atol=1e-10)
         assert r.posterior.factorizations == 1
@@ -205,3 +214,71 @@ def test_batched_path_reads_no_value_back_from_the_device() -> None:
     f = batched.factor(Km, y, cal.noise, cal.scale)
     assert f.L.shape == (3, 30, 30)
     assert f.lml.device.type == "meta"
+
+
+@pytest.mark.parametrize("path", ["batched", "cg"])
+def test_result_holds_a_posterior_equal_to_the_exact_gp_path(
+    tiny_checkpoint: Path, path: str
+) -> None:
+    """``KernelResult.posterior`` is a ``lazy_kernels.Posterior`` (the batched factor where
+    that path ran, dense CG under a small memory budget) whose predictions and likelihood
+    equal those of the exact-GP path results took before (``ExactGP(backend="auto")`` on
+    the same normalised data) to 1e-9."""
+    from amorgp.lazy_kernels import (
+        EVALUATOR_MATRICES_NO_GRAPH,
+        CGSolver,
+        CholeskySolver,
+        DimWiseKernel,
+        ExactGP,
+        Posterior,
+    )
+
+    n = 40 if path == "batched" else 90
+    X, y = _data(n, 2, seed=5)
+    budget = 4 * 2**30 if path == "batched" else (EVALUATOR_MATRICES_NO_GRAPH + 1) * 8 * n * n
+    a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", memory_budget=budget)
+    fits = a.infer_many(X, y, KERNELS[:3], starts=1)
+    norm, Xn, yn, st = a._prepare(X, y, KERNELS[:3])
+    Xq = norm.transform_x(torch.as_tensor(_data(12, 2, seed=6)[0])).to(Xn)
+    for s, r in zip(st, fits, strict=True):
+        assert isinstance(r.posterior, Posterior)
+        kind = CholeskySolver if path == "batched" else CGSolver
+        assert type(r.posterior.solver) is kind
+        assert r.factored is (path == "batched")
+        with pytest.warns(DeprecationWarning, match="ExactGP is deprecated"):
+            old = ExactGP(
+                DimWiseKernel(s, r.params.clone()),
+                r.noise,
+                Xn,
+                yn,
+                backend="auto",
+                memory_budget=budget,
+                chunk_budget=256 * 2**20,
+                **a.gp_options,
+            )
+        assert old.backend == r.posterior.backend
+        mean, var = r.posterior.predict(Xq)
+        ref_mean, ref_var = old.predict(Xq)
+        assert var is not None
+        assert ref_var is not None
+        torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(var, ref_var, rtol=1e-9, atol=1e-9)
+        lml = float(old.log_marginal_likelihood())
+        assert r.log_marginal_likelihood == pytest.approx(lml, rel=1e-9)
+
+
+def test_conditioned_gp_is_a_deprecated_holder_of_the_same_posterior(amz: Amortizer) -> None:
+    from amorgp.amortizer.results import ConditionedGP
+
+    X, y = _data(30, 2, seed=7)
+    r = amz.infer(X, y, "SE + PER", starts=1)
+    _, Xn, yn, (s,) = amz._prepare(X, y, ["SE + PER"])
+    with pytest.warns(DeprecationWarning, match="conditioned_posterior"):
+        old = ConditionedGP(s, r.params, r.noise, Xn, yn, memory_budget=2**30)
+    assert old.backend == "cholesky"
+    assert old.log_marginal_likelihood() == pytest.approx(r.log_marginal_likelihood, rel=1e-10)
+    Xq = Xn[:6] + 0.01
+    m, v = old.predict(Xq, include_noise=True)
+    rm, rv = r._predict_normalized(Xq, include_noise=True)
+    torch.testing.assert_close(m, rm, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(v, rv, rtol=1e-9, atol=1e-10)

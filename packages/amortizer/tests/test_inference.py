@@ -123,8 +123,8 @@ def test_one_factorisation_serves_the_likelihood_and_every_prediction(
         kwargs["memory_budget"] = (EVALUATOR_MATRICES_NO_GRAPH + 1) * 8 * len(y) ** 2
     a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", **kwargs)
     r = a.infer(X, y, "SE + PER")
-    assert r._gp is not None
-    assert r._gp.backend == ("cg" if budget else "cholesky")
+    assert r._posterior is not None
+    assert r.posterior.backend == ("cg" if budget else "cholesky")
     post = r.posterior
     assert math.isfinite(r.log_marginal_likelihood)
     m1, v1 = r.predict(X[:7])
@@ -178,8 +178,8 @@ def test_cg_likelihood_with_the_default_preconditioner_is_near_exact() -> None:
     )
     assert a.gp_options["precond_rank"] == DEFAULT_PRECOND_RANK
     r = a.infer(x, y, "SE + PER", evaluate_lml=True)
-    assert r._gp is not None
-    assert r._gp.backend == "cg"
+    assert r._posterior is not None
+    assert r.posterior.backend == "cg"
     assert r.log_marginal_likelihood == pytest.approx(exact.log_marginal_likelihood, abs=1e-2)
 
 

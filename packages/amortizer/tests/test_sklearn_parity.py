@@ -230,7 +230,7 @@ def test_fitted_estimator_pickles_without_the_posterior_factor() -> None:
     X, y = _data_1d(400)
     reg = AmortizedGPRegressor(kernel="SE + PER", device="cpu").fit(X, y)
     mean, std = reg.predict(X[:5], return_std=True)
-    assert reg.result_.factored or reg.result_._gp is not None
+    assert reg.result_.factored or reg.result_._posterior is not None
     blob = pickle.dumps(reg)
     assert len(blob) < 400 * 400 * 8 // 10  # the factor alone is n^2 float64
     back = pickle.loads(blob)

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from amorgp.lazy_kernels import DimWiseKernel, ExactGP
+from amorgp.lazy_kernels import DimWiseKernel, Posterior
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
 g = torch.Generator().manual_seed(0)
@@ -20,15 +20,15 @@ y = torch.sin(12 * X[:, 0]) + 0.1 * torch.randn(n, generator=g, dtype=torch.floa
 
 # SE kernel, variance 1, lengthscale 0.1; noise variance 0.01
 kernel = DimWiseKernel("SE", {"d0.0.SE.variance": 1.0, "d0.0.SE.lengthscale": 0.1}, n_dims=1)
-gp = ExactGP(kernel, 0.01, X, y, backend="auto", precond_rank=128, cg_tol=1e-6)
-print(f"n = {n}, backend = {gp.backend}")
+post = Posterior.from_kernel(kernel, X, y, 0.01, backend="auto", precond_rank=128, cg_tol=1e-6)
+print(f"n = {n}, solver = {type(post.solver).__name__}")
 
 X_test = torch.linspace(0.05, 0.95, 5, dtype=torch.float64)[:, None]
 t0 = time.perf_counter()
-mean, var = gp.predict(X_test)
+mean, var = post.predict(X_test)
 elapsed = time.perf_counter() - t0
 assert var is not None
-print(f"predict: {elapsed:.1f} s, CG iterations of the last solve: {gp.last_cg_iterations}")
+print(f"predict: {elapsed:.1f} s, CG iterations of the last solve: {post.last_cg_iterations}")
 print("x      mean     truth    std")
 for x, m, v in zip(X_test[:, 0], mean, var):
     print(f"{x:.2f}  {m:+.4f}  {torch.sin(12 * x):+.4f}  {v.sqrt():.4f}")

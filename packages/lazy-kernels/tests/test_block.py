@@ -22,6 +22,9 @@ from amorgp.lazy_kernels import (
 from amorgp.lazy_kernels.block import block_rows
 from amorgp.lazy_kernels.testing import reference_structure
 
+# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
+pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
+
 DEVICES = [
     "cpu",
     pytest.param(

@@ -21,6 +21,9 @@ from amorgp.lazy_kernels import (
     Normalizer,
 )
 
+# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
+pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
+
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class _ExactFit(KernelFit):

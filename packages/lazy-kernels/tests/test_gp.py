@@ -23,6 +23,9 @@ from amorgp.lazy_kernels.gp import (
 )
 from amorgp.lazy_kernels.keops import keops_available
 
+# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
+pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
+
 
 def _data(n: int, seed: int, d: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)

@@ -23,6 +23,9 @@ from amorgp.lazy_kernels.testing import (
     symbol_case,
 )
 
+# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
+pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
+
 SYMBOLS = all_base_symbols()
 KEOPS_STRUCTURE = DimWiseStructure.parse("(SE + PER*RQ)@0 * (LIN + MAT52*LIN)@1")
 """One structure covering all five elementary kernels (the KeOps tests share it, so KeOps

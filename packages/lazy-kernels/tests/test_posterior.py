@@ -12,8 +12,10 @@ import torch
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood
 from amorgp.kernel_grammar import DimWiseStructure, base_symbol
 from amorgp.lazy_kernels import DimWiseKernel, ExactGP, ExpressionKernel, Posterior
-from amorgp.lazy_kernels import posterior as posterior_module
 from amorgp.lazy_kernels import solvers as solvers_module
+
+# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
+pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
 
 STRUCTURE = DimWiseStructure.parse("(SE + PER)@0 * LIN@1")
 PARAMS = [[[1.2, 0.3, 0.0], [0.4, 0.6, 0.7]], [[0.8, 0.5, 1.0], [1.0, 1.0, 1.0]]]
@@ -119,13 +121,13 @@ def test_chunk_size_follows_memory_budget() -> None:
 
 def test_one_factorisation_across_lml_and_predictions(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    real = posterior_module.robust_cholesky
+    real = solvers_module.robust_cholesky
 
     def counting(A, **kw):  # type: ignore[no-untyped-def]
         calls.append(A.shape[-1])
         return real(A, **kw)
 
-    monkeypatch.setattr(posterior_module, "robust_cholesky", counting)
+    monkeypatch.setattr(solvers_module, "robust_cholesky", counting)
     X, y = _data(80, 7)
     Xs, _ = _data(30, 8)
     k = _kernel(requires_grad=True)
@@ -174,7 +176,7 @@ def test_cg_builds_one_preconditioner(monkeypatch: pytest.MonkeyPatch) -> None:
         calls.append(1)
         return real(*a, **kw)
 
-    monkeypatch.setattr(posterior_module, "pivoted_cholesky", counting)
+    monkeypatch.setattr(solvers_module, "pivoted_cholesky", counting)
     X, y = _data(120, 10)
     gp = ExactGP(_kernel(), 0.05, X, y, backend="cg", chunk_budget=1.0)
     gp.log_marginal_likelihood()

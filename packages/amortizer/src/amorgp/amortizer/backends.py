@@ -9,7 +9,7 @@ import torch
 
 from amorgp.amortizer.refine import dense_groups
 from amorgp.kernel_grammar import OptionError
-from amorgp.lazy_kernels import choose_backend
+from amorgp.lazy_kernels import CholeskySolver, Solver, choose_backend, solver_type
 
 __all__ = ["GPBackendSizing"]
 
@@ -42,11 +42,19 @@ class GPBackendSizing:
     def fits_dense(self, n: int, n_terms: int = 1, graph: bool = True) -> bool:
         """Whether ``n_terms`` addends on ``n`` points fit the dense Cholesky backend, with
         an autograd graph or without (see :meth:`gp_backend`)."""
-        return self.gp_backend(n, n_terms, graph) == "cholesky"
+        return issubclass(self.gp_solver(n, n_terms, graph), CholeskySolver)
+
+    def gp_solver(self, n: int, n_terms: int = 1, graph: bool = True) -> type[Solver]:
+        """The :class:`~amorgp.lazy_kernels.Solver` type of :meth:`gp_backend` (same
+        arguments): :class:`~amorgp.lazy_kernels.CholeskySolver`,
+        :class:`~amorgp.lazy_kernels.CGSolver`, :class:`~amorgp.lazy_kernels.KeOpsSolver`
+        or :class:`~amorgp.lazy_kernels.BlockSolver`."""
+        return solver_type(self.gp_backend(n, n_terms, graph))
 
     def gp_backend(self, n: int, n_terms: int = 1, graph: bool = True) -> str:
-        """The ExactGP backend for ``n`` points and ``n_terms`` addends evaluated at once,
-        with an autograd graph (refinement) or without (a fit's posterior):
+        """The name of the posterior's backend for ``n`` points and ``n_terms`` addends
+        evaluated at once, with an autograd graph (refinement) or without (a fit's
+        posterior), by :func:`~amorgp.lazy_kernels.choose_backend`:
         ``"cholesky"``, ``"cg"``, ``"keops"`` (pykeops installed and passing its probe on
         :attr:`device`) or ``"block"`` (the torch block operator: beyond the dense limits
         where KeOps is absent or fails its probe, which warns once with the reason)."""

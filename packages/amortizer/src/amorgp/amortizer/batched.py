@@ -4,8 +4,10 @@
 the kernel matrices of all its kernels in one call of the dimension-wise evaluator
 (:func:`kernel_matrices`), hands them to the calibration, and factors every
 ``K_k + sigma_k^2 I`` in one batched Cholesky (:func:`factor`).  Each kernel's
-:class:`~amorgp.amortizer.results.ConditionedGP` adopts its factor, so the log marginal
-likelihood and every prediction use that one factorisation per matrix.
+:class:`~amorgp.lazy_kernels.Posterior` (``KernelResult.posterior``) is built on its
+element of that factor (:meth:`Posterior.from_cholesky
+<amorgp.lazy_kernels.Posterior.from_cholesky>`), so the log marginal likelihood and every
+prediction use that one factorisation per matrix.
 
 :func:`score` is the same path as a function: the exact log marginal likelihood of ``K``
 candidate parameter sets (one structure each, repeated as needed) on normalised data,

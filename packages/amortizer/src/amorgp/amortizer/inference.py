@@ -28,7 +28,7 @@ from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
 from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.prediction import NetworkPrediction
 from amorgp.amortizer.refine import check_refine, refine_in_groups
-from amorgp.amortizer.results import ConditionedGP, KernelResult
+from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
 from amorgp.amortizer.selection import (
     any_structure,
     check_candidates,
@@ -40,7 +40,7 @@ from amorgp.kernel_grammar import (
     OptionError,
     Vocabulary,
 )
-from amorgp.lazy_kernels import Normalizer, as_dataset
+from amorgp.lazy_kernels import Normalizer, Posterior, as_dataset
 
 __all__ = [
     "AmortizedMethod",
@@ -72,10 +72,6 @@ Progress = Callable[[str, int, int], None]
 
 _MEMORY_BUDGET = 4 * 2**30
 
-Factor = tuple[Tensor, Tensor, Tensor, Tensor]
-"""One kernel's dense factorisation ``(L, alpha, jitter, lml)`` (see
-:class:`~amorgp.amortizer.results.ConditionedGP`)."""
-
 
 class Amortizer(NetworkPrediction, GPBackendSizing):
     """Amortized GP hyperparameter inference with a trained network.
@@ -91,10 +87,11 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             :data:`DEFAULT_ENCODER_POINTS`).
         seed: seed of the encoder subset of large datasets.
         memory_budget: bytes the dense GP backends may use (default 4 GiB, as
-            :class:`~amorgp.lazy_kernels.ExactGP`); its ``"auto"`` backend rule picks dense
-            Cholesky, dense CG or KeOps CG with it.
-        gp_options: more :class:`~amorgp.lazy_kernels.ExactGP` options for the CG
-            backends (``cg_tol``, ``max_cg_iter``, ``precond_rank`` (default
+            :meth:`Posterior.from_kernel <amorgp.lazy_kernels.Posterior.from_kernel>`); its
+            ``"auto"`` rule picks the solver (dense Cholesky, dense CG, KeOps or block CG)
+            with it.
+        gp_options: more :class:`~amorgp.lazy_kernels.Posterior` options for the CG
+            solvers (``cg_tol``, ``max_cg_iter``, ``precond_rank`` (default
             :data:`DEFAULT_PRECOND_RANK`), ``n_probes``).
         candidates: more networks of the same vocabulary, as ``{name: network}``: every
             network predicts every kernel, and per kernel the prediction with the highest
@@ -387,10 +384,11 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 iterations, status = ref.iterations, ref.status
             if fast and evaluate_lml is not False:
                 factors = self._factor(Xn, yn, structures, params, noise)
-        gps = self._condition(structures, params, noise, Xn, yn, factors)
+        posteriors = self._condition(structures, params, noise, Xn, yn, factors)
         if evaluate_lml or (dense and evaluate_lml is None):
-            for i, gp in enumerate(gps):  # per kernel: its posterior's factor, kept
-                gp.log_marginal_likelihood()
+            for i, post in enumerate(posteriors):  # per kernel: its posterior's factor, kept
+                with torch.inference_mode():
+                    post.log_marginal_likelihood()
                 if progress is not None:
                     progress("likelihood", i + 1, K)
         elapsed = time.perf_counter() - t0
@@ -410,7 +408,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 calibrated=calibrate,
                 network=chosen[i],
                 start=start[i],
-                _gp=gps[i],
+                _posterior=posteriors[i],
             )
             for i, s in enumerate(structures)
         ]
@@ -437,12 +435,13 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         Xn: Tensor,
         yn: Tensor,
         factors: Sequence[Factor | None] | None = None,
-    ) -> list[ConditionedGP]:
-        """One :class:`~amorgp.amortizer.results.ConditionedGP` per kernel (adopting its
-        precomputed factor where given)."""
+    ) -> list[Posterior]:
+        """One :class:`~amorgp.lazy_kernels.Posterior` per kernel
+        (:func:`~amorgp.amortizer.results.conditioned_posterior`, adopting its precomputed
+        factor where given)."""
         noises = noise.tolist()
         return [
-            ConditionedGP(
+            conditioned_posterior(
                 s,
                 params[i],
                 noises[i],

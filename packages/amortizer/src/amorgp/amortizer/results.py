@@ -3,13 +3,16 @@
 A :class:`KernelResult` extends the fit-result base :class:`amorgp.lazy_kernels.KernelFit`
 (named hyperparameters in both units, ``predict``, ``log_predictive_density``,
 ``to_dict``) with what the amortizer adds: the points the dataset encoder read and the
-refinement that ran.  It keeps one :class:`ConditionedGP`, the exact GP of its kernel
-conditioned on the normalised training data, whose one cached posterior (one factor of
-``K + sigma^2 I``) serves the log marginal likelihood and every prediction.
+refinement that ran.  It holds :attr:`KernelResult.posterior`, the
+:class:`~amorgp.lazy_kernels.Posterior` of its kernel on the normalised training data
+(:func:`conditioned_posterior`): its one factor of ``K + sigma^2 I`` (adopted from the
+batched factorisation of :mod:`amorgp.amortizer.batched` where that ran) serves the log
+marginal likelihood and every prediction.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,21 +21,38 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import DimWiseKernel, ExactGP, KernelFit, Normalizer, Posterior
+from amorgp.lazy_kernels import DimWiseKernel, KernelFit, Normalizer, Posterior
 
-__all__ = ["ConditionedGP", "KernelResult"]
+__all__ = ["ConditionedGP", "KernelResult", "conditioned_posterior"]
 
 _CHUNK_BYTES = 256 * 2**20
 
+Factor = tuple[Tensor, Tensor, Tensor | float, Tensor | float]
+"""One kernel's dense factorisation ``(L, alpha, jitter, lml)``: the lower Cholesky factor
+of ``K + sigma^2 I + jitter I``, ``alpha = (K + sigma^2 I)^{-1} y``, the absolute jitter
+it needed and the 0-d log marginal likelihood (one element of
+:func:`amorgp.amortizer.batched.factor`)."""
 
-class ConditionedGP:
-    """The exact GP of one kernel conditioned on normalised data: one cached posterior.
 
-    Wraps one :class:`amorgp.lazy_kernels.ExactGP` (``backend="auto"``: dense Cholesky,
-    dense CG or KeOps CG by ``memory_budget``), created on first use.  Its
-    :class:`~amorgp.lazy_kernels.Posterior` factors ``K + sigma^2 I`` once (Cholesky, or
-    the CG preconditioner and ``alpha``) and serves the log marginal likelihood and every
-    prediction from that factor; test points are processed in chunks that reuse it.
+def conditioned_posterior(
+    structure: DimWiseStructure,
+    params: Tensor,
+    noise: float,
+    X: Tensor,
+    y: Tensor,
+    *,
+    memory_budget: float,
+    options: Mapping[str, Any] | None = None,
+    factor: Factor | None = None,
+) -> Posterior:
+    """The exact posterior of one kernel on normalised data.
+
+    With ``factor`` (a dense factorisation at these parameters) the posterior adopts it:
+    dense Cholesky solver, no second factorisation, its likelihood known.  Without, the
+    solver and operator follow :meth:`Posterior.from_kernel
+    <amorgp.lazy_kernels.Posterior.from_kernel>`'s ``"auto"`` rule for ``memory_budget``
+    (dense Cholesky, dense CG, KeOps or block CG), factored on first use.  Test points
+    are processed in chunks of 256 MiB that reuse the factor.
 
     Args:
         structure: the kernel structure.
@@ -41,14 +61,60 @@ class ConditionedGP:
         X: ``(n, d)`` normalised inputs (device and dtype of the GP algebra).
         y: ``(n,)`` standardised targets.
         memory_budget: bytes the dense backends may use.
-        options: more ExactGP options (``cg_tol``, ``max_cg_iter``, ``precond_rank``,
+        options: more solver options (``cg_tol``, ``max_cg_iter``, ``precond_rank``,
             ``n_probes``).
-        factor: a precomputed dense factorisation of ``K + sigma^2 I`` at these
-            parameters: ``(L (n, n), alpha (n,), jitter, lml)`` (the lower Cholesky factor,
-            ``alpha = (K + sigma^2 I)^{-1} y``, the absolute jitter it needed, the 0-d log
-            marginal likelihood), e.g. one element of
-            :func:`amorgp.amortizer.batched.factor`.  The posterior adopts it on the dense
-            backend (no second factorisation); on another backend it is ignored.
+        factor: a precomputed dense factorisation (:data:`Factor`); the caller
+            guarantees the dense backend applies (as the batched path does).
+    """
+    if torch.is_inference_mode_enabled():
+        with torch.inference_mode(False):
+            return conditioned_posterior(
+                structure,
+                params,
+                noise,
+                X,
+                y,
+                memory_budget=memory_budget,
+                options=options,
+                factor=factor,
+            )
+    p = params[: structure.n_dims, : structure.max_addends].detach()
+    p = p.to(device=X.device, dtype=X.dtype).clone()
+    kernel = DimWiseKernel(structure, p)
+    opts = dict(options or {})
+    if factor is not None:
+        L, alpha, jitter, lml = factor
+        return Posterior.from_cholesky(
+            kernel.operator(X),
+            y,
+            float(noise),
+            L,
+            alpha,
+            jitter=jitter,
+            log_marginal_likelihood=lml,
+            check=False,  # built here from checked data: no host read-back per kernel
+            memory_budget=_CHUNK_BYTES,
+            **opts,
+        )
+    return Posterior.from_kernel(
+        kernel,
+        X,
+        y,
+        float(noise),
+        backend="auto",
+        memory_budget=memory_budget,
+        chunk_budget=_CHUNK_BYTES,
+        **opts,
+    )
+
+
+class ConditionedGP:
+    """Deprecated: :func:`conditioned_posterior` gives the posterior itself (and
+    :attr:`KernelResult.posterior` holds it).
+
+    The exact GP of one kernel conditioned on normalised data, as a thin holder of that
+    :class:`~amorgp.lazy_kernels.Posterior` (same arguments as
+    :func:`conditioned_posterior`).
     """
 
     def __init__(
@@ -61,103 +127,58 @@ class ConditionedGP:
         *,
         memory_budget: float,
         options: Mapping[str, Any] | None = None,
-        factor: tuple[Tensor, Tensor, Tensor | float, Tensor | float] | None = None,
+        factor: Factor | None = None,
     ) -> None:
-        self.structure = structure
-        with torch.inference_mode(False):  # a normal tensor: ExactGP tracks its version
-            self.params = (
-                params[: structure.n_dims, : structure.max_addends]
-                .detach()
-                .to(device=X.device, dtype=X.dtype)
-                .clone()
-            )
-        self.noise = float(noise)
-        self.X, self.y = X, y
+        warnings.warn(
+            "ConditionedGP is deprecated; use amorgp.amortizer.results.conditioned_posterior "
+            "(a lazy_kernels.Posterior)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.structure, self.noise, self.X, self.y = structure, float(noise), X, y
         self.memory_budget = float(memory_budget)
-        self.options = dict(options or {})
-        self._lml: float | None = None
-        self._gp: ExactGP | None = None
-        self._factor = factor
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle the data and parameters, not the factor (``O(n^2)``): it is recomputed
-        on first use, so fitted estimators travel cheaply between processes."""
-        state = self.__dict__.copy()
-        if state.get("_lml") is None and state.get("_factor") is not None:
-            state["_lml"] = float(state["_factor"][3])
-        state["_gp"] = None
-        state["_factor"] = None
-        return state
-
-    @property
-    def gp(self) -> ExactGP:
-        """The one :class:`~amorgp.lazy_kernels.ExactGP` of this kernel (built on first use)."""
-        if self._gp is None:
-            if torch.is_inference_mode_enabled():
-                with torch.inference_mode(False):
-                    return self.gp
-            kernel = DimWiseKernel(self.structure, self.params)
-            self._gp = ExactGP(
-                kernel,
-                self.noise,
-                self.X,
-                self.y,
-                backend="auto",
-                memory_budget=self.memory_budget,
-                chunk_budget=_CHUNK_BYTES,
-                **self.options,
-            )
-            if self._factor is not None and self._gp.backend == "cholesky":
-                _adopt(self._gp.posterior(), *self._factor[:3])
-        return self._gp
-
-    @property
-    def posterior(self) -> Posterior:
-        """The cached :class:`~amorgp.lazy_kernels.Posterior` (factored on first use)."""
-        return self.gp.posterior()
+        self.posterior = conditioned_posterior(
+            structure,
+            params,
+            noise,
+            X,
+            y,
+            memory_budget=memory_budget,
+            options=options,
+            factor=factor,
+        )
+        self.params = params[: structure.n_dims, : structure.max_addends].detach()
 
     @property
     def backend(self) -> str:
         """``"cholesky"``, ``"cg"``, ``"keops"`` or ``"block"``."""
-        return self.gp.backend
+        return self.posterior.backend
 
     @property
     def factored(self) -> bool:
-        """Whether the posterior's dense Cholesky factor exists (see ``ExactGP.factored``;
-        also when a precomputed factor waits to be adopted)."""
-        if self._gp is None:
-            return self._factor is not None
-        return self._gp.factored
+        """Whether the posterior's dense Cholesky factor exists."""
+        return self.posterior.factored
 
     def log_marginal_likelihood(self) -> float:
-        """``log p(y~ | theta, S)`` from the posterior's factor (computed once, then cached)."""
-        if self._lml is None and self._factor is not None:
-            self._lml = float(self._factor[3])
-        if self._lml is None:
-            post = self.posterior
-            with torch.inference_mode():
-                self._lml = float(post.log_marginal_likelihood())
-        return self._lml
+        """``log p(y~ | theta, S)`` from the posterior's factor (computed once)."""
+        return _lml(self.posterior)
 
     def predict(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
         """Predictive ``(mean (m,), variance (m,))`` at normalised ``Xn (m, d)``."""
-        Xq = torch.as_tensor(Xn, dtype=self.X.dtype, device=self.X.device)
-        post = self.posterior
-        with torch.inference_mode():
-            mean, var = post.predict(Xq)
-        assert var is not None
-        return mean, var + self.noise if include_noise else var
+        return _predict(self.posterior, Xn, include_noise)
 
 
-def _adopt(post: Posterior, L: Tensor, alpha: Tensor, jitter: Tensor | float) -> None:
-    """Give ``post`` its dense factor (``A + jitter I = L L^T``) and ``alpha = A^{-1} y``:
-    one factorisation, counted once."""
-    if post._L is None:
-        with torch.inference_mode(False):
-            post._L = L.detach().clone() if L.is_inference() else L.detach()
-            post._alpha = alpha.detach().clone() if alpha.is_inference() else alpha.detach()
-        post.cholesky_jitter = float(jitter)
-        post.factorizations += 1
+def _lml(post: Posterior) -> float:
+    with torch.inference_mode():
+        return float(post.log_marginal_likelihood())
+
+
+def _predict(post: Posterior, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
+    Xq = torch.as_tensor(Xn, dtype=post.X.dtype, device=post.X.device)
+    with torch.inference_mode():
+        mean, var = post.predict(Xq)
+    assert var is not None
+    return mean, var + float(post.noise) if include_noise else var
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -199,7 +220,7 @@ class KernelResult(KernelFit):
     calibrated: bool = False
     network: str = "primary"
     start: str = "network"
-    _gp: ConditionedGP | None = field(default=None, repr=False)
+    _posterior: Posterior | None = field(default=None, repr=False)
 
     @property
     def log_marginal_likelihood(self) -> float:
@@ -208,24 +229,30 @@ class KernelResult(KernelFit):
         Exact with the dense backend; with the CG backends the solve is exact to the CG
         tolerance and the log-determinant a stochastic Lanczos quadrature estimate.
         """
-        if self._gp is None:
+        if self._posterior is None:
             raise ValueError("this result holds no data to evaluate the likelihood on")
-        return self._gp.log_marginal_likelihood()
+        return _lml(self._posterior)
 
     @property
     def posterior(self) -> Posterior:
         """The exact GP posterior of this kernel on the normalised training data (one factor,
         shared by :attr:`log_marginal_likelihood` and :meth:`predict`; its ``sample`` and
-        ``covariance`` are in normalised units)."""
-        if self._gp is None:
+        ``covariance`` are in normalised units; ``posterior.backend`` names its solver)."""
+        if self._posterior is None:
             raise ValueError("this result holds no data to condition on")
-        return self._gp.posterior
+        return self._posterior
+
+    @property
+    def _gp(self) -> Posterior | None:
+        """The posterior, under the name of the former conditioned-GP holder (its ``X``,
+        ``y``, ``backend``, ``factored`` are the posterior's)."""
+        return self._posterior
 
     @property
     def factored(self) -> bool:
         """Whether the posterior's dense Cholesky factor already exists (the likelihood was
         evaluated on the dense backend): predictions then reuse it."""
-        return self._gp is not None and self._gp.factored
+        return self._posterior is not None and self._posterior.factored
 
     @property
     def normalization(self) -> Normalizer:
@@ -245,9 +272,9 @@ class KernelResult(KernelFit):
         return mean.numpy(), var.numpy()
 
     def _predict_normalized(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
-        if self._gp is None:
+        if self._posterior is None:
             raise ValueError("this result holds no data to condition on")
-        return self._gp.predict(Xn, include_noise)
+        return _predict(self._posterior, Xn, include_noise)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: the :class:`~amorgp.lazy_kernels.KernelFit` one plus the

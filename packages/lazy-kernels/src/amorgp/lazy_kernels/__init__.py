@@ -1,6 +1,7 @@
 """Kernel operators from amorgp grammar expressions (dense torch, torch by row blocks, KeOps), exact GPs at large n,
 the normalisation and dataset-validation contract, and the fit-result base shared by every method."""
 
+from amorgp.lazy_kernels.backends import backend_plan, choose_solver
 from amorgp.lazy_kernels.batch import (
     PaddedBatch,
     check_finite_inputs,
@@ -68,6 +69,15 @@ from amorgp.lazy_kernels.slots import (
     size_buckets,
     slot_table,
 )
+from amorgp.lazy_kernels.solvers import (
+    BlockSolver,
+    CGSolver,
+    CholeskySolver,
+    KeOpsSolver,
+    LazyCGSolver,
+    Solver,
+    solver_type,
+)
 from amorgp.lazy_kernels.structure import DimWiseKernel, ExpressionKernel
 from amorgp.lazy_kernels.tables import (
     CompiledSymbol,
@@ -111,6 +121,15 @@ __all__ = [
     "DenseKernelOperator",
     "DensePosterior",
     "Posterior",
+    "Solver",
+    "CholeskySolver",
+    "CGSolver",
+    "LazyCGSolver",
+    "KeOpsSolver",
+    "BlockSolver",
+    "solver_type",
+    "backend_plan",
+    "choose_solver",
     "kernel_operator",
     "PivotedCholeskyPreconditioner",
     "EVALUATOR_MATRICES_BLOCKWISE",

@@ -7,6 +7,8 @@ It sits above the operator modules (:mod:`~amorgp.lazy_kernels.operators`,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor
 
 from amorgp.kernel_grammar import OptionError
@@ -42,17 +44,36 @@ def kernel_operator(
     Raises:
         OptionError: unknown backend, or KeOps for a kernel that is not dimension-wise.
     """
-    if backend == "dense":
-        return DenseKernelOperator(kernel, X1, X2)
-    if backend == "keops" and not keops_usable(X1.device):
-        backend = "block"
-    if backend == "block":
-        budget = BLOCK_MEMORY_BUDGET if memory_budget is None else memory_budget
-        return BlockKernelOperator(kernel, X1, X2, memory_budget=budget)
-    if backend == "keops":
-        if not isinstance(kernel, DimWiseKernel):
-            raise OptionError(
-                f"the KeOps backend needs a DimWiseKernel, got {type(kernel).__name__}"
-            )
-        return KeOpsKernel(kernel.structure, kernel.params).operator(X1, X2)
-    raise OptionError(f"unknown operator backend {backend!r}; use 'dense', 'keops' or 'block'")
+    make = _OPERATORS.get(backend)
+    if make is None:
+        raise OptionError(f"unknown operator backend {backend!r}; use 'dense', 'keops' or 'block'")
+    return make(kernel, X1, X2, memory_budget)
+
+
+def _dense(
+    kernel: DenseKernel, X1: Tensor, X2: Tensor | None, memory_budget: float | None
+) -> KernelOperator:
+    return DenseKernelOperator(kernel, X1, X2)
+
+
+def _block(
+    kernel: DenseKernel, X1: Tensor, X2: Tensor | None, memory_budget: float | None
+) -> KernelOperator:
+    budget = BLOCK_MEMORY_BUDGET if memory_budget is None else memory_budget
+    return BlockKernelOperator(kernel, X1, X2, memory_budget=budget)
+
+
+def _keops(
+    kernel: DenseKernel, X1: Tensor, X2: Tensor | None, memory_budget: float | None
+) -> KernelOperator:
+    if not keops_usable(X1.device):
+        return _block(kernel, X1, X2, memory_budget)
+    if not isinstance(kernel, DimWiseKernel):
+        raise OptionError(f"the KeOps backend needs a DimWiseKernel, got {type(kernel).__name__}")
+    return KeOpsKernel(kernel.structure, kernel.params).operator(X1, X2)
+
+
+_OPERATORS: dict[
+    str, Callable[[DenseKernel, Tensor, Tensor | None, float | None], KernelOperator]
+] = {"dense": _dense, "block": _block, "keops": _keops}
+"""The operator constructor of each backend name."""

@@ -9,23 +9,15 @@ factors ``A`` once, on first use, and serves from that factor
   (``K_* = K(X, X*)``): its mean, its diagonal (clamped at 0), the full matrix, and
   samples.
 
-Two methods:
-
-``"cholesky"``
-    ``A + eps I = L L^T`` by :func:`amorgp.diff_linalg.robust_cholesky` (``eps = 0``
-    unless the factorisation needs jitter) and ``alpha``; the variance is
-    ``k_** - ||L^{-1} K_*||^2`` per column.  The log marginal likelihood is
-    differentiable w.r.t. the kernel parameters and the noise through the fused
-    adjoint ``Abar = 1/2 (alpha alpha^T - A^{-1})`` (``A^{-1}`` from ``L``, never a
-    second factorisation).
-``"cg"``
-    the rank-``r`` pivoted-Cholesky preconditioner (plus the diagonal it leaves out, and the
-    noise) and ``alpha`` by batched
-    preconditioned CG on operator matvecs (dense or KeOps); ``log det A`` by stochastic
-    Lanczos quadrature from the same CG run with ``n_probes`` probes ``z ~ N(0, P)``;
-    gradients use ``d log p = 1/2 a^T dA a - 1/2 tr(A^{-1} dA)`` with a Hutchinson
-    estimate of the trace (as GPyTorch's BBMM). Variances cost one batched CG solve
-    (with the same preconditioner) per ``var_block`` test points.
+The factorisation belongs to a :class:`~amorgp.lazy_kernels.solvers.Solver`, whose type
+is chosen once: :class:`~amorgp.lazy_kernels.solvers.CholeskySolver` (``"cholesky"``,
+exact), :class:`~amorgp.lazy_kernels.solvers.CGSolver` (``"cg"``: preconditioned CG and
+stochastic Lanczos quadrature on operator matvecs) or a
+:class:`~amorgp.lazy_kernels.solvers.LazyCGSolver` (``"keops"``, ``"block"``: CG on an
+operator that never forms ``K``).  :meth:`Posterior.from_kernel` picks it (and the
+operator) by :func:`~amorgp.lazy_kernels.choose_backend`'s memory rule;
+:meth:`Posterior.from_cholesky` adopts a factor computed elsewhere (a batched
+factorisation).
 
 Test points are processed in chunks of :attr:`Posterior.chunk_size` points whose
 cross-covariance block ``K(X, X*_c)`` and its working memory fit ``memory_budget``; every
@@ -35,49 +27,21 @@ chunk reuses the same factor. :attr:`Posterior.factorizations` counts the factor
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from amorgp.diff_linalg import robust_cholesky
 from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.lazy_kernels.backends import Backend, backend_plan, check_data
 from amorgp.lazy_kernels.dense_posterior import DensePosterior
-from amorgp.lazy_kernels.operators import KernelOperator
-from amorgp.lazy_kernels.solvers import (
-    PivotedCholeskyPreconditioner,
-    pcg,
-    pivoted_cholesky,
-    slq_logdet,
-)
+from amorgp.lazy_kernels.operators import DenseKernel, KernelOperator
+from amorgp.lazy_kernels.solvers import CholeskySolver, LazyCGSolver, Solver, solver_type
 
 __all__ = ["DensePosterior", "Posterior"]
 
 Method = Literal["cholesky", "cg"]
-_LOG_2PI = math.log(2.0 * math.pi)
-
-
-class _CachedLML(torch.autograd.Function):
-    """``-1/2 y^T alpha - sum log diag L`` from a given factor; backward
-    ``Abar = 1/2 (alpha alpha^T - A^{-1}) g`` and ``ybar = -alpha g``."""
-
-    @staticmethod
-    def forward(ctx: Any, A: Tensor, y: Tensor, L: Tensor, alpha: Tensor) -> Tensor:
-        ctx.save_for_backward(L, alpha)
-        return -0.5 * (y * alpha).sum() - torch.log(torch.diagonal(L)).sum()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, g: Tensor) -> Any:
-        L, alpha = ctx.saved_tensors
-        gA = gy = None
-        if ctx.needs_input_grad[0]:
-            gA = (0.5 * g) * (alpha[:, None] * alpha[None, :] - torch.cholesky_inverse(L))
-        if ctx.needs_input_grad[1]:
-            gy = -g * alpha
-        return gA, gy, None, None
 
 
 class Posterior:
@@ -89,14 +53,18 @@ class Posterior:
         y: ``(n,)`` training targets.
         noise: observation-noise variance ``sigma^2 > 0`` (float or 0-d tensor, may
             require grad).
-        method: ``"cholesky"`` (dense factor) or ``"cg"`` (preconditioned CG on matvecs).
+        method: the solver: a :class:`~amorgp.lazy_kernels.solvers.Solver` type, or its
+            name ``"cholesky"`` (:class:`~amorgp.lazy_kernels.solvers.CholeskySolver`,
+            dense factor) or ``"cg"`` (:class:`~amorgp.lazy_kernels.solvers.CGSolver`,
+            preconditioned CG on matvecs).
         memory_budget: bytes one chunk of test points may use (cross-covariance block
             and its evaluation); sets :attr:`chunk_size` unless given.
         chunk_size: test points per chunk.
         jitter, max_tries: of the robust Cholesky (relative jitter of the first retry).
         cg_tol, max_cg_iter, precond_rank, n_probes: CG tolerance and cap, preconditioner
             rank, SLQ/Hutchinson probes.
-        var_block: test points per batched CG solve of the variance.
+        var_block: test points per batched CG solve of the variance (default: the
+            solver type's, 16 for dense CG, the whole chunk for the lazy solvers).
         generator: source of the probes (default: seeded with 0).
 
     Raises:
@@ -105,13 +73,16 @@ class Posterior:
         OptionError: unknown method or a non-symmetric operator.
     """
 
+    solver: Solver
+    """The solver that owns the factor of ``A`` (its type chosen once, at construction)."""
+
     def __init__(
         self,
         operator: KernelOperator,
         y: Tensor,
         noise: float | Tensor,
         *,
-        method: Method = "cholesky",
+        method: Method | type[Solver] = "cholesky",
         memory_budget: float = 256 * 2**20,
         chunk_size: int | None = None,
         jitter: float = 1e-8,
@@ -120,15 +91,14 @@ class Posterior:
         max_cg_iter: int = 1000,
         precond_rank: int = 64,
         n_probes: int = 15,
-        var_block: int = 16,
+        var_block: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
         if not isinstance(operator, KernelOperator):
             raise OptionError(f"operator must be a KernelOperator, got {type(operator).__name__}")
         if operator.X2 is not operator.X1:
             raise OptionError("the training operator must be symmetric: K(X, X) with X2 is X1")
-        if method not in ("cholesky", "cg"):
-            raise OptionError(f"unknown method {method!r}; use 'cholesky' or 'cg'")
+        kind = solver_type(method, allowed=("cholesky", "cg"), what="method")
         n = operator.shape[0]
         if not isinstance(y, Tensor) or tuple(y.shape) != (n,):
             raise DataError(f"y must have shape ({n},), got {tuple(getattr(y, 'shape', ()))}")
@@ -142,132 +112,197 @@ class Posterior:
             raise DataError(f"noise must be a positive finite scalar, got {noise!r}")
         if chunk_size is not None and chunk_size < 1:
             raise OptionError(f"chunk_size must be >= 1, got {chunk_size}")
-        self.operator, self.y, self.method = operator, y.to(operator.dtype), method
-        self.X = operator.X1
-        item = torch.finfo(operator.dtype).bits // 8
-        per_point = n * (operator.bytes_per_entry + 2 * item)
-        self.chunk_size = chunk_size or max(1, int(memory_budget // per_point))
-        self.jitter, self.max_tries = jitter, max_tries
-        self.cg_tol, self.max_cg_iter = cg_tol, max_cg_iter
-        self.precond_rank, self.n_probes, self.var_block = precond_rank, n_probes, var_block
-        self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        self.factorizations = 0
-        """Factorisations of ``A`` so far (Cholesky or preconditioner): at most one."""
-        self.last_cg_iterations = 0
-        self.cholesky_jitter = 0.0
-        """Absolute jitter the Cholesky needed (0 when ``A`` factored as given)."""
-        self._L: Tensor | None = None
-        self._precond: PivotedCholeskyPreconditioner | None = None
-        self._alpha: Tensor | None = None
-        self._cg_lml: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
-
-    # -- the factor ------------------------------------------------------------------------
-    def _records_grad(self) -> bool:
-        return torch.is_grad_enabled() and (
-            self.operator.requires_grad or self.noise.requires_grad or self.y.requires_grad
+        self._setup(
+            operator,
+            y,
+            self.noise,
+            kind,
+            memory_budget,
+            chunk_size,
+            jitter=jitter,
+            max_tries=max_tries,
+            cg_tol=cg_tol,
+            max_cg_iter=max_cg_iter,
+            precond_rank=precond_rank,
+            n_probes=n_probes,
+            var_block=var_block,
+            generator=generator,
         )
 
-    def _cholesky(self, K: Tensor | None = None) -> Tensor:
-        """``L`` (built once, from ``K`` when given) and ``alpha``.  ``K`` is evaluated by a
-        fresh operator and factored in place, so only ``L`` stays in memory."""
-        if self._L is None:
-            with torch.no_grad():
-                A = self.operator.on(self.X).dense() if K is None else K.detach().clone()
-                A.diagonal().add_(self.noise.detach())
-                res = robust_cholesky(A, jitter=self.jitter, max_tries=self.max_tries)
-                del A
-                if bool(res.failed):
-                    raise DataError(
-                        f"K + sigma^2 I ({self.operator!r}, noise {float(self.noise):.3g}) is not "
-                        f"positive definite even with jitter (after {self.max_tries} retries)"
-                    )
-                self._L, self.cholesky_jitter = res.L, float(res.jitter)
-                self._alpha = torch.cholesky_solve(self.y.detach()[:, None], res.L)[:, 0]
-            self.factorizations += 1
-        return self._L
+    def _setup(
+        self,
+        operator: KernelOperator,
+        y: Tensor,
+        noise: Tensor,
+        kind: type[Solver],
+        memory_budget: float,
+        chunk_size: int | None,
+        **options: Any,
+    ) -> None:
+        """The state of a posterior from checked arguments (no check, no host read)."""
+        self.operator, self.y, self.noise = operator, y.to(operator.dtype), noise
+        self.X = operator.X1
+        item = torch.finfo(operator.dtype).bits // 8
+        per_point = operator.shape[0] * (operator.bytes_per_entry + 2 * item)
+        self.chunk_size = chunk_size or max(1, int(memory_budget // per_point))
+        self.solver = kind(operator, self.y, noise, **options)
+        self._lml: Tensor | None = None
 
-    def _preconditioner(self) -> PivotedCholeskyPreconditioner:
-        if self._precond is None:
-            op = self.operator
-            with torch.no_grad():
-                diag = op.diag().detach()
-                L = pivoted_cholesky(
-                    diag,
-                    lambda i: op.columns(torch.tensor([i], device=op.device))[:, 0].detach(),
-                    self.precond_rank,
-                )
-                residual = diag - (L * L).sum(1)
-            self._precond = PivotedCholeskyPreconditioner(L, self.noise.detach(), residual)
-            self.factorizations += 1
-        return self._precond
+    @classmethod
+    def from_kernel(
+        cls,
+        kernel: DenseKernel | KernelOperator,
+        X: Tensor,
+        y: Tensor,
+        noise: float | Tensor,
+        *,
+        backend: Backend | type[Solver] = "auto",
+        memory_budget: float = 4 * 2**30,
+        chunk_budget: float = 256 * 2**20,
+        var_block: int | None = None,
+        **options: Any,
+    ) -> Posterior:
+        """The posterior of ``kernel`` on ``(X, y)``, its solver and operator chosen once.
 
-    def _cg_solve(self, B: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``A^{-1} B`` by batched PCG with the cached preconditioner (and CG coefficients)."""
-        precond = self._preconditioner()
-        noise = self.noise.detach()
+        Args:
+            kernel: a dense kernel (:class:`~amorgp.lazy_kernels.DimWiseKernel`, or
+                :class:`~amorgp.lazy_kernels.ExpressionKernel` for the dense backends), or
+                a symmetric :class:`KernelOperator` ``K(X, X)``.
+            X: ``(n, D)`` training inputs; y: ``(n,)`` targets; noise: ``sigma^2 > 0``.
+            backend: ``"auto"``, ``"cholesky"``, ``"cg"``, ``"keops"``, ``"block"``,
+                ``"dense"`` or a :class:`~amorgp.lazy_kernels.solvers.Solver` type,
+                converted once by :func:`~amorgp.lazy_kernels.backend_plan` (the
+                rules are in :mod:`amorgp.lazy_kernels.backends`).
+            memory_budget: bytes the dense backends may use (for ``"auto"``); the block
+                operator's row blocks may use half of it, and so may the chunks of test
+                points of the lazy solvers, so that both together fit.
+            chunk_budget: bytes one chunk of test points may use in predictions; with the
+                lazy solvers at least half of ``memory_budget`` (each chunk costs one CG
+                solve of ``O(n^2)`` matvecs, so fewer, larger chunks are faster).
+            var_block: test points per batched CG solve (default: the solver type's).
+            **options: ``jitter``, ``max_tries``, ``cg_tol``, ``max_cg_iter``,
+                ``precond_rank``, ``n_probes``, ``generator`` (see :class:`Posterior`).
 
-        def matvec(V: Tensor) -> Tensor:
-            with torch.no_grad():
-                return self.operator.matmul(V) + noise * V
+        Raises:
+            DataError: on shape mismatches, NaN/Inf, non-positive noise.
+            OptionError: unknown backend or a kernel the backend cannot evaluate.
+        """
+        check_data(X, y)
+        solver, operator = backend_plan(kernel, X, backend, memory_budget)
+        lazy = issubclass(solver, LazyCGSolver)
+        return cls(
+            operator,
+            y,
+            noise,
+            method=solver,
+            memory_budget=max(chunk_budget, memory_budget / 2) if lazy else chunk_budget,
+            var_block=var_block,
+            **options,
+        )
 
-        X, alphas, betas, it = pcg(matvec, B, precond.solve, self.cg_tol, self.max_cg_iter)
-        self.last_cg_iterations = it
-        return X, alphas, betas
+    @classmethod
+    def from_cholesky(
+        cls,
+        operator: KernelOperator,
+        y: Tensor,
+        noise: float | Tensor,
+        L: Tensor,
+        alpha: Tensor,
+        *,
+        jitter: Tensor | float = 0.0,
+        log_marginal_likelihood: Tensor | float | None = None,
+        check: bool = True,
+        memory_budget: float = 256 * 2**20,
+        chunk_size: int | None = None,
+        **options: Any,
+    ) -> Posterior:
+        """The posterior whose dense Cholesky factor was computed elsewhere (e.g. one
+        element of a batched factorisation): ``A + jitter I = L L^T``,
+        ``alpha = A^{-1} y``, and optionally its log marginal likelihood; no second
+        factorisation.  ``check=False`` trusts the arguments (a caller that built them,
+        like the amortizer's batched path): no validation and no value read back to the
+        host, so a GPU runs on asynchronously.  ``options`` as :class:`Posterior`'s."""
+        if check:
+            post = cls(
+                operator,
+                y,
+                noise,
+                method=CholeskySolver,
+                memory_budget=memory_budget,
+                chunk_size=chunk_size,
+                **options,
+            )
+        else:
+            post = cls.__new__(cls)
+            noise_t = torch.as_tensor(noise, dtype=operator.dtype, device=operator.device)
+            post._setup(operator, y, noise_t, CholeskySolver, memory_budget, chunk_size, **options)
+        assert isinstance(post.solver, CholeskySolver)
+        post.solver.adopt(L, alpha, jitter)
+        if log_marginal_likelihood is not None:
+            value = torch.as_tensor(log_marginal_likelihood, dtype=post.y.dtype).detach()
+            with torch.inference_mode(False):
+                post._lml = value.clone() if value.is_inference() else value
+        return post
+
+    # -- the solver's state ---------------------------------------------------------------
+    @property
+    def method(self) -> str:
+        """``"cholesky"`` or ``"cg"``: how the solver works."""
+        return self.solver.method
+
+    @property
+    def backend(self) -> str:
+        """The solver's backend name: ``"cholesky"``, ``"cg"``, ``"keops"`` or ``"block"``."""
+        return self.solver.backend
+
+    @property
+    def factorizations(self) -> int:
+        """Factorisations of ``A`` so far (Cholesky or preconditioner): at most one."""
+        return self.solver.factorizations
+
+    @property
+    def factored(self) -> bool:
+        """Whether the dense Cholesky factor of ``A`` exists (a prediction then costs no
+        factorisation)."""
+        return self.solver.factored
+
+    @property
+    def last_cg_iterations(self) -> int:
+        """CG iterations of the last solve (0 for Cholesky)."""
+        return self.solver.last_cg_iterations
+
+    @property
+    def cholesky_jitter(self) -> float:
+        """Absolute jitter the Cholesky needed (0 when ``A`` factored as given)."""
+        return self.solver.cholesky_jitter
+
+    @property
+    def var_block(self) -> int:
+        """Test points per batched CG solve of the variance (settable)."""
+        return self.solver.var_block
+
+    @var_block.setter
+    def var_block(self, value: int) -> None:
+        self.solver.var_block = int(value)
 
     def alpha(self) -> Tensor:
         """``alpha = A^{-1} y``, ``(n,)`` (computed once)."""
-        if self._alpha is None:
-            if self.method == "cholesky":
-                self._cholesky()
-            else:
-                self._alpha = self._cg_solve(self.y.detach()[:, None])[0][:, 0]
-        assert self._alpha is not None
-        return self._alpha
+        return self.solver.alpha()
 
     # -- log marginal likelihood -------------------------------------------------------------
     def log_marginal_likelihood(self) -> Tensor:
         """``log p(y | X, theta, sigma^2)`` (0-d), differentiable w.r.t. kernel params and noise.
 
-        Exact for ``"cholesky"``; for ``"cg"`` the solve is exact to ``cg_tol`` and the
-        log-determinant (and its gradient) stochastic, estimated once.
+        Exact for the Cholesky solver; for the CG solvers the solve is exact to ``cg_tol``
+        and the log-determinant (and its gradient) stochastic, estimated once.  Without a
+        graph the value is computed once and kept (also through pickling, which drops the
+        factor).
         """
-        n = self.y.shape[0]
-        if self.method == "cg":
-            return self._cg_log_marginal_likelihood()
-        K = self.operator.on(self.X).dense() if self._records_grad() else None
-        L = self._cholesky(K)
-        alpha = self.alpha()
-        if K is None:
-            value = -0.5 * (self.y * alpha).sum() - torch.log(torch.diagonal(L)).sum()
-        else:
-            A = K + self.noise * torch.eye(n, dtype=K.dtype, device=K.device)
-            value = _CachedLML.apply(A, self.y, L, alpha)
-        return value - 0.5 * n * _LOG_2PI
-
-    def _cg_log_marginal_likelihood(self) -> Tensor:
-        n = self.y.shape[0]
-        if self._cg_lml is None:
-            precond = self._preconditioner()
-            Z = precond.sample(self.n_probes, self.generator)
-            solved = self._alpha is not None
-            B = Z if solved else torch.cat([self.y.detach()[:, None], Z], 1)
-            sol, alphas, betas = self._cg_solve(B)
-            if not solved:
-                self._alpha, sol = sol[:, 0], sol[:, 1:]
-                alphas, betas = alphas[:, 1:], betas[:, 1:]
-            U = precond.solve(Z)  # P^{-1} z
-            logdet = precond.logdet() + slq_logdet(alphas, betas, (Z * U).sum(0))
-            self._cg_lml = (logdet, sol, U, Z)
-        logdet, W, U, _ = self._cg_lml
-        a = self.alpha()[:, None]
-        value = -0.5 * (self.y.detach() * a[:, 0]).sum() - 0.5 * logdet - 0.5 * n * _LOG_2PI
-        if not self._records_grad():
-            return value
-        # surrogate whose gradient is 1/2 a^T dA a - 1/2 mean_i w_i^T dA u_i
-        V = torch.cat([a, U], 1)
-        AV = self.operator.on(self.X).matmul(V) + self.noise * V
-        surrogate = 0.5 * (a * AV[:, :1]).sum() - 0.5 * (W * AV[:, 1:]).sum(0).mean()
-        return value.detach() + surrogate - surrogate.detach()
+        if self.solver.records_grad():
+            return self.solver.log_marginal_likelihood()
+        if self._lml is None:
+            self._lml = self.solver.log_marginal_likelihood().detach()
+        return self._lml
 
     # -- predictions --------------------------------------------------------------------------
     def _check(self, X_star: Tensor) -> Tensor:
@@ -284,17 +319,6 @@ class Posterior:
         for s in range(0, X_star.shape[0], self.chunk_size):
             yield X_star[s : s + self.chunk_size]
 
-    def _solve_cross(self, Ks: Tensor) -> Tensor:
-        """``L^{-1} K_*`` (Cholesky; ``||.||^2`` per column is ``K_*^T A^{-1} K_*``) or
-        ``A^{-1} K_*`` (CG, in blocks of ``var_block`` columns)."""
-        if self.method == "cholesky":
-            return torch.linalg.solve_triangular(self._cholesky(), Ks, upper=False)
-        blocks = [self._cg_solve(b)[0] for b in Ks.split(self.var_block, dim=1)]
-        return torch.cat(blocks, 1)
-
-    def _quad_diag(self, Ks: Tensor, S: Tensor) -> Tensor:
-        return (S * S).sum(0) if self.method == "cholesky" else (Ks * S).sum(0)
-
     def predict(self, X_star: Tensor, return_var: bool = True) -> tuple[Tensor, Tensor | None]:
         """Predictive mean ``(m,)`` and, if asked, the latent variance ``(m,)`` (>= 0),
         sharing each chunk's cross-covariance block."""
@@ -309,7 +333,8 @@ class Posterior:
                 Ks = self.operator.on(self.X, Xc).dense()  # (n, b)
                 means.append(Ks.T @ alpha)
                 kss = self.operator.on(Xc).diag()
-                variances.append((kss - self._quad_diag(Ks, self._solve_cross(Ks))).clamp_min(0))
+                left, right = self.solver.quad_factors(Ks)
+                variances.append((kss - (left * right).sum(0)).clamp_min(0))
         mean = torch.cat(means) if means else X_star.new_zeros(0)
         if not return_var:
             return mean, None
@@ -332,13 +357,13 @@ class Posterior:
         X_star = self._check(X_star)
         with torch.no_grad():
             parts = [
-                (Ks, self._solve_cross(Ks))
-                for Ks in (self.operator.on(self.X, Xc).dense() for Xc in self._chunks(X_star))
+                self.solver.quad_factors(self.operator.on(self.X, Xc).dense())
+                for Xc in self._chunks(X_star)
             ]
-            S = torch.cat([s for _, s in parts], 1)
-            left = S if self.method == "cholesky" else torch.cat([k for k, _ in parts], 1)
+            left = torch.cat([a for a, _ in parts], 1)
+            right = torch.cat([b for _, b in parts], 1)
             del parts
-            cov = self.operator.on(X_star).dense() - left.T @ S
+            cov = self.operator.on(X_star).dense() - left.T @ right
         return 0.5 * (cov + cov.T)
 
     def sample(self, X_star: Tensor, n: int, generator: torch.Generator) -> Tensor:
@@ -358,7 +383,8 @@ class Posterior:
         return mean[None, :] + (root @ e.to(mean.device)).T
 
     def __repr__(self) -> str:
-        return f"Posterior({self.operator!r}, method={self.method!r}, n={self.y.shape[0]})"
+        kind = type(self.solver).__name__
+        return f"Posterior({self.operator!r}, solver={kind}, n={self.y.shape[0]})"
 
     @classmethod
     def dense(

@@ -1,0 +1,292 @@
+"""Which solver and kernel operator an exact GP uses: :func:`choose_backend` (the memory
+rule, by name) and :func:`backend_plan` (a backend name, or ``"auto"``, converted once to a
+:class:`~amorgp.lazy_kernels.solvers.Solver` type and the operator it runs on).
+
+Backends (``backend=`` of :meth:`Posterior.from_kernel
+<amorgp.lazy_kernels.Posterior.from_kernel>` and :class:`~amorgp.lazy_kernels.ExactGP`):
+
+``"cholesky"``
+    dense operator (batched evaluator) and one Cholesky (:class:`CholeskySolver`);
+    ``O(n^3)`` time, ``O(n^2)`` memory.
+``"cg"``
+    dense operator kept in memory, used through matvecs by preconditioned CG + SLQ
+    (:class:`CGSolver`).
+``"keops"``
+    :class:`~amorgp.lazy_kernels.keops.KeOpsOperator` (``K`` never formed, ``O(n)``
+    memory) and preconditioned CG + SLQ (:class:`KeOpsSolver`).  Where KeOps fails its
+    probe on the device (:func:`~amorgp.lazy_kernels.keops_usable`, which warns once with
+    the reason), the block backend instead.
+``"block"``
+    :class:`~amorgp.lazy_kernels.BlockKernelOperator` (``K`` never formed: matvecs by row
+    blocks of the dense evaluator sized to the memory budget, ``O(n x block)`` memory, any
+    device, no compiler) and preconditioned CG + SLQ (:class:`BlockSolver`).
+``"dense"``
+    the dense operator with the solver of the memory rule: ``"cholesky"`` where it fits,
+    ``"cg"`` otherwise (never KeOps).
+
+``"auto"`` picks by :func:`choose_backend`: Cholesky up to :data:`CHOLESKY_MAX_N` points
+when the dense evaluator's working memory (which grows with the number of addends) and
+the Cholesky workspace fit the memory budget, dense CG while the evaluator's working
+memory fits, KeOps CG beyond where KeOps works on the device, else block CG.  Any
+:class:`KernelOperator` may be given instead of a kernel; then the backend only picks the
+solver.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.lazy_kernels.evaluation import blockwise_graph
+from amorgp.lazy_kernels.factory import kernel_operator
+from amorgp.lazy_kernels.keops import KeOpsOperator
+from amorgp.lazy_kernels.operators import (
+    EVALUATOR_MATRICES_PER_TERM,
+    DenseKernel,
+    KernelOperator,
+)
+from amorgp.lazy_kernels.solvers import (
+    BlockSolver,
+    CGSolver,
+    KeOpsSolver,
+    Solver,
+    is_solver_type,
+    solver_type,
+)
+
+__all__ = [
+    "BACKENDS",
+    "CHOLESKY_MAX_N",
+    "EVALUATOR_MATRICES_BLOCKWISE",
+    "EVALUATOR_MATRICES_NO_GRAPH",
+    "EVALUATOR_MATRICES_NO_GRAPH_DEVICE",
+    "EVALUATOR_MATRICES_PER_TERM",
+    "backend_plan",
+    "choose_backend",
+    "choose_solver",
+]
+
+Backend = Literal["auto", "cholesky", "cg", "keops", "block", "dense"]
+"""The backend names: a solver (``"cholesky"``, ``"cg"``) on the dense operator, CG on a
+lazy operator (``"keops"``, ``"block"``), or a rule (``"auto"``, ``"dense"``)."""
+
+BACKENDS = ("auto", "cholesky", "cg", "keops", "block", "dense")
+
+CHOLESKY_MAX_N = 6000
+"""Largest n for which ``auto`` uses dense Cholesky (float64, CPU).  In the benchmark
+(docs/benchmarks/lazy-kernels.md, n <= 2000) Cholesky is still faster per loss+gradient
+than dense CG and exact, so the limit sits where its O(n^3) cost (a few seconds at
+n = 6000 on 2 cores) starts to exceed tens of O(n^2) CG iterations; it is a default, not a
+measured crossover beyond n = 2000."""
+
+
+EVALUATOR_MATRICES_NO_GRAPH = 4
+"""Peak working memory of the dense evaluator without an autograd graph, in matrices of
+the output's size, the output included, whatever the number of addends (it works by
+blocks of points and updates in place): measured 2.1-2.5 at n = 2000-3000, d = 8, 8-32
+addends, up to 6 at n = 1000 where a fixed few tens of MiB of block buffers count
+(docs/benchmarks/lazy-kernels.md, section 9)."""
+
+EVALUATOR_MATRICES_NO_GRAPH_DEVICE = 12
+"""The same count on other devices, where the evaluator works on whole matrices (the
+blocks are a CPU cache optimisation): the bound of whole-matrix evaluation (not measured
+on a GPU)."""
+
+EVALUATOR_MATRICES_BLOCKWISE = 6
+"""Peak working memory of the dense evaluator *with* a graph for the parameters on the
+CPU, forward and backward, in matrices of the output's size, where it records that graph
+block by block (from n = 2048 for any number of dimensions:
+:func:`~amorgp.lazy_kernels.evaluation.blockwise_graph`): measured 3.8-5.6 at
+n = 2000-3000, d = 8, 8-32 addends (section 9).  Below that size, on other devices and with a graph for the inputs, the
+count is :data:`EVALUATOR_MATRICES_PER_TERM` per addend."""
+
+
+def choose_backend(
+    n: int,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str = "cpu",
+    memory_budget: float = 4 * 2**30,
+    keops: bool | None = None,
+    n_terms: int = 1,
+    graph: bool = True,
+    input_graph: bool = False,
+) -> str:
+    """The backend ``"auto"`` uses for ``n`` training points.
+
+    The dense backends build ``K`` with the batched evaluator, whose peak memory depends
+    on how it runs (docs/benchmarks/lazy-kernels.md, sections 1b and 9):
+
+    * recording a whole-matrix autograd graph: about ``EVALUATOR_MATRICES_PER_TERM *
+      n_terms`` matrices of ``n x n``, plus ``K`` itself;
+    * without a graph (``graph=False``: neither the parameters nor the inputs require
+      grad, e.g. conditioning on predicted hyperparameters) it works by blocks of points:
+      at most :data:`EVALUATOR_MATRICES_NO_GRAPH` matrices on the CPU, whatever the number
+      of addends (:data:`EVALUATOR_MATRICES_NO_GRAPH_DEVICE` elsewhere);
+    * with a graph for the parameters only on the CPU, from ``n >= 2048`` it records the
+      graph block by block: at most :data:`EVALUATOR_MATRICES_BLOCKWISE` matrices, forward
+      and backward.
+
+    The smaller count that applies is used; Cholesky needs two more matrices.
+
+    Rule: ``"cholesky"`` if ``n <= CHOLESKY_MAX_N`` (float64; ``CHOLESKY_MAX_N // 2``
+    for float32, whose Cholesky fails earlier) and the Cholesky peak fits
+    ``memory_budget`` bytes; else ``"cg"`` if the evaluator peak fits; else ``"keops"``
+    where pykeops is installed and passes its probe on ``device``
+    (:func:`~amorgp.lazy_kernels.keops_usable`: a subprocess, cached; a failure warns
+    once), else ``"block"`` (the torch block operator, ``O(n x block)`` memory).
+    On CUDA the dense limits double (fast dense kernels).
+
+    Args:
+        n_terms: active addends of the kernel(s) evaluated at once (summed over input
+            dimensions and over the kernels of one batch).
+        graph: whether ``K`` is evaluated with an autograd graph.
+        input_graph: whether that graph reaches the inputs (they require grad).
+        keops: whether KeOps may be used (None: installed and passing its probe).
+
+    Raises:
+        ValueError: ``n_terms < 1``.
+    """
+    from amorgp.lazy_kernels.probe import keops_installed, keops_usable
+
+    if n_terms < 1:
+        raise ValueError(f"n_terms must be >= 1, got {n_terms}")
+    item = torch.finfo(dtype).bits // 8
+    dense = item * n * n
+    cpu = torch.device(device).type == "cpu"
+    matrices = EVALUATOR_MATRICES_PER_TERM * n_terms + 1
+    if not graph:
+        bound = EVALUATOR_MATRICES_NO_GRAPH if cpu else EVALUATOR_MATRICES_NO_GRAPH_DEVICE
+        matrices = min(matrices, bound)
+    elif cpu and not input_graph and blockwise_graph(n):
+        matrices = min(matrices, EVALUATOR_MATRICES_BLOCKWISE)
+    evaluator = matrices * dense
+    limit = CHOLESKY_MAX_N if dtype == torch.float64 else CHOLESKY_MAX_N // 2
+    if not cpu:
+        limit *= 2
+    if n <= limit and evaluator + 2 * dense <= memory_budget:
+        return "cholesky"
+    if evaluator <= memory_budget:
+        return "cg"
+    if keops is None:
+        keops = keops_installed() and keops_usable(device)
+    return "keops" if keops else "block"
+
+
+def choose_solver(
+    n: int,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str = "cpu",
+    memory_budget: float = 4 * 2**30,
+    keops: bool | None = None,
+    n_terms: int = 1,
+    graph: bool = True,
+    input_graph: bool = False,
+) -> type[Solver]:
+    """The :class:`~amorgp.lazy_kernels.solvers.Solver` type of :func:`choose_backend`'s
+    backend (same arguments)."""
+    return solver_type(
+        choose_backend(n, dtype, device, memory_budget, keops, n_terms, graph, input_graph)
+    )
+
+
+def backend_plan(
+    kernel: DenseKernel | KernelOperator,
+    X: Tensor,
+    backend: str | type[Solver] = "auto",
+    memory_budget: float = 4 * 2**30,
+) -> tuple[type[Solver], KernelOperator]:
+    """The solver type and the training operator ``K(X, X)`` of ``kernel`` for ``backend``.
+
+    The one place a backend name becomes a type.
+
+    Args:
+        kernel: a dense kernel (:class:`~amorgp.lazy_kernels.DimWiseKernel`, or
+            :class:`~amorgp.lazy_kernels.ExpressionKernel` for the dense backends), or a
+            symmetric :class:`KernelOperator` ``K(X, X)`` (then only ``"auto"``,
+            ``"dense"``, ``"cholesky"``, ``"cg"`` or a solver type).
+        X: ``(n, D)`` training inputs.
+        backend: a name of :data:`BACKENDS` or a :class:`Solver` type.
+        memory_budget: bytes the dense backends may use (for ``"auto"``, ``"dense"``); the
+            block operator's row blocks may use half of it.
+
+    Raises:
+        OptionError: an unknown backend, a kernel the backend cannot evaluate, a lazy
+            backend with an operator.
+        DataError: an operator whose inputs differ from ``X``.
+    """
+    if not is_solver_type(backend) and backend not in BACKENDS:
+        raise OptionError(
+            f"unknown backend {backend!r}; use auto, cholesky, cg, keops, block or dense"
+        )
+    n = X.shape[0]
+    if isinstance(kernel, KernelOperator):
+        operator = _given_operator(kernel, X, backend)
+        if backend in ("auto", "dense"):
+            item = torch.finfo(X.dtype).bits // 8
+            dense_fits = n * n * (kernel.bytes_per_entry + 2 * item) <= memory_budget
+            backend = "cholesky" if n <= CHOLESKY_MAX_N and dense_fits else "cg"
+        return solver_type(backend), operator
+    _check_kernel(kernel, X)
+    if backend in ("auto", "dense"):
+        params = getattr(kernel, "params", None)
+        name = choose_backend(
+            n,
+            X.dtype,
+            X.device,
+            memory_budget,
+            keops=True if backend == "dense" else None,
+            n_terms=kernel.n_terms,
+            graph=X.requires_grad or bool(getattr(params, "requires_grad", False)),
+            input_graph=X.requires_grad,
+        )
+        # "dense" where only KeOps would fit: dense CG as asked
+        solver = CGSolver if backend == "dense" and name == "keops" else solver_type(name)
+    else:
+        solver = solver_type(backend)
+    operator = kernel_operator(
+        kernel, X, backend=solver.operator_backend, memory_budget=memory_budget / 2
+    )
+    if issubclass(solver, KeOpsSolver) and not isinstance(operator, KeOpsOperator):
+        solver = BlockSolver  # KeOps failed its probe (warned)
+    return solver, operator
+
+
+def check_data(X: Tensor, y: Tensor) -> None:
+    """Raise :class:`DataError` unless ``X (n, D)`` and ``y (n,)`` are finite, ``n >= 1``."""
+    if not isinstance(X, Tensor) or X.ndim != 2:
+        raise DataError(f"X must be an (n, D) tensor, got {tuple(getattr(X, 'shape', ()))}")
+    if not isinstance(y, Tensor) or y.shape != (X.shape[0],):
+        raise DataError(f"y must have shape ({X.shape[0]},), got {tuple(getattr(y, 'shape', ()))}")
+    if X.shape[0] == 0:
+        raise DataError("no training points")
+    for name, t in (("X", X), ("y", y)):
+        if not bool(torch.isfinite(t).all()):
+            raise DataError(f"{name} contains NaN or infinite values")
+
+
+def _check_kernel(kernel: object, X: Tensor) -> None:
+    from amorgp.lazy_kernels.structure import DimWiseKernel, ExpressionKernel
+
+    if not isinstance(kernel, DimWiseKernel | ExpressionKernel):
+        raise OptionError(
+            "kernel must be a DimWiseKernel, an ExpressionKernel or a KernelOperator, "
+            f"got {type(kernel).__name__}"
+        )
+    d = kernel.structure.n_dims if isinstance(kernel, DimWiseKernel) else kernel.n_dims
+    if X.shape[1] != d:
+        raise DataError(f"X has {X.shape[1]} dimensions but the kernel {kernel} has {d}")
+
+
+def _given_operator(op: KernelOperator, X: Tensor, backend: str | type[Solver]) -> KernelOperator:
+    if backend in ("keops", "block") or (
+        isinstance(backend, type) and backend.operator_backend != "dense"
+    ):
+        raise OptionError("with a KernelOperator, backend picks the solver: auto, cholesky or cg")
+    if op.X2 is not op.X1:
+        raise OptionError("the operator must be the symmetric training operator K(X, X)")
+    if op.X1.shape != X.shape or not bool(torch.equal(op.X1, X)):
+        raise DataError("the operator's inputs differ from X")
+    return op
