@@ -137,7 +137,7 @@ def _worker_posterior(mode: str, n: int, m: int) -> dict:
 
     from amorgp.diff_linalg import robust_cholesky
     from amorgp.kernel_grammar import DimWiseStructure
-    from amorgp.lazy_kernels import DimWiseKernel, ExactGP
+    from amorgp.lazy_kernels import DimWiseKernel, Posterior
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
@@ -166,12 +166,12 @@ def _worker_posterior(mode: str, n: int, m: int) -> dict:
             lml = -0.5 * y @ a - torch.log(L.diagonal()).sum() - 0.5 * n * math.log(2 * math.pi)
         count += 1
     else:
-        gp = ExactGP(kernel, noise, X, y)  # backend "auto" -> cholesky at this size
+        gp = Posterior.from_kernel(kernel, X, y, noise)  # "auto" -> Cholesky at this size
         with torch.no_grad():
             mean, var = gp.predict(Xs)
             t1 = time.perf_counter()
             lml = gp.log_marginal_likelihood()
-        count = gp.posterior().factorizations
+        count = gp.factorizations
     t2 = time.perf_counter()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert var is not None
@@ -287,7 +287,7 @@ def _worker_growing_loop(variant: str, lo: int, hi: int) -> dict:
 def _no_graph_lml(kernel: str, n: int) -> dict:
     """LML of fixed hyperparameters by ``auto`` and by KeOps CG (after a compile call)."""
     from amorgp.kernel_grammar import DimWiseStructure
-    from amorgp.lazy_kernels import DimWiseKernel, ExactGP
+    from amorgp.lazy_kernels import DimWiseKernel, Posterior
 
     g = torch.Generator().manual_seed(1)
     s = DimWiseStructure.coerce(kernel, 8)
@@ -296,7 +296,9 @@ def _no_graph_lml(kernel: str, n: int) -> dict:
     y = torch.sin(6 * X[:, 0]) * X[:, 1] + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
     out: dict = {"terms": DimWiseKernel(s, params).n_terms}
     for backend in ("auto", "keops", "keops"):  # the first KeOps call compiles
-        gp = ExactGP(DimWiseKernel(s, params), 0.05, X, y, backend=backend, memory_budget=2**30)
+        gp = Posterior.from_kernel(
+            DimWiseKernel(s, params), X, y, 0.05, backend=backend, memory_budget=2**30
+        )
         t0 = time.perf_counter()
         lml = float(gp.log_marginal_likelihood())
         out[backend] = {"s": time.perf_counter() - t0, "lml": lml, "backend": gp.backend}
@@ -633,12 +635,12 @@ def _gpytorch_dense(modules, x):  # type: ignore[no-untyped-def]
 
 
 def _ours_loss(s, params0, X, y, backend):  # type: ignore[no-untyped-def]
-    from amorgp.lazy_kernels import DimWiseKernel, ExactGP
+    from amorgp.lazy_kernels import DimWiseKernel, Posterior
 
     def run() -> None:
         p = params0.clone().requires_grad_()
         noise = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
-        gp = ExactGP(DimWiseKernel(s, p), noise, X, y, backend=backend)
+        gp = Posterior.from_kernel(DimWiseKernel(s, p), X, y, noise, backend=backend)
         gp.log_marginal_likelihood().backward()
 
     return run
@@ -684,7 +686,7 @@ def section_exact_gp(quick: bool) -> list[str]:
         "",
         f"## 3. Exact GP log marginal likelihood + gradient, kernel `{s}`",
         "",
-        "Median [IQR] of 3 repeats in ms (float64). Ours: `ExactGP(backend=...)`; CG backends "
+        "Median [IQR] of 3 repeats in ms (float64). Ours: `Posterior.from_kernel(..., backend=...)`; CG backends "
         "use 15 probes and a rank-64 pivoted-Cholesky preconditioner. GPyTorch: `ExactGP` + "
         "`ExactMarginalLogLikelihood` with the same kernel built from its modules, Cholesky "
         "(`max_cholesky_size=inf`) and BBMM (`max_cholesky_size=0`).",
@@ -961,7 +963,7 @@ def section_posterior(quick: bool) -> list[str]:
         "*before* = the amortizer's previous path: a fresh `ExactGP` (dense `K`, Cholesky, "
         "cross-covariance block) per 256 MiB chunk of test points (`256 MiB / (8 n)` rows, "
         "frozen copy in this script), then another fresh one for the log marginal likelihood; "
-        "*after* = one `ExactGP` whose `Posterior` factors `K + sigma^2 I` once and serves the "
+        "*after* = one `Posterior` (`Posterior.from_kernel`) that factors `K + sigma^2 I` once and serves the "
         "predictions (chunks sized by the evaluator's working memory, 256 MiB) and the log "
         "marginal likelihood.",
         "",

@@ -12,10 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV_READER = "packages/amortizer/src/amorgp/amortizer/io.py"
-OTHER_CSV_READERS = {
-    # a training module (outside the runtime): reads the bundled tables with np.loadtxt
-    "packages/amortizer/src/amorgp/amortizer/training/campaign_plan.py",
-}
+OTHER_CSV_READERS: set[str] = set()
 _PARSES_CSV = re.compile(r"np\.loadtxt|np\.genfromtxt|csv\.reader|csv\.DictReader|pd\.read_csv")
 
 

@@ -256,7 +256,9 @@ def estimate_seconds(
     out = {}
     if calibrate:
         out["calibration"] = k * units["eigh"] * (min(n, MAX_POINTS) / _PROBE) ** 3
-    if backend == "cholesky":
+    from amorgp.lazy_kernels import CholeskySolver, solver_type
+
+    if issubclass(solver_type(backend), CholeskySolver):
         out["posterior"] = k * units["cholesky"] * scale
     else:  # one product ~ n^3 flops; one kernel mat-vec ~ 20 n^2 per addend
         per_pair = units["matmul"] / _PROBE**3

@@ -85,7 +85,7 @@ def _training_data(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     norm = result.normalizer
     if train_X is None or train_Y is None:
-        gp = getattr(result, "_gp", None)
+        gp = getattr(result, "posterior", None)
         if gp is None:
             raise DataError("the result holds no training data; pass train_X and train_Y")
         Xn = gp.X.detach().to("cpu", torch.float64)

@@ -238,13 +238,15 @@ def real_data_scores(
     import numpy as np
 
     from amorgp.amortizer.inference import Amortizer
+    from amorgp.amortizer.io import read_csv
     from amorgp.kernel_grammar import paper_evaluation_set
 
     amz = Amortizer.from_pretrained(checkpoint, device="cpu", calibrate=False)
     out: dict[str, dict[str, float]] = {}
     for path in sorted(Path(data_dir).glob("*.csv")):
-        arr = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
-        X, y = arr[:, :-1], arr[:, -1]
+        table = read_csv(path)
+        X, y = table.X, table.y
+        assert y is not None
         n_train = min(PAPER_N_TRAIN.get(path.stem, 500), len(y) - 10)
         perm = np.random.default_rng(seed).permutation(len(y))
         tr, te = perm[:n_train], perm[n_train : n_train + 1000]
