@@ -147,3 +147,29 @@ def test_chunk_script_smoke_run(tmp_path: Path) -> None:
     assert log[0]["validation_nll"] == pytest.approx(_last_validation(tmp_path / "runs" / "p2"))
     assert load_checkpoint(out).meta["weights_dtype"] == "bfloat16"
     assert len(list((tmp_path / "OUT").rglob("*"))) <= 8 + 1  # + the folder medium/
+
+
+def test_committed_medium_weights_load_as_float32() -> None:
+    """``models/medium``: the ``medium`` preset in bfloat16 shards under 16 MiB, loaded by
+    ``Amortizer.from_pretrained`` as float32 weights that bfloat16 represents exactly."""
+    from amorgp.amortizer import Amortizer
+
+    where = ROOT / "models" / "medium"
+    meta = json.loads((where / "checkpoint.json").read_text())
+    assert meta["weights_dtype"] == "bfloat16"
+    assert all((where / f).stat().st_size < 16 * 2**20 for f in meta["shards"]["model"])
+    ckpt = load_checkpoint(where)
+    assert ckpt.network == PRESETS["medium"].network
+    weights = ckpt.model.state_dict()
+    assert sum(p.numel() for p in ckpt.model.parameters()) == 13_835_545
+    for name, value in weights.items():
+        assert value.dtype == torch.float32, name
+        assert torch.equal(value, value.to(torch.bfloat16).to(torch.float32)), name
+    log = [json.loads(x) for x in (where / LOG_FILE).read_text().splitlines()]
+    assert log[-1]["datasets_total"] == sum(r["datasets"] for r in log)
+    amz = Amortizer.from_pretrained(where)
+    x = torch.linspace(0, 1, 40, dtype=torch.float64)[:, None]
+    fit = amz.infer(x.numpy(), torch.sin(6 * x[:, 0]).numpy(), "SE")
+    mean, var = fit.predict(x.numpy())
+    assert float(abs(torch.as_tensor(mean) - torch.sin(6 * x[:, 0])).max()) < 0.1
+    assert bool((torch.as_tensor(var) > 0).all())

@@ -192,7 +192,8 @@ def test_presets_sizes() -> None:
     # mid: between small and medium, 2-4 M parameters, at least 32 channels per head
     mid = PRESETS["mid"].network
     assert 2_000_000 <= count_parameters(build_model(mid)) <= 4_000_000
-    assert mid.d_data // mid.n_heads >= 32 and mid.d_kernel // mid.n_heads >= 32
+    assert mid.d_data // mid.n_heads >= 32
+    assert mid.d_kernel // mid.n_heads >= 32
     assert min(mid.head_hidden, mid.noise_hidden) >= 32
     paper = count_parameters(build_model(PRESETS["paper"].network))
     assert 38_000_000 < paper < 48_000_000
