@@ -21,12 +21,14 @@
 # ship check (docs/guide/training.md, "GPU chunks").
 #
 # Time: everything ends within $AMORGP_CHUNK_SECONDS (default 540).  MINUTES (default:
-# what is left after 150 s kept for start-up, phase 2 and the export) is cut to fit.
+# what is left after 180 s kept for start-up, phase 2 and the export: 6.0) is cut to fit.
 # Environment: AMORGP_CHUNK_DEVICE (default cuda), AMORGP_CHUNK_FROM, AMORGP_CHUNK_RUNS,
-# AMORGP_CHUNK_PRESET (default medium; the tests use tiny),
+# AMORGP_CHUNK_PRESET (default medium; the tests use tiny), AMORGP_REVISION (the code
+# revision logged, where the copy on the GPU machine has no .git; default: git rev-parse),
 # AMORGP_CHUNK_SMOKE=1 (a test on any machine: CPU, 2 steps per phase, 8 datasets per
-# batch, n <= 20, 8 validation datasets).  Exits 0 when the weights were exported, 1 on a
-# usage error, 2 when a step failed (OUTDIR/chunk.log says which).
+# batch, n <= 20, 8 validation datasets; its runs go to OUTDIR/.runs unless
+# AMORGP_CHUNK_RUNS says otherwise).  Exits 0 when the weights were exported, 1 on a usage
+# error, 2 when a step failed (OUTDIR/chunk.log says which).
 set -u
 
 if [ $# -lt 1 ]; then
@@ -40,7 +42,7 @@ PY=${PYTHON:-python}
 START=$(date +%s)
 TOTAL=${AMORGP_CHUNK_SECONDS:-540}
 DEADLINE=$((START + TOTAL))
-RESERVE=150
+RESERVE=180
 FROM=${AMORGP_CHUNK_FROM:-models/medium}
 RUNS=${AMORGP_CHUNK_RUNS:-/tmp/amorgp-chunk}
 DEVICE=${AMORGP_CHUNK_DEVICE:-cuda}
@@ -63,6 +65,7 @@ P1=(--set n_max=100 --set num_workers=12 --set warmup_steps=100)
 P2=(--set n_max=250 --max-steps 100)
 if [ "${AMORGP_CHUNK_SMOKE:-0}" = "1" ]; then
     DEVICE=cpu
+    RUNS=${AMORGP_CHUNK_RUNS:-$OUT/.runs}  # never resumes a real chunk's run
     SMALL=(--set batch_size=8 --set val_size=8 --set num_workers=0 --set n_max=20)
     P1=("${SMALL[@]}" --set warmup_steps=1 --max-steps 2)
     P2=("${SMALL[@]}" --max-steps 2)
