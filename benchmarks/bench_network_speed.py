@@ -50,6 +50,20 @@ def _cpu(fn: Any) -> float:
     return time.process_time() - t0
 
 
+def _machine() -> str:
+    import os
+
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}"
+
+
 def measure(quick: bool, repeats: int) -> dict[str, Any]:
     import warnings
 
@@ -95,7 +109,7 @@ def measure(quick: bool, repeats: int) -> dict[str, Any]:
         "n": n,
         "d": D,
         "repeats": repeats,
-        "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
+        "machine": _machine(),
         "networks": {k: {t: min(v) for t, v in d.items()} for k, d in times.items()},
         "sklearn": min(sk),
     }
