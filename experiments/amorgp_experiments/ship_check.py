@@ -11,8 +11,18 @@ recomputed), and compares them cell by cell:
   the share of cells where the candidate is better, and the median NLL difference;
 * the median RMSE ratio of each to 5-start L-BFGS Type-2 ML (``gp-ml-lbfgs``) on the
   cells that have it;
+* over all cells of each method: the median and geometric mean of the ratios and the
+  shares of cells where the candidate is better or worse by more than 0.1 % (the
+  per-dataset share counts any ratio below 1, so ties within rounding count there);
 * optionally (``--heldout N``) both networks on ``N`` held-out simulated pairs
-  (:func:`amorgp.amortizer.training.campaign_plan.compare_on_heldout`).
+  (:func:`amorgp.amortizer.training.campaign_plan.compare_on_heldout`; the primary
+  network alone, also with ``--with-candidate``).
+
+``--with-candidate NAME`` (repeatable) checks the candidate as the primary network with
+``NAME`` (a bundled name or a directory) as its candidate network: both predict and the
+exact likelihood picks per kernel.  The pair is written as a checkpoint folder in the work
+folder (links to the candidate's tensor files, its ``checkpoint.json`` with
+``"candidates"``).
 
 A per-cell ratio below 1 on every dataset is what shipping asks for; differences of 1-2 %
 per cell are within the spread of the noise fine-tuning's seed
@@ -22,12 +32,14 @@ Usage::
 
     python -m amorgp_experiments.ship_check docs/training/campaign/best [--base default] [--heldout 1000]
     python -m amorgp_experiments.ship_check docs/training/campaign/best-phase1 --base default-phase1
+    python -m amorgp_experiments.ship_check models/medium --with-candidate default
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import subprocess
@@ -112,7 +124,54 @@ def compare(base: Cells, cand: Cells) -> dict[str, Any]:
     return out
 
 
-def markdown(base: str, cand: str, table: dict[str, Any], heldout: dict[str, float] | None) -> str:
+TIE = 1e-3
+"""Relative RMSE difference below which a cell counts as a tie in the all-cells summary."""
+
+
+def overall(base: Cells, cand: Cells) -> dict[str, Any]:
+    """Per method, over all cells both have: median and geometric mean of the RMSE ratios,
+    and the shares better and worse by more than :data:`TIE`."""
+    out: dict[str, Any] = {}
+    for method in METHODS:
+        keys = [k for k in cand if k[3] == method and _ok(cand[k]) and _ok(base.get(k))]
+        if not keys:
+            continue
+        ratio = [cand[k]["rmse"] / base[k]["rmse"] for k in keys]
+        out[method] = {
+            "cells": len(keys),
+            "rmse_ratio": statistics.median(ratio),
+            "geometric_mean": math.exp(statistics.fmean(math.log(r) for r in ratio)),
+            "better": sum(r < 1 - TIE for r in ratio) / len(ratio),
+            "worse": sum(r > 1 + TIE for r in ratio) / len(ratio),
+        }
+    return out
+
+
+def with_candidates(primary: str, candidates: list[str], work: Path) -> Path:
+    """A checkpoint folder in ``work``: ``primary``'s weights (linked) and its
+    ``checkpoint.json`` naming ``candidates``."""
+    from amorgp.amortizer.bundled import resolve_checkpoint
+
+    source = resolve_checkpoint(primary).resolve()
+    meta = json.loads((source / "checkpoint.json").read_text())
+    target = work / f"{source.name}+{'+'.join(Path(c).name for c in candidates)}"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for name in meta.get("sha256", {}):
+        (target / name).symlink_to(source / name)
+    meta["candidates"] = [str(Path(c).resolve()) if Path(c).exists() else c for c in candidates]
+    (target / "checkpoint.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+    return target
+
+
+def markdown(
+    base: str,
+    cand: str,
+    table: dict[str, Any],
+    heldout: dict[str, float] | None,
+    total: dict[str, Any] | None = None,
+) -> str:
     def f(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
 
@@ -132,6 +191,20 @@ def markdown(base: str, cand: str, table: dict[str, Any], heldout: dict[str, flo
                 f"| {method} | {ds} | {r['cells']} | {r['rmse_ratio']:.3f} | "
                 f"{100 * r['better']:.0f} % | {r['nll_diff']:+.3f} | {f(r['base_to_ref'])} | "
                 f"{f(r['cand_to_ref'])} |"
+            )
+    if total:
+        lines += [
+            "",
+            "All cells (ties: within 0.1 %):",
+            "",
+            "| method | cells | median RMSE ratio | geometric mean | better | worse |",
+            "|---|---|---|---|---|---|",
+        ]
+        for method, r in total.items():
+            lines.append(
+                f"| {method} | {r['cells']} | {r['rmse_ratio']:.3f} | "
+                f"{r['geometric_mean']:.3f} | {100 * r['better']:.0f} % | "
+                f"{100 * r['worse']:.0f} % |"
             )
     if heldout is not None:
         lines += [
@@ -154,12 +227,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=Path("runs/ship-check"), help="scratch folder")
     ap.add_argument("--heldout", type=int, default=0, help="held-out simulated pairs (0: none)")
     ap.add_argument("--quick", action="store_true", help="airline, 2 kernels, one split")
+    ap.add_argument(
+        "--with-candidate",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="check the candidate with this network as its candidate network (repeatable)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     ap.add_argument("--json", type=Path, default=None, help="write the numbers as JSON here")
     a = ap.parse_args(argv)
+    candidate = a.candidate
+    if a.with_candidate:
+        candidate = str(with_candidates(a.candidate, a.with_candidate, a.work))
     base = fig3_cells(a.base, a.work / "base", a.quick)
-    cand = fig3_cells(a.candidate, a.work / "candidate", a.quick)
+    cand = fig3_cells(candidate, a.work / "candidate", a.quick)
     table = compare(base, cand)
+    total = overall(base, cand)
     heldout = None
     if a.heldout > 0:
         from amorgp.amortizer.bundled import resolve_checkpoint
@@ -168,12 +252,15 @@ def main(argv: list[str] | None = None) -> None:
         heldout = compare_on_heldout(
             resolve_checkpoint(a.base), resolve_checkpoint(a.candidate), n_pairs=a.heldout
         )
-    text = markdown(a.base, a.candidate, table, heldout)
+    label = " + ".join([a.candidate, *a.with_candidate])
+    text = markdown(a.base, label, table, heldout, total)
     print(text)
     if a.out is not None:
         a.out.write_text(text)
     if a.json is not None:
-        a.json.write_text(json.dumps({"table": table, "heldout": heldout}, indent=2))
+        a.json.write_text(
+            json.dumps({"table": table, "overall": total, "heldout": heldout}, indent=2)
+        )
 
 
 if __name__ == "__main__":

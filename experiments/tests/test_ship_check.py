@@ -52,3 +52,41 @@ def test_ship_check_matches_the_api(tmp_path: Path, candidate: str) -> None:
             assert row["nll_diff"] == 0.0
         else:  # the first model against the campaign's: different predictions
             assert row["rmse_ratio"] != 1.0
+
+
+@pytest.mark.slow
+def test_ship_check_with_a_candidate_network_matches_the_api(tmp_path: Path) -> None:
+    """``--with-candidate``: the candidate as the primary network beside another; the
+    ratios are those of ``Amortizer.from_pretrained(primary, candidates=[...])``."""
+    from amorgp_experiments import ship_check as sc
+    from amorgp_experiments.paper.protocol import load_dataset, make_split, scores
+    from amorgp_experiments.paper.real import kernel_templates
+
+    from amorgp.amortizer import Amortizer
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    work = tmp_path / "work"
+    out = tmp_path / "c.json"
+    sc.main(["--quick", "small-d4-v1", "--with-candidate", "default", "--work", str(work),
+             "--json", str(out)])  # fmt: skip
+    result = json.loads(out.read_text())
+    sp = make_split(load_dataset("airline"), 0)
+    structs = [DimWiseStructure.coerce(k, sp.X_train.shape[1]) for k in kernel_templates([0, 1])]
+    for method, calibrate in (("amortized", False), ("amortized+calibrate", True)):
+        pair = Amortizer.from_pretrained("small-d4-v1", calibrate=calibrate, candidates=["default"])
+        cand = []
+        for f in pair.infer_many(sp.X_train, sp.y_train, structs, starts=1):
+            m, v = f.predict(sp.X_test)
+            cand.append(scores(np.asarray(m), np.asarray(v), sp.y_test, sp.mu, sp.sd)[0])
+        base = _direct_rmse("default", calibrate)
+        ratios = [c / b for c, b in zip(cand, base, strict=True)]
+        row = result["table"][method]["airline"]
+        np.testing.assert_allclose(row["rmse_ratio"], statistics.median(ratios), rtol=1e-6)
+        total = result["overall"][method]
+        assert total["cells"] == 2
+        assert total["better"] == sum(r < 1 - sc.TIE for r in ratios) / 2
+        assert total["worse"] == sum(r > 1 + sc.TIE for r in ratios) / 2
+        # each cell's fit is one of the two networks' own fits (the likelihood picks one)
+        alone = _direct_rmse("small-d4-v1", calibrate)
+        for c, a, b in zip(cand, alone, base, strict=True):
+            assert min(abs(c - a), abs(c - b)) <= 1e-6 * c

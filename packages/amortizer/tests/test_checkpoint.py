@@ -253,3 +253,53 @@ def test_medium_preset_weights_fit_16_mib_files(tmp_path: Path) -> None:
     loaded = load_checkpoint(path, expect_network=network)
     for a, b in zip(loaded.model.state_dict().values(), model.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_bfloat16_storage_rounds_the_weights_and_loads_float32(tmp_path: Path) -> None:
+    """``weights_dtype=torch.bfloat16`` stores each weight rounded to nearest bfloat16
+    (the safetensors header says BF16), about half the bytes, and loading gives float32
+    parameters equal to the rounded values; the network then computes exactly like a
+    float32 network holding those values."""
+    from safetensors import safe_open
+
+    model, opt = _trained()
+    full = save_checkpoint(tmp_path / "f32", model, NET)
+    half = save_checkpoint(
+        tmp_path / "bf16", model, NET, optimizer=opt, weights_dtype=torch.bfloat16
+    )
+    meta = json.loads((half / "checkpoint.json").read_text())
+    assert meta["weights_dtype"] == "bfloat16"
+    assert "weights_dtype" not in json.loads((full / "checkpoint.json").read_text())
+    with safe_open(str(half / "model.safetensors"), framework="pt") as fh:
+        assert {fh.get_slice(k).get_dtype() for k in fh.keys()} == {"BF16"}  # noqa: SIM118
+    w32 = (full / "model.safetensors").stat().st_size
+    assert (half / "model.safetensors").stat().st_size < 0.6 * w32  # + the header
+    loaded = load_checkpoint(half)
+    # the optimiser state stays float32
+    assert all(t.dtype == torch.float32 for t in loaded.optimizer_tensors.values())
+    rounded = build_model(NET)
+    for (name, value), ref in zip(loaded.model.state_dict().items(), model.state_dict().items()):
+        assert value.dtype == torch.float32, name
+        want = ref[1].detach().to(torch.bfloat16).to(torch.float32)
+        assert torch.equal(value, want), name
+        # bfloat16 keeps 8 significant bits: relative rounding error at most 2^-8
+        scale = ref[1].abs().clamp_min(torch.finfo(torch.float32).tiny)
+        assert float(((value - ref[1]).abs() / scale).max()) <= 2.0**-8 + 1e-12, name
+    rounded.load_state_dict(
+        {k: v.detach().to(torch.bfloat16).to(torch.float32) for k, v in model.state_dict().items()}
+    )
+    rounded.eval()
+    batch = testing.random_padded_batch(
+        torch.Generator().manual_seed(5), PAPER_VOCABULARY, dtype=torch.float32
+    )
+    with torch.no_grad():
+        a, b = rounded(batch), loaded.model(batch)
+    torch.testing.assert_close(a.params, b.params, rtol=0, atol=0)
+    torch.testing.assert_close(a.noise, b.noise, rtol=0, atol=0)
+
+
+def test_unknown_weight_storage_type_is_refused(tmp_path: Path) -> None:
+    model, _ = _trained()
+    with pytest.raises(CheckpointError, match="not a storage type"):
+        save_checkpoint(tmp_path / "c", model, NET, weights_dtype=torch.int8)
+    assert not (tmp_path / "c").exists()

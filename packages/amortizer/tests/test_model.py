@@ -189,6 +189,12 @@ def test_bad_input_raises(gen: torch.Generator, field: str, make, message: str) 
 def test_presets_sizes() -> None:
     """medium stays under 15 M parameters (64 MB of float32); paper is ~43 M."""
     assert count_parameters(build_model(PRESETS["medium"].network)) <= 15_000_000
+    # mid: between small and medium, 2-4 M parameters, at least 32 channels per head
+    mid = PRESETS["mid"].network
+    assert 2_000_000 <= count_parameters(build_model(mid)) <= 4_000_000
+    assert mid.d_data // mid.n_heads >= 32
+    assert mid.d_kernel // mid.n_heads >= 32
+    assert min(mid.head_hidden, mid.noise_hidden) >= 32
     paper = count_parameters(build_model(PRESETS["paper"].network))
     assert 38_000_000 < paper < 48_000_000
 

@@ -3,7 +3,8 @@
 A checkpoint is a directory::
 
     <dir>/
-      model.safetensors       network weights (float32), no pickle
+      model.safetensors       network weights (float32, or bfloat16 / float16 for storage:
+                              see below), no pickle
       optimizer.safetensors   optional: optimiser state flattened to tensors
                               ("state/<param index>/<name>") and RNG states ("rng/torch")
       checkpoint.json         format tag, network config (architecture + vocabulary),
@@ -17,6 +18,12 @@ machine): a larger state is split between tensors into ``model-00001-of-00004.sa
 ... (likewise ``optimizer-...``), listed in order under ``"shards"`` in
 ``checkpoint.json``; a single tensor larger than the limit gets a shard of its own.  A
 state that fits keeps the single-file names above, so small checkpoints are unchanged.
+
+Weights may be stored in a 16-bit float type (``save_checkpoint(..., weights_dtype=
+torch.bfloat16)``; ``checkpoint.json`` then says ``"weights_dtype": "bfloat16"``) to halve
+the size of a large network kept in a repository; loading always upcasts them to float32,
+the network's own precision, so a stored network computes like a float32 one whose
+weights are the rounded values.  Optimiser state is always float32.
 
 The directory is written under a temporary sibling name and renamed into place
 (a rename to a new name is atomic), so a crash never leaves a half-written
@@ -53,6 +60,7 @@ from amorgp.amortizer.model import build_model
 __all__ = [
     "FORMAT",
     "SHARD_BYTES",
+    "WEIGHT_DTYPES",
     "check_file_name",
     "check_finite",
     "check_weight_shapes",
@@ -72,6 +80,12 @@ OPTIMIZER_FILE = "optimizer.safetensors"
 META_FILE = "checkpoint.json"
 SHARD_BYTES = 16 * 2**20
 """Largest tensor file a checkpoint writes (bytes of tensor data; see the module docstring)."""
+WEIGHT_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+"""Storage types of the weights (``weights_dtype`` of :func:`save_checkpoint`), by name."""
 
 NORMALISATION: dict[str, str] = {
     "X": "each input column min-max scaled to [0, 1]; a constant column maps to 0.5",
@@ -300,6 +314,7 @@ def save_checkpoint(
     meta: dict[str, Any] | None = None,
     overwrite: bool = False,
     max_shard_bytes: int = SHARD_BYTES,
+    weights_dtype: torch.dtype = torch.float32,
 ) -> Path:
     """Write a checkpoint directory atomically.
 
@@ -314,6 +329,10 @@ def save_checkpoint(
         overwrite: replace an existing directory.
         max_shard_bytes: largest tensor file (bytes of tensor data); larger states are
             sharded (see the module docstring).
+        weights_dtype: storage type of the floating-point weights: ``torch.float32``
+            (default), ``torch.bfloat16`` or ``torch.float16`` (rounded to nearest;
+            recorded as ``"weights_dtype"`` in ``checkpoint.json``; loading upcasts to
+            float32).  The optimiser state stays float32.
 
     Returns:
         The checkpoint directory.
@@ -322,14 +341,26 @@ def save_checkpoint(
         CheckpointError: ``directory`` exists (without ``overwrite``), a weight or
             optimiser tensor is not finite (nothing is written then), or the files
             cannot be written (a full disk: the partial copy is removed, an existing
-            checkpoint at ``directory`` is untouched).
+            checkpoint at ``directory`` is untouched), or ``weights_dtype`` is not a
+            storage type of :data:`WEIGHT_DTYPES`.
     """
     target = Path(directory)
+    dtype_name = next((k for k, v in WEIGHT_DTYPES.items() if v == weights_dtype), None)
+    if dtype_name is None:
+        raise CheckpointError(
+            f"weights_dtype={weights_dtype} is not a storage type of checkpoint weights; "
+            f"choose one of {', '.join(f'torch.{k}' for k in WEIGHT_DTYPES)}"
+        )
     if target.exists() and not overwrite:
         raise CheckpointError(f"checkpoint {target} exists; pass overwrite=True to replace it")
     module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     weights = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
     check_finite(weights, f"refusing to write checkpoint {target}: the model")
+    if weights_dtype != torch.float32:
+        weights = {
+            k: v.to(weights_dtype) if v.is_floating_point() else v for k, v in weights.items()
+        }
+        check_finite(weights, f"refusing to write checkpoint {target}: the {dtype_name} weights")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -351,6 +382,9 @@ def save_checkpoint(
         }
         body.update(meta or {})
         body.pop("shards", None)  # describes the files written here, never inherited
+        body.pop("weights_dtype", None)
+        if weights_dtype != torch.float32:
+            body["weights_dtype"] = dtype_name
         opt_tensors: dict[str, torch.Tensor] = dict(extra_tensors or {})
         if optimizer is not None:
             t, j = optimizer_to_tensors(optimizer)
@@ -460,6 +494,13 @@ def _load_tensors(path: Path, names: list[str]) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def _upcast(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Weights stored in a 16-bit float type (bfloat16, float16), as float32 (the
+    network's precision); other tensors unchanged."""
+    low = (torch.bfloat16, torch.float16)
+    return {k: v.to(torch.float32) if v.dtype in low else v for k, v in weights.items()}
+
+
 def load_checkpoint(
     directory: str | os.PathLike[str],
     *,
@@ -497,7 +538,7 @@ def load_checkpoint(
         )
     model_files = tensor_files(path, meta, MODEL_FILE) or [MODEL_FILE]
     check_weight_shapes(path, model_files, network)
-    weights = _load_tensors(path, model_files)
+    weights = _upcast(_load_tensors(path, model_files))
     model = build_model(network)
     try:
         model.load_state_dict(weights, strict=True)

@@ -8,6 +8,9 @@ and recipe it was built with.  Presets:
 ``tiny``   for unit tests (a few thousand parameters)
 ``small``  trainable on a 2-core CPU in about an hour (sizes chosen from the measured
            datasets/s in ``docs/benchmarks/amortizer.md``)
+``mid``    between ``small`` and ``medium``: 2.2 M parameters, widths 128 with 32
+           channels per attention head (measured against ``small`` per CPU-hour in
+           ``docs/training/presets-mid.md``)
 ``medium`` for one GPU; at most ~15 M parameters (< 64 MB of float32 weights)
 ``paper``  the sizes of Bitzer et al. (2023), Appendix A (width 512, 8 heads), about
            the paper's 43 M parameters
@@ -237,6 +240,28 @@ PRESETS: dict[str, Preset] = {
             num_workers=1,
         ),
         "a 2-core CPU, about an hour of training",
+    ),
+    "mid": Preset(
+        NetworkConfig(
+            d_data=128,
+            d_kernel=128,
+            n_heads=4,  # 32 channels per head
+            ff_mult=2,
+            data_blocks=(2, 2, 2, 2),
+            kernel_blocks=(2, 2, 2),
+            head_hidden=128,
+            noise_hidden=128,
+        ),
+        TrainConfig(
+            batch_size=16,
+            lr=3e-4,
+            warmup_steps=100,
+            n_max=100,
+            val_size=128,
+            val_every=100,
+            num_workers=1,
+        ),
+        "between small and medium: 2.2 M parameters, 32 channels per attention head",
     ),
     "medium": Preset(
         NetworkConfig(
