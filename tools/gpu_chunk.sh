@@ -89,7 +89,7 @@ else
     STARTED="$FROM"
 fi
 echo "+ amorgp train --out $RUNS/p1 --device $DEVICE ${FIRST[*]} --max-minutes $MINUTES" >>"$LOG"
-timeout -k 10 $(($(left) - 90)) "$PY" -m amorgp.amortizer.cli train --out "$RUNS/p1" \
+timeout -k 10 $(($(left) - 90)) "$PY" -m amorgp.cli train --out "$RUNS/p1" \
     --device "$DEVICE" --no-progress "${FIRST[@]}" --max-minutes "$MINUTES" >>"$LOG" 2>&1
 rc=$?
 if [ $rc -ne 0 ] || [ ! -e "$RUNS/p1/last" ]; then
@@ -101,7 +101,7 @@ fi
 # 2. the noise fine-tuning (a fresh run each call)
 rm -rf "$RUNS/p2"
 echo "+ amorgp train --phase 2 --from $RUNS/p1/last --out $RUNS/p2 ${P2[*]}" >>"$LOG"
-timeout -k 10 $(($(left) - 40)) "$PY" -m amorgp.amortizer.cli train --phase 2 \
+timeout -k 10 $(($(left) - 40)) "$PY" -m amorgp.cli train --phase 2 \
     --from "$RUNS/p1/last" --out "$RUNS/p2" --device "$DEVICE" --no-progress "${P2[@]}" \
     >>"$LOG" 2>&1
 rc=$?
