@@ -14,29 +14,3 @@ from amorgp.amortizer.testing import seeded_checkpoint
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A ``tiny``-preset checkpoint with seeded random weights (trained range n <= 40, d <= 3)."""
     return seeded_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", PRESETS["tiny"].network)
-
-
-@pytest.fixture(scope="session")
-def data_1d(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """CSV ``time,value``: 30 noisy sine points (for the command-line tests)."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    x = np.sort(rng.uniform(0, 10, 30))
-    y = np.sin(x) + 0.1 * rng.normal(size=30) + 5
-    path = tmp_path_factory.mktemp("d") / "one.csv"
-    np.savetxt(path, np.column_stack([x, y]), delimiter=",", header="time,value", comments="")
-    return path
-
-
-@pytest.fixture(scope="session")
-def data_2d(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """CSV ``target,a,b``: 25 points of a smooth 2-D function (for the command-line tests)."""
-    import numpy as np
-
-    rng = np.random.default_rng(1)
-    X = rng.uniform(0, 1, (25, 2))
-    y = X[:, 0] * 3 + np.cos(4 * X[:, 1])
-    path = tmp_path_factory.mktemp("d") / "two.csv"
-    np.savetxt(path, np.column_stack([y, X]), delimiter=",", header="target,a,b", comments="")
-    return path

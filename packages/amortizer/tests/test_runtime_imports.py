@@ -5,33 +5,12 @@ import, with a DeprecationWarning naming the new path."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import warnings
 
 import pytest
 
-# Blocks the named top-level imports in a child process, as if not installed.
-_BLOCK = """
-import importlib.abc, sys
-class _Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if any(name == b or name.startswith(b + ".") for b in {blocked!r}):
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-sys.meta_path.insert(0, _Block())
-"""
-
-
-def _python(code: str, blocked: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [sys.executable, "-c", _BLOCK.format(blocked=blocked) + code],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+from amorgp.amortizer.testing import python_without as _python
 
 
 def test_plain_inference_imports_neither_training_nor_the_simulator() -> None:

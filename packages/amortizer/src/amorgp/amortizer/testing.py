@@ -13,6 +13,7 @@ Run these in float64 (``model.double()``) so the comparisons are tight.
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +31,7 @@ __all__ = [
     "assert_padding_invariant",
     "assert_point_invariant",
     "crop",
+    "python_without",
     "random_padded_batch",
     "seeded_checkpoint",
 ]
@@ -184,3 +186,29 @@ TINY_TRAIN = TrainConfig(
 )
 """A recipe for tests of the training loop (with the ``tiny`` network: milliseconds a step):
 batches of 4 datasets with ``n <= 16``, ``d <= 2``; validation and checkpoint every 3 steps."""
+
+
+_BLOCK = """
+import importlib.abc, sys
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == b or name.startswith(b + ".") for b in {blocked!r}):
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def python_without(code: str, blocked: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a child Python (one thread, warnings ignored) in which the named
+    top-level imports fail as if they were not installed; its output is captured."""
+    import os
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCK.format(blocked=blocked) + code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
