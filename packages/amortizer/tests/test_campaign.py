@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import torch
 
-from amorgp.amortizer import trainer as trainer_module
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.errors import TrainingError
 from amorgp.amortizer.model import build_model
+from amorgp.amortizer.training import trainer as trainer_module
 from amorgp.amortizer.training.campaign import CampaignStage, run_campaign, score_checkpoint
-from amorgp.kernel_grammar.errors import TrainingError
 
 NET = PRESETS["tiny"].network
 STAGES = (
@@ -184,8 +184,8 @@ def test_segment_records_real_data_scores(tmp_path: Path, init: Path) -> None:
 
 
 def test_average_weights_is_the_mean_of_the_state_dicts(tmp_path: Path) -> None:
+    from amorgp.amortizer.errors import CheckpointError
     from amorgp.amortizer.training.campaign_plan import average_weights
-    from amorgp.kernel_grammar.errors import CheckpointError
 
     paths = []
     for seed in range(3):

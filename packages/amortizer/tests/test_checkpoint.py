@@ -21,9 +21,9 @@ from amorgp.amortizer.checkpoint import (
     save_checkpoint,
 )
 from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.model import build_model
 from amorgp.kernel_grammar import PAPER_VOCABULARY
-from amorgp.kernel_grammar.errors import CheckpointError
 
 NET = PRESETS["tiny"].network
 

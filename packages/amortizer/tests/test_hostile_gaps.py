@@ -14,7 +14,8 @@ import pytest
 
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.kernel_grammar import CheckpointError, DataError
+from amorgp.amortizer.errors import CheckpointError
+from amorgp.kernel_grammar import DataError
 
 
 def _edited_copy(src: Path, dst: Path, edit: dict[str, object]) -> Path:

@@ -152,7 +152,7 @@ def test_estimator_keeps_one_posterior(tiny_checkpoint: Path) -> None:
 def test_broken_weights_are_an_error_not_a_result(tiny_checkpoint: Path) -> None:
     import torch
 
-    from amorgp.kernel_grammar import CheckpointError
+    from amorgp.amortizer.errors import CheckpointError
 
     a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
     with torch.no_grad():

@@ -183,7 +183,7 @@ def test_cuda_training_steps_do_not_synchronise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between two read-backs a CUDA training step never waits for the device."""
-    from amorgp.amortizer import trainer as trainer_module
+    from amorgp.amortizer.training import trainer as trainer_module
 
     real_step = trainer_module.Trainer._step
     checked = {"n": 0}

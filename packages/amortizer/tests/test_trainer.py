@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 import torch
 
-from amorgp.amortizer import trainer as trainer_module
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import PRESETS, preset
+from amorgp.amortizer.errors import CheckpointError, TrainingError
 from amorgp.amortizer.testing import TINY_TRAIN
+from amorgp.amortizer.training import trainer as trainer_module
 from amorgp.amortizer.training.rundir import RunDirectory
 from amorgp.amortizer.training.train import train
-from amorgp.kernel_grammar.errors import CheckpointError, OptionError, TrainingError
+from amorgp.kernel_grammar.errors import OptionError
 
 NET = PRESETS["tiny"].network
 TC = TINY_TRAIN

@@ -16,8 +16,8 @@ from safetensors import SafetensorError
 
 import amorgp.amortizer.checkpoint as checkpoint_module
 from amorgp.amortizer.checkpoint import load_checkpoint
+from amorgp.amortizer.errors import CheckpointError
 from amorgp.cli import main
-from amorgp.kernel_grammar import CheckpointError
 
 
 def _edited_copy(src: Path, dst: Path, edit: dict[str, object]) -> Path:
