@@ -16,6 +16,7 @@ from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer
 from amorgp.amortizer.checkpoint import save_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model
+from amorgp.amortizer.testing import oracle_log_marginal_likelihood as _oracle_lml
 from amorgp.diff_linalg.testing import dense_gp_predictive, torch_settings
 from amorgp.kernel_grammar import DimWiseStructure, encode
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_NO_GRAPH, EVALUATOR_MATRICES_PER_TERM
@@ -26,18 +27,6 @@ def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     X = rng.uniform(-2, 5, size=(n, d)) * np.arange(1, d + 1)
     y = np.sin(X).sum(1) * 3 + 10 + 0.1 * rng.normal(size=n)
     return X, y
-
-
-@pytest.fixture(scope="module")
-def amz(tiny_checkpoint: Path) -> Amortizer:
-    return Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
-
-
-def _oracle_lml(
-    X: np.ndarray, y: np.ndarray, s: DimWiseStructure, params: np.ndarray, noise: float
-) -> float:
-    K = s.reference(X, X, params) + noise * np.eye(len(y))
-    return float(multivariate_normal(np.zeros(len(y)), K).logpdf(y))
 
 
 def test_infer_many_equals_the_full_network_per_kernel(amz: Amortizer) -> None:

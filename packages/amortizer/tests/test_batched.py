@@ -15,6 +15,7 @@ from amorgp.amortizer import batched
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.calibrate import _Tridiagonal, _tridiagonal, calibrate
 from amorgp.amortizer.results import conditioned_posterior
+from amorgp.amortizer.testing import oracle_log_marginal_likelihood as _oracle_lml
 from amorgp.kernel_grammar import DimWiseStructure
 
 KERNELS = ["SE", "LIN", "(SE + PER)@0 * LIN@1", "SE*PER + LIN", "(LIN + SE)@0 * (SE*PER)@1"]
@@ -25,18 +26,6 @@ def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     X = rng.uniform(-2, 5, size=(n, d)) * np.arange(1, d + 1)
     y = np.sin(X).sum(1) * 3 + 10 + 0.3 * rng.normal(size=n)
     return X, y
-
-
-@pytest.fixture(scope="module")
-def amz(tiny_checkpoint: Path) -> Amortizer:
-    return Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
-
-
-def _oracle_lml(
-    X: np.ndarray, y: np.ndarray, s: DimWiseStructure, params: np.ndarray, noise: float
-) -> float:
-    K = s.reference(X, X, params) + noise * np.eye(len(y))
-    return float(multivariate_normal(np.zeros(len(y)), K).logpdf(y))
 
 
 def _noisy(pred: tuple[torch.Tensor, torch.Tensor | None], noise: torch.Tensor) -> tuple:

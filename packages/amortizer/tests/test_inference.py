@@ -17,11 +17,6 @@ from amorgp.kernel_grammar import DataError
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_NO_GRAPH
 
 
-@pytest.fixture(scope="module")
-def amz(tiny_checkpoint: Path) -> Amortizer:
-    return Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
-
-
 def _data(n: int = 30, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     X = rng.uniform(0, 6, size=(n, 1))

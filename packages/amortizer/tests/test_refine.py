@@ -15,11 +15,6 @@ from amorgp.kernel_grammar import OptionError
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
 
 
-@pytest.fixture(scope="module")
-def amz(tiny_checkpoint: Path) -> Amortizer:
-    return Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
-
-
 def _data(n: int = 30, seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     X = rng.uniform(-2, 5, size=(n, 1))

@@ -17,11 +17,12 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.kernel_grammar import Vocabulary
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "assert_padding_invariant",
     "assert_point_invariant",
     "crop",
+    "oracle_log_marginal_likelihood",
     "python_without",
     "random_padded_batch",
     "seeded_checkpoint",
@@ -212,3 +214,15 @@ def python_without(code: str, blocked: tuple[str, ...] = ()) -> subprocess.Compl
         env=env,
         timeout=300,
     )
+
+
+def oracle_log_marginal_likelihood(
+    X: np.ndarray, y: np.ndarray, s: DimWiseStructure, params: np.ndarray, noise: float
+) -> float:
+    """The log marginal likelihood of ``y`` under ``s`` at ``params`` and ``noise``, from the
+    structure's numpy reference kernel and scipy's multivariate normal (a test oracle
+    independent of the torch evaluators)."""
+    from scipy.stats import multivariate_normal
+
+    K = s.reference(X, X, params) + noise * np.eye(len(y))
+    return float(multivariate_normal(np.zeros(len(y)), K).logpdf(y))
