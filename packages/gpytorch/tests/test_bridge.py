@@ -329,3 +329,15 @@ def test_holds_accepts_the_same_kernel_only() -> None:
     other = want.clone()
     other[1, 1, 2] *= 1.01  # a period
     assert not _holds(s, other, want)
+
+
+def test_export_without_training_data_names_what_to_pass() -> None:
+    """A fit that holds no training data (here a baselines result) needs train_X/train_Y."""
+    from amorgp.baselines import fit
+    from amorgp.kernel_grammar import DataError
+
+    g = torch.Generator().manual_seed(3)
+    X, y = _data(g, 20, 1)
+    res = fit(X, y, "SE", method="gp-ml")
+    with pytest.raises(DataError, match="pass train_X and train_Y"):
+        to_gpytorch(res)

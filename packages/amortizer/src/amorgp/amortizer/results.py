@@ -243,12 +243,6 @@ class KernelResult(KernelFit):
         return self._posterior
 
     @property
-    def _gp(self) -> Posterior | None:
-        """The posterior, under the name of the former conditioned-GP holder (its ``X``,
-        ``y``, ``backend``, ``factored`` are the posterior's)."""
-        return self._posterior
-
-    @property
     def factored(self) -> bool:
         """Whether the posterior's dense Cholesky factor already exists (the likelihood was
         evaluated on the dense backend): predictions then reuse it."""

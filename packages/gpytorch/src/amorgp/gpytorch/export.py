@@ -85,9 +85,10 @@ def _training_data(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     norm = result.normalizer
     if train_X is None or train_Y is None:
-        gp = getattr(result, "posterior", None)
-        if gp is None:
-            raise DataError("the result holds no training data; pass train_X and train_Y")
+        try:
+            gp = result.posterior  # type: ignore[attr-defined]
+        except (AttributeError, ValueError):  # not an amortized result, or one without data
+            raise DataError("the result holds no training data; pass train_X and train_Y") from None
         Xn = gp.X.detach().to("cpu", torch.float64)
         yn = gp.y.detach().to("cpu", torch.float64)
         X = norm.x_min + Xn * norm.x_range
