@@ -135,6 +135,9 @@ class TrainConfig:
         max_dims: maximum input dimension of simulated datasets.
         inputs: the simulator's input law (``"uniform"``, the paper's; see
             :mod:`amorgp.simulator.inputs`).
+        prior: the simulator's parameter laws: ``"paper"`` or ``"realdata"``
+            (:mod:`amorgp.simulator.realdata`: standardised targets, long, growing and
+            periodic lengthscales, near-noiseless data; its input law is ``inputs``).
         encoder_points: if > 0, the encoder reads at most this many points of each
             dataset (a random subset) while the loss uses all of them.
         size_buckets: if > 1, the encoder runs on this many sub-batches of datasets
@@ -159,6 +162,7 @@ class TrainConfig:
     n_max: int = 250
     max_dims: int = 8
     inputs: str = "uniform"
+    prior: str = "paper"
     encoder_points: int = 0
     size_buckets: int = 1
     val_size: int = 256
@@ -178,6 +182,8 @@ class TrainConfig:
             raise ValueError("warmup_steps, num_workers and encoder_points must be >= 0")
         if self.size_buckets < 1:
             raise ValueError(f"size_buckets must be >= 1, got {self.size_buckets}")
+        if self.prior not in ("paper", "realdata"):
+            raise ValueError(f"prior must be 'paper' or 'realdata', got {self.prior!r}")
         if self.grad_clip < 0 or self.alpha < 0 or self.beta < 0:
             raise ValueError("grad_clip, alpha and beta must be >= 0")
 

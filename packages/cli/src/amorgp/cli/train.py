@@ -91,6 +91,10 @@ def _parse_value(key: str, typ: Any, value: str) -> Any:
                     f"inputs must be one of {', '.join(INPUT_LAWS)}, got {value!r}",
                     param_hint="--set",
                 )
+        if key == "prior" and value not in ("paper", "realdata"):
+            raise click.BadParameter(
+                f"prior must be 'paper' or 'realdata', got {value!r}", param_hint="--set"
+            )
         return value
     raise click.BadParameter(f"{key} cannot be set from the command line", param_hint="--set")
 

@@ -8,7 +8,11 @@ present (``symbol_mask``); every other entry holds :data:`UNUSED_SLOT_VALUE`.
 
 :class:`SlotTable` gathers, once per vocabulary, what every consumer of padded
 parameters needs per ``(id, slot)`` (rows ``0..V``, row 0 is padding): the
-parameter kind, the used flag, the prior and its mean, and the transform floor.
+parameter kind, the used flag, the prior and its mean, the transform floor, and two
+roles read off the registry: *input-scaled lengthscales* (a lengthscale measured in input
+units, ``ElementaryKernel.input_scaled``: SE's, the SE factor's of ``SE*PER``, not PER's
+own) and *amplitudes* (a slot ``a`` with ``k(theta; a c) = c k(theta; a)``: every
+variance, and LIN's offset where LIN stands alone, ``s^2 x x' + c^2``).
 The network heads, the simulator and the baselines all read this one table, and
 the constrained/unconstrained map
 
@@ -32,6 +36,7 @@ from torch import Tensor
 
 from amorgp.diff_linalg import size_buckets
 from amorgp.kernel_grammar import (
+    ELEMENTARY,
     FLOORS,
     ParamKind,
     Prior,
@@ -63,6 +68,8 @@ class SlotTable:
         priors: the distinct priors of the vocabulary's parameter specs.
         prior_mean: float64 prior means (:data:`UNUSED_SLOT_VALUE` where unused).
         floor: float64 floors of the slots' positive transforms (0 where unused).
+        input_lengthscale: bool, True where the slot is a lengthscale in input units.
+        amplitude: bool, True where scaling the slot by ``c`` scales the addend by ``c``.
         kinds_present: the kind indices that occur in used slots (sorted).
     """
 
@@ -73,6 +80,8 @@ class SlotTable:
     priors: tuple[Prior, ...]
     prior_mean: Tensor
     floor: Tensor
+    input_lengthscale: Tensor
+    amplitude: Tensor
     kinds_present: tuple[int, ...]
 
     @property
@@ -143,9 +152,20 @@ def _build(vocab: Vocabulary) -> tuple[dict[str, np.ndarray], tuple[Prior, ...]]
     prior_index = np.zeros((rows, cols), dtype=np.int64)
     mean = np.full((rows, cols), UNUSED_SLOT_VALUE)
     floor = np.zeros((rows, cols))
+    input_ls = np.zeros((rows, cols), dtype=bool)
+    amplitude = np.zeros((rows, cols), dtype=bool)
     priors: list[Prior] = []
     for i, sym in enumerate(vocab, start=1):
+        scaled: set[str] = set()
+        for f in sym.factors:
+            names = sym.factor_param_names(f)
+            scaled |= {names[p] for p in (ELEMENTARY[f].input_scaled or ())}
+        lone_lin = len(sym.factors) == 1 and not ELEMENTARY[sym.factors[0]].variance_scales_all
         for j, spec in enumerate(sym.params):
+            input_ls[i, j] = spec.kind is ParamKind.LENGTHSCALE and spec.name in scaled
+            amplitude[i, j] = spec.kind is ParamKind.VARIANCE or (
+                lone_lin and spec.kind is ParamKind.OFFSET
+            )
             if spec.prior not in priors:
                 priors.append(spec.prior)
             kind[i, j] = PARAM_KINDS.index(spec.kind)
@@ -159,6 +179,8 @@ def _build(vocab: Vocabulary) -> tuple[dict[str, np.ndarray], tuple[Prior, ...]]
         "prior_index": prior_index,
         "prior_mean": mean,
         "floor": floor,
+        "input_lengthscale": input_ls,
+        "amplitude": amplitude,
     }
     return arrays, tuple(priors)
 
@@ -176,6 +198,8 @@ def _slot_table(vocab: Vocabulary, device: torch.device) -> SlotTable:
         priors,
         t["prior_mean"],
         t["floor"],
+        t["input_lengthscale"],
+        t["amplitude"],
         present,
     )
 

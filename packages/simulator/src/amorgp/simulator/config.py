@@ -1,6 +1,10 @@
 """The typed configuration of the simulator: every number of p(D, S) is a field.
 
-The default values are the paper preset (Bitzer et al. 2023, Appendix A):
+The default values are the paper preset (Bitzer et al. 2023, Appendix A);
+:meth:`SimulatorConfig.realdata` is the named prior that looks like real data
+(:mod:`amorgp.simulator.realdata`: irrelevant and near-linear inputs, lengthscales that
+grow with ``d``, short periods, near-noiseless targets, non-uniform inputs, standardised
+targets, ``n`` up to 500):
 
 ============================  ==============================  =========================================
 field                         default                         meaning
@@ -15,6 +19,8 @@ field                         default                         meaning
 ``positive_ratio``            0.5                             fraction of positive (D, S) pairs
 ``x_low``, ``x_high``         0.0, 1.0                        ``X ~ U[x_low, x_high]^d``
 ``inputs``                    ``"uniform"``                   input law (:mod:`amorgp.simulator.inputs`)
+``prior``                     ``"paper"``                     parameter laws: ``"paper"`` or ``"realdata"``
+                                                              (:mod:`amorgp.simulator.realdata`)
 ``jitter``, ``max_tries``     1e-8, 5                         robust Cholesky: relative jitter, escalations
 ``negative_rounds``           8                               candidate draws for a distinct negative structure
 ``fixed_shapes``              False                           pad to ``(n_max, d_max, addend_cap)``
@@ -65,6 +71,7 @@ from typing import Any
 
 from amorgp.kernel_grammar import NOISE, PAPER_VOCABULARY, Vocabulary
 from amorgp.simulator.inputs import INPUT_LAWS
+from amorgp.simulator.realdata import PRIORS
 
 __all__ = ["SimulatorConfig"]
 
@@ -106,6 +113,7 @@ class SimulatorConfig:
     x_low: float = 0.0
     x_high: float = 1.0
     inputs: str = "uniform"
+    prior: str = "paper"
     jitter: float = 1e-8
     max_tries: int = 5
     negative_rounds: int = 8
@@ -163,6 +171,10 @@ class SimulatorConfig:
             raise ValueError(
                 f"SimulatorConfig.inputs must be one of {', '.join(INPUT_LAWS)}, got {self.inputs!r}"
             )
+        if self.prior not in PRIORS:
+            raise ValueError(
+                f"SimulatorConfig.prior must be one of {', '.join(PRIORS)}, got {self.prior!r}"
+            )
         if not (math.isfinite(self.jitter) and self.jitter > 0):
             raise ValueError(f"SimulatorConfig.jitter must be finite and > 0, got {self.jitter}")
         if not (math.isfinite(self.x_low) and math.isfinite(self.x_high)):
@@ -177,6 +189,13 @@ class SimulatorConfig:
     def paper(cls, **overrides: Any) -> SimulatorConfig:
         """The paper preset (Appendix A), phase 1: positive and negative pairs, 1:1."""
         return cls(**overrides)
+
+    @classmethod
+    def realdata(cls, **overrides: Any) -> SimulatorConfig:
+        """The prior that looks like real data (:mod:`amorgp.simulator.realdata`): the
+        paper's structures, the ``realdata`` parameter laws, ``realistic`` inputs,
+        standardised targets and ``n ~ U{10..500}``."""
+        return cls(**{"prior": "realdata", "inputs": "realistic", "n_max": 500, **overrides})
 
     @classmethod
     def paper_finetune(cls, **overrides: Any) -> SimulatorConfig:

@@ -15,9 +15,13 @@ law           one column of one dataset
               (discrete designs, duplicated inputs)
 ``skewed``    ``x = u^a`` with ``log a ~ U[-log 4, log 4]``, ``u ~ U[0, 1]``, reflected
               (``1 - x``) with probability 1/2
+``heavy``     ``x = z / sqrt(w / nu)``, Student-t with ``nu = 1.5`` degrees of freedom
+              (``z ~ N(0, 1)``, ``w ~ Chi2(nu)``, drawn as ``2 Gamma(nu / 2)``): a few
+              far points and most points bunched after the min-max scaling
 ============  ===================================================================
 
-``mixed`` draws one of the four laws per column, uniformly; ``mixed-half`` gives a dataset
+``mixed`` draws one of the first four laws per column, uniformly; ``realistic`` one of
+all five (the ``realdata`` prior's law, :mod:`amorgp.simulator.realdata`); ``mixed-half`` gives a dataset
 uniform inputs in every column with probability 1/2 and ``mixed`` columns otherwise (half
 of the datasets are the paper's).  Every law other than
 ``uniform`` is followed by the normalisation real data gets (:mod:`amorgp.lazy_kernels`
@@ -35,8 +39,19 @@ from torch import Tensor
 
 __all__ = ["INPUT_LAWS", "sample_input_columns"]
 
-INPUT_LAWS: tuple[str, ...] = ("uniform", "clusters", "levels", "skewed", "mixed", "mixed-half")
+INPUT_LAWS: tuple[str, ...] = (
+    "uniform",
+    "clusters",
+    "levels",
+    "skewed",
+    "heavy",
+    "mixed",
+    "mixed-half",
+    "realistic",
+)
 _BASE = ("uniform", "clusters", "levels", "skewed")
+_ALL = (*_BASE, "heavy")
+_HEAVY_DOF = 1.5
 _MAX_CLUSTERS, _MAX_LEVELS = 5, 6
 
 
@@ -97,12 +112,22 @@ def sample_input_columns(
     a = torch.exp((2 * rand(B, C) - 1) * math.log(4.0))[:, None, :]
     skewed = u_base**a
     skewed = torch.where(rand(B, C)[:, None, :] < 0.5, 1.0 - skewed, skewed)
-    candidates = torch.stack([u_base, clusters, levels, skewed])  # (4, B, T, C)
-    if law in ("mixed", "mixed-half"):
+    laws = [u_base, clusters, levels, skewed]
+    if law in ("heavy", "realistic"):  # drawn last: the other laws keep their streams
+        from amorgp.simulator.samplers import sample_gamma
+
+        half = torch.full((B, T, C), _HEAVY_DOF / 2, dtype=f64, device=dev)
+        w = 2.0 * sample_gamma(half, torch.ones_like(half), generator).values
+        z_t = torch.randn((B, T, C), generator=generator, dtype=f64, device=dev)
+        laws.append(z_t / (w / _HEAVY_DOF).sqrt().clamp_min(1e-12))
+    candidates = torch.stack(laws)  # (4 or 5, B, T, C)
+    if law == "realistic":
+        which = (rand(B, C) * len(_ALL)).long().clamp_max(len(_ALL) - 1)
+    elif law in ("mixed", "mixed-half"):
         which = (rand(B, C) * len(_BASE)).long().clamp_max(len(_BASE) - 1)
         if law == "mixed-half":  # uniform (law 0) in every column of half the datasets
             which = torch.where(rand(B)[:, None] < 0.5, torch.zeros_like(which), which)
     else:
-        which = torch.full((B, C), _BASE.index(law), dtype=torch.long, device=dev)
+        which = torch.full((B, C), _ALL.index(law), dtype=torch.long, device=dev)
     X = torch.gather(candidates, 0, which[None, :, None, :].expand(1, B, T, C)).squeeze(0)
     return _minmax(X, train)

@@ -8,13 +8,16 @@ One call of :meth:`Simulator.sample` draws ``B`` (dataset, structure) pairs:
    distinct structure ``S~_b`` of the same ``d_b``;
 4. parameters ``theta_b ~ p(theta | S_b)`` and noise ``sigma_b^2 ~ p(sigma^2)``
    (priors of kernel-grammar);
+   (with ``config.prior == "realdata"``, moved to the laws of
+   :mod:`amorgp.simulator.realdata`);
 5. inputs ``X_b ~ U[x_low, x_high]^(d_b)`` (or another law of
    :mod:`amorgp.simulator.inputs`, rescaled to ``[x_low, x_high]``), ``n_b`` training and ``n_test`` test points;
 6. targets: ``[y_b; y*_b] ~ N(0, K_{S_b}(X, X) + sigma_b^2 I)`` jointly over training
    and test points, via the batched heterogeneous kernel evaluator
    (``amorgp.lazy_kernels.kernel_matrix_dimwise``), a float64 batched Cholesky with
    per-element escalating jitter (``amorgp.diff_linalg.robust_cholesky``) and
-   ``y = L z``, ``z ~ N(0, I)``.  Both run per group of similar ``n``
+   ``y = L z``, ``z ~ N(0, I)``; the ``realdata`` prior then standardises ``y`` on the
+   training points and scales the truth with it.  Both run per group of similar ``n``
    (``config.size_buckets`` groups, a cost knob that does not change the draws).
 
 Padded points get an identity block in the covariance (so they never touch the
@@ -36,6 +39,12 @@ from amorgp.simulator.batch import SimulatedBatch
 from amorgp.simulator.config import SimulatorConfig
 from amorgp.simulator.inputs import sample_input_columns
 from amorgp.simulator.parameters import PriorTable, sample_noise, sample_parameters
+from amorgp.simulator.realdata import (
+    realdata_noise,
+    realdata_parameters,
+    scale_amplitudes,
+    standardise_targets,
+)
 from amorgp.simulator.samplers import sample_geometric, sample_uniform_int
 from amorgp.simulator.structures import sample_negative_structures, sample_structures
 
@@ -284,8 +293,22 @@ class Simulator:
             clamp_to_floors=cfg.clamp_to_floors,
         )
         noise = sample_noise(batch_size, generator, clamp_to_floors=cfg.clamp_to_floors)
+        if cfg.prior == "realdata":
+            params = realdata_parameters(
+                params, true_symbols, true_mask, d, self.vocabulary, generator
+            )
+            noise = realdata_noise(noise, generator)
         draw = self.draw_targets(inputs, n, true_symbols, true_mask, params, noise, generator)
         N = inputs.n_train
+        if cfg.prior == "realdata":  # standardised targets, the truth scaled with them
+            train = inputs.mask_all.clone()
+            train[:, N:] = False
+            y_std, s = standardise_targets(draw.y_all, train, draw.valid)
+            y_std = torch.where(inputs.mask_all, y_std, 0.0)
+            inv_var = 1.0 / s**2
+            params = scale_amplitudes(params, true_symbols, true_mask, self.vocabulary, inv_var)
+            noise = noise * inv_var
+            draw = TargetDraw(y_std, draw.valid, draw.jitter)
         test: dict[str, torch.Tensor] = {}
         if cfg.n_test > 0:
             test = {

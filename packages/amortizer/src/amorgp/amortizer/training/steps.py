@@ -69,7 +69,8 @@ def rank_seed(seed: int, rank: int) -> int:
 def simulator_config(network: NetworkConfig, train_cfg: TrainConfig) -> SimulatorConfig:
     """The simulator prior used to train ``network`` with ``train_cfg``.
 
-    Paper laws (Appendix A) with ``n ~ U{n_min..n_max}``, ``d <= max_dims``; phase 2
+    Paper laws (Appendix A) or the ``realdata`` laws (``train_cfg.prior``) with
+    ``n ~ U{n_min..n_max}``, ``d <= max_dims``; phase 2
     draws positive pairs only; the network's registry entry adjusts the prior (the
     AHGP-SE-ARD model sees one SE per dimension).
     """
@@ -81,6 +82,7 @@ def simulator_config(network: NetworkConfig, train_cfg: TrainConfig) -> Simulato
         d_max=train_cfg.max_dims,
         vocabulary=network.vocabulary,
         inputs=train_cfg.inputs,
+        prior=train_cfg.prior,
     )
     cfg = spec.adjust_simulator(cfg)
     if train_cfg.phase == 2:

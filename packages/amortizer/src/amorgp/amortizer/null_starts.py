@@ -1,0 +1,134 @@
+"""Null starts: hyperparameters that need no trained network.
+
+A trained network earns its place only where it beats starts that anyone could write
+down without it.  Two such rules are :class:`NullNetwork` s, so they run through exactly
+the pipeline the network runs through (calibration, multi-start, scoring, refinement):
+
+``"prior-mean"``
+    every hyperparameter at the mean of its training prior (``kernel_grammar``:
+    variances, offsets and periods ``2/3``, lengthscales ``0.4`` in normalised units,
+    noise ``0.0225``); the untrained network predicts the same.
+``"heuristic"``
+    the prior mean, with every lengthscale in input units set to the median pairwise
+    distance of the training inputs in its dimension (the *median heuristic*) and every
+    period to the strongest Lomb-Scargle peak of its dimension
+    (:func:`~amorgp.amortizer.periodogram.period_candidates`), where one exists.
+
+:data:`NULL_RULES` lists them.  :func:`null_parameters` gives their parameters for a set
+of structures on one dataset; :mod:`amorgp.amortizer.multistart` adds them to every
+kernel's starts, so the pipeline's winner is never worse, by exact likelihood, than a
+null start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+import torch
+from torch import Tensor
+
+from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding, Prediction
+from amorgp.amortizer.periodogram import period_candidates
+from amorgp.kernel_grammar import NOISE, DimWiseStructure, ParamKind, Vocabulary, encode
+from amorgp.lazy_kernels import PARAM_KINDS, PaddedBatch, slot_table
+
+__all__ = ["HEURISTIC_POINTS", "NULL_RULES", "NullNetwork", "null_parameters"]
+
+NULL_RULES: tuple[str, ...] = ("prior-mean", "heuristic")
+"""The null rules (module docstring)."""
+
+HEURISTIC_POINTS = 256
+"""Most points whose pairwise distances give the median heuristic (the first ones)."""
+
+
+def _median_distance(X: Tensor, mask: Tensor) -> Tensor:
+    """``(B, D)`` median of ``|x_i - x_j|`` over pairs ``i < j`` of present points."""
+    X, mask = X[:, :HEURISTIC_POINTS], mask[:, :HEURISTIC_POINTS]
+    diff = (X[:, :, None, :] - X[:, None, :, :]).abs()  # (B, N, N, D)
+    n = X.shape[1]
+    upper = torch.triu(torch.ones(n, n, dtype=torch.bool, device=X.device), diagonal=1)
+    pair = (mask[:, :, None] & mask[:, None, :] & upper)[..., None]
+    return torch.where(pair, diff, torch.nan).flatten(1, 2).nanmedian(1).values
+
+
+class NullNetwork(AmortizationNetwork):
+    """An amortization network without weights that applies a null rule (module docstring).
+
+    Args:
+        vocabulary: the symbols it accepts (those of the network it stands beside).
+        rule: one of :data:`NULL_RULES`.
+
+    Raises:
+        ValueError: an unknown rule.
+    """
+
+    def __init__(self, vocabulary: Vocabulary, rule: str = "prior-mean") -> None:
+        super().__init__()
+        if rule not in NULL_RULES:
+            raise ValueError(f"rule must be one of {', '.join(NULL_RULES)}, got {rule!r}")
+        self.vocabulary = vocabulary
+        self.rule = rule
+        self.config = SimpleNamespace(model=f"null:{rule}", vocabulary=vocabulary)
+        # no weights; one frozen scalar gives the pipeline a device and the network dtype
+        self.anchor = torch.nn.Parameter(torch.zeros(()), requires_grad=False)
+
+    def encode_dataset(self, batch: PaddedBatch) -> DatasetEncoding:
+        """``h (B, D, 2)``: the median distance and the strongest period of each dimension
+        (``nan`` where none; both ``nan`` for ``"prior-mean"``)."""
+        B, _, D = batch.X.shape
+        h = torch.full((B, D, 2), torch.nan, dtype=torch.float64, device=batch.X.device)
+        if self.rule == "heuristic":
+            X = batch.X.to(torch.float64)
+            h[..., 0] = _median_distance(X, batch.point_mask)
+            for b in range(B):  # null starts serve one dataset at a time (B is 1)
+                keep = batch.point_mask[b]
+                Xb = X[b][keep][:, batch.dim_mask[b]]
+                for j, period, _ in period_candidates(Xb, batch.y[b][keep].to(torch.float64)):
+                    if torch.isnan(h[b, j, 1]):
+                        h[b, j, 1] = period
+        return DatasetEncoding(h, batch.dim_mask)
+
+    def decode(self, encoding: DatasetEncoding, symbols: Tensor, symbol_mask: Tensor) -> Prediction:
+        """The prior means, with the heuristic's lengthscales and periods where known."""
+        table = slot_table(self.vocabulary, symbols.device)
+        ids = torch.where(symbol_mask, symbols, 0).long()
+        params = table.fill_unused(table.prior_mean[ids], symbols, symbol_mask)
+        h = encoding.h.to(params.dtype)[:, :, None, None, :]  # (B, D, 1, 1, 2)
+        used = table.used_slots(symbols, symbol_mask)
+        is_ls = table.input_lengthscale[ids] & used
+        is_per = (table.kind[ids] == PARAM_KINDS.index(ParamKind.PERIOD)) & used
+        ls, per = h[..., 0], h[..., 1]
+        floor = table.floor[ids]
+        params = torch.where(is_ls & ~torch.isnan(ls), torch.maximum(ls, floor), params)
+        params = torch.where(is_per & ~torch.isnan(per), torch.maximum(per, floor), params)
+        noise = torch.full(
+            (symbols.shape[0],), NOISE.prior.mean, dtype=params.dtype, device=params.device
+        )
+        return Prediction(params.to(torch.float32), noise.to(torch.float32))
+
+
+def null_parameters(
+    rule: str,
+    Xn: Tensor,
+    yn: Tensor,
+    structures: Sequence[DimWiseStructure],
+    vocabulary: Vocabulary,
+) -> tuple[Tensor, Tensor]:
+    """The null rule's ``params (K, d, L, P)`` and ``noise (K,)`` (float64) for the ``K``
+    structures on the normalised dataset ``Xn (n, d)``, ``yn (n,)``."""
+    net = NullNetwork(vocabulary, rule)
+    n, d = Xn.shape
+    dev = Xn.device
+    ones = torch.ones(1, n, dtype=torch.bool, device=dev)
+    enc = net.encode_dataset(
+        SimpleNamespace(  # type: ignore[arg-type]
+            X=Xn[None],
+            y=yn[None],
+            point_mask=ones,
+            dim_mask=torch.ones(1, d, dtype=torch.bool, device=dev),
+        )
+    )
+    sym, msk = (torch.as_tensor(t, device=dev) for t in encode(structures, vocabulary))
+    pred = net.decode(enc.expand(len(structures)), sym, msk)
+    return pred.params.to(torch.float64), pred.noise.to(torch.float64)

@@ -1,0 +1,196 @@
+"""The ``realdata`` prior: the paper's structures with laws that look like real data.
+
+The paper's prior (``prior="paper"``) draws every lengthscale from ``Gamma(2, 5)`` (mean
+0.4 on inputs scaled to [0, 1]), periods from ``Gamma(2, 3)``, noise from
+``Exp(1/0.15^2)`` and raw GP targets.  Real data differ in five ways, and the
+``realdata`` prior (:meth:`SimulatorConfig.realdata
+<amorgp.simulator.SimulatorConfig.realdata>`) adds each of them on top of the paper's
+draws (structures, variances and offsets stay the paper's):
+
+=========================  ===============================================================
+what                       law (constants of this module)
+=========================  ===============================================================
+irrelevant or near-linear  each input dimension, with probability :data:`LONG_PROB`, has
+inputs                     every input-scaled lengthscale drawn ``LogUniform[LONG_LOW,
+                           LONG_HIGH]`` (the kernel is nearly constant or linear there)
+lengthscales grow with d   the other input-scaled lengthscales are the paper's draw times
+                           ``d ** LENGTHSCALE_POWER * exp(LENGTHSCALE_SPREAD * z)``,
+                           ``z ~ N(0, 1)`` (BoTorch's default prior also grows as sqrt(d))
+short periods              with probability :data:`SHORT_PERIOD_PROB` a period is
+                           ``LogUniform[SHORT_PERIOD_LOW, SHORT_PERIOD_HIGH]`` (many cycles
+                           in the input range, as in monthly or daily series)
+near-noiseless targets     with probability :data:`LOW_NOISE_PROB` the noise variance is
+                           ``LogUniform[LOW_NOISE_LOW, LOW_NOISE_HIGH]``; else the paper's
+non-uniform inputs         the ``realistic`` input law (:mod:`amorgp.simulator.inputs`):
+                           uniform, clusters, discrete levels, skewed, heavy-tailed columns
+=========================  ===============================================================
+
+and the targets are **standardised** as real targets are before they reach the network
+(training mean 0, standard deviation 1): ``y <- (y - m) / s``.  The ground truth follows
+exactly (:func:`scale_amplitudes`): the kernel of the first dimension's addends and the
+noise variance are divided by ``s^2`` (the product over dimensions then scales by
+``1 / s^2``); the mean shift is not part of the truth (the GP has mean zero), as for
+standardised real data.
+
+Input-scaled lengthscales are those of kind ``LENGTHSCALE`` that the elementary kernel
+measures in input units (``ElementaryKernel.input_scaled``): SE's and MAT52's lengthscale
+and the SE factor of ``SE*PER``, not PER's own lengthscale (it divides ``sin^2`` and is
+unit free).  Every draw goes through the same generator; no loop over datasets,
+dimensions or addends.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from amorgp.kernel_grammar import FLOORS, ParamKind, Vocabulary
+from amorgp.lazy_kernels import PARAM_KINDS, slot_table
+
+__all__ = [
+    "LENGTHSCALE_POWER",
+    "LENGTHSCALE_SPREAD",
+    "LONG_HIGH",
+    "LONG_LOW",
+    "LONG_PROB",
+    "LOW_NOISE_HIGH",
+    "LOW_NOISE_LOW",
+    "LOW_NOISE_PROB",
+    "PRIORS",
+    "SHORT_PERIOD_HIGH",
+    "SHORT_PERIOD_LOW",
+    "SHORT_PERIOD_PROB",
+    "amplitude_slots",
+    "input_lengthscale_slots",
+    "realdata_noise",
+    "realdata_parameters",
+    "scale_amplitudes",
+    "standardise_targets",
+]
+
+PRIORS: tuple[str, ...] = ("paper", "realdata")
+"""Named priors of :class:`~amorgp.simulator.SimulatorConfig` (field ``prior``)."""
+
+LONG_PROB = 0.25
+"""Probability that an input dimension is irrelevant or near-linear (long lengthscales)."""
+LONG_LOW, LONG_HIGH = 1.5, 30.0
+"""Range of the long lengthscales (log-uniform), in units of the input range."""
+LENGTHSCALE_POWER = 0.5
+"""Growth of the other lengthscales with the number of inputs: ``d ** LENGTHSCALE_POWER``."""
+LENGTHSCALE_SPREAD = 0.5
+"""Log-normal spread multiplied onto the other lengthscales (a heavier tail than Gamma)."""
+SHORT_PERIOD_PROB = 0.4
+"""Probability that a period is drawn from the short-period law."""
+SHORT_PERIOD_LOW, SHORT_PERIOD_HIGH = 0.02, 0.4
+"""Range of the short periods (log-uniform), in units of the input range."""
+LOW_NOISE_PROB = 0.3
+"""Probability that the noise variance is drawn from the near-noiseless law."""
+LOW_NOISE_LOW, LOW_NOISE_HIGH = 1e-6, 1e-2
+"""Range of the near-noiseless noise variances (log-uniform, before standardisation)."""
+
+
+def _log_uniform(low: float, high: float, shape: tuple[int, ...], g: torch.Generator) -> Tensor:
+    u = torch.rand(shape, generator=g, dtype=torch.float64, device=g.device)
+    return torch.exp(math.log(low) + u * (math.log(high) - math.log(low)))
+
+
+def input_lengthscale_slots(vocab: Vocabulary) -> Tensor:
+    """``(V + 1, P)`` bool: the slots holding a lengthscale in input units (module doc)."""
+    return slot_table(vocab).input_lengthscale
+
+
+def amplitude_slots(vocab: Vocabulary) -> Tensor:
+    """``(V + 1, P)`` bool: the slots that multiply a whole addend (``c k`` for ``c > 0``).
+
+    A variance always; LIN's offset too where LIN stands alone (``s^2 x x' + c^2``); in a
+    product symbol only the variance (``s^2 kt_A kt_B``).
+    """
+    return slot_table(vocab).amplitude
+
+
+def realdata_parameters(
+    params: Tensor,
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    dims: Tensor,
+    vocab: Vocabulary,
+    generator: torch.Generator,
+) -> Tensor:
+    """The paper's draws ``params (B, D, L, P)`` moved to the ``realdata`` laws (module doc).
+
+    Args:
+        params: parameters drawn from the paper's priors.
+        symbols, symbol_mask: ``(B, D, L)`` the structures.
+        dims: ``(B,)`` number of input dimensions of each dataset.
+        vocab: the vocabulary of ``symbols``.
+        generator: the random source.
+
+    Returns:
+        A new tensor (unused slots unchanged).
+    """
+    table = slot_table(vocab, params.device)
+    ls_t = table.input_lengthscale
+    per_t = table.kind == PARAM_KINDS.index(ParamKind.PERIOD)
+    ids = torch.where(symbol_mask, symbols, 0).long()
+    used = symbol_mask[..., None]
+    is_ls = ls_t[ids] & used
+    is_per = per_t[ids] & used & table.used[ids]
+    B, D, L, P = params.shape
+    g = generator
+    long_dim = torch.rand((B, D), generator=g, dtype=torch.float64, device=g.device) < LONG_PROB
+    long_ls = _log_uniform(LONG_LOW, LONG_HIGH, (B, D, L, P), g)
+    z = torch.randn((B, D, L, P), generator=g, dtype=torch.float64, device=g.device)
+    growth = dims.to(torch.float64)[:, None, None, None] ** LENGTHSCALE_POWER
+    grown = params * growth * torch.exp(LENGTHSCALE_SPREAD * z)
+    ls = torch.where(long_dim[:, :, None, None], long_ls, grown)
+    short = torch.rand((B, D, L, P), generator=g, dtype=torch.float64, device=g.device)
+    short_p = _log_uniform(SHORT_PERIOD_LOW, SHORT_PERIOD_HIGH, (B, D, L, P), g)
+    out = torch.where(is_ls, ls.clamp_min(FLOORS[ParamKind.LENGTHSCALE]), params)
+    return torch.where(is_per & (short < SHORT_PERIOD_PROB), short_p, out)
+
+
+def realdata_noise(noise: Tensor, generator: torch.Generator) -> Tensor:
+    """The paper's noise draws ``(B,)`` with :data:`LOW_NOISE_PROB` of them near-noiseless."""
+    g = generator
+    low = torch.rand(noise.shape, generator=g, dtype=torch.float64, device=g.device)
+    quiet = _log_uniform(LOW_NOISE_LOW, LOW_NOISE_HIGH, tuple(noise.shape), g)
+    return torch.where(low < LOW_NOISE_PROB, quiet, noise).clamp_min(FLOORS[ParamKind.NOISE])
+
+
+def scale_amplitudes(
+    params: Tensor, symbols: Tensor, symbol_mask: Tensor, vocab: Vocabulary, factor: Tensor
+) -> Tensor:
+    """Parameters of the kernel ``factor * K``: the first dimension's amplitudes times it.
+
+    ``K = prod_d sum_l k_dl``; multiplying every addend of dimension 0 by ``factor (B,)``
+    multiplies the product by it (:func:`amplitude_slots` says which slots scale an addend).
+    """
+    amp = slot_table(vocab, params.device).amplitude
+    ids = torch.where(symbol_mask, symbols, 0).long()
+    first = torch.zeros(params.shape[1], dtype=torch.bool, device=params.device)
+    first[0] = True
+    scale = amp[ids] & symbol_mask[..., None] & first[None, :, None, None]
+    return torch.where(scale, params * factor[:, None, None, None], params)
+
+
+def standardise_targets(y_all: Tensor, train: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """``(y - m) / s`` with the training points' mean ``m`` and standard deviation ``s``.
+
+    Args:
+        y_all: ``(B, M)`` targets (training and test points).
+        train: ``(B, M)`` bool, the training points (the statistics' support).
+        valid: ``(B,)`` bool, elements whose draw succeeded (others keep ``y`` and ``s = 1``).
+
+    Returns:
+        The standardised targets (0 off ``train`` stays 0 on padding) and ``s (B,)``.
+    """
+    w = train.to(y_all.dtype)
+    count = w.sum(1).clamp_min(1.0)
+    mean = (y_all * w).sum(1) / count
+    var = ((y_all - mean[:, None]) ** 2 * w).sum(1) / count
+    s = torch.where(valid & (var > 0), var.sqrt(), torch.ones_like(var))
+    m = torch.where(valid & (var > 0), mean, torch.zeros_like(mean))
+    y = (y_all - m[:, None]) / s[:, None]
+    return y, s
