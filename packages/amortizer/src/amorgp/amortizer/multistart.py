@@ -22,7 +22,12 @@ exact log marginal likelihood:
 * ``"harmonic x1/2"``, ``"harmonic x2"``, ``"harmonic x1/3"``: the network's periods
   times a factor, in every dimension;
 * ``"periodogram, lengthscale x0.5"``, ``"... x2"``: the best periodogram start with its
-  periodic lengthscale rescaled.
+  periodic lengthscale rescaled;
+* ``"prior-mean"`` and ``"heuristic"``, for **every** kernel, periodic or not: the null
+  starts of :mod:`amorgp.amortizer.null_starts` (every hyperparameter at its prior mean;
+  the median-distance lengthscales and periodogram periods), so the winner is never worse
+  by exact likelihood than a start that needs no network.  They come on top of
+  ``starts``.
 
 Every start except the network's has its global scale and noise set to their exact
 Type-2 ML values (:func:`amorgp.amortizer.calibrate.calibrate`, batched over all starts);
@@ -32,7 +37,7 @@ and scoring of the starts use at most :data:`SCORE_POINTS` points (a seeded subs
 above); a winner other than the network's is then calibrated again on the calibration's
 own points (all up to :data:`~amorgp.amortizer.calibrate.MAX_POINTS`), so its scale and
 noise are those the plain calibration would give.  The network's start always competes, so the likelihood
-never decreases; kernels without a periodic term keep the network's prediction.
+never decreases; a kernel without a periodic term has the two null starts only.
 
 :func:`multistart` also returns the best few starts of each kernel (:attr:`MultiStart.
 alternatives`): ``refine="auto"`` refines them and keeps the best
@@ -51,6 +56,7 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.batched import homogeneous
+from amorgp.amortizer.null_starts import NULL_RULES, null_parameters
 from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle, period_candidates
 from amorgp.kernel_grammar import (
     FLOORS,
@@ -336,8 +342,12 @@ def multistart(
     periodic = [has_periodic(s) for s in structures]
     cands = period_candidates(Xs, ys) if starts > 1 and any(periodic) else []
     owner, names, alt = [], [], []
+    nulls = []
+    if starts > 1:  # the null starts of every kernel (null_starts.py)
+        nulls = [(rule, null_parameters(rule, Xs, ys, structures, vocabulary)[0]) for rule in NULL_RULES]
     for k in range(K):  # per kernel: a few starts each
-        for name, p in _starts_of(p64[k], sym[k], msk[k], tables, cands, starts):  # type: ignore[arg-type]
+        extra = _starts_of(p64[k], sym[k], msk[k], tables, cands, starts)  # type: ignore[arg-type]
+        for name, p in [*extra, *((rule, params_[k]) for rule, params_ in nulls)]:
             owner.append(k)
             names.append(name)
             alt.append(p)

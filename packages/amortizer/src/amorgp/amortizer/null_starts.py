@@ -49,7 +49,7 @@ def _median_distance(X: Tensor, mask: Tensor) -> Tensor:
     n = X.shape[1]
     upper = torch.triu(torch.ones(n, n, dtype=torch.bool, device=X.device), diagonal=1)
     pair = (mask[:, :, None] & mask[:, None, :] & upper)[..., None]
-    return torch.where(pair, diff, torch.nan).flatten(1, 2).nanmedian(1).values
+    return torch.where(pair, diff, torch.nan).flatten(1, 2).nanquantile(0.5, dim=1)
 
 
 class NullNetwork(AmortizationNetwork):

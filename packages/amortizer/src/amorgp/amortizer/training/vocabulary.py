@@ -1,0 +1,114 @@
+"""Grow a trained network's vocabulary: new base kernels start from a stand-in's weights.
+
+A structured network (:class:`~amorgp.amortizer.model.AmortizedGP`) knows its symbols
+through four vocabulary-indexed tensors: the kernel encoder's symbol embedding
+``(V + 1, K)`` (row 0 is padding) and the symbol heads ``w1 (K, V * H)``, ``b1 (V, H)``,
+``w2 (V, H, P)`` and ``b2 (V, P)``.  Every other weight is shared by all symbols.
+
+:func:`extend_vocabulary` builds the same architecture over a larger vocabulary and
+copies every known symbol's rows to its new id; a new symbol gets the rows of its
+*stand-in*: the symbol with each new elementary kernel replaced by the old kernel given
+for it (``{"MAT52": "SE"}``: ``MAT52`` starts as ``SE``, ``LIN*MAT52`` as ``SE*LIN``,
+``SE*MAT52`` as ``SE``), and each of its parameter slots the head column of the
+stand-in's parameter of the same role (``mat52_lengthscale`` -> ``se_lengthscale``, or
+``lengthscale`` where the stand-in is one kernel).  The grown network predicts for old
+kernels exactly what the network predicted before, and for a new one what it predicted
+for the stand-in; training then tells them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import torch
+
+from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.model import AmortizedGP
+from amorgp.kernel_grammar import OptionError, Vocabulary, base_symbol, canonical_symbol_name
+
+__all__ = ["extend_vocabulary", "stand_in_symbol"]
+
+
+def stand_in_symbol(name: str, stand_ins: Mapping[str, str], old: Vocabulary) -> tuple[str, dict[str, str]]:
+    """The old symbol standing in for ``name`` and the map of its parameter names.
+
+    Raises:
+        OptionError: a factor that is neither in ``old`` nor given a stand-in, or a
+            stand-in that ``old`` does not hold.
+    """
+    sym = base_symbol(name)
+    factors = [stand_ins.get(f, f) for f in sym.factors]
+    unique = list(dict.fromkeys(factors))
+    source = canonical_symbol_name(unique)
+    if source not in old.symbols:
+        raise OptionError(f"no stand-in for {name!r} in the vocabulary {list(old.symbols)}")
+    src = base_symbol(source)
+    mapping: dict[str, str] = {}
+    for f, g in zip(sym.factors, factors, strict=True):
+        mine = sym.factor_param_names(f)
+        theirs = src.factor_param_names(g)
+        for elem, new_name in mine.items():
+            # the stand-in's parameter of the same role (elementary parameter names agree
+            # between a kernel and its stand-in: variance, lengthscale...)
+            mapping[new_name] = theirs.get(elem, theirs.get("lengthscale", "variance"))
+    mapping["variance"] = "variance"
+    return source, mapping
+
+
+def extend_vocabulary(
+    model: AmortizedGP, network: NetworkConfig, vocabulary: Vocabulary, stand_ins: Mapping[str, str]
+) -> tuple[AmortizedGP, NetworkConfig]:
+    """``model`` grown to ``vocabulary`` (module docstring).
+
+    Args:
+        model: a trained structured network over ``network.vocabulary``.
+        network: its architecture.
+        vocabulary: the new vocabulary; it must contain every old symbol.
+        stand_ins: for each new elementary kernel, the old one whose weights it starts from.
+
+    Returns:
+        The new network (float32, on the CPU) and its architecture.
+
+    Raises:
+        OptionError: an old symbol missing from ``vocabulary``, or a symbol without a
+            stand-in.
+    """
+    old = network.vocabulary
+    missing = [s for s in old.symbols if s not in vocabulary.symbols]
+    if missing:
+        raise OptionError(f"the new vocabulary drops {missing}; it must extend the old one")
+    new_cfg = replace(network, vocabulary=vocabulary)
+    grown = AmortizedGP(new_cfg)
+    src = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    out = {k: v.clone() for k, v in src.items()}
+    H = model.heads.hidden
+    V_new, P_new = len(vocabulary), vocabulary.max_params
+    K = src["heads.w1"].shape[0]
+    emb = torch.zeros(V_new + 1, src["kernel_encoder.embed.weight"].shape[1])
+    w1 = torch.zeros(K, V_new * H)
+    b1 = torch.zeros(V_new, H)
+    w2 = torch.zeros(V_new, H, P_new)
+    b2 = torch.zeros(V_new, P_new)
+    for i, name in enumerate(vocabulary.symbols):
+        source, params = stand_in_symbol(name, stand_ins, old)
+        j = old.symbols.index(source)
+        emb[i + 1] = src["kernel_encoder.embed.weight"][j + 1]
+        w1[:, i * H : (i + 1) * H] = src["heads.w1"][:, j * H : (j + 1) * H]
+        b1[i] = src["heads.b1"][j]
+        theirs = base_symbol(source).param_names
+        for p, pname in enumerate(base_symbol(name).param_names):
+            q = theirs.index(params[pname])
+            w2[i, :, p] = src["heads.w2"][j, :, q]
+            b2[i, p] = src["heads.b2"][j, q]
+    out.update(
+        {
+            "kernel_encoder.embed.weight": emb,
+            "heads.w1": w1,
+            "heads.b1": b1,
+            "heads.w2": w2,
+            "heads.b2": b2,
+        }
+    )
+    grown.load_state_dict(out)
+    return grown, new_cfg

@@ -1,0 +1,60 @@
+"""Growing a trained network's vocabulary: old kernels unchanged, new ones start as their
+stand-ins (the original network's predictions are the oracle)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from amorgp.amortizer.api import Amortizer
+from amorgp.amortizer.training.vocabulary import extend_vocabulary, stand_in_symbol
+from amorgp.kernel_grammar import PAPER_VOCABULARY, OptionError, Vocabulary
+
+GROWN = Vocabulary.with_products(("SE", "LIN", "PER", "MAT52"), "paper-mat52")
+
+
+def test_stand_ins_by_hand() -> None:
+    assert stand_in_symbol("MAT52", {"MAT52": "SE"}, PAPER_VOCABULARY) == (
+        "SE",
+        {"variance": "variance", "lengthscale": "lengthscale"},
+    )
+    source, names = stand_in_symbol("LIN*MAT52", {"MAT52": "SE"}, PAPER_VOCABULARY)
+    assert source == "SE*LIN"
+    assert names == {"variance": "variance", "lin_offset": "lin_offset", "mat52_lengthscale": "se_lengthscale"}
+    source, names = stand_in_symbol("SE*MAT52", {"MAT52": "SE"}, PAPER_VOCABULARY)
+    assert source == "SE"
+    assert names["mat52_lengthscale"] == names["se_lengthscale"] == "lengthscale"
+    with pytest.raises(OptionError, match="no stand-in"):
+        stand_in_symbol("MAT52", {}, PAPER_VOCABULARY)
+
+
+def test_grown_network_predicts_as_before(tiny_checkpoint: Path) -> None:
+    base = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    grown_model, cfg = extend_vocabulary(base.model, base.network, GROWN, {"MAT52": "SE"})
+    assert cfg.vocabulary == GROWN
+    grown = Amortizer(grown_model, base.meta, device="cpu")
+    rng = np.random.default_rng(0)
+    X, y = rng.random((30, 2)), rng.normal(size=30)
+    opts = {"calibrate": False, "starts": 1}
+    for kernel in ("SE + LIN", "SE*PER", "LIN*PER + PER"):
+        a = base.infer(X, y, kernel, **opts)
+        b = grown.infer(X, y, kernel, **opts)
+        np.testing.assert_array_equal(a.params.numpy(), b.params.numpy())
+        assert a.noise == b.noise
+    # a new kernel starts as its stand-in
+    for new, old in (("MAT52", "SE"), ("MAT52*PER", "SE*PER"), ("LIN*MAT52", "SE*LIN")):
+        a = base.infer(X, y, old, **opts)
+        b = grown.infer(X, y, new, **opts)
+        np.testing.assert_array_equal(np.sort(a.params.numpy().ravel()), np.sort(b.params.numpy().ravel()))
+
+
+def test_vocabulary_must_extend() -> None:
+    small = Vocabulary.with_products(("SE", "LIN"), "small")
+    from amorgp.amortizer.config import PRESETS
+    from amorgp.amortizer.model import AmortizedGP
+
+    cfg = PRESETS["tiny"].network
+    with pytest.raises(OptionError, match="drops"):
+        extend_vocabulary(AmortizedGP(cfg), cfg, small, {})
