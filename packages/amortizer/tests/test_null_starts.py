@@ -25,9 +25,9 @@ def test_prior_mean_rule_gives_the_registry_means() -> None:
     assert torch.allclose(noise, torch.full_like(noise, NOISE.prior.mean), rtol=1e-6)
     for k, s in enumerate(structures):
         for d, addends in enumerate(s.dims):
-            for l, name in enumerate(addends):
+            for a, name in enumerate(addends):
                 means = [p.prior.mean for p in base_symbol(name).params]
-                got = params[k, d, l, : len(means)].tolist()
+                got = params[k, d, a, : len(means)].tolist()
                 np.testing.assert_allclose(got, means, rtol=1e-6)
 
 
