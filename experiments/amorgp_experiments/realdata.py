@@ -66,7 +66,7 @@ def _day_of_year(df: Any) -> Any:
     import pandas as pd
 
     dates = pd.to_datetime(dict(year=1973, month=df["Month"], day=df["Day"]))
-    return df.assign(DayOfYear=dates.dt.dayofyear.astype(float))
+    return df.assign(DayOfYear=dates.dt.day_of_year.astype(float))
 
 
 def _stratio(df: Any) -> Any:

@@ -1,4 +1,5 @@
-"""``amorgp benchmark``: reproducible benchmark runs; ``amorgp benchmark paper``.
+"""``amorgp benchmark``: reproducible benchmark runs; ``amorgp benchmark paper`` and
+``amorgp benchmark ablation`` (the network against null starts on real data).
 
 Examples::
 
@@ -20,7 +21,7 @@ import click
 from amorgp.cli._errors import AmorgpCommand, AmorgpGroup
 from amorgp.cli._output import emit, json_document, json_option, json_text
 
-__all__ = ["benchmark", "paper"]
+__all__ = ["ablation", "benchmark", "paper"]
 
 
 def _items(text: str | None) -> tuple[str, ...] | None:
@@ -186,3 +187,23 @@ def paper(
         f"wrote {out / 'README.md'} and {out / 'results.json'} "
         f"({record['cells_computed']} cells computed, {record['elapsed_s']:.0f} s)"
     )
+
+
+@benchmark.command(
+    "ablation",
+    cls=AmorgpCommand,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.pass_context
+def ablation(ctx: click.Context) -> None:
+    """The network against null starts on real data (docs/benchmarks/ablation.md).
+
+    Every option goes to ``python -m amorgp_experiments.ablation`` (``--help`` there):
+    ``--checkpoint`` (repeatable), ``--paper``, ``--splits``, ``--refine``, ``--report``.
+    """
+    from amorgp.amortizer.extras import require_experiments
+
+    require_experiments("amorgp benchmark ablation")
+    from amorgp_experiments.ablation import main as run_ablation
+
+    run_ablation(list(ctx.args))
