@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
 from amorgp_experiments.ablation import Row, selection_score, summarise, targets_table
 from amorgp_experiments.realdata import KINDS, group_of, manifest, split
 
