@@ -45,6 +45,7 @@ __all__ = [
     "Row",
     "reference_rows",
     "run_sources",
+    "score_checkpoint",
     "selection_score",
     "summarise",
     "write_report",
@@ -189,6 +190,24 @@ def reference_rows(
                     tmp.replace(cache)
             rows.extend(Row(**known[f"{ds.name}|{seed}|{k}"]) for k in kernels)
     return rows
+
+
+def score_checkpoint(
+    checkpoint: str | Path | None,
+    datasets: Sequence[RealDataset],
+    baseline_rows: Sequence[Row],
+    *,
+    splits: Sequence[int] = (0,),
+) -> dict[str, dict[str, float]]:
+    """The summary of one checkpoint's network (calibrated, one start, no refinement)
+    against ``baseline_rows`` (the null starts' and Type-2 ML's rows of the same cells,
+    which do not depend on the network): the quick judge of training snapshots."""
+    from amorgp.amortizer import Amortizer
+
+    net = Amortizer.from_pretrained(checkpoint, device="cpu")
+    rows = run_sources({"network": net}, datasets, splits=splits)
+    keep = [r for r in baseline_rows if r.source != "network" and r.source != "defaults"]
+    return summarise([*rows, *keep])
 
 
 def _key(row: dict[str, Any]) -> str:
