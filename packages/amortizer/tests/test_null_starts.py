@@ -40,7 +40,11 @@ def test_heuristic_lengthscales_are_median_distances() -> None:
     median = np.median(np.abs(X[i] - X[j]), axis=0)
     structures = _structures(["SE + LIN", "SE*LIN"], 3)
     params, _ = null_parameters(
-        "heuristic", torch.tensor(X), torch.tensor(rng.normal(size=40)), structures, PAPER_VOCABULARY
+        "heuristic",
+        torch.tensor(X),
+        torch.tensor(rng.normal(size=40)),
+        structures,
+        PAPER_VOCABULARY,
     )
     np.testing.assert_allclose(params[0, :, 0, 1].numpy(), median, rtol=1e-6)  # SE lengthscale
     np.testing.assert_allclose(params[1, :, 0, 1].numpy(), median, rtol=1e-6)  # SE*LIN's

@@ -22,7 +22,11 @@ def test_stand_ins_by_hand() -> None:
     )
     source, names = stand_in_symbol("LIN*MAT52", {"MAT52": "SE"}, PAPER_VOCABULARY)
     assert source == "SE*LIN"
-    assert names == {"variance": "variance", "lin_offset": "lin_offset", "mat52_lengthscale": "se_lengthscale"}
+    assert names == {
+        "variance": "variance",
+        "lin_offset": "lin_offset",
+        "mat52_lengthscale": "se_lengthscale",
+    }
     source, names = stand_in_symbol("SE*MAT52", {"MAT52": "SE"}, PAPER_VOCABULARY)
     assert source == "SE"
     assert names["mat52_lengthscale"] == names["se_lengthscale"] == "lengthscale"
@@ -47,7 +51,9 @@ def test_grown_network_predicts_as_before(tiny_checkpoint: Path) -> None:
     for new, old in (("MAT52", "SE"), ("MAT52*PER", "SE*PER"), ("LIN*MAT52", "SE*LIN")):
         a = base.infer(X, y, old, **opts)
         b = grown.infer(X, y, new, **opts)
-        np.testing.assert_array_equal(np.sort(a.params.numpy().ravel()), np.sort(b.params.numpy().ravel()))
+        np.testing.assert_array_equal(
+            np.sort(a.params.numpy().ravel()), np.sort(b.params.numpy().ravel())
+        )
 
 
 def test_vocabulary_must_extend() -> None:

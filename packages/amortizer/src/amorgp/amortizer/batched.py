@@ -37,6 +37,7 @@ from torch import Tensor
 
 from amorgp.diff_linalg.cholesky import jittered_cholesky_ex
 from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, Vocabulary, base_symbol, encode
+from amorgp.lazy_kernels import CHUNK_BYTES
 
 __all__ = [
     "CHUNK_BYTES",
@@ -48,7 +49,6 @@ __all__ = [
     "score",
 ]
 
-CHUNK_BYTES = 256 * 2**20
 """Most bytes of kernel matrices (and as much again for their factors) held at once."""
 
 JITTER = 1e-8

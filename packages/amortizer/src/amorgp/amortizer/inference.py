@@ -40,7 +40,7 @@ from amorgp.kernel_grammar import (
     OptionError,
     Vocabulary,
 )
-from amorgp.lazy_kernels import Normalizer, Posterior, as_dataset
+from amorgp.lazy_kernels import MEMORY_BUDGET, Normalizer, Posterior, as_dataset
 
 __all__ = [
     "AmortizedMethod",
@@ -69,8 +69,6 @@ took 87 CG iterations and missed the exact LML by 4.7 nats, rank 256 took 2 and 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``: stages ``"network"``, ``"refine"`` (iterations) and
 ``"likelihood"`` (kernels)."""
-
-_MEMORY_BUDGET = 4 * 2**30
 
 
 class Amortizer(NetworkPrediction, GPBackendSizing):
@@ -127,7 +125,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         dtype: torch.dtype = torch.float64,
         encoder_points: int | None = None,
         seed: int = 0,
-        memory_budget: float = _MEMORY_BUDGET,
+        memory_budget: float = MEMORY_BUDGET,
         gp_options: Mapping[str, Any] | None = None,
         candidates: Mapping[str, AmortizationNetwork] | None = None,
         name: str = "primary",

@@ -344,7 +344,9 @@ def multistart(
     owner, names, alt = [], [], []
     nulls = []
     if starts > 1:  # the null starts of every kernel (null_starts.py)
-        nulls = [(rule, null_parameters(rule, Xs, ys, structures, vocabulary)[0]) for rule in NULL_RULES]
+        nulls = [
+            (rule, null_parameters(rule, Xs, ys, structures, vocabulary)[0]) for rule in NULL_RULES
+        ]
     for k in range(K):  # per kernel: a few starts each
         extra = _starts_of(p64[k], sym[k], msk[k], tables, cands, starts)  # type: ignore[arg-type]
         for name, p in [*extra, *((rule, params_[k]) for rule, params_ in nulls)]:

@@ -21,11 +21,10 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import DimWiseKernel, KernelFit, Normalizer, Posterior
+from amorgp.lazy_kernels import CHUNK_BYTES, DimWiseKernel, KernelFit, Normalizer, Posterior
 
 __all__ = ["ConditionedGP", "KernelResult", "conditioned_posterior"]
 
-_CHUNK_BYTES = 256 * 2**20
 
 Factor = tuple[Tensor, Tensor, Tensor | float, Tensor | float]
 """One kernel's dense factorisation ``(L, alpha, jitter, lml)``: the lower Cholesky factor
@@ -93,7 +92,7 @@ def conditioned_posterior(
             jitter=jitter,
             log_marginal_likelihood=lml,
             check=False,  # built here from checked data: no host read-back per kernel
-            memory_budget=_CHUNK_BYTES,
+            memory_budget=CHUNK_BYTES,
             **opts,
         )
     return Posterior.from_kernel(
@@ -103,7 +102,7 @@ def conditioned_posterior(
         float(noise),
         backend="auto",
         memory_budget=memory_budget,
-        chunk_budget=_CHUNK_BYTES,
+        chunk_budget=CHUNK_BYTES,
         **opts,
     )
 

@@ -10,6 +10,7 @@ from amorgp.lazy_kernels.batch import (
     check_symbol_layout,
 )
 from amorgp.lazy_kernels.block import BlockKernelOperator
+from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET
 from amorgp.lazy_kernels.data import (
     MIN_POINTS,
     Y_STD_MAX,
@@ -89,6 +90,8 @@ from amorgp.lazy_kernels.tables import (
 )
 
 __all__ = [
+    "CHUNK_BYTES",
+    "MEMORY_BUDGET",
     "MIN_POINTS",
     "Y_STD_MAX",
     "Y_STD_MIN",

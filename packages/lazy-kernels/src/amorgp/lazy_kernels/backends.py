@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.lazy_kernels.budgets import MEMORY_BUDGET
 from amorgp.lazy_kernels.evaluation import blockwise_graph
 from amorgp.lazy_kernels.factory import kernel_operator
 from amorgp.lazy_kernels.keops import KeOpsOperator
@@ -108,7 +109,7 @@ def choose_backend(
     n: int,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
-    memory_budget: float = 4 * 2**30,
+    memory_budget: float = MEMORY_BUDGET,
     keops: bool | None = None,
     n_terms: int = 1,
     graph: bool = True,
@@ -179,7 +180,7 @@ def choose_solver(
     n: int,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
-    memory_budget: float = 4 * 2**30,
+    memory_budget: float = MEMORY_BUDGET,
     keops: bool | None = None,
     n_terms: int = 1,
     graph: bool = True,
@@ -196,7 +197,7 @@ def backend_plan(
     kernel: DenseKernel | KernelOperator,
     X: Tensor,
     backend: str | type[Solver] = "auto",
-    memory_budget: float = 4 * 2**30,
+    memory_budget: float = MEMORY_BUDGET,
 ) -> tuple[type[Solver], KernelOperator]:
     """The solver type and the training operator ``K(X, X)`` of ``kernel`` for ``backend``.
 

@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.lazy_kernels.budgets import CHUNK_BYTES
 from amorgp.lazy_kernels.operators import (
     EVALUATOR_MATRICES_PER_TERM,
     DenseKernel,
@@ -31,7 +32,7 @@ from amorgp.lazy_kernels.operators import (
 
 __all__ = ["BLOCK_MEMORY_BUDGET", "BlockKernelOperator", "block_rows"]
 
-BLOCK_MEMORY_BUDGET = 256 * 2**20
+BLOCK_MEMORY_BUDGET = CHUNK_BYTES
 """Default bytes one row block (its kernel values and the evaluator's working memory) may use."""
 
 _MATRICES_NO_GRAPH = 4

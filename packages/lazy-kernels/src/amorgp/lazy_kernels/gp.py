@@ -28,6 +28,7 @@ from amorgp.lazy_kernels.backends import (
     check_data,
     choose_backend,
 )
+from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET
 from amorgp.lazy_kernels.operators import DenseKernel, KernelOperator
 from amorgp.lazy_kernels.posterior import Posterior
 from amorgp.lazy_kernels.solvers import (
@@ -108,13 +109,13 @@ class ExactGP:
         y: Tensor,
         *,
         backend: Backend | type[Solver] = "auto",
-        memory_budget: float = 4 * 2**30,
+        memory_budget: float = MEMORY_BUDGET,
         cg_tol: float = 1e-8,
         max_cg_iter: int = 1000,
         precond_rank: int = 64,
         n_probes: int = 15,
         generator: torch.Generator | None = None,
-        chunk_budget: float = 256 * 2**20,
+        chunk_budget: float = CHUNK_BYTES,
         var_block: int | None = None,
     ) -> None:
         warnings.warn(

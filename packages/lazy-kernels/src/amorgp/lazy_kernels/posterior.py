@@ -35,6 +35,7 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, OptionError
 from amorgp.lazy_kernels.backends import Backend, backend_plan, check_data
+from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET
 from amorgp.lazy_kernels.dense_posterior import DensePosterior
 from amorgp.lazy_kernels.operators import DenseKernel, KernelOperator
 from amorgp.lazy_kernels.solvers import CholeskySolver, LazyCGSolver, Solver, solver_type
@@ -83,7 +84,7 @@ class Posterior:
         noise: float | Tensor,
         *,
         method: Method | type[Solver] = "cholesky",
-        memory_budget: float = 256 * 2**20,
+        memory_budget: float = CHUNK_BYTES,
         chunk_size: int | None = None,
         jitter: float = 1e-8,
         max_tries: int = 5,
@@ -157,8 +158,8 @@ class Posterior:
         noise: float | Tensor,
         *,
         backend: Backend | type[Solver] = "auto",
-        memory_budget: float = 4 * 2**30,
-        chunk_budget: float = 256 * 2**20,
+        memory_budget: float = MEMORY_BUDGET,
+        chunk_budget: float = CHUNK_BYTES,
         var_block: int | None = None,
         **options: Any,
     ) -> Posterior:
@@ -212,7 +213,7 @@ class Posterior:
         jitter: Tensor | float = 0.0,
         log_marginal_likelihood: Tensor | float | None = None,
         check: bool = True,
-        memory_budget: float = 256 * 2**20,
+        memory_budget: float = CHUNK_BYTES,
         chunk_size: int | None = None,
         **options: Any,
     ) -> Posterior:

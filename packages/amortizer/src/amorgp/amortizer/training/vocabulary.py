@@ -30,7 +30,9 @@ from amorgp.kernel_grammar import OptionError, Vocabulary, base_symbol, canonica
 __all__ = ["extend_vocabulary", "stand_in_symbol"]
 
 
-def stand_in_symbol(name: str, stand_ins: Mapping[str, str], old: Vocabulary) -> tuple[str, dict[str, str]]:
+def stand_in_symbol(
+    name: str, stand_ins: Mapping[str, str], old: Vocabulary
+) -> tuple[str, dict[str, str]]:
     """The old symbol standing in for ``name`` and the map of its parameter names.
 
     Raises:
