@@ -5,9 +5,11 @@
 #
 # Usage:  tools/gpu_chunk.sh OUTDIR [MINUTES]
 #
-# 1. phase 1 from the committed weights (models/medium, or $AMORGP_CHUNK_FROM):
+# 1. phase 1 from the committed weights (models/medium, or $AMORGP_CHUNK_FROM), on the
+#    realdata prior (AMORGP_CHUNK_PRIOR=paper and AMORGP_CHUNK_INPUTS=uniform for the paper's):
 #      amorgp train --preset medium --device cuda --from models/medium --set n_max=100
-#        --set num_workers=12 --set warmup_steps=100 --max-minutes MINUTES
+#        --set num_workers=12 --set warmup_steps=100 --set prior=realdata
+#        --set inputs=realistic --max-minutes MINUTES
 #    (while the same machine is held, a second call continues that run bit-exactly with
 #    --resume instead: the runs live in $AMORGP_CHUNK_RUNS, default /tmp/amorgp-chunk);
 # 2. the noise fine-tuning:
@@ -61,14 +63,15 @@ SRC=$(ls -d "$ROOT"/packages/*/src | tr '\n' ':')
 export PYTHONPATH="$SRC${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
-P1=(--set n_max=100 --set num_workers=12 --set warmup_steps=100)
-P2=(--set n_max=250 --max-steps 100)
+PRIOR=(--set prior="${AMORGP_CHUNK_PRIOR:-realdata}" --set inputs="${AMORGP_CHUNK_INPUTS:-realistic}")
+P1=(--set n_max=100 --set num_workers=12 --set warmup_steps=100 "${PRIOR[@]}")
+P2=(--set n_max=250 --max-steps 100 "${PRIOR[@]}")
 if [ "${AMORGP_CHUNK_SMOKE:-0}" = "1" ]; then
     DEVICE=cpu
     RUNS=${AMORGP_CHUNK_RUNS:-$OUT/.runs}  # never resumes a real chunk's run
     SMALL=(--set batch_size=8 --set val_size=8 --set num_workers=0 --set n_max=20)
-    P1=("${SMALL[@]}" --set warmup_steps=1 --max-steps 2)
-    P2=("${SMALL[@]}" --max-steps 2)
+    P1=("${SMALL[@]}" --set warmup_steps=1 --max-steps 2 "${PRIOR[@]}")
+    P2=("${SMALL[@]}" --max-steps 2 "${PRIOR[@]}")
 fi
 
 left() { echo $((DEADLINE - $(date +%s))); }
