@@ -132,6 +132,11 @@ def test_realdata_laws() -> None:
     noise = rd.realdata_noise(torch.full((20000,), 0.5, dtype=torch.float64), gen)
     quiet = float((noise <= rd.LOW_NOISE_HIGH).double().mean())
     assert abs(quiet - rd.LOW_NOISE_PROB) < 5 * math.sqrt(0.21 / 20000)
+    loud = float((noise != 0.5).double().mean()) - quiet  # the paper's draws were all 0.5
+    assert abs(loud - rd.HIGH_NOISE_PROB) < 5 * math.sqrt(0.21 / 20000)
+    noisy = noise[(noise != 0.5) & (noise > rd.LOW_NOISE_HIGH)]
+    assert float(noisy.min()) >= rd.HIGH_NOISE_LOW
+    assert float(noisy.max()) <= rd.HIGH_NOISE_HIGH
     assert float(noise.min()) >= 1e-6
 
 

@@ -19,8 +19,11 @@ lengthscales grow with d   the other input-scaled lengthscales are the paper's d
 short periods              with probability :data:`SHORT_PERIOD_PROB` a period is
                            ``LogUniform[SHORT_PERIOD_LOW, SHORT_PERIOD_HIGH]`` (many cycles
                            in the input range, as in monthly or daily series)
-near-noiseless targets     with probability :data:`LOW_NOISE_PROB` the noise variance is
-                           ``LogUniform[LOW_NOISE_LOW, LOW_NOISE_HIGH]``; else the paper's
+near-noiseless and noisy   with probability :data:`LOW_NOISE_PROB` the noise variance is
+targets                    ``LogUniform[LOW_NOISE_LOW, LOW_NOISE_HIGH]``, with probability
+                           :data:`HIGH_NOISE_PROB` ``LogUniform[HIGH_NOISE_LOW,
+                           HIGH_NOISE_HIGH]`` (weak signals: real targets often have
+                           ``R^2`` of 0.1-0.7); else the paper's
 non-uniform inputs         the ``realistic`` input law (:mod:`amorgp.simulator.inputs`):
                            uniform, clusters, discrete levels, skewed, heavy-tailed columns
 =========================  ===============================================================
@@ -58,6 +61,9 @@ __all__ = [
     "LOW_NOISE_HIGH",
     "LOW_NOISE_LOW",
     "LOW_NOISE_PROB",
+    "HIGH_NOISE_HIGH",
+    "HIGH_NOISE_LOW",
+    "HIGH_NOISE_PROB",
     "PRIORS",
     "SHORT_PERIOD_HIGH",
     "SHORT_PERIOD_LOW",
@@ -89,6 +95,11 @@ LOW_NOISE_PROB = 0.3
 """Probability that the noise variance is drawn from the near-noiseless law."""
 LOW_NOISE_LOW, LOW_NOISE_HIGH = 1e-6, 1e-2
 """Range of the near-noiseless noise variances (log-uniform, before standardisation)."""
+HIGH_NOISE_PROB = 0.3
+"""Probability that the noise variance is drawn from the noisy law."""
+HIGH_NOISE_LOW, HIGH_NOISE_HIGH = 0.1, 3.0
+"""Range of the noisy noise variances (log-uniform, before standardisation; a kernel
+variance's prior mean is 2/3)."""
 
 
 def _log_uniform(low: float, high: float, shape: tuple[int, ...], g: torch.Generator) -> Tensor:
@@ -152,11 +163,15 @@ def realdata_parameters(
 
 
 def realdata_noise(noise: Tensor, generator: torch.Generator) -> Tensor:
-    """The paper's noise draws ``(B,)`` with :data:`LOW_NOISE_PROB` of them near-noiseless."""
+    """The paper's noise draws ``(B,)`` with :data:`LOW_NOISE_PROB` of them near-noiseless
+    and :data:`HIGH_NOISE_PROB` of them noisy (one uniform draw per dataset picks the law)."""
     g = generator
-    low = torch.rand(noise.shape, generator=g, dtype=torch.float64, device=g.device)
+    u = torch.rand(noise.shape, generator=g, dtype=torch.float64, device=g.device)
     quiet = _log_uniform(LOW_NOISE_LOW, LOW_NOISE_HIGH, tuple(noise.shape), g)
-    return torch.where(low < LOW_NOISE_PROB, quiet, noise).clamp_min(FLOORS[ParamKind.NOISE])
+    loud = _log_uniform(HIGH_NOISE_LOW, HIGH_NOISE_HIGH, tuple(noise.shape), g)
+    out = torch.where(u < LOW_NOISE_PROB, quiet, noise)
+    out = torch.where(u >= 1.0 - HIGH_NOISE_PROB, loud, out)
+    return out.clamp_min(FLOORS[ParamKind.NOISE])
 
 
 def scale_amplitudes(
