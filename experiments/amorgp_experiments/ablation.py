@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from amorgp_experiments.realdata import RealDataset, load_corpus, split
+from amorgp_experiments.realdata import RealDataset, load_corpus, load_heldout, split
 
 __all__ = [
     "KERNELS",
@@ -399,13 +399,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="series only, no refinement")
     parser.add_argument("--paper", action="store_true", help="add the paper's five datasets")
+    parser.add_argument(
+        "--heldout",
+        action="store_true",
+        help="the held-out datasets (realdata.HELDOUT) instead of the selection corpus",
+    )
     parser.add_argument("--splits", type=int, default=1)
     parser.add_argument("--refine", type=int, default=5, help="also score after this many steps")
     parser.add_argument("--cache", type=Path, default=Path("runs/ablation/type2ml.json"))
     parser.add_argument("--out", type=Path, default=Path("runs/ablation/rows.json"))
     parser.add_argument("--report", type=Path, default=None, help="write the Markdown report here")
     args = parser.parse_args(argv)
-    datasets = list(load_corpus("series" if args.quick else None, paper=args.paper))
+    if args.heldout:
+        datasets = load_heldout()
+    else:
+        datasets = list(load_corpus("series" if args.quick else None, paper=args.paper))
     splits = tuple(range(args.splits))
     args.cache.parent.mkdir(parents=True, exist_ok=True)
     ref = reference_rows(datasets, splits=splits, cache=args.cache)

