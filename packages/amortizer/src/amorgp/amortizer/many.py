@@ -174,7 +174,9 @@ def bucket_size(n: int, n_kernels: int, starts: int, budget: float = BUDGET) -> 
     return max(1, int(budget // per))
 
 
-def _matrices(X: Tensor, symbols: Tensor, mask: Tensor, params: Tensor, vocab: Vocabulary) -> Tensor:
+def _matrices(
+    X: Tensor, symbols: Tensor, mask: Tensor, params: Tensor, vocab: Vocabulary
+) -> Tensor:
     """``(P, n, n)`` kernel matrices of ``P`` pairs, each on its own points ``X (P, n, d)``."""
     from amorgp.lazy_kernels import kernel_matrix_dimwise
 
@@ -247,7 +249,13 @@ def _calibrate_rows(
     new_noise = n64.clone()
     gain = torch.zeros(P, dtype=torch.float64, device=dev)
     # the pivot recurrence streams (n, rows, grid) float64 arrays: chunks of RECURRENCE_BYTES
-    per_chunk = max(1, min(calibration.CHUNK_ELEMENTS // (n * n), RECURRENCE_BYTES // (8 * n * 2 * calibration.GRID_POINTS)))
+    per_chunk = max(
+        1,
+        min(
+            calibration.CHUNK_ELEMENTS // (n * n),
+            RECURRENCE_BYTES // (8 * n * 2 * calibration.GRID_POINTS),
+        ),
+    )
     with calibration._one_thread(dev), _one_blas_thread():
         for start in range(0, P, per_chunk):
             sl = slice(start, min(P, start + per_chunk))
@@ -483,7 +491,9 @@ def _multistart_rows(
     new_p, new_n = cal.params[won], cal.noise[won]
     if sub is not None:  # the winners' scale and noise on all the points (as multistart)
         Kw = _matrices(X[at_m // K], sym[at_m % K], msk[at_m % K], new_p, vocabulary)
-        again = _calibrate_rows(Kw, Y[at_m // K], sym[at_m % K], msk[at_m % K], new_p, new_n, vocabulary)
+        again = _calibrate_rows(
+            Kw, Y[at_m // K], sym[at_m % K], msk[at_m % K], new_p, new_n, vocabulary
+        )
         new_p, new_n = again.params, again.noise
     out = params.detach().clone()
     out_noise = noise.detach().clone()
@@ -574,7 +584,9 @@ def _fit_bucket(
                 results.append(
                     KernelResult(
                         kernel=s,
-                        params=params[p, : s.n_dims, : s.max_addends].detach().to("cpu", torch.float64),
+                        params=params[p, : s.n_dims, : s.max_addends]
+                        .detach()
+                        .to("cpu", torch.float64),
                         noise=noises[p],
                         normalizer=it.norm,
                         n_points=n,
