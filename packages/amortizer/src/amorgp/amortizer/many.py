@@ -627,7 +627,7 @@ def _fit_alone(
 
 def _rows(X: Any) -> int:
     try:
-        return int(len(X))
+        return len(X)
     except TypeError:
         return 0
 
