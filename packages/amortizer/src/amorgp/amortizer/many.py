@@ -685,7 +685,8 @@ def iter_datasets(
             Xn = norm.transform_x(Xa).to(amz.device, amz.dtype)
             yn = norm.transform_y(ya).to(amz.device, amz.dtype)
         except Exception as err:
-            failed.append(DatasetFit(i, [], _one_line(err), 0, False))
+            rows = _rows(item[0]) if isinstance(item, tuple | list) and len(item) == 2 else 0
+            failed.append(DatasetFit(i, [], _one_line(err), rows, False))
             continue
         groups.setdefault((n, d), []).append(_Prepared(i, norm, Xn, yn, (item[0], item[1])))
     if failed:
