@@ -68,7 +68,7 @@ def require_pandas(what: str = "fit_groups") -> Any:
     line) where it is not installed."""
     try:
         import pandas
-    except ModuleNotFoundError as err:
+    except ModuleNotFoundError:
         raise MissingExtraError(f"{what} needs pandas: {PANDAS_HINT}", name="pandas") from None
     return pandas
 
@@ -266,7 +266,8 @@ def rows_frame(
     frame = pd.DataFrame.from_records(rows, columns=cols)
     frame["n_points"] = frame["n_points"].fillna(0).astype("int64")
     for c in ("kernel", "start", "error"):
-        frame[c] = frame[c].astype("object")
+        col = frame[c].astype("object")
+        frame[c] = col.where(col.notna(), None)
     keys = set(key_names) | set(FIXED_COLUMNS)
     for c in cols:
         if c not in keys:

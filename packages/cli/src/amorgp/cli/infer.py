@@ -143,7 +143,9 @@ def infer(
 
         amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
         amz.starts = starts
-        run_groups(amz, data, group_by, kernels, target, inputs, predict_at, output, as_json, refine)
+        run_groups(
+            amz, data, group_by, kernels, target, inputs, predict_at, output, as_json, refine
+        )
         return
     for name, given in (("--input", inputs), ("--predict-at", predict_at), ("--output", output)):
         if given:
