@@ -76,9 +76,13 @@ from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.forward import encode_structures, encoder_subset, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import (
+    _PERIOD_FLOOR,
+    DECAY_PERIODS,
+    HARMONICS,
+    PERIODIC_LENGTHSCALE,
     SCORE_POINTS,
+    TREND_LENGTHSCALE,
     _slot_tables,
-    _starts_of,
     has_periodic,
     resolve_starts,
 )
@@ -451,29 +455,37 @@ def _multistart_rows(
     Xc, Yc = (X, Y) if sub is None else (X[:, sub.to(dev)], Y[:, sub.to(dev)])
     owner: list[int] = []
     names: list[str] = []
-    alt: list[Tensor] = []
-    for b in range(B):  # per pair: a few starts each
-        for k in range(K):
-            if not periodic[k]:
-                continue
-            for name, q in _starts_of(p64[b * K + k], sym[k], msk[k], tables, cands[b], starts):  # type: ignore[arg-type]
+    blocks: list[Tensor] = []
+    rows: list[int] = []
+    offset = 0
+    for k in range(K):  # per kernel: the starts of all its pairs at once
+        if not periodic[k]:
+            continue
+        block, lists = _starts_many(p64[k::K], sym[k], msk[k], tables, cands, starts)
+        width = block.shape[1]
+        for b, chosen in enumerate(lists):  # bookkeeping: the names and rows per dataset
+            for name, j in chosen:
                 owner.append(b * K + k)
                 names.append(name)
-                alt.append(q)
-    if not alt:
+                rows.append(offset + b * width + j)
+        blocks.append(block.reshape(-1, *block.shape[2:]))
+        offset += block.shape[0] * width
+    if not owner:
         return params, noise, names_out, []
     own = torch.tensor(owner, dtype=torch.long, device=dev)
     ds, ks = own // K, own % K
-    alt_params = torch.stack(alt)
-    Km = _matrices(Xc[ds], sym[ks], msk[ks], alt_params, vocabulary)
-    cal = _calibrate_rows(Km, Yc[ds], sym[ks], msk[ks], alt_params, n64[own], vocabulary)
-    Km = Km * cal.scale[:, None, None]
+    alt_params = torch.cat(blocks)[torch.tensor(rows, dtype=torch.long, device=dev)]
+    Xa, Ya, sa, ma = Xc[ds], Yc[ds], sym[ks], msk[ks]
+    Km = _matrices(Xa, sa, ma, alt_params, vocabulary)
+    cal = _calibrate_rows(Km, Ya, sa, ma, alt_params, n64[own], vocabulary)
+    Km.mul_(cal.scale.to(Km.dtype)[:, None, None])
     homog = [batched.homogeneous(s) for s in structures]
     redo = [i for i, k in enumerate(ks.tolist()) if not homog[k]]
     if redo:
         at = torch.tensor(redo, device=dev)
-        Km[at] = _matrices(Xc[ds][at], sym[ks][at], msk[ks][at], cal.params[at], vocabulary)
-    lml_alt = _log_likelihood_rows(Km, Yc[ds], cal.noise).tolist()
+        Km[at] = _matrices(Xa[at], sa[at], ma[at], cal.params[at], vocabulary)
+    lml_alt = _log_likelihood_rows(Km, Ya, cal.noise).tolist()
+    del Km
     heads = sorted(set(owner))
     at_h = torch.tensor(heads, dtype=torch.long, device=dev)
     Kn = _matrices(Xc[at_h // K], sym[at_h % K], msk[at_h % K], p64[at_h], vocabulary)
@@ -502,6 +514,92 @@ def _multistart_rows(
     for p in moved:
         names_out[p] = names[best[p]]
     return out, out_noise, names_out, moved
+
+
+def _set_many(params: Tensor, slots: Tensor, where: Tensor, value: Tensor | float) -> Tensor:
+    """:func:`amorgp.amortizer.multistart._set` on a batch: ``params (..., D, L, S)`` with
+    slot ``slots[d, l]`` of the addends ``where (..., D, L)`` set to ``value`` (broadcast
+    to ``where``)."""
+    S = params.shape[-1]
+    onehot = torch.nn.functional.one_hot(slots.clamp_min(0), S).bool() & where[..., None]
+    v = torch.broadcast_to(torch.as_tensor(value, dtype=params.dtype), where.shape)
+    return torch.where(onehot, v[..., None], params)
+
+
+def _get_many(params: Tensor, slots: Tensor) -> Tensor:
+    """``(..., D, L)``: slot ``slots[d, l]`` of each addend of ``params (..., D, L, S)``."""
+    idx = slots.clamp_min(0).expand(params.shape[:-1])[..., None]
+    return params.gather(-1, idx)[..., 0]
+
+
+def _starts_many(
+    params: Tensor,
+    symbols: Tensor,
+    mask: Tensor,
+    tables: tuple[Tensor, ...],
+    candidates: Sequence[Sequence[tuple[int, float, float]]],
+    starts: int,
+) -> tuple[Tensor, list[list[tuple[str, int]]]]:
+    """:func:`amorgp.amortizer.multistart._starts_of` of one kernel on ``B`` datasets at
+    once: ``params (B, D, L, S)`` (the kernel's parameters per dataset), its ``symbols``
+    and ``mask (D, L)``, each dataset's periodogram ``candidates``.
+
+    Returns:
+        ``block (B, W, D, L, S)``: every possible start of every dataset (the periodogram
+        peaks, the harmonics, the rescaled first peak), and per dataset the starts it
+        keeps as ``(name, index into W)``, in :func:`_starts_of`'s order.
+    """
+    period_t, per_ls_t, decay_t, trend_t = tables
+    p_slot, l_slot, s_slot = period_t[symbols], per_ls_t[symbols], decay_t[symbols]
+    t_slot = trend_t[symbols]
+    periodic = (p_slot >= 0) & mask  # (D, L)
+    B, D = params.shape[0], params.shape[1]
+    dev = params.device
+    C = max(1, max((len(c) for c in candidates), default=1))
+    J = torch.zeros(B, C, dtype=torch.long)
+    PER = torch.ones(B, C, dtype=torch.float64)
+    count = []
+    has = periodic.any(-1).tolist()  # (D,) a periodic addend in the dimension
+    for b, cands in enumerate(candidates):  # bookkeeping: the usable peaks of each dataset
+        ok = [(j, per) for j, per, _ in cands if j < D and has[j]]
+        for c, (j, per) in enumerate(ok):
+            J[b, c], PER[b, c] = j, per
+        count.append(len(ok))
+    J, PER = J.to(dev), PER.to(dev)
+    in_dim = periodic & (torch.arange(D, device=dev) == J[..., None])[..., None]  # (B, C, D, L)
+    # the period as _starts_of sets it: a float32 tensor of the Python float
+    per32 = PER.clamp_min(_PERIOD_FLOOR).to(torch.float32).to(params.dtype)[..., None, None]
+    pg = _set_many(params[:, None].expand(B, C, *params.shape[1:]), p_slot, in_dim, per32)
+    pg = _set_many(pg, l_slot, in_dim, PERIODIC_LENGTHSCALE)
+    least = (DECAY_PERIODS * PER).clamp_min(TREND_LENGTHSCALE)[..., None, None]
+    decay = in_dim & (s_slot >= 0)
+    pg = _set_many(pg, s_slot, decay, torch.maximum(_get_many(pg, s_slot), least))
+    trend = ((t_slot >= 0) & mask).expand(in_dim.shape)
+    pg = _set_many(pg, t_slot, trend, _get_many(pg, t_slot).clamp_min(TREND_LENGTHSCALE))
+    net_period = _get_many(params, p_slot)  # (B, D, L)
+    harm = torch.stack(
+        [
+            _set_many(
+                params, p_slot, periodic.expand(B, D, -1), (net_period * f).clamp_min(_PERIOD_FLOOR)
+            )
+            for f, _ in HARMONICS
+        ],
+        1,
+    )
+    first = pg[:, 0]
+    ls = _get_many(first, l_slot)
+    resc = torch.stack([_set_many(first, l_slot, in_dim[:, 0], ls * f) for f in (0.5, 2.0)], 1)
+    block = torch.cat([pg, harm, resc], 1)  # (B, C + 3 + 2, D, L, S)
+    H, R = C, C + len(HARMONICS)
+    lists = []
+    for c in count:  # bookkeeping: _starts_of's priority order per dataset
+        pgs = [("periodogram" if i == 0 else f"periodogram {i + 1}", i) for i in range(c)]
+        hs = [(f"harmonic {name}", H + i) for i, (_, name) in enumerate(HARMONICS)]
+        rs = [("periodogram, lengthscale x0.5", R), ("periodogram, lengthscale x2", R + 1)]
+        rs = rs if c else []
+        queues = [pgs[:1], pgs[1:2], hs[:1], pgs[2:3], hs[1:2], pgs[3:], rs[:1], hs[2:], rs[1:]]
+        lists.append([x for q in queues for x in q][: starts - 1])
+    return block, lists
 
 
 @dataclass
