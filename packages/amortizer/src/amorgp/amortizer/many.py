@@ -433,11 +433,17 @@ def _multistart_rows(
     noise: Tensor,
     starts: int,
     seed: int,
+    net_lml: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, list[str], list[int]]:
     """:func:`amorgp.amortizer.multistart.multistart` (``refine=0``) of the ``B K`` pairs of
     ``B`` datasets ``X (B, n, d)``, ``Y (B, n)`` (``n <= MAX_POINTS``) and ``K`` structures:
     the starts of every pair calibrated and scored in one batch.  Returns the winners'
-    ``params``, ``noise``, the start names and the pairs whose winner is not the network's."""
+    ``params``, ``noise``, the start names and the pairs whose winner is not the network's.
+
+    ``net_lml (B K,)``: the exact log marginal likelihoods of the pairs at ``params`` and
+    ``noise`` when known (the factorisation of all points): with at most
+    :data:`~amorgp.amortizer.multistart.SCORE_POINTS` points they are the network start's
+    score, which is then not evaluated again."""
     B, n, d = X.shape
     K = len(structures)
     P = B * K
@@ -488,8 +494,12 @@ def _multistart_rows(
     del Km
     heads = sorted(set(owner))
     at_h = torch.tensor(heads, dtype=torch.long, device=dev)
-    Kn = _matrices(Xc[at_h // K], sym[at_h % K], msk[at_h % K], p64[at_h], vocabulary)
-    lml_net = dict(zip(heads, _log_likelihood_rows(Kn, Yc[at_h // K], n64[at_h]).tolist()))
+    if net_lml is not None and sub is None:
+        scores = net_lml.to(torch.float64)[at_h]
+    else:
+        Kn = _matrices(Xc[at_h // K], sym[at_h % K], msk[at_h % K], p64[at_h], vocabulary)
+        scores = _log_likelihood_rows(Kn, Yc[at_h // K], n64[at_h])
+    lml_net = dict(zip(heads, scores.tolist(), strict=True))
     best: dict[int, int] = {}  # pair -> index of its winning start in alt
     for i, p in enumerate(owner):  # bookkeeping: the first best start of each pair
         j = best.get(p)
@@ -646,18 +656,25 @@ def _fit_bucket(
                 at = torch.tensor(redo, device=Km.device)
                 Km[at] = _matrices(Xp[at], symp[at], mskp[at], params[at], vocab)
                 scale = scale.index_fill(0, at, 1.0)
-        params, noise, start, moved = _multistart_rows(
-            X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed
-        )
-        if moved:  # the pairs whose winner is another start: their matrices at it
-            at = torch.tensor(moved, device=Km.device)
-            Km[at] = _matrices(Xp[at], symp[at], mskp[at], params[at], vocab)
-            scale = scale.index_fill(0, at, 1.0)
+        # every pair factored at the calibrated prediction (as infer_many), then the
+        # multi-start (whose network start is scored by that factorisation)
         f = batched.factor(Km, Yp, noise, scale)
-    failed = f.failed.tolist()
-    factors: list[Factor | None] = [
-        None if failed[p] else (f.L[p], f.alpha[p], f.jitter[p], f.lml[p]) for p in range(P)
-    ]
+        del Km
+        params, noise, start, moved = _multistart_rows(
+            X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed, f.lml
+        )
+        failed = f.failed.tolist()
+        factors: list[Factor | None] = [
+            None if failed[p] else (f.L[p], f.alpha[p], f.jitter[p], f.lml[p]) for p in range(P)
+        ]
+        if moved:  # the pairs whose winner is another start: factored again at it
+            at = torch.tensor(moved, device=X.device)
+            g = batched.factor(
+                _matrices(Xp[at], symp[at], mskp[at], params[at], vocab), Yp[at], noise[at]
+            )
+            again = g.failed.tolist()
+            for i, p in enumerate(moved):
+                factors[p] = None if again[i] else (g.L[i], g.alpha[i], g.jitter[i], g.lml[i])
     elapsed = time.perf_counter() - t0
     noises = noise.tolist()
     n_enc = min(n, amz.encoder_points)
