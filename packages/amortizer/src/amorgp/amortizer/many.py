@@ -233,11 +233,16 @@ def _calibrate_rows(
     params: Tensor,
     noise: Tensor,
     vocabulary: Vocabulary,
+    scores: Tensor | None = None,
 ) -> calibration.Calibration:
     """:func:`amorgp.amortizer.calibrate.calibrate` with precomputed matrices for ``P``
     pairs that each have their own targets: ``Km (P, n, n)`` (read, not modified),
     ``Y (P, n)``, ``symbols``/``mask (P, d, L)``, ``params (P, D, L, S)``, ``noise (P,)``.
-    The CPU's method (tridiagonal) on the CPU, ``eigh`` elsewhere."""
+    The CPU's method (tridiagonal) on the CPU, ``eigh`` elsewhere.
+
+    ``scores (P,)``, where given, receives the exact log marginal likelihood of each pair
+    at its calibrated scale and noise (of the scaled matrix ``s K``), read from the same
+    spectrum (``-inf`` where the matrix is not finite or the value is not a number)."""
     P, n = Y.shape
     d, L = symbols.shape[1], symbols.shape[2]
     dev = params.device
@@ -283,6 +288,10 @@ def _calibrate_rows(
             factors[sl] = torch.where(better, s, torch.ones_like(s))
             new_noise[sl] = torch.where(better, best_noise, n64[sl])
             gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
+            if scores is not None:
+                best = torch.where(better, lml, base)
+                ok = finite & ~torch.isnan(best)
+                scores[sl] = torch.where(ok, best, torch.full_like(best, -math.inf))
     factor = factors ** (1.0 / n_dims)
     scaled = p64 * torch.where(var_slot, factor[:, None, None, None], torch.ones_like(p64))
     out = params.detach().clone()
@@ -483,15 +492,18 @@ def _multistart_rows(
     alt_params = torch.cat(blocks)[torch.tensor(rows, dtype=torch.long, device=dev)]
     Xa, Ya, sa, ma = Xc[ds], Yc[ds], sym[ks], msk[ks]
     Km = _matrices(Xa, sa, ma, alt_params, vocabulary)
-    cal = _calibrate_rows(Km, Ya, sa, ma, alt_params, n64[own], vocabulary)
-    Km.mul_(cal.scale.to(Km.dtype)[:, None, None])
+    # each start's score, its exact likelihood once calibrated, comes with the calibration
+    # (the calibrated matrix is the scale times the evaluated one), but for LIN alone
+    score = torch.empty(len(owner), dtype=torch.float64, device=dev)
+    cal = _calibrate_rows(Km, Ya, sa, ma, alt_params, n64[own], vocabulary, scores=score)
+    del Km
     homog = [batched.homogeneous(s) for s in structures]
     redo = [i for i, k in enumerate(ks.tolist()) if not homog[k]]
     if redo:
         at = torch.tensor(redo, device=dev)
-        Km[at] = _matrices(Xa[at], sa[at], ma[at], cal.params[at], vocabulary)
-    lml_alt = _log_likelihood_rows(Km, Ya, cal.noise).tolist()
-    del Km
+        Kr = _matrices(Xa[at], sa[at], ma[at], cal.params[at], vocabulary)
+        score[at] = _log_likelihood_rows(Kr, Ya[at], cal.noise[at])
+    lml_alt = score.tolist()
     heads = sorted(set(owner))
     at_h = torch.tensor(heads, dtype=torch.long, device=dev)
     if net_lml is not None and sub is None:
