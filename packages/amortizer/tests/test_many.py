@@ -129,6 +129,22 @@ def test_budget_buckets_and_progress(amz: Amortizer, fleet) -> None:
     assert [f.index for f in fits] == list(range(len(fleet)))
 
 
+def test_subsets_above_the_encoder_and_scoring_points(amz: Amortizer) -> None:
+    """n = 300: the encoder reads a subset (the tiny network's 40 points) and the
+    multi-start scores its starts on a subset (256 points), then calibrates the winners on
+    all points: as infer_many."""
+    rng = np.random.default_rng(11)
+    data = [_series(rng, 264) for _ in range(2)]
+    fits = amz.infer_datasets(data, ["SE + PER"], exact_network=True)
+    for f, (X, y) in zip(fits, data, strict=True):
+        (want,) = amz.infer_many(X, y, ["SE + PER"])
+        (got,) = f.results
+        assert got.encoder_points == want.encoder_points == 40
+        assert got.start == want.start
+        torch.testing.assert_close(got.params, want.params, rtol=1e-8, atol=0.0)
+        assert got.log_marginal_likelihood == pytest.approx(want.log_marginal_likelihood, abs=1e-8)
+
+
 def test_predictions_match(amz: Amortizer, fleet) -> None:
     fit = amz.infer_datasets(fleet[:1], ["SE + PER"], exact_network=True)[0].results[0]
     ref = amz.infer(*fleet[0], "SE + PER")

@@ -783,7 +783,7 @@ def iter_datasets(
     steps = check_refine(refine)
     cal = amz.calibrate if calibrate is None else check_calibrate(calibrate)
     n_starts = resolve_starts(starts, amz.starts, cal)
-    if isinstance(exact_network, bool) is False:
+    if not isinstance(exact_network, bool):
         raise OptionError(f"exact_network must be True or False, got {exact_network!r}")
     if not (isinstance(budget, int | float) and budget > 0):
         raise OptionError(f"budget must be a positive number of bytes, got {budget!r}")

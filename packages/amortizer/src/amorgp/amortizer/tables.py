@@ -131,7 +131,7 @@ def group_datasets(
     inputs, target = _columns(df, keys, inputs, target)
     if len(df) == 0:
         return [], [], inputs, target
-    codes = df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    codes = df.groupby(keys, sort=False, dropna=False, observed=True).ngroup().to_numpy()
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes)
     ends = np.cumsum(counts)

@@ -64,7 +64,10 @@ def read_table(path: Path) -> pd.DataFrame:
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
             return pd.read_parquet(path)
-        return pd.read_csv(path, sep=None, engine="python")
+        with path.open("r", encoding="utf-8-sig", errors="replace") as fh:
+            first = next((ln for ln in fh if ln.strip()), "")
+        sep = "," if "," in first else ";" if ";" in first else "\t" if "\t" in first else ","
+        return pd.read_csv(path, sep=sep)
     except (ValueError, OSError, UnicodeDecodeError, ImportError) as err:
         text = " ".join(str(err).split())
         raise DataError(f"cannot read {path} as a table: {text}") from None
