@@ -233,12 +233,19 @@ def main() -> None:
             ):
                 times = []
                 for _ in range(2):  # cold (each worker loads the network), then warm
+                    cpu0 = client.run(time.process_time)
                     t0 = time.perf_counter()
                     out = fit_groups_dask(ddf, "series", KERNEL, client=client, partitioned=True)
                     times.append(time.perf_counter() - t0)
+                    cpu1 = client.run(time.process_time)
+                worker_cpu = sum(cpu1[w] - cpu0[w] for w in cpu1)
                 assert len(out) == N
                 assert out["error"].isna().all()
-            res[f"Dask, {workers} worker{'s' * (workers > 1)}"] = {"wall": times[1], "n": N}
+            res[f"Dask, {workers} worker{'s' * (workers > 1)}"] = {
+                "wall": times[1],
+                "cpu": worker_cpu,
+                "n": N,
+            }
             dask_rows.append((workers, times[0], times[1]))
 
     load1 = os.getloadavg()
@@ -290,7 +297,8 @@ def write_report(args, res, rm, sample, failed, rss_mb, dask_rows, load0, load1)
     sk_cpu = res["scikit-learn loop"]["cpu"]
     lines += [
         "",
-        "CPU time (the process's own, one thread) is steadier than wall time on a shared "
+        "CPU time (the process's own, one thread; for Dask the workers' processes, all "
+        "their threads) is steadier than wall time on a shared "
         f"machine: by CPU time the batched fit is {sk_cpu / res['batched']['cpu']:.1f}x "
         "faster than the scikit-learn loop and "
         f"{res['infer loop']['cpu'] / res['batched']['cpu']:.2f}x faster than the infer loop "

@@ -78,6 +78,12 @@ def test_pandas_input_and_lazy(client, long: pd.DataFrame, tiny_checkpoint: Path
     assert sorted(out["key"].tolist()) == sorted(long["key"].unique().tolist())
 
 
+def test_tune_malloc() -> None:
+    import platform
+
+    assert dask_groups.tune_malloc() is (platform.libc_ver()[0] == "glibc")
+
+
 def test_worker_amortizer_is_cached(tiny_checkpoint: Path) -> None:
     a = worker_amortizer(tiny_checkpoint, {"device": "cpu"})
     assert worker_amortizer(tiny_checkpoint, {"device": "cpu"}) is a
