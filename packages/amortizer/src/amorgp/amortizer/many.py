@@ -514,8 +514,8 @@ def _multistart_rows(
     lml_net = dict(zip(heads, scores.tolist(), strict=True))
     best: dict[int, int] = {}  # pair -> index of its winning start in alt
     for i, p in enumerate(owner):  # bookkeeping: the first best start of each pair
-        j = best.get(p)
-        if j is None or lml_alt[i] > lml_alt[j]:
+        cur = best.get(p)
+        if cur is None or lml_alt[i] > lml_alt[cur]:
             best[p] = i
     moved = sorted(p for p, i in best.items() if lml_alt[i] > lml_net[p])
     if not moved:
