@@ -100,3 +100,22 @@ def test_without_pandas(monkeypatch: pytest.MonkeyPatch, amz: Amortizer) -> None
     monkeypatch.setitem(sys.modules, "pandas", None)
     with pytest.raises(MissingExtraError, match=r"fit_groups needs pandas: pip install"):
         fit_groups(None, "id", "SE", amortizer=amz)  # type: ignore[arg-type]
+
+
+def test_read_table(tmp_path) -> None:
+    from amorgp.amortizer.io import read_table
+    from amorgp.kernel_grammar import DataError
+
+    path = tmp_path / "semi.csv"
+    path.write_bytes("\ufeffid;t;y\na;1.5;2\na;2.5;3\n".encode())
+    df = read_table(path)
+    assert list(df.columns) == ["id", "t", "y"]
+    assert df["t"].tolist() == [1.5, 2.5]
+    pq = tmp_path / "t.parquet"
+    df.to_parquet(pq)
+    assert read_table(pq).equals(df)
+    with pytest.raises(DataError, match="no such file"):
+        read_table(tmp_path / "none.csv")
+    (tmp_path / "empty.csv").write_text("\n\n")
+    with pytest.raises(DataError, match="is empty"):
+        read_table(tmp_path / "empty.csv")

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from amorgp.amortizer.errors import MissingExtraError
+from amorgp.amortizer.io import PANDAS_HINT, require_pandas
 from amorgp.kernel_grammar import OptionError
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIXED_COLUMNS",
+    "PANDAS_HINT",
     "fit_groups",
     "group_datasets",
     "kernel_label",
@@ -59,18 +60,6 @@ __all__ = [
 
 FIXED_COLUMNS = ("kernel", "n_points", "log_marginal_likelihood", "noise", "start", "error")
 """The columns after the group key(s), before the hyperparameters."""
-
-PANDAS_HINT = "pip install 'amorgp-amortizer[pandas]' (pandas, pyarrow)"
-
-
-def require_pandas(what: str = "fit_groups") -> Any:
-    """The ``pandas`` module, or :class:`~amorgp.amortizer.errors.MissingExtraError` (one
-    line) where it is not installed."""
-    try:
-        import pandas
-    except ModuleNotFoundError:
-        raise MissingExtraError(f"{what} needs pandas: {PANDAS_HINT}", name="pandas") from None
-    return pandas
 
 
 def _keys(by: str | Sequence[str]) -> list[str]:

@@ -1,7 +1,7 @@
 """``amorgp infer TABLE --group-by COLUMN``: one fit per group of a long table.
 
-The table (CSV, or Parquet by its extension ``.parquet``/``.pq``) holds one row per
-observation; every group of ``--group-by`` is one dataset, fitted by
+The table (CSV, or Parquet by its extension ``.parquet``/``.pq``; read by
+:func:`amorgp.amortizer.io.read_table`) holds one row per observation; every group of ``--group-by`` is one dataset, fitted by
 :func:`amorgp.amortizer.tables.fit_groups` (groups of equal size share batched work).
 The output has one row per group and kernel (the columns of
 :mod:`amorgp.amortizer.tables`), written to ``--output`` as CSV, Parquet or JSON Lines by
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from amorgp.amortizer.api import Amortizer
 
-__all__ = ["FORMATS", "output_format", "read_table", "run_groups"]
+__all__ = ["FORMATS", "output_format", "run_groups"]
 
 FORMATS = {
     ".csv": "csv",
@@ -50,27 +50,6 @@ def output_format(path: Path | None, as_json: bool) -> str:
             param_hint="--output",
         )
     return fmt
-
-
-def read_table(path: Path) -> pd.DataFrame:
-    """The table at ``path``: Parquet by extension (``.parquet``, ``.pq``), else CSV
-    (``,``, ``;`` or tab, as the single-table reader)."""
-    from amorgp.amortizer.tables import require_pandas
-    from amorgp.kernel_grammar import DataError
-
-    pd = require_pandas("--group-by")
-    if not path.exists():
-        raise DataError(f"cannot read {path}: no such file")
-    try:
-        if path.suffix.lower() in (".parquet", ".pq"):
-            return pd.read_parquet(path)
-        with path.open("r", encoding="utf-8-sig", errors="replace") as fh:
-            first = next((ln for ln in fh if ln.strip()), "")
-        sep = "," if "," in first else ";" if ";" in first else "\t" if "\t" in first else ","
-        return pd.read_csv(path, sep=sep)
-    except (ValueError, OSError, UnicodeDecodeError, ImportError) as err:
-        text = " ".join(str(err).split())
-        raise DataError(f"cannot read {path} as a table: {text}") from None
 
 
 def _write(frame: pd.DataFrame, fmt: str, path: Path | None) -> None:
@@ -124,6 +103,7 @@ def run_groups(
     """Read, fit every group, write (see the module docstring)."""
     from tqdm import tqdm
 
+    from amorgp.amortizer.io import read_table
     from amorgp.amortizer.tables import fit_groups
 
     fmt = output_format(output, as_json)
