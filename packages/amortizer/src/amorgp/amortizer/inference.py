@@ -551,10 +551,11 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         **options: Any,
     ) -> list[Any]:
         """Hyperparameters of ``kernels`` on each of many datasets ``[(X, y), ...]``, batched
-        over datasets of equal size; one :class:`~amorgp.amortizer.many.DatasetFit` per
-        dataset, in order, with its results or its error (:func:`amorgp.amortizer.many.
-        infer_datasets`; options ``refine``, ``calibrate``, ``starts`` as
-        :meth:`infer_many`, and ``budget``, ``exact_network``, ``progress``)."""
+        over datasets of equal size: one :class:`~amorgp.amortizer.many.DatasetFit` per
+        dataset, in order, with its :class:`KernelResult` list (as :meth:`infer_many`) or
+        its one-line error.  Options: ``refine``, ``calibrate``, ``starts`` (as
+        :meth:`infer_many`), ``budget``, ``exact_network``, ``progress``; see
+        :func:`amorgp.amortizer.many.infer_datasets`."""
         from amorgp.amortizer.many import infer_datasets
 
         return infer_datasets(self, datasets, kernels, **options)
