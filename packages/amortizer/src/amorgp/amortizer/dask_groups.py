@@ -175,7 +175,8 @@ def fit_groups_dask(
         by, kernel, inputs, target, predict_at: as :func:`~amorgp.amortizer.tables.fit_groups`.
         client: a ``distributed.Client``, or a scheduler address (``"tcp://host:8786"``);
             ``None``: a ``distributed.LocalCluster`` of ``n_workers`` processes (one thread
-            each, loopback), closed when done.
+            each, loopback), closed when done (spawned processes: a script needs the
+            ``if __name__ == "__main__":`` guard).
         n_workers: workers of the default local cluster.
         npartitions: partitions after the shuffle (default: as many as the input has, and
             for a pandas table ``4 n_workers``).
