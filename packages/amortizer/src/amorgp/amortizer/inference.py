@@ -542,6 +542,22 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             check_calibrate(calibrate)
         return AmortizedMethod(self, refine, calibrate)
 
+    def infer_datasets(
+        self,
+        datasets: Sequence[tuple[Any, Any]],
+        kernels: Sequence[str | DimWiseStructure],
+        **options: Any,
+    ) -> list[Any]:
+        """Hyperparameters of ``kernels`` on each of many datasets ``[(X, y), ...]``, batched
+        over datasets of equal size: one :class:`~amorgp.amortizer.many.DatasetFit` per
+        dataset, in order, with its :class:`KernelResult` list (as :meth:`infer_many`) or
+        its one-line error.  Options: ``refine``, ``calibrate``, ``starts`` (as
+        :meth:`infer_many`), ``budget``, ``exact_network``, ``progress``; see
+        :func:`amorgp.amortizer.many.infer_datasets`."""
+        from amorgp.amortizer.many import infer_datasets
+
+        return infer_datasets(self, datasets, kernels, **options)
+
     def __repr__(self) -> str:
         more = f", candidates={list(self.candidates)}" if self.candidates else ""
         more += "" if self.calibrate else ", calibrate=False"

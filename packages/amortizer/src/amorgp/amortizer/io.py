@@ -28,7 +28,7 @@ from amorgp.kernel_grammar import DataError, OptionError
 from amorgp.lazy_kernels import MIN_POINTS
 from amorgp.lazy_kernels import as_dataset as _as_dataset
 
-__all__ = ["MIN_POINTS", "Dataset", "read_csv"]
+__all__ = ["MIN_POINTS", "PANDAS_HINT", "Dataset", "read_csv", "read_table", "require_pandas"]
 
 
 def __getattr__(name: str) -> Any:
@@ -232,3 +232,56 @@ def read_csv(
     except DataError as err:
         raise DataError(f"{path}: {err}") from None
     return Dataset(Xa.numpy(), None if ya is None else ya.numpy(), names, tname, tuple(lines[1:]))
+
+
+PANDAS_HINT = "pip install 'amorgp-amortizer[pandas]' (pandas, pyarrow)"
+
+
+def require_pandas(what: str = "fit_groups") -> Any:
+    """The ``pandas`` module, or :class:`~amorgp.amortizer.errors.MissingExtraError` (one
+    line: ``what`` needs pandas, and how to install it) where it is not installed."""
+    try:
+        import pandas
+    except ModuleNotFoundError:
+        from amorgp.amortizer.errors import MissingExtraError
+
+        raise MissingExtraError(f"{what} needs pandas: {PANDAS_HINT}", name="pandas") from None
+    return pandas
+
+
+def read_table(path: str | os.PathLike[str]) -> Any:
+    """A long table (one row per observation, any column types) as a pandas DataFrame, for
+    grouped fits (:func:`amorgp.amortizer.tables.fit_groups`): Parquet by its extension
+    (``.parquet``, ``.pq``), else CSV text decoded and delimited as :func:`read_csv` does
+    (UTF-8 or a byte-order mark; ``,``, or ``;`` or a tab when the first non-blank line
+    has no comma).  Values are not validated here: each group is, when it is fitted.
+
+    Raises:
+        MissingExtraError: pandas (or pyarrow, for Parquet) is not installed.
+        DataError: the file cannot be read or parsed.
+    """
+    pd = require_pandas("reading a table")
+    where = os.fspath(path)
+    if not os.path.exists(where):
+        raise DataError(f"cannot read {where}: no such file")
+    try:
+        if where.lower().endswith((".parquet", ".pq")):
+            return pd.read_parquet(where)
+        text = _decode(where)
+        first = next((ln for ln in text.splitlines() if ln.strip()), "")
+        sep = "," if "," in first else ";" if ";" in first else "\t" if "\t" in first else ","
+        if not first:
+            raise DataError(f"{where} is empty")
+        return pd.read_csv(io.StringIO(text), sep=sep)
+    except ImportError as err:
+        from amorgp.amortizer.errors import MissingExtraError
+
+        raise MissingExtraError(
+            f"reading {where} needs {err.name or 'pyarrow'}: {PANDAS_HINT}",
+            name=err.name,
+        ) from None
+    except (ValueError, OSError) as err:
+        if isinstance(err, DataError):
+            raise
+        text = " ".join(str(err).split())
+        raise DataError(f"cannot read {where} as a table: {text}") from None

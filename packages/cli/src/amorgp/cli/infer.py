@@ -4,6 +4,7 @@ Examples::
 
     amorgp infer data.csv --kernel "SE + PER" --kernel "LIN + SE*PER"
     amorgp infer data.csv -k "(SE + LIN)@0 * PER@1" --target y --json > result.json
+    amorgp infer sales.parquet --group-by store -k "SE + SE*PER" -o fits.parquet
 """
 
 from __future__ import annotations
@@ -81,6 +82,34 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
     help="Print one JSON document (schema_version 1) instead of a table (stdout holds only "
     "the JSON; messages go to stderr).",
 )
+@click.option(
+    "--group-by",
+    "group_by",
+    multiple=True,
+    help="Fit every group of this column (repeatable) as its own dataset: one output row per "
+    "group and kernel (CSV or Parquet in; see --output).",
+)
+@click.option(
+    "--input",
+    "inputs",
+    multiple=True,
+    help="Input column (repeatable; with --group-by; default: every column but the group "
+    "and target columns).",
+)
+@click.option(
+    "--predict-at",
+    "predict_at",
+    multiple=True,
+    help="With --group-by: a point (inputs separated by commas, repeatable) at which to add "
+    "each group's predictive mean and standard deviation.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --group-by: the output file, .csv, .parquet or .jsonl (default: CSV on "
+    "stdout, JSON Lines with --json).",
+)
 @starts_option
 @inference_options
 def infer(
@@ -95,13 +124,32 @@ def infer(
     refine: Refine,
     calibrate: bool,
     starts: int | None,
+    group_by: tuple[str, ...] = (),
+    inputs: tuple[str, ...] = (),
+    predict_at: tuple[str, ...] = (),
+    output: Path | None = None,
 ) -> None:
     """Amortized GP hyperparameters of each --kernel for the table DATA (CSV with a header).
 
     A progress bar on stderr (on a terminal) follows long runs; -v logs the size and
-    the GP backend.  A result that is not a finite number is refused (exit 1).
+    the GP backend.  A result that is not a finite number is refused (exit 1).  With
+    --group-by, DATA (CSV or Parquet) holds many datasets, one per group, fitted in
+    batches; a group that fails keeps its rows with its error.
     """
     from amorgp.amortizer.io import read_csv
+
+    if group_by:
+        from amorgp.cli._groups import run_groups
+
+        amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+        amz.starts = starts
+        run_groups(
+            amz, data, group_by, kernels, target, inputs, predict_at, output, as_json, refine
+        )
+        return
+    for name, given in (("--input", inputs), ("--predict-at", predict_at), ("--output", output)):
+        if given:
+            raise click.UsageError(f"{name} needs --group-by")
 
     table = read_csv(data, target)
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)

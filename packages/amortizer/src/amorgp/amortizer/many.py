@@ -1,0 +1,911 @@
+"""Many datasets at once: :meth:`Amortizer.infer_datasets
+<amorgp.amortizer.inference.Amortizer.infer_datasets>` and :func:`iter_datasets`.
+
+A fleet of small datasets (one series per sensor, product or patient) fitted one
+:meth:`~amorgp.amortizer.inference.Amortizer.infer_many` call at a time pays, per dataset,
+the Python path of every stage: a network forward of batch one, one calibration call, a
+periodogram, a multi-start scoring call and a factorisation.  Here the datasets are
+grouped into *buckets* of equal size (same number of points ``n`` and inputs ``d``) and
+every stage runs once per bucket on all its (dataset, kernel) pairs:
+
+1. **validate and normalise** each dataset (:func:`amorgp.lazy_kernels.as_dataset`,
+   :class:`~amorgp.lazy_kernels.Normalizer`); a dataset that fails is reported with its
+   error and the others go on;
+2. **one network forward per bucket**: the dataset encoder reads the ``B`` datasets as one
+   batch (no padding: equal sizes), the kernel encoder-decoder and the heads decode the
+   ``B K`` pairs;
+3. **calibration** of every pair in one pass: the kernel matrices of all pairs in one
+   evaluator call, one Householder reflection per pair and LAPACK's tridiagonalisation per
+   matrix, and the profile likelihood's pivot recurrence and grid search on all pairs at
+   once (:mod:`amorgp.amortizer.calibrate`'s functions, on rows of different targets);
+4. **multi-start** for periodic kernels: the periodogram of all datasets in one call
+   (:func:`period_candidates_many`, the same peaks as
+   :func:`amorgp.amortizer.periodogram.period_candidates`), the starts of each pair
+   (:mod:`amorgp.amortizer.multistart`), their calibration and their scoring by one
+   batched Cholesky;
+5. **one batched factorisation** of every pair at its final parameters
+   (:func:`amorgp.amortizer.batched.factor`); each result's posterior adopts its factor.
+
+The results are those of :meth:`~amorgp.amortizer.inference.Amortizer.infer_many` on
+each dataset.  The float64 stages (3-5) compute the same numbers batched over pairs as
+one dataset's call does batched over kernels, equal to rounding (the tests compare
+hyperparameters, noise and log marginal likelihood to ``1e-8``; measured about ``1e-11``
+relative, and the same winning start).  The network runs in float32, and a batch of
+``B`` datasets rounds its float32 matrix products differently from a batch of one (about
+``1e-7`` relative in the predicted hyperparameters, which the calibration and the scoring
+carry through: a few ``1e-6`` relative in the reported hyperparameters and a few
+``1e-5`` nats in the log marginal likelihood, measured; the tests allow ``1e-4`` and
+``1e-3``).  ``exact_network=True`` runs the network per dataset (the forward
+:meth:`~amorgp.amortizer.inference.Amortizer.infer_many` runs) and keeps the batched
+float64 stages, for results equal to ``infer_many``'s to rounding.
+
+The batched path covers the default settings: float64, ``refine=0``, at most
+:data:`~amorgp.amortizer.calibrate.MAX_POINTS` points per dataset, the primary network
+only.  Anything else (refinement, float32 GP algebra, candidate networks, larger
+datasets) runs :meth:`~amorgp.amortizer.inference.Amortizer.infer_many` per dataset, with
+the same per-dataset error reporting.  Datasets of different sizes form different
+buckets (a padded batch would change the network's float32 rounding and the GP algebra
+needs equal ``n`` to batch); the speed-up comes from many datasets of equal size, the
+common case of regularly sampled series.
+
+Threads: on the CPU a bucket runs on one intra-op thread (as the calibration does): its
+work is many element-wise operations on moderately sized tensors, whose threads
+synchronise at every operation.  On this project's shared 2-core CPU, 1,000 series of
+100 points took 5.8 s on one thread and 81 s on two.  To use several cores, run several
+processes, e.g. Dask workers (:mod:`amorgp.amortizer.dask_groups`).
+
+Memory: a bucket holds at most ``budget`` bytes of kernel matrices (default
+:data:`BUDGET`; about ``8 n^2`` bytes per pair and start, twice: matrices and factors),
+so a bucket of 100-point series with one periodic kernel and 8 starts holds about 100
+datasets per 128 MiB.  Each :class:`~amorgp.amortizer.results.KernelResult` keeps its
+Cholesky factor (``8 n^2`` bytes, shared with its bucket's) for its predictions:
+:func:`iter_datasets` yields the results bucket by bucket, so a caller that keeps only
+numbers (e.g. :func:`amorgp.amortizer.tables.fit_groups`) stays within one bucket's
+memory for any number of datasets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import Tensor
+
+from amorgp.amortizer import batched
+from amorgp.amortizer import calibrate as calibration
+from amorgp.amortizer.calibrate import check_calibrate
+from amorgp.amortizer.errors import CheckpointError
+from amorgp.amortizer.forward import encode_structures, encoder_subset, warn_outside_training
+from amorgp.amortizer.io import MIN_POINTS
+from amorgp.amortizer.multistart import (
+    _PERIOD_FLOOR,
+    DECAY_PERIODS,
+    HARMONICS,
+    PERIODIC_LENGTHSCALE,
+    SCORE_POINTS,
+    TREND_LENGTHSCALE,
+    _slot_tables,
+    has_periodic,
+    resolve_starts,
+)
+from amorgp.amortizer.network import DatasetEncoding
+from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle
+from amorgp.amortizer.refine import check_refine
+from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
+from amorgp.kernel_grammar import DimWiseStructure, OptionError, ParamKind, Vocabulary
+from amorgp.lazy_kernels import Normalizer, PaddedBatch, as_dataset
+
+if TYPE_CHECKING:
+    from amorgp.amortizer.inference import Amortizer
+
+__all__ = [
+    "BUDGET",
+    "DatasetFit",
+    "ManyProgress",
+    "infer_datasets",
+    "iter_datasets",
+    "period_candidates_many",
+]
+
+BUDGET = 128 * 2**20
+"""Default bytes of kernel matrices one bucket may hold (:func:`bucket_size`)."""
+
+RECURRENCE_BYTES = 8 * 2**20
+"""Bytes of the calibration's pivot recurrence per chunk of pairs (kept in cache: at 100
+points a chunk of 1,400 pairs streamed 270 MB per grid pass and took 4x longer)."""
+
+ManyProgress = Callable[[str, int, int], None]
+"""``progress("datasets", done, total)`` after each bucket (and each dataset fitted alone)."""
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+@dataclass(frozen=True)
+class DatasetFit:
+    """The fit of one dataset of :meth:`Amortizer.infer_datasets
+    <amorgp.amortizer.inference.Amortizer.infer_datasets>`.
+
+    Attributes:
+        index: the dataset's position in the input sequence.
+        results: one :class:`~amorgp.amortizer.results.KernelResult` per kernel, in order
+            (empty where the dataset failed).
+        error: ``None``, or one line naming the error type and why the dataset failed
+            (e.g. ``"DataError: y is constant; a GP needs targets that vary"``).
+        n_points: the dataset's rows (``0`` where it could not be read).
+        batched: whether it ran on the batched path (else alone through ``infer_many``).
+    """
+
+    index: int
+    results: list[KernelResult] = field(default_factory=list)
+    error: str | None = None
+    n_points: int = 0
+    batched: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Whether the dataset was fitted."""
+        return self.error is None
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or "no message"
+    return f"{type(err).__name__}: {text}"
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """One BLAS thread for SciPy's LAPACK (the tridiagonalisation) inside the block.
+
+    The tridiagonalisation of a 100 x 100 matrix takes 0.1 ms on one OpenBLAS thread and
+    14-17 ms with two threads on a machine whose cores are busy (this project's 2-core
+    CPU): the threads synchronise per block column.  ``threadpoolctl`` (installed with
+    scikit-learn) sets the limit where present; else nothing changes.
+    """
+    from scipy.linalg import lapack  # noqa: F401  (loaded first: the limit applies to it)
+
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+# -- the batched stages -------------------------------------------------------------------------
+def bucket_size(n: int, n_kernels: int, starts: int, budget: float = BUDGET) -> int:
+    """Datasets of ``n`` points per bucket: the kernel matrices of every kernel and start
+    (``8 n^2`` bytes each, twice for the factors) within ``budget`` bytes (at least 1)."""
+    per = 16.0 * n * n * n_kernels * (starts + 1)
+    return max(1, int(budget // per))
+
+
+def _matrices(
+    X: Tensor, symbols: Tensor, mask: Tensor, params: Tensor, vocab: Vocabulary
+) -> Tensor:
+    """``(P, n, n)`` kernel matrices of ``P`` pairs, each on its own points ``X (P, n, d)``."""
+    from amorgp.lazy_kernels import kernel_matrix_dimwise
+
+    d, L = X.shape[-1], symbols.shape[-1]
+    par = params.detach()[:, :d, :L].to(X.dtype)
+    return kernel_matrix_dimwise(X, X, symbols, mask, par, vocab, validate=False)
+
+
+class _TridiagonalRows(calibration._Tridiagonal):
+    """:class:`amorgp.amortizer.calibrate._Tridiagonal` whose rows have their own targets
+    (``yy (P,)``: each row's ``|y|^2``)."""
+
+    def __init__(self, a: Tensor, b2: Tensor, yy: Tensor) -> None:
+        self.a, self.b2 = a.numpy(), b2.numpy()
+        self.yy = yy.numpy()[:, None]  # type: ignore[assignment]
+        self.dtype = a.dtype
+        self.mean_y2 = (yy / a.shape[1])[:, None]
+
+
+def _tridiagonal_rows(Km: Tensor, Y: Tensor) -> _TridiagonalRows:
+    """:func:`amorgp.amortizer.calibrate._tridiagonal` for ``P`` matrices ``Km (P, n, n)``
+    and their own targets ``Y (P, n)`` (the reflection batched, LAPACK per matrix)."""
+    from scipy.linalg import lapack
+
+    P, n = Y.shape
+    yy = torch.einsum("pn,pn->p", Y, Y)
+    v = Y.clone()
+    v[:, 0] += torch.copysign(yy.sqrt(), Y[:, 0])
+    v = v / v.norm(dim=1, keepdim=True)
+    w = (Km @ v[..., None])[..., 0]  # (P, n)
+    w = w - (w * v).sum(1, keepdim=True) * v
+    Kt = torch.baddbmm(Km, v[:, :, None], w[:, None, :], alpha=-2.0)  # H K H, rank 2
+    Kt.baddbmm_(w[:, :, None], v[:, None, :], alpha=-2.0)
+    a = torch.empty((P, n), dtype=torch.float64)
+    b = torch.empty((P, max(n - 1, 0)), dtype=torch.float64)
+    lwork = calibration._dsytrd_lwork(n)
+    for i in range(P):  # LAPACK has no batched tridiagonalisation
+        _, d, e, _, info = lapack.dsytrd(Kt[i].numpy().T, lower=1, overwrite_a=1, lwork=lwork)
+        if info != 0:
+            raise RuntimeError(f"dsytrd failed with info {info}")
+        a[i], b[i] = torch.from_numpy(d), torch.from_numpy(e)
+    return _TridiagonalRows(a, b * b, yy)
+
+
+def _calibrate_rows(
+    Km: Tensor,
+    Y: Tensor,
+    symbols: Tensor,
+    mask: Tensor,
+    params: Tensor,
+    noise: Tensor,
+    vocabulary: Vocabulary,
+    scores: Tensor | None = None,
+) -> calibration.Calibration:
+    """:func:`amorgp.amortizer.calibrate.calibrate` with precomputed matrices for ``P``
+    pairs that each have their own targets: ``Km (P, n, n)`` (read, not modified),
+    ``Y (P, n)``, ``symbols``/``mask (P, d, L)``, ``params (P, D, L, S)``, ``noise (P,)``.
+    The CPU's method (tridiagonal) on the CPU, ``eigh`` elsewhere.
+
+    ``scores (P,)``, where given, receives the exact log marginal likelihood of each pair
+    at its calibrated scale and noise (of the scaled matrix ``s K``), read from the same
+    spectrum (``-inf`` where the matrix is not finite or the value is not a number)."""
+    P, n = Y.shape
+    d, L = symbols.shape[1], symbols.shape[2]
+    dev = params.device
+    p64 = params.detach().to(torch.float64)[:, :d, :L]
+    n64 = noise.detach().to(torch.float64)
+    kinds, slots = (torch.as_tensor(t, device=dev) for t in vocabulary.param_kind_table())
+    is_var = (kinds == list(ParamKind).index(ParamKind.VARIANCE)) & slots
+    var_slot = is_var[symbols][..., : p64.shape[-1]] & mask[..., None]
+    n_dims = mask.any(-1).sum(-1).clamp_min(1).to(torch.float64)
+    var_min = torch.where(var_slot, p64, torch.full_like(p64, math.inf)).flatten(1).amin(1)
+    s_min = (calibration._VARIANCE_MIN / var_min) ** n_dims
+    factors = torch.ones(P, dtype=torch.float64, device=dev)
+    new_noise = n64.clone()
+    gain = torch.zeros(P, dtype=torch.float64, device=dev)
+    # the pivot recurrence streams (n, rows, grid) float64 arrays: chunks of RECURRENCE_BYTES
+    per_chunk = max(
+        1,
+        min(
+            calibration.CHUNK_ELEMENTS // (n * n),
+            RECURRENCE_BYTES // (8 * n * 2 * calibration.GRID_POINTS),
+        ),
+    )
+    with calibration._one_thread(dev), _one_blas_thread():
+        for start in range(0, P, per_chunk):
+            sl = slice(start, min(P, start + per_chunk))
+            K = Km[sl].to(torch.float64)
+            lo, hi = K.flatten(1).aminmax(dim=1)
+            finite = torch.isfinite(lo) & torch.isfinite(hi)
+            if dev.type != "cpu" or not bool(finite.all()):
+                eye = torch.eye(n, dtype=K.dtype, device=dev)
+                K = torch.where(finite[:, None, None], K, eye)
+            y = Y[sl].to(torch.float64)
+            spec: Any
+            if dev.type == "cpu":
+                spec = _tridiagonal_rows(K, y)
+            else:
+                lam, Q = torch.linalg.eigh(K)
+                z2 = (Q.transpose(1, 2) @ y[..., None])[..., 0] ** 2
+                spec = calibration._Eigen(lam.clamp_min(0.0), z2)
+            log_r, s, lml, base = calibration._best_ratio(spec, s_min[sl], K[:, 0], n64[sl])
+            best_noise = s * log_r.exp()
+            better = finite & torch.isfinite(lml) & (lml > base)
+            factors[sl] = torch.where(better, s, torch.ones_like(s))
+            new_noise[sl] = torch.where(better, best_noise, n64[sl])
+            gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
+            if scores is not None:
+                best = torch.where(better, lml, base)
+                ok = finite & ~torch.isnan(best)
+                scores[sl] = torch.where(ok, best, torch.full_like(best, -math.inf))
+    factor = factors ** (1.0 / n_dims)
+    scaled = p64 * torch.where(var_slot, factor[:, None, None, None], torch.ones_like(p64))
+    out = params.detach().clone()
+    out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
+    return calibration.Calibration(out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain)
+
+
+def _log_likelihood_rows(Km: Tensor, Y: Tensor, noise: Tensor) -> Tensor:
+    """:func:`amorgp.amortizer.multistart._log_likelihood` for rows with their own
+    targets ``Y (P, n)``; ``Km (P, n, n)`` is consumed (the noise added in place)."""
+    n = Km.shape[-1]
+    Km.diagonal(dim1=-2, dim2=-1).add_(noise[:, None])
+    lo, hi = Km.flatten(1).aminmax(dim=1)
+    ok = torch.isfinite(lo) & torch.isfinite(hi)
+    if not bool(ok.all()):
+        eye = torch.eye(n, dtype=Km.dtype, device=Km.device)
+        Km = torch.where(ok[:, None, None], Km, eye)
+    Lc, info = torch.linalg.cholesky_ex(Km)
+    # two triangular solves: the batched cholesky_solve is several times slower on the CPU
+    alpha = torch.linalg.solve_triangular(
+        Lc.mT, torch.linalg.solve_triangular(Lc, Y[..., None], upper=False), upper=True
+    )[..., 0]
+    lml = -0.5 * (
+        (Y * alpha).sum(-1) + 2.0 * Lc.diagonal(dim1=-2, dim2=-1).log().sum(-1) + n * _LOG_2PI
+    )
+    good = ok & (info == 0) & torch.isfinite(lml)
+    return torch.where(good, lml, torch.full_like(lml, -math.inf))
+
+
+def period_candidates_many(
+    X: Tensor, Y: Tensor, peaks: int = PEAKS
+) -> list[list[tuple[int, float, float]]]:
+    """:func:`amorgp.amortizer.periodogram.period_candidates` of ``B`` datasets of equal
+    size at once: ``X (B, n, d)``, ``Y (B, n)``; one periodogram call for all of them (the
+    frequency grid of each dataset as there), then per dataset its strongest peaks."""
+    X = X.detach().to(torch.float64)
+    Y = Y.detach().to(torch.float64)
+    B, n, d = X.shape
+    if n < 4:
+        return [[] for _ in range(B)]
+    span = (X.amax(1) - X.amin(1)).clamp_min(1e-12)  # (B, d)
+    srt = X.sort(1).values
+    distinct = ((srt[:, 1:] != srt[:, :-1]).sum(1) + 1).amax(1).clamp_max(n)  # (B,)
+    out: list[list[tuple[int, float, float]]] = [[] for _ in range(B)]
+    # datasets with the same number of distinct inputs share a frequency grid
+    for m in torch.unique(distinct).tolist():  # a few groups at most
+        rows = (distinct == m).nonzero()[:, 0]
+        f_max = max(2.0, 0.5 * (m - 1))
+        f_lo, df = 1.5, 1.0 / 5
+        F = int(min(MAX_FREQUENCIES, max(8, (f_max - f_lo) / df)))
+        f = torch.linspace(f_lo, f_max, F, dtype=torch.float64, device=X.device)
+        G = len(rows)
+        sig = _signals_many(X[rows], Y[rows])  # (3, G, d, n)
+        xs = (X[rows] / span[rows][:, None, :]).transpose(1, 2).reshape(G * d, n)
+        power = lomb_scargle(xs, sig.reshape(3 * G * d, n), 2.0 * math.pi * f)
+        var = (sig.reshape(3 * G * d, n) ** 2).mean(-1).clamp_min(1e-300)
+        power = (2.0 * power / (n * var[:, None])).view(3, G, d, F).amax(0)  # (G, d, F)
+        inner = (power[..., 1:-1] > power[..., :-2]) & (power[..., 1:-1] >= power[..., 2:])
+        gi, dims, idx = inner.nonzero(as_tuple=True)
+        idx = idx + 1
+        left, mid = power[gi, dims, idx - 1], power[gi, dims, idx]
+        right = power[gi, dims, idx + 1]
+        curv = left - 2.0 * mid + right
+        shift = torch.where(curv < 0, 0.5 * (left - right) / curv, torch.zeros_like(curv))
+        freq = f[idx] + shift.clamp(-1.0, 1.0) * (f[1] - f[0])
+        period = (span[rows][gi, dims] / freq).tolist()
+        dl, ml = dims.tolist(), mid.tolist()
+        ends = torch.bincount(gi, minlength=G).cumsum(0).tolist()  # gi is sorted
+        for g, b in enumerate(rows.tolist()):  # bookkeeping: a few dozen peaks per dataset
+            mine = sorted(range(ends[g - 1] if g else 0, ends[g]), key=lambda i: -ml[i])
+            got = out[b]
+            for i in mine:
+                j, p = dl[i], period[i]
+                if any(j == j2 and abs(p / p2 - 1.0) < 0.1 for j2, p2, _ in got):
+                    continue
+                got.append((j, p, ml[i]))
+                if len(got) >= peaks:
+                    break
+    return out
+
+
+def _signals_many(X: Tensor, Y: Tensor) -> Tensor:
+    """:func:`amorgp.amortizer.periodogram._signals` of ``B`` datasets ``X (B, n, d)``,
+    ``Y (B, n)``: ``(3, B, d, n)`` (the least-squares fits batched)."""
+    B, n, d = X.shape
+    A = torch.cat([torch.ones(B, n, 1, dtype=X.dtype, device=X.device), X], 2)
+    lin = Y - (A @ torch.linalg.lstsq(A, Y[..., None]).solution)[..., 0]  # (B, n)
+    xc = X.transpose(1, 2) - 0.5  # (B, d, n)
+    V = torch.stack([torch.ones_like(xc), xc, xc**2, xc**3], -1)  # (B, d, n, 4)
+    coef = torch.linalg.lstsq(V, Y[:, None, :, None].expand(B, d, n, 1)).solution
+    cubic = Y[:, None, :] - (V @ coef)[..., 0]
+    sig = torch.stack([Y[:, None, :].expand(B, d, n), lin[:, None, :].expand(B, d, n), cubic])
+    return sig - sig.mean(-1, keepdim=True)
+
+
+def _network_rows(
+    amz: Amortizer,
+    X: Tensor,
+    Y: Tensor,
+    structures: Sequence[DimWiseStructure],
+    sym: Tensor,
+    msk: Tensor,
+    exact: bool,
+) -> tuple[Tensor, Tensor]:
+    """The network's ``params (B K, d, L, S)`` and ``noise (B K,)`` (``amz.dtype``) of the
+    ``B`` datasets ``X (B, n, d)``, ``Y (B, n)`` and ``K`` structures, pair ``b K + k``:
+    one forward for the bucket (``exact``: one per dataset, as ``infer_many``)."""
+    B, n, d = X.shape
+    K = len(structures)
+    if exact:
+        outs = [amz._predict(X[b], Y[b], structures) for b in range(B)]
+        return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+    net = amz.model
+    idx = amz.encoder_subset(n)
+    Xe, Ye = (X, Y) if idx is None else (X[:, idx.to(X.device)], Y[:, idx.to(Y.device)])
+    m = Xe.shape[1]
+    net_dtype = next(net.parameters()).dtype
+    with torch.inference_mode():
+        batch = PaddedBatch(
+            Xe.to(net_dtype),
+            Ye.to(net_dtype),
+            torch.ones(B, m, dtype=torch.bool, device=X.device),
+            torch.ones(B, d, dtype=torch.bool, device=X.device),
+            sym[:1].expand(B, -1, -1),
+            msk[:1].expand(B, -1, -1),
+            net.vocabulary,
+        )
+        enc = net.encode_dataset(batch)
+        pairs = DatasetEncoding(enc.h.repeat_interleave(K, 0), enc.dim_mask.repeat_interleave(K, 0))
+        pred = net.decode(pairs, sym.repeat(B, 1, 1), msk.repeat(B, 1, 1))
+    params, noise = pred.params.to(amz.dtype).clone(), pred.noise.to(amz.dtype).clone()
+    if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
+        raise CheckpointError(
+            f"the network {amz.name!r} predicted non-finite hyperparameters for normalised "
+            "data: its weights are broken (e.g. a diverged training run); use another checkpoint"
+        )
+    return params, noise
+
+
+def _multistart_rows(
+    X: Tensor,
+    Y: Tensor,
+    structures: Sequence[DimWiseStructure],
+    vocabulary: Vocabulary,
+    sym: Tensor,
+    msk: Tensor,
+    params: Tensor,
+    noise: Tensor,
+    starts: int,
+    seed: int,
+    net_lml: Tensor | None = None,
+) -> tuple[Tensor, Tensor, list[str], list[int]]:
+    """:func:`amorgp.amortizer.multistart.multistart` (``refine=0``) of the ``B K`` pairs of
+    ``B`` datasets ``X (B, n, d)``, ``Y (B, n)`` (``n <= MAX_POINTS``) and ``K`` structures:
+    the starts of every pair calibrated and scored in one batch.  Returns the winners'
+    ``params``, ``noise``, the start names and the pairs whose winner is not the network's.
+
+    ``net_lml (B K,)``: the exact log marginal likelihoods of the pairs at ``params`` and
+    ``noise`` when known (the factorisation of all points): with at most
+    :data:`~amorgp.amortizer.multistart.SCORE_POINTS` points they are the network start's
+    score, which is then not evaluated again."""
+    B, n, d = X.shape
+    K = len(structures)
+    P = B * K
+    L = sym.shape[2]
+    dev = params.device
+    p64 = params.detach().to(torch.float64)[:, :d, :L]
+    n64 = noise.detach().to(torch.float64)
+    names_out = ["network"] * P
+    periodic = [has_periodic(s) for s in structures]
+    if starts <= 1 or not any(periodic):
+        return params, noise, names_out, []
+    tables = tuple(t.to(dev) for t in _slot_tables(vocabulary))
+    cands = period_candidates_many(X, Y)
+    sub = encoder_subset(n, SCORE_POINTS, seed)
+    Xc, Yc = (X, Y) if sub is None else (X[:, sub.to(dev)], Y[:, sub.to(dev)])
+    owner: list[int] = []
+    names: list[str] = []
+    blocks: list[Tensor] = []
+    rows: list[int] = []
+    offset = 0
+    for k in range(K):  # per kernel: the starts of all its pairs at once
+        if not periodic[k]:
+            continue
+        block, lists = _starts_many(p64[k::K], sym[k], msk[k], tables, cands, starts)
+        width = block.shape[1]
+        for b, chosen in enumerate(lists):  # bookkeeping: the names and rows per dataset
+            for name, j in chosen:
+                owner.append(b * K + k)
+                names.append(name)
+                rows.append(offset + b * width + j)
+        blocks.append(block.reshape(-1, *block.shape[2:]))
+        offset += block.shape[0] * width
+    if not owner:
+        return params, noise, names_out, []
+    own = torch.tensor(owner, dtype=torch.long, device=dev)
+    ds, ks = own // K, own % K
+    alt_params = torch.cat(blocks)[torch.tensor(rows, dtype=torch.long, device=dev)]
+    Xa, Ya, sa, ma = Xc[ds], Yc[ds], sym[ks], msk[ks]
+    Km = _matrices(Xa, sa, ma, alt_params, vocabulary)
+    # each start's score, its exact likelihood once calibrated, comes with the calibration
+    # (the calibrated matrix is the scale times the evaluated one), but for LIN alone
+    score = torch.empty(len(owner), dtype=torch.float64, device=dev)
+    cal = _calibrate_rows(Km, Ya, sa, ma, alt_params, n64[own], vocabulary, scores=score)
+    del Km
+    homog = [batched.homogeneous(s) for s in structures]
+    redo = [i for i, k in enumerate(ks.tolist()) if not homog[k]]
+    if redo:
+        at = torch.tensor(redo, device=dev)
+        Kr = _matrices(Xa[at], sa[at], ma[at], cal.params[at], vocabulary)
+        score[at] = _log_likelihood_rows(Kr, Ya[at], cal.noise[at])
+    lml_alt = score.tolist()
+    heads = sorted(set(owner))
+    at_h = torch.tensor(heads, dtype=torch.long, device=dev)
+    if net_lml is not None and sub is None:
+        scores = net_lml.to(torch.float64)[at_h]
+    else:
+        Kn = _matrices(Xc[at_h // K], sym[at_h % K], msk[at_h % K], p64[at_h], vocabulary)
+        scores = _log_likelihood_rows(Kn, Yc[at_h // K], n64[at_h])
+    lml_net = dict(zip(heads, scores.tolist(), strict=True))
+    best: dict[int, int] = {}  # pair -> index of its winning start in alt
+    for i, p in enumerate(owner):  # bookkeeping: the first best start of each pair
+        cur = best.get(p)
+        if cur is None or lml_alt[i] > lml_alt[cur]:
+            best[p] = i
+    moved = sorted(p for p, i in best.items() if lml_alt[i] > lml_net[p])
+    if not moved:
+        return params, noise, names_out, []
+    won = torch.tensor([best[p] for p in moved], dtype=torch.long, device=dev)
+    at_m = torch.tensor(moved, dtype=torch.long, device=dev)
+    new_p, new_n = cal.params[won], cal.noise[won]
+    if sub is not None:  # the winners' scale and noise on all the points (as multistart)
+        Kw = _matrices(X[at_m // K], sym[at_m % K], msk[at_m % K], new_p, vocabulary)
+        again = _calibrate_rows(
+            Kw, Y[at_m // K], sym[at_m % K], msk[at_m % K], new_p, new_n, vocabulary
+        )
+        new_p, new_n = again.params, again.noise
+    out = params.detach().clone()
+    out_noise = noise.detach().clone()
+    out[at_m, :d, :L] = new_p.to(out.dtype)
+    out_noise[at_m] = new_n.to(out_noise.dtype)
+    for p in moved:
+        names_out[p] = names[best[p]]
+    return out, out_noise, names_out, moved
+
+
+def _set_many(params: Tensor, slots: Tensor, where: Tensor, value: Tensor | float) -> Tensor:
+    """:func:`amorgp.amortizer.multistart._set` on a batch: ``params (..., D, L, S)`` with
+    slot ``slots[d, l]`` of the addends ``where (..., D, L)`` set to ``value`` (broadcast
+    to ``where``)."""
+    S = params.shape[-1]
+    onehot = torch.nn.functional.one_hot(slots.clamp_min(0), S).bool() & where[..., None]
+    v = torch.broadcast_to(torch.as_tensor(value, dtype=params.dtype), where.shape)
+    return torch.where(onehot, v[..., None], params)
+
+
+def _get_many(params: Tensor, slots: Tensor) -> Tensor:
+    """``(..., D, L)``: slot ``slots[d, l]`` of each addend of ``params (..., D, L, S)``."""
+    idx = slots.clamp_min(0).expand(params.shape[:-1])[..., None]
+    return params.gather(-1, idx)[..., 0]
+
+
+def _starts_many(
+    params: Tensor,
+    symbols: Tensor,
+    mask: Tensor,
+    tables: tuple[Tensor, ...],
+    candidates: Sequence[Sequence[tuple[int, float, float]]],
+    starts: int,
+) -> tuple[Tensor, list[list[tuple[str, int]]]]:
+    """:func:`amorgp.amortizer.multistart._starts_of` of one kernel on ``B`` datasets at
+    once: ``params (B, D, L, S)`` (the kernel's parameters per dataset), its ``symbols``
+    and ``mask (D, L)``, each dataset's periodogram ``candidates``.
+
+    Returns:
+        ``block (B, W, D, L, S)``: every possible start of every dataset (the periodogram
+        peaks, the harmonics, the rescaled first peak), and per dataset the starts it
+        keeps as ``(name, index into W)``, in :func:`_starts_of`'s order.
+    """
+    period_t, per_ls_t, decay_t, trend_t = tables
+    p_slot, l_slot, s_slot = period_t[symbols], per_ls_t[symbols], decay_t[symbols]
+    t_slot = trend_t[symbols]
+    periodic = (p_slot >= 0) & mask  # (D, L)
+    B, D = params.shape[0], params.shape[1]
+    dev = params.device
+    C = max(1, max((len(c) for c in candidates), default=1))
+    J = torch.zeros(B, C, dtype=torch.long)
+    PER = torch.ones(B, C, dtype=torch.float64)
+    count = []
+    has = periodic.any(-1).tolist()  # (D,) a periodic addend in the dimension
+    for b, cands in enumerate(candidates):  # bookkeeping: the usable peaks of each dataset
+        ok = [(j, per) for j, per, _ in cands if j < D and has[j]]
+        for c, (j, per) in enumerate(ok):
+            J[b, c], PER[b, c] = j, per
+        count.append(len(ok))
+    J, PER = J.to(dev), PER.to(dev)
+    in_dim = periodic & (torch.arange(D, device=dev) == J[..., None])[..., None]  # (B, C, D, L)
+    # the period as _starts_of sets it: a float32 tensor of the Python float
+    per32 = PER.clamp_min(_PERIOD_FLOOR).to(torch.float32).to(params.dtype)[..., None, None]
+    pg = _set_many(params[:, None].expand(B, C, *params.shape[1:]), p_slot, in_dim, per32)
+    pg = _set_many(pg, l_slot, in_dim, PERIODIC_LENGTHSCALE)
+    least = (DECAY_PERIODS * PER).clamp_min(TREND_LENGTHSCALE)[..., None, None]
+    decay = in_dim & (s_slot >= 0)
+    pg = _set_many(pg, s_slot, decay, torch.maximum(_get_many(pg, s_slot), least))
+    trend = ((t_slot >= 0) & mask).expand(in_dim.shape)
+    pg = _set_many(pg, t_slot, trend, _get_many(pg, t_slot).clamp_min(TREND_LENGTHSCALE))
+    net_period = _get_many(params, p_slot)  # (B, D, L)
+    harm = torch.stack(
+        [
+            _set_many(
+                params, p_slot, periodic.expand(B, D, -1), (net_period * f).clamp_min(_PERIOD_FLOOR)
+            )
+            for f, _ in HARMONICS
+        ],
+        1,
+    )
+    first = pg[:, 0]
+    ls = _get_many(first, l_slot)
+    resc = torch.stack([_set_many(first, l_slot, in_dim[:, 0], ls * f) for f in (0.5, 2.0)], 1)
+    block = torch.cat([pg, harm, resc], 1)  # (B, C + 3 + 2, D, L, S)
+    H, R = C, C + len(HARMONICS)
+    lists = []
+    for c in count:  # bookkeeping: _starts_of's priority order per dataset
+        pgs = [("periodogram" if i == 0 else f"periodogram {i + 1}", i) for i in range(c)]
+        hs = [(f"harmonic {name}", H + i) for i, (_, name) in enumerate(HARMONICS)]
+        rs = [("periodogram, lengthscale x0.5", R), ("periodogram, lengthscale x2", R + 1)]
+        rs = rs if c else []
+        queues = [pgs[:1], pgs[1:2], hs[:1], pgs[2:3], hs[1:2], pgs[3:], rs[:1], hs[2:], rs[1:]]
+        lists.append([x for q in queues for x in q][: starts - 1])
+    return block, lists
+
+
+@dataclass
+class _Prepared:
+    """One validated dataset: its position, normaliser, normalised data and raw input."""
+
+    index: int
+    norm: Normalizer
+    Xn: Tensor
+    yn: Tensor
+    raw: tuple[Any, Any]
+
+
+def _fit_bucket(
+    amz: Amortizer,
+    items: Sequence[_Prepared],
+    structures: Sequence[DimWiseStructure],
+    calibrate: bool,
+    starts: int,
+    exact_network: bool,
+) -> list[DatasetFit]:
+    """The batched stages (module docstring) for datasets of equal ``n`` and ``d``."""
+    t0 = time.perf_counter()
+    B, K = len(items), len(structures)
+    P = B * K
+    vocab = amz.vocabulary
+    X = torch.stack([it.Xn for it in items])
+    Y = torch.stack([it.yn for it in items])
+    n, d = X.shape[1], X.shape[2]
+    sym, msk = encode_structures(structures, vocab, d, amz.device)
+    params, noise = _network_rows(amz, X, Y, structures, sym, msk, exact_network)
+    Xp, Yp = X.repeat_interleave(K, 0), Y.repeat_interleave(K, 0)
+    symp, mskp = sym.repeat(B, 1, 1), msk.repeat(B, 1, 1)
+    homog = [batched.homogeneous(s) for s in structures]
+    with torch.no_grad():
+        Km = _matrices(Xp, symp, mskp, params, vocab)
+        scale = torch.ones(P, dtype=Km.dtype, device=Km.device)
+        if calibrate:
+            cal = _calibrate_rows(Km, Yp, symp, mskp, params, noise, vocab)
+            params, noise, scale = cal.params, cal.noise, cal.scale.to(Km.dtype)
+            # LIN alone is not proportional to its variance: evaluated again (as infer_many)
+            redo = [p for p in range(P) if not homog[p % K]]
+            if redo:
+                at = torch.tensor(redo, device=Km.device)
+                Km[at] = _matrices(Xp[at], symp[at], mskp[at], params[at], vocab)
+                scale = scale.index_fill(0, at, 1.0)
+        # every pair factored at the calibrated prediction (as infer_many), then the
+        # multi-start (whose network start is scored by that factorisation)
+        f = batched.factor(Km, Yp, noise, scale)
+        del Km
+        params, noise, start, moved = _multistart_rows(
+            X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed, f.lml
+        )
+        failed = f.failed.tolist()
+        factors: list[Factor | None] = [
+            None if failed[p] else (f.L[p], f.alpha[p], f.jitter[p], f.lml[p]) for p in range(P)
+        ]
+        if moved:  # the pairs whose winner is another start: factored again at it
+            at = torch.tensor(moved, device=X.device)
+            g = batched.factor(
+                _matrices(Xp[at], symp[at], mskp[at], params[at], vocab), Yp[at], noise[at]
+            )
+            again = g.failed.tolist()
+            for i, p in enumerate(moved):
+                factors[p] = None if again[i] else (g.L[i], g.alpha[i], g.jitter[i], g.lml[i])
+    elapsed = time.perf_counter() - t0
+    noises = noise.tolist()
+    n_enc = min(n, amz.encoder_points)
+    out = []
+    for b, it in enumerate(items):  # bookkeeping per dataset: its results
+        try:
+            results = []
+            for k, s in enumerate(structures):
+                p = b * K + k
+                post = conditioned_posterior(
+                    s,
+                    params[p],
+                    noises[p],
+                    it.Xn,
+                    it.yn,
+                    memory_budget=amz.memory_budget,
+                    options=amz.gp_options,
+                    factor=factors[p],
+                )
+                with torch.inference_mode():
+                    post.log_marginal_likelihood()
+                results.append(
+                    KernelResult(
+                        kernel=s,
+                        params=params[p, : s.n_dims, : s.max_addends]
+                        .detach()
+                        .to("cpu", torch.float64),
+                        noise=noises[p],
+                        normalizer=it.norm,
+                        n_points=n,
+                        time_s=elapsed / P,
+                        call_time_s=elapsed / B,
+                        encoder_points=n_enc,
+                        calibrated=calibrate,
+                        network=amz.name,
+                        start=start[p],
+                        _posterior=post,
+                    )
+                )
+            out.append(DatasetFit(it.index, results, None, n, True))
+        except Exception as err:  # one dataset's failure stays its own
+            out.append(DatasetFit(it.index, [], _one_line(err), n, True))
+    return out
+
+
+def _fit_alone(
+    amz: Amortizer,
+    index: int,
+    X: Any,
+    y: Any,
+    kernels: Sequence[str | DimWiseStructure],
+    refine: int | Literal["auto"],
+    calibrate: bool,
+    starts: int,
+) -> DatasetFit:
+    """One dataset through :meth:`Amortizer.infer_many`, its error caught."""
+    try:
+        results = amz.infer_many(
+            X, y, kernels, refine=refine, calibrate=calibrate, starts=starts, evaluate_lml=True
+        )
+    except Exception as err:
+        return DatasetFit(index, [], _one_line(err), _rows(X), False)
+    return DatasetFit(index, results, None, results[0].n_points, False)
+
+
+def _rows(X: Any) -> int:
+    try:
+        return len(X)
+    except TypeError:
+        return 0
+
+
+def iter_datasets(
+    amz: Amortizer,
+    datasets: Sequence[tuple[Any, Any]],
+    kernels: Sequence[str | DimWiseStructure],
+    *,
+    refine: int | Literal["auto"] = 0,
+    calibrate: bool | None = None,
+    starts: int | None = None,
+    budget: float = BUDGET,
+    exact_network: bool = False,
+    progress: ManyProgress | None = None,
+) -> Iterator[list[DatasetFit]]:
+    """:meth:`Amortizer.infer_datasets
+    <amorgp.amortizer.inference.Amortizer.infer_datasets>` bucket by bucket: yields the
+    :class:`DatasetFit` of each bucket (the datasets that failed validation first), in
+    no particular order of datasets (each fit carries its ``index``).  Arguments as there.
+    """
+    if isinstance(kernels, str | DimWiseStructure):
+        raise OptionError("kernels must be a list of kernels, e.g. ['SE + PER']")
+    if len(kernels) == 0:
+        raise OptionError("kernels is empty")
+    steps = check_refine(refine)
+    cal = amz.calibrate if calibrate is None else check_calibrate(calibrate)
+    n_starts = resolve_starts(starts, amz.starts, cal)
+    if not isinstance(exact_network, bool):
+        raise OptionError(f"exact_network must be True or False, got {exact_network!r}")
+    if not (isinstance(budget, int | float) and budget > 0):
+        raise OptionError(f"budget must be a positive number of bytes, got {budget!r}")
+    total = len(datasets)
+    done = 0
+
+    def tick(k: int) -> None:
+        nonlocal done
+        done += k
+        if progress is not None:
+            progress("datasets", done, total)
+
+    groups: dict[tuple[int, int], list[_Prepared]] = {}
+    structs: dict[int, list[DimWiseStructure]] = {}
+    failed: list[DatasetFit] = []
+    for i, item in enumerate(datasets):  # validation per dataset; a failure stays its own
+        try:
+            if not (isinstance(item, tuple | list) and len(item) == 2):
+                raise OptionError(f"dataset {i} is not a pair (X, y)")
+            Xa, ya = as_dataset(item[0], item[1], min_points=MIN_POINTS, training=True)
+            n, d = Xa.shape
+            if d not in structs:
+                structs[d] = [amz.structure(k, d) for k in kernels]
+                warn_outside_training(d, structs[d], amz.max_dims, amz.max_addends)
+            norm = Normalizer.fit(Xa, ya)
+            Xn = norm.transform_x(Xa).to(amz.device, amz.dtype)
+            yn = norm.transform_y(ya).to(amz.device, amz.dtype)
+        except Exception as err:
+            rows = _rows(item[0]) if isinstance(item, tuple | list) and len(item) == 2 else 0
+            failed.append(DatasetFit(i, [], _one_line(err), rows, False))
+            continue
+        groups.setdefault((n, d), []).append(_Prepared(i, norm, Xn, yn, (item[0], item[1])))
+    if failed:
+        yield failed
+        tick(len(failed))
+    for (n, d), items in groups.items():
+        structures = structs[d]
+        terms = max(sum(len(a) for a in s.dims) for s in structures)
+        fast = (
+            amz.dtype == torch.float64
+            and steps == 0
+            and not amz.candidates
+            and n <= calibration.MAX_POINTS
+            and 8 * n * n <= batched.CHUNK_BYTES
+            and amz.fits_dense(n, terms, graph=False)
+        )
+        if not fast:
+            for it in items:
+                yield [_fit_alone(amz, it.index, *it.raw, kernels, refine, cal, n_starts)]
+                tick(1)
+            continue
+        size = bucket_size(n, len(structures), n_starts, budget)
+        for s0 in range(0, len(items), size):
+            chunk = items[s0 : s0 + size]
+            try:
+                with warnings.catch_warnings(), calibration._one_thread(amz.device):
+                    warnings.simplefilter("ignore", UserWarning)  # warned once per d above
+                    fits = _fit_bucket(amz, chunk, structures, cal, n_starts, exact_network)
+            except Exception:  # pin the error on its dataset: each one alone
+                fits = [
+                    _fit_alone(amz, it.index, *it.raw, kernels, refine, cal, n_starts)
+                    for it in chunk
+                ]
+            yield fits
+            tick(len(chunk))
+
+
+def infer_datasets(
+    amz: Amortizer,
+    datasets: Sequence[tuple[Any, Any]],
+    kernels: Sequence[str | DimWiseStructure],
+    *,
+    refine: int | Literal["auto"] = 0,
+    calibrate: bool | None = None,
+    starts: int | None = None,
+    budget: float = BUDGET,
+    exact_network: bool = False,
+    progress: ManyProgress | None = None,
+) -> list[DatasetFit]:
+    """Hyperparameters of ``kernels`` on each of many datasets (module docstring), the
+    logic of :meth:`Amortizer.infer_datasets
+    <amorgp.amortizer.inference.Amortizer.infer_datasets>`.
+
+    Args:
+        amz: the amortizer (its network, device, seed, calibration and starts defaults).
+        datasets: ``[(X, y), ...]``: inputs ``(n, d)`` (or ``(n,)``) and targets ``(n,)``
+            per dataset, sizes and input counts free.
+        kernels: the kernels fitted to every dataset (expressions or structures).
+        refine, calibrate, starts: as :meth:`~amorgp.amortizer.inference.Amortizer.
+            infer_many` (refinement runs each dataset alone).
+        budget: bytes of kernel matrices a bucket may hold (:func:`bucket_size`).
+        exact_network: run the network per dataset, for results equal to ``infer_many``'s
+            to rounding (default: one forward per bucket, equal to float32 rounding).
+        progress: called as ``progress("datasets", done, total)`` after each bucket.
+
+    Returns:
+        One :class:`DatasetFit` per dataset, in input order: its results, or its error.
+
+    Raises:
+        OptionError: ``kernels`` not a non-empty list, or an invalid option (bad data is
+            reported per dataset, never raised).
+    """
+    out: list[DatasetFit | None] = [None] * len(datasets)
+    for fits in iter_datasets(
+        amz,
+        datasets,
+        kernels,
+        refine=refine,
+        calibrate=calibrate,
+        starts=starts,
+        budget=budget,
+        exact_network=exact_network,
+        progress=progress,
+    ):
+        for f in fits:
+            out[f.index] = f
+    return [f for f in out if f is not None]

@@ -1,0 +1,343 @@
+"""Grouped tables in, one row per group and kernel out: :func:`fit_groups` (pandas).
+
+A long table with one row per observation and a group column (sensor, store, patient)
+is split into one dataset per group, fitted by :meth:`Amortizer.infer_datasets
+<amorgp.amortizer.inference.Amortizer.infer_datasets>` (groups of equal size share batched
+work) and summarised as a table with one row per group and kernel (:func:`result_rows`):
+
+=============================  ==========================================================
+column                         meaning
+=============================  ==========================================================
+the ``by`` column(s)           the group's key
+``kernel``                     the kernel, as text
+``n_points``                   the group's rows
+``log_marginal_likelihood``    of the group's targets in original units
+``noise``                      the noise variance in original units
+``start``                      the start that won (:mod:`amorgp.amortizer.multistart`)
+``error``                      empty, or why the group failed (one line; its numbers empty)
+``<symbol>@<dim>[<addend>].<name>``  each hyperparameter in original units (e.g.
+                               ``SE*PER@0[1].per_period``); empty where the kernel has no
+                               such parameter or where no exact original-unit value exists
+                               (``LIN`` terms)
+``mean@<x>``, ``sd@<x>``       with ``predict_at``: the predictive mean and standard
+                               deviation (noise included) at each requested point
+=============================  ==========================================================
+
+A group that fails (too few rows, a constant target, non-numeric values...) keeps its
+rows with its ``error``; nothing is dropped.  pandas is optional for the package:
+:func:`fit_groups` says what to install where it is missing.  The Dask version is
+:func:`amorgp.amortizer.dask_groups.fit_groups_dask`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from amorgp.amortizer.io import PANDAS_HINT, require_pandas
+from amorgp.kernel_grammar import OptionError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from amorgp.amortizer.inference import Amortizer
+    from amorgp.amortizer.many import DatasetFit, ManyProgress
+    from amorgp.kernel_grammar import DimWiseStructure
+
+__all__ = [
+    "FIXED_COLUMNS",
+    "PANDAS_HINT",
+    "fit_groups",
+    "group_datasets",
+    "kernel_label",
+    "output_columns",
+    "require_pandas",
+    "result_rows",
+]
+
+FIXED_COLUMNS = ("kernel", "n_points", "log_marginal_likelihood", "noise", "start", "error")
+"""The columns after the group key(s), before the hyperparameters."""
+
+
+def _keys(by: str | Sequence[str]) -> list[str]:
+    keys = [by] if isinstance(by, str) else list(by)
+    if not keys:
+        raise OptionError("by names no column")
+    return keys
+
+
+def _columns(
+    df: pd.DataFrame, keys: list[str], inputs: Sequence[str] | None, target: str | None
+) -> tuple[list[str], str]:
+    """The input columns and the target column (default: the last column that is not a
+    key; inputs: every other column)."""
+    names = [str(c) for c in df.columns]
+    missing = [k for k in keys if k not in names]
+    if missing:
+        raise OptionError(f"no group column {missing[0]!r}; the table has {names}")
+    rest = [c for c in names if c not in keys]
+    if target is None:
+        if not rest:
+            raise OptionError("the table has no column besides the group column(s)")
+        target = rest[-1]
+    elif target not in names:
+        raise OptionError(f"no target column {target!r}; the table has {names}")
+    if inputs is None:
+        inputs = [c for c in rest if c != target]
+    else:
+        inputs = list(inputs)
+        bad = [c for c in inputs if c not in names]
+        if bad:
+            raise OptionError(f"no input column {bad[0]!r}; the table has {names}")
+    if not inputs:
+        raise OptionError("no input column: the table needs a column besides the group and target")
+    if target in inputs or any(k in inputs for k in keys) or target in keys:
+        raise OptionError("the group, input and target columns must differ")
+    return list(inputs), target
+
+
+def group_datasets(
+    df: pd.DataFrame,
+    by: str | Sequence[str],
+    inputs: Sequence[str] | None = None,
+    target: str | None = None,
+) -> tuple[list[tuple[Hashable, ...]], list[tuple[np.ndarray, np.ndarray]], list[str], str]:
+    """Split ``df`` into one dataset per group (groups in order of first appearance).
+
+    Returns:
+        The group keys (tuples, one value per ``by`` column), the datasets ``(X, y)`` (the
+        rows in table order; values as stored: a non-numeric one fails that group's
+        validation), the input column names and the target column name.
+
+    Raises:
+        OptionError: a column that does not exist, or no input column.
+    """
+    pd = require_pandas()
+    keys = _keys(by)
+    inputs, target = _columns(df, keys, inputs, target)
+    if len(df) == 0:
+        return [], [], inputs, target
+    codes = df.groupby(keys, sort=False, dropna=False, observed=True).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes)
+    ends = np.cumsum(counts)
+    first = order[ends - counts]
+    key_values = df[keys].iloc[first]
+    key_rows = list(key_values.itertuples(index=False, name=None))
+    Xall = df[inputs].to_numpy()[order]
+    yall = df[target].to_numpy()[order]
+    if Xall.dtype.kind in "biuf":
+        Xall = Xall.astype(np.float64)
+    if yall.dtype.kind in "biuf":
+        yall = yall.astype(np.float64)
+    starts = ends - counts
+    data = [(Xall[s:e], yall[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    del pd
+    return key_rows, data, inputs, target
+
+
+def kernel_label(kernel: str | DimWiseStructure, d: int) -> str:
+    """The kernel's text as results write it (``KernelResult.kernel_text``) for data with
+    ``d`` inputs, or the text as given where it does not fit ``d``."""
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    try:
+        s = DimWiseStructure.coerce(kernel, d)
+    except ValueError:
+        return str(kernel)
+    return " + ".join(s.dims[0]) if s.is_uniform else str(s)
+
+
+def output_columns(
+    key_names: Sequence[str],
+    kernels: Sequence[str | DimWiseStructure],
+    d: int,
+    predict_at: np.ndarray | None = None,
+) -> list[str]:
+    """Every column of :func:`fit_groups`' result for ``kernels`` on ``d`` inputs, in
+    order: the keys, :data:`FIXED_COLUMNS`, each kernel's hyperparameters, predictions."""
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    cols = [*key_names, *FIXED_COLUMNS]
+    for k in kernels:
+        try:
+            names = DimWiseStructure.coerce(k, d).param_names()
+        except ValueError:
+            continue
+        for pn in names:
+            c = f"{pn.symbol}@{pn.dim}[{pn.addend}].{pn.param}"
+            if c not in cols:
+                cols.append(c)
+    for x in [] if predict_at is None else predict_at:
+        cols += [f"mean@{_point_label(x)}", f"sd@{_point_label(x)}"]
+    return cols
+
+
+def _point_label(x: np.ndarray) -> str:
+    return ";".join(f"{v:g}" for v in x.tolist())
+
+
+def _points(predict_at: Any, d: int | None) -> np.ndarray | None:
+    if predict_at is None:
+        return None
+    P = np.asarray(predict_at, dtype=np.float64)
+    if P.ndim == 1:
+        P = P[:, None]
+    if P.ndim != 2 or P.shape[0] == 0 or not np.isfinite(P).all():
+        raise OptionError(
+            f"predict_at must be finite points (m,) or (m, d), got shape {np.shape(predict_at)}"
+        )
+    if d is not None and P.shape[1] != d:
+        raise OptionError(f"predict_at has {P.shape[1]} input value(s) per point, the data {d}")
+    return P
+
+
+def result_rows(
+    fits: Iterable[DatasetFit],
+    keys: Sequence[tuple[Hashable, ...]],
+    key_names: Sequence[str],
+    kernels: Sequence[str],
+    predict_at: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """One row (a dict, see the module docstring) per fitted dataset and kernel;
+    ``fits[i].index`` is the position of its key in ``keys``."""
+    labels = [] if predict_at is None else [_point_label(x) for x in predict_at]
+    rows = []
+    for f in fits:
+        key = dict(zip(key_names, keys[f.index], strict=True))
+        if not f.ok:
+            for k in kernels:
+                rows.append({**key, "kernel": str(k), "n_points": f.n_points, "error": f.error})
+            continue
+        for r in f.results:
+            row: dict[str, Any] = {
+                **key,
+                "kernel": r.kernel_text,
+                "n_points": r.n_points,
+                "log_marginal_likelihood": r.log_marginal_likelihood_original,
+                "noise": r.noise_original,
+                "start": r.start,
+                "error": None,
+            }
+            for h in r.table:
+                value = h.original
+                row[f"{h.symbol}@{h.dim}[{h.addend}].{h.name}"] = (
+                    math.nan if value is None else value
+                )
+            if predict_at is not None:
+                mean, var = r.predict(predict_at)
+                sd = np.sqrt(np.asarray(var, dtype=np.float64))
+                for j, lab in enumerate(labels):
+                    row[f"mean@{lab}"] = float(mean[j])
+                    row[f"sd@{lab}"] = float(sd[j])
+            rows.append(row)
+    return rows
+
+
+def rows_frame(
+    rows: list[dict[str, Any]], key_names: Sequence[str], columns: Sequence[str] = ()
+) -> pd.DataFrame:
+    """The rows as a DataFrame: ``columns`` (default: the key columns and
+    :data:`FIXED_COLUMNS`), then any other column in order of first appearance; numbers
+    as float64 (NaN where empty), ``n_points`` as int64, text as objects (``None`` where
+    empty)."""
+    pd = require_pandas()
+    cols = list(columns) or [*key_names, *FIXED_COLUMNS]
+    seen = set(cols)
+    for r in rows:
+        for c in r:
+            if c not in seen:
+                seen.add(c)
+                cols.append(c)
+    frame = pd.DataFrame.from_records(rows, columns=cols)
+    frame["n_points"] = frame["n_points"].fillna(0).astype("int64")
+    for c in ("kernel", "start", "error"):
+        col = frame[c].astype("object")
+        frame[c] = col.where(col.notna(), None)
+    keys = set(key_names) | set(FIXED_COLUMNS)
+    for c in cols:
+        if c not in keys:
+            frame[c] = frame[c].astype("float64")
+    for c in ("log_marginal_likelihood", "noise"):
+        frame[c] = frame[c].astype("float64")
+    return frame
+
+
+def fit_groups(
+    df: pd.DataFrame,
+    by: str | Sequence[str],
+    kernel: str | DimWiseStructure | Sequence[str | DimWiseStructure],
+    *,
+    inputs: Sequence[str] | None = None,
+    target: str | None = None,
+    predict_at: Any = None,
+    amortizer: Amortizer | None = None,
+    refine: int | Literal["auto"] = 0,
+    calibrate: bool | None = None,
+    starts: int | None = None,
+    budget: float | None = None,
+    exact_network: bool = False,
+    progress: ManyProgress | None = None,
+) -> pd.DataFrame:
+    """Fit ``kernel`` (one or a list) to every group of ``df``: one row per group and kernel.
+
+    Args:
+        df: a long table, one row per observation.
+        by: the group column (or columns).
+        kernel: a kernel expression (``"SE + SE*PER"``) or a list of them.
+        inputs: the input columns (default: every column but the group and target ones).
+        target: the target column (default: the last column that is not a group column).
+        predict_at: points ``(m,)`` (one input) or ``(m, d)`` at which to add the
+            predictive mean and standard deviation of every group (columns
+            ``mean@<x>``, ``sd@<x>``).
+        amortizer: the :class:`~amorgp.amortizer.inference.Amortizer` (default: the bundled
+            network, loaded once).
+        refine, calibrate, starts, budget, exact_network, progress: as
+            :meth:`Amortizer.infer_datasets <amorgp.amortizer.inference.Amortizer.infer_datasets>`.
+
+    Returns:
+        A DataFrame, one row per group and kernel, groups in order of first appearance
+        (columns in the module docstring); a failed group's rows hold its ``error``.
+
+    Raises:
+        MissingExtraError: pandas is not installed.
+        OptionError: a column that does not exist, bad ``predict_at`` or options.
+    """
+    from amorgp.amortizer.many import BUDGET, iter_datasets
+
+    require_pandas()
+    kernels = [kernel] if isinstance(kernel, str) or not isinstance(kernel, Sequence) else kernel
+    kernels = list(kernels)
+    if not kernels:
+        raise OptionError("kernel names no kernel")
+    key_names = _keys(by)
+    keys, data, inputs_used, _ = group_datasets(df, key_names, inputs, target)
+    points = _points(predict_at, len(inputs_used))
+    if amortizer is None:
+        from amorgp.amortizer.inference import Amortizer
+
+        amortizer = Amortizer.from_pretrained()
+    texts = [kernel_label(k, len(inputs_used)) for k in kernels]
+    rows: list[dict[str, Any]] = []
+    order: list[int] = []
+    for fits in iter_datasets(
+        amortizer,
+        data,
+        kernels,
+        refine=refine,
+        calibrate=calibrate,
+        starts=starts,
+        budget=BUDGET if budget is None else budget,
+        exact_network=exact_network,
+        progress=progress,
+    ):  # bucket by bucket: only numbers are kept
+        for f in fits:
+            part = result_rows([f], keys, key_names, texts, points)
+            rows.extend(part)
+            order.extend([f.index] * len(part))
+    ranked = sorted(range(len(rows)), key=lambda i: order[i])  # stable: kernels in order
+    columns = output_columns(key_names, kernels, len(inputs_used), points)
+    return rows_frame([rows[i] for i in ranked], key_names, columns)
