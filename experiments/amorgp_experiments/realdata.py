@@ -121,14 +121,16 @@ def load_entry(entry: dict[str, Any]) -> RealDataset:
 
 def paper_datasets(root: Path | None = None) -> list[RealDataset]:
     """The paper's five datasets (the bundled CSVs; the last column is the target)."""
+    from amorgp.amortizer.io import read_csv
+
     if root is None:
         import amorgp.amortizer
 
         root = Path(amorgp.amortizer.__file__).parent / "data"
     out = []
     for name in ("airline", "concrete", "energy", "yacht", "housing"):
-        values = np.loadtxt(root / f"{name}.csv", delimiter=",", skiprows=1)
-        X, y = values[:, :-1], values[:, -1]
+        table = read_csv(root / f"{name}.csv")
+        X, y = table.X, np.asarray(table.y)
         out.append(RealDataset(f"paper/{name}", group_of(X.shape[1]), X, y))
     return out
 

@@ -95,6 +95,7 @@ from amorgp.amortizer.multistart import (
     resolve_starts,
 )
 from amorgp.amortizer.network import DatasetEncoding
+from amorgp.amortizer.null_starts import NULL_RULES, NullNetwork
 from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle
 from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
@@ -470,7 +471,7 @@ def _multistart_rows(
     n64 = noise.detach().to(torch.float64)
     names_out = ["network"] * P
     periodic = [has_periodic(s) for s in structures]
-    if starts <= 1 or not any(periodic):
+    if starts <= 1:
         return params, noise, names_out, []
     tables = tuple(t.to(dev) for t in _slot_tables(vocabulary))
     cands = period_candidates_many(X, Y)
@@ -493,6 +494,20 @@ def _multistart_rows(
                 rows.append(offset + b * width + j)
         blocks.append(block.reshape(-1, *block.shape[2:]))
         offset += block.shape[0] * width
+    # the null starts of every kernel (null_starts.py), after the periodic ones as there
+    ones = torch.ones(B, n, dtype=torch.bool, device=dev)
+    dims = torch.ones(B, d, dtype=torch.bool, device=dev)
+    for rule in NULL_RULES:
+        net = NullNetwork(vocabulary, rule)
+        enc = net.encoding(X, ones, dims, cands)
+        for k in range(K):
+            pred = net.decode(enc, sym[k].expand(B, -1, -1), msk[k].expand(B, -1, -1))
+            for b in range(B):  # bookkeeping: one null start per dataset
+                owner.append(b * K + k)
+                names.append(rule)
+                rows.append(offset + b)
+            blocks.append(pred.params.to(torch.float64)[:, :d, :L])
+            offset += B
     if not owner:
         return params, noise, names_out, []
     own = torch.tensor(owner, dtype=torch.long, device=dev)

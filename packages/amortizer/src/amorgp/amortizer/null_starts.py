@@ -76,18 +76,35 @@ class NullNetwork(AmortizationNetwork):
     def encode_dataset(self, batch: PaddedBatch) -> DatasetEncoding:
         """``h (B, D, 2)``: the median distance and the strongest period of each dimension
         (``nan`` where none; both ``nan`` for ``"prior-mean"``)."""
-        B, _, D = batch.X.shape
-        h = torch.full((B, D, 2), torch.nan, dtype=torch.float64, device=batch.X.device)
+        candidates = None
         if self.rule == "heuristic":
+            candidates = []
             X = batch.X.to(torch.float64)
-            h[..., 0] = _median_distance(X, batch.point_mask)
-            for b in range(B):  # null starts serve one dataset at a time (B is 1)
+            for b in range(X.shape[0]):  # null starts serve one dataset at a time (B is 1)
                 keep = batch.point_mask[b]
                 Xb = X[b][keep][:, batch.dim_mask[b]]
-                for j, period, _ in period_candidates(Xb, batch.y[b][keep].to(torch.float64)):
+                candidates.append(period_candidates(Xb, batch.y[b][keep].to(torch.float64)))
+        return self.encoding(batch.X, batch.point_mask, batch.dim_mask, candidates)
+
+    def encoding(
+        self,
+        X: Tensor,
+        point_mask: Tensor,
+        dim_mask: Tensor,
+        candidates: Sequence[Sequence[tuple[int, float, float]]] | None,
+    ) -> DatasetEncoding:
+        """The encoding of ``B`` datasets ``X (B, N, D)`` given each one's periodogram
+        ``candidates`` (:func:`~amorgp.amortizer.periodogram.period_candidates`, strongest
+        first), e.g. computed for many datasets at once."""
+        B, _, D = X.shape
+        h = torch.full((B, D, 2), torch.nan, dtype=torch.float64, device=X.device)
+        if self.rule == "heuristic":
+            h[..., 0] = _median_distance(X.to(torch.float64), point_mask)
+            for b, found in enumerate(candidates or ()):  # a few peaks per dataset
+                for j, period, _ in found:
                     if torch.isnan(h[b, j, 1]):
                         h[b, j, 1] = period
-        return DatasetEncoding(h, batch.dim_mask)
+        return DatasetEncoding(h, dim_mask)
 
     def decode(self, encoding: DatasetEncoding, symbols: Tensor, symbol_mask: Tensor) -> Prediction:
         """The prior means, with the heuristic's lengthscales and periods where known."""
