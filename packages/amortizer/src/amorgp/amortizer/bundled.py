@@ -21,6 +21,7 @@ __all__ = [
     "PRETRAINED_DIR",
     "PRETRAINED_ROOT",
     "REPOSITORY_MODELS",
+    "check_model_name",
     "pretrained_names",
     "repository_model_names",
     "resolve_checkpoint",
@@ -116,6 +117,25 @@ def resolve_checkpoint(path: str | os.PathLike[str] | None) -> Path:
     )
 
 
+def check_model_name(name: object) -> str:
+    """``name`` if it can name a bundled model: letters, digits, ``.``, ``_`` and ``-``,
+    starting with a letter or digit (no path, no hidden name, not ``""``, ``.`` or ``..``).
+
+    Raises:
+        OptionError: naming the problem.
+    """
+    import re
+
+    from amorgp.kernel_grammar import OptionError
+
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
+        raise OptionError(
+            f"model name {name!r} is not a plain folder name: use letters, digits, '.', '_' "
+            "and '-', starting with a letter or digit (at most 100 characters)"
+        )
+    return name
+
+
 def ship_model(
     source: str | os.PathLike[str],
     name: str = "default",
@@ -133,6 +153,8 @@ def ship_model(
     entries, and loses any optimiser entry.  The target directory is replaced atomically.
 
     Raises:
+        OptionError: ``name`` is not a plain folder name (checked before anything is read
+            or written).
         CheckpointError: ``source`` does not load, or the copy does not verify.
     """
     import json
@@ -146,6 +168,7 @@ def ship_model(
         tensor_files,
     )
 
+    check_model_name(name)
     src = Path(source)
     meta = load_checkpoint(src).meta
     files = tensor_files(src, meta, MODEL_FILE)

@@ -1,0 +1,172 @@
+"""Regression tests of the hostile inputs met through the library (issue 64, items 12-18):
+oversized architectures, devices and FIFOs as checkpoint or data files, a column limit,
+``ship_model`` names, torn JSONL logs, option ranges.  Each test is fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from amorgp.amortizer import io as amz_io
+from amorgp.amortizer.checkpoint import load_checkpoint
+from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.errors import CheckpointError
+from amorgp.kernel_grammar import DataError, OptionError
+
+
+def _edited_copy(src: Path, dst: Path, network: dict[str, object]) -> Path:
+    shutil.copytree(src, dst)
+    meta = json.loads((dst / "checkpoint.json").read_text())
+    meta["network"].update(network)
+    (dst / "checkpoint.json").write_text(json.dumps(meta))
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"data_blocks": [100000, 1, 1, 1]}, r"data_blocks counts must be at most 64"),
+        ({"data_blocks": [10**7, 1, 1, 1]}, r"data_blocks counts must be at most 64"),
+        ({"kernel_blocks": [10**6, 1, 1]}, r"kernel_blocks counts must be at most 64"),
+        ({"d_data": 10**12, "d_kernel": 10**12}, r"d_data must be at most 8192"),
+        ({"ff_mult": 10**6}, r"ff_mult must be at most 16"),
+        ({"head_hidden": 2**40}, r"head_hidden must be at most 8192"),
+        ({"data_blocks": [1.5, 1, 1, 1]}, r"non-negative integer counts"),
+        ({"n_heads": True}, r"n_heads must be a positive integer"),
+    ],
+)
+def test_an_architecture_beyond_the_bounds_is_refused_before_building(
+    tmp_path: Path, tiny_checkpoint: Path, edit: dict[str, object], message: str
+) -> None:
+    ckpt = _edited_copy(tiny_checkpoint, tmp_path / "ck", edit)
+    start = time.perf_counter()
+    for verify in (True, False):
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(ckpt, verify=verify)
+    assert time.perf_counter() - start < 5.0
+
+
+def test_the_bounds_admit_the_presets() -> None:
+    from amorgp.amortizer.config import PRESETS
+
+    for p in PRESETS.values():
+        assert NetworkConfig.from_dict(p.network.to_dict()) == p.network
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "folder"])
+def test_tensor_files_must_be_regular_files(
+    tmp_path: Path, tiny_checkpoint: Path, kind: str
+) -> None:
+    ckpt = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    weights = ckpt / "model.safetensors"
+    weights.unlink()
+    if kind == "dev_zero":
+        weights.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        _fifo(weights)
+    else:
+        weights.mkdir()
+    what = {"dev_zero": "a device or socket", "fifo": "a named pipe", "folder": "a folder"}[kind]
+    for verify in (True, False):
+        with pytest.raises(CheckpointError, match=f"model.safetensors is {what}, not a regular"):
+            load_checkpoint(ckpt, verify=verify)
+
+
+def test_checkpoint_json_must_be_a_bounded_regular_file(
+    tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amorgp.amortizer import checkpoint
+
+    ckpt = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    monkeypatch.setattr(checkpoint, "MAX_META_BYTES", 100)
+    with pytest.raises(CheckpointError, match="more than the 100 a checkpoint's metadata"):
+        load_checkpoint(ckpt)
+    (ckpt / "checkpoint.json").unlink()
+    (ckpt / "checkpoint.json").symlink_to("/dev/zero")
+    with pytest.raises(CheckpointError, match=r"checkpoint\.json is a device or socket"):
+        load_checkpoint(ckpt)
+
+
+def _csv(path: Path, n: int = 6) -> Path:
+    path.write_text("x,y\n" + "".join(f"{i},{(i * 7) % 5}\n" for i in range(n)))
+    return path
+
+
+def test_a_data_file_is_read_with_a_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(DataError, match=r"cannot read /dev/zero: it is a device or socket"):
+        amz_io.read_csv("/dev/zero")
+    link = tmp_path / "zero.csv"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(DataError, match="it is a device or socket, not a file"):
+        amz_io.read_csv(link)
+    data = _csv(tmp_path / "d.csv")
+    monkeypatch.setattr(amz_io, "MAX_CSV_BYTES", 20)
+    with pytest.raises(DataError, match=r"d.csv is larger than 0 MiB"):
+        amz_io.read_csv(data)
+    monkeypatch.undo()
+    assert amz_io.read_csv(data).X.shape == (6, 1)
+
+
+def test_a_data_file_through_a_pipe_is_still_read(tmp_path: Path) -> None:
+    import threading
+
+    fifo = _fifo(tmp_path / "pipe.csv")
+    text = _csv(tmp_path / "d.csv").read_text()
+
+    def write() -> None:
+        with open(fifo, "w") as fh:
+            fh.write(text)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    table = amz_io.read_csv(fifo)
+    writer.join()
+    np.testing.assert_array_equal(table.y, amz_io.read_csv(tmp_path / "d.csv").y)
+
+
+def test_too_many_columns_is_one_short_message(tmp_path: Path) -> None:
+    wide = tmp_path / "wide.csv"
+    cols = 20_000
+    header = ",".join(f"c{j}" for j in range(cols))
+    wide.write_text(header + "\n" + "\n".join(",".join(["1"] * cols) for _ in range(4)) + "\n")
+    start = time.perf_counter()
+    with pytest.raises(DataError) as info:
+        amz_io.read_csv(wide)
+    assert time.perf_counter() - start < 2.0
+    assert str(info.value) == f"{wide}, line 1: {cols} columns; at most 1024 are supported"
+
+
+def test_column_lists_in_messages_are_short(tmp_path: Path) -> None:
+    data = tmp_path / "d.csv"
+    names = [f"column_with_a_long_name_{j}" * 3 for j in range(900)]
+    data.write_text(",".join(names) + "\n" + ",".join(["1"] * 900) + "\n")
+    with pytest.raises(DataError) as info:
+        amz_io.read_csv(data, feature_names=("a", "b"), training=False, require_target=False)
+    message = str(info.value)
+    assert len(message) < 600
+    assert "(900 in all)" in message
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "/abs", "a/b", ".hidden", "x\0"])
+def test_ship_model_checks_the_name_first(tmp_path: Path, tiny_checkpoint: Path, name: str) -> None:
+    from amorgp.amortizer.bundled import ship_model
+
+    root = tmp_path / "pretrained"
+    root.mkdir()
+    (root / "keep").mkdir()
+    with pytest.raises(OptionError, match="is not a plain folder name"):
+        ship_model(tiny_checkpoint, name, provenance="p", reproduce="r", hardware="h", root=root)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["keep", "pretrained"]
