@@ -170,3 +170,82 @@ def test_ship_model_checks_the_name_first(tmp_path: Path, tiny_checkpoint: Path,
     with pytest.raises(OptionError, match="is not a plain folder name"):
         ship_model(tiny_checkpoint, name, provenance="p", reproduce="r", hardware="h", root=root)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["keep", "pretrained"]
+
+
+def test_a_torn_last_line_is_cut_off_before_the_next_record(tmp_path: Path) -> None:
+    from amorgp.amortizer.jsonlog import append_record, last_record, read_records
+
+    log = tmp_path / "campaign.jsonl"
+    append_record(log, {"segment": 1})
+    with log.open("a") as fh:
+        fh.write('{"segment": 2, "datas')  # a writer killed mid-line
+    with pytest.warns(UserWarning, match=r"ignoring a torn last line \(21 bytes\)"):
+        assert last_record(log) == {"segment": 1}
+    with pytest.warns(UserWarning, match=r"dropped a torn last line \(21 bytes\)"):
+        append_record(log, {"segment": 3})
+    assert log.read_text() == '{"segment": 1}\n{"segment": 3}\n'
+    assert last_record(log) == {"segment": 3}
+    assert read_records(log) == [{"segment": 1}, {"segment": 3}]
+
+
+def test_a_torn_line_longer_than_the_tail_read_is_cut_whole(tmp_path: Path) -> None:
+    from amorgp.amortizer.jsonlog import append_record, read_records
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"a": 1}\n' + "x" * 100_000)
+    with pytest.warns(UserWarning, match=r"\(100000 bytes\)"):
+        append_record(log, {"a": 2})
+    assert read_records(log) == [{"a": 1}, {"a": 2}]
+
+
+@pytest.mark.parametrize("line", ["{not json", "[1, 2]", "3", "\udcff"])
+def test_a_corrupted_log_line_names_the_file_and_line(tmp_path: Path, line: str) -> None:
+    from amorgp.amortizer.jsonlog import last_record, read_records
+
+    log = tmp_path / "campaign.jsonl"
+    log.write_bytes(b'{"a": 1}\n\n' + line.encode("utf-8", "surrogateescape") + b'\n{"a": 2}\n')
+    with pytest.raises(DataError, match=rf"{log}, line 3: not a JSON object"):
+        last_record(log)
+    with pytest.warns(UserWarning, match=r"skipped 1 corrupted line\(s\) \(line 3 first\)"):
+        assert read_records(log, strict=False) == [{"a": 1}, {"a": 2}]
+
+
+def test_campaign_state_and_log_errors_name_the_file(tmp_path: Path) -> None:
+    from amorgp.amortizer.training.campaign_plan import append_record, last_record, read_json
+
+    state = tmp_path / "campaign.json"
+    state.write_text('{"stage": 1, "sta')
+    with pytest.raises(DataError, match=rf"{state} is corrupted \(invalid JSON"):
+        read_json(state, {})
+    log = tmp_path / "campaign.jsonl"
+    log.write_text('{"stage": 0}\n{"stage": 1, "x')
+    with pytest.warns(UserWarning, match="dropped a torn last line"):
+        append_record(log, {"stage": 2})
+    assert last_record(log) == {"stage": 2}
+
+
+def test_gpu_chunk_log_reads_past_a_torn_line_and_is_rewritten_whole(tmp_path: Path) -> None:
+    from amorgp.amortizer.training import gpu_chunk
+
+    log = tmp_path / "campaign.jsonl"
+    log.write_text('{"datasets_total": 5}\n{"datasets_tot')
+    with pytest.warns(UserWarning, match="torn last line"):
+        assert gpu_chunk._last_record(log) == {"datasets_total": 5}
+    assert gpu_chunk._whole_lines(log) == '{"datasets_total": 5}\n'
+    log.write_text('{"datasets_total": 5}\nnot json\n')
+    with pytest.raises(DataError, match="line 2: not a JSON object"):
+        gpu_chunk._last_record(log)
+
+
+def test_an_atomic_rewrite_leaves_the_old_file_on_failure(tmp_path: Path) -> None:
+    from amorgp.amortizer.jsonlog import write_text_atomic
+
+    target = tmp_path / "log.jsonl"
+    target.write_text("old\n")
+
+    with pytest.raises(TypeError):
+        write_text_atomic(target, 3)  # type: ignore[arg-type]
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.jsonl"]
+    write_text_atomic(target, "new\n")
+    assert target.read_text() == "new\n"
