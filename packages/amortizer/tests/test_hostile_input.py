@@ -249,3 +249,74 @@ def test_an_atomic_rewrite_leaves_the_old_file_on_failure(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.jsonl"]
     write_text_atomic(target, "new\n")
     assert target.read_text() == "new\n"
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    X = np.linspace(0.0, 1.0, 24)[:, None]
+    return X, np.sin(6.0 * X[:, 0])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"gp_options": {"cg_tol": -1}}, r"cg_tol must be a number in \(0, 1\), got -1"),
+        ({"gp_options": {"cg_tol": float("nan")}}, r"cg_tol must be a number in \(0, 1\)"),
+        ({"gp_options": {"max_cg_iter": 0}}, r"max_cg_iter must be an integer >= 1, got 0"),
+        ({"gp_options": {"n_probes": 0}}, r"n_probes must be an integer >= 1, got 0"),
+        ({"gp_options": {"precond_rank": -1}}, r"precond_rank must be an integer >= 0, got -1"),
+        ({"gp_options": {"n_probes": 2.5}}, r"n_probes must be an integer >= 1, got 2.5"),
+        ({"gp_options": {"tol": 1e-3}}, r"unknown gp_options \['tol'\]"),
+        ({"encoder_points": 2.5}, r"encoder_points must be an integer >= 1, got 2.5"),
+        ({"encoder_points": 0}, r"encoder_points must be an integer >= 1, got 0"),
+        (
+            {"seed": 2**70},
+            r"seed must lie in \[0, 9223372036854775807\], got 1180591620717411303424",
+        ),
+        ({"seed": -1}, r"seed must lie in \[0, "),
+        ({"seed": 1.5}, r"seed must be an integer, got 1.5"),
+        ({"memory_budget": float("nan")}, r"memory_budget must be a positive number of bytes"),
+        ({"memory_budget": 0}, r"memory_budget must be a positive number of bytes"),
+        ({"device": "meta"}, r"device 'meta': use cpu, cuda or mps"),
+        ({"device": "nonsense"}, r"device 'nonsense' is not a torch device"),
+    ],
+)
+def test_amortizer_options_are_checked_before_any_work(
+    tiny_checkpoint: Path, options: dict[str, object], message: str
+) -> None:
+    from amorgp.amortizer.api import Amortizer
+
+    with pytest.raises(OptionError, match=message):
+        Amortizer.from_pretrained(tiny_checkpoint, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_device_this_machine_lacks_is_one_clean_error(tiny_checkpoint: Path) -> None:
+    from amorgp.amortizer.api import Amortizer
+    from amorgp.amortizer.estimator import AmortizedGPRegressor
+
+    with pytest.raises(OptionError, match=r"^device 'cuda': no CUDA device is available; use cpu$"):
+        Amortizer.from_pretrained(tiny_checkpoint, device="cuda")
+    X, y = _data()
+    est = AmortizedGPRegressor(checkpoint=str(tiny_checkpoint), device="cuda")
+    with pytest.raises(OptionError, match="no CUDA device is available"):
+        est.fit(X, y)
+    if not __import__("torch").backends.mps.is_available():
+        with pytest.raises(OptionError, match=r"device 'mps': no MPS device is available"):
+            Amortizer.from_pretrained(tiny_checkpoint, device="mps")
+
+
+def test_valid_options_and_an_unlimited_memory_budget_work(tiny_checkpoint: Path) -> None:
+    from amorgp.amortizer.api import Amortizer
+
+    X, y = _data()
+    ref = Amortizer.from_pretrained(tiny_checkpoint).infer(X, y, "SE")
+    amz = Amortizer.from_pretrained(
+        tiny_checkpoint,
+        memory_budget=float("inf"),
+        encoder_points=np.int64(100),
+        seed=np.int64(0),
+        gp_options={"cg_tol": 1e-6, "max_cg_iter": 50, "n_probes": 4, "precond_rank": 0},
+    )
+    got = amz.infer(X, y, "SE")
+    assert np.isfinite(got.log_marginal_likelihood)
+    assert got.log_marginal_likelihood == pytest.approx(ref.log_marginal_likelihood, rel=1e-9)

@@ -26,6 +26,7 @@ from amorgp.amortizer.forward import warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
 from amorgp.amortizer.network import AmortizationNetwork
+from amorgp.amortizer.options import check_device, check_inference_options
 from amorgp.amortizer.prediction import NetworkPrediction
 from amorgp.amortizer.refine import check_refine, refine_in_groups
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
@@ -138,6 +139,13 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             raise OptionError(
                 f"Amortizer needs an amortization network, got {type(model).__name__}"
             )
+        check_inference_options(
+            device=device,
+            encoder_points=encoder_points,
+            seed=seed,
+            memory_budget=memory_budget,
+            gp_options=gp_options,
+        )
         others = check_candidates(model, candidates or {}, name)
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -209,7 +217,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 network that predicts a fixed kernel only.
         """
         where = resolve_checkpoint(path)
-        dev = torch.device(device) if device is not None else _default_device()
+        dev = check_device(device) if device is not None else _default_device()
         model, meta = load_network(where, dev)
         others = load_candidates(where, meta, candidates, dev)
         label = "default" if path is None else Path(path).name

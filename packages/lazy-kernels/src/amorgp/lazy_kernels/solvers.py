@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from amorgp.lazy_kernels.operators import KernelOperator
 
 __all__ = [
+    "check_solver_options",
     "BlockSolver",
     "CGSolver",
     "CholeskySolver",
@@ -92,6 +93,36 @@ class _CachedLML(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             gy = -g * alpha
         return gA, gy, None, None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_solver_options(**options: Any) -> dict[str, Any]:
+    """Check the solver options a :class:`~amorgp.lazy_kernels.Posterior` passes on
+    (``cg_tol`` in (0, 1), ``max_cg_iter`` and ``n_probes`` >= 1, ``precond_rank`` >= 0,
+    ``jitter`` >= 0 finite, ``max_tries`` >= 1; others unchecked); returns them.
+
+    Raises:
+        OptionError: naming the option, its value and its domain.
+    """
+    for name, value in options.items():
+        if name == "cg_tol":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (ok and 0 < value < 1):
+                raise OptionError(f"cg_tol must be a number in (0, 1), got {value!r}")
+        elif name in ("max_cg_iter", "n_probes", "max_tries"):
+            if not (_is_int(value) and value >= 1):
+                raise OptionError(f"{name} must be an integer >= 1, got {value!r}")
+        elif name == "precond_rank":
+            if not (_is_int(value) and value >= 0):
+                raise OptionError(f"precond_rank must be an integer >= 0, got {value!r}")
+        elif name == "jitter":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (ok and math.isfinite(value) and value >= 0):
+                raise OptionError(f"jitter must be a finite number >= 0, got {value!r}")
+    return options
 
 
 class Solver(ABC):
@@ -136,6 +167,14 @@ class Solver(ABC):
         var_block: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
+        check_solver_options(
+            jitter=jitter,
+            max_tries=max_tries,
+            cg_tol=cg_tol,
+            max_cg_iter=max_cg_iter,
+            precond_rank=precond_rank,
+            n_probes=n_probes,
+        )
         self.operator, self.y, self.noise = operator, y, noise
         self.X = operator.X1
         self.jitter, self.max_tries = jitter, max_tries
