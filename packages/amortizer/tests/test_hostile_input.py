@@ -320,3 +320,77 @@ def test_valid_options_and_an_unlimited_memory_budget_work(tiny_checkpoint: Path
     got = amz.infer(X, y, "SE")
     assert np.isfinite(got.log_marginal_likelihood)
     assert got.log_marginal_likelihood == pytest.approx(ref.log_marginal_likelihood, rel=1e-9)
+
+
+def test_points_per_step_are_bounded_across_options() -> None:
+    from amorgp.amortizer.config import MAX_POINTS_PER_STEP, PRESETS, TrainConfig
+
+    with pytest.raises(ValueError, match=r"batch_size x n_max = 4096 x 20000 = 81920000 points"):
+        TrainConfig(batch_size=4096, n_min=20000, n_max=20000)
+    TrainConfig(batch_size=MAX_POINTS_PER_STEP // 20000, n_max=20000)  # at the bound
+    for p in PRESETS.values():
+        assert p.train.batch_size * p.train.n_max <= MAX_POINTS_PER_STEP
+
+
+@pytest.mark.parametrize("where", ["lock", "start"])
+def test_a_full_disk_when_a_run_starts_names_the_run_and_leaves_nothing(
+    tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    import errno
+
+    from amorgp.amortizer.errors import TrainingError
+    from amorgp.amortizer.training import trainer
+    from amorgp.amortizer.training.rundir import RunDirectory
+    from amorgp.amortizer.training.train import train
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if where == "lock":
+        real_lock = RunDirectory.lock
+
+        def lock(self: RunDirectory) -> None:
+            real_lock(self)
+            full()
+
+        monkeypatch.setattr(RunDirectory, "lock", lock)
+    else:
+        monkeypatch.setattr(trainer, "start_run", full)
+    out = tmp_path / "run"
+    with pytest.raises(TrainingError) as info:
+        train(out, init_from=tiny_checkpoint, max_steps=1)
+    assert str(info.value) == (
+        f"cannot start the run in {out}: no space left on device; {out} was removed"
+    )
+    assert not out.exists()
+
+
+def test_complex_and_nan_values_after_the_fit_are_refused(tiny_checkpoint: Path) -> None:
+    import warnings
+
+    import torch
+
+    from amorgp.amortizer.estimator import AmortizedGPRegressor
+
+    X, y = _data()
+    est = AmortizedGPRegressor(checkpoint=str(tiny_checkpoint)).fit(X, y)
+    result = est.result_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # never a numpy ComplexWarning
+        with pytest.raises(DataError, match="y_new holds complex values"):
+            result.log_predictive_density(X[:3], y[:3] * (1 + 1j))
+        with pytest.raises(
+            DataError, match=r"y_new contains NaN or infinite values \(nan at position 2\)"
+        ):
+            result.log_predictive_density(X[:3], [0.0, np.nan, 1.0])
+        with pytest.raises(DataError, match="theta holds complex values"):
+            est.log_marginal_likelihood(est.kernel_.theta * (1 + 0j) + 1j)
+        with pytest.raises(DataError, match="X holds complex values"):
+            est.kernel_(X * (1 + 1j))
+        with pytest.raises(DataError, match="Y holds complex values"):
+            est.kernel_(X, torch.tensor(X) * (1 + 1j))
+    lp = result.log_predictive_density(X[:3], y[:3])
+    assert torch.isfinite(lp).all()
+    assert est.log_marginal_likelihood(est.kernel_.theta) == pytest.approx(
+        est.log_marginal_likelihood(list(est.kernel_.theta))
+    )

@@ -41,6 +41,9 @@ MAX_BLOCKS = 64
 """Largest count of each entry of ``data_blocks`` / ``kernel_blocks``."""
 MAX_FF_MULT = 16
 """Largest ``ff_mult``."""
+MAX_POINTS_PER_STEP = 2**21
+"""Largest ``batch_size * n_max`` of a :class:`TrainConfig` (2,097,152 points per step;
+the paper's recipe has 128 x 250 = 32,000)."""
 
 
 def _check_positive(obj: object, names: tuple[str, ...], upper: int | None = None) -> None:
@@ -198,6 +201,13 @@ class TrainConfig:
         _check_positive(self, ("batch_size", "n_min", "n_max", "max_dims", "val_size", "val_every"))
         if self.n_min > self.n_max:
             raise ValueError(f"n_min={self.n_min} exceeds n_max={self.n_max}")
+        if self.batch_size * self.n_max > MAX_POINTS_PER_STEP:
+            raise ValueError(
+                f"batch_size x n_max = {self.batch_size} x {self.n_max} = "
+                f"{self.batch_size * self.n_max} points per step exceeds {MAX_POINTS_PER_STEP} "
+                "(the simulated batch and the network's activations would not fit in memory); "
+                "lower batch_size or n_max"
+            )
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if self.warmup_steps < 0 or self.num_workers < 0 or self.encoder_points < 0:

@@ -33,6 +33,7 @@ from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.results import KernelResult
 from amorgp.lazy_kernels import DimWiseKernel, as_dataset
+from amorgp.lazy_kernels.data import as_real
 
 __all__ = ["AmortizedGPRegressor"]
 
@@ -300,7 +301,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             if eval_gradient:
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
-        th = torch.as_tensor(np.asarray(theta, dtype=np.float64)).reshape(-1).clone()
+        th = as_real(theta, "theta").reshape(-1).clone()
         if th.shape[0] != self.kernel_.theta.shape[0] or not bool(torch.isfinite(th).all()):
             raise ValueError(
                 f"theta must hold {self.kernel_.theta.shape[0]} finite log-space values "

@@ -321,6 +321,8 @@ def check_device(device: str | None) -> None:
         raise click.BadParameter(f"{device}: use cpu, cuda or mps", param_hint="--device")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise click.BadParameter(f"{device}: no CUDA device is available", param_hint="--device")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise click.BadParameter(f"{device}: no MPS device is available", param_hint="--device")
 
 
 def load_amortizer(
