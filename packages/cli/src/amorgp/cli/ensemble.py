@@ -29,6 +29,7 @@ from amorgp.cli._common import (
     fmt,
     inference_options,
     load_amortizer,
+    running,
 )
 from amorgp.cli._errors import AmorgpCommand
 from amorgp.cli._output import (
@@ -151,7 +152,7 @@ def ensemble(
     )
     inference = amz if refine == 0 else amz.method(refine=refine)
     t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, running("ensemble"):
         warnings.simplefilter("always")
         ens, rows, scores = _fit(inference, train, test, kernels, weighting, seed)
     elapsed = time.perf_counter() - t0

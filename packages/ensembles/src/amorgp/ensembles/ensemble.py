@@ -329,9 +329,17 @@ class KernelEnsemble:
         return torch.as_tensor(mean), torch.as_tensor(var)
 
     def predict(self, X_new: Any, *, return_std: bool = False) -> Any:
-        """Mixture mean (and standard deviation) at ``X_new``, original units."""
+        """Mixture mean (and standard deviation) at ``X_new``, original units.
+
+        Like ``KernelResult.predict``: float64 CPU tensors for a tensor ``X_new``, float64
+        numpy arrays for anything else (a numpy array, a list).
+        """
         mix = self.predictive(X_new)
-        return (mix.mean(), mix.variance().sqrt()) if return_std else mix.mean()
+        moments = [mix.mean(), mix.variance().sqrt()] if return_std else [mix.mean()]
+        out: list[Any] = moments
+        if not isinstance(X_new, Tensor):
+            out = [t.detach().to("cpu", torch.float64).numpy() for t in moments]
+        return tuple(out) if return_std else out[0]
 
     def log_predictive_density(self, X_new: Any, y_new: Any) -> Tensor:
         """``(m,)`` log mixture density of ``y_new`` at ``X_new`` (original units)."""
