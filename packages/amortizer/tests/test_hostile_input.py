@@ -394,3 +394,29 @@ def test_complex_and_nan_values_after_the_fit_are_refused(tiny_checkpoint: Path)
     assert est.log_marginal_likelihood(est.kernel_.theta) == pytest.approx(
         est.log_marginal_likelihood(list(est.kernel_.theta))
     )
+
+
+def test_library_warnings_name_the_callers_line(tiny_checkpoint: Path) -> None:
+    import warnings
+
+    from amorgp.amortizer.api import Amortizer
+    from amorgp.amortizer.estimator import AmortizedGPRegressor
+
+    X, y = _data()
+    X2 = np.column_stack([X[:, 0], np.ones(len(y))])  # a constant column warns
+    amz = Amortizer.from_pretrained(tiny_checkpoint)
+    est = AmortizedGPRegressor(checkpoint=str(tiny_checkpoint), kernel="SE")
+    calls = {
+        "infer": lambda: amz.infer(X2, y, "SE"),
+        "infer_many": lambda: amz.infer_many(X2, y, ["SE"]),
+        "fit": lambda: est.fit(X2, y),
+        "addends": lambda: amz.infer(X, y, " + ".join(["SE"] * 12)),  # beyond the training
+    }
+    for name, call in calls.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        ours = [w for w in caught if issubclass(w.category, UserWarning)]
+        assert ours, name
+        for w in ours:
+            assert w.filename == __file__, (name, w.filename, str(w.message))

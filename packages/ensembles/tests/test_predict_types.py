@@ -35,3 +35,17 @@ def test_numpy_in_numpy_out_tensor_in_tensor_out() -> None:
     np.testing.assert_allclose(std, mix.variance().sqrt().numpy(), rtol=0, atol=0)
     np.testing.assert_array_equal(t_mean.numpy(), mean)
     np.testing.assert_array_equal(only_mean, mean)
+
+
+def test_ensemble_warnings_name_the_callers_line() -> None:
+    import warnings
+
+    gen = torch.Generator().manual_seed(0)
+    X = torch.rand(30, 1, generator=gen, dtype=torch.float64) * 4
+    y = torch.sin(5 * X[:, 0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        KernelEnsemble.fit(PriorMeanInference(fail=("PER",)), X, y, ["SE", "PER", "LIN"])
+    ours = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert ours
+    assert all(w.filename == __file__ for w in ours), [(w.filename, w.lineno) for w in ours]

@@ -55,6 +55,7 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import ELEMENTARY, DataError, ParamKind, base_symbol
+from amorgp.kernel_grammar.warn import warn
 
 __all__ = [
     "MIN_POINTS",
@@ -285,12 +286,11 @@ class Normalizer:
         const = (x_range == 0).nonzero()[:, 0]
         if const.numel() and X.shape[0] > 1:
             cols = ", ".join(str(int(j) + 1) for j in const)
-            warnings.warn(
+            warn(
                 f"input column(s) {cols} (counting from 1) are constant: they carry no "
                 "information and their hyperparameters are not determined by the data; "
                 "consider dropping them",
                 UserWarning,
-                stacklevel=2,
             )
         mean, std = _mean_std(y)
         if std > 0 and not Y_STD_MIN <= std <= Y_STD_MAX:

@@ -45,13 +45,13 @@ import stat
 import subprocess
 import sys
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from amorgp.kernel_grammar import OptionError
+from amorgp.kernel_grammar.warn import warn
 
 __all__ = [
     "KeOpsProbe",
@@ -323,11 +323,10 @@ def keops_usable(device: torch.device | str = "cpu") -> bool:
         if key not in _WARNED:
             _WARNED.add(key)
             note = " (cached outcome; delete the probe cache to retry)" if probe.cached else ""
-            warnings.warn(
+            warn(
                 f"KeOps does not work on {device}: {probe.reason}{note}; using the torch "
                 "block kernel operator instead (O(n x block) memory, slower)",
                 UserWarning,
-                stacklevel=2,
             )
     _USABLE[str(device)] = probe.ok
     return probe.ok
