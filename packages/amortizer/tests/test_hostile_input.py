@@ -420,3 +420,37 @@ def test_library_warnings_name_the_callers_line(tiny_checkpoint: Path) -> None:
         assert ours, name
         for w in ours:
             assert w.filename == __file__, (name, w.filename, str(w.message))
+
+
+def test_the_python_api_logs_each_stage_under_amorgp(
+    tiny_checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from amorgp.amortizer.api import Amortizer
+    from amorgp.amortizer.estimator import AmortizedGPRegressor
+
+    X, y = _data()
+    with caplog.at_level(logging.DEBUG, logger="amorgp"):
+        amz = Amortizer.from_pretrained(tiny_checkpoint)
+        res = amz.infer(X, y, "SE + PER")
+        res.predict(X[:4])
+        AmortizedGPRegressor(checkpoint=str(tiny_checkpoint), kernel="SE", seed=1).fit(X, y)
+    ours = [r for r in caplog.records if r.name.startswith("amorgp")]
+    by_stage = {(r.name, r.levelname): r.getMessage() for r in ours}
+    assert by_stage[("amorgp.amortizer.checkpoint", "INFO")].startswith(
+        f"loaded checkpoint {tiny_checkpoint} (structured network, "
+    )
+    network = by_stage[("amorgp.amortizer.prediction", "DEBUG")]
+    assert network.startswith(f"network: 1 kernel(s), the encoder read {len(y)} of {len(y)} points")
+    assert any(r.getMessage().startswith("posterior of (SE + PER)@0 on n = 24: ") for r in ours)
+    assert any(r.getMessage() == "prediction of SE + PER at 4 point(s)" for r in ours)
+    summary = by_stage[("amorgp.amortizer.inference", "INFO")]
+    assert summary.startswith("1 kernel(s) on n = 24 points: ")
+    fit = by_stage[("amorgp.amortizer.estimator", "INFO")]
+    assert fit.startswith("fitted SE on n = 24, d = 1: log marginal likelihood ")
+    assert all(r.levelno <= logging.INFO for r in ours)  # a plain call never logs louder
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="amorgp"):
+        amz.infer(X, y, "SE")
+    assert [r.levelname for r in caplog.records if r.name.startswith("amorgp")] == ["INFO"]

@@ -40,6 +40,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import shutil
 import stat
@@ -75,6 +76,8 @@ __all__ = [
     "save_checkpoint",
     "tensor_files",
 ]
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "amorgp-amortizer-checkpoint/1"
 MODEL_FILE = "model.safetensors"
@@ -569,6 +572,7 @@ def load_checkpoint(
             unknown format, architecture mismatch, weights that do not fit the
             architecture, or a tensor holding NaN or infinite values (named).
     """
+    t0 = time.perf_counter()
     path = Path(directory)
     meta = _read_meta(path)
     if verify:
@@ -595,6 +599,14 @@ def load_checkpoint(
     opt_files = tensor_files(path, meta, OPTIMIZER_FILE)
     if opt_files:
         opt = _load_tensors(path, opt_files)
+    logger.info(
+        "loaded checkpoint %s (%s network, %d parameters%s) in %.2f s",
+        path,
+        network.model,
+        sum(p.numel() for p in model.parameters()),
+        ", checksums verified" if verify else "",
+        time.perf_counter() - t0,
+    )
     return Checkpoint(model.to(device).eval(), network, meta, opt, path)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 from typing import Any, Literal
 
@@ -34,6 +35,8 @@ from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.results import KernelResult
 from amorgp.lazy_kernels import DimWiseKernel, as_dataset
 from amorgp.lazy_kernels.data import as_real
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["AmortizedGPRegressor"]
 
@@ -174,6 +177,14 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.kernel_ = FittedKernel(result.kernel, result.params, result.noise, result.normalizer)
         hyper = {f"d{h.dim}.{h.addend}.{h.symbol}.{h.name}": h.value for h in result.table}
         self.hyperparameters_: dict[str, float] = {**hyper, "noise": result.noise}
+        logger.info(
+            "fitted %s on n = %d, d = %d: log marginal likelihood %.6g (original units), %.3f s",
+            result.kernel_text,
+            Xa.shape[0],
+            Xa.shape[1],
+            result.log_marginal_likelihood_original,
+            result.call_time_s,
+        )
         return self
 
     @property

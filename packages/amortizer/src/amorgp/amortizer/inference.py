@@ -5,6 +5,7 @@ The steps of :meth:`Amortizer.infer_many` are described in :mod:`amorgp.amortize
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -72,6 +73,7 @@ Progress = Callable[[str, int, int], None]
 ``"likelihood"`` (kernels)."""
 
 _MEMORY_BUDGET = 4 * 2**30
+logger = logging.getLogger(__name__)
 
 
 class Amortizer(NetworkPrediction, GPBackendSizing):
@@ -400,6 +402,10 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 if progress is not None:
                     progress("likelihood", i + 1, K)
         elapsed = time.perf_counter() - t0
+        logger.info(
+            "%d kernel(s) on n = %d points: %.3f s (calibrate=%s, starts=%d, refine=%s)",
+            K, n, elapsed, calibrate, starts, refine,
+        )  # fmt: skip
         noises = noise.tolist()
         return [
             KernelResult(
