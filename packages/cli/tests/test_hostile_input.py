@@ -190,3 +190,10 @@ def test_a_corrupted_campaign_log_is_an_error_naming_the_file(tmp_path: Path) ->
         f"Error: {log}, line 2: not a JSON object (a corrupted log line); repair or remove "
         "that line"
     )
+
+
+def test_a_seed_beyond_64_bits_is_a_usage_error(data_1d: Path, tiny_checkpoint: Path) -> None:
+    res = _run(["infer", str(data_1d), "-k", "SE", "--seed", str(2**70)], tiny_checkpoint)
+    assert res.exit_code == 2, res.output
+    assert "seed must lie in [0, 9223372036854775807], got 1180591620717411303424" in res.stderr
+    assert "Traceback" not in res.output

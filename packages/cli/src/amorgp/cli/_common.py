@@ -349,6 +349,7 @@ def load_amortizer(
     import torch
 
     from amorgp.amortizer.api import Amortizer
+    from amorgp.kernel_grammar.errors import OptionError
 
     check_device(device)
     try:
@@ -359,6 +360,8 @@ def load_amortizer(
             seed=seed,
             calibrate=calibrate,
         )
+    except OptionError:
+        raise  # an option out of its domain (--seed): a usage error, exit 2
     except ValueError as err:
         raise click.ClickException(f"cannot load the model: {err}") from None
 
