@@ -12,10 +12,10 @@ source checkout, by name (with a warning saying where the network was loaded fro
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
 from amorgp.amortizer.errors import CheckpointError
+from amorgp.kernel_grammar.warn import warn
 
 __all__ = [
     "PRETRAINED_DIR",
@@ -95,18 +95,16 @@ def resolve_checkpoint(path: str | os.PathLike[str] | None) -> Path:
                 break
     if where.exists():
         if named is not None:
-            warnings.warn(
+            warn(
                 f"loaded the folder {where.resolve()}, not the {named[1]} model {name!r} of "
-                f"the same name (give its path, {named[0]}, to load that one)",
-                stacklevel=2,
+                f"the same name (give its path, {named[0]}, to load that one)"
             )
         return where
     if named is not None:
         if named[1] == "repository":
-            warnings.warn(
+            warn(
                 f"{name!r} is not bundled with the package: loaded it from the repository's "
-                f"models/ folder ({named[0]})",
-                stacklevel=2,
+                f"models/ folder ({named[0]})"
             )
         return named[0]
     others = repository_model_names()
