@@ -145,6 +145,11 @@ def test_split_mode_last_holds_out_the_end_of_the_series(
         outputs[mode] = np.loadtxt(out, delimiter=",", skiprows=1)[:, 0]
     np.testing.assert_array_equal(outputs["last"], table[-6:, 0])  # 20 % of 30 rows
     assert not np.array_equal(outputs["random"], table[-6:, 0])
+    res = _run(
+        ["predict", str(data_1d), "-k", "SE", "--split", "0.2", "--split-mode", "last", "--json"],
+        tiny_checkpoint,
+    )
+    assert json.loads(res.stdout)["split"] == {"fraction": 0.2, "mode": "last"}
     res = _run(["predict", str(data_1d), "-k", "SE", "--split", "0.2", "--split-mode", "first"])
     assert res.exit_code == 2
     assert "'first' is not one of 'random', 'last'" in res.output

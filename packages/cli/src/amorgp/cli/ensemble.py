@@ -165,6 +165,7 @@ def ensemble(
         "weighting": weighting,
         "n_train": int(train.X.shape[0]),
         "n_test": 0 if test is None else int(test.X.shape[0]),
+        "split": {"fraction": split, "mode": split_mode} if test is not None else None,
         "members": rows,
         "ensemble": None if scores is None else {"test_rmse": scores[0], "test_nll": scores[1]},
         "time_s": elapsed,

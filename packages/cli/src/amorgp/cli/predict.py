@@ -318,6 +318,7 @@ def predict(
                         "features": list(train.feature_names),
                         "n_train": int(train.X.shape[0]),
                         "n_test": int(test.X.shape[0]),
+                        "split": None if split is None else {"fraction": split, "mode": split_mode},
                         "results": blocks,
                     },
                 ),
