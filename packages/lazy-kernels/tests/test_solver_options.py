@@ -83,3 +83,15 @@ def test_precond_rank_zero_runs_plain_cg() -> None:
     np.testing.assert_allclose(
         post.alpha().detach().numpy(), np.linalg.solve(K, y.numpy()), rtol=1e-6
     )
+
+
+def test_numpy_numbers_are_accepted() -> None:
+    kernel, X, y = _problem()
+    post = Posterior.from_kernel(
+        kernel, X, y, 0.05, backend="cg", cg_tol=np.float64(1e-10), max_cg_iter=np.int64(200),
+        n_probes=np.int32(4), precond_rank=np.int64(8), memory_budget=np.int64(2**30),
+    )  # fmt: skip
+    K = kernel(X, X).detach().numpy() + 0.05 * np.eye(len(y))
+    np.testing.assert_allclose(
+        post.alpha().detach().numpy(), np.linalg.solve(K, y.numpy()), rtol=1e-6
+    )

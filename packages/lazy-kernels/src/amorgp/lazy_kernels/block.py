@@ -17,6 +17,8 @@ also ``O(b M)`` in memory.  The price is one extra evaluation of ``K`` per backw
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
@@ -41,7 +43,7 @@ def check_memory_budget(value: object, name: str = "memory_budget") -> float:
     Raises:
         OptionError: not a positive number (``nan``, ``0``, negative, a text).
     """
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+    if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value) > 0):
         raise OptionError(  # NaN fails the comparison
             f"{name} must be a positive number of bytes (inf: no limit), got {value!r}"
         )

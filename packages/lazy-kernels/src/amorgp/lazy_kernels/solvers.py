@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
@@ -96,7 +97,11 @@ class _CachedLML(torch.autograd.Function):
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_solver_options(**options: Any) -> dict[str, Any]:
@@ -107,21 +112,18 @@ def check_solver_options(**options: Any) -> dict[str, Any]:
     Raises:
         OptionError: naming the option, its value and its domain.
     """
+    rules = {
+        "cg_tol": (lambda v: _is_real(v) and 0 < v < 1, "a number in (0, 1)"),
+        "max_cg_iter": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+        "n_probes": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+        "max_tries": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+        "precond_rank": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+        "jitter": (lambda v: _is_real(v) and math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    }
     for name, value in options.items():
-        if name == "cg_tol":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not (ok and 0 < value < 1):
-                raise OptionError(f"cg_tol must be a number in (0, 1), got {value!r}")
-        elif name in ("max_cg_iter", "n_probes", "max_tries"):
-            if not (_is_int(value) and value >= 1):
-                raise OptionError(f"{name} must be an integer >= 1, got {value!r}")
-        elif name == "precond_rank":
-            if not (_is_int(value) and value >= 0):
-                raise OptionError(f"precond_rank must be an integer >= 0, got {value!r}")
-        elif name == "jitter":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not (ok and math.isfinite(value) and value >= 0):
-                raise OptionError(f"jitter must be a finite number >= 0, got {value!r}")
+        rule = rules.get(name)
+        if rule is not None and not rule[0](value):
+            raise OptionError(f"{name} must be {rule[1]}, got {value!r}")
     return options
 
 
