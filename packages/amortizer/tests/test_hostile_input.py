@@ -454,3 +454,23 @@ def test_the_python_api_logs_each_stage_under_amorgp(
     with caplog.at_level(logging.INFO, logger="amorgp"):
         amz.infer(X, y, "SE")
     assert [r.levelname for r in caplog.records if r.name.startswith("amorgp")] == ["INFO"]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"seed": 1.5}, r"seed must be an integer, got 1.5"),
+        ({"seed": 2**70}, r"seed must lie in \[0, "),
+        ({"encoder_points": 2.5}, r"encoder_points must be an integer >= 1, got 2.5"),
+        ({"device": "meta"}, r"device 'meta': use cpu, cuda or mps"),
+    ],
+)
+def test_the_estimator_checks_its_options_at_fit(
+    tiny_checkpoint: Path, params: dict[str, object], message: str
+) -> None:
+    from amorgp.amortizer.estimator import AmortizedGPRegressor
+
+    X, y = _data()
+    est = AmortizedGPRegressor(checkpoint=str(tiny_checkpoint), **params)  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match=message):
+        est.fit(X, y)

@@ -32,6 +32,7 @@ import torch
 from amorgp.amortizer.fitted_kernel import FittedKernel
 from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.io import MIN_POINTS
+from amorgp.amortizer.options import check_seed
 from amorgp.amortizer.results import KernelResult
 from amorgp.lazy_kernels import DimWiseKernel, as_dataset
 from amorgp.lazy_kernels.data import as_real
@@ -155,7 +156,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.seed = seed
 
     def _amortizer(self) -> Amortizer:
-        return _load(self.checkpoint, self.device, self.encoder_points, int(self.seed))
+        return _load(self.checkpoint, self.device, self.encoder_points, check_seed(self.seed))
 
     def fit(self, X: Any, y: Any) -> AmortizedGPRegressor:
         """Predict the hyperparameters of ``kernel`` for ``X (n, d)``, ``y (n,)``.
