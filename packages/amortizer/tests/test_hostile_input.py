@@ -249,6 +249,9 @@ def test_an_atomic_rewrite_leaves_the_old_file_on_failure(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.jsonl"]
     write_text_atomic(target, "new\n")
     assert target.read_text() == "new\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
