@@ -8,7 +8,6 @@ The model card includes the section.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -17,16 +16,12 @@ __all__ = ["campaign_report", "read_campaign_log", "splice_section"]
 
 
 def read_campaign_log(log: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a campaign log (torn or invalid lines are skipped)."""
-    out = []
-    for line in Path(log).read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and "datasets_total" in record:
-            out.append(record)
-    return out
+    """The segment records of a campaign log (a torn last line or a corrupted line is
+    skipped with a warning naming the file; failure records carry no counters)."""
+    from amorgp.amortizer.jsonlog import read_records
+
+    records = read_records(log, strict=False, stacklevel=3)
+    return [r for r in records if "datasets_total" in r]
 
 
 def _runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

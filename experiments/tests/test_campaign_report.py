@@ -33,8 +33,10 @@ def test_report_summarises_runs_and_skips_torn_lines(tmp_path: Path) -> None:
         _record("b", 3000, 0.70, 0.70, True),
     ]
     log.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"run": "b", "datas')
-    assert [r["datasets_total"] for r in read_campaign_log(log)] == [1000, 2000, 3000]
-    text = campaign_report(log, tmp_path / "out.md", tmp_path / "curve.png")
+    with pytest.warns(UserWarning, match=r"campaign\.jsonl: ignoring a torn last line"):
+        assert [r["datasets_total"] for r in read_campaign_log(log)] == [1000, 2000, 3000]
+    with pytest.warns(UserWarning, match="torn last line"):
+        text = campaign_report(log, tmp_path / "out.md", tmp_path / "curve.png")
     assert "3 segments; 3,000 datasets" in text
     assert "started from scores 0.9000" in text
     assert "| a | 2 | d8-n100 | 1,000-2,000 |" in text

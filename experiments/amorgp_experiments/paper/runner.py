@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from types import ModuleType
@@ -32,23 +31,18 @@ MODULES: dict[str, ModuleType] = {
 
 def log_run(out: Path, entry: dict[str, Any]) -> None:
     """Append one line on a finished run to ``out/runs.jsonl`` (date, seconds, cells)."""
-    line = json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **entry})
-    with (out / "runs.jsonl").open("a", encoding="utf-8") as f:
-        f.write(line + "\n")
+    from amorgp.amortizer.jsonlog import append_record
+
+    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    append_record(out / "runs.jsonl", {"date": date, **entry})  # a torn last line is cut off
 
 
 def read_runs(out: Path) -> list[dict[str, Any]]:
-    """The runs logged in ``out/runs.jsonl`` (torn lines skipped)."""
-    path = out / "runs.jsonl"
-    if not path.exists():
-        return []
-    runs = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            runs.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return runs
+    """The runs logged in ``out/runs.jsonl`` (a torn last line or a corrupted line is
+    skipped with a warning)."""
+    from amorgp.amortizer.jsonlog import read_records
+
+    return read_records(out / "runs.jsonl", strict=False, stacklevel=3)
 
 
 def run_paper(

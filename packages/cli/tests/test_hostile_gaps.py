@@ -126,7 +126,9 @@ def test_set_on_top_of_from_is_validated_before_the_run_folder(
 def test_an_oversized_architecture_is_refused_from_the_headers(
     tmp_path: Path, tiny_checkpoint: Path, data_1d: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ckpt = _edited_copy(tiny_checkpoint, tmp_path / "huge", {"network.d_data": 200_000})
+    # 8192 is the largest width NetworkConfig admits (test_hostile_input.py: beyond it the
+    # config itself is refused); within it the headers refuse the mismatch
+    ckpt = _edited_copy(tiny_checkpoint, tmp_path / "huge", {"network.d_data": 8192})
     built: list[str] = []
     real_build = checkpoint_module.build_model
 
@@ -138,7 +140,7 @@ def test_an_oversized_architecture_is_refused_from_the_headers(
     monkeypatch.setattr(checkpoint_module, "build_model", spy)
     with pytest.raises(CheckpointError, match="do not match the architecture") as info:
         load_checkpoint(ckpt)
-    assert "[200000" in str(info.value)  # names the edited shape next to the stored one
+    assert "[8192" in str(info.value)  # names the edited shape next to the stored one
     assert built == ["meta"]  # never built with real memory
     monkeypatch.undo()
     for args in (

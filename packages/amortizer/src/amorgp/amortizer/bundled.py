@@ -12,15 +12,16 @@ source checkout, by name (with a warning saying where the network was loaded fro
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
 from amorgp.amortizer.errors import CheckpointError
+from amorgp.kernel_grammar.warn import warn
 
 __all__ = [
     "PRETRAINED_DIR",
     "PRETRAINED_ROOT",
     "REPOSITORY_MODELS",
+    "check_model_name",
     "pretrained_names",
     "repository_model_names",
     "resolve_checkpoint",
@@ -94,18 +95,16 @@ def resolve_checkpoint(path: str | os.PathLike[str] | None) -> Path:
                 break
     if where.exists():
         if named is not None:
-            warnings.warn(
+            warn(
                 f"loaded the folder {where.resolve()}, not the {named[1]} model {name!r} of "
-                f"the same name (give its path, {named[0]}, to load that one)",
-                stacklevel=2,
+                f"the same name (give its path, {named[0]}, to load that one)"
             )
         return where
     if named is not None:
         if named[1] == "repository":
-            warnings.warn(
+            warn(
                 f"{name!r} is not bundled with the package: loaded it from the repository's "
-                f"models/ folder ({named[0]})",
-                stacklevel=2,
+                f"models/ folder ({named[0]})"
             )
         return named[0]
     others = repository_model_names()
@@ -114,6 +113,25 @@ def resolve_checkpoint(path: str | os.PathLike[str] | None) -> Path:
         f"no checkpoint at {where}; give a checkpoint directory or the name of a bundled "
         f"model ({', '.join(pretrained_names())}{more})"
     )
+
+
+def check_model_name(name: object) -> str:
+    """``name`` if it can name a bundled model: letters, digits, ``.``, ``_`` and ``-``,
+    starting with a letter or digit (no path, no hidden name, not ``""``, ``.`` or ``..``).
+
+    Raises:
+        OptionError: naming the problem.
+    """
+    import re
+
+    from amorgp.kernel_grammar import OptionError
+
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
+        raise OptionError(
+            f"model name {name!r} is not a plain folder name: use letters, digits, '.', '_' "
+            "and '-', starting with a letter or digit (at most 100 characters)"
+        )
+    return name
 
 
 def ship_model(
@@ -133,6 +151,8 @@ def ship_model(
     entries, and loses any optimiser entry.  The target directory is replaced atomically.
 
     Raises:
+        OptionError: ``name`` is not a plain folder name (checked before anything is read
+            or written).
         CheckpointError: ``source`` does not load, or the copy does not verify.
     """
     import json
@@ -146,6 +166,7 @@ def ship_model(
         tensor_files,
     )
 
+    check_model_name(name)
     src = Path(source)
     meta = load_checkpoint(src).meta
     files = tensor_files(src, meta, MODEL_FILE)

@@ -40,8 +40,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -62,6 +64,7 @@ __all__ = [
     "SHARD_BYTES",
     "WEIGHT_DTYPES",
     "check_file_name",
+    "check_regular_file",
     "check_finite",
     "check_weight_shapes",
     "NORMALISATION",
@@ -73,6 +76,8 @@ __all__ = [
     "save_checkpoint",
     "tensor_files",
 ]
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "amorgp-amortizer-checkpoint/1"
 MODEL_FILE = "model.safetensors"
@@ -184,6 +189,39 @@ def check_file_name(path: Path, name: str) -> None:
         )
 
 
+MAX_META_BYTES = 16 * 2**20
+"""Largest ``checkpoint.json`` read (a bundled one is a few kB)."""
+
+
+def check_regular_file(path: Path, name: str) -> int:
+    """The size of the file ``name`` of checkpoint ``path``, which must be a regular file
+    (a symbolic link to one is fine): a device (``/dev/zero``), a FIFO or a folder would
+    hang or fail the checksum and the reader.
+
+    Raises:
+        CheckpointError: naming the file and what it is.
+    """
+    file = path / name
+    try:
+        info = file.stat()
+    except OSError as err:
+        raise CheckpointError(
+            f"checkpoint {path}: cannot read {name}: {err.strerror or err}"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = (
+            "a folder"
+            if stat.S_ISDIR(info.st_mode)
+            else "a named pipe"
+            if stat.S_ISFIFO(info.st_mode)
+            else "a device or socket"
+        )
+        raise CheckpointError(
+            f"checkpoint {path}: {name} is {kind}, not a regular file; refusing to read it"
+        )
+    return info.st_size
+
+
 def check_weight_shapes(path: Path, names: list[str], network: NetworkConfig) -> None:
     """Compare the tensor shapes in the safetensors headers of ``names`` with those of
     ``network``'s parameters, before any memory is allocated for either: the network is
@@ -196,6 +234,7 @@ def check_weight_shapes(path: Path, names: list[str], network: NetworkConfig) ->
     """
     stored: dict[str, tuple[int, ...]] = {}
     for name in names:
+        check_regular_file(path, name)
         try:
             with safe_open(str(path / name), framework="pt") as fh:
                 for key in fh.keys():  # noqa: SIM118 (safe_open has no __iter__)
@@ -443,9 +482,16 @@ def _read_meta(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is not a checkpoint directory")
     if not meta_path.exists():
         raise CheckpointError(f"{path} has no {META_FILE}; not an amorgp checkpoint")
+    size = check_regular_file(path, META_FILE)
+    if size > MAX_META_BYTES:
+        raise CheckpointError(
+            f"{meta_path} holds {size} bytes, more than the {MAX_META_BYTES} a checkpoint's "
+            "metadata may hold; refusing to read it"
+        )
     try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        with meta_path.open("rb") as fh:
+            meta = json.loads(fh.read(MAX_META_BYTES + 1).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise CheckpointError(f"{meta_path} is corrupted (invalid JSON: {err})") from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
@@ -474,6 +520,7 @@ def _verify_checksums(path: Path, meta: dict[str, Any]) -> None:
         file = path / name
         if not file.exists():
             raise CheckpointError(f"checkpoint {path} is missing {name}")
+        check_regular_file(path, name)
         if _sha256(file) != digest:
             raise CheckpointError(f"checkpoint {path}: {name} is corrupted (SHA-256 mismatch)")
 
@@ -482,6 +529,7 @@ def _load_tensors(path: Path, names: list[str]) -> dict[str, torch.Tensor]:
     """The tensors of ``names`` (one file or the shards of one set), merged."""
     tensors: dict[str, torch.Tensor] = {}
     for name in names:
+        check_regular_file(path, name)
         try:
             part = load_file(str(path / name))
         except (SafetensorError, OSError) as err:
@@ -524,6 +572,7 @@ def load_checkpoint(
             unknown format, architecture mismatch, weights that do not fit the
             architecture, or a tensor holding NaN or infinite values (named).
     """
+    t0 = time.perf_counter()
     path = Path(directory)
     meta = _read_meta(path)
     if verify:
@@ -550,6 +599,14 @@ def load_checkpoint(
     opt_files = tensor_files(path, meta, OPTIMIZER_FILE)
     if opt_files:
         opt = _load_tensors(path, opt_files)
+    logger.info(
+        "loaded checkpoint %s (%s network, %d parameters%s) in %.2f s",
+        path,
+        network.model,
+        sum(p.numel() for p in model.parameters()),
+        ", checksums verified" if verify else "",
+        time.perf_counter() - t0,
+    )
     return Checkpoint(model.to(device).eval(), network, meta, opt, path)
 
 

@@ -34,13 +34,41 @@ __all__ = [
 ]
 
 
-def _check_positive(obj: object, names: tuple[str, ...]) -> None:
+MAX_WIDTH = 8192
+"""Largest width (``d_data``, ``d_kernel``, ``head_hidden``, ``noise_hidden``) of a
+:class:`NetworkConfig`: 16 times the paper's 512, far above any trained network."""
+MAX_BLOCKS = 64
+"""Largest count of each entry of ``data_blocks`` / ``kernel_blocks``."""
+MAX_FF_MULT = 16
+"""Largest ``ff_mult``."""
+MAX_POINTS_PER_STEP = 2**21
+"""Largest ``batch_size * n_max`` of a :class:`TrainConfig` (2,097,152 points per step;
+the paper's recipe has 128 x 250 = 32,000)."""
+
+
+def _check_positive(obj: object, names: tuple[str, ...], upper: int | None = None) -> None:
     for name in names:
         value = getattr(obj, name)
-        if not isinstance(value, int) or value < 1:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(
                 f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}"
             )
+        if upper is not None and value > upper:
+            raise ValueError(f"{type(obj).__name__}.{name} must be at most {upper}, got {value}")
+
+
+def _check_blocks(name: str, blocks: Any, count: int) -> tuple[int, ...]:
+    """``blocks`` as ``count`` integers in ``[0, MAX_BLOCKS]`` (refused before any layer is built)."""
+    ok = (
+        isinstance(blocks, (tuple, list))
+        and len(blocks) == count
+        and all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in blocks)
+    )
+    if not ok:
+        raise ValueError(f"{name} needs {count} non-negative integer counts, got {blocks!r}")
+    if max(blocks) > MAX_BLOCKS:
+        raise ValueError(f"{name} counts must be at most {MAX_BLOCKS} each, got {list(blocks)}")
+    return tuple(int(b) for b in blocks)
 
 
 @dataclass(frozen=True)
@@ -79,21 +107,18 @@ class NetworkConfig:
 
     def __post_init__(self) -> None:
         spec = network_spec(self.model)
-        _check_positive(self, ("d_data", "d_kernel", "n_heads", "ff_mult"))
-        _check_positive(self, ("head_hidden", "noise_hidden"))
+        _check_positive(self, ("d_data", "d_kernel", "head_hidden", "noise_hidden"), MAX_WIDTH)
+        _check_positive(self, ("n_heads",), MAX_WIDTH)
+        _check_positive(self, ("ff_mult",), MAX_FF_MULT)
         for width in ("d_data", "d_kernel"):
             if getattr(self, width) % self.n_heads:
                 raise ValueError(
                     f"{width}={getattr(self, width)} is not divisible by n_heads={self.n_heads}"
                 )
-        if len(self.data_blocks) != 4 or any(int(b) < 0 for b in self.data_blocks):
-            raise ValueError(f"data_blocks needs four non-negative counts, got {self.data_blocks}")
-        if len(self.kernel_blocks) != 3 or any(int(b) < 0 for b in self.kernel_blocks):
-            raise ValueError(
-                f"kernel_blocks needs three non-negative counts, got {self.kernel_blocks}"
-            )
-        object.__setattr__(self, "data_blocks", tuple(int(b) for b in self.data_blocks))
-        object.__setattr__(self, "kernel_blocks", tuple(int(b) for b in self.kernel_blocks))
+        object.__setattr__(self, "data_blocks", _check_blocks("data_blocks", self.data_blocks, 4))
+        object.__setattr__(
+            self, "kernel_blocks", _check_blocks("kernel_blocks", self.kernel_blocks, 3)
+        )
         spec.check_vocabulary(self.vocabulary)
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,6 +201,13 @@ class TrainConfig:
         _check_positive(self, ("batch_size", "n_min", "n_max", "max_dims", "val_size", "val_every"))
         if self.n_min > self.n_max:
             raise ValueError(f"n_min={self.n_min} exceeds n_max={self.n_max}")
+        if self.batch_size * self.n_max > MAX_POINTS_PER_STEP:
+            raise ValueError(
+                f"batch_size x n_max = {self.batch_size} x {self.n_max} = "
+                f"{self.batch_size * self.n_max} points per step exceeds {MAX_POINTS_PER_STEP} "
+                "(the simulated batch and the network's activations would not fit in memory); "
+                "lower batch_size or n_max"
+            )
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if self.warmup_steps < 0 or self.num_workers < 0 or self.encoder_points < 0:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 from typing import Any, Literal
 
@@ -31,8 +32,12 @@ import torch
 from amorgp.amortizer.fitted_kernel import FittedKernel
 from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.io import MIN_POINTS
+from amorgp.amortizer.options import check_seed
 from amorgp.amortizer.results import KernelResult
 from amorgp.lazy_kernels import DimWiseKernel, as_dataset
+from amorgp.lazy_kernels.data import as_real
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["AmortizedGPRegressor"]
 
@@ -151,7 +156,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.seed = seed
 
     def _amortizer(self) -> Amortizer:
-        return _load(self.checkpoint, self.device, self.encoder_points, int(self.seed))
+        return _load(self.checkpoint, self.device, self.encoder_points, check_seed(self.seed))
 
     def fit(self, X: Any, y: Any) -> AmortizedGPRegressor:
         """Predict the hyperparameters of ``kernel`` for ``X (n, d)``, ``y (n,)``.
@@ -173,6 +178,14 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.kernel_ = FittedKernel(result.kernel, result.params, result.noise, result.normalizer)
         hyper = {f"d{h.dim}.{h.addend}.{h.symbol}.{h.name}": h.value for h in result.table}
         self.hyperparameters_: dict[str, float] = {**hyper, "noise": result.noise}
+        logger.info(
+            "fitted %s on n = %d, d = %d: log marginal likelihood %.6g (original units), %.3f s",
+            result.kernel_text,
+            Xa.shape[0],
+            Xa.shape[1],
+            result.log_marginal_likelihood_original,
+            result.call_time_s,
+        )
         return self
 
     @property
@@ -300,7 +313,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             if eval_gradient:
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
-        th = torch.as_tensor(np.asarray(theta, dtype=np.float64)).reshape(-1).clone()
+        th = as_real(theta, "theta").reshape(-1).clone()
         if th.shape[0] != self.kernel_.theta.shape[0] or not bool(torch.isfinite(th).all()):
             raise ValueError(
                 f"theta must hold {self.kernel_.theta.shape[0]} finite log-space values "

@@ -55,6 +55,7 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import DimWiseStructure, base_symbol
 from amorgp.lazy_kernels import DimWiseKernel, Normalizer
+from amorgp.lazy_kernels.data import as_real
 
 __all__ = ["BaseKernel", "FittedKernel", "Product", "Sum", "WhiteNoise"]
 
@@ -233,8 +234,8 @@ class FittedKernel:
 
     def __call__(self, X: Any, Y: Any = None) -> np.ndarray:
         """Covariance ``(n, m)`` of the kernel alone (no noise) on original-unit inputs."""
-        Xn = self.normalizer.transform_x(np.asarray(X, dtype=np.float64))
-        Yn = None if Y is None else self.normalizer.transform_x(np.asarray(Y, dtype=np.float64))
+        Xn = self.normalizer.transform_x(as_real(X, "X"))
+        Yn = None if Y is None else self.normalizer.transform_x(as_real(Y, "Y"))
         k = DimWiseKernel(self.structure, self._params)
         with torch.no_grad():
             return k(Xn, Yn).numpy()

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from amorgp.amortizer.model import AmortizedGP
 from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, encode
+from amorgp.kernel_grammar.warn import warn
 from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = [
@@ -44,19 +45,17 @@ def warn_outside_training(
     dimensions than ``max_dims`` or more addends in one dimension than ``max_addends``."""
     hint = "its predictions may be poor (consider refine='auto')"
     if max_dims is not None and d > max_dims:
-        warnings.warn(
+        warn(
             f"the data have {d} input dimensions but the network was trained on at most "
             f"{max_dims}; {hint}",
             UserWarning,
-            stacklevel=4,
         )
     most = max(len(a) for s in structures for a in s.dims)
     if most > max_addends:
-        warnings.warn(
+        warn(
             f"a kernel has {most} addends in one dimension but the network was trained "
             f"with at most {max_addends} per dimension; {hint}",
             UserWarning,
-            stacklevel=4,
         )
 
 

@@ -5,6 +5,7 @@ The steps of :meth:`Amortizer.infer_many` are described in :mod:`amorgp.amortize
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,7 @@ from amorgp.amortizer.forward import warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
 from amorgp.amortizer.network import AmortizationNetwork
+from amorgp.amortizer.options import check_device, check_inference_options
 from amorgp.amortizer.prediction import NetworkPrediction
 from amorgp.amortizer.refine import check_refine, refine_in_groups
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
@@ -69,6 +71,8 @@ took 87 CG iterations and missed the exact LML by 4.7 nats, rank 256 took 2 and 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``: stages ``"network"``, ``"refine"`` (iterations) and
 ``"likelihood"`` (kernels)."""
+
+logger = logging.getLogger(__name__)
 
 
 class Amortizer(NetworkPrediction, GPBackendSizing):
@@ -136,6 +140,13 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             raise OptionError(
                 f"Amortizer needs an amortization network, got {type(model).__name__}"
             )
+        check_inference_options(
+            device=device,
+            encoder_points=encoder_points,
+            seed=seed,
+            memory_budget=memory_budget,
+            gp_options=gp_options,
+        )
         others = check_candidates(model, candidates or {}, name)
         if dtype not in (torch.float32, torch.float64):
             raise OptionError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -207,7 +218,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 network that predicts a fixed kernel only.
         """
         where = resolve_checkpoint(path)
-        dev = torch.device(device) if device is not None else _default_device()
+        dev = check_device(device) if device is not None else _default_device()
         model, meta = load_network(where, dev)
         others = load_candidates(where, meta, candidates, dev)
         label = "default" if path is None else Path(path).name
@@ -390,6 +401,10 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 if progress is not None:
                     progress("likelihood", i + 1, K)
         elapsed = time.perf_counter() - t0
+        logger.info(
+            "%d kernel(s) on n = %d points: %.3f s (calibrate=%s, starts=%d, refine=%s)",
+            K, n, elapsed, calibrate, starts, refine,
+        )  # fmt: skip
         noises = noise.tolist()
         return [
             KernelResult(

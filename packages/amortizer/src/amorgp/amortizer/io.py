@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import stat
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,22 @@ from amorgp.kernel_grammar import DataError, OptionError
 from amorgp.lazy_kernels import MIN_POINTS
 from amorgp.lazy_kernels import as_dataset as _as_dataset
 
-__all__ = ["MIN_POINTS", "PANDAS_HINT", "Dataset", "read_csv", "read_table", "require_pandas"]
+__all__ = [
+    "MAX_COLUMNS",
+    "MAX_CSV_BYTES",
+    "MIN_POINTS",
+    "PANDAS_HINT",
+    "Dataset",
+    "read_csv",
+    "read_table",
+    "require_pandas",
+]
+
+MAX_CSV_BYTES = 512 * 2**20
+"""Largest CSV file :func:`read_csv` reads (512 MiB: some 20 million numbers, far more
+than a GP fit handles); a longer file or stream (``/dev/zero``) is refused."""
+MAX_COLUMNS = 1024
+"""Most columns a CSV table may have; a wider header is refused before any row is read."""
 
 
 def __getattr__(name: str) -> Any:
@@ -72,13 +88,37 @@ _BOMS = (
 )
 
 
+def _short(text: object, limit: int = 40) -> str:
+    """``repr(text)``, cut to about ``limit`` characters (a cell or name in a message)."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[: limit - 5]}...{shown[-1]}"
+
+
+def _names(names: list[str] | tuple[str, ...], limit: int = 8) -> str:
+    """A list of column names for a message: at most ``limit`` of them, each cut short."""
+    shown = ", ".join(_short(n) for n in names[:limit])
+    more = f", ... ({len(names)} in all)" if len(names) > limit else ""
+    return f"[{shown}{more}]"
+
+
 def _decode(path: str | os.PathLike[str]) -> str:
-    """The text of ``path``: UTF-8, or any UTF with a byte-order mark."""
+    """The text of ``path``: UTF-8, or any UTF with a byte-order mark.
+
+    Only a regular file or a pipe is read, and at most :data:`MAX_CSV_BYTES` of it."""
     try:
+        mode = os.stat(path).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a device or socket"
+            raise DataError(f"cannot read {path}: it is {kind}, not a file")
         with open(path, "rb") as fh:
-            raw = fh.read()
+            raw = fh.read(MAX_CSV_BYTES + 1)
     except OSError as err:
         raise DataError(f"cannot read {path}: {err.strerror or err}") from None
+    if len(raw) > MAX_CSV_BYTES:
+        raise DataError(
+            f"{path} is larger than {MAX_CSV_BYTES // 2**20} MiB, the most a CSV table may "
+            "hold; subsample it"
+        )
     encoding = next((enc for bom, enc in _BOMS if raw.startswith(bom)), "utf-8")
     try:
         return raw.decode(encoding)
@@ -103,6 +143,11 @@ def _rows(path: str | os.PathLike[str]) -> tuple[list[list[str]], list[int]]:
         start = 1
         for r in reader:
             if r and any(c.strip() for c in r):
+                if len(r) > MAX_COLUMNS:
+                    raise DataError(
+                        f"{path}, line {start}: {len(r)} columns; at most {MAX_COLUMNS} are "
+                        "supported"
+                    )
                 rows.append(r)
                 lines.append(start)
             start = reader.line_num + 1
@@ -130,13 +175,13 @@ def _values(path: Any, header: list[str], body: list[list[str]], lines: list[int
             except ValueError:
                 hint = "; write plain numbers: no thousands separators, '.' for decimals"
                 raise DataError(
-                    f"{path}: column {name!r} is not numeric ({r[j]!r} on line {lines[i]})"
+                    f"{path}: column {_short(name)} is not numeric ({_short(r[j])} on line {lines[i]})"
                     + (hint if any(c in r[j] for c in ",_' ") else "")
                 ) from None
             if not np.isfinite(values[i, j]):
                 raise DataError(
-                    f"{path}: column {name!r} has a NaN or infinite value "
-                    f"({r[j].strip()!r} on line {lines[i]})"
+                    f"{path}: column {_short(name)} has a NaN or infinite value "
+                    f"({_short(r[j].strip())} on line {lines[i]})"
                 )
     return values
 
@@ -152,29 +197,34 @@ def _columns(
     if target is not None and target not in header:
         if not require_target and feature_names is not None:
             return _columns(path, header, None, feature_names, require_target)  # no targets
-        raise OptionError(f"{path}: unknown target column {target!r}; columns are {header}")
+        raise OptionError(
+            f"{path}: unknown target column {_short(target)}; columns are {_names(header)}"
+        )
     if feature_names is not None:
         missing = [c for c in feature_names if c not in header]
         if missing:
-            raise DataError(f"{path}: missing input column(s) {missing}; columns are {header}")
+            raise DataError(
+                f"{path}: missing input column(s) {_names(missing)}; columns are {_names(header)}"
+            )
         tname = target
         if tname is None:
             extra = [c for c in header if c not in feature_names]
             if extra:
                 raise DataError(
-                    f"{path}: unexpected column(s) {extra}; the inputs are {list(feature_names)}"
+                    f"{path}: unexpected column(s) {_names(extra)}; the inputs are "
+                    f"{_names(feature_names)}"
                 )
             if require_target:
                 raise DataError(f"{path} has no target column")
     else:
         if len(header) < 2:
             raise DataError(
-                f"{path} needs at least one input column and a target column, got {header}"
+                f"{path} needs at least one input column and a target column, got {_names(header)}"
             )
         tname = target if target is not None else header[-1]
         feature_names = tuple(c for c in header if c != tname)
     if tname is not None and tname in feature_names:
-        raise DataError(f"{path}: target column {tname!r} is also an input column")
+        raise DataError(f"{path}: target column {_short(tname)} is also an input column")
     return tuple(feature_names), tname
 
 
@@ -220,7 +270,7 @@ def read_csv(
             "(a trailing delimiter?)"
         )
     if len(set(header)) != len(header):
-        raise DataError(f"{path}: duplicate column names in the header {header}")
+        raise DataError(f"{path}: duplicate column names in the header {_names(header)}")
     if len(rows) == 1:
         raise DataError(f"{path} has a header but no data rows")
     values = _values(path, header, rows[1:], lines[1:])

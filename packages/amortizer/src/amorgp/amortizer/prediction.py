@@ -4,6 +4,8 @@ kernel the one of highest likelihood) predicts for normalised data."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 
 import torch
@@ -15,6 +17,8 @@ from amorgp.amortizer.selection import predict_with
 from amorgp.kernel_grammar import DimWiseStructure
 
 __all__ = ["NetworkPrediction"]
+
+logger = logging.getLogger(__name__)
 
 
 class NetworkPrediction:
@@ -65,6 +69,7 @@ class NetworkPrediction:
         self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
     ) -> tuple[Tensor, Tensor, int, list[str]]:
         """:meth:`predict_parameters` and the name of the winning network per kernel."""
+        t0 = time.perf_counter()
         n, d = Xn.shape
         idx = self.encoder_subset(n)
         Xe, ye = (Xn, yn) if idx is None else (Xn[idx.to(Xn.device)], yn[idx.to(yn.device)])
@@ -74,6 +79,16 @@ class NetworkPrediction:
             networks, Xe, ye, structures, encoded, self.model.vocabulary, self.dtype
         )
         names = self.network_names
+        logger.debug(
+            "network: %d kernel(s), the encoder read %d of %d points (d = %d), %d network(s), "
+            "%.1f ms",
+            len(structures),
+            Xe.shape[0],
+            n,
+            d,
+            len(networks),
+            1e3 * (time.perf_counter() - t0),
+        )
         return params.clone(), noise.clone(), int(Xe.shape[0]), [names[i] for i in index]
 
     @property

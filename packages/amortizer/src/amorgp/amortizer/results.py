@@ -12,6 +12,7 @@ marginal likelihood and every prediction.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import CHUNK_BYTES, DimWiseKernel, KernelFit, Normalizer, Posterior
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ConditionedGP", "KernelResult", "conditioned_posterior"]
 
@@ -83,6 +86,7 @@ def conditioned_posterior(
     opts = dict(options or {})
     if factor is not None:
         L, alpha, jitter, lml = factor
+        logger.debug("posterior of %s on n = %d: dense factor adopted", structure, X.shape[0])
         return Posterior.from_cholesky(
             kernel.operator(X),
             y,
@@ -95,7 +99,7 @@ def conditioned_posterior(
             memory_budget=CHUNK_BYTES,
             **opts,
         )
-    return Posterior.from_kernel(
+    post = Posterior.from_kernel(
         kernel,
         X,
         y,
@@ -105,6 +109,8 @@ def conditioned_posterior(
         chunk_budget=CHUNK_BYTES,
         **opts,
     )
+    logger.debug("posterior of %s on n = %d: backend %s", structure, X.shape[0], post.backend)
+    return post
 
 
 class ConditionedGP:
@@ -260,6 +266,7 @@ class KernelResult(KernelFit):
         anything else (a numpy array, a list).
         """
         mean, var = super().predict(X_new, include_noise=include_noise)
+        logger.debug("prediction of %s at %d point(s)", self.kernel_text, mean.shape[0])
         if isinstance(X_new, Tensor):
             return mean, var
         return mean.numpy(), var.numpy()

@@ -280,11 +280,14 @@ def announce(
         len(terms),
         backend,
     )
-    if n < LARGE_N:
+    if n < LARGE_N and cubic_work(n, terms, refine) < ESTIMATE_WORK:
         return
     parts = estimate_seconds(n, terms, backend, calibrate, refine, _unit_times())
     total = sum(parts.values())
     detail = ", ".join(f"{k} ~{_duration(v)}" for k, v in parts.items())
+    if n < LARGE_N and total < NOTE_SECONDS:
+        log.info("rough time estimate: %s (%s)", _duration(total), detail)
+        return
     click.echo(
         f"Note: n = {n} points, {len(terms)} kernel(s), backend {backend}: roughly "
         f"{_duration(total)} ({detail}; a rough estimate from this machine's speed)",
@@ -295,6 +298,19 @@ def announce(
 LARGE_N = 2000
 """From this many points on, the commands say the backend and a time estimate on stderr
 (without ``-v``)."""
+ESTIMATE_WORK = 200.0
+"""Below :data:`LARGE_N`, the work (:func:`cubic_work`) from which the time is estimated
+(many kernels, refinement: a 24-kernel ``--refine 5`` on 1,000 points is some 5,500)."""
+NOTE_SECONDS = 5.0
+"""Below :data:`LARGE_N`, an estimate of at least this many seconds is said on stderr."""
+
+
+def cubic_work(n: int, terms: Sequence[int], refine: Refine) -> float:
+    """The cubic work of a call in units of one ``512 x 512`` Cholesky, without timing:
+    per kernel a posterior and a calibration, and ``6`` factorisations per refinement
+    iteration (``auto``: 20 iterations)."""
+    steps = 20 if refine == "auto" else int(refine)
+    return len(terms) * (n / _PROBE) ** 3 * (2 + 6 * steps)
 
 
 def _duration(seconds: float) -> str:
@@ -321,6 +337,8 @@ def check_device(device: str | None) -> None:
         raise click.BadParameter(f"{device}: use cpu, cuda or mps", param_hint="--device")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise click.BadParameter(f"{device}: no CUDA device is available", param_hint="--device")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise click.BadParameter(f"{device}: no MPS device is available", param_hint="--device")
 
 
 def load_amortizer(
@@ -331,6 +349,7 @@ def load_amortizer(
     import torch
 
     from amorgp.amortizer.api import Amortizer
+    from amorgp.kernel_grammar.errors import OptionError
 
     check_device(device)
     try:
@@ -341,6 +360,8 @@ def load_amortizer(
             seed=seed,
             calibrate=calibrate,
         )
+    except OptionError:
+        raise  # an option out of its domain (--seed): a usage error, exit 2
     except ValueError as err:
         raise click.ClickException(f"cannot load the model: {err}") from None
 

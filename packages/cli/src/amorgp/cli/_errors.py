@@ -34,9 +34,15 @@ from typing import Any, TextIO
 
 import click
 
-from amorgp.cli._output import results_only_on_stdout, silence_stdout
+from amorgp.cli._output import (
+    emit,
+    json_document,
+    json_text,
+    results_only_on_stdout,
+    silence_stdout,
+)
 
-__all__ = ["AmorgpCommand", "AmorgpGroup", "as_click_exception"]
+__all__ = ["AmorgpCommand", "AmorgpGroup", "as_click_exception", "emit_json_error"]
 
 
 def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.ClickException:
@@ -135,6 +141,22 @@ class AmorgpCommand(click.Command):
                 )
             )
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        options = args[: args.index("--")] if "--" in args else args
+        as_json = "--json" in options
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as err:  # a usage error met while parsing
+            if as_json:
+                emit_json_error(info_name or self.name or "amorgp", err)
+            raise
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             with results_only_on_stdout(), one_line_warnings():
@@ -143,9 +165,25 @@ class AmorgpCommand(click.Command):
             silence_stdout()
             ctx.exit(1)
         except Exception as err:
-            if not _mapped(err):
+            if not (_mapped(err) or isinstance(err, click.ClickException)):
                 raise
-            raise as_click_exception(err, ctx) from None
+            shown = as_click_exception(err, ctx)
+            if ctx.params.get("as_json"):
+                emit_json_error(ctx.info_name or self.name or "amorgp", shown)
+            raise shown from None
+
+
+def emit_json_error(command: str, err: click.ClickException) -> None:
+    """With ``--json``, an error is one JSON document on stdout too (the ``Error: ...``
+    line still goes to stderr): ``{"schema_version": 1, "command": ..., "error":
+    {"message": ..., "exit_code": 1 or 2, "usage": bool}}``."""
+    error = {
+        "message": err.format_message(),
+        "exit_code": err.exit_code,
+        "usage": isinstance(err, click.UsageError),
+    }
+    with contextlib.suppress(OSError):  # a closed or broken stdout: stderr still says it
+        emit(json_text(json_document(command, {"error": error})))
 
 
 class AmorgpGroup(click.Group):

@@ -35,6 +35,7 @@ __all__ = [
     "check_plot_path",
     "SCHEMA_VERSION",
     "emit",
+    "is_stderr",
     "is_stdout",
     "json_document",
     "json_option",
@@ -195,6 +196,12 @@ def is_stdout(path: Path | str) -> bool:
     return text == "-" or text in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 
+def is_stderr(path: Path | str) -> bool:
+    """Whether an output path names standard error: ``/dev/stderr``, ``/dev/fd/2`` or
+    ``/proc/self/fd/2`` (written to the stream, never replaced by a file)."""
+    return str(path) in ("/dev/stderr", "/dev/fd/2", "/proc/self/fd/2")
+
+
 def check_output_path(path: Path, option: str) -> None:
     """Check before any work that a file can be written at ``path``.
 
@@ -204,6 +211,8 @@ def check_output_path(path: Path, option: str) -> None:
         click.BadParameter: ``path`` is a folder, its folder does not exist or is not
             a folder, or a file cannot be created there (read-only, no permission).
     """
+    if is_stdout(path) or is_stderr(path):
+        return
     if path.is_dir():
         raise click.BadParameter(f"{path} is a folder; give a file name", param_hint=option)
     target = path.resolve()
@@ -212,10 +221,12 @@ def check_output_path(path: Path, option: str) -> None:
             raise click.BadParameter(f"{path} is not writable", param_hint=option)
         return
     parent = target.parent
+    link = f"{path} is a symbolic link to {target}, and " if path.is_symlink() else ""
+    folder = target.parent if link else path.parent
     if not parent.exists():
-        raise click.BadParameter(f"the folder {path.parent} does not exist", param_hint=option)
+        raise click.BadParameter(f"{link}the folder {folder} does not exist", param_hint=option)
     if not parent.is_dir():
-        raise click.BadParameter(f"{path.parent} is not a folder", param_hint=option)
+        raise click.BadParameter(f"{link}{folder} is not a folder", param_hint=option)
     try:
         with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".check"):
             pass

@@ -29,6 +29,7 @@ from amorgp.cli._common import (
     fmt,
     inference_options,
     load_amortizer,
+    running,
 )
 from amorgp.cli._errors import AmorgpCommand
 from amorgp.cli._output import (
@@ -39,7 +40,7 @@ from amorgp.cli._output import (
     json_text,
 )
 from amorgp.cli._plots import plot_ensemble
-from amorgp.cli.predict import holdout_scores, split_table
+from amorgp.cli.predict import holdout_scores, split_mode_option, split_table
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import Amortizer
@@ -106,8 +107,10 @@ def _member_rows(ens: KernelEnsemble, test: Dataset | None) -> list[dict[str, An
     type=float,
     default=0.2,
     show_default=True,
-    help="Fraction of DATA held out for the predictive metrics (0: none).",
+    help="Fraction of DATA held out for the predictive metrics (0: none): random rows "
+    "by default, the last rows of the file with --split-mode last.",
 )
+@split_mode_option
 @click.option(
     "--plot",
     "plot_path",
@@ -122,6 +125,7 @@ def ensemble(
     preset: str,
     weighting: str,
     split: float,
+    split_mode: str,
     plot_path: Path | None,
     as_json: bool,
     target: str | None,
@@ -133,7 +137,7 @@ def ensemble(
     calibrate: bool,
 ) -> None:
     """Bayesian model averaging over kernel structures for the table DATA (CSV with a header)."""
-    train, test = _prepare(data, target, split, seed, plot_path)
+    train, test = _prepare(data, target, split, seed, plot_path, split_mode)
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
     kernels = _kernels(amz, train, kernel_texts, preset)
     n = int(train.X.shape[0])
@@ -148,7 +152,7 @@ def ensemble(
     )
     inference = amz if refine == 0 else amz.method(refine=refine)
     t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, running("ensemble"):
         warnings.simplefilter("always")
         ens, rows, scores = _fit(inference, train, test, kernels, weighting, seed)
     elapsed = time.perf_counter() - t0
@@ -161,6 +165,7 @@ def ensemble(
         "weighting": weighting,
         "n_train": int(train.X.shape[0]),
         "n_test": 0 if test is None else int(test.X.shape[0]),
+        "split": {"fraction": split, "mode": split_mode} if test is not None else None,
         "members": rows,
         "ensemble": None if scores is None else {"test_rmse": scores[0], "test_nll": scores[1]},
         "time_s": elapsed,
@@ -175,7 +180,12 @@ def ensemble(
 
 
 def _prepare(
-    data: Path, target: str | None, split: float, seed: int, plot_path: Path | None
+    data: Path,
+    target: str | None,
+    split: float,
+    seed: int,
+    plot_path: Path | None,
+    split_mode: str = "random",
 ) -> tuple[Dataset, Dataset | None]:
     """Check the options, read DATA and hold out ``split`` of it (before any inference)."""
     from amorgp.amortizer.io import read_csv
@@ -185,7 +195,7 @@ def _prepare(
     if plot_path is not None:
         check_plot_path(plot_path)
     table = read_csv(data, target)
-    train, test = split_table(table, split, seed) if split > 0 else (table, None)
+    train, test = split_table(table, split, seed, split_mode) if split > 0 else (table, None)
     if plot_path is not None and train.X.shape[1] > 1 and test is None:
         raise click.BadParameter(
             "a plot of d > 1 data needs held-out points (--split > 0)", param_hint="--plot"

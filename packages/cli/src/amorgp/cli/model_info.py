@@ -41,12 +41,12 @@ def component_counts(model: nn.Module) -> list[tuple[str, int]]:
     default="structured",
     show_default=True,
 )
-@click.argument(
-    "checkpoint", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
-)
+@click.argument("checkpoint", required=False, type=click.Path(path_type=Path))
 @json_option()
 def model_info(preset_name: str | None, model: str, checkpoint: Path | None, as_json: bool) -> None:
-    """Parameter counts of a preset (default: all presets) or of a CHECKPOINT directory."""
+    """Parameter counts of a preset (default: all presets) or of a CHECKPOINT (a checkpoint
+    directory or the name of a bundled model, e.g. default)."""
+    from amorgp.amortizer.bundled import resolve_checkpoint
     from amorgp.amortizer.checkpoint import load_checkpoint
     from amorgp.amortizer.model import build_model
 
@@ -54,7 +54,7 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None, as_
         raise click.UsageError("give either --preset or CHECKPOINT, not both")
     doc: dict[str, Any] = {}
     if checkpoint is not None:
-        ckpt = load_checkpoint(checkpoint)
+        ckpt = load_checkpoint(resolve_checkpoint(checkpoint))
         if as_json:
             doc["checkpoint"] = {
                 "path": str(checkpoint),

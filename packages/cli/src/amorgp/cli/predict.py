@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from amorgp.cli._output import (
     check_output_path,
     check_plot_path,
     emit,
+    is_stderr,
     is_stdout,
     json_document,
     json_text,
@@ -86,6 +88,10 @@ def write_predictions(
         write_to(text)
         emit(text.getvalue().rstrip("\n"))
         return
+    if is_stderr(path):  # the stream itself: never a file renamed over what it points at
+        write_to(sys.stderr)
+        sys.stderr.flush()
+        return
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
@@ -115,11 +121,34 @@ def holdout_scores(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> tuple[fl
     return rmse, nll
 
 
-def split_table(table: Dataset, split: float, seed: int) -> tuple[Dataset, Dataset]:
-    """A random ``split`` fraction of ``table`` as test rows (usage error if too few remain)."""
+SPLIT_MODES = ("random", "last")
+"""How ``--split`` holds rows out: ``random`` rows (seeded by ``--seed``) or the ``last``
+rows of the file (the end of a time series)."""
+
+
+def split_mode_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--split-mode random|last`` option."""
+    return click.option(
+        "--split-mode",
+        type=click.Choice(SPLIT_MODES),
+        default="random",
+        show_default=True,
+        help="Which rows --split holds out: random rows (seeded by --seed), or the last "
+        "rows of the file, e.g. the end of a time series (forecasting).",
+    )(f)
+
+
+def split_table(
+    table: Dataset, split: float, seed: int, mode: str = "random"
+) -> tuple[Dataset, Dataset]:
+    """A ``split`` fraction of ``table`` as test rows: random rows (``mode="random"``,
+    seeded) or the last rows in file order (``mode="last"``); usage error if too few
+    remain."""
     import torch
 
     assert table.y is not None
+    if mode not in SPLIT_MODES:
+        raise click.BadParameter(f"use one of {', '.join(SPLIT_MODES)}", param_hint="--split-mode")
     n = table.X.shape[0]
     n_test = round(split * n)
     if n_test < 1 or n - n_test < 3:
@@ -128,8 +157,11 @@ def split_table(table: Dataset, split: float, seed: int) -> tuple[Dataset, Datas
             "need at least 3 training rows and 1 test row",
             param_hint="--split",
         )
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
-    te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    if mode == "last":
+        tr, te = np.arange(n - n_test), np.arange(n - n_test, n)
+    else:
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
+        te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     train = Dataset(table.X[tr], table.y[tr], table.feature_names, table.target_name)
     test = Dataset(table.X[te], table.y[te], table.feature_names, table.target_name)
     if float(np.ptp(train.y)) == 0.0:  # type: ignore[arg-type]
@@ -142,7 +174,7 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     if output is not None and plot_path is not None and output.resolve() == plot_path.resolve():
         raise click.BadParameter(f"{plot_path}: the same file as --output", param_hint="--plot")
     for path, option in ((output, "--output"), (plot_path, "--plot")):
-        if path is None or (option == "--output" and is_stdout(path)):
+        if path is None or (option == "--output" and (is_stdout(path) or is_stderr(path))):
             continue
         if any(path.resolve() == p.resolve() for p in inputs):
             raise click.BadParameter(f"{path} is an input file", param_hint=option)
@@ -166,8 +198,12 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     help="CSV of test inputs (targets optional).",
 )
 @click.option(
-    "--split", type=float, help="Hold out this fraction of DATA (0 < split < 1) as test set."
+    "--split",
+    type=float,
+    help="Hold out this fraction of DATA (0 < split < 1) as test set: random rows by "
+    "default, the last rows of the file with --split-mode last.",
 )
+@split_mode_option
 @click.option(
     "--plot",
     "plot_path",
@@ -193,6 +229,7 @@ def predict(
     kernels: tuple[str, ...],
     test_path: Path | None,
     split: float | None,
+    split_mode: str,
     plot_path: Path | None,
     output: Path | None,
     as_json: bool,
@@ -224,7 +261,7 @@ def predict(
     _check_paths([data] + ([test_path] if test_path else []), output, plot_path)
     table = read_csv(data, target)
     if split is not None:
-        train, test = split_table(table, split, seed)
+        train, test = split_table(table, split, seed, split_mode)
     else:
         assert test_path is not None
         train = table
@@ -281,6 +318,7 @@ def predict(
                         "features": list(train.feature_names),
                         "n_train": int(train.X.shape[0]),
                         "n_test": int(test.X.shape[0]),
+                        "split": None if split is None else {"fraction": split, "mode": split_mode},
                         "results": blocks,
                     },
                 ),

@@ -40,6 +40,7 @@ from amorgp.kernel_grammar import (
     OptionError,
     Vocabulary,
 )
+from amorgp.kernel_grammar.warn import warn
 from amorgp.lazy_kernels import (
     MIN_POINTS,
     HyperparameterInference,
@@ -144,10 +145,9 @@ def _fit_members(
     try:
         fits: list[Any | None] = list(inference.fit_many(X, y, list(kernels)))
     except (ValueError, RuntimeError, ArithmeticError, torch.linalg.LinAlgError) as err:
-        warnings.warn(
+        warn(
             f"fitting the {len(kernels)} kernels together failed ({err}); fitting one by one",
             RuntimeWarning,
-            stacklevel=3,
         )
         fits = []
         for k in kernels:
@@ -301,10 +301,9 @@ class KernelEnsemble:
             var = torch.as_tensor(var, dtype=torch.float64).reshape(-1)
             ok = torch.isfinite(mean).all() & torch.isfinite(var).all() & (var > 0).all()
             if not bool(ok):
-                warnings.warn(
+                warn(
                     f"member {self.kernels[i]} gave a non-finite predictive; dropped",
                     RuntimeWarning,
-                    stacklevel=2,
                 )
                 continue
             means.append(mean)
@@ -322,16 +321,22 @@ class KernelEnsemble:
         try:
             mean, var = fit.predict(X_new)
         except (RuntimeError, ArithmeticError, torch.linalg.LinAlgError) as err:
-            warnings.warn(
-                f"member {self.kernels[i]} failed to predict: {err}", RuntimeWarning, stacklevel=3
-            )
+            warn(f"member {self.kernels[i]} failed to predict: {err}", RuntimeWarning)
             return None
         return torch.as_tensor(mean), torch.as_tensor(var)
 
     def predict(self, X_new: Any, *, return_std: bool = False) -> Any:
-        """Mixture mean (and standard deviation) at ``X_new``, original units."""
+        """Mixture mean (and standard deviation) at ``X_new``, original units.
+
+        Like ``KernelResult.predict``: float64 CPU tensors for a tensor ``X_new``, float64
+        numpy arrays for anything else (a numpy array, a list).
+        """
         mix = self.predictive(X_new)
-        return (mix.mean(), mix.variance().sqrt()) if return_std else mix.mean()
+        moments = [mix.mean(), mix.variance().sqrt()] if return_std else [mix.mean()]
+        out: list[Any] = moments
+        if not isinstance(X_new, Tensor):
+            out = [t.detach().to("cpu", torch.float64).numpy() for t in moments]
+        return tuple(out) if return_std else out[0]
 
     def log_predictive_density(self, X_new: Any, y_new: Any) -> Tensor:
         """``(m,)`` log mixture density of ``y_new`` at ``X_new`` (original units)."""

@@ -17,11 +17,12 @@ cannot be defined and a ``ValueError`` is raised.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+
+from amorgp.kernel_grammar.warn import warn
 
 __all__ = ["bma_weights", "stacking_weights", "uniform_weights"]
 
@@ -39,10 +40,9 @@ def _usable(ok: Tensor, labels: Sequence[str] | None, why: str) -> Tensor:
     bad = (~ok).nonzero().reshape(-1).tolist()
     if bad:
         names = [labels[i] if labels is not None else f"member {i}" for i in bad]
-        warnings.warn(
+        warn(
             f"{len(bad)} ensemble member(s) get weight 0 ({why}): {', '.join(names)}",
             RuntimeWarning,
-            stacklevel=3,
         )
     return ok
 

@@ -10,7 +10,7 @@ from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 
 from amorgp.gpytorch.kernels import build_kernel
-from amorgp.kernel_grammar import DataError
+from amorgp.kernel_grammar import DataError, OptionError
 from amorgp.lazy_kernels import KernelFit
 from gpytorch.constraints import GreaterThan
 from gpytorch.likelihoods import GaussianLikelihood
@@ -46,8 +46,13 @@ def to_gpytorch(result: KernelFit, train_X: Any = None, train_Y: Any = None) -> 
         A ``SingleTaskGP`` in train mode holding the training data.
 
     Raises:
+        OptionError: ``result`` is not a fit.
         DataError: no training data given or held, or data of the wrong shape.
     """
+    if not isinstance(result, KernelFit):
+        raise OptionError(
+            f"to_gpytorch needs a fit result (KernelFit), got {type(result).__name__}"
+        )
     norm = result.normalizer
     X, y = _training_data(result, train_X, train_Y)
     n, d = X.shape

@@ -75,14 +75,27 @@ class KernelSyntaxError(OptionError):
         return (type(self), (self.reason, self.text, self.position, self.length, self.hint))
 
     def _message(self) -> str:
+        text, pos, length = self.text.translate(_ONE_LINE), self.position, self.length
+        if len(text) > _SHOWN:  # a window of the text around the problem
+            start = max(0, min(pos - _SHOWN // 4, len(text) - _SHOWN))
+            shown = text[start : start + _SHOWN]
+            head, tail = ("..." if start else ""), ("..." if start + _SHOWN < len(text) else "")
+            text, pos = head + shown + tail, pos - start + len(head)
+            length = max(1, min(length, len(head) + _SHOWN - pos))
         lines = [
             f"{self.reason} at position {self.position}",
-            "  " + self.text.translate(_ONE_LINE),
-            "  " + " " * self.position + "^" * self.length,
+            "  " + text,
+            "  " + " " * pos + "^" * length,
         ]
         if self.hint:
             lines.append(f"hint: {self.hint}")
         return "\n".join(lines)
+
+
+_SHOWN = 72
+"""Characters of a long kernel text shown in an error (a window around the problem)."""
+_MAX_INDEX_DIGITS = 9
+"""Most digits of an ``@k`` index (a longer one is refused before ``int()`` reads it)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +162,7 @@ def _unknown_name_hint(name: str, vocabulary: Vocabulary | None = None) -> str:
         return f"this network's vocabulary has no Matérn kernel; its kernels: {known}"
     for elementary in ELEMENTARY:
         rest = upper[len(elementary) :]
-        if upper.startswith(elementary) and rest.isdigit():
+        if upper.startswith(elementary) and rest.isascii() and rest.isdigit() and len(rest) < 10:
             return (
                 f"input dimensions are written with '@' and count from 0: "
                 f"write '{elementary}@{int(rest)}' for dimension {int(rest)}"
@@ -248,6 +261,12 @@ class _Parser:
                     "write e.g. 'SE@0' (dimensions count from 0)",
                 )
             idx_tok = self.tok
+            if len(idx_tok.text) > _MAX_INDEX_DIGITS:
+                self.error(
+                    f"dimension index of {len(idx_tok.text)} digits is too large",
+                    idx_tok,
+                    "dimensions count from 0 up to the number of input columns - 1",
+                )
             dim = int(idx_tok.text)
             self.i += 1
             if self.n_dims is not None and dim >= self.n_dims:
@@ -274,7 +293,7 @@ class _Parser:
             name = ALIASES.get(name, name)
             if name not in ELEMENTARY:
                 self.error(
-                    f"unknown kernel {tok.text!r}",
+                    f"unknown kernel {tok.text[:40]!r}{'...' if len(tok.text) > 40 else ''}",
                     tok,
                     _unknown_name_hint(tok.text, self.vocabulary),
                 )

@@ -17,6 +17,8 @@ also ``O(b M)`` in memory.  The price is one extra evaluation of ``K`` per backw
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
@@ -30,7 +32,24 @@ from amorgp.lazy_kernels.operators import (
     check_rhs,
 )
 
-__all__ = ["BLOCK_MEMORY_BUDGET", "BlockKernelOperator", "block_rows"]
+__all__ = ["BLOCK_MEMORY_BUDGET", "BlockKernelOperator", "block_rows", "check_memory_budget"]
+
+_UNLIMITED = float(2**62)
+"""The byte count an infinite ``memory_budget`` stands for (no limit in practice)."""
+
+
+def check_memory_budget(value: object, name: str = "memory_budget") -> float:
+    """``value`` as a byte budget: a positive number; ``inf`` means no limit.
+
+    Raises:
+        OptionError: not a positive number (``nan``, ``0``, negative, a text).
+    """
+    if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value) > 0):
+        raise OptionError(  # NaN fails the comparison
+            f"{name} must be a positive number of bytes (inf: no limit), got {value!r}"
+        )
+    return min(float(value), _UNLIMITED)
+
 
 BLOCK_MEMORY_BUDGET = CHUNK_BYTES
 """Default bytes one row block (its kernel values and the evaluator's working memory) may use."""
@@ -58,7 +77,8 @@ def block_rows(
     if not graph:
         cpu = torch.device(device).type == "cpu"
         matrices = min(matrices, _MATRICES_NO_GRAPH if cpu else _MATRICES_NO_GRAPH_DEVICE)
-    return max(1, int(memory_budget // (item * matrices * max(columns, 1))))
+    budget = min(float(memory_budget), _UNLIMITED)
+    return max(1, int(budget // (item * matrices * max(columns, 1))))
 
 
 class BlockKernelOperator(PointsOperator):
@@ -97,12 +117,10 @@ class BlockKernelOperator(PointsOperator):
                 )
         if rows is not None and rows < 1:
             raise OptionError(f"rows must be >= 1, got {rows}")
-        if not memory_budget > 0:
-            raise OptionError(f"memory_budget must be positive, got {memory_budget!r}")
         self.kernel = kernel
         self._X1 = X1
         self._X2 = X1 if X2 is None else X2
-        self.memory_budget = float(memory_budget)
+        self.memory_budget = check_memory_budget(memory_budget)
         self.rows = rows
 
     def block_size(self, graph: bool | None = None) -> int:

@@ -55,8 +55,17 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import ELEMENTARY, DataError, ParamKind, base_symbol
+from amorgp.kernel_grammar.warn import warn
 
-__all__ = ["MIN_POINTS", "Y_STD_MAX", "Y_STD_MIN", "Normalizer", "as_dataset", "as_inputs"]
+__all__ = [
+    "MIN_POINTS",
+    "Y_STD_MAX",
+    "Y_STD_MIN",
+    "Normalizer",
+    "as_dataset",
+    "as_inputs",
+    "as_real",
+]
 
 MIN_POINTS = 3
 """Fewest points a training dataset may have (a GP fit to fewer is meaningless); the
@@ -101,6 +110,27 @@ def _float64(a: Any, name: str) -> Tensor:
         if "complex" in str(err):
             raise _complex_error(name) from None
         raise DataError(f"{name} must be numeric: {err}") from None
+
+
+def as_real(a: Any, name: str, *, finite: bool = False) -> Tensor:
+    """``a`` as a float64 CPU tensor (a copy); complex values are refused, never cast.
+
+    Args:
+        a: array-like or tensor.
+        name: its name in messages.
+        finite: also refuse NaN and infinite values (naming the first position, from 1).
+
+    Raises:
+        DataError: complex or non-numeric values (or non-finite ones with ``finite``).
+    """
+    out = _float64(a, name)
+    if finite and not bool(torch.isfinite(out).all()):
+        flat = (~torch.isfinite(out)).reshape(-1).nonzero()[0, 0]
+        raise DataError(
+            f"{name} contains NaN or infinite values ({float(out.reshape(-1)[flat])!r} at "
+            f"position {int(flat) + 1})"
+        )
+    return out
 
 
 def as_inputs(X: Any, *, name: str = "X", n_dims: int | None = None) -> Tensor:
@@ -256,12 +286,11 @@ class Normalizer:
         const = (x_range == 0).nonzero()[:, 0]
         if const.numel() and X.shape[0] > 1:
             cols = ", ".join(str(int(j) + 1) for j in const)
-            warnings.warn(
+            warn(
                 f"input column(s) {cols} (counting from 1) are constant: they carry no "
                 "information and their hyperparameters are not determined by the data; "
                 "consider dropping them",
                 UserWarning,
-                stacklevel=2,
             )
         mean, std = _mean_std(y)
         if std > 0 and not Y_STD_MIN <= std <= Y_STD_MAX:

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, DimWiseStructure, base_symbol
-from amorgp.lazy_kernels.data import Normalizer, as_inputs
+from amorgp.lazy_kernels.data import Normalizer, as_inputs, as_real
 
 __all__ = ["Hyperparameter", "HyperparameterInference", "KernelFit"]
 
@@ -182,10 +182,11 @@ class KernelFit(ABC):
         ``p~`` of :meth:`_log_predictive_normalized`.
 
         Raises:
-            DataError: invalid inputs, or ``y_new`` not of shape ``(m,)``.
+            DataError: invalid inputs, ``y_new`` complex, NaN, infinite or not of shape
+                ``(m,)``.
         """
         Xn = self._x(X_new)
-        y = torch.as_tensor(y_new, dtype=torch.float64).reshape(-1)
+        y = as_real(y_new, "y_new", finite=True).reshape(-1)
         if y.shape[0] != Xn.shape[0]:
             raise DataError(f"y_new has {y.shape[0]} values for {Xn.shape[0]} inputs")
         yn = self.normalizer.transform_y(y)

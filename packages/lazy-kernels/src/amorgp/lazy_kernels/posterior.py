@@ -35,6 +35,7 @@ from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, OptionError
 from amorgp.lazy_kernels.backends import Backend, backend_plan, check_data
+from amorgp.lazy_kernels.block import check_memory_budget
 from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET
 from amorgp.lazy_kernels.dense_posterior import DensePosterior
 from amorgp.lazy_kernels.operators import DenseKernel, KernelOperator
@@ -118,7 +119,7 @@ class Posterior:
             y,
             self.noise,
             kind,
-            memory_budget,
+            check_memory_budget(memory_budget),
             chunk_size,
             jitter=jitter,
             max_tries=max_tries,
@@ -189,6 +190,8 @@ class Posterior:
             OptionError: unknown backend or a kernel the backend cannot evaluate.
         """
         check_data(X, y)
+        memory_budget = check_memory_budget(memory_budget)
+        chunk_budget = check_memory_budget(chunk_budget, "chunk_budget")
         solver, operator = backend_plan(kernel, X, backend, memory_budget)
         lazy = issubclass(solver, LazyCGSolver)
         return cls(

@@ -18,10 +18,17 @@ and CUDA version), so the probe runs once per environment, not once per process:
     memory only.
 ``AMORGP_KEOPS``
     ``off`` (or ``0``, ``false``, ``no``) disables KeOps: :func:`keops_usable` is False
-    without a probe or a warning, so the block operator is used wherever KeOps would be.
+    without a probe or a warning, so the block operator is used wherever KeOps would be;
+    ``on`` (``1``, ``true``, ``yes``, ``auto`` or unset) lets the probe decide.  Any
+    other value is an :class:`~amorgp.kernel_grammar.OptionError` naming the variable.
 ``AMORGP_KEOPS_PROBE_TIMEOUT``
     seconds the child may take (default 600: the first run compiles two formulas);
-    a timeout counts as a failure for this process but is not written to disk.
+    a timeout counts as a failure for this process but is not written to disk.  A value
+    that is not a finite positive number is an :class:`~amorgp.kernel_grammar.OptionError`.
+
+The cache file must be a regular file (or not exist yet) of at most
+:data:`MAX_CACHE_BYTES`; a folder there is an ``OptionError``, a device or an oversized
+file is ignored (read as empty and never replaced).
 """
 
 from __future__ import annotations
@@ -30,17 +37,21 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import platform
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from amorgp.kernel_grammar import OptionError
+from amorgp.kernel_grammar.warn import warn
 
 __all__ = [
     "KeOpsProbe",
@@ -52,6 +63,10 @@ __all__ = [
 ]
 
 PROBE_TIMEOUT_S = 600.0
+MAX_CACHE_BYTES = 2**20
+"""Largest probe cache file read (an outcome is some 300 bytes)."""
+_OFF = ("0", "off", "false", "no")
+_ON = ("", "1", "on", "true", "yes", "auto")
 
 _PROBE_SCRIPT = r"""
 import fcntl, os, sys
@@ -106,30 +121,62 @@ def keops_installed() -> bool:
 
 
 def keops_disabled() -> bool:
-    """Whether the environment variable ``AMORGP_KEOPS`` turns KeOps off (see module doc)."""
-    return os.environ.get("AMORGP_KEOPS", "").strip().lower() in ("0", "off", "false", "no")
+    """Whether the environment variable ``AMORGP_KEOPS`` turns KeOps off (see module doc).
+
+    Raises:
+        OptionError: a value that means neither on nor off.
+    """
+    value = os.environ.get("AMORGP_KEOPS", "")
+    if value.strip().lower() in _OFF:
+        return True
+    if value.strip().lower() in _ON:
+        return False
+    raise OptionError(
+        f"AMORGP_KEOPS={value!r} is not understood: use off (or 0, false, no) to disable "
+        "KeOps, on (or 1, true, yes, auto) to use it where it works"
+    )
 
 
 def probe_cache_path() -> Path | None:
-    """The on-disk cache of probe outcomes, or None when disabled (see module doc)."""
+    """The on-disk cache of probe outcomes, or None when disabled (see module doc).
+
+    Raises:
+        OptionError: ``AMORGP_KEOPS_PROBE_CACHE`` names a folder.
+    """
     value = os.environ.get("AMORGP_KEOPS_PROBE_CACHE")
     if value is not None:
         value = value.strip()
-        return None if value.lower() in ("", "off", "0", "none") else Path(value)
+        if value.lower() in ("", "off", "0", "none"):
+            return None
+        if os.path.isdir(value):
+            raise OptionError(
+                f"AMORGP_KEOPS_PROBE_CACHE={value!r} is a folder; give the path of a file "
+                "(e.g. a keops-probe.json inside it) or off"
+            )
+        return Path(value)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "amorgp" / "keops-probe.json"
 
 
 def _timeout() -> float:
+    """``AMORGP_KEOPS_PROBE_TIMEOUT`` in seconds (default :data:`PROBE_TIMEOUT_S`).
+
+    Raises:
+        OptionError: not a finite positive number.
+    """
     value = os.environ.get("AMORGP_KEOPS_PROBE_TIMEOUT", "").strip()
-    try:
-        return float(value) if value else PROBE_TIMEOUT_S
-    except ValueError:
-        warnings.warn(
-            f"AMORGP_KEOPS_PROBE_TIMEOUT={value!r} is not a number; using {PROBE_TIMEOUT_S:g} s",
-            stacklevel=3,
-        )
+    if not value:
         return PROBE_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise OptionError(
+            f"AMORGP_KEOPS_PROBE_TIMEOUT={value!r} must be a finite positive number of "
+            f"seconds (default {PROBE_TIMEOUT_S:g})"
+        )
+    return seconds
 
 
 def _device_key(device: torch.device) -> str:
@@ -154,24 +201,44 @@ def _environment_key(device: torch.device) -> str:
     )
 
 
-def _read_cache(path: Path) -> dict[str, dict[str, object]]:
+def _cache_file_usable(path: Path) -> bool:
+    """Whether ``path`` is a regular file of at most :data:`MAX_CACHE_BYTES` (or absent)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        info = path.stat()
+    except OSError:
+        return True  # absent (or unreachable: reading and writing will fail quietly)
+    return stat.S_ISREG(info.st_mode) and info.st_size <= MAX_CACHE_BYTES
+
+
+def _read_cache(path: Path) -> dict[str, dict[str, object]]:
+    if not _cache_file_usable(path):
+        return {}
+    try:
+        with path.open("rb") as fh:
+            data = json.loads(fh.read(MAX_CACHE_BYTES + 1))
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def _write_cache(path: Path, key: str, probe: KeOpsProbe) -> None:
-    """Add one outcome (atomically: a temporary file renamed over the cache)."""
+    """Add one outcome (atomically: a temporary file renamed over the cache; no
+    temporary is left when that fails, and a cache that is not a regular file is never
+    replaced)."""
+    if not _cache_file_usable(path):
+        return
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         data = _read_cache(path)
         data[key] = {"ok": probe.ok, "reason": probe.reason}
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keops-probe-", suffix=".json")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _run_child(device: torch.device, timeout: float) -> tuple[KeOpsProbe, bool]:
@@ -256,11 +323,10 @@ def keops_usable(device: torch.device | str = "cpu") -> bool:
         if key not in _WARNED:
             _WARNED.add(key)
             note = " (cached outcome; delete the probe cache to retry)" if probe.cached else ""
-            warnings.warn(
+            warn(
                 f"KeOps does not work on {device}: {probe.reason}{note}; using the torch "
                 "block kernel operator instead (O(n x block) memory, slower)",
                 UserWarning,
-                stacklevel=2,
             )
     _USABLE[str(device)] = probe.ok
     return probe.ok

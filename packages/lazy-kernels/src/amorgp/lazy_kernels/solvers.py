@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from amorgp.lazy_kernels.operators import KernelOperator
 
 __all__ = [
+    "check_solver_options",
     "BlockSolver",
     "CGSolver",
     "CholeskySolver",
@@ -92,6 +94,37 @@ class _CachedLML(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             gy = -g * alpha
         return gA, gy, None, None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_solver_options(**options: Any) -> dict[str, Any]:
+    """Check the solver options a :class:`~amorgp.lazy_kernels.Posterior` passes on
+    (``cg_tol`` in (0, 1), ``max_cg_iter`` and ``n_probes`` >= 1, ``precond_rank`` >= 0,
+    ``jitter`` >= 0 finite, ``max_tries`` >= 1; others unchecked); returns them.
+
+    Raises:
+        OptionError: naming the option, its value and its domain.
+    """
+    rules = {
+        "cg_tol": (lambda v: _is_real(v) and 0 < v < 1, "a number in (0, 1)"),
+        "max_cg_iter": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+        "n_probes": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+        "max_tries": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+        "precond_rank": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+        "jitter": (lambda v: _is_real(v) and math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    }
+    for name, value in options.items():
+        rule = rules.get(name)
+        if rule is not None and not rule[0](value):
+            raise OptionError(f"{name} must be {rule[1]}, got {value!r}")
+    return options
 
 
 class Solver(ABC):
@@ -136,6 +169,14 @@ class Solver(ABC):
         var_block: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
+        check_solver_options(
+            jitter=jitter,
+            max_tries=max_tries,
+            cg_tol=cg_tol,
+            max_cg_iter=max_cg_iter,
+            precond_rank=precond_rank,
+            n_probes=n_probes,
+        )
         self.operator, self.y, self.noise = operator, y, noise
         self.X = operator.X1
         self.jitter, self.max_tries = jitter, max_tries

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from amorgp.amortizer import jsonlog
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.errors import CheckpointError
+from amorgp.amortizer.jsonlog import write_text_atomic
 from amorgp.amortizer.training.train import validate
+from amorgp.kernel_grammar import DataError
 from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
 
 __all__ = [
@@ -267,36 +269,38 @@ def real_data_scores(
 
 
 def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
+    """The JSON object in ``path`` (a copy of ``default`` if there is no such file).
+
+    Raises:
+        DataError: the file is not a JSON object (torn or edited), naming it.
+    """
     if not path.exists():
         return dict(default)
-    return dict(json.loads(path.read_text()))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise DataError(
+            f"{path} is corrupted (invalid JSON: {err}); remove it to rebuild the campaign "
+            "state from the log"
+        ) from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path} is corrupted: it holds no JSON object")
+    return data
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def last_record(log: Path) -> dict[str, Any] | None:
-    if not log.exists():
-        return None
-    last = None
-    for line in log.read_text().splitlines():
-        if line.strip():
-            try:
-                last = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line from a killed writer: ignore it
-    return last
+    """The last whole record of ``log`` (a torn last line is ignored, a corrupted line is
+    a :class:`~amorgp.kernel_grammar.DataError` naming the file and line)."""
+    return jsonlog.last_record(log)
 
 
 def append_record(log: Path, record: dict[str, Any]) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as fh:
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append ``record`` to ``log``, first cutting off a torn last line."""
+    jsonlog.append_record(log, record)
 
 
 def average_weights(sources: list[Path], target: Path, meta: dict[str, Any]) -> None:

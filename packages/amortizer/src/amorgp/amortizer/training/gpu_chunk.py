@@ -45,6 +45,7 @@ from amorgp.amortizer.checkpoint import (
     save_checkpoint,
 )
 from amorgp.amortizer.errors import CheckpointError
+from amorgp.amortizer.jsonlog import last_record, write_text_atomic
 from amorgp.kernel_grammar.errors import OptionError
 
 __all__ = [
@@ -211,10 +212,17 @@ def chunk_record(
 
 
 def _last_record(log: Path) -> dict[str, Any] | None:
-    if not log.exists():
-        return None
-    lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
-    return dict(json.loads(lines[-1])) if lines else None
+    """The last whole record of ``log`` (a torn last line ignored, with a warning; a
+    corrupted line is a ``DataError`` naming the file and line)."""
+    return last_record(log)
+
+
+def _whole_lines(log: Path | None) -> str:
+    """The text of ``log`` up to its last newline (a torn last line left out)."""
+    if log is None or not log.exists():
+        return ""
+    text = log.read_text(encoding="utf-8")
+    return text[: text.rfind("\n") + 1]
 
 
 def finish_chunk(
@@ -237,8 +245,8 @@ def finish_chunk(
     phase1, out = Path(phase1), Path(out)
     phase2 = Path(phase2) if phase2 is not None else None
     old_log = Path(log) if log is not None else None
-    history = old_log.read_text() if old_log is not None and old_log.exists() else ""
     previous = _last_record(old_log) if old_log is not None else None
+    history = _whole_lines(old_log)
     if phase2 is None:
         warnings.warn(
             f"the noise fine-tuning did not finish: exporting the phase-1 weights of {phase1}",
@@ -251,8 +259,7 @@ def finish_chunk(
     source = phase2 if phase2 is not None else phase1
     source = source / "last" if (source / "last").exists() else source
     target = export_compact(source, out, weights_dtype=weights_dtype, meta={"campaign": record})
-    text = history if not history or history.endswith("\n") else history + "\n"
-    (target / LOG_FILE).write_text(text + json.dumps(record, sort_keys=True) + "\n")
+    write_text_atomic(target / LOG_FILE, history + json.dumps(record, sort_keys=True) + "\n")
     return record
 
 

@@ -76,6 +76,7 @@ class RunDirectory:
             raise OptionError(f"{self.path} is a file, not a run directory")
         self.path.mkdir(parents=True, exist_ok=True)
         handle = (self.path / LOCK).open("a+")
+        self._lock = handle  # closed by close() whatever happens next
         if fcntl is not None:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -83,6 +84,7 @@ class RunDirectory:
                 handle.seek(0)
                 holder = handle.read().strip() or "another process"
                 handle.close()
+                self._lock = None
                 raise TrainingError(
                     f"{self.path} is in use: {holder} is training in it; wait for it to "
                     "finish or choose another directory"
@@ -92,6 +94,11 @@ class RunDirectory:
         handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         handle.flush()
         self._lock = handle
+
+    @property
+    def locked(self) -> bool:
+        """Whether this object holds the directory's lock."""
+        return self._lock is not None
 
     def close(self) -> None:
         """Close the metrics log and release the lock."""

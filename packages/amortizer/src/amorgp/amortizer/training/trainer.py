@@ -18,6 +18,7 @@ the CPU (and in a multi-process run) every step is read back at once.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -374,6 +375,14 @@ class Trainer:
         raise TrainingError(message)
 
 
+def _start_error(out: Path, err: OSError, removed: bool) -> str:
+    """The one-line message of a run that could not start (a full disk, no permission)."""
+    reason = "no space left on device" if err.errno == errno.ENOSPC else err.strerror or str(err)
+    where = f" ({err.filename})" if err.filename else ""
+    left = f"; {out} was removed" if removed else ""
+    return f"cannot start the run in {out}: {reason}{where}{left}"
+
+
 def run_training(
     out: Path,
     network: NetworkConfig | None,
@@ -394,18 +403,23 @@ def run_training(
     run = RunDirectory(out)
     fresh = ddp.rank == 0 and not Path(out).exists()
     try:
-        if ddp.rank == 0 and resume == run.holds_run():  # else start_run refuses
-            run.lock()
-            run.clean_stale(started)
         try:
+            if ddp.rank == 0 and resume == run.holds_run():  # else start_run refuses
+                run.lock()
+                run.clean_stale(started)
             start = start_run(
                 run, network, train_cfg, resume=resume, init_from=init_from, overrides=overrides
             )
             budget.check_reachable(start.state, out)
-        except BaseException:
-            if fresh:  # refused before any work: leave no half-created run (.lock) behind
+        except BaseException as err:
+            # refused or failed before any work: leave no half-created run (.lock) behind,
+            # unless another process holds the folder
+            removed = fresh and (run.locked or not isinstance(err, TrainingError))
+            if removed:
                 run.close()
                 shutil.rmtree(out, ignore_errors=True)
+            if isinstance(err, OSError):
+                raise TrainingError(_start_error(out, err, removed)) from err
             raise
         trainer = Trainer(run, start, budget, dev, ddp, progress=progress, log_every=log_every)
         return trainer.run_all()

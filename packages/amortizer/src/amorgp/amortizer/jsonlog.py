@@ -1,0 +1,137 @@
+"""Append-only JSON-lines logs that survive a writer killed mid-line, and atomic rewrites.
+
+A log holds one JSON object per line, each written by one ``write`` and ended by a
+newline.  A writer killed mid-append leaves a *torn* last line: bytes after the last
+newline.  Readers ignore it with a warning; :func:`append_record` cuts it off (with a
+warning) before it appends, so the new record starts a line of its own and
+:func:`last_record` returns it.  A whole line that is not a JSON object is damage, not
+an interruption: :func:`read_records` raises :class:`~amorgp.kernel_grammar.DataError`
+naming the file and the line (``strict=False`` skips such lines with one warning).
+
+Used by the training campaign (``export/campaign.jsonl``), the GPU chunk export and the
+paper runner's ``runs.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from amorgp.kernel_grammar import DataError
+
+__all__ = ["append_record", "last_record", "read_records", "write_text_atomic"]
+
+
+def _torn_tail(data: bytes) -> int:
+    """The length of the whole lines of ``data`` (the torn tail starts there)."""
+    return data.rfind(b"\n") + 1
+
+
+def read_records(
+    path: str | os.PathLike[str], *, strict: bool = True, stacklevel: int = 2
+) -> list[dict[str, Any]]:
+    """The records of the log ``path`` (none if it does not exist).
+
+    A torn last line is ignored with a warning.
+
+    Raises:
+        DataError: with ``strict``, a whole line that is not a JSON object, naming the
+            file and the line (counting from 1); without it such lines are skipped with
+            one warning.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    whole = _torn_tail(data)
+    if whole < len(data):
+        warnings.warn(
+            f"{path}: ignoring a torn last line ({len(data) - whole} bytes) left by an "
+            "interrupted writer",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+    records: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for number, line in enumerate(data[:whole].split(b"\n")[:-1], start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            record = None
+        if not isinstance(record, dict):
+            if strict:
+                raise DataError(
+                    f"{path}, line {number}: not a JSON object (a corrupted log line); "
+                    "repair or remove that line"
+                )
+            bad.append(number)
+            continue
+        records.append(record)
+    if bad:
+        warnings.warn(
+            f"{path}: skipped {len(bad)} corrupted line(s) (line {bad[0]} first)",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+    return records
+
+
+def last_record(path: str | os.PathLike[str], *, strict: bool = True) -> dict[str, Any] | None:
+    """The last whole record of the log ``path`` (``None`` if there is none; see
+    :func:`read_records` for torn and corrupted lines)."""
+    records = read_records(path, strict=strict, stacklevel=3)
+    return records[-1] if records else None
+
+
+def append_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
+    """Append ``record`` as one line (one ``write``, then ``fsync``), first cutting off a
+    torn last line left by an interrupted writer (with a warning)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+    with open(path, "a+b") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size:
+            fh.seek(max(0, size - 65536))
+            tail = fh.read()
+            if not tail.endswith(b"\n"):
+                start = size - len(tail)
+                cut = tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+                if cut == 0 and start > 0:  # a torn line longer than the tail read
+                    fh.seek(0)
+                    cut, start = _torn_tail(fh.read()), 0
+                warnings.warn(
+                    f"{path}: dropped a torn last line ({size - start - cut} bytes) left by "
+                    "an interrupted writer",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                fh.truncate(start + cut)
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Replace ``path`` by ``text`` atomically: a private temporary file beside it, synced
+    and renamed over it (a crash leaves the old file or the new one, never a mix)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
