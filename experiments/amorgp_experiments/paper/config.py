@@ -101,7 +101,7 @@ class PaperConfig:
     method_options: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(FULL_OPTIONS))
     model: str = "default"
     table1_models: tuple[str, ...] = ("small-d4-v1", "ahgp-se-ard-d4-v1", "default")
-    fig10_models: tuple[str, str] = ("default-phase1", "default")
+    fig10_models: tuple[str, str] = ("default-phase1", "small-d8-c1142k")
     sim_pairs: int = 200
     sim_n_max: int = 250
     sim_d_max: int = 8

@@ -1,7 +1,7 @@
 """Fig. 10 of the paper: the network with vs without the noise fine-tuning phase.
 
 The two checkpoints of ``config.fig10_models`` (without, with fine-tuning; default
-``("default-phase1", "default")``) on the simulated test set of Fig. 2b, each network
+``("default-phase1", "small-d8-c1142k")``, the same network before and after) on the simulated test set of Fig. 2b, each network
 alone (method ``network@MODEL``: without the candidate networks a checkpoint may name,
 so that the rows differ by the fine-tuning only).  A name that is not a bundled model falls back, for the phase-1 network,
 to ``docs/training/campaign/phase1-latest`` where that folder exists (a repository
