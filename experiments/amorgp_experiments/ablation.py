@@ -429,15 +429,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     ref = reference_rows(datasets, splits=splits, cache=args.cache)
     summaries = {}
     all_rows = [asdict(r) for r in ref]
+    refine = (0,) if args.quick or not args.refine else (0, args.refine)
+    nulls: list[Row] = []  # the null starts need no network: computed once
     for name in args.checkpoint or [None]:
         net = Amortizer.from_pretrained(name, device="cpu")
-        sources = {"network": net}
-        for rule in ("prior-mean", "heuristic"):
-            sources[rule] = Amortizer(NullNetwork(net.vocabulary, rule), net.meta, device="cpu")
-        refine = (0,) if args.quick or not args.refine else (0, args.refine)
-        rows = run_sources(sources, datasets, splits=splits, refine=refine, defaults=net)
+        if not nulls:
+            sources = {
+                rule: Amortizer(NullNetwork(net.vocabulary, rule), net.meta, device="cpu")
+                for rule in ("prior-mean", "heuristic")
+            }
+            nulls = run_sources(sources, datasets, splits=splits, refine=refine)
+            all_rows += [asdict(r) for r in nulls]
+        rows = run_sources({"network": net}, datasets, splits=splits, refine=refine, defaults=net)
         label = "default" if name is None else Path(name).name
-        summaries[label] = summarise(rows + ref)
+        summaries[label] = summarise(rows + nulls + ref)
         all_rows += [{**asdict(r), "checkpoint": label} for r in rows]
         print(label, json.dumps(summaries[label]["all"], indent=1))
         print(label, "selection score", round(selection_score(summaries[label]), 4))
