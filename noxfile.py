@@ -224,6 +224,14 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def figures(session: nox.Session) -> None:
+    """Write the speed and regret figures of README, the package READMEs and the guide
+    from ``docs/benchmarks/*.json`` (``tools/doc_figures.py``; ``-- --check`` only
+    reports stale pages).  No install: the script needs the standard library alone."""
+    session.run("python", str(ROOT / "tools" / "doc_figures.py"), *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the user guide (``mkdocs.yml``: docs/guide, model card, benchmarks) into site/.
 
