@@ -85,7 +85,12 @@ def test_demo_json_is_one_versioned_document_with_original_unit_likelihoods() ->
     for fit in [*doc["results"], *doc["type2ml"]]:
         got = fit["log_marginal_likelihood_original"] - fit["log_marginal_likelihood"]
         assert got == pytest.approx(offset, rel=1e-6)
-    assert doc["type2ml_method"] == {"method": "gp-ml-lbfgs", "restarts": 3}
+    assert doc["type2ml_method"] == {"method": "gp-ml-lbfgs", "restarts": 3, "space": "log"}
+    # scikit-learn's 3-restart fit of the same kernels, its likelihood in the same units
+    assert [s["kernel"] for s in doc["sklearn"]] == ["SE", "SE + PER"]
+    for fit in doc["sklearn"]:
+        got = fit["log_marginal_likelihood_original"] - fit["log_marginal_likelihood"]
+        assert got == pytest.approx(offset, rel=1e-6)
     # refine="auto" starts at the amortized prediction and only accepts improvements
     for start, auto in zip(doc["results"], doc["refine_auto"], strict=True):
         assert auto["kernel"] == start["kernel"]

@@ -1,10 +1,13 @@
 """``amorgp demo``: the airline passenger series, amortized next to Type-2 ML.
 
-The peer is what a practitioner runs: Type-2 ML by L-BFGS with restarts (the project's
-``gp-ml-lbfgs`` baseline, :data:`PEER_RESTARTS` starts per kernel: its default start and
-prior draws, the best kept), with its time; the demo also says what the amortized fit
-reaches with ``refine="auto"`` (L-BFGS iterations from the amortized start until the log
-marginal likelihood stops improving), and its time.
+The peers are what a practitioner runs: Type-2 ML by L-BFGS with restarts, the project's
+``gp-ml-lbfgs`` baseline (:data:`PEER_RESTARTS` starts per kernel: its default start and
+prior draws, the best kept; in log space, as scikit-learn) and, where scikit-learn is
+installed and has the kernel (sums of products of ``RBF``, ``ExpSineSquared`` and
+``DotProduct``), scikit-learn's ``GaussianProcessRegressor(n_restarts_optimizer=3,
+normalize_y=True)`` on the min-max scaled input, each with its time; the demo also says
+what the amortized fit reaches with ``refine="auto"`` (L-BFGS iterations from the
+amortized start until the log marginal likelihood stops improving), and its time.
 
 Examples::
 
@@ -17,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -40,9 +43,58 @@ __all__ = ["DEMO_DATA", "DEMO_KERNELS", "PEER", "PEER_RESTARTS", "demo"]
 DEMO_DATA = DATA_DIR / "airline.csv"
 DEMO_KERNELS = ("SE", "LIN + PER", "SE + PER", "LIN + SE*PER", "SE*LIN + PER", "SE + LIN*PER")
 #: the Type-2 ML peer: L-BFGS (strong-Wolfe line search) with restarts per kernel
-PEER = "gp-ml-lbfgs"
+PEER: Final = "gp-ml-lbfgs"
 PEER_RESTARTS = 3
 PEER_LABEL = f"Type-2 ML (L-BFGS, {PEER_RESTARTS} starts)"
+SKLEARN_LABEL = f"scikit-learn (L-BFGS, 1 + {PEER_RESTARTS} starts)"
+
+
+def _sklearn_kernel(text: str) -> Any | None:
+    """scikit-learn's kernel of a one-column sum of products of SE, PER, LIN (each product
+    with its own ``ConstantKernel`` variance, ``WhiteKernel`` noise), or None."""
+    from sklearn.gaussian_process import kernels as sk
+
+    factors = {"SE": sk.RBF, "PER": sk.ExpSineSquared, "LIN": sk.DotProduct}
+    total = None
+    for term in text.split("+"):
+        part = sk.ConstantKernel()
+        for name in term.split("*"):
+            if name.strip() not in factors:
+                return None
+            part = part * factors[name.strip()]()
+        total = part if total is None else total + part
+    return None if total is None else total + sk.WhiteKernel()
+
+
+def _sklearn_fits(X: Any, y: Any, kernels: list[str], seed: int) -> list[float | None] | None:
+    """scikit-learn's log marginal likelihood (standardised targets) per kernel (None where
+    it has no such kernel); None without scikit-learn or for several input columns."""
+    import importlib.util
+    import warnings
+
+    import numpy as np
+
+    if importlib.util.find_spec("sklearn") is None or X.shape[1] != 1:
+        return None
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    x = np.asarray(X, dtype=np.float64)
+    span = x.max(0) - x.min(0)
+    xn = (x - x.min(0)) / np.where(span > 0, span, 1.0)
+    out: list[float | None] = []
+    for text in kernels:
+        kernel = _sklearn_kernel(text)
+        if kernel is None:
+            out.append(None)
+            continue
+        gpr = GaussianProcessRegressor(
+            kernel, n_restarts_optimizer=PEER_RESTARTS, normalize_y=True, random_state=seed
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gpr.fit(xn, np.asarray(y, dtype=np.float64))
+        out.append(float(gpr.log_marginal_likelihood_value_))
+    return out
 
 
 def _slot(h: Any) -> int:
@@ -52,13 +104,18 @@ def _slot(h: Any) -> int:
 
 
 def _report(
-    results: list[Any], baseline: list[Any] | None, n: int, auto: list[Any] | None = None
+    results: list[Any],
+    baseline: list[Any] | None,
+    n: int,
+    auto: list[Any] | None = None,
+    sklearn: list[float | None] | None = None,
 ) -> None:
     """One block per kernel: hyperparameters, noise and LML (amortized | refine="auto" |
-    Type-2 ML)."""
+    Type-2 ML | scikit-learn: its log marginal likelihood only)."""
     offset = results[0].normalization.lml_offset(n)
     cols = ["amortized"] + (["auto"] if auto is not None else [])
     cols += ["Type-2 ML"] if baseline is not None else []
+    cols += ["scikit-learn"] if sklearn is not None else []
     for i, r in enumerate(results):
         emit("")
         emit(f"{'kernel ' + r.kernel_text:<32}" + "".join(f"{c:>13}" for c in cols))
@@ -82,7 +139,11 @@ def _report(
             noise.append(r.normalization.noise_to_original(baseline[i].noise))
             lml.append(baseline[i].log_marginal_likelihood + offset)
         emit(f"  {'noise variance':<30}" + "".join(f"{fmt(v):>13}" for v in noise))
-        emit(f"  {'log marginal likelihood':<30}" + "".join(f"{v:>13.2f}" for v in lml))
+        text = "".join(f"{v:>13.2f}" for v in lml)
+        if sklearn is not None:
+            sk = sklearn[i]
+            text += f"{'-' if sk is None else f'{sk + offset:.2f}':>13}"
+        emit(f"  {'log marginal likelihood':<30}" + text)
         if r.start != "network":
             emit(f"  {'amortized start':<30}{r.start}")
 
@@ -148,7 +209,8 @@ def demo(
     check_finite(results)
     baseline: list[Any] | None = None
     auto: list[Any] | None = None
-    t_baseline = t_auto = math.nan
+    sklearn: list[float | None] | None = None
+    t_baseline = t_auto = t_sklearn = math.nan
     if not no_baseline:
         import torch
 
@@ -169,11 +231,15 @@ def demo(
                     vocab=amz.vocabulary,
                     generator=torch.Generator().manual_seed(seed),
                     restarts=PEER_RESTARTS,
+                    space="log",
                 )
             )
         except ValueError as err:
             raise click.ClickException(f"Type-2 ML failed: {err}") from None
         t_baseline = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sklearn = _sklearn_fits(table.X, table.y, chosen, seed)
+        t_sklearn = time.perf_counter() - t0
     n = table.X.shape[0]
     best = max(range(len(results)), key=lambda i: results[i].log_marginal_likelihood)
     if as_json:
@@ -198,7 +264,21 @@ def demo(
                 for r, b in zip(results, baseline, strict=True)
             ]
             fields["type2ml_time_s"] = t_baseline
-            fields["type2ml_method"] = {"method": PEER, "restarts": PEER_RESTARTS}
+            fields["type2ml_method"] = {
+                "method": PEER,
+                "restarts": PEER_RESTARTS,
+                "space": "log",
+            }
+        if sklearn is not None:
+            fields["sklearn"] = [
+                {
+                    "kernel": k,
+                    "log_marginal_likelihood": v,
+                    "log_marginal_likelihood_original": None if v is None else v + offset,
+                }
+                for k, v in zip(chosen, sklearn, strict=True)
+            ]
+            fields["sklearn_time_s"] = t_sklearn
         if auto is not None:
             fields["refine_auto"] = [r.to_dict() for r in auto]
             fields["refine_auto_time_s"] = t_auto
@@ -218,7 +298,7 @@ def demo(
         "hyperparameters in original units (years, thousands of passengers); LIN terms have "
         "no exact original-unit value and are shown normalised"
     )
-    _report(results, baseline, n, auto)
+    _report(results, baseline, n, auto, sklearn)
     emit("")
     line = f"time for {len(chosen)} kernels: amortized {1e3 * t_amortized:.1f} ms"
     if calibrate:
@@ -234,6 +314,8 @@ def demo(
         )
         if auto is not None:
             line += f" (--refine auto: x{t_baseline / t_auto:.1f})"
+    if sklearn is not None:
+        line += f"; {SKLEARN_LABEL} {1e3 * t_sklearn:.1f} ms"
     emit(line)
     if baseline is not None:
         offset = results[0].normalization.lml_offset(n)
@@ -245,10 +327,17 @@ def demo(
                 r.log_marginal_likelihood_original >= p - 0.5
                 for r, p in zip(res, lml_peer, strict=True)
             )
-            emit(
+            text = (
                 f"{label}: log marginal likelihood within 0.5 of {PEER_LABEL} or above in "
                 f"{ahead} of {len(res)} kernels"
             )
+            if sklearn is not None and any(v is not None for v in sklearn):
+                pairs = [(r, v) for r, v in zip(res, sklearn, strict=True) if v is not None]
+                ahead_sk = sum(
+                    r.log_marginal_likelihood_original >= v + offset - 0.5 for r, v in pairs
+                )
+                text += f", of scikit-learn in {ahead_sk} of {len(pairs)}"
+            emit(text)
     periods = [h.original for h in results[best].table if h.name.endswith("period")]
     if periods:
         emit(
