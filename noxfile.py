@@ -218,6 +218,8 @@ def typecheck(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job on a bundled default: amortized inference on the airline data."""
     _install_packages(session, ["cli"])
+    if not PREINSTALLED:
+        session.install("scikit-learn>=1.6")  # the demo's scikit-learn peer
     out = ROOT / "runs" / "demo"
     out.mkdir(parents=True, exist_ok=True)
     session.run("amorgp", "demo", "--plot", str(out / "amorgp-demo.png"), *session.posargs)

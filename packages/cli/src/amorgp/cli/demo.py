@@ -5,7 +5,7 @@ The peers are what a practitioner runs: Type-2 ML by L-BFGS with restarts, the p
 prior draws, the best kept; in log space, as scikit-learn) and, where scikit-learn is
 installed and has the kernel (sums of products of ``RBF``, ``ExpSineSquared`` and
 ``DotProduct``), scikit-learn's ``GaussianProcessRegressor(n_restarts_optimizer=3,
-normalize_y=True)`` on the min-max scaled input, each with its time; the demo also says
+normalize_y=True)`` on the input as given, each with its time; the demo also says
 what the amortized fit reaches with ``refine="auto"`` (L-BFGS iterations from the
 amortized start until the log marginal likelihood stops improving), and its time.
 
@@ -78,9 +78,7 @@ def _sklearn_fits(X: Any, y: Any, kernels: list[str], seed: int) -> list[float |
         return None
     from sklearn.gaussian_process import GaussianProcessRegressor
 
-    x = np.asarray(X, dtype=np.float64)
-    span = x.max(0) - x.min(0)
-    xn = (x - x.min(0)) / np.where(span > 0, span, 1.0)
+    x = np.asarray(X, dtype=np.float64)  # the inputs as given, as users pass them
     out: list[float | None] = []
     for text in kernels:
         kernel = _sklearn_kernel(text)
@@ -92,7 +90,7 @@ def _sklearn_fits(X: Any, y: Any, kernels: list[str], seed: int) -> list[float |
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            gpr.fit(xn, np.asarray(y, dtype=np.float64))
+            gpr.fit(x, np.asarray(y, dtype=np.float64))
         out.append(float(gpr.log_marginal_likelihood_value_))
     return out
 
@@ -118,7 +116,7 @@ def _report(
     cols += ["scikit-learn"] if sklearn is not None else []
     for i, r in enumerate(results):
         emit("")
-        emit(f"{'kernel ' + r.kernel_text:<32}" + "".join(f"{c:>13}" for c in cols))
+        emit(f"{'kernel ' + r.kernel_text:<32}" + "".join(f"{c:>14}" for c in cols))
         for j, h in enumerate(r.table):
             name = f"{h.symbol}.{h.name}" + (" (normalised)" if h.original is None else "")
             values = [h.original if h.original is not None else h.value]
@@ -129,7 +127,7 @@ def _report(
                 bv = baseline[i].hyperparameters[(h.dim, h.addend, h.name)]
                 bo = r.normalization.to_original(h.dim, h.symbol, _slot(h), bv)
                 values.append(bo if bo is not None else bv)
-            emit(f"  {name:<30}" + "".join(f"{fmt(v):>13}" for v in values))
+            emit(f"  {name:<30}" + "".join(f"{fmt(v):>14}" for v in values))
         noise = [r.noise_original]
         lml = [r.log_marginal_likelihood_original]
         if auto is not None:
@@ -138,11 +136,11 @@ def _report(
         if baseline is not None:
             noise.append(r.normalization.noise_to_original(baseline[i].noise))
             lml.append(baseline[i].log_marginal_likelihood + offset)
-        emit(f"  {'noise variance':<30}" + "".join(f"{fmt(v):>13}" for v in noise))
-        text = "".join(f"{v:>13.2f}" for v in lml)
+        emit(f"  {'noise variance':<30}" + "".join(f"{fmt(v):>14}" for v in noise))
+        text = "".join(f"{v:>14.2f}" for v in lml)
         if sklearn is not None:
             sk = sklearn[i]
-            text += f"{'-' if sk is None else f'{sk + offset:.2f}':>13}"
+            text += f"{'-' if sk is None else f'{sk + offset:.2f}':>14}"
         emit(f"  {'log marginal likelihood':<30}" + text)
         if r.start != "network":
             emit(f"  {'amortized start':<30}{r.start}")
