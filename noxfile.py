@@ -219,9 +219,19 @@ def typecheck(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job on a bundled default: amortized inference on the airline data."""
     _install_packages(session, ["cli"])
+    if not PREINSTALLED:
+        session.install("scikit-learn>=1.6")  # the demo's scikit-learn peer
     out = ROOT / "runs" / "demo"
     out.mkdir(parents=True, exist_ok=True)
     session.run("amorgp", "demo", "--plot", str(out / "amorgp-demo.png"), *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def figures(session: nox.Session) -> None:
+    """Write the speed and regret figures of README, the package READMEs and the guide
+    from ``docs/benchmarks/*.json`` (``tools/doc_figures.py``; ``-- --check`` only
+    reports stale pages).  No install: the script needs the standard library alone."""
+    session.run("python", str(ROOT / "tools" / "doc_figures.py"), *session.posargs)
 
 
 @nox.session(python=PYTHON)

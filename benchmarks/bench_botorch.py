@@ -5,10 +5,15 @@ One BO loop per (problem, seed, fitting method), side by side in one run:
 * model: BoTorch's default ``SingleTaskGP(train_X, train_Y)`` on unit-cube inputs (RBF
   kernel with ARD, LogNormal lengthscale and noise priors, ``Standardize`` outcome
   transform), refitted from scratch at every iteration;
-* fitting, the named peer: BoTorch's ``fit_gpytorch_mll(mll)``; against
-  ``AmortizedFit()`` of ``amorgp.gpytorch`` (one forward pass of the bundled
-  network, then at most 50 L-BFGS-B iterations of the same objective evaluated in closed
-  form, stopping at convergence, BoTorch's fit as the fallback), ``AmortizedFit(0)``
+* fitting, the named peers: BoTorch's ``fit_gpytorch_mll(mll)``, and ``lean-default``:
+  the project's closed-form objective refined from BoTorch's default start
+  (``LeanObjective(mll).minimize(50)``, no network); against ``AmortizedFit()`` of
+  ``amorgp.gpytorch`` (one forward pass of the bundled network, the network's start and
+  the model's default start scored in one batched evaluation, the better one refined by
+  at most 50 L-BFGS-B iterations of the same objective evaluated in closed form,
+  stopping at convergence, BoTorch's fit as the fallback), ``amortized-network``
+  (``AmortizedFit(model_start=False)``: the network's start alone, as before the two
+  starts), ``AmortizedFit(0)``
   (the network's hyperparameters with the calibrated noise, the bridge's default start:
   BoTorch's default kernel has no ``ScaleKernel``, so the calibration sets the noise
   alone to its exact Type-2 ML value) and ``AmortizedFit(0, calibrate=False)``
@@ -20,14 +25,18 @@ One BO loop per (problem, seed, fitting method), side by side in one run:
   coordinate since ``f`` is separable).
 
 Reported: the model-fitting time per iteration (median and interquartile range over all
-iterations and seeds), the total wall time of the loop, the simple regret
+iterations and seeds), the MLL gap of every fit to ``fit_gpytorch_mll`` from the same
+default start (the oracle, fitted on a copy of the model outside the timings; GPyTorch's
+``ExactMarginalLogLikelihood``, priors included, divided by n; median and worst), the
+total wall time of the loop, the simple regret
 ``min_{i<=t} f(x_i) - f*`` per iteration (median and interquartile range over seeds, plot)
 and the number of failed fits (an exception, or a BoTorch ``OptimizationWarning`` /
 ``ModelFittingError``) and of fallbacks.  Writes ``docs/benchmarks/botorch.md``,
 ``botorch.json`` and ``botorch.png``.
 
 Usage: ``python benchmarks/bench_botorch.py [--full] [--seeds S] [--iterations N]
-[--methods botorch,amortized,amortized-0,network-0] [--refine R] [--out PATH]``
+[--methods botorch,lean-default,amortized,amortized-network,amortized-0,network-0]
+[--problems branin,hartmann6,trend] [--refine R] [--out PATH]``
 (``--from-json docs/benchmarks/botorch.json`` re-renders the report of a saved run).
 Seeds run in the outer loop and the report is rewritten after every seed, so a run
 stopped early leaves a consistent report of the seeds it finished (it says so).
@@ -54,7 +63,15 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 N_INIT = 10
-METHODS = ("botorch", "amortized", "amortized-0", "network-0")
+METHODS = (
+    "botorch",
+    "lean-default",
+    "amortized",
+    "amortized-network",
+    "amortized-0",
+    "network-0",
+)
+COLORS = ("tab:blue", "tab:gray", "tab:orange", "tab:purple", "tab:green", "tab:red")
 REFINE = (
     50  # AmortizedFit's default (REFINE_STEPS): an upper limit, the stopping rules end it earlier
 )
@@ -109,6 +126,40 @@ def _fit_default(mll: Any) -> None:
     fit_gpytorch_mll(mll)
 
 
+def _fit_lean_default(mll: Any) -> None:
+    """The closed-form objective refined from the model's default start (no network)."""
+    from amorgp.gpytorch import LeanObjective
+
+    mll.train()
+    LeanObjective(mll).minimize(REFINE)
+    mll.eval()
+
+
+def _mll(mll: Any) -> float:
+    """GPyTorch's MLL of the model's parameters (priors included, divided by n)."""
+    model = mll.model
+    model.train()
+    with torch.no_grad():
+        value = float(mll(model(*model.train_inputs), model.train_targets))
+    model.eval()
+    return value
+
+
+def _oracle_mll(model: Any) -> float:
+    """The MLL ``fit_gpytorch_mll`` reaches from a copy of ``model`` (its default start)."""
+    import copy
+
+    from botorch.fit import fit_gpytorch_mll
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    twin = copy.deepcopy(model)
+    mll = ExactMarginalLogLikelihood(twin.likelihood, twin)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit_gpytorch_mll(mll)
+    return _mll(mll)
+
+
 def run_loop(
     f: Callable[[torch.Tensor], torch.Tensor],
     d: int,
@@ -117,8 +168,10 @@ def run_loop(
     iters: int,
     fit: Callable[[Any], Any],
     acq_opts: dict[str, int],
+    gaps: bool = True,
 ) -> dict[str, Any]:
-    """One BO loop; returns per-iteration fit times, regret, failures and wall time."""
+    """One BO loop; returns per-iteration fit times, MLL gaps to ``fit_gpytorch_mll``
+    (``gaps``), regret, failures and wall time (the oracle fits' time excluded)."""
     from botorch.acquisition.logei import qLogExpectedImprovement
     from botorch.models import SingleTaskGP
     from botorch.optim import optimize_acqf
@@ -128,11 +181,16 @@ def run_loop(
     X = torch.rand(N_INIT, d, generator=g, dtype=torch.float64)
     y = f(X)
     bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
-    fit_times, regret, failures = [], [], 0
+    fit_times, regret, mll_gaps, failures = [], [], [], 0
+    oracle_s = 0.0
     t0 = time.perf_counter()
     for it in range(iters):
         model = SingleTaskGP(X, -y[:, None])  # BoTorch maximises
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        if gaps:
+            t = time.perf_counter()
+            oracle = _oracle_mll(model)
+            oracle_s += time.perf_counter() - t
         t = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -142,6 +200,10 @@ def run_loop(
                 failures += 1
         fit_times.append(time.perf_counter() - t)
         failures += sum("OptimizationWarning" in type(w.message).__name__ for w in caught)
+        if gaps:
+            t = time.perf_counter()
+            mll_gaps.append(_mll(mll) - oracle)
+            oracle_s += time.perf_counter() - t
         torch.manual_seed(seed * 1000 + it)
         acq = qLogExpectedImprovement(model, best_f=float((-y).max()))
         with warnings.catch_warnings():
@@ -153,8 +215,9 @@ def run_loop(
     return {
         "fit_times": fit_times,
         "regret": regret,
+        "mll_gaps": mll_gaps,
         "failures": failures,
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": time.perf_counter() - t0 - oracle_s,
     }
 
 
@@ -175,9 +238,7 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     fig, grid = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
     axes = grid[0]
     for ax, name in zip(axes, names, strict=True):
-        for method, color in zip(
-            METHODS, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True
-        ):
+        for method, color in zip(METHODS, COLORS, strict=True):
             if method not in results[name] or not results[name][method]["runs"]:
                 continue
             runs = results[name][method]["runs"]
@@ -197,6 +258,10 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     tmp.replace(path)
 
 
+def _gaps(runs: list[dict[str, Any]]) -> list[float]:
+    return [g for r in runs for g in r.get("mll_gaps", [])]
+
+
 def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [
         "# BoTorch: default model fitting vs amortized fitting",
@@ -210,28 +275,42 @@ def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "",
         "Model: BoTorch's default `SingleTaskGP` (RBF with ARD, priors, `Standardize`), "
         "refitted from scratch every iteration. **botorch** = `fit_gpytorch_mll(mll)`; "
+        "**lean-default** = `LeanObjective(mll).minimize(50)` (the project's closed-form "
+        "objective refined from BoTorch's default start, no network); "
         "**amortized** = `AmortizedFit()` (one forward pass of the bundled network"
         + (", the noise calibrated" if meta.get("calibrated") else "")
-        + f", then at most {meta.get('refine', 5)} L-BFGS-B iterations of the same objective, "
-        "evaluated in closed form (`LeanObjective`), stopping at convergence; "
-        "`fit_gpytorch_mll` as the fallback); **amortized-0** = `AmortizedFit(refine_steps=0)` "
         + (
-            "(the network's hyperparameters with the noise calibrated: its exact Type-2 ML "
-            "value given them, the default start; BoTorch's kernel has no `ScaleKernel`, so "
-            "the scale stays the network's); **network-0** = `AmortizedFit(refine_steps=0, "
-            "calibrate=False)` (the network's hyperparameters as they are)"
+            "; the network's start and the model's default start scored in one batched "
+            "evaluation and the better one refined"
+            if meta.get("two_starts")
+            else ""
+        )
+        + f"; at most {meta.get('refine', 5)} L-BFGS-B iterations of the same objective, "
+        "evaluated in closed form (`LeanObjective`), stopping at convergence; "
+        "`fit_gpytorch_mll` as the fallback); **amortized-network** = "
+        "`AmortizedFit(model_start=False)` (the network's start alone, the bridge before "
+        "the two starts); **amortized-0** = `AmortizedFit(refine_steps=0)` "
+        + (
+            "(the better of the two starts, no iteration; the network's start has the noise "
+            "calibrated: its exact Type-2 ML value given the network's other hyperparameters, "
+            "BoTorch's kernel having no `ScaleKernel`); **network-0** = "
+            "`AmortizedFit(refine_steps=0, calibrate=False, model_start=False)` (the "
+            "network's hyperparameters as they are)"
             if meta.get("calibrated")
-            else "(the network's hyperparameters as they are; the start before calibration "
-            "became the default)"
+            else "(the network's hyperparameters as they are)"
         )
         + ". Problems are minimised; `trend` is "
         "`-2 x0 - 0.5 sin(6 pi x0) + 0.3 cos(4 pi x1) - 0.2 x1` on [0, 1]^2 (a linear trend "
-        "plus periodic terms).",
+        "plus periodic terms). MLL gap: the fit's MLL (GPyTorch's, priors included, divided "
+        "by n) minus the MLL `fit_gpytorch_mll` reaches from the same model's default start "
+        "(fitted on a copy, outside the timings), over every fit of every seed; negative is "
+        "worse than BoTorch's fit.",
         "",
         "| problem | d | method | fit time / iteration, median [IQR] | fit speed-up | "
+        "MLL gap to `fit_gpytorch_mll`, median / worst | model's start refined | "
         "total wall time (s), median over seeds | final regret, median [IQR] | "
         "failed fits | fallbacks |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, res in results.items():
         base = statistics.median(t for r in res["botorch"]["runs"] for t in r["fit_times"])
@@ -241,10 +320,18 @@ def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
             fin = _q([r["regret"][-1] for r in runs])
             wall = statistics.median(r["wall_s"] for r in runs)
             speed = base / ft[1]
+            gaps = _gaps(runs)
+            gap = f"{statistics.median(gaps):.2g} / {min(gaps):.2g}" if gaps else "0 (oracle)"
+            calls = res[method].get("calls")
+            won = (
+                f"{res[method].get('model_starts', 0)} of {calls}"
+                if calls and method in ("amortized", "amortized-0")
+                else "-"
+            )
             lines.append(
-                f"| {name} | {res['d']} | {method} | {1e3 * ft[1]:.0f} ms "
-                f"[{1e3 * ft[0]:.0f}, {1e3 * ft[2]:.0f}] | {speed:.1f}x | {wall:.1f} | "
-                f"{fin[1]:.3g} [{fin[0]:.3g}, {fin[2]:.3g}] | "
+                f"| {name} | {res['d']} | {method} | {1e3 * ft[1]:.1f} ms "
+                f"[{1e3 * ft[0]:.1f}, {1e3 * ft[2]:.1f}] | {speed:.1f}x | {gap} | {won} | "
+                f"{wall:.1f} | {fin[1]:.3g} [{fin[0]:.3g}, {fin[2]:.3g}] | "
                 f"{sum(r['failures'] for r in runs)} | {res[method].get('fallbacks', 0)} |"
             )
     lines += ["", "![simple regret](botorch.png)", "", "## Findings (computed from the run)", ""]
@@ -259,11 +346,11 @@ def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
             where = "within" if lo <= med <= hi else ("below" if med < lo else "above")
             lines.append(
                 f"- **{name}** (d = {res['d']}), {method}: fitting {tb / ta:.1f}x faster per "
-                f"iteration (median {1e3 * tb:.0f} ms -> {1e3 * ta:.0f} ms); final regret "
+                f"iteration (median {1e3 * tb:.1f} ms -> {1e3 * ta:.1f} ms); final regret "
                 f"median {med:.3g}, {where} the default fit's range over seeds "
                 f"[{lo:.3g}, {hi:.3g}] (lower is better)."
             )
-    lines += ["", _verdict(results), "", CAVEATS, ""]
+    lines += ["", _verdict(results), "", _start_verdict(results), "", CAVEATS, ""]
     if meta.get("load"):
         lines += [
             f"The machine's 1-minute load average after each seed: "
@@ -274,6 +361,37 @@ def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
     if meta.get("note"):
         lines += [meta["note"], ""]
     return "\n".join(lines)
+
+
+def _start_verdict(results: dict[str, Any]) -> str:
+    """One paragraph: is ``amortized`` at least as fast per fit as ``lean-default`` (the
+    closed-form objective from BoTorch's default start) with a worst MLL gap to
+    ``fit_gpytorch_mll`` no larger?"""
+    parts = []
+    for name, res in results.items():
+        if "lean-default" not in res or "amortized" not in res:
+            continue
+        tl = statistics.median(t for r in res["lean-default"]["runs"] for t in r["fit_times"])
+        ta = statistics.median(t for r in res["amortized"]["runs"] for t in r["fit_times"])
+        gl, ga = min(_gaps(res["lean-default"]["runs"])), min(_gaps(res["amortized"]["runs"]))
+        fast, close = ta <= tl, ga >= gl
+        verdict = "met" if fast and close else "missed"
+        detail = [f"{1e3 * ta:.1f} ms vs {1e3 * tl:.1f} ms per fit ({ta / tl:.2f}x the time)"]
+        detail.append(f"worst MLL gap {ga:.2g} vs {gl:.2g}")
+        if "amortized-network" in res:
+            tn = statistics.median(
+                t for r in res["amortized-network"]["runs"] for t in r["fit_times"]
+            )
+            gn = min(_gaps(res["amortized-network"]["runs"]))
+            detail.append(f"the network's start alone: {1e3 * tn:.1f} ms, worst gap {gn:.2g}")
+        parts.append(f"{name}: {verdict} ({'; '.join(detail)})")
+    if not parts:
+        return ""
+    return (
+        "Against the closed-form objective from BoTorch's default start. Target: "
+        "`AmortizedFit()` at least as fast per fit (median) as lean-default, with a worst "
+        "MLL gap to `fit_gpytorch_mll` no larger. " + ". ".join(parts) + "."
+    )
 
 
 def _verdict(results: dict[str, Any]) -> str:
@@ -373,6 +491,7 @@ def main() -> None:
             m: AmortizedFit(
                 refine_steps=0 if m.endswith("-0") else args.refine,
                 calibrate=False if m == "network-0" else None,
+                model_start=m not in ("amortized-network", "network-0"),
             )
             for m in methods
         }
@@ -387,6 +506,7 @@ def main() -> None:
         "iters": iters,
         "refine": args.refine,
         "calibrated": True,  # the bridge's default start since calibration became the default
+        "two_starts": True,  # the network's and the model's start, the better refined
         "acq": acq,
         "machine": platform.processor() or platform.machine(),
         "torch": torch.__version__,
@@ -399,14 +519,16 @@ def main() -> None:
             f, d, f_opt = probs[name]
             for method in methods:
                 amz = fits[name][method]
-                fit = _fit_default if method == "botorch" else amz
-                run = run_loop(f, d, f_opt, s, iters, fit, acq)
+                peers = {"botorch": _fit_default, "lean-default": _fit_lean_default}
+                fit = peers.get(method, amz)
+                run = run_loop(f, d, f_opt, s, iters, fit, acq, gaps=method != "botorch")
                 res = results[name][method]
                 res["runs"].append(run)
-                if method != "botorch":
+                if method not in peers:
                     res["fallbacks"] = amz.fallbacks
                     res["abnormal_stops"] = amz.abnormal_stops
                     res["calls"] = amz.calls
+                    res["model_starts"] = amz.model_starts
                     if amz.fallbacks:
                         res["last_error"] = amz.last_error
                 print(

@@ -20,7 +20,9 @@ def test_demo_runs_with_baseline_and_plot(tmp_path: Path, tiny_checkpoint: Path)
     plot = tmp_path / "demo.png"
     res = _run(["demo", "--plot", str(plot), "-k", "SE", "-k", "SE + PER"], tiny_checkpoint)
     assert res.exit_code == 0, res.output
-    assert "Type-2 ML" in res.output
+    assert "Type-2 ML (L-BFGS, 3 starts)" in res.output  # the peer users run, not Adam
+    assert "Adam" not in res.output
+    assert "--refine auto" in res.output
     assert "speed-up x" in res.output
     assert plot.stat().st_size > 1000
 
@@ -81,6 +83,19 @@ def test_demo_json_is_one_versioned_document_with_original_unit_likelihoods() ->
     assert y is not None
     offset = -len(y) * np.log(np.std(y))  # the population standard deviation
     for fit in [*doc["results"], *doc["type2ml"]]:
+        got = fit["log_marginal_likelihood_original"] - fit["log_marginal_likelihood"]
+        assert got == pytest.approx(offset, rel=1e-6)
+    assert doc["type2ml_method"] == {"method": "gp-ml-lbfgs", "restarts": 3, "space": "log"}
+    # scikit-learn's 3-restart fit of the same kernels, its likelihood in the same units
+    assert [s["kernel"] for s in doc["sklearn"]] == ["SE", "SE + PER"]
+    for fit in doc["sklearn"]:
+        got = fit["log_marginal_likelihood_original"] - fit["log_marginal_likelihood"]
+        assert got == pytest.approx(offset, rel=1e-6)
+    # refine="auto" starts at the amortized prediction and only accepts improvements
+    for start, auto in zip(doc["results"], doc["refine_auto"], strict=True):
+        assert auto["kernel"] == start["kernel"]
+        assert auto["log_marginal_likelihood"] >= start["log_marginal_likelihood"] - 1e-6
+    for fit in doc["refine_auto"]:
         got = fit["log_marginal_likelihood_original"] - fit["log_marginal_likelihood"]
         assert got == pytest.approx(offset, rel=1e-6)
     best = max(doc["results"], key=lambda r: r["log_marginal_likelihood"])

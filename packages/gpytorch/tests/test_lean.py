@@ -16,6 +16,7 @@ import gpytorch.kernels as gk
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import Normalize
+from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
 from gpytorch.means import LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import GammaPrior, NormalPrior
@@ -154,13 +155,18 @@ def test_minimize_improves_and_respects_bounds() -> None:
     assert float(model.likelihood.noise.detach().min()) >= 1e-4
 
 
-@pytest.mark.parametrize("what", ["matern", "fixed-noise", "multi-output", "linear-mean"])
+@pytest.mark.parametrize(
+    "what", ["matern", "fixed-plus-learned-noise", "multi-output", "linear-mean"]
+)
 def test_unsupported_models_raise(what: str) -> None:
     X, Y = _data(7, 20, 2)
     if what == "matern":
         model = SingleTaskGP(X, Y, covar_module=gk.MaternKernel(ard_num_dims=2))
-    elif what == "fixed-noise":
-        model = SingleTaskGP(X, Y, train_Yvar=torch.full_like(Y, 0.01))
+    elif what == "fixed-plus-learned-noise":  # fixed noise alone is supported
+        lik = FixedNoiseGaussianLikelihood(
+            torch.full((20,), 0.01, dtype=torch.float64), learn_additional_noise=True
+        )
+        model = SingleTaskGP(X, Y, likelihood=lik)
     elif what == "multi-output":
         model = SingleTaskGP(X, torch.cat([Y, -Y], -1))
     else:

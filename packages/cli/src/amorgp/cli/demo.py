@@ -1,5 +1,14 @@
 """``amorgp demo``: the airline passenger series, amortized next to Type-2 ML.
 
+The peers are what a practitioner runs: Type-2 ML by L-BFGS with restarts, the project's
+``gp-ml-lbfgs`` baseline (:data:`PEER_RESTARTS` starts per kernel: its default start and
+prior draws, the best kept; in log space, as scikit-learn) and, where scikit-learn is
+installed and has the kernel (sums of products of ``RBF``, ``ExpSineSquared`` and
+``DotProduct``), scikit-learn's ``GaussianProcessRegressor(n_restarts_optimizer=3,
+normalize_y=True)`` on the input as given, each with its time; the demo also says
+what the amortized fit reaches with ``refine="auto"`` (L-BFGS iterations from the
+amortized start until the log marginal likelihood stops improving), and its time.
+
 Examples::
 
     amorgp demo --plot airline.png
@@ -11,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -29,10 +38,61 @@ from amorgp.cli._common import (
 from amorgp.cli._errors import AmorgpCommand
 from amorgp.cli._output import check_plot_path, emit, json_document, json_option
 
-__all__ = ["DEMO_DATA", "DEMO_KERNELS", "demo"]
+__all__ = ["DEMO_DATA", "DEMO_KERNELS", "PEER", "PEER_RESTARTS", "demo"]
 
 DEMO_DATA = DATA_DIR / "airline.csv"
 DEMO_KERNELS = ("SE", "LIN + PER", "SE + PER", "LIN + SE*PER", "SE*LIN + PER", "SE + LIN*PER")
+#: the Type-2 ML peer: L-BFGS (strong-Wolfe line search) with restarts per kernel
+PEER: Final = "gp-ml-lbfgs"
+PEER_RESTARTS = 3
+PEER_LABEL = f"Type-2 ML (L-BFGS, {PEER_RESTARTS} starts)"
+SKLEARN_LABEL = f"scikit-learn (L-BFGS, 1 + {PEER_RESTARTS} starts)"
+
+
+def _sklearn_kernel(text: str) -> Any | None:
+    """scikit-learn's kernel of a one-column sum of products of SE, PER, LIN (each product
+    with its own ``ConstantKernel`` variance, ``WhiteKernel`` noise), or None."""
+    from sklearn.gaussian_process import kernels as sk
+
+    factors = {"SE": sk.RBF, "PER": sk.ExpSineSquared, "LIN": sk.DotProduct}
+    total = None
+    for term in text.split("+"):
+        part = sk.ConstantKernel()
+        for name in term.split("*"):
+            if name.strip() not in factors:
+                return None
+            part = part * factors[name.strip()]()
+        total = part if total is None else total + part
+    return None if total is None else total + sk.WhiteKernel()
+
+
+def _sklearn_fits(X: Any, y: Any, kernels: list[str], seed: int) -> list[float | None] | None:
+    """scikit-learn's log marginal likelihood (standardised targets) per kernel (None where
+    it has no such kernel); None without scikit-learn or for several input columns."""
+    import importlib.util
+    import warnings
+
+    import numpy as np
+
+    if importlib.util.find_spec("sklearn") is None or X.shape[1] != 1:
+        return None
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    x = np.asarray(X, dtype=np.float64)  # the inputs as given, as users pass them
+    out: list[float | None] = []
+    for text in kernels:
+        kernel = _sklearn_kernel(text)
+        if kernel is None:
+            out.append(None)
+            continue
+        gpr = GaussianProcessRegressor(
+            kernel, n_restarts_optimizer=PEER_RESTARTS, normalize_y=True, random_state=seed
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gpr.fit(x, np.asarray(y, dtype=np.float64))
+        out.append(float(gpr.log_marginal_likelihood_value_))
+    return out
 
 
 def _slot(h: Any) -> int:
@@ -41,28 +101,47 @@ def _slot(h: Any) -> int:
     return list(base_symbol(h.symbol).param_names).index(h.name)
 
 
-def _report(results: list[Any], baseline: list[Any] | None, n: int) -> None:
-    """One block per kernel: hyperparameters, noise and LML (amortized | Type-2 ML)."""
+def _report(
+    results: list[Any],
+    baseline: list[Any] | None,
+    n: int,
+    auto: list[Any] | None = None,
+    sklearn: list[float | None] | None = None,
+) -> None:
+    """One block per kernel: hyperparameters, noise and LML (amortized | refine="auto" |
+    Type-2 ML | scikit-learn: its log marginal likelihood only)."""
     offset = results[0].normalization.lml_offset(n)
-    cols = ["amortized"] + (["Type-2 ML"] if baseline is not None else [])
+    cols = ["amortized"] + (["auto"] if auto is not None else [])
+    cols += ["Type-2 ML"] if baseline is not None else []
+    cols += ["scikit-learn"] if sklearn is not None else []
     for i, r in enumerate(results):
         emit("")
-        emit(f"{'kernel ' + r.kernel_text:<32}" + "".join(f"{c:>13}" for c in cols))
-        for h in r.table:
+        emit(f"{'kernel ' + r.kernel_text:<32}" + "".join(f"{c:>14}" for c in cols))
+        for j, h in enumerate(r.table):
             name = f"{h.symbol}.{h.name}" + (" (normalised)" if h.original is None else "")
             values = [h.original if h.original is not None else h.value]
+            if auto is not None:
+                a = auto[i].table[j]
+                values.append(a.original if a.original is not None else a.value)
             if baseline is not None:
                 bv = baseline[i].hyperparameters[(h.dim, h.addend, h.name)]
                 bo = r.normalization.to_original(h.dim, h.symbol, _slot(h), bv)
                 values.append(bo if bo is not None else bv)
-            emit(f"  {name:<30}" + "".join(f"{fmt(v):>13}" for v in values))
+            emit(f"  {name:<30}" + "".join(f"{fmt(v):>14}" for v in values))
         noise = [r.noise_original]
         lml = [r.log_marginal_likelihood_original]
+        if auto is not None:
+            noise.append(auto[i].noise_original)
+            lml.append(auto[i].log_marginal_likelihood_original)
         if baseline is not None:
             noise.append(r.normalization.noise_to_original(baseline[i].noise))
             lml.append(baseline[i].log_marginal_likelihood + offset)
-        emit(f"  {'noise variance':<30}" + "".join(f"{fmt(v):>13}" for v in noise))
-        emit(f"  {'log marginal likelihood':<30}" + "".join(f"{v:>13.2f}" for v in lml))
+        emit(f"  {'noise variance':<30}" + "".join(f"{fmt(v):>14}" for v in noise))
+        text = "".join(f"{v:>14.2f}" for v in lml)
+        if sklearn is not None:
+            sk = sklearn[i]
+            text += f"{'-' if sk is None else f'{sk + offset:.2f}':>14}"
+        emit(f"  {'log marginal likelihood':<30}" + text)
         if r.start != "network":
             emit(f"  {'amortized start':<30}{r.start}")
 
@@ -84,7 +163,12 @@ def _report(results: list[Any], baseline: list[Any] | None, n: int) -> None:
     multiple=True,
     help=f"Kernels to compare (default: {', '.join(DEMO_KERNELS)}).",
 )
-@click.option("--no-baseline", is_flag=True, help="Skip the Type-2 ML comparison.")
+@click.option(
+    "--no-baseline",
+    is_flag=True,
+    help=f"Skip the comparison ({PEER_LABEL} per kernel, and the amortized fit with "
+    "--refine auto).",
+)
 @json_option()
 @inference_options
 def demo(
@@ -101,7 +185,9 @@ def demo(
     refine: Refine,
     calibrate: bool,
 ) -> None:
-    """Airline passengers 1949-1960: amortized hyperparameters of several kernels next to Type-2 ML."""
+    """Airline passengers 1949-1960: amortized hyperparameters of several kernels next to
+    Type-2 ML by L-BFGS with 3 starts per kernel, and to the amortized fit with
+    --refine auto."""
     from amorgp.amortizer.io import read_csv
 
     if not no_plot:
@@ -120,16 +206,38 @@ def demo(
     t_amortized = time.perf_counter() - t0
     check_finite(results)
     baseline: list[Any] | None = None
-    t_baseline = math.nan
+    auto: list[Any] | None = None
+    sklearn: list[float | None] | None = None
+    t_baseline = t_auto = t_sklearn = math.nan
     if not no_baseline:
+        import torch
+
         from amorgp.baselines import fit_many
 
+        if refine != "auto":
+            t0 = time.perf_counter()
+            auto = run_inference(amz, table, chosen, "auto")
+            t_auto = time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
-            baseline = list(fit_many(table.X, table.y, chosen, "gp-ml", vocab=amz.vocabulary))
+            baseline = list(
+                fit_many(
+                    table.X,
+                    table.y,
+                    chosen,
+                    PEER,
+                    vocab=amz.vocabulary,
+                    generator=torch.Generator().manual_seed(seed),
+                    restarts=PEER_RESTARTS,
+                    space="log",
+                )
+            )
         except ValueError as err:
             raise click.ClickException(f"Type-2 ML failed: {err}") from None
         t_baseline = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sklearn = _sklearn_fits(table.X, table.y, chosen, seed)
+        t_sklearn = time.perf_counter() - t0
     n = table.X.shape[0]
     best = max(range(len(results)), key=lambda i: results[i].log_marginal_likelihood)
     if as_json:
@@ -154,6 +262,24 @@ def demo(
                 for r, b in zip(results, baseline, strict=True)
             ]
             fields["type2ml_time_s"] = t_baseline
+            fields["type2ml_method"] = {
+                "method": PEER,
+                "restarts": PEER_RESTARTS,
+                "space": "log",
+            }
+        if sklearn is not None:
+            fields["sklearn"] = [
+                {
+                    "kernel": k,
+                    "log_marginal_likelihood": v,
+                    "log_marginal_likelihood_original": None if v is None else v + offset,
+                }
+                for k, v in zip(chosen, sklearn, strict=True)
+            ]
+            fields["sklearn_time_s"] = t_sklearn
+        if auto is not None:
+            fields["refine_auto"] = [r.to_dict() for r in auto]
+            fields["refine_auto_time_s"] = t_auto
         emit(json_text(json_document("demo", fields), indent=2))
         if not no_plot:
             from amorgp.cli._plots import plot_demo
@@ -170,7 +296,7 @@ def demo(
         "hyperparameters in original units (years, thousands of passengers); LIN terms have "
         "no exact original-unit value and are shown normalised"
     )
-    _report(results, baseline, n)
+    _report(results, baseline, n, auto, sklearn)
     emit("")
     line = f"time for {len(chosen)} kernels: amortized {1e3 * t_amortized:.1f} ms"
     if calibrate:
@@ -178,9 +304,38 @@ def demo(
     if any(r.refine_status != "none" for r in results):
         steps = ", ".join(str(r.refine_steps) for r in results)
         line += f" (incl. L-BFGS refinement: {steps} iterations)"
+    if auto is not None:
+        line += f"; --refine auto {1e3 * t_auto:.1f} ms"
     if baseline is not None:
-        line += f", Type-2 ML (Adam, <= 150 steps) {1e3 * t_baseline:.1f} ms, speed-up x{t_baseline / t_amortized:.1f}"
+        line += (
+            f"; {PEER_LABEL} {1e3 * t_baseline:.1f} ms, speed-up x{t_baseline / t_amortized:.1f}"
+        )
+        if auto is not None:
+            line += f" (--refine auto: x{t_baseline / t_auto:.1f})"
+    if sklearn is not None:
+        line += f"; {SKLEARN_LABEL} {1e3 * t_sklearn:.1f} ms"
     emit(line)
+    if baseline is not None:
+        offset = results[0].normalization.lml_offset(n)
+        lml_peer = [b.log_marginal_likelihood + offset for b in baseline]
+        for label, res in (("amortized", results), ("--refine auto", auto)):
+            if res is None:
+                continue
+            ahead = sum(
+                r.log_marginal_likelihood_original >= p - 0.5
+                for r, p in zip(res, lml_peer, strict=True)
+            )
+            text = (
+                f"{label}: log marginal likelihood within 0.5 of {PEER_LABEL} or above in "
+                f"{ahead} of {len(res)} kernels"
+            )
+            if sklearn is not None and any(v is not None for v in sklearn):
+                pairs = [(r, v) for r, v in zip(res, sklearn, strict=True) if v is not None]
+                ahead_sk = sum(
+                    r.log_marginal_likelihood_original >= v + offset - 0.5 for r, v in pairs
+                )
+                text += f", of scikit-learn in {ahead_sk} of {len(pairs)}"
+            emit(text)
     periods = [h.original for h in results[best].table if h.name.endswith("period")]
     if periods:
         emit(

@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import re
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 from botorch.fit import fit_gpytorch_mll
-from botorch.models import SingleTaskGP
+from botorch.models import ModelListGP, SingleTaskGP
 from botorch.optim.fit import fit_gpytorch_mll_scipy
 from torch import Tensor
 
 from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.results import KernelResult
 from amorgp.gpytorch.kernels import _assign, read_kernel
-from amorgp.gpytorch.lean import LeanObjective
+from amorgp.gpytorch.lean import LeanObjective, fixed_noise
 from amorgp.kernel_grammar import OptionError
-from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.likelihoods import GaussianLikelihood
+from gpytorch.likelihoods.noise_models import HomoskedasticNoise
+from gpytorch.mlls import ExactMarginalLogLikelihood, SumMarginalLogLikelihood
 
 __all__ = [
     "REFINE_STEPS",
@@ -31,6 +35,8 @@ __all__ = [
     "initialize_gpytorch",
     "model_data",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1)
@@ -107,9 +113,16 @@ def initialize_gpytorch(
     writes them, each clamped into its GPyTorch constraint.  Priors and the mean are
     left as they are.  Then ``fit_gpytorch_mll`` can run from there.
 
+    A fixed-noise likelihood (BoTorch's ``SingleTaskGP(X, Y, train_Yvar=...)``:
+    ``FixedNoiseGaussianLikelihood``) keeps its known noise: the noise is not a free
+    hyperparameter, so the network's noise and the calibration (whose exact scale and
+    noise assume one free homoskedastic noise) are not used and the kernel is written
+    as the network predicts it.
+
     Args:
         model: a GPyTorch ``ExactGP`` (e.g. BoTorch's ``SingleTaskGP``) with a
-            ``GaussianLikelihood``.
+            ``GaussianLikelihood`` or a ``FixedNoiseGaussianLikelihood`` (without
+            additional learned noise).
         train_X, train_Y: the training data (default: the model's own).
         amortizer: the network (default: :func:`default_amortizer`).
         refine: L-BFGS steps of amorgp's Type-2 ML after the network.
@@ -125,12 +138,27 @@ def initialize_gpytorch(
         not the result's).
 
     Raises:
-        OptionError: a kernel outside the vocabulary, or a multi-output model.
+        OptionError: a kernel outside the vocabulary, a multi-output model, or a
+            likelihood other than these two.
     """
+    lik = getattr(model, "likelihood", None)
+    fixed = fixed_noise(lik) is not None
+    if not fixed and not (
+        isinstance(lik, GaussianLikelihood)
+        and isinstance(getattr(lik, "noise_covar", None), HomoskedasticNoise)
+    ):
+        raise OptionError(
+            f"{type(lik).__name__}: the amortized start needs a GaussianLikelihood with a "
+            "homoskedastic noise or a FixedNoiseGaussianLikelihood"
+        )
     X, y = model_data(model, train_X, train_Y)
     kmap = read_kernel(model.covar_module, X.shape[1])
     amz = amortizer if amortizer is not None else default_amortizer()
     calibrate = amz.calibrate if calibrate is None else calibrate
+    if fixed:
+        res = amz.infer(X, y, kmap.structure, refine=refine, calibrate=False, evaluate_lml=False)
+        kmap.write(_model_units(res))
+        return res
     # a tree that cannot hold a global scale (BoTorch's default RBF) gets the noise alone
     # calibrated, below, rather than a scale it would drop
     scaled = calibrate and kmap.holds_scale()
@@ -250,6 +278,20 @@ class AmortizedFit:
     the reason (once per cause) and BoTorch's ``fit_gpytorch_mll`` runs instead;
     :attr:`fallbacks` counts those.  Other exceptions (bugs) propagate.
 
+    Two starts (``model_start=True``, the default): the model's own hyperparameters when
+    the fit is called (for a new BoTorch model, BoTorch's initial values: the start
+    ``fit_gpytorch_mll`` refines) and the network's (calibrated) start are scored by the
+    model's objective in one batched evaluation, and the better one is refined, so the
+    network's start never leaves the fit below where the model's own start would begin.
+    :attr:`last_start` says which won (``"network"`` or ``"model"``),
+    :attr:`model_starts` counts the fits the model's start won; both are logged at
+    ``DEBUG`` (logger ``amorgp.gpytorch.fit``).
+
+    A fixed-noise model (``SingleTaskGP(X, Y, train_Yvar=...)``) keeps its known noise
+    (see :func:`initialize_gpytorch`).  A ``SumMarginalLogLikelihood`` of a
+    ``ModelListGP`` is fitted one sub-model after another, as ``fit_gpytorch_mll`` does,
+    each with its own start and, where it fails, its own fallback.
+
     Attributes:
         refine_steps: L-BFGS-B iterations at most after the amortized start (0: none).
         amortizer: the network (default: :func:`default_amortizer`).
@@ -258,12 +300,16 @@ class AmortizedFit:
         calibrate: start from the calibrated prediction (exact Type-2 ML scale and noise
             given the network's other hyperparameters; :func:`initialize_gpytorch`);
             ``None``: the amortizer's own setting (on for the bundled default).
-        calls: fits run.
+        model_start: also score the model's own start and refine the better of the two.
+        calls: fits run (one per model; a model list counts each sub-model).
         fallbacks: fits that fell back to ``fit_gpytorch_mll``.
         slow_refines: refines run through BoTorch's scipy fit (model outside the lean
             objective).
         abnormal_stops: lean refines that scipy stopped abnormally (a failed line search;
             the parameters are the best found, no fallback).
+        model_starts: fits whose refine began at the model's own start (it scored higher
+            than the network's).
+        last_start: the start the last fit refined: ``"network"`` or ``"model"``.
         last_error: why the last fallback happened.
     """
 
@@ -272,39 +318,92 @@ class AmortizedFit:
     ftol: float = 2.220446e-9
     gtol: float = 1e-5
     calibrate: bool | None = None
+    model_start: bool = True
     calls: int = 0
     fallbacks: int = 0
     slow_refines: int = 0
     abnormal_stops: int = 0
+    model_starts: int = 0
+    last_start: str = ""
     last_error: str = ""
 
-    def __call__(
-        self, mll: ExactMarginalLogLikelihood, **kwargs: Any
-    ) -> ExactMarginalLogLikelihood:
+    def __call__(self, mll: Any, **kwargs: Any) -> Any:
         """Fit ``mll``'s model; ``kwargs`` go to the fallback ``fit_gpytorch_mll``."""
+        if isinstance(mll, SumMarginalLogLikelihood) and isinstance(mll.model, ModelListGP):
+            mll.train()
+            for sub in mll.mlls:
+                self(sub, **kwargs)
+            return mll.eval() if not any(sub.training for sub in mll.mlls) else mll
         self.calls += 1
-        model = mll.model
         state = {k: v.detach().clone() for k, v in mll.state_dict().items()}
         try:
+            if not isinstance(mll, ExactMarginalLogLikelihood):
+                raise OptionError(
+                    f"{type(mll).__name__}: the amortized fit takes an "
+                    "ExactMarginalLogLikelihood or a ModelListGP's SumMarginalLogLikelihood"
+                )
             mll.train()
-            initialize_gpytorch(model, amortizer=self.amortizer, calibrate=self.calibrate)
-            lean, trusted = self._refine(mll) if self.refine_steps > 0 else (None, False)
+            objective = self._start(mll, state)
+            lean, trusted = self._refine(mll, objective) if self.refine_steps > 0 else (None, False)
             if not trusted:
                 _check(mll, lean)
         except _FALLBACK_ERRORS as err:
             self.fallbacks += 1
             self.last_error = f"{type(err).__name__}: {err}"
+            self.last_start = ""
             mll.load_state_dict(state)
             _warn_fallback(err)
             return fit_gpytorch_mll(mll, **kwargs)
         return mll.eval()
 
-    def _refine(self, mll: ExactMarginalLogLikelihood) -> tuple[float | None, bool]:
+    def _start(
+        self, mll: ExactMarginalLogLikelihood, state: dict[str, Tensor]
+    ) -> LeanObjective | None:
+        """Write the start to the model: the network's, or (``model_start``) the better by
+        the model's objective of the network's and the model's own (``state``).  Returns
+        the lean objective of the model (None outside it)."""
+        model = mll.model
+        try:
+            objective: LeanObjective | None = LeanObjective(mll)
+        except OptionError:
+            objective = None
+        own = None if objective is None else objective.x0()
+        initialize_gpytorch(model, amortizer=self.amortizer, calibrate=self.calibrate)
+        self.last_start = "network"
+        if not self.model_start:
+            return objective
+        if objective is not None and own is not None:
+            # -MLL of [model's start, network's start] in one batched evaluation
+            values = objective.values(np.stack([own, objective.x0()]))
+            model_wins = bool(values[0] < values[1])
+        else:
+            network = -_objective(mll)
+            ours = {k: v.detach().clone() for k, v in mll.state_dict().items()}
+            mll.load_state_dict(state)
+            values = np.array([-_objective(mll), network])  # -MLL, as the lean values
+            model_wins = bool(values[0] < values[1])
+            if not model_wins:
+                mll.load_state_dict(ours)
+        if model_wins:
+            if objective is not None:
+                mll.load_state_dict(state)
+            self.model_starts += 1
+            self.last_start = "model"
+        _log.debug(
+            "amortized fit: -MLL of the model's start %.6g, of the network's %.6g; "
+            "refining the %s's",
+            values[0],
+            values[1],
+            self.last_start,
+        )
+        return objective
+
+    def _refine(
+        self, mll: ExactMarginalLogLikelihood, objective: LeanObjective | None
+    ) -> tuple[float | None, bool]:
         """The L-BFGS-B iterations: ``(final MLL of the lean objective or None, whether
         that value needs no check against the model's own MLL)``."""
-        try:
-            objective = LeanObjective(mll)
-        except OptionError:
+        if objective is None:
             self.slow_refines += 1
             fit_gpytorch_mll_scipy(
                 mll,
@@ -331,10 +430,17 @@ def _check(mll: ExactMarginalLogLikelihood, lean: float | None) -> None:
 
 
 def _objective(mll: ExactMarginalLogLikelihood) -> float:
+    """The model's own MLL (GPyTorch's; ``-inf`` where it cannot be evaluated)."""
+    from linear_operator.utils.errors import NanError, NotPSDError
+
     model = mll.model
-    with torch.no_grad():
-        out = model(*model.train_inputs)
-        return float(mll(out, model.train_targets))
+    try:
+        with torch.no_grad():
+            out = model(*model.train_inputs)
+            value = float(mll(out, model.train_targets))
+    except (NanError, NotPSDError):
+        return -math.inf
+    return value if math.isfinite(value) else -math.inf
 
 
 def fit_amortized(

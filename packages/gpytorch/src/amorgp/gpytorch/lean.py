@@ -18,8 +18,11 @@ L-BFGS-B on the flat raw-parameter vector and writes the result to the model onc
 
 Supported: ``RBFKernel``, ``PeriodicKernel``, ``LinearKernel``, ``ConstantKernel``,
 ``ScaleKernel``, ``AdditiveKernel`` and ``ProductKernel`` (with ``active_dims``, non-batched);
-``ConstantMean``/``ZeroMean``; a homoskedastic ``GaussianLikelihood``; priors on any of
-their parameters; input transforms without trainable parameters.  Anything else raises
+``ConstantMean``/``ZeroMean``; a homoskedastic ``GaussianLikelihood`` or a
+``FixedNoiseGaussianLikelihood`` without additional learned noise (BoTorch's
+``SingleTaskGP(X, Y, train_Yvar=...)``: the known per-point noise is added to the kernel's
+diagonal and is not a free hyperparameter); priors on any of their parameters; input
+transforms without trainable parameters.  Anything else raises
 :class:`~amorgp.kernel_grammar.OptionError` when the objective is built.
 """
 
@@ -42,8 +45,8 @@ import gpytorch.kernels as gk
 from amorgp.gpytorch.lean_rbf import GPYTORCH_JITTER, RBFObjective
 from amorgp.kernel_grammar import OptionError
 from amorgp.lazy_kernels import Posterior
-from gpytorch.likelihoods import GaussianLikelihood
-from gpytorch.likelihoods.noise_models import HomoskedasticNoise
+from gpytorch.likelihoods import FixedNoiseGaussianLikelihood, GaussianLikelihood
+from gpytorch.likelihoods.noise_models import FixedGaussianNoise, HomoskedasticNoise
 from gpytorch.means import ConstantMean, ZeroMean
 from gpytorch.priors import GammaPrior, LogNormalPrior, NormalPrior
 
@@ -90,8 +93,15 @@ class LeanObjective:
         model = mll.model
         self.model = model
         lik = mll.likelihood
-        if type(lik) is not GaussianLikelihood or type(lik.noise_covar) is not HomoskedasticNoise:
-            raise OptionError(f"{type(lik).__name__}: only a homoskedastic GaussianLikelihood")
+        fixed = fixed_noise(lik)
+        homoskedastic = (
+            type(lik) is GaussianLikelihood and type(lik.noise_covar) is HomoskedasticNoise
+        )
+        if fixed is None and not homoskedastic:
+            raise OptionError(
+                f"{type(lik).__name__}: only a homoskedastic GaussianLikelihood or a "
+                "FixedNoiseGaussianLikelihood without additional noise"
+            )
         if list(model.added_loss_terms()):
             raise OptionError("a model with added loss terms")
         X, y = model.train_inputs[0], model.train_targets
@@ -107,7 +117,15 @@ class LeanObjective:
             Xt = model.transform_inputs(X) if hasattr(model, "transform_inputs") else X
         self.X = Xt.detach().to(torch.float64)
         self.y = y.detach().to(torch.float64)
-        self.noise_module = lik.noise_covar
+        #: the likelihood's noise module (None: the noise is fixed, :attr:`fixed_noise`)
+        self.noise_module = None if fixed is not None else lik.noise_covar
+        #: the known per-point noise variances ``(n,)`` of a fixed-noise likelihood
+        self.fixed_noise = None if fixed is None else fixed.to(torch.float64)
+        if self.fixed_noise is not None and self.fixed_noise.shape != self.y.shape:
+            raise OptionError(
+                f"fixed noise of shape {tuple(self.fixed_noise.shape)} for "
+                f"{self.y.shape[0]} targets"
+            )
         self.params = [p for _, p in mll.named_parameters() if p.requires_grad]
         self.bounds = _bounds(mll, self.params)
         self.closed_form: RBFObjective | None = None
@@ -134,8 +152,14 @@ class LeanObjective:
         """The MLL (a 0-d tensor) with the raw parameters in ``vals`` (others: the model's)."""
         get = _Getter(vals, used)
         X, y, n = self.X, self.y, self.y.shape[0]
-        noise = get(self.noise_module, "noise").reshape(())
-        out = _gaussian_log_density(self._kernel(X, get), y - self._mean(X, get), noise)
+        K = self._kernel(X, get)
+        if self.noise_module is None:
+            assert self.fixed_noise is not None
+            K = K + torch.diag(self.fixed_noise)
+            noise = torch.zeros((), dtype=torch.float64)
+        else:
+            noise = get(self.noise_module, "noise").reshape(())
+        out = _gaussian_log_density(K, y - self._mean(X, get), noise)
         for prior in self._priors:
             out = out + prior(get)
         return out / n
@@ -150,6 +174,24 @@ class LeanObjective:
             vals[id(p)] = theta[i : i + p.numel()].reshape(p.shape)
             i += p.numel()
         return vals
+
+    def values(self, thetas: np.ndarray) -> np.ndarray:
+        """``-MLL`` at each row of the flat raw parameters ``thetas (B, p)`` (``inf`` where
+        it is not finite): one batched evaluation on the closed form, one evaluation per
+        row otherwise."""
+        thetas = np.atleast_2d(np.asarray(thetas, dtype=np.float64))
+        if self.closed_form is not None:
+            return self.closed_form.values(thetas)
+        out = np.empty(thetas.shape[0])
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", NumericalWarning)
+            for i, theta in enumerate(thetas):
+                try:
+                    value = -float(self._evaluate(self._unflatten(torch.from_numpy(theta))))
+                except (NanError, NotPSDError):
+                    value = math.inf
+                out[i] = value if math.isfinite(value) else math.inf
+        return out
 
     def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """``(-MLL, -dMLL/dtheta)`` at the flat raw parameters ``theta`` (scipy's form)."""
@@ -214,6 +256,19 @@ class LeanObjective:
             ):
                 p.copy_(v.to(p))
         return LeanResult(-fun, int(out.nit), int(out.nfev), str(out.message), int(out.status))
+
+
+def fixed_noise(likelihood: Any) -> Tensor | None:
+    """The known per-point noise variances ``(n,)`` of a ``FixedNoiseGaussianLikelihood``
+    without additional learned noise (BoTorch's ``SingleTaskGP(..., train_Yvar=...)``),
+    else None."""
+    if (
+        type(likelihood) is FixedNoiseGaussianLikelihood
+        and type(likelihood.noise_covar) is FixedGaussianNoise
+        and getattr(likelihood, "second_noise_covar", None) is None
+    ):
+        return likelihood.noise_covar.noise.detach().reshape(-1)
+    return None
 
 
 def _gaussian_log_density(K: Tensor, r: Tensor, noise: Tensor) -> Tensor:

@@ -72,10 +72,14 @@ class RBFObjective:
         if nls not in (1, d):
             raise OptionError(f"{nls} lengthscales for {d} input columns")
         mean = model.mean_module
-        holders = [("lengthscale", rbf, 0), ("noise", lean.noise_module, nls + 1)]
+        holders = [("lengthscale", rbf, 0)]
+        if lean.noise_module is not None:
+            holders += [("noise", lean.noise_module, nls + 1)]
+        # a fixed-noise likelihood: the known per-point noise on K's diagonal, sigma^2 = 0
+        self.fixed = None if lean.fixed_noise is None else lean.fixed_noise.numpy()
         holders += [("outputscale", scale, nls)] if scale is not None else []
         holders += [("constant", mean, nls + 2)] if hasattr(mean, "raw_constant") else []
-        self.v0 = np.array([1.0] * (nls + 1) + [1.0, 0.0])
+        self.v0 = np.array([1.0] * (nls + 1) + [0.0 if self.fixed is not None else 1.0, 0.0])
         owners: dict[int, tuple[Any, int, int]] = {}  # id(raw) -> (constraint, start, size)
         for kind, mod, start in holders:
             raw = getattr(mod, f"raw_{kind}")
@@ -101,23 +105,52 @@ class RBFObjective:
         self.y = lean.y.numpy()
         self.n, self.nls = n, nls
 
-    def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """``(-MLL, -dMLL/dtheta)`` at the flat raw parameters ``theta``."""
-        n, nls = self.n, self.nls
-        v = self.v0.copy()
+    def _values(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
+        """The value vector(s) ``v`` of the raw parameters ``theta`` (``(p,)`` or
+        ``(B, p)``) and ``dv/dtheta``."""
+        v = np.broadcast_to(self.v0, (*theta.shape[:-1], self.v0.size)).copy()
         dv: np.ndarray | float = 1.0
         if self.enf.any():  # softplus(raw) + lower (linear above 20, as torch's)
             big = theta > 20.0
             sp = np.where(big, theta, np.logaddexp(0.0, theta)) + self.low
-            v[self.idx] = np.where(self.enf, sp, theta)
+            v[..., self.idx] = np.where(self.enf, sp, theta)
             dv = np.where(self.enf & ~big, 1.0 / (1.0 + np.exp(-theta)), 1.0)
         else:
-            v[self.idx] = theta
+            v[..., self.idx] = theta
+        return v, dv
+
+    def values(self, thetas: np.ndarray) -> np.ndarray:
+        """``-MLL`` at each row of ``thetas (B, p)`` in one batched evaluation (one batched
+        Cholesky); ``inf`` where a matrix cannot be factored."""
+        n, nls = self.n, self.nls
+        V, _ = self._values(np.asarray(thetas, dtype=np.float64))
+        ls, os = V[:, :nls], V[:, nls]
+        K = os[:, None, None] * np.exp((1.0 / (ls * ls)) @ self.Dh.T).reshape(-1, n, n)
+        if self.fixed is not None:
+            K[:, np.arange(n), np.arange(n)] += self.fixed
+        post = Posterior.dense(
+            torch.from_numpy(K),
+            torch.from_numpy(self.y[None, :] - V[:, nls + 2 : nls + 3]),
+            torch.from_numpy(V[:, nls + 1].copy()),
+            jitter_ladder=GPYTORCH_JITTER,
+        )
+        lml = post.log_marginal_likelihood().numpy()
+        lml = lml + np.array([self.priors.add_to(v, np.zeros(v.size)) for v in V])
+        out = -lml / n
+        return np.where(np.isfinite(out), out, np.inf)
+
+    def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """``(-MLL, -dMLL/dtheta)`` at the flat raw parameters ``theta``."""
+        n, nls = self.n, self.nls
+        v, dv = self._values(theta)
         ls, os, noise = v[:nls], v[nls], v[nls + 1]
         E = np.exp(self.Dh @ (1.0 / (ls * ls))).reshape(n, n)
         r = self.y - v[nls + 2]
+        K = os * E
+        if self.fixed is not None:
+            K[np.diag_indices(n)] += self.fixed
         post = Posterior.dense(
-            torch.from_numpy(os * E),
+            torch.from_numpy(K),
             torch.from_numpy(r),
             float(noise),
             jitter_ladder=GPYTORCH_JITTER,
