@@ -10,7 +10,9 @@ hyperparameter lives in the modules, so that :meth:`KernelMap.write` sets them a
 
 Conventions (GPyTorch -> this project, one dimension):
 
-* ``RBFKernel`` (lengthscale ``l``) = ``exp(-r^2 / (2 l^2))``, the same ``l``.
+* ``RBFKernel`` (lengthscale ``l``) = ``exp(-r^2 / (2 l^2))``, the same ``l``;
+  ``MaternKernel(nu=2.5)`` = ``(1 + sqrt5 r/l + 5 r^2/(3 l^2)) exp(-sqrt5 r/l)`` (``MAT52``),
+  the same ``l``.
 * ``PeriodicKernel`` computes ``exp(-2 sin^2(pi r / p) / l_gp)`` (its code, 1.11-1.15), the
   project's ``exp(-sin^2(pi r / p) / (2 l^2))`` needs ``l_gp = 4 l^2``.
 * ``LinearKernel`` (variance ``v``) ``+ ConstantKernel`` (``c``) = ``v x x' + c``; LIN alone
@@ -150,7 +152,7 @@ class KernelMap:
         s2 = v["variance"]
         for f, loc in t.factors.items():
             p = {k: v[name] for k, name in spec.factor_param_names(f).items()}
-            if f == "SE":
+            if f in _LENGTHSCALE_ONLY:
                 self._stage(loc[0], "lengthscale", loc[1], p["lengthscale"])
             elif f == "PER":
                 self._stage(loc[0], "lengthscale", loc[1], 4.0 * p["lengthscale"] ** 2)
@@ -172,7 +174,7 @@ class KernelMap:
         v: dict[str, float] = {"variance": a}
         for f, loc in t.factors.items():
             names = spec.factor_param_names(f)
-            if f == "SE":
+            if f in _LENGTHSCALE_ONLY:
                 v[names["lengthscale"]] = _column(loc[0].lengthscale, loc[1])
             elif f == "PER":
                 v[names["lengthscale"]] = math.sqrt(_column(loc[0].lengthscale, loc[1]) / 4.0)
@@ -193,6 +195,10 @@ class KernelMap:
             self._pending[key][2].append(value)
         else:
             self._pending[key][1].reshape(-1)[col] = value
+
+
+_LENGTHSCALE_ONLY = ("SE", "MAT52")
+"""Factors whose GPyTorch module holds exactly the project's lengthscale."""
 
 
 def _has_holder(t: _Term) -> bool:
@@ -243,8 +249,19 @@ def _parse(k: gk.Kernel, d: int, top: bool) -> tuple[dict[int, list[_Term]], Any
             "a ScaleKernel over several dimensions or addends is only understood at the "
             "root of the kernel"
         )
-    if isinstance(k, (gk.RBFKernel, gk.PeriodicKernel)):
-        f = "SE" if isinstance(k, gk.RBFKernel) else "PER"
+    if isinstance(k, gk.MaternKernel) and float(k.nu) != 2.5:
+        raise OptionError(
+            f"MaternKernel(nu={k.nu}) is outside the amortizer's vocabulary: its Matérn "
+            "kernel is MAT52 (nu=2.5)"
+        )
+    if isinstance(k, (gk.RBFKernel, gk.PeriodicKernel, gk.MaternKernel)):
+        f = (
+            "SE"
+            if isinstance(k, gk.RBFKernel)
+            else "MAT52"
+            if isinstance(k, gk.MaternKernel)
+            else "PER"
+        )
         cols = _columns(k, d)
         ard = k.ard_num_dims is not None and k.ard_num_dims > 1
         return {c: [_Term(c, {f: (k, i if ard else None)})] for i, c in enumerate(cols)}, None
@@ -289,7 +306,8 @@ def _parse(k: gk.Kernel, d: int, top: bool) -> tuple[dict[int, list[_Term]], Any
         return out, None
     raise OptionError(
         f"{name} is outside the amortizer's vocabulary (RBFKernel, PeriodicKernel, "
-        "LinearKernel (+ ConstantKernel), their sums and products, ScaleKernel)"
+        "MaternKernel(nu=2.5), LinearKernel (+ ConstantKernel), their sums and products, "
+        "ScaleKernel)"
     )
 
 
