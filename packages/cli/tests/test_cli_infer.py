@@ -97,7 +97,7 @@ def test_infer_table(data_2d: Path, tiny_checkpoint: Path) -> None:
             "out of range for data with 1 input dimension",
         ),
         ("t,v\n1,2\n2,3\n4,5\n", ["-k", "SE + "], 2, "--kernel"),
-        ("t,v\n1,2\n2,3\n4,5\n", ["-k", "MAT52"], 2, "not in vocabulary"),
+        ("t,v\n1,2\n2,3\n4,5\n", ["-k", "RQ"], 2, "not in vocabulary"),
     ],
 )
 def test_infer_errors(
