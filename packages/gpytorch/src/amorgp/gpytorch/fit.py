@@ -18,6 +18,7 @@ from botorch.optim.fit import fit_gpytorch_mll_scipy
 from torch import Tensor
 
 from amorgp.amortizer.inference import Amortizer
+from amorgp.amortizer.multistart import has_periodic
 from amorgp.amortizer.results import KernelResult
 from amorgp.gpytorch.kernels import _assign, read_kernel
 from amorgp.gpytorch.lean import LeanObjective, fixed_noise
@@ -156,13 +157,21 @@ def initialize_gpytorch(
     amz = amortizer if amortizer is not None else default_amortizer()
     calibrate = amz.calibrate if calibrate is None else calibrate
     if fixed:
-        res = amz.infer(X, y, kmap.structure, refine=refine, calibrate=False, evaluate_lml=False)
+        res = amz.infer(
+            X, y, kmap.structure, refine=refine, calibrate=False, evaluate_lml=False, starts=1
+        )
         kmap.write(_model_units(res))
         return res
     # a tree that cannot hold a global scale (BoTorch's default RBF) gets the noise alone
     # calibrated, below, rather than a scale it would drop
     scaled = calibrate and kmap.holds_scale()
-    res = amz.infer(X, y, kmap.structure, refine=refine, calibrate=scaled, evaluate_lml=False)
+    # the null starts of the multi-start are left out here: the model's own start plays
+    # their part (AmortizedFit scores it beside the network's); periodic kernels keep
+    # their periodogram starts
+    starts = None if has_periodic(kmap.structure) else 1
+    res = amz.infer(
+        X, y, kmap.structure, refine=refine, calibrate=scaled, evaluate_lml=False, starts=starts
+    )
     want = _model_units(res)
     kmap.write(want)
     noise = res.noise_original
