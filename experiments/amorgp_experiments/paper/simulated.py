@@ -75,7 +75,8 @@ def _method_params(
         return (b.params, b.noise), 0.0
     model = method.split("@", 1)[1] if "@" in method else ctx.config.model
     amz = ctx.amortizer(model, solo=method.startswith("network@"))
-    preds = [network_parameters_batch(net, gb) for net in (amz.model, *amz.candidates.values())]
+    nets = (amz.model, *amz.candidates.values())
+    preds = [network_parameters_batch(net, in_vocabulary(gb, net.vocabulary)) for net in nets]
     if len(preds) == 1:
         params, noise = preds[0]
     else:
@@ -83,6 +84,18 @@ def _method_params(
     if method.split("@", 1)[0].endswith("+calibrate"):
         params, noise = calibrate_pairs(gb, params, noise)
     return (params, noise), time.perf_counter() - t0
+
+
+def in_vocabulary(batch: PaddedBatch, vocab: Any) -> PaddedBatch:
+    """``batch`` with its symbol ids in ``vocab``'s numbering (the same symbols by name;
+    addend order is unchanged where ``vocab`` orders the batch's symbols alike, as every
+    vocabulary that extends the paper's does)."""
+    import dataclasses
+
+    if batch.vocab.symbols == vocab.symbols:
+        return batch
+    ids = torch.tensor([0, *(vocab.id(name) for name in batch.vocab.symbols)])
+    return dataclasses.replace(batch, symbols=ids[batch.symbols.long()], vocab=vocab)
 
 
 def calibrate_pairs(batch: PaddedBatch, params: Tensor, noise: Tensor) -> Params:
@@ -156,7 +169,9 @@ def simulated_cells(
                 continue
             settings["model"] = ident
         hashes[m] = config_hash(settings)
-    vocab = ctx.amortizer().vocabulary
+    from amorgp.kernel_grammar import PAPER_VOCABULARY
+
+    vocab = PAPER_VOCABULARY  # the paper's experiment; each network reads it in its own ids
     cfg = SimulatorConfig(**fields, n_test=50, positive_ratio=1.0, vocabulary=vocab)
     chunks = simulated_pairs(cfg, pairs, seed)
     out: dict[str, dict[str, Any]] = {
