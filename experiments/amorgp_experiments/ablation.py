@@ -110,7 +110,9 @@ def run_sources(
         kernels = KERNELS[ds.kind]
         for seed in splits:
             Xtr, ytr, Xte, yte = _cell_data(ds, seed)
-            jobs = [(name, amz, steps, 1) for name, amz in amortizers.items() for steps in refine]
+            jobs: list[tuple[str, Any, int, int | None]] = [
+                (name, amz, steps, 1) for name, amz in amortizers.items() for steps in refine
+            ]
             if defaults is not None:
                 jobs.append(("defaults", defaults, 0, None))
             for name, amz, steps, starts in jobs:
@@ -163,7 +165,7 @@ def reference_rows(
     if vocabulary is None:
         vocabulary = Amortizer.from_pretrained(device="cpu").vocabulary
     fitters = [Amortizer(NullNetwork(vocabulary, rule), {}, device="cpu") for rule in NULL_RULES]
-    rows = []
+    rows: list[Row] = []
     for ds in datasets:
         kernels = KERNELS[ds.kind]
         for seed in splits:
