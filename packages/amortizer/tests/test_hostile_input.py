@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +44,9 @@ def test_an_architecture_beyond_the_bounds_is_refused_before_building(
     tmp_path: Path, tiny_checkpoint: Path, edit: dict[str, object], message: str
 ) -> None:
     ckpt = _edited_copy(tiny_checkpoint, tmp_path / "ck", edit)
-    start = time.perf_counter()
     for verify in (True, False):
         with pytest.raises(CheckpointError, match=message):
             load_checkpoint(ckpt, verify=verify)
-    assert time.perf_counter() - start < 5.0
 
 
 def test_the_bounds_admit_the_presets() -> None:
@@ -142,10 +139,8 @@ def test_too_many_columns_is_one_short_message(tmp_path: Path) -> None:
     cols = 20_000
     header = ",".join(f"c{j}" for j in range(cols))
     wide.write_text(header + "\n" + "\n".join(",".join(["1"] * cols) for _ in range(4)) + "\n")
-    start = time.perf_counter()
     with pytest.raises(DataError) as info:
         amz_io.read_csv(wide)
-    assert time.perf_counter() - start < 2.0
     assert str(info.value) == f"{wide}, line 1: {cols} columns; at most 1024 are supported"
 
 
