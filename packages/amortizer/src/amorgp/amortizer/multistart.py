@@ -343,9 +343,11 @@ def multistart(
     cands = period_candidates(Xs, ys) if starts > 1 and any(periodic) else []
     owner, names, alt = [], [], []
     nulls = []
-    if starts > 1:  # the null starts of every kernel (null_starts.py)
+    if starts > 1:  # the null starts of every kernel (null_starts.py); the periodogram's
+        # peaks are only read by periods, which only periodic kernels have: cands serves
         nulls = [
-            (rule, null_parameters(rule, Xs, ys, structures, vocabulary)[0]) for rule in NULL_RULES
+            (rule, null_parameters(rule, Xs, ys, structures, vocabulary, cands)[0])
+            for rule in NULL_RULES
         ]
     for k in range(K):  # per kernel: a few starts each
         extra = _starts_of(p64[k], sym[k], msk[k], tables, cands, starts)  # type: ignore[arg-type]

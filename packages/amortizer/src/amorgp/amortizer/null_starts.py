@@ -131,21 +131,25 @@ def null_parameters(
     yn: Tensor,
     structures: Sequence[DimWiseStructure],
     vocabulary: Vocabulary,
+    candidates: Sequence[tuple[int, float, float]] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The null rule's ``params (K, d, L, P)`` and ``noise (K,)`` (float64) for the ``K``
-    structures on the normalised dataset ``Xn (n, d)``, ``yn (n,)``."""
+    structures on the normalised dataset ``Xn (n, d)``, ``yn (n,)``.
+
+    ``candidates``: the dataset's periodogram peaks if already computed
+    (:func:`~amorgp.amortizer.periodogram.period_candidates` of ``Xn``, ``yn``); ``None``
+    computes them here."""
     net = NullNetwork(vocabulary, rule)
     n, d = Xn.shape
     dev = Xn.device
     ones = torch.ones(1, n, dtype=torch.bool, device=dev)
-    enc = net.encode_dataset(
-        SimpleNamespace(  # type: ignore[arg-type]
-            X=Xn[None],
-            y=yn[None],
-            point_mask=ones,
-            dim_mask=torch.ones(1, d, dtype=torch.bool, device=dev),
+    dims = torch.ones(1, d, dtype=torch.bool, device=dev)
+    if candidates is None:
+        enc = net.encode_dataset(
+            SimpleNamespace(X=Xn[None], y=yn[None], point_mask=ones, dim_mask=dims)  # type: ignore[arg-type]
         )
-    )
+    else:
+        enc = net.encoding(Xn[None], ones, dims, [candidates])
     sym, msk = (torch.as_tensor(t, device=dev) for t in encode(structures, vocabulary))
     pred = net.decode(enc.expand(len(structures)), sym, msk)
     return pred.params.to(torch.float64), pred.noise.to(torch.float64)
