@@ -303,3 +303,32 @@ def test_unknown_weight_storage_type_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="not a storage type"):
         save_checkpoint(tmp_path / "c", model, NET, weights_dtype=torch.int8)
     assert not (tmp_path / "c").exists()
+
+
+def test_an_architecture_larger_than_its_weights_is_refused_before_it_is_built(
+    tmp_path: Path,
+) -> None:
+    """An edited ``checkpoint.json`` whose network would hold far more weights than the
+    file stores is refused by the bounded build, before the big tensors are allocated
+    (``d_data = 8192`` with 64 blocks per stage would take tens of gigabytes)."""
+    model, _ = _trained()
+    path = save_checkpoint(tmp_path / "c", model, NET)
+    meta = json.loads((path / "checkpoint.json").read_text())
+    meta["network"].update(d_data=8192, n_heads=4, data_blocks=[64, 64, 64, 64])
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"needs more than the [\d,]+ weights stored"):
+        load_checkpoint(path, verify=False)
+
+
+def test_bounded_build_counts_every_constructor() -> None:
+    """The bound is exact: the network builds under its own parameter count plus the
+    slack, and is refused under a smaller one."""
+    from amorgp.amortizer.checkpoint import BUILD_SLACK, _BoundedBuild
+    from amorgp.amortizer.model import build_model
+
+    count = sum(p.numel() for p in build_model(NET).parameters())
+    with _BoundedBuild(count + BUILD_SLACK, Path("x")):
+        built = build_model(NET)
+    assert sum(p.numel() for p in built.parameters()) == count
+    with pytest.raises(ValueError, match="needs more than"), _BoundedBuild(count // 2, Path("x")):
+        build_model(NET)

@@ -47,6 +47,7 @@ CASES = [
 def test_traced_forward_equals_eager_for_other_shapes(monkeypatch) -> None:
     model = _net()
     X, y, sym, mask = _inputs(7, 2, ["SE"], seed=0)
+    assert traced_forward(model, X[None], y[None], sym, mask) is None  # first use: eager
     assert traced_forward(model, X[None], y[None], sym, mask) is not None
     for i, (n, d, kernels) in enumerate(CASES):
         X, y, sym, mask = _inputs(n, d, kernels, seed=i + 1)
@@ -61,6 +62,7 @@ def test_traced_forward_equals_eager_for_other_shapes(monkeypatch) -> None:
 def test_traced_forward_shares_the_network_parameters(monkeypatch) -> None:
     model = _net(1)
     X, y, sym, mask = _inputs(9, 2, ["SE"], seed=3)
+    network_parameters(model, X, y, sym, mask)  # the first use runs eagerly
     before = network_parameters(model, X, y, sym, mask)
     with torch.no_grad():
         model.noise_head.mlp[-1].bias.add_(0.5)
@@ -71,10 +73,12 @@ def test_traced_forward_shares_the_network_parameters(monkeypatch) -> None:
 
 
 def test_traced_forward_scope(monkeypatch) -> None:
-    """Traced once per network and dtype; off with AMORGP_JIT=0; a padded symbol mask
-    runs the eager (masked) forward, equal to the one-dataset batch forward."""
+    """Eager on first use, then traced once per network and dtype; off with AMORGP_JIT=0;
+    a padded symbol mask runs the eager (masked) forward, equal to the one-dataset batch
+    forward."""
     model = _net(2)
     X, y, sym, mask = _inputs(6, 2, ["SE"], seed=4)
+    assert traced_forward(model, X[None], y[None], sym, mask) is None
     first = traced_forward(model, X[None], y[None], sym, mask)
     assert first is not None
     assert traced_forward(model, X[None], y[None], sym, mask) is first
@@ -95,7 +99,9 @@ def test_traced_forward_scope(monkeypatch) -> None:
 def test_traced_forward_follows_the_network_dtype(dtype, monkeypatch) -> None:
     model = _net(3).to(dtype)
     X, y, sym, mask = _inputs(8, 2, ["SE + PER"], seed=5)
+    network_parameters(model, X.to(dtype), y.to(dtype), sym, mask)
     fast = network_parameters(model, X.to(dtype), y.to(dtype), sym, mask)
     assert forward._TRACES[model][0] == dtype
+    assert not isinstance(forward._TRACES[model][1], str)
     ref = _eager(model, X.to(dtype), y.to(dtype), sym, mask, monkeypatch)
     torch.testing.assert_close(fast[0], ref[0], rtol=1e-10, atol=1e-12)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import logging
 import os
 import shutil
@@ -54,6 +55,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.errors import CheckpointError
@@ -222,10 +224,15 @@ def check_regular_file(path: Path, name: str) -> int:
     return info.st_size
 
 
-def check_weight_shapes(path: Path, names: list[str], network: NetworkConfig) -> None:
-    """Compare the tensor shapes in the safetensors headers of ``names`` with those of
-    ``network``'s parameters, before any memory is allocated for either: the network is
-    built on torch's ``meta`` device (shapes only) and only the headers are read.
+def check_weight_shapes(path: Path, names: list[str], network: NetworkConfig) -> nn.Module:
+    """Build ``network`` and compare its parameters' shapes with the tensor shapes in the
+    safetensors headers of ``names``, before any weight is read.  The build is bounded:
+    it is refused before allocating past the number of stored weights (plus
+    :data:`BUILD_SLACK` elements), so an edited architecture never allocates more than
+    the weights on disk.
+
+    Returns:
+        the freshly built network (random weights), ready for ``load_state_dict``.
 
     Raises:
         CheckpointError: a missing, extra or differently shaped tensor (an architecture in
@@ -241,7 +248,8 @@ def check_weight_shapes(path: Path, names: list[str], network: NetworkConfig) ->
                     stored[key] = tuple(fh.get_slice(key).get_shape())
         except (SafetensorError, OSError) as err:
             raise CheckpointError(f"checkpoint {path}: cannot read {name}: {err}") from err
-    with torch.device("meta"):
+    limit = sum(math.prod(shape) for shape in stored.values()) + BUILD_SLACK
+    with _BoundedBuild(limit, path):
         skeleton = build_model(network)
     expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
     missing = sorted(set(expected) - set(stored))
@@ -264,6 +272,55 @@ def check_weight_shapes(path: Path, names: list[str], network: NetworkConfig) ->
             f"checkpoint {path}: the stored weights do not match the architecture in "
             f"{META_FILE} ({detail}); refusing to build the network"
         )
+    return skeleton
+
+
+BUILD_SLACK = 2**20
+"""Elements a network may allocate beyond its stored weights while it is built
+(temporaries of its initialisation, small buffers)."""
+
+_SHAPED_CONSTRUCTORS = frozenset(
+    {torch.empty, torch.zeros, torch.ones, torch.rand, torch.randn, torch.full}
+)
+
+
+class _BoundedBuild(TorchFunctionMode):
+    """Refuse, before allocating it, any tensor made by a shaped constructor
+    (``torch.empty``, ``zeros``, ``randn``...) that would take the network being built past
+    ``limit`` elements in all: a network is built for real (once, then loaded) only while
+    it stays the size of the weights that will fill it.
+
+    Function modes are per thread: other threads building networks meanwhile are
+    untouched.
+    """
+
+    def __init__(self, limit: int, path: Path) -> None:
+        super().__init__()
+        self.limit, self.path, self.total = limit, path, 0
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func not in _SHAPED_CONSTRUCTORS:
+            return func(*args, **kwargs)
+        size = kwargs.get("size", args[0] if args else ())
+        dims = size if isinstance(size, (tuple, list, torch.Size)) else args
+        if func is torch.full:
+            dims = size
+        wanted = math.prod(int(d) for d in dims)
+        if self.total + wanted > self.limit:
+            raise CheckpointError(
+                f"checkpoint {self.path}: the architecture in {META_FILE} needs more than "
+                f"the {self.limit:,} weights stored (plus slack); refusing to build the network"
+            )
+        out = func(*args, **kwargs)
+        self.total += out.numel()
+        return out
 
 
 def _sha256(path: Path) -> str:
@@ -586,9 +643,8 @@ def load_checkpoint(
             f"checkpoint {path} holds a different architecture: {network} != expected {expect_network}"
         )
     model_files = tensor_files(path, meta, MODEL_FILE) or [MODEL_FILE]
-    check_weight_shapes(path, model_files, network)
+    model = check_weight_shapes(path, model_files, network)
     weights = _upcast(_load_tensors(path, model_files))
-    model = build_model(network)
     try:
         model.load_state_dict(weights, strict=True)
     except RuntimeError as err:

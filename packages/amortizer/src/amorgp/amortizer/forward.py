@@ -6,8 +6,10 @@ On the CPU the forward of one dataset is a few hundred small tensor operations, 
 cost is per-operation overhead in the Python interpreter (about 3 ms of a 40-point fit,
 most of an amortized Bayesian-optimisation fit).  Where every symbol slot is present (e.g.
 ``SE`` in every dimension, BoTorch's default model) the structured network's forward is
-therefore traced once per network (TorchScript's tracer, which shares the network's
-parameters) and replayed, which halves that cost.  The traced graph contains no shape
+therefore traced on its second use per network (TorchScript's tracer, which shares the
+network's parameters) and replayed, which halves that cost; the first call runs eagerly,
+because tracing costs about 0.2 s, ten forwards, that a one-shot process (a CLI call)
+would never earn back.  The traced graph contains no shape
 constants (tested against the eager forward for other ``n``, ``d``, ``K`` and ``L``).
 Set ``AMORGP_JIT=0`` to always run eagerly; where tracing is unavailable or fails, the
 eager forward runs.
@@ -139,7 +141,9 @@ class _OneDataset(nn.Module):
 
 
 Forward = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
-_TRACES: weakref.WeakKeyDictionary[nn.Module, tuple[torch.dtype, Forward | None]] = (
+_UNTRACED = "untraced"
+"""Marks a network and dtype seen once: the next call traces."""
+_TRACES: weakref.WeakKeyDictionary[nn.Module, tuple[torch.dtype, Forward | str | None]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -148,14 +152,17 @@ def traced_forward(
     model: AmortizationNetwork, X: Tensor, y: Tensor, symbols: Tensor, symbol_mask: Tensor
 ) -> Forward | None:
     """The traced single-dataset forward of ``model`` (see the module docstring), traced on
-    first use with these example inputs and cached per network and dtype; ``None`` where
-    it does not apply (not the structured network, ``AMORGP_JIT=0``, tracing failed:
-    then the eager forward runs)."""
+    the second use per network and dtype with these example inputs, then cached; ``None``
+    on the first use and where it does not apply (not the structured network,
+    ``AMORGP_JIT=0``, tracing failed): then the eager forward runs."""
     if os.environ.get("AMORGP_JIT", "1") == "0" or type(model) is not AmortizedGP:
         return None
     dtype = X.dtype
     cached = _TRACES.get(model)
-    if cached is not None and cached[0] == dtype:
+    if cached is None or cached[0] != dtype:
+        _TRACES[model] = (dtype, _UNTRACED)
+        return None
+    if not isinstance(cached[1], str):
         return cached[1]
     fn: Forward | None
     try:
