@@ -40,8 +40,8 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import math
 import logging
+import math
 import os
 import shutil
 import stat
