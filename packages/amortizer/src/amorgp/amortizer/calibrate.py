@@ -167,12 +167,18 @@ class Calibration:
             prediction was kept).
         gain: ``(K,)`` increase of the log marginal likelihood on the points used
             (``>= 0``; ``0`` where the prediction was kept).
+        log_marginal_likelihood: ``(K,)`` the exact log marginal likelihood of the scaled
+            kernel matrices (``s`` times the given ones) plus the new noise on the points
+            used; ``-inf`` where a matrix is not finite.  It is the calibrated kernel's
+            own wherever scaling the variances scales the kernel
+            (:func:`amorgp.amortizer.batched.homogeneous`).
     """
 
     params: Tensor
     noise: Tensor
     scale: Tensor
     gain: Tensor
+    log_marginal_likelihood: Tensor
 
 
 def profile_log_likelihood(lam: Tensor, z2: Tensor, log_r: Tensor) -> tuple[Tensor, Tensor]:
@@ -476,6 +482,7 @@ def calibrate(
     factors = torch.ones(K, dtype=torch.float64, device=dev)
     new_noise = n64.clone()
     gain = torch.zeros(K, dtype=torch.float64, device=dev)
+    reached = torch.full((K,), -math.inf, dtype=torch.float64, device=dev)
     per_chunk = max(1, CHUNK_ELEMENTS // (n * n))
     with _one_thread(dev):  # small, synchronisation-bound work: see _one_thread
         for start in range(0, K, per_chunk):  # chunks bound the memory of the kernel matrices
@@ -512,9 +519,11 @@ def calibrate(
             factors[sl] = torch.where(better, s, torch.ones_like(s))
             new_noise[sl] = torch.where(better, best_noise, n64[sl])
             gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
+            kept = torch.where(better, lml, base)
+            reached[sl] = torch.where(finite & ~torch.isnan(kept), kept, reached[sl])
 
     factor = factors ** (1.0 / n_dims)  # per active dimension
     scaled = p64 * torch.where(var_slot, factor[:, None, None, None], torch.ones_like(p64))
     out = params.detach().clone()
     out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
-    return Calibration(out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain)
+    return Calibration(out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain, reached)

@@ -354,10 +354,21 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             and evaluate_lml is not False
             and (not calibrate or n <= calibration.MAX_POINTS)
         ):
+            scored, calibrate_all = False, calibrate
+            if starts > 1 and calibrate:
+                # every start, the network's included, calibrated and scored on the scoring
+                # points in one batched pass; the winners calibrated on all points and
+                # factored together below (amortizer/multistart.py)
+                ms = multistart(
+                    Xn, yn, structures, self.vocabulary, params, noise, starts, steps,
+                    self.seed, calibrated=False,
+                )  # fmt: skip
+                params, noise, start = ms.params, ms.noise, ms.start
+                scored, calibrate_all = True, not ms.calibrated_on_all
             params, noise, factors = self._calibrate_and_factor(
-                Xn, yn, structures, params, noise, calibrate
+                Xn, yn, structures, params, noise, calibrate_all
             )
-            if starts > 1:  # more starts for periodic kernels (amortizer/multistart.py)
+            if starts > 1 and not scored:  # the starts scored after the calibration
                 ms = multistart(
                     Xn, yn, structures, self.vocabulary, params, noise, starts, steps, self.seed
                 )

@@ -14,17 +14,20 @@ every stage runs once per bucket on all its (dataset, kernel) pairs:
 2. **one network forward per bucket**: the dataset encoder reads the ``B`` datasets as one
    batch (no padding: equal sizes), the kernel encoder-decoder and the heads decode the
    ``B K`` pairs;
-3. **calibration** of every pair in one pass: the kernel matrices of all pairs in one
-   evaluator call, one Householder reflection per pair and LAPACK's tridiagonalisation per
-   matrix, and the profile likelihood's pivot recurrence and grid search on all pairs at
-   once (:mod:`amorgp.amortizer.calibrate`'s functions, on rows of different targets);
-4. **multi-start** for periodic kernels: the periodogram of all datasets in one call
-   (:func:`period_candidates_many`, the same peaks as
-   :func:`amorgp.amortizer.periodogram.period_candidates`), the starts of each pair
-   (:mod:`amorgp.amortizer.multistart`), their calibration and their scoring by one
-   batched Cholesky;
+3. **multi-start** (with calibration and more than one start): the periodogram of all
+   datasets in one call (:func:`period_candidates_many`, the same peaks as
+   :func:`amorgp.amortizer.periodogram.period_candidates`), the starts of each pair, the
+   network's included (:mod:`amorgp.amortizer.multistart`), all calibrated on the
+   scoring points in one pass, scored by the calibration's exact likelihood (a batched
+   Cholesky for ``LIN`` addends), the best kept;
+4. **calibration** of every pair's winner on all its points in one pass: the kernel
+   matrices of all pairs in one evaluator call, one Householder reflection per pair and
+   LAPACK's tridiagonalisation per matrix, and the profile likelihood's pivot recurrence
+   and grid search on all pairs at once (:mod:`amorgp.amortizer.calibrate`'s functions,
+   on rows of different targets);
 5. **one batched factorisation** of every pair at its final parameters
-   (:func:`amorgp.amortizer.batched.factor`); each result's posterior adopts its factor.
+   (:func:`amorgp.amortizer.batched.factor`), on the matrices of step 4; each result's
+   posterior adopts its factor.
 
 The results are those of :meth:`~amorgp.amortizer.inference.Amortizer.infer_many` on
 each dataset.  The float64 stages (3-5) compute the same numbers batched over pairs as
@@ -266,6 +269,7 @@ def _calibrate_rows(
     factors = torch.ones(P, dtype=torch.float64, device=dev)
     new_noise = n64.clone()
     gain = torch.zeros(P, dtype=torch.float64, device=dev)
+    reached = torch.full((P,), -math.inf, dtype=torch.float64, device=dev)
     # the pivot recurrence streams (n, rows, grid) float64 arrays: chunks of RECURRENCE_BYTES
     per_chunk = max(
         1,
@@ -297,15 +301,17 @@ def _calibrate_rows(
             factors[sl] = torch.where(better, s, torch.ones_like(s))
             new_noise[sl] = torch.where(better, best_noise, n64[sl])
             gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
-            if scores is not None:
-                best = torch.where(better, lml, base)
-                ok = finite & ~torch.isnan(best)
-                scores[sl] = torch.where(ok, best, torch.full_like(best, -math.inf))
+            best = torch.where(better, lml, base)
+            reached[sl] = torch.where(finite & ~torch.isnan(best), best, reached[sl])
+    if scores is not None:
+        scores.copy_(reached)
     factor = factors ** (1.0 / n_dims)
     scaled = p64 * torch.where(var_slot, factor[:, None, None, None], torch.ones_like(p64))
     out = params.detach().clone()
     out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
-    return calibration.Calibration(out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain)
+    return calibration.Calibration(
+        out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain, reached
+    )
 
 
 def _log_likelihood_rows(Km: Tensor, Y: Tensor, noise: Tensor) -> Tensor:
@@ -452,6 +458,7 @@ def _multistart_rows(
     starts: int,
     seed: int,
     net_lml: Tensor | None = None,
+    calibrated: bool = True,
 ) -> tuple[Tensor, Tensor, list[str], list[int]]:
     """:func:`amorgp.amortizer.multistart.multistart` (``refine=0``) of the ``B K`` pairs of
     ``B`` datasets ``X (B, n, d)``, ``Y (B, n)`` (``n <= MAX_POINTS``) and ``K`` structures:
@@ -461,7 +468,12 @@ def _multistart_rows(
     ``net_lml (B K,)``: the exact log marginal likelihoods of the pairs at ``params`` and
     ``noise`` when known (the factorisation of all points): with at most
     :data:`~amorgp.amortizer.multistart.SCORE_POINTS` points they are the network start's
-    score, which is then not evaluated again."""
+    score, which is then not evaluated again.
+
+    ``calibrated=False`` (as :func:`~amorgp.amortizer.multistart.multistart`'s): the
+    network's starts are calibrated and scored on the scoring points with the others,
+    and every pair's winner is returned calibrated there (on all points with at most
+    :data:`~amorgp.amortizer.multistart.SCORE_POINTS`); every pair is listed as moved."""
     B, n, d = X.shape
     K = len(structures)
     P = B * K
@@ -482,6 +494,10 @@ def _multistart_rows(
     blocks: list[Tensor] = []
     rows: list[int] = []
     offset = 0
+    if not calibrated:  # the network's starts first: ties keep them
+        owner, names, rows = list(range(P)), ["network"] * P, list(range(P))
+        blocks.append(p64)
+        offset = P
     for k in range(K):  # per kernel: the starts of all its pairs at once
         if not periodic[k]:
             continue
@@ -527,6 +543,20 @@ def _multistart_rows(
         Kr = _matrices(Xa[at], sa[at], ma[at], cal.params[at], vocabulary)
         score[at] = _log_likelihood_rows(Kr, Ya[at], cal.noise[at])
     lml_alt = score.tolist()
+    if not calibrated:
+        best_of: dict[int, int] = {}
+        for i, p in enumerate(owner):  # bookkeeping: the first best start of each pair
+            if p not in best_of or lml_alt[i] > lml_alt[best_of[p]]:
+                best_of[p] = i
+        won = torch.tensor([best_of[p] for p in range(P)], dtype=torch.long, device=dev)
+        out = params.detach().clone()
+        out[:, :d, :L] = cal.params[won].to(out.dtype)
+        return (
+            out,
+            cal.noise[won].to(noise.dtype),
+            [names[best_of[p]] for p in range(P)],
+            list(range(P)),
+        )
     heads = sorted(set(owner))
     at_h = torch.tensor(heads, dtype=torch.long, device=dev)
     if net_lml is not None and sub is None:
@@ -679,10 +709,21 @@ def _fit_bucket(
     Xp, Yp = X.repeat_interleave(K, 0), Y.repeat_interleave(K, 0)
     symp, mskp = sym.repeat(B, 1, 1), msk.repeat(B, 1, 1)
     homog = [batched.homogeneous(s) for s in structures]
+    start = ["network"] * P
     with torch.no_grad():
+        scored, calibrate_all = False, calibrate
+        if calibrate and starts > 1:
+            # every start, the network's included, calibrated and scored on the scoring
+            # points in one pass; the winners calibrated on all points below (as infer_many)
+            params, noise, start, _ = _multistart_rows(
+                X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed,
+                calibrated=False,
+            )  # fmt: skip
+            scored = True
+            calibrate_all = encoder_subset(n, SCORE_POINTS, amz.seed) is not None
         Km = _matrices(Xp, symp, mskp, params, vocab)
         scale = torch.ones(P, dtype=Km.dtype, device=Km.device)
-        if calibrate:
+        if calibrate_all:
             cal = _calibrate_rows(Km, Yp, symp, mskp, params, noise, vocab)
             params, noise, scale = cal.params, cal.noise, cal.scale.to(Km.dtype)
             # LIN alone is not proportional to its variance: evaluated again (as infer_many)
@@ -691,13 +732,13 @@ def _fit_bucket(
                 at = torch.tensor(redo, device=Km.device)
                 Km[at] = _matrices(Xp[at], symp[at], mskp[at], params[at], vocab)
                 scale = scale.index_fill(0, at, 1.0)
-        # every pair factored at the calibrated prediction (as infer_many), then the
-        # multi-start (whose network start is scored by that factorisation)
         f = batched.factor(Km, Yp, noise, scale)
         del Km
-        params, noise, start, moved = _multistart_rows(
-            X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed, f.lml
-        )
+        moved: list[int] = []
+        if starts > 1 and not scored:  # the starts scored by that factorisation
+            params, noise, start, moved = _multistart_rows(
+                X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed, f.lml
+            )
         failed = f.failed.tolist()
         factors: list[Factor | None] = [
             None if failed[p] else (f.L[p], f.alpha[p], f.jitter[p], f.lml[p]) for p in range(P)
