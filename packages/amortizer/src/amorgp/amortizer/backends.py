@@ -1,4 +1,4 @@
-"""Which GP backend an :class:`~amorgp.amortizer.Amortizer` uses for a size, and how
+"""Which solver plan an :class:`~amorgp.amortizer.Amortizer` uses for a size, and how
 kernels are grouped for dense refinement within its memory budget."""
 
 from __future__ import annotations
@@ -9,18 +9,38 @@ import torch
 
 from amorgp.amortizer.refine import dense_groups
 from amorgp.kernel_grammar import OptionError
-from amorgp.lazy_kernels import CholeskySolver, Solver, choose_backend, solver_type
+from amorgp.lazy_kernels import Solver, SolverPlan, plan_solver
 
 __all__ = ["GPBackendSizing"]
 
 
 class GPBackendSizing:
-    """Backend choice by problem size for a class with ``dtype``, ``device`` and
-    ``memory_budget`` (bytes the dense GP backends may use)."""
+    """The solver plan by problem size for a class with ``dtype``, ``device``,
+    ``memory_budget`` (bytes the dense GP backends may use) and ``backend`` (the backend
+    asked for: ``"auto"``, a name of :data:`~amorgp.lazy_kernels.backends.BACKENDS` or a
+    solver type)."""
 
     dtype: torch.dtype
     device: torch.device
     memory_budget: float
+    backend: str | type[Solver]
+
+    def solver_plan(self, n: int, n_terms: int = 1, graph: bool = True) -> SolverPlan:
+        """The :class:`~amorgp.lazy_kernels.SolverPlan` for ``n`` points and ``n_terms``
+        addends evaluated at once, with an autograd graph (refinement) or without (a
+        fit's posterior), by :func:`~amorgp.lazy_kernels.plan_solver`: for ``"auto"``
+        dense Cholesky, dense CG, KeOps CG (pykeops installed and passing its probe on
+        :attr:`device`) or block CG (beyond the dense limits where KeOps is absent or
+        fails its probe, which warns once with the reason)."""
+        return plan_solver(
+            n,
+            self.dtype,
+            self.device,
+            self.memory_budget,
+            getattr(self, "backend", "auto"),
+            n_terms=n_terms,
+            graph=graph,
+        )
 
     def refine_groups(self, n: int, terms: Sequence[int], steps: int | str = 1) -> list[list[int]]:
         """Kernels refined together: consecutive groups whose addends (``terms`` per
@@ -40,24 +60,15 @@ class GPBackendSizing:
         return groups
 
     def fits_dense(self, n: int, n_terms: int = 1, graph: bool = True) -> bool:
-        """Whether ``n_terms`` addends on ``n`` points fit the dense Cholesky backend, with
-        an autograd graph or without (see :meth:`gp_backend`)."""
-        return issubclass(self.gp_solver(n, n_terms, graph), CholeskySolver)
+        """Whether ``n_terms`` addends on ``n`` points are factored densely (Cholesky), with
+        an autograd graph or without (see :meth:`solver_plan`)."""
+        return self.solver_plan(n, n_terms, graph).dense
 
     def gp_solver(self, n: int, n_terms: int = 1, graph: bool = True) -> type[Solver]:
-        """The :class:`~amorgp.lazy_kernels.Solver` type of :meth:`gp_backend` (same
-        arguments): :class:`~amorgp.lazy_kernels.CholeskySolver`,
-        :class:`~amorgp.lazy_kernels.CGSolver`, :class:`~amorgp.lazy_kernels.KeOpsSolver`
-        or :class:`~amorgp.lazy_kernels.BlockSolver`."""
-        return solver_type(self.gp_backend(n, n_terms, graph))
+        """The solver type of :meth:`solver_plan` (same arguments)."""
+        return self.solver_plan(n, n_terms, graph).solver
 
     def gp_backend(self, n: int, n_terms: int = 1, graph: bool = True) -> str:
-        """The name of the posterior's backend for ``n`` points and ``n_terms`` addends
-        evaluated at once, with an autograd graph (refinement) or without (a fit's
-        posterior), by :func:`~amorgp.lazy_kernels.choose_backend`:
-        ``"cholesky"``, ``"cg"``, ``"keops"`` (pykeops installed and passing its probe on
-        :attr:`device`) or ``"block"`` (the torch block operator: beyond the dense limits
-        where KeOps is absent or fails its probe, which warns once with the reason)."""
-        return choose_backend(
-            n, self.dtype, self.device, self.memory_budget, n_terms=n_terms, graph=graph
-        )
+        """The backend name of :meth:`solver_plan` (same arguments): ``"cholesky"``,
+        ``"cg"``, ``"keops"`` or ``"block"``."""
+        return self.solver_plan(n, n_terms, graph).name

@@ -316,7 +316,8 @@ class _BoundedBuild(TorchFunctionMode):
         if self.total + wanted > self.limit:
             raise CheckpointError(
                 f"checkpoint {self.path}: the architecture in {META_FILE} needs more than "
-                f"the {self.limit:,} weights stored (plus slack); refusing to build the network"
+                f"the {self.limit:,} weights stored (plus slack): a tensor of shape "
+                f"{[int(d) for d in dims]} would pass it; refusing to build the network"
             )
         out = func(*args, **kwargs)
         self.total += out.numel()

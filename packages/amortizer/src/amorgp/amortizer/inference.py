@@ -42,7 +42,14 @@ from amorgp.kernel_grammar import (
     OptionError,
     Vocabulary,
 )
-from amorgp.lazy_kernels import MEMORY_BUDGET, Normalizer, Posterior, as_dataset
+from amorgp.lazy_kernels import (
+    MEMORY_BUDGET,
+    Normalizer,
+    Posterior,
+    SolverPlan,
+    as_dataset,
+    check_backend,
+)
 
 __all__ = [
     "AmortizedMethod",
@@ -88,10 +95,13 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             checkpoint's ``train.encoder_points`` if set, else ``train.n_max``, else
             :data:`DEFAULT_ENCODER_POINTS`).
         seed: seed of the encoder subset of large datasets.
-        memory_budget: bytes the dense GP backends may use (default 4 GiB, as
-            :meth:`Posterior.from_kernel <amorgp.lazy_kernels.Posterior.from_kernel>`); its
-            ``"auto"`` rule picks the solver (dense Cholesky, dense CG, KeOps or block CG)
-            with it.
+        memory_budget: bytes the dense GP backends may use (default 4 GiB,
+            :data:`~amorgp.lazy_kernels.MEMORY_BUDGET`); the ``"auto"`` backend picks the
+            solver (dense Cholesky, dense CG, KeOps or block CG) with it.
+        backend: the GP backend of the posteriors: ``"auto"`` (default: by the memory
+            rule of :func:`~amorgp.lazy_kernels.plan_solver`), ``"cholesky"``, ``"cg"``,
+            ``"keops"``, ``"block"`` or ``"dense"``.  One plan per call
+            (:meth:`solver_plan`) is read by every stage.
         gp_options: more :class:`~amorgp.lazy_kernels.Posterior` options for the CG
             solvers (``cg_tol``, ``max_cg_iter``, ``precond_rank`` (default
             :data:`DEFAULT_PRECOND_RANK`), ``n_probes``).
@@ -130,6 +140,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         encoder_points: int | None = None,
         seed: int = 0,
         memory_budget: float = MEMORY_BUDGET,
+        backend: str = "auto",
         gp_options: Mapping[str, Any] | None = None,
         candidates: Mapping[str, AmortizationNetwork] | None = None,
         name: str = "primary",
@@ -170,6 +181,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         self.max_addends = int(sim.get("max_addends", DEFAULT_MAX_ADDENDS))
         self.seed = int(seed)
         self.memory_budget = float(memory_budget)
+        self.backend = check_backend(backend)
         self.gp_options: dict[str, Any] = {
             "precond_rank": DEFAULT_PRECOND_RANK,
             **dict(gp_options or {}),
@@ -341,11 +353,12 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         start = ["network"] * len(structures)
         n, K = Xn.shape[0], len(structures)
         terms = [sum(len(a) for a in s.dims) for s in structures]
-        dense = self.fits_dense(n, max(terms), graph=False)
+        plan = self.solver_plan(n, max(terms), graph=False)  # every posterior's solver
+        dense = plan.dense
         # the batched path: the kernel matrices of all kernels in one evaluator call, the
         # calibration on them, one batched Cholesky (batched.py); one matrix per chunk
-        # must fit batched.CHUNK_BYTES (else the per-kernel lazy posteriors, as large n)
-        fast = dense and self.dtype == torch.float64 and 8 * n * n <= batched.CHUNK_BYTES
+        # must fit the plan's chunk (else the per-kernel lazy posteriors, as large n)
+        fast = dense and self.dtype == torch.float64 and 8 * n * n <= plan.chunk_bytes
         factors: list[Factor | None] | None = None
         iterations, status = [0] * K, ["none"] * K
         if (
@@ -404,7 +417,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 iterations, status = ref.iterations, ref.status
             if fast and evaluate_lml is not False:
                 factors = self._factor(Xn, yn, structures, params, noise)
-        posteriors = self._condition(structures, params, noise, Xn, yn, factors)
+        posteriors = self._condition(structures, params, noise, Xn, yn, factors, plan)
         if evaluate_lml or (dense and evaluate_lml is None):
             for i, post in enumerate(posteriors):  # per kernel: its posterior's factor, kept
                 with torch.inference_mode():
@@ -459,10 +472,15 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         Xn: Tensor,
         yn: Tensor,
         factors: Sequence[Factor | None] | None = None,
+        plan: SolverPlan | None = None,
     ) -> list[Posterior]:
         """One :class:`~amorgp.lazy_kernels.Posterior` per kernel
         (:func:`~amorgp.amortizer.results.conditioned_posterior`, adopting its precomputed
-        factor where given)."""
+        factor where given), solved by ``plan`` (default: :meth:`solver_plan` for the
+        largest kernel, without a graph)."""
+        if plan is None:
+            terms = max(sum(len(a) for a in s.dims) for s in structures)
+            plan = self.solver_plan(Xn.shape[0], terms, graph=False)
         noises = noise.tolist()
         return [
             conditioned_posterior(
@@ -471,7 +489,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 noises[i],
                 Xn,
                 yn,
-                memory_budget=self.memory_budget,
+                plan=plan,
                 options=self.gp_options,
                 factor=None if factors is None else factors[i],
             )

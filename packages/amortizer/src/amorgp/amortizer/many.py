@@ -754,6 +754,7 @@ def _fit_bucket(
     elapsed = time.perf_counter() - t0
     noises = noise.tolist()
     n_enc = min(n, amz.encoder_points)
+    plan = amz.solver_plan(n, max(sum(len(a) for a in s.dims) for s in structures), graph=False)
     out = []
     for b, it in enumerate(items):  # bookkeeping per dataset: its results
         try:
@@ -766,7 +767,7 @@ def _fit_bucket(
                     noises[p],
                     it.Xn,
                     it.yn,
-                    memory_budget=amz.memory_budget,
+                    plan=plan,
                     options=amz.gp_options,
                     factor=factors[p],
                 )
@@ -886,13 +887,14 @@ def iter_datasets(
     for (n, d), items in groups.items():
         structures = structs[d]
         terms = max(sum(len(a) for a in s.dims) for s in structures)
+        plan = amz.solver_plan(n, terms, graph=False)
         fast = (
             amz.dtype == torch.float64
             and steps == 0
             and not amz.candidates
             and n <= calibration.MAX_POINTS
-            and 8 * n * n <= batched.CHUNK_BYTES
-            and amz.fits_dense(n, terms, graph=False)
+            and 8 * n * n <= plan.chunk_bytes
+            and plan.dense
         )
         if not fast:
             for it in items:

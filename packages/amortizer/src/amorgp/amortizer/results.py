@@ -22,7 +22,14 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import CHUNK_BYTES, DimWiseKernel, KernelFit, Normalizer, Posterior
+from amorgp.lazy_kernels import (
+    DimWiseKernel,
+    KernelFit,
+    Normalizer,
+    Posterior,
+    SolverPlan,
+    plan_solver,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +50,7 @@ def conditioned_posterior(
     X: Tensor,
     y: Tensor,
     *,
-    memory_budget: float,
+    plan: SolverPlan,
     options: Mapping[str, Any] | None = None,
     factor: Factor | None = None,
 ) -> Posterior:
@@ -51,10 +58,9 @@ def conditioned_posterior(
 
     With ``factor`` (a dense factorisation at these parameters) the posterior adopts it:
     dense Cholesky solver, no second factorisation, its likelihood known.  Without, the
-    solver and operator follow :meth:`Posterior.from_kernel
-    <amorgp.lazy_kernels.Posterior.from_kernel>`'s ``"auto"`` rule for ``memory_budget``
-    (dense Cholesky, dense CG, KeOps or block CG), factored on first use.  Test points
-    are processed in chunks of 256 MiB that reuse the factor.
+    solver and operator are ``plan``'s (dense Cholesky, dense CG, KeOps or block CG),
+    factored on first use.  Test points are processed in chunks of the plan's
+    prediction budget that reuse the factor.
 
     Args:
         structure: the kernel structure.
@@ -62,7 +68,7 @@ def conditioned_posterior(
         noise: noise variance, normalised units.
         X: ``(n, d)`` normalised inputs (device and dtype of the GP algebra).
         y: ``(n,)`` standardised targets.
-        memory_budget: bytes the dense backends may use.
+        plan: the call's :class:`~amorgp.lazy_kernels.SolverPlan` (solver and budgets).
         options: more solver options (``cg_tol``, ``max_cg_iter``, ``precond_rank``,
             ``n_probes``).
         factor: a precomputed dense factorisation (:data:`Factor`); the caller
@@ -76,7 +82,7 @@ def conditioned_posterior(
                 noise,
                 X,
                 y,
-                memory_budget=memory_budget,
+                plan=plan,
                 options=options,
                 factor=factor,
             )
@@ -96,7 +102,7 @@ def conditioned_posterior(
             jitter=jitter,
             log_marginal_likelihood=lml,
             check=False,  # built here from checked data: no host read-back per kernel
-            memory_budget=CHUNK_BYTES,
+            memory_budget=plan.chunk_bytes,
             **opts,
         )
     post = Posterior.from_kernel(
@@ -104,9 +110,7 @@ def conditioned_posterior(
         X,
         y,
         float(noise),
-        backend="auto",
-        memory_budget=memory_budget,
-        chunk_budget=CHUNK_BYTES,
+        backend=plan,
         **opts,
     )
     logger.debug("posterior of %s on n = %d: backend %s", structure, X.shape[0], post.backend)
@@ -142,13 +146,14 @@ class ConditionedGP:
         )
         self.structure, self.noise, self.X, self.y = structure, float(noise), X, y
         self.memory_budget = float(memory_budget)
+        terms = sum(len(a) for a in structure.dims)
         self.posterior = conditioned_posterior(
             structure,
             params,
             noise,
             X,
             y,
-            memory_budget=memory_budget,
+            plan=plan_solver(X.shape[0], X.dtype, X.device, memory_budget, n_terms=terms),
             options=options,
             factor=factor,
         )

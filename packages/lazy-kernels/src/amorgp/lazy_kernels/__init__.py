@@ -1,7 +1,13 @@
 """Kernel operators from amorgp grammar expressions (dense torch, torch by row blocks, KeOps), exact GPs at large n,
 the normalisation and dataset-validation contract, and the fit-result base shared by every method."""
 
-from amorgp.lazy_kernels.backends import backend_plan, choose_solver
+from amorgp.lazy_kernels.backends import (
+    SolverPlan,
+    backend_plan,
+    check_backend,
+    choose_solver,
+    plan_solver,
+)
 from amorgp.lazy_kernels.batch import (
     PaddedBatch,
     check_finite_inputs,
@@ -131,7 +137,10 @@ __all__ = [
     "KeOpsSolver",
     "BlockSolver",
     "solver_type",
+    "SolverPlan",
     "backend_plan",
+    "check_backend",
+    "plan_solver",
     "choose_solver",
     "kernel_operator",
     "PivotedCholeskyPreconditioner",

@@ -1,6 +1,9 @@
-"""Which solver and kernel operator an exact GP uses: :func:`choose_backend` (the memory
-rule, by name) and :func:`backend_plan` (a backend name, or ``"auto"``, converted once to a
-:class:`~amorgp.lazy_kernels.solvers.Solver` type and the operator it runs on).
+"""Which solver and kernel operator an exact GP uses, decided once: :func:`plan_solver`
+turns ``(n, dtype, device, memory budget, backend request)`` into a :class:`SolverPlan`
+(the :class:`~amorgp.lazy_kernels.solvers.Solver` type and the budgets), which every layer
+reads (the amortizer, its estimator, the command line, the GPyTorch bridge); backend
+names are accepted at the user's edge only.  :func:`backend_plan` builds the training
+operator of a kernel for a plan; :func:`choose_backend` is the plan's name.
 
 Backends (``backend=`` of :meth:`Posterior.from_kernel
 <amorgp.lazy_kernels.Posterior.from_kernel>` and :class:`~amorgp.lazy_kernels.ExactGP`):
@@ -34,13 +37,14 @@ solver.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, OptionError
-from amorgp.lazy_kernels.budgets import MEMORY_BUDGET
+from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET
 from amorgp.lazy_kernels.evaluation import blockwise_graph
 from amorgp.lazy_kernels.factory import kernel_operator
 from amorgp.lazy_kernels.keops import KeOpsOperator
@@ -51,8 +55,9 @@ from amorgp.lazy_kernels.operators import (
 )
 from amorgp.lazy_kernels.solvers import (
     BlockSolver,
-    CGSolver,
+    CholeskySolver,
     KeOpsSolver,
+    LazyCGSolver,
     Solver,
     is_solver_type,
     solver_type,
@@ -65,9 +70,12 @@ __all__ = [
     "EVALUATOR_MATRICES_NO_GRAPH",
     "EVALUATOR_MATRICES_NO_GRAPH_DEVICE",
     "EVALUATOR_MATRICES_PER_TERM",
+    "SolverPlan",
     "backend_plan",
+    "check_backend",
     "choose_backend",
     "choose_solver",
+    "plan_solver",
 ]
 
 Backend = Literal["auto", "cholesky", "cg", "keops", "block", "dense"]
@@ -105,17 +113,80 @@ n = 2000-3000, d = 8, 8-32 addends (section 9).  Below that size, on other devic
 count is :data:`EVALUATOR_MATRICES_PER_TERM` per addend."""
 
 
-def choose_backend(
+@dataclass(frozen=True)
+class SolverPlan:
+    """How the exact GPs of one call are solved, decided once by :func:`plan_solver`.
+
+    Attributes:
+        solver: the :class:`~amorgp.lazy_kernels.solvers.Solver` type
+            (:class:`~amorgp.lazy_kernels.CholeskySolver`, :class:`~amorgp.lazy_kernels.CGSolver`,
+            :class:`~amorgp.lazy_kernels.KeOpsSolver` or :class:`~amorgp.lazy_kernels.BlockSolver`).
+        memory_budget: bytes the dense backends may use; the block operator's row blocks
+            use half of it.
+        chunk_bytes: bytes of one chunk of work (kernel matrices evaluated together, the
+            test points of one prediction chunk).
+    """
+
+    solver: type[Solver]
+    memory_budget: float = MEMORY_BUDGET
+    chunk_bytes: float = CHUNK_BYTES
+
+    @property
+    def name(self) -> str:
+        """The backend's name: ``"cholesky"``, ``"cg"``, ``"keops"`` or ``"block"``."""
+        return self.solver.backend
+
+    @property
+    def dense(self) -> bool:
+        """Whether the plan factors the dense kernel matrix (Cholesky)."""
+        return issubclass(self.solver, CholeskySolver)
+
+    @property
+    def lazy(self) -> bool:
+        """Whether the kernel matrix is never formed (KeOps or block operator)."""
+        return issubclass(self.solver, LazyCGSolver)
+
+    @property
+    def operator_budget(self) -> float:
+        """Bytes the training operator may use: half of :attr:`memory_budget`."""
+        return self.memory_budget / 2
+
+    @property
+    def prediction_budget(self) -> float:
+        """Bytes one chunk of test points may use: :attr:`chunk_bytes`; with the lazy
+        solvers at least half of :attr:`memory_budget` (each chunk costs one CG solve of
+        ``O(n^2)`` matvecs, so fewer, larger chunks are faster)."""
+        return max(self.chunk_bytes, self.memory_budget / 2) if self.lazy else self.chunk_bytes
+
+
+def check_backend(backend: object) -> str | type[Solver]:
+    """``backend`` if it is a name of :data:`BACKENDS` or a :class:`Solver` type.
+
+    Raises:
+        OptionError: anything else, naming the accepted values.
+    """
+    if is_solver_type(backend) or (isinstance(backend, str) and backend in BACKENDS):
+        return backend
+    raise OptionError(f"unknown backend {backend!r}; use auto, cholesky, cg, keops, block or dense")
+
+
+def plan_solver(
     n: int,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
     memory_budget: float = MEMORY_BUDGET,
+    backend: str | type[Solver] = "auto",
+    *,
     keops: bool | None = None,
     n_terms: int = 1,
     graph: bool = True,
     input_graph: bool = False,
-) -> str:
-    """The backend ``"auto"`` uses for ``n`` training points.
+    chunk_bytes: float = CHUNK_BYTES,
+) -> SolverPlan:
+    """The :class:`SolverPlan` for ``n`` training points: the ``backend`` asked for (a
+    name of :data:`BACKENDS` or a solver type), or for ``"auto"`` the memory rule below
+    (``"dense"``: the rule without the lazy operators, dense CG where Cholesky does not
+    fit).
 
     The dense backends build ``K`` with the batched evaluator, whose peak memory depends
     on how it runs (docs/benchmarks/lazy-kernels.md, sections 1b and 9):
@@ -149,7 +220,30 @@ def choose_backend(
 
     Raises:
         ValueError: ``n_terms < 1``.
+        OptionError: an unknown backend.
     """
+    request = check_backend(backend)
+    if request not in ("auto", "dense"):
+        return SolverPlan(solver_type(request), memory_budget, chunk_bytes)
+    if request == "dense":
+        keops = True  # never lazy: where only KeOps would fit, dense CG as asked
+    name = _memory_rule(n, dtype, device, memory_budget, keops, n_terms, graph, input_graph)
+    if request == "dense" and name == "keops":
+        name = "cg"
+    return SolverPlan(solver_type(name), memory_budget, chunk_bytes)
+
+
+def _memory_rule(
+    n: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    memory_budget: float,
+    keops: bool | None,
+    n_terms: int,
+    graph: bool,
+    input_graph: bool,
+) -> str:
+    """The backend name of :func:`plan_solver`'s memory rule (documented there)."""
     from amorgp.lazy_kernels.probe import keops_installed, keops_usable
 
     if n_terms < 1:
@@ -176,6 +270,24 @@ def choose_backend(
     return "keops" if keops else "block"
 
 
+def choose_backend(
+    n: int,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str = "cpu",
+    memory_budget: float = MEMORY_BUDGET,
+    keops: bool | None = None,
+    n_terms: int = 1,
+    graph: bool = True,
+    input_graph: bool = False,
+) -> str:
+    """The name of the backend ``"auto"`` uses for ``n`` training points (the name of
+    :func:`plan_solver`'s plan, same arguments)."""
+    return plan_solver(
+        n, dtype, device, memory_budget, keops=keops, n_terms=n_terms, graph=graph,
+        input_graph=input_graph,
+    ).name  # fmt: skip
+
+
 def choose_solver(
     n: int,
     dtype: torch.dtype = torch.float64,
@@ -186,69 +298,64 @@ def choose_solver(
     graph: bool = True,
     input_graph: bool = False,
 ) -> type[Solver]:
-    """The :class:`~amorgp.lazy_kernels.solvers.Solver` type of :func:`choose_backend`'s
-    backend (same arguments)."""
-    return solver_type(
-        choose_backend(n, dtype, device, memory_budget, keops, n_terms, graph, input_graph)
-    )
+    """The :class:`~amorgp.lazy_kernels.solvers.Solver` type of :func:`plan_solver`'s plan
+    (same arguments)."""
+    return plan_solver(
+        n, dtype, device, memory_budget, keops=keops, n_terms=n_terms, graph=graph,
+        input_graph=input_graph,
+    ).solver  # fmt: skip
 
 
 def backend_plan(
     kernel: DenseKernel | KernelOperator,
     X: Tensor,
-    backend: str | type[Solver] = "auto",
+    backend: str | type[Solver] | SolverPlan = "auto",
     memory_budget: float = MEMORY_BUDGET,
 ) -> tuple[type[Solver], KernelOperator]:
-    """The solver type and the training operator ``K(X, X)`` of ``kernel`` for ``backend``.
-
-    The one place a backend name becomes a type.
+    """The solver type and the training operator ``K(X, X)`` of ``kernel``.
 
     Args:
         kernel: a dense kernel (:class:`~amorgp.lazy_kernels.DimWiseKernel`, or
             :class:`~amorgp.lazy_kernels.ExpressionKernel` for the dense backends), or a
             symmetric :class:`KernelOperator` ``K(X, X)`` (then only ``"auto"``,
-            ``"dense"``, ``"cholesky"``, ``"cg"`` or a solver type).
+            ``"dense"``, ``"cholesky"``, ``"cg"``, a solver type or a dense plan).
         X: ``(n, D)`` training inputs.
-        backend: a name of :data:`BACKENDS` or a :class:`Solver` type.
-        memory_budget: bytes the dense backends may use (for ``"auto"``, ``"dense"``); the
-            block operator's row blocks may use half of it.
+        backend: a :class:`SolverPlan` already made (its budgets are used), or a name of
+            :data:`BACKENDS` or a :class:`Solver` type, planned here by
+            :func:`plan_solver` for this kernel's addends and whether a graph is recorded.
+        memory_budget: bytes the dense backends may use (for a name or a type).
 
     Raises:
         OptionError: an unknown backend, a kernel the backend cannot evaluate, a lazy
             backend with an operator.
         DataError: an operator whose inputs differ from ``X``.
     """
-    if not is_solver_type(backend) and backend not in BACKENDS:
-        raise OptionError(
-            f"unknown backend {backend!r}; use auto, cholesky, cg, keops, block or dense"
-        )
+    plan = backend if isinstance(backend, SolverPlan) else None
+    request = plan.solver if plan is not None else check_backend(backend)
     n = X.shape[0]
     if isinstance(kernel, KernelOperator):
-        operator = _given_operator(kernel, X, backend)
-        if backend in ("auto", "dense"):
+        operator = _given_operator(kernel, X, request)
+        if request in ("auto", "dense"):
             item = torch.finfo(X.dtype).bits // 8
             dense_fits = n * n * (kernel.bytes_per_entry + 2 * item) <= memory_budget
-            backend = "cholesky" if n <= CHOLESKY_MAX_N and dense_fits else "cg"
-        return solver_type(backend), operator
+            request = "cholesky" if n <= CHOLESKY_MAX_N and dense_fits else "cg"
+        return solver_type(request), operator
     _check_kernel(kernel, X)
-    if backend in ("auto", "dense"):
+    if plan is None:
         params = getattr(kernel, "params", None)
-        name = choose_backend(
+        plan = plan_solver(
             n,
             X.dtype,
             X.device,
             memory_budget,
-            keops=True if backend == "dense" else None,
+            request,
             n_terms=kernel.n_terms,
             graph=X.requires_grad or bool(getattr(params, "requires_grad", False)),
             input_graph=X.requires_grad,
         )
-        # "dense" where only KeOps would fit: dense CG as asked
-        solver = CGSolver if backend == "dense" and name == "keops" else solver_type(name)
-    else:
-        solver = solver_type(backend)
+    solver = plan.solver
     operator = kernel_operator(
-        kernel, X, backend=solver.operator_backend, memory_budget=memory_budget / 2
+        kernel, X, backend=solver.operator_backend, memory_budget=plan.operator_budget
     )
     if issubclass(solver, KeOpsSolver) and not isinstance(operator, KeOpsOperator):
         solver = BlockSolver  # KeOps failed its probe (warned)

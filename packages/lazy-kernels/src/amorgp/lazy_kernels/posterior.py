@@ -34,12 +34,12 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import DataError, OptionError
-from amorgp.lazy_kernels.backends import Backend, backend_plan, check_data
+from amorgp.lazy_kernels.backends import Backend, SolverPlan, backend_plan, check_data
 from amorgp.lazy_kernels.block import check_memory_budget
 from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET
 from amorgp.lazy_kernels.dense_posterior import DensePosterior
 from amorgp.lazy_kernels.operators import DenseKernel, KernelOperator
-from amorgp.lazy_kernels.solvers import CholeskySolver, LazyCGSolver, Solver, solver_type
+from amorgp.lazy_kernels.solvers import CholeskySolver, Solver, solver_type
 
 __all__ = ["DensePosterior", "Posterior"]
 
@@ -158,7 +158,7 @@ class Posterior:
         y: Tensor,
         noise: float | Tensor,
         *,
-        backend: Backend | type[Solver] = "auto",
+        backend: Backend | type[Solver] | SolverPlan = "auto",
         memory_budget: float = MEMORY_BUDGET,
         chunk_budget: float = CHUNK_BYTES,
         var_block: int | None = None,
@@ -171,10 +171,12 @@ class Posterior:
                 :class:`~amorgp.lazy_kernels.ExpressionKernel` for the dense backends), or
                 a symmetric :class:`KernelOperator` ``K(X, X)``.
             X: ``(n, D)`` training inputs; y: ``(n,)`` targets; noise: ``sigma^2 > 0``.
-            backend: ``"auto"``, ``"cholesky"``, ``"cg"``, ``"keops"``, ``"block"``,
-                ``"dense"`` or a :class:`~amorgp.lazy_kernels.solvers.Solver` type,
-                converted once by :func:`~amorgp.lazy_kernels.backend_plan` (the
-                rules are in :mod:`amorgp.lazy_kernels.backends`).
+            backend: a :class:`~amorgp.lazy_kernels.SolverPlan` already made (then its
+                budgets replace ``memory_budget`` and ``chunk_budget``), or ``"auto"``,
+                ``"cholesky"``, ``"cg"``, ``"keops"``, ``"block"``, ``"dense"`` or a
+                :class:`~amorgp.lazy_kernels.solvers.Solver` type, planned once by
+                :func:`~amorgp.lazy_kernels.plan_solver` (the rules are in
+                :mod:`amorgp.lazy_kernels.backends`).
             memory_budget: bytes the dense backends may use (for ``"auto"``); the block
                 operator's row blocks may use half of it, and so may the chunks of test
                 points of the lazy solvers, so that both together fit.
@@ -190,16 +192,18 @@ class Posterior:
             OptionError: unknown backend or a kernel the backend cannot evaluate.
         """
         check_data(X, y)
-        memory_budget = check_memory_budget(memory_budget)
-        chunk_budget = check_memory_budget(chunk_budget, "chunk_budget")
-        solver, operator = backend_plan(kernel, X, backend, memory_budget)
-        lazy = issubclass(solver, LazyCGSolver)
+        if isinstance(backend, SolverPlan):
+            budget, chunk = backend.memory_budget, backend.chunk_bytes
+        else:
+            budget = check_memory_budget(memory_budget)
+            chunk = check_memory_budget(chunk_budget, "chunk_budget")
+        solver, operator = backend_plan(kernel, X, backend, budget)
         return cls(
             operator,
             y,
             noise,
             method=solver,
-            memory_budget=max(chunk_budget, memory_budget / 2) if lazy else chunk_budget,
+            memory_budget=SolverPlan(solver, budget, chunk).prediction_budget,
             var_block=var_block,
             **options,
         )
