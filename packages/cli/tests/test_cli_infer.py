@@ -82,6 +82,71 @@ def test_infer_table(data_2d: Path, tiny_checkpoint: Path) -> None:
     assert " b " in text  # columns named by the CSV header
 
 
+def _rows(text: str) -> list[list[str]]:
+    """The parameter rows of a table: ``[dim, symbol, parameter, normalised, original]``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["dim"]) + 1
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("  "):
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_infer_table_shows_one_output_scale_in_target_units(
+    data_2d: Path, tiny_checkpoint: Path
+) -> None:
+    """An ARD SE: one variance (the product of the columns', times var(y) in original
+    units) and every lengthscale in input units, as AmortizedGPRegressor.kernel_."""
+    res = _run(["infer", str(data_2d), "-k", "SE", "--target", "target"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    rows = _rows(res.output)
+    assert [r[:3] for r in rows] == [
+        ["a", "SE", "variance"],
+        ["a", "SE", "lengthscale"],
+        ["b", "SE", "lengthscale"],
+    ]
+    data = np.loadtxt(data_2d, delimiter=",", skiprows=1)
+    X, y = data[:, 1:], data[:, 0]
+    api = Amortizer.from_pretrained(tiny_checkpoint).infer(X, y, "SE")
+    h = api.hyperparameters
+    scale = h[(0, 0, "variance")] * h[(1, 0, "variance")]
+    expect = [
+        (scale, scale * y.var()),
+        *((h[(d, 0, "lengthscale")], h[(d, 0, "lengthscale")] * np.ptp(X[:, d])) for d in (0, 1)),
+    ]
+    for row, (normalised, original) in zip(rows, expect, strict=True):
+        assert float(row[3]) == pytest.approx(normalised, rel=1e-3)
+        assert float(row[4]) == pytest.approx(original, rel=1e-3)
+    assert "output scales of the product" in res.output
+
+
+def test_infer_table_folds_sums_in_later_columns(data_2d: Path, tiny_checkpoint: Path) -> None:
+    kernel = "(SE + LIN)@0 * (SE + PER)@1"
+    res = _run(["infer", str(data_2d), "-k", kernel, "--target", "target"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    rows = _rows(res.output)
+    assert [r[:3] for r in rows] == [
+        ["a", "SE", "variance"],
+        ["a", "SE", "lengthscale"],
+        ["a", "LIN", "variance"],
+        ["a", "LIN", "offset"],
+        ["b", "SE", "lengthscale"],
+        ["b", "PER", "weight"],
+        ["b", "PER", "lengthscale"],
+        ["b", "PER", "period"],
+    ]
+    data = np.loadtxt(data_2d, delimiter=",", skiprows=1)
+    X, y = data[:, 1:], data[:, 0]
+    h = Amortizer.from_pretrained(tiny_checkpoint).infer(X, y, kernel).hyperparameters
+    first = h[(1, 0, "variance")]
+    assert float(rows[0][4]) == pytest.approx(h[(0, 0, "variance")] * first * y.var(), rel=1e-3)
+    assert rows[2][4] == rows[3][4] == "-"  # LIN: no exact original-unit value
+    weight = h[(1, 1, "variance")] / first  # unit-free: the same in both columns
+    assert float(rows[5][3]) == float(rows[5][4]) == pytest.approx(weight, rel=1e-3)
+
+
 @pytest.mark.parametrize(
     ("content", "args", "code", "message"),
     [

@@ -20,21 +20,61 @@ every input column to ``[0, 1]`` (``x~ = (x - min) / range``); in the kernel's u
   and offset are those of the scaled column;
 * variances and the noise level are unchanged (standardised-target units).
 
-``theta`` is the log of every hyperparameter in this order: the structure's parameters by
-(column, addend, slot), then the noise level (scikit-learn's convention: log space).
+**One output scale, no redundant variances** (:class:`Folding`).  The structure is a
+product over columns of sums, ``prod_d sum_l v_dl kt_dl``, and every base symbol carries
+its own variance ``v_dl``; multiplying one column's sum by ``a`` and another's by ``1 / a``
+leaves the kernel unchanged, so ``D - 1`` combinations of the variances are not
+identifiable.  ``kernel_`` shows the identifiable ones only, as scikit-learn's
+``ConstantKernel(s^2) * RBF(length_scale=[l_1, ..., l_D])`` does for an ARD ``SE``
+(1 output scale + ``D`` lengthscales + the noise level: 7 entries of ``theta`` at
+``D = 5``, not 11):
 
-Mapping to scikit-learn's kernels (:meth:`FittedKernel.to_sklearn`):
+==========================  ================================================================
+hyperparameter              value (``v_dl``: the variance of addend ``l`` of column ``d``)
+==========================  ================================================================
+``d0.<l>.<sym>.variance``   ``v_0l * prod_{d>=1} v_d0``: the **output scale** of the product
+                            term through addend ``l`` of column 0 and the first addend of
+                            every other column; one entry for one symbol per column
+``d<d>.0.<sym>.*``          (``d >= 1``) the first addend of every other column has no
+                            variance entry: it is 1 and the column's scale is in column 0's
+``d<d>.<l>.<sym>.weight``   (``d >= 1``, ``l >= 1``) ``v_dl / v_d0``: the addend's weight
+                            relative to its column's first addend (unit-free)
+``...offset`` of ``LIN``    a ``LIN`` alone is ``v x x' + c^2``: its offset scales with its
+                            column as a variance does (column 0: times ``prod_{d>=1} v_d0``;
+                            others: divided by ``v_d0``)
+lengthscales, periods...    unchanged (kernel units above)
+``noise_level``             ``sigma^2``
+==========================  ================================================================
+
+A one-column structure has nothing redundant and is shown as fitted: ``SE + PER`` has two
+variances, as scikit-learn's ``ConstantKernel * RBF + ConstantKernel * ExpSineSquared``.
+The kernel the folded values define is the fitted one (:meth:`FittedKernel.__call__`,
+tested against the unfolded reference), and :meth:`FittedKernel.params_from_theta` maps a
+folded ``theta`` back to a full parameter set (each other column's first variance 1).
+
+``theta`` is the log of every hyperparameter above in this order: the structure's
+parameters by (column, addend, slot), then the noise level (scikit-learn's convention: log
+space).  ``bounds`` are scikit-learn's default ``(1e-5, 1e5)``, widened to hold the value
+where it lies outside (the noise level's floor is ``1e-6``).
+
+Mapping to scikit-learn's kernels (:meth:`FittedKernel.to_sklearn`; every hyperparameter
+free, with the same bounds, so ``to_sklearn().theta`` has the entries of ``theta``):
 
 =========  ==========================================================================
-ours       scikit-learn
+ours       scikit-learn (``theta`` entries: the same, in the same order, unless noted)
 =========  ==========================================================================
 SE         ``ConstantKernel(s^2) * RBF(length_scale=l)``
+ARD SE     ``ConstantKernel(s^2) * RBF(length_scale=[l_0, ..., l_{D-1}])`` for one ``SE`` per
+           column; ``s^2`` is column 0's (folded) variance
 PER        ``ExpSineSquared(length_scale=2 l, periodicity=p)`` (ours divides
-           ``sin^2`` by ``2 l^2``, scikit-learn multiplies it by ``2 / l_sk^2``)
+           ``sin^2`` by ``2 l^2``, scikit-learn multiplies it by ``2 / l_sk^2``): its
+           ``theta`` entry is ours plus ``log 2``
 MAT52      ``Matern(length_scale=l, nu=2.5)``
 RQ         ``RationalQuadratic(length_scale=l, alpha=alpha)``
 LIN        ``DotProduct(sigma_0=c * scale)`` times ``1 / scale^2``; only for a column whose
-           minimum is 0 (scikit-learn's kernels cannot shift the inputs)
+           minimum is 0 (scikit-learn's kernels cannot shift the inputs); its ``theta``
+           entries are other functions of ours (``ConstantKernel`` ``s^2 / scale^2``,
+           ``sigma_0`` as in :func:`_sk_term`)
 A*B        ``ConstantKernel(s^2) * A * B`` (one variance per product symbol)
 noise      ``WhiteKernel(noise_level=sigma^2)``
 =========  ==========================================================================
@@ -46,25 +86,152 @@ scikit-learn's kernels act on every column, so only a one-column structure, or o
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import DimWiseStructure, base_symbol
+from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, ParamKind, base_symbol
 from amorgp.lazy_kernels import DimWiseKernel, Normalizer
 from amorgp.lazy_kernels.data import as_real
 
-__all__ = ["BaseKernel", "FittedKernel", "Product", "Sum", "WhiteNoise"]
+__all__ = [
+    "BaseKernel",
+    "FittedKernel",
+    "FoldedName",
+    "Folding",
+    "KernelHyperparameter",
+    "Product",
+    "Sum",
+    "WhiteNoise",
+]
 
 _BOUNDS = (1e-5, 1e5)
-"""Bounds of every hyperparameter, kernel units (scikit-learn's default)."""
+"""Bounds of every hyperparameter, kernel units (scikit-learn's default), widened to hold
+the value."""
 
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
+
+
+def _bounds(value: float) -> tuple[float, float]:
+    """scikit-learn's default bounds, widened to hold ``value``."""
+    return (min(_BOUNDS[0], value), max(_BOUNDS[1], value))
+
+
+def _is_amplitude(symbol: str, slot: int) -> bool:
+    """Does this parameter scale with its column's sum (a variance, or a ``LIN``'s offset)?"""
+    if slot == 0:
+        return True
+    sym = base_symbol(symbol)
+    return (
+        len(sym.factors) == 1
+        and not ELEMENTARY[sym.factors[0]].variance_scales_all
+        and sym.params[slot].kind is ParamKind.OFFSET
+    )
+
+
+class FoldedName(NamedTuple):
+    """One hyperparameter of the folded parameterisation (see the module docstring).
+
+    ``param`` is the symbol's parameter name, or ``"weight"`` for the variance of a later
+    addend of a column other than 0 (relative to the column's first addend).
+    """
+
+    dim: int
+    addend: int
+    symbol: str
+    param: str
+    kind: str
+
+    def __str__(self) -> str:
+        return f"d{self.dim}.{self.addend}.{self.symbol}.{self.param}"
+
+
+class Folding:
+    """The identifiable hyperparameters of a structure: one output scale per product term.
+
+    ``fold`` maps the structure's parameter values (the order of
+    :meth:`~amorgp.kernel_grammar.DimWiseStructure.param_names`) to the folded ones of
+    :attr:`names` (the rules of the module docstring); ``unfold_log`` maps folded log
+    values back to full ones, each column's first variance (``d >= 1``) set to 1.  A
+    one-column structure folds to itself.
+
+    Args:
+        structure: the structure.
+
+    Attributes:
+        names: the folded hyperparameters, in order.
+    """
+
+    def __init__(self, structure: DimWiseStructure) -> None:
+        full = structure.param_names()
+        ref = {n.dim: i for i, n in enumerate(full) if n.dim >= 1 and n.addend == 0 and n.slot == 0}
+        names: list[FoldedName] = []
+        rules: list[tuple[int, tuple[int, ...], int | None]] = []
+        for i, n in enumerate(full):
+            if ref.get(n.dim) == i:
+                continue
+            kind = base_symbol(n.symbol).params[n.slot].kind.value
+            param, over = n.param, None
+            times: tuple[int, ...] = ()
+            if _is_amplitude(n.symbol, n.slot):
+                if n.dim == 0:
+                    times = tuple(ref.values())
+                else:
+                    over = ref[n.dim]
+                    if n.slot == 0:
+                        param, kind = "weight", "weight"
+            names.append(FoldedName(n.dim, n.addend, n.symbol, param, kind))
+            rules.append((i, times, over))
+        self.structure = structure
+        self.names: tuple[FoldedName, ...] = tuple(names)
+        self._rules = tuple(rules)
+        self._n_full = len(full)
+        self._keep = torch.tensor([r[0] for r in rules], dtype=torch.long)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def fold(self, values: Sequence[float | None]) -> list[float | None]:
+        """Folded values from the structure's (``None`` wherever a value used is ``None``)."""
+        if len(values) != self._n_full:
+            raise ValueError(
+                f"{self.structure} has {self._n_full} parameters, got {len(values)} values"
+            )
+        out: list[float | None] = []
+        for i, times, over in self._rules:
+            used = [values[j] for j in (i, *times, *(() if over is None else (over,)))]
+            if any(v is None for v in used):
+                out.append(None)
+                continue
+            v = float(values[i])  # type: ignore[arg-type]
+            for j in times:
+                v *= float(values[j])  # type: ignore[arg-type]
+            if over is not None:
+                v /= float(values[over])  # type: ignore[arg-type]
+            out.append(v)
+        return out
+
+    def unfold_log(self, theta: Tensor) -> Tensor:
+        """Full log values ``(n_full,)`` from folded log values ``(len(self),)``
+        (differentiable; each other column's first variance is 1, log 0)."""
+        return theta.new_zeros(self._n_full).index_put((self._keep.to(theta.device),), theta)
+
+
+class KernelHyperparameter(NamedTuple):
+    """One entry of :attr:`FittedKernel.hyperparameters` (the fields of scikit-learn's
+    ``Hyperparameter``; ours lists one per scalar, so ``n_elements`` is 1)."""
+
+    name: str
+    value_type: str
+    bounds: np.ndarray
+    n_elements: int
+    fixed: bool
 
 
 @dataclass(frozen=True, repr=False)
@@ -74,7 +241,9 @@ class BaseKernel:
     Attributes:
         symbol: the base symbol's name.
         dim: the input column (from 0).
-        params: ``(name, value)`` of each parameter in the symbol's slot order, kernel units.
+        params: ``(name, value)`` of each of its hyperparameters (folded, see
+            :class:`Folding`: a later column's first addend has no variance, its other
+            addends a ``weight``) in the symbol's slot order, kernel units.
         center, scale: the column's minimum and range (``x~ = (x - center) / scale``); they
             matter to ``LIN`` factors only and are not hyperparameters.
     """
@@ -127,6 +296,9 @@ class WhiteNoise:
 class FittedKernel:
     """The kernel and noise of a fitted :class:`~amorgp.amortizer.AmortizedGPRegressor`.
 
+    Its hyperparameters are the folded ones (:class:`Folding`: one output scale per
+    product term, no redundant variances), in the units of the module docstring.
+
     Args:
         structure: the fitted structure.
         params: ``(D, L, P)`` parameters, normalised units.
@@ -135,6 +307,7 @@ class FittedKernel:
 
     Attributes:
         kernel: the tree ``Sum(Product(Sum(...) per column), WhiteNoise)``.
+        folding: the map between the structure's parameters and the hyperparameters.
     """
 
     def __init__(
@@ -142,6 +315,7 @@ class FittedKernel:
     ) -> None:
         self.structure = structure
         self.normalizer = normalizer
+        self.folding = Folding(structure)
         self._params = params.detach().to("cpu", torch.float64).clone()
         self._noise = float(noise)
         names = structure.param_names()
@@ -153,30 +327,27 @@ class FittedKernel:
             [*(self._unit_factor(n.dim, n.symbol, n.slot) for n in names), 1.0],
             dtype=torch.float64,
         )
-        values = [float(self._params[n.dim, n.addend, n.slot]) for n in names]
-        self._values = np.array([*values, self._noise]) * self._factor.numpy()
-        self._names = [f"d{n.dim}.{n.addend}.{n.symbol}.{n.param}" for n in names] + ["noise_level"]
+        full = [float(self._params[n.dim, n.addend, n.slot]) for n in names]
+        full = [v * f for v, f in zip(full, self._factor.tolist(), strict=False)]
+        folded = [float(v) for v in self.folding.fold(full)]  # type: ignore[arg-type]
+        self._values = np.array([*folded, self._noise])
+        self._names = [str(n) for n in self.folding.names] + ["noise_level"]
+        per_addend: dict[tuple[int, int], list[tuple[str, float]]] = {}
+        for n, v in zip(self.folding.names, folded, strict=True):
+            per_addend.setdefault((n.dim, n.addend), []).append((n.param, v))
         columns = []
-        i = 0
         for d, addends in enumerate(structure.dims):
-            terms = []
-            for s in addends:
-                sym = base_symbol(s)
-                k = len(sym.params)
-                terms.append(
-                    BaseKernel(
-                        s,
-                        d,
-                        tuple(
-                            (p, float(v))
-                            for p, v in zip(sym.param_names, self._values[i : i + k], strict=True)
-                        ),
-                        float(normalizer.x_min[d]),
-                        self._range(d),
-                    )
+            terms = tuple(
+                BaseKernel(
+                    s,
+                    d,
+                    tuple(per_addend.get((d, a), ())),
+                    float(normalizer.x_min[d]),
+                    self._range(d),
                 )
-                i += k
-            columns.append(Sum(tuple(terms)))
+                for a, s in enumerate(addends)
+            )
+            columns.append(Sum(terms))
         self.kernel = Sum((Product(tuple(columns)), WhiteNoise(float(self._values[-1]))))
 
     def _range(self, d: int) -> float:
@@ -196,39 +367,60 @@ class FittedKernel:
     # -- scikit-learn's kernel interface ---------------------------------------------------
     @property
     def n_dims(self) -> int:
-        return self.structure.n_dims
+        """Number of hyperparameters, the length of :attr:`theta` (scikit-learn's meaning;
+        the input columns are ``structure.n_dims``)."""
+        return int(self._values.size)
 
     @property
     def theta(self) -> np.ndarray:
-        """Log of every hyperparameter (structure order, then the noise level), ``(n,)``."""
+        """Log of every hyperparameter (folded structure order, then the noise level), ``(n,)``."""
         return np.log(self._values)
 
     @property
     def bounds(self) -> np.ndarray:
-        """Log-space bounds ``(n, 2)`` of ``theta`` (scikit-learn's default ``(1e-5, 1e5)``)."""
-        return np.log(np.tile(np.array(_BOUNDS), (self._values.size, 1)))
+        """Log-space bounds ``(n, 2)`` of ``theta``: scikit-learn's default ``(1e-5, 1e5)``,
+        widened to hold the value."""
+        return np.log(np.array([_bounds(float(v)) for v in self._values]).reshape(-1, 2))
 
     @property
     def hyperparameter_names(self) -> list[str]:
-        """``"d<col>.<addend>.<symbol>.<param>"`` per kernel parameter, then ``"noise_level"``."""
+        """``"d<col>.<addend>.<symbol>.<param>"`` per kernel hyperparameter, then
+        ``"noise_level"``."""
         return list(self._names)
+
+    @property
+    def hyperparameters(self) -> list[KernelHyperparameter]:
+        """One :class:`KernelHyperparameter` per entry of :attr:`theta` (bounds in kernel
+        units, as scikit-learn's)."""
+        return [
+            KernelHyperparameter(name, "numeric", np.array(_bounds(float(v))), 1, False)
+            for name, v in zip(self._names, self._values, strict=True)
+        ]
 
     def get_params(self, deep: bool = True) -> dict[str, float]:
         """Every hyperparameter by name (see :attr:`hyperparameter_names`), kernel units."""
         return dict(zip(self._names, (float(v) for v in self._values), strict=True))
+
+    def clone_with_theta(self, theta: Any) -> FittedKernel:
+        """The same structure with the hyperparameters ``exp(theta)`` (scikit-learn's
+        ``clone_with_theta``; ``k.clone_with_theta(t).theta == t``)."""
+        th = torch.as_tensor(np.asarray(theta, dtype=np.float64))
+        params, noise = self.params_from_theta(th)
+        return FittedKernel(self.structure, params, float(noise), self.normalizer)
 
     def __repr__(self) -> str:
         return repr(self.kernel)
 
     def params_from_theta(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """``(params (D, L, P), noise)`` in normalised units for a log-space ``theta``
-        (differentiable)."""
+        (differentiable; each column's first variance but column 0's is 1)."""
         if theta.shape != (self._values.size,):
             raise ValueError(
                 f"theta must have shape ({self._values.size},) (the kernel's hyperparameters "
                 f"then the noise level), got {tuple(theta.shape)}"
             )
-        values = theta.exp() / self._factor.to(theta)
+        full = torch.cat([self.folding.unfold_log(theta[:-1]), theta[-1:]])
+        values = full.exp() / self._factor.to(theta)
         params = self._params.to(theta).index_put(self._index, values[:-1])
         return params, values[-1]
 
@@ -244,8 +436,12 @@ class FittedKernel:
     def to_sklearn(self) -> Any:
         """The same kernel (with ``WhiteKernel`` noise) as a scikit-learn kernel.
 
+        Every hyperparameter is free, with the bounds of :attr:`bounds`, so the result's
+        ``theta`` has the entries of :attr:`theta` (equal to it for ``SE``, ARD ``SE``,
+        ``MAT52`` and ``RQ``; see the module docstring for ``PER`` and ``LIN``).
         ``GaussianProcessRegressor(kernel=k.to_sklearn(), normalize_y=True, optimizer=None,
-        alpha=0)`` fitted on the same data then predicts as the estimator does.
+        alpha=0)`` fitted on the same data then predicts as the estimator does (with
+        scikit-learn's optimizer it starts from the fitted values).
 
         Raises:
             ValueError: a structure scikit-learn's kernels cannot express (several columns
@@ -255,28 +451,32 @@ class FittedKernel:
         """
         from sklearn.gaussian_process import kernels as sk
 
-        noise = sk.WhiteKernel(noise_level=float(self._values[-1]), noise_level_bounds="fixed")
-        const = [d for d in range(self.n_dims) if float(self.normalizer.x_range[d]) <= 0]
+        noise_level = float(self._values[-1])
+        noise = sk.WhiteKernel(noise_level, _bounds(noise_level))
+        n_cols = self.structure.n_dims
+        const = [d for d in range(n_cols) if float(self.normalizer.x_range[d]) <= 0]
         if const:
             raise ValueError(
                 f"input column {const[0] + 1} is constant: the model ignores it, scikit-learn's "
                 "kernels cannot; drop the column"
             )
-        dims = self.structure.dims
-        product, columns = self.kernel.terms[0], []
+        product = self.kernel.terms[0]
         assert isinstance(product, Product)
-        for col in product.factors:
-            columns.append(col.terms)
-        if self.n_dims == 1:
+        columns = [col.terms for col in product.factors]
+        if n_cols == 1:
             total = None
             for term in columns[0]:
                 part = _sk_term(term, sk)
                 total = part if total is None else total + part
             return total + noise
-        if all(a == ("SE",) for a in dims):
-            variance = math.prod(t[0].params[0][1] for t in columns)
-            lengths = [t[0].params[1][1] for t in columns]
-            return sk.ConstantKernel(variance, "fixed") * sk.RBF(lengths, "fixed") + noise
+        if all(a == ("SE",) for a in self.structure.dims):
+            variance = dict(columns[0][0].params)["variance"]
+            lengths = np.array([dict(t[0].params)["lengthscale"] for t in columns])
+            return (
+                sk.ConstantKernel(variance, _bounds(variance))
+                * sk.RBF(lengths, np.array([_bounds(float(v)) for v in lengths]))
+                + noise
+            )
         raise ValueError(
             f"{self.structure} has no scikit-learn equivalent: scikit-learn's kernels act on "
             "every column, so only one-column structures or one SE per column convert"
@@ -293,13 +493,15 @@ def _sk_term(term: BaseKernel, sk: Any) -> Any:
         names = sym.factor_param_names(f)
         q = {k: p[v] for k, v in names.items()}
         if f == "SE":
-            parts.append(sk.RBF(q["lengthscale"], "fixed"))
+            parts.append(sk.RBF(q["lengthscale"], _bounds(q["lengthscale"])))
         elif f == "PER":
-            parts.append(sk.ExpSineSquared(2.0 * q["lengthscale"], q["period"], "fixed", "fixed"))
+            length, period = 2.0 * q["lengthscale"], q["period"]
+            parts.append(sk.ExpSineSquared(length, period, _bounds(length), _bounds(period)))
         elif f == "MAT52":
-            parts.append(sk.Matern(q["lengthscale"], "fixed", nu=2.5))
+            parts.append(sk.Matern(q["lengthscale"], _bounds(q["lengthscale"]), nu=2.5))
         elif f == "RQ":
-            parts.append(sk.RationalQuadratic(q["lengthscale"], q["alpha"], "fixed", "fixed"))
+            length, alpha = q["lengthscale"], q["alpha"]
+            parts.append(sk.RationalQuadratic(length, alpha, _bounds(length), _bounds(alpha)))
         elif f == "LIN":
             if term.center != 0.0:
                 raise ValueError(
@@ -312,10 +514,10 @@ def _sk_term(term: BaseKernel, sk: Any) -> Any:
             else:  # x~ x~' + c^2 = (x x' + c^2 r^2) / r^2
                 variance = variance / term.scale**2
                 sigma0 = math.sqrt(q["offset"]) * term.scale
-            parts.append(sk.DotProduct(sigma0, "fixed"))
+            parts.append(sk.DotProduct(sigma0, _bounds(sigma0)))
         else:  # pragma: no cover - a newly registered elementary kernel
             raise ValueError(f"{f} has no scikit-learn equivalent")
-    out = sk.ConstantKernel(variance, "fixed")
+    out = sk.ConstantKernel(variance, _bounds(variance))
     for part in parts:
         out = out * part
     return out

@@ -35,6 +35,10 @@ __all__ = ["infer"]
 
 
 def _table(results: Sequence[KernelResult], data: Dataset) -> str:
+    """One block per kernel: its folded hyperparameters (one output scale per product
+    term, as ``AmortizedGPRegressor.kernel_``), normalised and in original units."""
+    from amorgp.amortizer.fitted_kernel import Folding
+
     lines = []
     for r in results:
         lines.append(
@@ -52,16 +56,23 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
         lines.append(
             f"  {'dim':<12} {'symbol':<8} {'parameter':<16} {'normalised':>11} {'original':>11}"
         )
-        for h in r.table:
-            col = data.feature_names[h.dim] if h.dim < len(data.feature_names) else str(h.dim)
-            lines.append(
-                f"  {col:<12} {h.symbol:<8} {h.name:<16} {fmt(h.value):>11} {fmt(h.original):>11}"
-            )
+        folding = Folding(r.kernel)
+        normalised = folding.fold([h.value for h in r.table])
+        original = folding.fold([h.original for h in r.table])
+        for n, v, o in zip(folding.names, normalised, original, strict=True):
+            col = data.feature_names[n.dim] if n.dim < len(data.feature_names) else str(n.dim)
+            lines.append(f"  {col:<12} {n.symbol:<8} {n.param:<16} {fmt(v):>11} {fmt(o):>11}")
     t = results[0].call_time_s
     lines.append(
         f"{len(results)} kernel(s), n = {results[0].n_points} (encoder read {results[0].encoder_points}), "
         f"{1e3 * t:.1f} ms in total; '-' = no exact original-unit value (LIN terms)"
     )
+    if any(r.kernel.n_dims > 1 for r in results):
+        lines.append(
+            "several columns: the variances of the first column are the output scales of the "
+            "product (original: in target units); a later column's first addend has no "
+            "variance, its other addends a weight relative to it"
+        )
     return "\n".join(lines)
 
 
