@@ -343,7 +343,8 @@ def warn_noise_floor(text: str, noise: float, floor: float) -> None:
     the noise floor."""
     lower = max(floor * 1e-4, MIN_NOISE_FLOOR)
     advice = (
-        f"pass a lower noise_floor= (e.g. noise_floor={lower:g}) to fit near-noiseless data"
+        f"pass a lower noise_floor= (e.g. noise_floor={lower:g}; --noise-floor on the "
+        "command line) to fit near-noiseless data"
         if lower < floor
         else f"{floor:g} is the lowest floor float64 can factor: the data are noiseless to "
         "its precision"
