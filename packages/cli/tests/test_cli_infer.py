@@ -402,3 +402,22 @@ def test_calibrate_flag_matches_the_api(
     assert want.log_marginal_likelihood >= plain.log_marginal_likelihood
     table = _run(["infer", str(data_1d), "-k", "SE", *flag], tiny_checkpoint)
     assert ("scale and noise calibrated" in table.output) is calibrated
+
+
+def test_noise_floor_flag(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """``--noise-floor`` lowers the floor as the API's ``noise_floor=``; a fit at the floor
+    prints one warning line naming the option; a floor float64 cannot factor is a usage
+    error (exit 2)."""
+    x = np.linspace(0.0, 1.0, 30)
+    csv = tmp_path / "sine.csv"
+    np.savetxt(csv, np.c_[x, np.sin(6 * x)], delimiter=",", header="x,y", comments="")
+    res = _run(["infer", str(csv), "-k", "SE", "--json", "--noise-floor", "1e-10"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    start = res.output.index("{")
+    got = json.loads(res.output[start:])["results"][0]
+    assert got["noise_floor"] == 1e-10
+    assert 1e-10 <= got["noise"] < 1e-8
+    assert "noise_floor=" in res.output[:start]  # the warning line, on stderr
+    bad = _run(["infer", str(csv), "-k", "SE", "--noise-floor", "1e-14"], tiny_checkpoint)
+    assert bad.exit_code == 2
+    assert "float64" in bad.output

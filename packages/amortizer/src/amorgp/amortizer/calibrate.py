@@ -207,17 +207,21 @@ def _exact_log_likelihood(lam: Tensor, z2: Tensor, noise: Tensor) -> Tensor:
     return -0.5 * ((z2[:, None, :] / denom).sum(-1) + denom.log().sum(-1) + n * _LOG_2PI)
 
 
-def _log_grid(like: Tensor) -> Tensor:
-    """``(B, G)``: the :data:`GRID_POINTS` values of ``log r`` over :data:`RATIO_RANGE`."""
+def _log_grid(like: Tensor, noise_min: float = _NOISE_MIN) -> Tensor:
+    """``(B, G)``: the :data:`GRID_POINTS` values of ``log r`` over :data:`RATIO_RANGE`,
+    its low end lowered as far as ``noise_min`` is below the default floor's."""
     lo, hi = (math.log(v) for v in RATIO_RANGE)
+    lo += min(0.0, math.log(noise_min / _NOISE_MIN))
     grid = torch.linspace(lo, hi, GRID_POINTS, dtype=like.dtype, device=like.device)
     return grid.expand(like.shape[0], -1)
 
 
-def _valid(lml: Tensor, s: Tensor, log_r: Tensor, s_min: Tensor) -> Tensor:
+def _valid(
+    lml: Tensor, s: Tensor, log_r: Tensor, s_min: Tensor, noise_min: float = _NOISE_MIN
+) -> Tensor:
     """``lml`` with ``-inf`` where the noise or a scaled variance would fall below its floor
     (``s_min (B,)``: the smallest scale that keeps every variance above its floor)."""
-    ok = (s * log_r.exp() >= _NOISE_MIN) & (s >= s_min[:, None])
+    ok = (s * log_r.exp() >= noise_min) & (s >= s_min[:, None])
     ok &= torch.isfinite(lml)
     return torch.where(ok, lml, torch.full_like(lml, -math.inf))
 
@@ -361,30 +365,36 @@ def _tridiagonal(Km: Tensor, y: Tensor) -> _Tridiagonal:
 
 
 def _best_ratio(
-    spec: _Eigen | _Tridiagonal, s_min: Tensor, like: Tensor, noise: Tensor
+    spec: _Eigen | _Tridiagonal,
+    s_min: Tensor,
+    like: Tensor,
+    noise: Tensor,
+    noise_min: float = _NOISE_MIN,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Grid search and parabolic refinement of ``log r``: ``(log_r, s, lml, base)``, each
     ``(B,)``, where ``base`` is the exact likelihood at scale 1 and ``noise (B,)`` (the
     prediction), evaluated with the grid."""
-    grid = _log_grid(like)
+    grid = _log_grid(like, noise_min)
     lml, s, base = spec.profile_and_exact(grid, noise[:, None])
-    cand = _candidates(grid, _valid(lml, s, grid, s_min))
+    cand = _candidates(grid, _valid(lml, s, grid, s_min, noise_min))
     lml_c, s_c = spec.profile(cand)
-    lml_c = _valid(lml_c, s_c, cand, s_min)
+    lml_c = _valid(lml_c, s_c, cand, s_min, noise_min)
     j = lml_c.argmax(-1, keepdim=True)
     return cand.gather(1, j)[:, 0], s_c.gather(1, j)[:, 0], lml_c.gather(1, j)[:, 0], base[:, 0]
 
 
-def _best_noise(spec: _Eigen | _Tridiagonal, like: Tensor) -> tuple[Tensor, Tensor]:
+def _best_noise(
+    spec: _Eigen | _Tridiagonal, like: Tensor, noise_min: float = _NOISE_MIN
+) -> tuple[Tensor, Tensor]:
     """Grid search and parabolic refinement of the noise alone at scale 1: ``(noise,
     lml)``, each ``(B,)``.
 
     The grid of ``log sigma^2`` spans :data:`RATIO_RANGE` times the mean squared target,
     so it follows the targets' units; noises below the floor are the floor."""
     level = spec.mean_y2.clamp_min(1e-300)  # = mean(y^2)
-    grid = _log_grid(like) + level.log()  # (B, G)
-    cand = _candidates(grid, spec.exact(grid.exp().clamp_min(_NOISE_MIN)))
-    noise = cand.exp().clamp_min(_NOISE_MIN)
+    grid = _log_grid(like, noise_min) + level.log()  # (B, G)
+    cand = _candidates(grid, spec.exact(grid.exp().clamp_min(noise_min)))
+    noise = cand.exp().clamp_min(noise_min)
     lml = spec.exact(noise)
     j = lml.argmax(-1, keepdim=True)
     return noise.gather(1, j)[:, 0], lml.gather(1, j)[:, 0]
@@ -424,6 +434,7 @@ def calibrate(
     scale: bool = True,
     matrices: Tensor | None = None,
     method: str = "auto",
+    noise_floor: float | None = None,
 ) -> Calibration:
     """Exact Type-2 ML of the global scale and the noise of ``K`` kernels (module docstring).
 
@@ -444,6 +455,10 @@ def calibrate(
         method: how the likelihoods are evaluated on the grid (:data:`METHODS`):
             ``"tridiagonal"`` (CPU only), ``"eigh"``, or ``"auto"`` (the first on the
             CPU, the second elsewhere).  Both are exact; they agree to rounding.
+        noise_floor: the noise variance's floor (``None``: the transform's,
+            ``FLOORS["noise"]``); the calibrated noise stays at or above twice it, and the
+            grid of ratios reaches as far below :data:`RATIO_RANGE` as the floor is below
+            the transform's.
 
     Returns:
         A :class:`Calibration`; a kernel whose eigendecomposition fails (non-finite
@@ -456,6 +471,7 @@ def calibrate(
         raise OptionError(f"method must be one of {METHODS}, got {method!r}")
     K = len(structures)
     dev = params.device
+    noise_min = _NOISE_MIN if noise_floor is None else 2.0 * noise_floor
     if method == "tridiagonal" and dev.type != "cpu":
         raise OptionError(f"the tridiagonal method runs on the CPU, not {dev}")
     X64 = Xn.detach().to(dev, torch.float64)
@@ -509,10 +525,10 @@ def calibrate(
             spec = _spectrum(Km, y64, method)
             like = Km[:, 0]  # (B, n): dtype, device and batch of the grids
             if scale:
-                log_r, s, lml, base = _best_ratio(spec, s_min[sl], like, n64[sl])
+                log_r, s, lml, base = _best_ratio(spec, s_min[sl], like, n64[sl], noise_min)
                 best_noise = s * log_r.exp()
             else:
-                best_noise, lml = _best_noise(spec, like)
+                best_noise, lml = _best_noise(spec, like, noise_min)
                 s = torch.ones_like(best_noise)
                 base = spec.exact(n64[sl, None])[:, 0]
             better = finite & torch.isfinite(lml) & (lml > base)

@@ -112,6 +112,15 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         encoder_points: most points the dataset encoder reads (``None``: the
             checkpoint's training range).
         seed: seed of the encoder subset of large datasets.
+        noise_floor: the smallest noise variance of the fit, in normalised units (the
+            targets standardised); ``None``: ``1e-6``.  Lower it (e.g. ``1e-10``, with
+            ``refine="auto"``) for near-noiseless data; a fit that ends at the floor warns
+            (:class:`~amorgp.amortizer.constraints.NoiseFloorWarning`).
+        fixed: ``{name: value}`` held fixed, names as ``result_.hyperparameters``
+            (``(dim, addend, name)``) or ``"noise"``, normalised units (scikit-learn's
+            ``*_bounds="fixed"``).
+        bounds: ``{name: (low, high)}`` within which ``refine`` optimises (scikit-learn's
+            ``*_bounds``), same names and units.
 
     Attributes (after ``fit``):
         result_: the :class:`~amorgp.amortizer.results.KernelResult`.
@@ -145,6 +154,9 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         device: str | None = None,
         encoder_points: int | None = None,
         seed: int = 0,
+        noise_floor: float | None = None,
+        fixed: dict[Any, float] | None = None,
+        bounds: dict[Any, tuple[float, float]] | None = None,
     ) -> None:
         self.kernel = kernel
         self.refine = refine
@@ -154,6 +166,9 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.device = device
         self.encoder_points = encoder_points
         self.seed = seed
+        self.noise_floor = noise_floor
+        self.fixed = fixed
+        self.bounds = bounds
 
     def _amortizer(self) -> Amortizer:
         return _load(self.checkpoint, self.device, self.encoder_points, check_seed(self.seed))
@@ -170,7 +185,15 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         Xa, ya = as_dataset(_as_2d(X), _host(y), min_points=MIN_POINTS, training=True)
         amz = self._amortizer()
         result = amz.infer(
-            Xa, ya, self.kernel, refine=self.refine, calibrate=self.calibrate, starts=self.starts
+            Xa,
+            ya,
+            self.kernel,
+            refine=self.refine,
+            calibrate=self.calibrate,
+            starts=self.starts,
+            noise_floor=self.noise_floor,
+            fixed=self.fixed,
+            bounds=self.bounds,
         )
         self.result_: KernelResult = result
         self.n_features_in_ = Xa.shape[1]

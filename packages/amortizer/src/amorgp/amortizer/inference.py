@@ -23,6 +23,13 @@ from amorgp.amortizer.bundled import PRETRAINED_DIR, resolve_checkpoint
 from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
 from amorgp.amortizer.calibrate import check_calibrate
 from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.constraints import (
+    KernelConstraints,
+    Name,
+    check_constraints,
+    project_all,
+    warn_noise_floor,
+)
 from amorgp.amortizer.forward import warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
@@ -264,6 +271,9 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
         starts: int | None = None,
+        noise_floor: float | None = None,
+        fixed: Mapping[Name, float] | None = None,
+        bounds: Mapping[Name, tuple[float, float]] | None = None,
     ) -> KernelResult:
         """Hyperparameters of one kernel (see :meth:`infer_many`)."""
         return self.infer_many(
@@ -275,6 +285,9 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             evaluate_lml=evaluate_lml,
             progress=progress,
             starts=starts,
+            noise_floor=noise_floor,
+            fixed=fixed,
+            bounds=bounds,
         )[0]
 
     def infer_many(
@@ -288,6 +301,9 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
         starts: int | None = None,
+        noise_floor: float | None = None,
+        fixed: Mapping[Name, float] | None = None,
+        bounds: Mapping[Name, tuple[float, float]] | None = None,
     ) -> list[KernelResult]:
         """Hyperparameters of several kernels on one dataset in one batch.
 
@@ -324,6 +340,15 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 and 1 without.
             progress: called as ``progress(stage, done, total)`` while working (see
                 :data:`Progress`), e.g. to drive a progress bar.
+            noise_floor: the smallest noise variance returned, normalised units (the
+                targets standardised); ``None``: ``1e-6``, the transform's floor.  Lower it
+                (down to :data:`~amorgp.amortizer.constraints.MIN_NOISE_FLOOR`) for
+                near-noiseless data, with ``refine`` to reach the optimum.
+            fixed: ``{name: value}`` held fixed by calibration and refinement, names as
+                :attr:`KernelResult.hyperparameters` (``(dim, addend, name)``) or
+                ``"noise"``, values in normalised units (:mod:`amorgp.amortizer.constraints`).
+            bounds: ``{name: (low, high)}`` within which ``refine`` optimises (the start
+                clipped into them), same names and units.
 
         Returns:
             One :class:`~amorgp.amortizer.results.KernelResult` per kernel, in order.
@@ -332,11 +357,16 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             DataError: invalid data (shapes, NaN/Inf, fewer than 3 points, constant
                 targets, scales float64 cannot represent).
             OptionError: a kernel that does not parse or fit the data, an invalid
-                ``refine`` or ``calibrate``, refinement above the dense limit.
+                ``refine``, ``calibrate``, ``noise_floor``, ``fixed`` or ``bounds``
+                (unknown name, ``low >= high``, a non-positive value, a value below its
+                floor), refinement above the dense limit.
 
         Warns:
             UserWarning: more input dimensions or addends than the network was trained
                 with, or constant input columns.
+            NoiseFloorWarning: a kernel's noise ended at ``noise_floor`` while the
+                likelihood still rises towards lower noise
+                (:class:`~amorgp.amortizer.constraints.NoiseFloorWarning`).
         """
         t0 = time.perf_counter()
         if isinstance(kernels, str | DimWiseStructure):
@@ -345,8 +375,12 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             raise OptionError("kernels is empty")
         steps = check_refine(refine)
         calibrate = self.calibrate if calibrate is None else check_calibrate(calibrate)
+        cons = check_constraints(fixed, bounds, noise_floor)
         norm, Xn, yn, structures = self._prepare(X, y, kernels)
+        kcons = cons.resolve(structures)
         params, noise, n_enc, chosen = self._predict(Xn, yn, structures)
+        if not cons.trivial:  # a fixed value replaces the prediction, bounds clip it
+            params, noise = project_all(kcons, params, noise)
         if progress is not None:
             progress("network", 1, 1)
         starts = resolve_starts(starts, self.starts, calibrate)
@@ -359,6 +393,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         # calibration on them, one batched Cholesky (batched.py); one matrix per chunk
         # must fit the plan's chunk (else the per-kernel lazy posteriors, as large n)
         fast = dense and self.dtype == torch.float64 and 8 * n * n <= plan.chunk_bytes
+        fast = fast and cons.trivial  # constraints: projected after each stage below
         factors: list[Factor | None] | None = None
         iterations, status = [0] * K, ["none"] * K
         if (
@@ -400,18 +435,38 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         else:
             if calibrate:
                 cal = calibrate_scale_noise(
-                    Xn, yn, structures, self.vocabulary, params, noise, seed=self.seed
+                    Xn,
+                    yn,
+                    structures,
+                    self.vocabulary,
+                    params,
+                    noise,
+                    seed=self.seed,
+                    noise_floor=cons.noise_floor,
                 )
                 params, noise = cal.params, cal.noise
+                if not cons.trivial:
+                    params, noise = project_all(kcons, params, noise)
             if starts > 1:  # more starts for periodic kernels (amortizer/multistart.py)
                 ms = multistart(
                     Xn, yn, structures, self.vocabulary, params, noise, starts, steps, self.seed
                 )
                 params, noise, start = ms.params, ms.noise, ms.start
+                if not cons.trivial:
+                    params, noise = project_all(kcons, params, noise)
             if steps != 0:
                 groups = self.refine_groups(n, terms, steps)
                 ref = refine_in_groups(
-                    Xn, yn, structures, self.vocabulary, params, noise, steps, groups, progress
+                    Xn,
+                    yn,
+                    structures,
+                    self.vocabulary,
+                    params,
+                    noise,
+                    steps,
+                    groups,
+                    progress,
+                    None if cons.trivial else kcons,
                 )
                 params, noise = ref.params, ref.noise
                 iterations, status = ref.iterations, ref.status
@@ -430,6 +485,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             K, n, elapsed, calibrate, starts, refine,
         )  # fmt: skip
         noises = noise.tolist()
+        _check_noise_floor(Xn, yn, kcons, params, noise)
         return [
             KernelResult(
                 kernel=s,
@@ -445,6 +501,9 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 calibrated=calibrate,
                 network=chosen[i],
                 start=start[i],
+                noise_floor=cons.noise_floor,
+                fixed=dict(kcons[i].fixed),
+                bounds=dict(kcons[i].bounds),
                 _posterior=posteriors[i],
             )
             for i, s in enumerate(structures)
@@ -626,6 +685,44 @@ class AmortizedMethod:
         return self.amortizer.infer_many(
             X, y, kernels, refine=self.refine, calibrate=self.calibrate
         )
+
+
+def _check_noise_floor(
+    Xn: Tensor,
+    yn: Tensor,
+    constraints: Sequence[KernelConstraints],
+    params: Tensor,
+    noise: Tensor,
+) -> None:
+    """Warn (:class:`~amorgp.amortizer.constraints.NoiseFloorWarning`) for each kernel whose
+    free noise ended at the floor (within :data:`~amorgp.amortizer.constraints.FLOOR_RTOL`
+    of it) while the exact log marginal likelihood still rises towards lower noise (its
+    derivative in the noise is negative; one dense factorisation, on at most
+    :data:`~amorgp.amortizer.calibrate.MAX_POINTS` points, for such kernels only).  Above
+    that size the noise must be within :data:`~amorgp.amortizer.refine.START_GAP` of the
+    floor, where only a refinement towards it ends."""
+    from amorgp.amortizer.constraints import FLOOR_RTOL
+    from amorgp.amortizer.refine import START_GAP, LogMarginalLikelihood
+
+    noises = noise.tolist()
+    X64 = y64 = None
+    for k, c in enumerate(constraints):
+        floor = c.noise_floor
+        if "noise" in c.fixed or "noise" in c.bounds or noises[k] > floor * (1.0 + FLOOR_RTOL):
+            continue
+        s = c.structure
+        if Xn.shape[0] > calibration.MAX_POINTS:
+            at_floor = noises[k] <= floor * (1.0 + START_GAP)
+        else:
+            if X64 is None or y64 is None:
+                X64, y64 = (t.detach().to("cpu", torch.float64) for t in (Xn, yn))
+            p = params[k, : s.n_dims, : s.max_addends].detach().to("cpu", torch.float64)
+            slope = LogMarginalLikelihood(X64, y64, s, c).noise_slope(p, noise[k].cpu())
+            at_floor = slope < 0.0
+        if at_floor:
+            warn_noise_floor(
+                str(s) if not s.is_uniform else " + ".join(s.dims[0]), noises[k], floor
+            )
 
 
 def _split(f: batched.Factors) -> list[Factor | None]:

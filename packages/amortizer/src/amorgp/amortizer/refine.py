@@ -66,6 +66,7 @@ from amorgp.kernel_grammar import (
 )
 
 if TYPE_CHECKING:
+    from amorgp.amortizer.constraints import KernelConstraints
     from amorgp.amortizer.multistart import MultiStart
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "AUTO_RTOL",
     "EVALS_PER_ITERATION",
     "LogMarginalLikelihood",
+    "START_GAP",
     "STARTS_ROUND",
     "Refinement",
     "check_refine",
@@ -107,6 +109,12 @@ model comparisons read it)."""
 
 AUTO_MAX_ITERS = 500
 """Most L-BFGS iterations ``refine="auto"`` runs per kernel."""
+
+START_GAP = 1e-3
+"""A start closer to a floor than this fraction of it starts there instead (in
+``log(theta - floor)`` a start at the floor has no gradient and would never move); a
+bounded start is kept this fraction of its log-width inside its bounds, for the same
+reason in the logit."""
 
 Refine = int | Literal["auto"]
 Progress = Callable[[str, int, int], None]
@@ -155,6 +163,7 @@ def refine(
     noise: Tensor,
     steps: int | Literal["auto"],
     progress: Progress | None = None,
+    constraints: Sequence[KernelConstraints] | None = None,
 ) -> Refinement:
     """Type-2 ML L-BFGS warm-started at ``params (K, D, L, P)`` and ``noise (K,)``.
 
@@ -165,6 +174,8 @@ def refine(
         params, noise: the network's prediction (normalised units).
         steps: most L-BFGS iterations, or ``"auto"`` (see the module docstring).
         progress: called as ``progress("refine", iterations_done, budget)``.
+        constraints: per kernel, its fixed values, bounds and noise floor
+            (:mod:`amorgp.amortizer.constraints`; ``None``: none, the transform's floors).
 
     A kernel whose refinement fails keeps its last finite iterate.
     """
@@ -178,7 +189,10 @@ def refine(
     budget = AUTO_MAX_ITERS if steps == "auto" else steps
     per_round = AUTO_ROUND if steps == "auto" else steps
     iterations, status = [0] * K, ["max_iters"] * K
-    objectives = [LogMarginalLikelihood(X64, y64, s) for s in structures]
+    objectives = [
+        LogMarginalLikelihood(X64, y64, s, None if constraints is None else constraints[k])
+        for k, s in enumerate(structures)
+    ]
     z = [f.to_log(cur[k], cur_noise[k]) for k, f in enumerate(objectives)]
     active = list(range(K))
     last: list[float | None] = [None] * K
@@ -248,6 +262,12 @@ class LogMarginalLikelihood:
     function of its log parameters ``z = log(theta - floor)`` (the transform's floors), for
     L-BFGS.
 
+    With ``constraints`` (:class:`~amorgp.amortizer.constraints.KernelConstraints`) the
+    noise's floor is their ``noise_floor``, a fixed parameter is not among ``z`` (its value
+    is inserted as given) and a parameter bounded by ``(low, high)`` moves as
+    ``theta = exp(log low + (log high - log low) sigmoid(z))`` (GPyTorch's ``Interval``,
+    in log space).
+
     The same objective as :func:`amorgp.baselines.fit_type2ml_batch` with ``space="log"``
     (which :func:`refine` used before), evaluated with less work per step: the pairwise
     differences of every input dimension are computed once, each addend's kernel and its
@@ -259,9 +279,16 @@ class LogMarginalLikelihood:
         X: ``(n, d)`` normalised inputs (float64).
         y: ``(n,)`` targets.
         structure: the kernel structure.
+        constraints: its fixed values, bounds and noise floor (``None``: none).
     """
 
-    def __init__(self, X: Tensor, y: Tensor, structure: DimWiseStructure) -> None:
+    def __init__(
+        self,
+        X: Tensor,
+        y: Tensor,
+        structure: DimWiseStructure,
+        constraints: KernelConstraints | None = None,
+    ) -> None:
         self.X, self.y, self.structure = X, y, structure
         self.terms: list[tuple[int, int, BaseSymbol]] = [
             (j, l, base_symbol(sym))
@@ -273,20 +300,56 @@ class LogMarginalLikelihood:
             + [FLOORS[ParamKind.NOISE]],
             dtype=torch.float64,
         )
+        self.plain = constraints is None or (not constraints.fixed and not constraints.bounds)
+        if constraints is not None:
+            self.floors, fixed, low, high = constraints.vectors()
+            self.fixed = fixed
+            self.free = torch.isnan(fixed)
+            self.bounded = ~torch.isnan(low)
+            self.log_low, self.log_width = low.log(), high.log() - low.log()
         dims = sorted({j for j, _, _ in self.terms})
         self.r = {j: X[:, j, None] - X[None, :, j] for j in dims}
         self.xx = {j: X[:, j, None] * X[None, :, j] for j in dims}
         self.r2 = {j: r.square() for j, r in self.r.items()}
 
-    def to_log(self, params: Tensor, noise: Tensor) -> Tensor:
-        """``z (m,)`` of ``params (D, L, P)`` (the structure's slots) and ``noise``."""
+    def flat(self, params: Tensor, noise: Tensor) -> Tensor:
+        """``theta (m,)``: ``params (D, L, P)`` (the structure's slots) and ``noise``."""
         theta = [params[j, a, : len(b.params)] for j, a, b in self.terms]
-        flat = torch.cat([*theta, noise.reshape(1)])
-        return (flat - self.floors).clamp_min(1e-300).log()
+        return torch.cat([*theta, noise.reshape(1)])
+
+    def to_log(self, params: Tensor, noise: Tensor) -> Tensor:
+        """``z`` of ``params (D, L, P)`` (the structure's slots) and ``noise``: ``(m,)``, or
+        the free parameters' only with fixed ones (see the class docstring; a start within
+        :data:`START_GAP` of a floor or bound is moved that far inside)."""
+        flat = self.flat(params, noise)
+        z = (flat - self.floors).clamp_min(START_GAP * self.floors).log()
+        if self.plain:
+            return z
+        u = ((flat.log() - self.log_low) / self.log_width).clamp(START_GAP, 1.0 - START_GAP)
+        z = torch.where(self.bounded, u.logit(), z)
+        return z[self.free]
+
+    def theta(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """``(theta (m,), d theta / d z)`` of ``z``: every parameter, the fixed ones
+        included, and the derivative of the free ones (in the order of ``z``)."""
+        if self.plain:
+            theta = self.floors + z.exp()
+            return theta, theta - self.floors
+        free = self.floors[self.free] + z.exp()
+        dfree = free - self.floors[self.free]
+        u = torch.sigmoid(z)
+        log_low, width = self.log_low[self.free], self.log_width[self.free]
+        boxed = (log_low + width * u).exp()
+        bounded = self.bounded[self.free]
+        free = torch.where(bounded, boxed, free)
+        dfree = torch.where(bounded, boxed * width * u * (1.0 - u), dfree)
+        theta = self.fixed.clone()
+        theta[self.free] = free
+        return theta, dfree
 
     def from_log(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """``(params (D, L, P), noise)`` of ``z`` (unused slots 1)."""
-        theta = self.floors + z.detach().exp()
+        theta = self.theta(z.detach())[0]
         D, L = self.structure.n_dims, self.structure.max_addends
         P = max(len(b.params) for _, _, b in self.terms)
         params = torch.ones(D, L, P, dtype=torch.float64)
@@ -310,10 +373,24 @@ class LogMarginalLikelihood:
         dimension ``j`` contributes ``sum(W * prod_{i != j} S_i * dk / d theta)``; each
         ``dk / d theta`` is element-wise (``SE``: ``k r^2 / l^3``; ``PER``: ``k s^2 / l^3``
         and ``k s cos(pi r / p) pi r / (p^2 l^2)`` with ``s = sin(pi r / p)``...).
-        ``d theta / d z = theta - floor``.  Float64; one Cholesky and one inverse.
+        ``d theta / d z = theta - floor`` (bounded and fixed parameters: see the class
+        docstring).  Float64; one Cholesky and one inverse.
         """
         with torch.no_grad():
-            theta = self.floors + z.detach().exp()
+            theta, dtheta = self.theta(z.detach())
+            lml, grad = self.value_and_theta_grad(theta)
+            return lml, (grad if self.plain else grad[self.free]) * dtheta
+
+    def noise_slope(self, params: Tensor, noise: Tensor) -> float:
+        """``d LML / d sigma^2`` at ``params (D, L, P)`` and ``noise`` (NaN on failure):
+        negative where the likelihood rises towards lower noise."""
+        theta = self.flat(params.to(torch.float64), noise.to(torch.float64))
+        return float(self.value_and_theta_grad(theta)[1][-1])
+
+    def value_and_theta_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """The log marginal likelihood at ``theta (m,)`` and its gradient with respect to
+        ``theta`` (see :meth:`value_and_grad`; NaN on failure)."""
+        with torch.no_grad():
             parts: dict[int, list[tuple[Tensor, list[tuple[int, Tensor]]]]] = {}
             i = 0
             for j, _, b in self.terms:  # a few addends
@@ -329,10 +406,10 @@ class LogMarginalLikelihood:
             n = K.shape[0]
             A = K + theta[-1] * torch.eye(n, dtype=K.dtype)
             if not bool(torch.isfinite(A).all()):
-                return z.new_tensor(math.nan), nan
+                return theta.new_tensor(math.nan), nan
             Lc, info = torch.linalg.cholesky_ex(A)
             if int(info) != 0:
-                return z.new_tensor(math.nan), nan
+                return theta.new_tensor(math.nan), nan
             alpha = torch.cholesky_solve(self.y[:, None], Lc)[:, 0]
             lml = -0.5 * (
                 (self.y * alpha).sum()
@@ -350,7 +427,7 @@ class LogMarginalLikelihood:
                     for idx, dk in grads:
                         grad[idx] = torch.dot(Wj.reshape(-1), dk.reshape(-1))
             grad[-1] = W.diagonal().sum()
-            return lml, grad * (theta - self.floors)
+            return lml, grad
 
     def _addend_and_grads(
         self, j: int, b: BaseSymbol, v: Tensor, first: int
@@ -420,6 +497,10 @@ class LogMarginalLikelihood:
         finite iterate is kept)."""
         from amorgp.baselines import lbfgs
 
+        if z.numel() == 0:  # every parameter fixed: nothing to optimise
+            with torch.no_grad():
+                lml = float(self.value(z))
+            return z, lml, 0, "converged" if math.isfinite(lml) else "failed"
         res = lbfgs(
             [z],
             lambda p: -self.value(p[0]),
@@ -480,6 +561,7 @@ def refine_in_groups(
     steps: int | Literal["auto"],
     groups: Sequence[Sequence[int]],
     progress: Progress | None = None,
+    constraints: Sequence[KernelConstraints] | None = None,
 ) -> Refinement:
     """:func:`refine` run on each group of kernels in turn (see :func:`dense_groups`); the
     result is in the order of ``structures``."""
@@ -497,6 +579,7 @@ def refine_in_groups(
             noise[idx],
             steps,
             progress,
+            None if constraints is None else [constraints[i] for i in idx],
         )
         params[idx], noise[idx] = ref.params, ref.noise
         for j, i in enumerate(idx):

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR, KernelConstraints, Name
 from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import (
     DimWiseKernel,
@@ -216,6 +217,12 @@ class KernelResult(KernelFit):
             see :mod:`amorgp.amortizer.selection`).
         start: which start won (:mod:`amorgp.amortizer.multistart`): ``"network"``,
             ``"periodogram"``, ``"harmonic x2"``...
+        noise_floor: the smallest noise variance the fit could return (normalised units;
+            ``noise_floor=`` of :meth:`Amortizer.infer_many
+            <amorgp.amortizer.inference.Amortizer.infer_many>`).
+        fixed: the hyperparameters held fixed, ``{name: value}`` (names as
+            :attr:`hyperparameters`, or ``"noise"``; normalised units); empty if none.
+        bounds: the bounded hyperparameters, ``{name: (low, high)}``; empty if none.
 
     :attr:`log_marginal_likelihood` is computed by :meth:`Amortizer.infer_many
     <amorgp.amortizer.inference.Amortizer.infer_many>` when the dense backend applies (or
@@ -230,6 +237,9 @@ class KernelResult(KernelFit):
     calibrated: bool = False
     network: str = "primary"
     start: str = "network"
+    noise_floor: float = DEFAULT_NOISE_FLOOR
+    fixed: Mapping[Name, float] = field(default_factory=dict)
+    bounds: Mapping[Name, tuple[float, float]] = field(default_factory=dict)
     _posterior: Posterior | None = field(default=None, repr=False)
 
     @property
@@ -292,4 +302,5 @@ class KernelResult(KernelFit):
             "encoder_points": self.encoder_points,
             "network": self.network,
             "start": self.start,
+            **KernelConstraints(self.kernel, self.noise_floor, self.fixed, self.bounds).describe(),
         }

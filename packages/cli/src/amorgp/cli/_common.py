@@ -387,13 +387,16 @@ def run_inference(
     data: Dataset,
     kernels: Sequence[str],
     refine: Refine,
+    *,
+    noise_floor: float | None = None,
 ) -> list[KernelResult]:
     """Amortized hyperparameters and log marginal likelihoods of ``kernels``.
 
     Library output goes to stderr; library warnings become one ``Warning: ...`` line
     each on stderr; progress bars on stderr (only on a terminal) follow the network
     pass, the refinement and each kernel's log marginal likelihood (the slow part for
-    large ``n``); ``-v`` logs the size and the GP backend first.
+    large ``n``); ``-v`` logs the size and the GP backend first.  ``noise_floor``: as
+    :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`'s (``None``: its default).
     """
     assert data.y is not None
     structures = check_kernels(amz, kernels, data)
@@ -411,6 +414,7 @@ def run_inference(
                 refine=refine,
                 evaluate_lml=True,
                 progress=bars,
+                noise_floor=noise_floor,
             )
     finally:
         bars.close()

@@ -121,6 +121,15 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
     help="With --group-by: the output file, .csv, .parquet or .jsonl (default: CSV on "
     "stdout, JSON Lines with --json).",
 )
+@click.option(
+    "--noise-floor",
+    "noise_floor",
+    type=float,
+    default=None,
+    help="Smallest noise variance of the fit, in normalised units (standardised targets; "
+    "default 1e-6).  Lower it (e.g. 1e-10, with --refine auto) for near-noiseless data; a "
+    "fit that ends at the floor prints a warning.",
+)
 @starts_option
 @inference_options
 def infer(
@@ -139,6 +148,7 @@ def infer(
     inputs: tuple[str, ...] = (),
     predict_at: tuple[str, ...] = (),
     output: Path | None = None,
+    noise_floor: float | None = None,
 ) -> None:
     """Amortized GP hyperparameters of each --kernel for the table DATA (CSV with a header).
 
@@ -152,6 +162,8 @@ def infer(
     if group_by:
         from amorgp.cli._groups import run_groups
 
+        if noise_floor is not None:
+            raise click.UsageError("--noise-floor is not available with --group-by")
         amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
         amz.starts = starts
         run_groups(
@@ -165,7 +177,7 @@ def infer(
     table = read_csv(data, target)
     amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
     amz.starts = starts
-    results = run_inference(amz, table, kernels, refine)
+    results = run_inference(amz, table, kernels, refine, noise_floor=noise_floor)
     check_finite(results)
     if as_json:
         out = json_document(
