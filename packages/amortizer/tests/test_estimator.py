@@ -113,3 +113,22 @@ def test_refine_raises_the_likelihood(airline: tuple[np.ndarray, np.ndarray]) ->
     a = AmortizedGPRegressor(kernel="SE").fit(X, y)
     b = AmortizedGPRegressor(kernel="SE", refine=10).fit(X, y)
     assert b.log_marginal_likelihood_ >= a.log_marginal_likelihood_ - 1e-9  # L-BFGS never worsens
+
+
+def test_backend_and_memory_budget_reach_the_posterior() -> None:
+    """``backend`` and ``memory_budget`` are the estimator's: CG gives the predictions of
+    the dense float64 Cholesky posterior (the oracle)."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(0.0, 1.0, (60, 1))
+    y = np.sin(6.0 * X[:, 0]) + 0.1 * rng.standard_normal(60)
+    Xt = np.linspace(0.0, 1.0, 7)[:, None]
+    dense = AmortizedGPRegressor(kernel="SE", starts=1).fit(X, y)
+    cg = AmortizedGPRegressor(kernel="SE", starts=1, backend="cg", memory_budget=2**28).fit(X, y)
+    assert dense.result_.posterior.backend == "cholesky"
+    assert cg.result_.posterior.backend == "cg"
+    assert cg.get_params()["backend"] == "cg"
+    np.testing.assert_allclose(cg.predict(Xt), dense.predict(Xt), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="unknown backend 'fast'"):
+        AmortizedGPRegressor(kernel="SE", backend="fast").fit(X, y)
+    with pytest.raises(ValueError, match="memory_budget"):
+        AmortizedGPRegressor(kernel="SE", memory_budget=-1.0).fit(X, y)

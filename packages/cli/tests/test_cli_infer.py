@@ -421,3 +421,37 @@ def test_noise_floor_flag(tiny_checkpoint: Path, tmp_path: Path) -> None:
     bad = _run(["infer", str(csv), "-k", "SE", "--noise-floor", "1e-14"], tiny_checkpoint)
     assert bad.exit_code == 2
     assert "float64" in bad.output
+
+
+def test_backend_and_memory_budget_options(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--backend`` and ``--memory-budget`` reach the amortizer's solver plan: CG gives
+    the dense Cholesky's likelihood (the float64 oracle) to CG's tolerance; an unknown
+    backend is a usage error naming the choices."""
+    from amorgp.amortizer import inference
+
+    seen: list[tuple[str, float]] = []
+    real = inference.Amortizer.solver_plan
+
+    def spy(self: inference.Amortizer, *args: object, **kwargs: object) -> object:
+        seen.append((str(self.backend), self.memory_budget))
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(inference.Amortizer, "solver_plan", spy)
+    x = np.linspace(0.0, 1.0, 40)
+    csv = tmp_path / "sine.csv"
+    y = np.sin(6 * x) + 0.1 * np.random.default_rng(0).standard_normal(40)
+    np.savetxt(csv, np.c_[x, y], delimiter=",", header="x,y", comments="")
+    out = {}
+    for backend in ("cholesky", "cg"):
+        args = ["infer", str(csv), "-k", "SE", "--json", "--backend", backend]
+        res = _run([*args, "--memory-budget", "0.5"], tiny_checkpoint)
+        assert res.exit_code == 0, res.output
+        got = json.loads(res.output[res.output.index("{") :])["results"][0]
+        out[backend] = got["log_marginal_likelihood"]
+    assert ("cg", 0.5 * 2**30) in seen
+    assert out["cg"] == pytest.approx(out["cholesky"], rel=1e-4)
+    bad = _run(["infer", str(csv), "-k", "SE", "--backend", "fast"], tiny_checkpoint)
+    assert bad.exit_code == 2
+    assert "'cholesky'" in bad.output

@@ -34,7 +34,8 @@ from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.options import check_seed
 from amorgp.amortizer.results import KernelResult
-from amorgp.lazy_kernels import DimWiseKernel, as_dataset
+from amorgp.lazy_kernels import MEMORY_BUDGET, DimWiseKernel, as_dataset, check_backend
+from amorgp.lazy_kernels.block import check_memory_budget
 from amorgp.lazy_kernels.data import as_real
 
 logger = logging.getLogger(__name__)
@@ -121,6 +122,11 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             ``*_bounds="fixed"``).
         bounds: ``{name: (low, high)}`` within which ``refine`` optimises (scikit-learn's
             ``*_bounds``), same names and units.
+        backend: the GP solver: ``"auto"`` (the memory rule: dense Cholesky, dense CG,
+            KeOps or block CG), ``"cholesky"``, ``"cg"``, ``"keops"``, ``"block"`` or
+            ``"dense"`` (:func:`~amorgp.lazy_kernels.plan_solver`).
+        memory_budget: bytes the dense GP backends may use (``None``: 4 GiB); beyond it
+            ``"auto"`` turns to the lazy solvers.
 
     Attributes (after ``fit``):
         result_: the :class:`~amorgp.amortizer.results.KernelResult`.
@@ -157,6 +163,8 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         noise_floor: float | None = None,
         fixed: dict[Any, float] | None = None,
         bounds: dict[Any, tuple[float, float]] | None = None,
+        backend: str = "auto",
+        memory_budget: float | None = None,
     ) -> None:
         self.kernel = kernel
         self.refine = refine
@@ -169,9 +177,19 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.noise_floor = noise_floor
         self.fixed = fixed
         self.bounds = bounds
+        self.backend = backend
+        self.memory_budget = memory_budget
 
     def _amortizer(self) -> Amortizer:
-        return _load(self.checkpoint, self.device, self.encoder_points, check_seed(self.seed))
+        budget = MEMORY_BUDGET if self.memory_budget is None else self.memory_budget
+        return _load(
+            self.checkpoint,
+            self.device,
+            self.encoder_points,
+            check_seed(self.seed),
+            check_backend(self.backend),
+            float(check_memory_budget(budget)),
+        )
 
     def fit(self, X: Any, y: Any) -> AmortizedGPRegressor:
         """Predict the hyperparameters of ``kernel`` for ``X (n, d)``, ``y (n,)``.
@@ -379,11 +397,21 @@ def _check_random_state(seed: Any) -> np.random.RandomState:
 
 @functools.lru_cache(maxsize=8)
 def _load(
-    checkpoint: str | None, device: str | None, encoder_points: int | None, seed: int
+    checkpoint: str | None,
+    device: str | None,
+    encoder_points: int | None,
+    seed: int,
+    backend: Any = "auto",
+    memory_budget: float = MEMORY_BUDGET,
 ) -> Amortizer:
     """Load and verify the weights once per configuration (estimators are cloned often)."""
     return Amortizer.from_pretrained(
-        checkpoint, device=device, encoder_points=encoder_points, seed=seed
+        checkpoint,
+        device=device,
+        encoder_points=encoder_points,
+        seed=seed,
+        backend=backend,
+        memory_budget=memory_budget,
     )
 
 

@@ -55,8 +55,15 @@ starts_option = click.option(
 """The ``--starts`` option of the commands that infer (``amorgp.amortizer.multistart``)."""
 
 
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Keep a model option in the context, where :func:`load_amortizer` reads it."""
+    ctx.meta[f"amorgp.{param.name}"] = value
+    return value
+
+
 def inference_options(f: F) -> F:
-    """``--target --seed --device --dtype --checkpoint --refine --calibrate``."""
+    """``--target --seed --device --dtype --backend --memory-budget --checkpoint --refine
+    --calibrate``."""
     options = [
         click.option("--target", help="Target column (default: the last column)."),
         click.option(
@@ -75,6 +82,25 @@ def inference_options(f: F) -> F:
             default="float64",
             show_default=True,
             help="dtype of the GP algebra (the network runs in float32).",
+        ),
+        click.option(
+            "--backend",
+            type=click.Choice(["auto", "cholesky", "cg", "keops", "block", "dense"]),
+            default="auto",
+            show_default=True,
+            expose_value=False,
+            callback=_remember,
+            help="GP solver: auto picks dense Cholesky, dense CG, KeOps CG or block CG by "
+            "the memory budget; the others force one (dense: Cholesky or dense CG).",
+        ),
+        click.option(
+            "--memory-budget",
+            type=click.FloatRange(min=0.0, min_open=True),
+            default=4.0,
+            show_default=True,
+            expose_value=False,
+            callback=_remember,
+            help="GiB the dense GP backends may use; beyond it auto turns to the lazy solvers.",
         ),
         click.option(
             "--checkpoint",
@@ -345,13 +371,16 @@ def load_amortizer(
     checkpoint: Path | None, device: str | None, dtype: str, seed: int, calibrate: bool = True
 ) -> Amortizer:
     """The network of ``--checkpoint`` (default: the bundled model) on ``--device``, with
-    ``--calibrate`` as its default for every kernel it fits."""
+    ``--calibrate`` as its default for every kernel it fits and the solver plan of
+    ``--backend`` and ``--memory-budget`` (read from the command's context)."""
     import torch
 
     from amorgp.amortizer.api import Amortizer
     from amorgp.kernel_grammar.errors import OptionError
 
     check_device(device)
+    meta = click.get_current_context(silent=True)
+    options = meta.meta if meta is not None else {}
     try:
         return Amortizer.from_pretrained(
             checkpoint,
@@ -359,6 +388,8 @@ def load_amortizer(
             dtype=torch.float64 if dtype == "float64" else torch.float32,
             seed=seed,
             calibrate=calibrate,
+            backend=options.get("amorgp.backend", "auto"),
+            memory_budget=float(options.get("amorgp.memory_budget", 4.0)) * 2**30,
         )
     except OptionError:
         raise  # an option out of its domain (--seed): a usage error, exit 2
