@@ -388,92 +388,74 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         n, K = Xn.shape[0], len(structures)
         terms = [sum(len(a) for a in s.dims) for s in structures]
         plan = self.solver_plan(n, max(terms), graph=False)  # every posterior's solver
-        dense = plan.dense
-        # the batched path: the kernel matrices of all kernels in one evaluator call, the
-        # calibration on them, one batched Cholesky (batched.py); one matrix per chunk
-        # must fit the plan's chunk (else the per-kernel lazy posteriors, as large n)
-        fast = dense and self.dtype == torch.float64 and 8 * n * n <= plan.chunk_bytes
-        fast = fast and cons.trivial  # constraints: projected after each stage below
-        factors: list[Factor | None] | None = None
-        iterations, status = [0] * K, ["none"] * K
-        if (
-            fast
-            and steps == 0
+        # the dense factors of all kernels in batched chunks (batched.py) where one matrix
+        # fits the plan's chunk; else each posterior factors itself (lazy solvers, large n)
+        batched_factors = (
+            plan.dense
+            and self.dtype == torch.float64
+            and 8 * n * n <= plan.chunk_bytes
             and evaluate_lml is not False
-            and (not calibrate or n <= calibration.MAX_POINTS)
-        ):
-            scored, calibrate_all = False, calibrate
-            if starts > 1 and calibrate:
-                # every start, the network's included, calibrated and scored on the scoring
-                # points in one batched pass; the winners calibrated on all points and
-                # factored together below (amortizer/multistart.py)
-                ms = multistart(
-                    Xn, yn, structures, self.vocabulary, params, noise, starts, steps,
-                    self.seed, calibrated=False,
-                )  # fmt: skip
-                params, noise, start = ms.params, ms.noise, ms.start
-                scored, calibrate_all = True, not ms.calibrated_on_all
-            params, noise, factors = self._calibrate_and_factor(
-                Xn, yn, structures, params, noise, calibrate_all
+        )
+
+        def project(p: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+            return (p, v) if cons.trivial else project_all(kcons, p, v)
+
+        # 1. starts: every start of every kernel, the network's included, calibrated and
+        # scored on the scoring points in one batched pass (multistart.py); the winners'
+        # calibration on all points is left to stage 2
+        pending = calibrate  # the calibration on all points is still to run
+        if starts > 1:
+            ms = multistart(
+                Xn, yn, structures, self.vocabulary, params, noise, starts, steps,
+                self.seed, calibrated=not calibrate,
+            )  # fmt: skip
+            params, noise, start = ms.params, ms.noise, ms.start
+            params, noise = project(params, noise)
+            # (the starts' calibration knows no constraints: with them, calibrated again)
+            pending = calibrate and (not ms.calibrated_on_all or not cons.trivial)
+        # 2. calibration on all points: with the factorisation of stage 4 (the same kernel
+        # matrices) where nothing comes between, else here
+        fused = batched_factors and steps == 0 and n <= calibration.MAX_POINTS and cons.trivial
+        if pending and not fused:
+            cal = calibrate_scale_noise(
+                Xn,
+                yn,
+                structures,
+                self.vocabulary,
+                params,
+                noise,
+                seed=self.seed,
+                noise_floor=cons.noise_floor,
             )
-            if starts > 1 and not scored:  # the starts scored after the calibration
-                ms = multistart(
-                    Xn, yn, structures, self.vocabulary, params, noise, starts, steps, self.seed
-                )
-                moved = [
-                    i
-                    for i in range(K)
-                    if not (torch.equal(ms.params[i], params[i]) and ms.noise[i] == noise[i])
-                ]
-                params, noise, start = ms.params, ms.noise, ms.start
-                if moved:  # the kernels whose winner is another start: factored again
-                    again = self._factor(
-                        Xn, yn, [structures[i] for i in moved], params[moved], noise[moved]
-                    )
-                    for i, f in zip(moved, again, strict=True):
-                        factors[i] = f
-        else:
-            if calibrate:
-                cal = calibrate_scale_noise(
-                    Xn,
-                    yn,
-                    structures,
-                    self.vocabulary,
-                    params,
-                    noise,
-                    seed=self.seed,
-                    noise_floor=cons.noise_floor,
-                )
-                params, noise = cal.params, cal.noise
-                if not cons.trivial:
-                    params, noise = project_all(kcons, params, noise)
-            if starts > 1:  # more starts for periodic kernels (amortizer/multistart.py)
-                ms = multistart(
-                    Xn, yn, structures, self.vocabulary, params, noise, starts, steps, self.seed
-                )
-                params, noise, start = ms.params, ms.noise, ms.start
-                if not cons.trivial:
-                    params, noise = project_all(kcons, params, noise)
-            if steps != 0:
-                groups = self.refine_groups(n, terms, steps)
-                ref = refine_in_groups(
-                    Xn,
-                    yn,
-                    structures,
-                    self.vocabulary,
-                    params,
-                    noise,
-                    steps,
-                    groups,
-                    progress,
-                    None if cons.trivial else kcons,
-                )
-                params, noise = ref.params, ref.noise
-                iterations, status = ref.iterations, ref.status
-            if fast and evaluate_lml is not False:
-                factors = self._factor(Xn, yn, structures, params, noise)
+            params, noise = project(cal.params, cal.noise)
+            pending = False
+        # 3. refinement (refine.py), within the memory budget by groups of kernels
+        iterations, status = [0] * K, ["none"] * K
+        if steps != 0:
+            groups = self.refine_groups(n, terms, steps)
+            ref = refine_in_groups(
+                Xn,
+                yn,
+                structures,
+                self.vocabulary,
+                params,
+                noise,
+                steps,
+                groups,
+                progress,
+                None if cons.trivial else kcons,
+            )
+            params, noise = ref.params, ref.noise
+            iterations, status = ref.iterations, ref.status
+        # 4. the dense factors, batched (with the pending calibration)
+        factors: list[Factor | None] | None = None
+        if batched_factors:
+            params, noise, factors = self._calibrate_and_factor(
+                Xn, yn, structures, params, noise, pending
+            )
+        # 5. conditioning: one posterior per kernel, solved by the plan
         posteriors = self._condition(structures, params, noise, Xn, yn, factors, plan)
-        if evaluate_lml or (dense and evaluate_lml is None):
+        if evaluate_lml or (plan.dense and evaluate_lml is None):
             for i, post in enumerate(posteriors):  # per kernel: its posterior's factor, kept
                 with torch.inference_mode():
                     post.log_marginal_likelihood()
@@ -569,12 +551,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         evaluated once (one evaluator call), calibrated on (the calibrated matrix is the
         scale times the network's, exactly: only variances change) and factored in one
         batched Cholesky.  Needs ``n <=`` :data:`~amorgp.amortizer.calibrate.MAX_POINTS`
-        when calibrating (no subset).
-
-        A step between calibration and the final factors (e.g. more starting points)
-        can score candidate parameter sets with :func:`amorgp.amortizer.batched.score`
-        and re-factor the kernels whose parameters it changes with :meth:`_factor`.
-        """
+        when calibrating (no subset)."""
         params, noise = params.clone(), noise.clone()
         out: list[Factor | None] = []
         for sl in batched.chunks(len(structures), Xn.shape[0]):
@@ -604,22 +581,6 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                         scale = scale.index_fill(0, at, 1.0)
                 out.extend(_split(batched.factor(Km, yn, noise[sl], scale)))
         return params, noise, out
-
-    def _factor(
-        self,
-        Xn: Tensor,
-        yn: Tensor,
-        structures: Sequence[DimWiseStructure],
-        params: Tensor,
-        noise: Tensor,
-    ) -> list[Factor | None]:
-        """The dense factors of ``K`` kernels at ``params`` (batched, by chunks)."""
-        out: list[Factor | None] = []
-        for sl in batched.chunks(len(structures), Xn.shape[0]):
-            with torch.no_grad():
-                Km = batched.kernel_matrices(Xn, structures[sl], self.vocabulary, params[sl])
-                out.extend(_split(batched.factor(Km, yn, noise[sl])))
-        return out
 
     def fit_many(
         self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
