@@ -3,7 +3,7 @@ rule, by name) and :func:`backend_plan` (a backend name, or ``"auto"``, converte
 :class:`~amorgp.lazy_kernels.solvers.Solver` type and the operator it runs on).
 
 Backends (``backend=`` of :meth:`Posterior.from_kernel
-<amorgp.lazy_kernels.Posterior.from_kernel>` and :class:`~amorgp.lazy_kernels.ExactGP`):
+<amorgp.lazy_kernels.Posterior.from_kernel>`):
 
 ``"cholesky"``
     dense operator (batched evaluator) and one Cholesky (:class:`CholeskySolver`);
