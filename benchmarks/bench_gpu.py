@@ -190,7 +190,7 @@ _HOW = [
     "one solve with one right-hand side.",
     "- The lazy backends solve the variance of a whole chunk of test points at once (each "
     "matvec evaluates `K` once whatever the number of right-hand sides): with "
-    '`ExactGP(backend="block", memory_budget=2**24)` on the shared 2-core CPU (SE-ARD, '
+    '`Posterior.from_kernel(..., backend="block", memory_budget=2**24)` on the shared 2-core CPU (SE-ARD, '
     "d = 4, lengthscales 0.5, noise 0.01, n = 2,000, 200 test points) the variance took 38 s "
     "in one solve and 312 s in solves of 16 points (the dense-CG default, which the lazy "
     "backends used before), x8.2.",

@@ -116,7 +116,7 @@ def _worker_compile(folder: str) -> dict:
 
 
 def _previous_predict(kernel, noise, X, y, Xc):  # type: ignore[no-untyped-def]
-    """Frozen copy of the previous ``ExactGP.predict`` (Cholesky backend): ``K`` and its
+    """Frozen copy of the previous exact-GP prediction (Cholesky backend): ``K`` and its
     Cholesky are rebuilt on every call."""
     from amorgp.diff_linalg import robust_cholesky
 
@@ -151,7 +151,7 @@ def _worker_posterior(mode: str, n: int, m: int) -> dict:
     kernel(X[:3], Xs[:2])  # warm-up: lazy imports inside torch
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
-    if mode == "before":  # the amortizer's previous path: a fresh ExactGP per 256 MiB chunk
+    if mode == "before":  # the amortizer's previous path: a fresh exact GP per 256 MiB chunk
         rows = max(1, 256 * 2**20 // (8 * n))
         parts = [
             _previous_predict(kernel, noise, X, y, Xs[i : i + rows]) for i in range(0, m, rows)
@@ -309,8 +309,13 @@ def _slq_errors(kernel: str, n: int, seeds: int, probes: int = 15) -> dict:
     """SLQ log-determinant error of ``K + 0.05 I`` (dense CG, ``probes`` probes, rank 64)
     with the noise-only and the residual-diagonal preconditioner, over ``seeds`` seeds."""
     from amorgp.kernel_grammar import DimWiseStructure
-    from amorgp.lazy_kernels import DimWiseKernel, PivotedCholeskyPreconditioner
-    from amorgp.lazy_kernels.gp import pcg, pivoted_cholesky, slq_logdet
+    from amorgp.lazy_kernels import (
+        DimWiseKernel,
+        PivotedCholeskyPreconditioner,
+        pcg,
+        pivoted_cholesky,
+        slq_logdet,
+    )
 
     g = torch.Generator().manual_seed(1)
     s = DimWiseStructure.coerce(kernel, 8)
@@ -719,8 +724,8 @@ def section_exact_gp(quick: bool) -> list[str]:
 
 def section_accuracy() -> list[str]:
     from amorgp.kernel_grammar import DimWiseStructure
-    from amorgp.lazy_kernels import DimWiseKernel
-    from amorgp.lazy_kernels.gp import (
+    from amorgp.lazy_kernels import (
+        DimWiseKernel,
         PivotedCholeskyPreconditioner,
         pcg,
         pivoted_cholesky,
@@ -960,7 +965,7 @@ def section_posterior(quick: bool) -> list[str]:
         f"n = {n} training points, m = {m} test points, `{COMPOSITE}` with d = 4 (8 addends), "
         "noise 0.05, float64, `torch.set_num_threads(1)`, each variant once in a fresh process "
         "(wall time; peak resident memory of the process, and its growth over the data setup). "
-        "*before* = the amortizer's previous path: a fresh `ExactGP` (dense `K`, Cholesky, "
+        "*before* = the amortizer's previous path: a fresh exact GP (dense `K`, Cholesky, "
         "cross-covariance block) per 256 MiB chunk of test points (`256 MiB / (8 n)` rows, "
         "frozen copy in this script), then another fresh one for the log marginal likelihood; "
         "*after* = one `Posterior` (`Posterior.from_kernel`) that factors `K + sigma^2 I` once and serves the "

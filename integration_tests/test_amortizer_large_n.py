@@ -2,7 +2,7 @@
 
 The dataset encoder reads a seeded random subset of the points (the network's
 training range); the GP conditions on all 100,000 points through lazy-kernels'
-ExactGP, whose ``backend="auto"`` picks KeOps + preconditioned CG (O(n) memory;
+``Posterior.from_kernel``, whose ``backend="auto"`` picks KeOps + preconditioned CG (O(n) memory;
 one dense kernel matrix would need 75 GiB).  With 100,000 noisy observations of
 a smooth function, the posterior mean must be close to the function itself.
 """

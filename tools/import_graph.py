@@ -14,7 +14,7 @@ Usage::
 
 ``--deferred`` shows the circles that an import deferred into a function hides (they do
 not fail at import time but still tie the modules together); imports in a module's
-``__getattr__`` (deprecated aliases) and under ``TYPE_CHECKING`` never count.
+``__getattr__`` (names imported on first use) and under ``TYPE_CHECKING`` never count.
 
 Cycles are the strongly connected components of more than one module (or a module
 that imports itself), between modules and between packages.
@@ -74,7 +74,7 @@ def _top_level_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.Import
 
 def _all_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
     """Every import, also inside functions and classes, except under ``TYPE_CHECKING`` and
-    in a module's ``__getattr__`` (deprecated aliases of names that moved away)."""
+    in a module's ``__getattr__`` (names imported on first use, PEP 562)."""
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node

@@ -56,7 +56,7 @@ def campaign_report(
 ) -> str:
     """Write the report of ``log`` to ``markdown`` (and ``figure``); returns the Markdown.
 
-    With ``card`` (e.g. ``docs/training/model-card-history.md``), the tables also replace
+    With ``card`` (a Markdown file), the tables also replace
     what stands in that file between the lines ``<!-- campaign:begin -->`` and
     ``<!-- campaign:end -->``, so the card shows every run; a card without both markers raises ``ValueError`` and is
     left as it was (the report is written first).

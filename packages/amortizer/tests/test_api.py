@@ -356,7 +356,7 @@ def _oracle_predict(
 
 def test_cg_backend_above_the_memory_budget(tiny_checkpoint: Path) -> None:
     """With a budget that fits the evaluator (no autograd graph: the block-wise bound) but
-    not the Cholesky workspace the GP runs on CG (ExactGP 'auto'); predictions match the
+    not the Cholesky workspace the GP runs on CG (backend 'auto'); predictions match the
     dense oracle to the CG tolerance, the LML to the SLQ accuracy."""
     X, y = _data(300, 1, seed=8)
     n_terms = 2  # SE + PER

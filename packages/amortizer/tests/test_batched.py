@@ -215,14 +215,13 @@ def test_result_holds_a_posterior_equal_to_the_exact_gp_path(
 ) -> None:
     """``KernelResult.posterior`` is a ``lazy_kernels.Posterior`` (the batched factor where
     that path ran, dense CG under a small memory budget) whose predictions and likelihood
-    equal those of the exact-GP path results took before (``ExactGP(backend="auto")`` on
+    equal those of a posterior built afresh (``Posterior.from_kernel(backend="auto")`` on
     the same normalised data) to 1e-9."""
     from amorgp.lazy_kernels import (
         EVALUATOR_MATRICES_NO_GRAPH,
         CGSolver,
         CholeskySolver,
         DimWiseKernel,
-        ExactGP,
         Posterior,
     )
 
@@ -238,17 +237,16 @@ def test_result_holds_a_posterior_equal_to_the_exact_gp_path(
         kind = CholeskySolver if path == "batched" else CGSolver
         assert type(r.posterior.solver) is kind
         assert r.factored is (path == "batched")
-        with pytest.warns(DeprecationWarning, match="ExactGP is deprecated"):
-            old = ExactGP(
-                DimWiseKernel(s, r.params.clone()),
-                r.noise,
-                Xn,
-                yn,
-                backend="auto",
-                memory_budget=budget,
-                chunk_budget=256 * 2**20,
-                **a.gp_options,
-            )
+        old = Posterior.from_kernel(
+            DimWiseKernel(s, r.params.clone()),
+            Xn,
+            yn,
+            r.noise,
+            backend="auto",
+            memory_budget=budget,
+            chunk_budget=256 * 2**20,
+            **a.gp_options,
+        )
         assert old.backend == r.posterior.backend
         mean, var = r.posterior.predict(Xq)
         ref_mean, ref_var = old.predict(Xq)
@@ -258,20 +256,3 @@ def test_result_holds_a_posterior_equal_to_the_exact_gp_path(
         torch.testing.assert_close(var, ref_var, rtol=1e-9, atol=1e-9)
         lml = float(old.log_marginal_likelihood())
         assert r.log_marginal_likelihood == pytest.approx(lml, rel=1e-9)
-
-
-def test_conditioned_gp_is_a_deprecated_holder_of_the_same_posterior(amz: Amortizer) -> None:
-    from amorgp.amortizer.results import ConditionedGP
-
-    X, y = _data(30, 2, seed=7)
-    r = amz.infer(X, y, "SE + PER", starts=1)
-    _, Xn, yn, (s,) = amz._prepare(X, y, ["SE + PER"])
-    with pytest.warns(DeprecationWarning, match="conditioned_posterior"):
-        old = ConditionedGP(s, r.params, r.noise, Xn, yn, memory_budget=2**30)
-    assert old.backend == "cholesky"
-    assert old.log_marginal_likelihood() == pytest.approx(r.log_marginal_likelihood, rel=1e-10)
-    Xq = Xn[:6] + 0.01
-    m, v = old.predict(Xq, include_noise=True)
-    rm, rv = r._predict_normalized(Xq, include_noise=True)
-    torch.testing.assert_close(m, rm, rtol=1e-9, atol=1e-10)
-    torch.testing.assert_close(v, rv, rtol=1e-9, atol=1e-10)

@@ -75,18 +75,6 @@ def test_read_test_table_rejects_unknown_columns(tmp_path: Path) -> None:
     assert ds.target_name == "other"
 
 
-def test_as_dataset_old_names_warn_and_name_the_owner() -> None:
-    import amorgp.amortizer as amz
-    import amorgp.amortizer.io as io
-    import amorgp.lazy_kernels as lk
-
-    for module in (amz, io):
-        assert "as_dataset" not in module.__all__
-        with pytest.warns(DeprecationWarning, match="amorgp.lazy_kernels.as_dataset"):
-            old = module.as_dataset
-        assert old is lk.as_dataset
-
-
 def test_infer_and_read_csv_reject_every_bad_dataset(tiny_checkpoint: Path, tmp_path: Path) -> None:
     from amorgp.amortizer import Amortizer
     from amorgp.lazy_kernels.testing import bad_datasets, check_rejects_bad_data

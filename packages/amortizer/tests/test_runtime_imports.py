@@ -1,14 +1,9 @@
 """The inference runtime loads neither training, the simulator nor the experiments; the
-commands that need them fail with one line naming what to install; moved names still
-import, with a DeprecationWarning naming the new path."""
+amortizer's own errors derive from the shared base classes."""
 
 from __future__ import annotations
 
 import json
-import sys
-import warnings
-
-import pytest
 
 from amorgp.amortizer.testing import python_without as _python
 
@@ -47,66 +42,12 @@ print(Amortizer.from_pretrained().infer(X, y, "SE").noise > 0)
     assert out.stdout.strip().endswith("True")
 
 
-def test_old_module_paths_are_the_moved_modules_with_a_warning() -> None:
-    import importlib
+def test_the_amortizer_errors_are_amorgp_errors() -> None:
+    from amorgp.amortizer.errors import CheckpointError, MissingExtraError, TrainingError
+    from amorgp.kernel_grammar import AmorgpError
 
-    import amorgp.amortizer as amortizer
-
-    loss = importlib.import_module("amorgp.amortizer.training.loss")
-    train = importlib.import_module("amorgp.amortizer.training.train")
-
-    for old, new in (("amorgp.amortizer.loss", loss), ("amorgp.amortizer.train", train)):
-        sys.modules.pop(old, None)
-        with pytest.warns(DeprecationWarning, match=new.__name__):
-            module = importlib.import_module(old)
-        assert module is new
-        assert module.__spec__ is not None
-        assert module.__spec__.name == new.__name__
-    # importing the old module path leaves the package's ``train`` the function
-    with pytest.warns(DeprecationWarning, match="amorgp.amortizer.training"):
-        fn = amortizer.train
-    assert fn is train.train
-
-
-def test_moved_errors_are_caught_by_their_deprecated_aliases() -> None:
-    import amorgp.kernel_grammar as kg
-    from amorgp.amortizer.errors import CheckpointError, TrainingError
-
-    with pytest.warns(DeprecationWarning, match=r"amorgp\.amortizer\.errors\.CheckpointError"):
-        old_checkpoint = kg.CheckpointError
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from amorgp.kernel_grammar.errors import TrainingError as old_training
-    with pytest.raises(old_checkpoint):
-        raise CheckpointError("x")
-    with pytest.raises(old_training):
-        raise TrainingError("x")
+    assert issubclass(CheckpointError, AmorgpError)
     assert issubclass(CheckpointError, ValueError)
+    assert issubclass(TrainingError, AmorgpError)
     assert issubclass(TrainingError, RuntimeError)
-
-
-@pytest.mark.parametrize(
-    ("old", "blocked", "install"),
-    [
-        ("amorgp.amortizer.cli", "amorgp.cli", "pip install amorgp-cli"),
-        ("amorgp.amortizer.plotting", "amorgp.cli", "pip install amorgp-cli"),
-        ("amorgp.amortizer.bridge", "amorgp.gpytorch", "pip install amorgp-gpytorch"),
-        ("amorgp.amortizer.bridge.fit", "amorgp.gpytorch", "pip install amorgp-gpytorch"),
-    ],
-)
-def test_an_old_path_of_a_package_not_installed_names_it(
-    old: str, blocked: str, install: str
-) -> None:
-    code = f"""
-from amorgp.amortizer.errors import MissingExtraError
-try:
-    import {old}
-except MissingExtraError as err:
-    print(type(err).__name__, err)
-"""
-    out = _python(code, blocked=(blocked,))
-    assert out.returncode == 0, out.stderr
-    (line,) = out.stdout.strip().splitlines()
-    assert line.startswith("MissingExtraError amorgp.amortizer.")
-    assert f" moved to {blocked}" in line
-    assert line.endswith(install)
+    assert issubclass(MissingExtraError, ModuleNotFoundError)

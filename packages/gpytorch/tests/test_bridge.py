@@ -27,10 +27,7 @@ from amorgp.gpytorch import (
     to_gpytorch,
 )
 from amorgp.kernel_grammar import DimWiseStructure, OptionError, base_symbol
-from amorgp.lazy_kernels import DimWiseKernel, ExactGP
-
-# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
-pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
+from amorgp.lazy_kernels import DimWiseKernel, Posterior
 
 TOL = 1e-8
 
@@ -122,8 +119,8 @@ def test_build_kernel_matches_dense_and_reads_back(symbol: str) -> None:
 def _amorgp_lml(
     kmap_params: torch.Tensor, structure: DimWiseStructure, noise: float, X, y
 ) -> float:
-    gp = ExactGP(DimWiseKernel(structure, kmap_params), noise, X, y)
-    return float(gp.posterior().log_marginal_likelihood())
+    gp = Posterior.from_kernel(DimWiseKernel(structure, kmap_params), X, y, noise)
+    return float(gp.log_marginal_likelihood())
 
 
 def _likelihood_term(model: SingleTaskGP) -> float:

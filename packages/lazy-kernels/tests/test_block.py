@@ -14,16 +14,12 @@ from amorgp.kernel_grammar import DimWiseStructure, OptionError
 from amorgp.lazy_kernels import (
     BlockKernelOperator,
     DimWiseKernel,
-    ExactGP,
     Posterior,
     choose_backend,
     kernel_operator,
 )
 from amorgp.lazy_kernels.block import block_rows
 from amorgp.lazy_kernels.testing import reference_structure
-
-# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
-pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
 
 DEVICES = [
     "cpu",
@@ -117,18 +113,18 @@ def test_block_rows_follow_the_memory_budget() -> None:
 def test_block_gp_predicts_like_cholesky(device: str) -> None:
     kernel, _, X, y = _case(200, 7, device)
     Xt = X[:6] + 0.01
-    dense = ExactGP(kernel, 0.05, X, y, backend="cholesky")
-    block = ExactGP(kernel, 0.05, X, y, backend="block", memory_budget=2**18)
+    dense = Posterior.from_kernel(kernel, X, y, 0.05, backend="cholesky")
+    block = Posterior.from_kernel(kernel, X, y, 0.05, backend="block", memory_budget=2**18)
     assert block.backend == "block"
-    assert isinstance(block.posterior().operator, BlockKernelOperator)
+    assert isinstance(block.operator, BlockKernelOperator)
     m1, v1 = dense.predict(Xt)
     m2, v2 = block.predict(Xt)
     torch.testing.assert_close(m2, m1, rtol=1e-6, atol=1e-7)
     assert v1 is not None
     assert v2 is not None
     torch.testing.assert_close(v2, v1, rtol=1e-5, atol=1e-7)
-    cov1 = dense.posterior().covariance(Xt)
-    cov2 = block.posterior().covariance(Xt)
+    cov1 = dense.covariance(Xt)
+    cov2 = block.covariance(Xt)
     torch.testing.assert_close(cov2, cov1, rtol=1e-5, atol=1e-7)
 
 
@@ -140,11 +136,11 @@ def test_block_gp_loss_and_gradient_like_dense_cg_and_cholesky(device: str) -> N
     noise = torch.tensor(0.05, dtype=torch.float64, device=device, requires_grad=True)
     results = []
     for backend in ("cg", "block", "cholesky"):
-        gp = ExactGP(
+        gp = Posterior.from_kernel(
             kernel,
-            noise,
             X,
             y,
+            noise,
             backend=backend,  # type: ignore[arg-type]
             memory_budget=2**18,
             generator=torch.Generator().manual_seed(0),

@@ -15,14 +15,11 @@ from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_g
 from amorgp.kernel_grammar import DataError, DimWiseStructure
 from amorgp.lazy_kernels import (
     DimWiseKernel,
-    ExactGP,
     HyperparameterInference,
     KernelFit,
     Normalizer,
+    Posterior,
 )
-
-# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
-pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -32,9 +29,9 @@ class _ExactFit(KernelFit):
     Xn: Tensor
     yn: Tensor
 
-    def _gp(self) -> ExactGP:
+    def _gp(self) -> Posterior:
         kernel = DimWiseKernel(self.kernel, self.params)
-        return ExactGP(kernel, self.noise, self.Xn, self.yn, backend="cholesky")
+        return Posterior.from_kernel(kernel, self.Xn, self.yn, self.noise, backend="cholesky")
 
     @property
     def log_marginal_likelihood(self) -> float:

@@ -1,4 +1,4 @@
-"""ExactGP, PCG, pivoted Cholesky and SLQ against dense torch.linalg oracles."""
+"""Posterior.from_kernel, PCG, pivoted Cholesky and SLQ against dense torch.linalg oracles."""
 
 from __future__ import annotations
 
@@ -7,24 +7,21 @@ import torch
 
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import DimWiseKernel
-from amorgp.lazy_kernels.gp import (
+from amorgp.lazy_kernels import (
     CHOLESKY_MAX_N,
     EVALUATOR_MATRICES_BLOCKWISE,
     EVALUATOR_MATRICES_NO_GRAPH,
     EVALUATOR_MATRICES_NO_GRAPH_DEVICE,
     EVALUATOR_MATRICES_PER_TERM,
-    ExactGP,
+    DimWiseKernel,
     PivotedCholeskyPreconditioner,
+    Posterior,
     choose_backend,
     pcg,
     pivoted_cholesky,
     slq_logdet,
 )
 from amorgp.lazy_kernels.keops import keops_available
-
-# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
-pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
 
 
 def _data(n: int, seed: int, d: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,7 +125,7 @@ def test_cholesky_backend_matches_dense_oracle() -> None:
     X, y = _data(50, 4)
     k, params = _kernel()
     noise = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
-    gp = ExactGP(k, noise, X, y, backend="cholesky")
+    gp = Posterior.from_kernel(k, X, y, noise, backend="cholesky")
     lml = gp.log_marginal_likelihood()
     g1 = torch.autograd.grad(lml, [params, noise])
     ref = dense_gp_log_marginal_likelihood(k(X), y, noise)
@@ -151,12 +148,12 @@ def test_cg_backend_agrees_with_cholesky() -> None:
     X, y = _data(300, 6)
     k, params = _kernel()
     noise = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
-    chol = ExactGP(k, noise, X, y, backend="cholesky")
-    cg = ExactGP(
+    chol = Posterior.from_kernel(k, X, y, noise, backend="cholesky")
+    cg = Posterior.from_kernel(
         k,
-        noise,
         X,
         y,
+        noise,
         backend="cg",
         n_probes=64,
         precond_rank=32,
@@ -243,10 +240,10 @@ def test_exact_gp_without_a_graph_stays_on_cholesky() -> None:
     dense = 8 * 200 * 200
     budget = (EVALUATOR_MATRICES_NO_GRAPH + 2) * dense
     assert (EVALUATOR_MATRICES_PER_TERM * k.n_terms + 1) * dense + 2 * dense > budget
-    with_graph = ExactGP(k, 0.1, X, y, memory_budget=budget, backend="dense")
+    with_graph = Posterior.from_kernel(k, X, y, 0.1, memory_budget=budget, backend="dense")
     assert with_graph.backend == "cg"
     fixed = DimWiseKernel(k.structure, params.detach())
-    gp = ExactGP(fixed, 0.1, X, y, memory_budget=budget)
+    gp = Posterior.from_kernel(fixed, X, y, 0.1, memory_budget=budget)
     assert gp.backend == "cholesky"
     oracle = dense_gp_log_marginal_likelihood(fixed(X), y, torch.tensor(0.1, dtype=torch.float64))
     torch.testing.assert_close(
@@ -263,19 +260,24 @@ def test_exact_gp_counts_a_graph_for_the_inputs_per_addend() -> None:
     dense = 8 * 2100**2
     budget = (EVALUATOR_MATRICES_BLOCKWISE + 2) * dense
     assert (EVALUATOR_MATRICES_PER_TERM * k.n_terms + 1 + 2) * dense > budget
-    assert ExactGP(k, 0.1, X, y, memory_budget=budget, backend="dense").backend == "cholesky"
+    assert (
+        Posterior.from_kernel(k, X, y, 0.1, memory_budget=budget, backend="dense").backend
+        == "cholesky"
+    )
     Xg = X.clone().requires_grad_()
-    assert ExactGP(k, 0.1, Xg, y, memory_budget=budget, backend="dense").backend == "cg"
+    assert (
+        Posterior.from_kernel(k, Xg, y, 0.1, memory_budget=budget, backend="dense").backend == "cg"
+    )
 
 
 def test_dense_backend_picks_the_solver_by_memory() -> None:
     X, y = _data(50, 12)
     k, _ = _kernel()
-    assert ExactGP(k, 0.1, X, y, backend="dense").backend == "cholesky"
-    small = ExactGP(k, 0.1, X, y, backend="dense", memory_budget=8 * 50 * 50)
+    assert Posterior.from_kernel(k, X, y, 0.1, backend="dense").backend == "cholesky"
+    small = Posterior.from_kernel(k, X, y, 0.1, backend="dense", memory_budget=8 * 50 * 50)
     assert small.backend == "cg"  # never KeOps, even where only KeOps would fit
     m1, _ = small.predict(X[:4])
-    m2, _ = ExactGP(k, 0.1, X, y, backend="cholesky").predict(X[:4])
+    m2, _ = Posterior.from_kernel(k, X, y, 0.1, backend="cholesky").predict(X[:4])
     torch.testing.assert_close(m1, m2, rtol=1e-6, atol=1e-8)
 
 
@@ -283,18 +285,18 @@ def test_rejects_bad_input() -> None:
     X, y = _data(10, 8)
     k, _ = _kernel()
     with pytest.raises(ValueError, match="noise"):
-        ExactGP(k, 0.0, X, y)
+        Posterior.from_kernel(k, X, y, 0.0)
     with pytest.raises(ValueError, match="y must have shape"):
-        ExactGP(k, 0.1, X, y[:5])
+        Posterior.from_kernel(k, X, y[:5], 0.1)
     with pytest.raises(ValueError, match="dimensions"):
-        ExactGP(k, 0.1, X[:, :1], y)
+        Posterior.from_kernel(k, X[:, :1], y, 0.1)
     bad = X.clone()
     bad[0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
-        ExactGP(k, 0.1, bad, y)
+        Posterior.from_kernel(k, bad, y, 0.1)
     with pytest.raises(ValueError, match="unknown backend"):
-        ExactGP(k, 0.1, X, y, backend="magic")  # type: ignore[arg-type]
-    gp = ExactGP(k, 0.1, X, y)
+        Posterior.from_kernel(k, X, y, 0.1, backend="magic")  # type: ignore[arg-type]
+    gp = Posterior.from_kernel(k, X, y, 0.1)
     with pytest.raises(ValueError, match="X_test"):
         gp.predict(X[:, :1])
 
@@ -311,8 +313,8 @@ def test_keops_backend_predicts_like_cholesky() -> None:
     k = DimWiseKernel(KEOPS_STRUCTURE, params)
     noise = torch.tensor(0.05, dtype=torch.float64)
     Xt, _ = _data(5, 10)
-    m1, v1 = ExactGP(k, noise, X, y, backend="cholesky").predict(Xt)
-    m2, v2 = ExactGP(k, noise, X, y, backend="keops").predict(Xt)
+    m1, v1 = Posterior.from_kernel(k, X, y, noise, backend="cholesky").predict(Xt)
+    m2, v2 = Posterior.from_kernel(k, X, y, noise, backend="keops").predict(Xt)
     torch.testing.assert_close(m2, m1, rtol=1e-6, atol=1e-7)
     assert v1 is not None
     assert v2 is not None
@@ -330,25 +332,22 @@ def test_keops_backend_loss_and_gradient_like_dense_cg() -> None:
     noise = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
     results = []
     for backend in ("cg", "keops"):
-        gp = ExactGP(k, noise, X, y, backend=backend, generator=torch.Generator().manual_seed(0))
+        gp = Posterior.from_kernel(
+            k, X, y, noise, backend=backend, generator=torch.Generator().manual_seed(0)
+        )
         lml = gp.log_marginal_likelihood()
         results.append((lml, *torch.autograd.grad(lml, [params, noise])))
     for a, b in zip(*results):  # same probes, same solves: equal up to CG tolerance
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
-def test_factored_tracks_the_current_cholesky_factor() -> None:
+def test_factored_once_the_cholesky_factor_exists() -> None:
     X, y = _data(40, 24)
-    k, params = _kernel()
-    gp = ExactGP(k, 0.1, X, y, backend="cholesky")
-    assert not gp.factored  # nothing built yet
-    gp.log_marginal_likelihood()
-    assert gp.factored
-    with torch.no_grad():
-        params.mul_(1.1)  # an optimiser step: the factor is stale
-    assert not gp.factored
-    gp.predict(X[:3])
-    assert gp.factored
-    cg = ExactGP(k, 0.1, X, y, backend="cg")
+    k, _ = _kernel()
+    post = Posterior.from_kernel(k, X, y, 0.1, backend="cholesky")
+    assert not post.factored  # nothing built yet
+    post.log_marginal_likelihood()
+    assert post.factored
+    cg = Posterior.from_kernel(k, X, y, 0.1, backend="cg")
     cg.log_marginal_likelihood()
     assert not cg.factored  # no dense factor on the CG backend

@@ -9,9 +9,9 @@ from amorgp.kernel_grammar import BaseSymbol, DimWiseStructure, OptionError
 from amorgp.lazy_kernels import (
     DenseKernelOperator,
     DimWiseKernel,
-    ExactGP,
     KeOpsOperator,
     KernelOperator,
+    Posterior,
     kernel_operator,
 )
 from amorgp.lazy_kernels.keops import keops_available
@@ -22,9 +22,6 @@ from amorgp.lazy_kernels.testing import (
     dense_operator,
     symbol_case,
 )
-
-# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
-pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
 
 SYMBOLS = all_base_symbols()
 KEOPS_STRUCTURE = DimWiseStructure.parse("(SE + PER*RQ)@0 * (LIN + MAT52*LIN)@1")
@@ -102,15 +99,15 @@ def test_dense_operator_stores_the_matrix_once() -> None:
     assert len(calls) == 1
 
 
-def test_exact_gp_accepts_an_operator() -> None:
-    """Any KernelOperator serves ExactGP; backend then picks the solver only."""
+def test_a_posterior_from_an_operator() -> None:
+    """Posterior.from_kernel takes any KernelOperator; backend then picks the solver only."""
     g = torch.Generator().manual_seed(1)
     X = torch.rand(40, 1, generator=g, dtype=torch.float64)
     y = torch.sin(5 * X[:, 0])
     params = torch.full((1, 2, 3), 0.6, dtype=torch.float64)
     kernel = DimWiseKernel(DimWiseStructure.parse("SE + PER", 1), params)
-    ref = ExactGP(kernel, 0.1, X, y, backend="cholesky")
-    gp = ExactGP(kernel.operator(X), 0.1, X, y)
+    ref = Posterior.from_kernel(kernel, X, y, 0.1, backend="cholesky")
+    gp = Posterior.from_kernel(kernel.operator(X), X, y, 0.1)
     assert gp.backend == "cholesky"
     Xt = torch.linspace(0, 1, 7, dtype=torch.float64)[:, None]
     for a, b in zip(gp.predict(Xt), ref.predict(Xt)):
@@ -118,8 +115,8 @@ def test_exact_gp_accepts_an_operator() -> None:
         assert b is not None
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
     with pytest.raises(OptionError, match="solver"):
-        ExactGP(kernel.operator(X), 0.1, X, y, backend="keops")
+        Posterior.from_kernel(kernel.operator(X), X, y, 0.1, backend="keops")
     with pytest.raises(OptionError, match="symmetric"):
-        ExactGP(kernel.operator(X, X[:3]), 0.1, X, y)
+        Posterior.from_kernel(kernel.operator(X, X[:3]), X, y, 0.1)
     with pytest.raises(ValueError, match="differ"):
-        ExactGP(kernel.operator(X), 0.1, X + 1, y)
+        Posterior.from_kernel(kernel.operator(X), X + 1, y, 0.1)

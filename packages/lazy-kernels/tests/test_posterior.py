@@ -11,11 +11,8 @@ import torch
 
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood
 from amorgp.kernel_grammar import DimWiseStructure, base_symbol
-from amorgp.lazy_kernels import DimWiseKernel, ExactGP, ExpressionKernel, Posterior
+from amorgp.lazy_kernels import DimWiseKernel, ExpressionKernel, Posterior
 from amorgp.lazy_kernels import solvers as solvers_module
-
-# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
-pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
 
 STRUCTURE = DimWiseStructure.parse("(SE + PER)@0 * LIN@1")
 PARAMS = [[[1.2, 0.3, 0.0], [0.4, 0.6, 0.7]], [[0.8, 0.5, 1.0], [1.0, 1.0, 1.0]]]
@@ -132,18 +129,18 @@ def test_one_factorisation_across_lml_and_predictions(monkeypatch: pytest.Monkey
     Xs, _ = _data(30, 8)
     k = _kernel(requires_grad=True)
     noise = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
-    gp = ExactGP(k, noise, X, y, backend="cholesky", chunk_budget=1.0)  # one test point a chunk
-    lml = gp.log_marginal_likelihood()
+    post = Posterior.from_kernel(
+        k, X, y, noise, backend="cholesky", chunk_budget=1.0
+    )  # one test point a chunk
+    lml = post.log_marginal_likelihood()
     for _ in range(3):
-        gp.predict(Xs)
-    post = gp.posterior()
+        post.predict(Xs)
     post.sample(Xs[:5], 3, torch.Generator().manual_seed(0))
     post.covariance(Xs[:4])
-    gp.log_marginal_likelihood()
+    post.log_marginal_likelihood()
     assert post.chunk_size == 1
     assert calls == [80]
     assert post.factorizations == 1
-    assert gp.posterior() is post
     # gradients of the cached-factor LML equal those of the dense formula
     grads = torch.autograd.grad(lml, [k.params, noise])
     ref = dense_gp_log_marginal_likelihood(k(X), y, noise)
@@ -156,7 +153,7 @@ def test_gradient_after_predictions_needs_no_new_factor() -> None:
     X, y = _data(40, 9)
     k = _kernel(requires_grad=True)
     noise = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
-    gp = ExactGP(k, noise, X, y, backend="cholesky")
+    gp = Posterior.from_kernel(k, X, y, noise, backend="cholesky")
     with torch.no_grad():
         gp.predict(X[:3])
     lml = gp.log_marginal_likelihood()
@@ -165,7 +162,7 @@ def test_gradient_after_predictions_needs_no_new_factor() -> None:
         torch.autograd.grad(lml, [k.params, noise]), torch.autograd.grad(ref, [k.params, noise])
     ):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
-    assert gp.posterior().factorizations == 1
+    assert gp.factorizations == 1
 
 
 def test_cg_builds_one_preconditioner(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,33 +175,13 @@ def test_cg_builds_one_preconditioner(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(solvers_module, "pivoted_cholesky", counting)
     X, y = _data(120, 10)
-    gp = ExactGP(_kernel(), 0.05, X, y, backend="cg", chunk_budget=1.0)
+    gp = Posterior.from_kernel(_kernel(), X, y, 0.05, backend="cg", chunk_budget=1.0)
     gp.log_marginal_likelihood()
     gp.predict(X[:7])
     gp.predict(X[:3], return_var=False)
     gp.log_marginal_likelihood()
     assert len(calls) == 1
-    assert gp.posterior().factorizations == 1
-
-
-def test_in_place_parameter_change_rebuilds_the_factor() -> None:
-    X, y = _data(30, 11)
-    k = _kernel()
-    gp = ExactGP(k, 0.05, X, y, backend="cholesky")
-    first = gp.posterior()
-    before = gp.predict(X[:4])[0]
-    with torch.no_grad():
-        k.params.mul_(1.3)
-    after = gp.predict(X[:4])[0]
-    assert gp.posterior() is not first
-    fresh = ExactGP(DimWiseKernel(STRUCTURE, k.params.clone()), 0.05, X, y, backend="cholesky")
-    torch.testing.assert_close(after, fresh.predict(X[:4])[0], rtol=1e-12, atol=1e-13)
-    assert not torch.allclose(before, after)
-    via_operator = ExactGP(k.operator(X), 0.05, X, y)
-    post = via_operator.posterior()
-    with torch.no_grad():
-        k.params.mul_(1.1)
-    assert via_operator.posterior() is not post
+    assert gp.factorizations == 1
 
 
 def test_samples_match_predictive_moments() -> None:

@@ -14,8 +14,8 @@ from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import (
     BlockKernelOperator,
     DimWiseKernel,
-    ExactGP,
     KeOpsKernel,
+    Posterior,
     choose_backend,
     keops_usable,
     kernel_operator,
@@ -23,9 +23,6 @@ from amorgp.lazy_kernels import (
 )
 from amorgp.lazy_kernels import probe as probe_module
 from amorgp.lazy_kernels.testing.keops_standin import BrokenMode, write_broken_pykeops
-
-# ExactGP is deprecated (Posterior.from_kernel replaces it); its behaviour stays tested
-pytestmark = pytest.mark.filterwarnings("ignore:ExactGP is deprecated:DeprecationWarning")
 
 STRUCTURE = DimWiseStructure.parse("SE@0 * PER@1")
 
@@ -125,9 +122,9 @@ def test_exact_gp_falls_back_to_the_block_operator(
     budget = 8 * n * n  # below the dense evaluator's needs: only a lazy operator fits
     with pytest.warns(UserWarning, match="SIGSEGV"):
         assert choose_backend(n, memory_budget=budget) == "block"
-    ref_mean, ref_var = ExactGP(kernel, 0.05, X, y, backend="cholesky").predict(X[:5])
+    ref_mean, ref_var = Posterior.from_kernel(kernel, X, y, 0.05, backend="cholesky").predict(X[:5])
     for backend in ("auto", "keops"):
-        gp = ExactGP(kernel, 0.05, X, y, backend=backend, memory_budget=budget)  # type: ignore[arg-type]
+        gp = Posterior.from_kernel(kernel, X, y, 0.05, backend=backend, memory_budget=budget)  # type: ignore[arg-type]
         assert gp.backend == "block"
         mean, var = gp.predict(X[:5])
         torch.testing.assert_close(mean, ref_mean, rtol=1e-6, atol=1e-7)

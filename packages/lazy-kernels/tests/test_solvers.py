@@ -18,7 +18,6 @@ from amorgp.lazy_kernels import (
     CGSolver,
     CholeskySolver,
     DimWiseKernel,
-    ExactGP,
     KeOpsSolver,
     LazyCGSolver,
     Posterior,
@@ -144,11 +143,9 @@ def test_names_map_once_to_solver_types() -> None:
     op = _kernel().operator(X)
     assert isinstance(Posterior(op, y, NOISE, method="cg").solver, CGSolver)
     assert Posterior(op, y, NOISE).method == "cholesky"
-    with pytest.warns(DeprecationWarning, match="Posterior.from_kernel"):
-        gp = ExactGP(_kernel(), NOISE, X, y, backend="cg")
-    assert gp.solver_type is CGSolver
+    gp = Posterior.from_kernel(_kernel(), X, y, NOISE, backend="cg")
+    assert type(gp.solver) is CGSolver
     assert gp.backend == "cg"
-    assert isinstance(gp.posterior().solver, CGSolver)
     kind, block = backend_plan(_kernel(), X, "block", memory_budget=2**16)
     assert kind is BlockSolver
     assert isinstance(block, BlockKernelOperator)

@@ -2,9 +2,8 @@
 
 Importing this package (and running inference) loads neither the training code nor the
 simulator: training lives in :mod:`amorgp.amortizer.training`, behind the
-``amorgp-amortizer[train]`` extra.  Its names are still reachable from here, loaded on
-first use with a :class:`DeprecationWarning`.  The scikit-learn-style
-:class:`AmortizedGPRegressor` is loaded on first use too (it imports scikit-learn, when
+``amorgp-amortizer[train]`` extra.  The scikit-learn-style
+:class:`AmortizedGPRegressor` is loaded on first use (it imports scikit-learn, when
 installed, which costs more than the rest of the package).
 
 >>> import torch
@@ -19,25 +18,16 @@ installed, which costs more than the rest of the package).
 The public names are imported on first use (PEP 562 ``__getattr__``), so that
 ``import amorgp.cli`` (and ``amorgp --help``) does not import torch.  The command line
 (:mod:`amorgp.cli`, distribution ``amorgp-cli``) and the GPyTorch/BoTorch bridge
-(:mod:`amorgp.gpytorch`, ``amorgp-gpytorch``) are packages of their own; their former
-paths ``amorgp.amortizer.cli``, ``.plotting`` and ``.bridge`` still import, with a
-:class:`DeprecationWarning`.
+(:mod:`amorgp.gpytorch`, ``amorgp-gpytorch``) are packages of their own.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
-import warnings
 from typing import TYPE_CHECKING, Any
-
-from amorgp.amortizer import _moved
 
 if TYPE_CHECKING:
     from amorgp.amortizer.estimator import AmortizedGPRegressor
-
-_moved.install()
 
 _LAZY: dict[str, str] = {
     "AHGPSEARD": "amorgp.amortizer.ahgp",
@@ -78,19 +68,6 @@ _LAZY: dict[str, str] = {
     "register_network": "amorgp.amortizer.registry",
 }
 """Public name -> the module that defines it, imported on first use."""
-
-#: names of the training API, reachable here for compatibility: name -> module.
-_TRAINING_NAMES = {
-    **dict.fromkeys(
-        ("LossOutput", "gp_nll_per_point", "phase1_loss", "phase2_loss"),
-        "amorgp.amortizer.training.loss",
-    ),
-    **dict.fromkeys(
-        ("TrainResult", "encoder_view", "simulator_config", "train", "training_loss", "validate"),
-        "amorgp.amortizer.training.train",
-    ),
-}
-_OLD_MODULES = {old.rpartition(".")[2] for old in _moved.MOVED}
 
 __all__ = [
     "AmortizationNetwork",
@@ -133,27 +110,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Import a public name on first use and keep it in the package namespace; training
-    names and moved modules are answered with a :class:`DeprecationWarning`."""
-    if name in _TRAINING_NAMES:
-        where = _TRAINING_NAMES[name]
-        warnings.warn(
-            f"amorgp.amortizer.{name} moved to {where}.{name} (amorgp.amortizer.training); "
-            "import it from there",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module(where), name)
-    if name in _OLD_MODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name == "as_dataset":  # owned by amorgp.lazy_kernels
-        warnings.warn(
-            "amorgp.amortizer.as_dataset is deprecated: import amorgp.lazy_kernels.as_dataset "
-            "(its owner) instead",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return importlib.import_module("amorgp.lazy_kernels").as_dataset
+    """Import a public name on first use and keep it in the package namespace."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -164,16 +121,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
-
-
-class _Package(types.ModuleType):
-    """Keeps a moved module's old name (``train``) bound to the API name, not the module
-    the import system would set on the package when the old path is imported."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _OLD_MODULES and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

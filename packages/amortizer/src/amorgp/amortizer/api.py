@@ -25,7 +25,7 @@ Steps of :meth:`Amortizer.infer_many`:
 3. the kernel encoder-decoder and the heads run for **all kernels in one
    padded batch** (the dataset embedding is shared, paper Fig. 4c);
 4. the GP conditions on **all** ``n`` points in float64, with the backend that
-   ``backend="auto"`` of :class:`amorgp.lazy_kernels.ExactGP` picks for ``n``
+   ``backend="auto"`` of :meth:`amorgp.lazy_kernels.Posterior.from_kernel` picks for ``n``
    and ``memory_budget``: dense Cholesky, dense CG, or KeOps CG (O(n) memory; the
    log-determinant is a stochastic Lanczos quadrature estimate).  Each result keeps one
    :class:`~amorgp.lazy_kernels.Posterior` whose factor serves its log marginal

@@ -15,7 +15,6 @@ class                      raised for                                       CLI 
 
 from __future__ import annotations
 
-from amorgp.kernel_grammar import errors as _kg_errors
 from amorgp.kernel_grammar.errors import AmorgpError
 
 __all__ = ["CheckpointError", "MissingExtraError", "TrainingError"]
@@ -26,11 +25,9 @@ class MissingExtraError(AmorgpError, ModuleNotFoundError):
     installed; the message says what to install."""
 
 
-# Subclasses of the deprecated kernel-grammar classes, so that code still catching
-# ``amorgp.kernel_grammar.CheckpointError`` (or ``TrainingError``) catches these.
-class CheckpointError(_kg_errors._CheckpointError):
+class CheckpointError(AmorgpError, ValueError):
     """A checkpoint that is missing, corrupted, unverifiable or does not fit."""
 
 
-class TrainingError(_kg_errors._TrainingError):
+class TrainingError(AmorgpError, RuntimeError):
     """A training run that cannot continue (non-finite loss or weights, failed validation)."""

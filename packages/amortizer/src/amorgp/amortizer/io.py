@@ -6,8 +6,7 @@ min-max scaled to ``[0, 1]`` (a constant column maps to 0.5), the targets are
 standardised, and hyperparameters map back to original units where the map is
 exact (:meth:`~amorgp.lazy_kernels.Normalizer.to_original`).  The network and the
 GP only ever see normalised data.  :func:`read_csv` validates the table with the one
-dataset validation, :func:`amorgp.lazy_kernels.as_dataset` (the name ``as_dataset`` here is a
-deprecated re-export); the amortizer fits data with at least :data:`MIN_POINTS` rows.
+dataset validation, :func:`amorgp.lazy_kernels.as_dataset`; the amortizer fits data with at least :data:`MIN_POINTS` rows.
 
 Positions in messages: :func:`~amorgp.lazy_kernels.as_dataset` names data rows counting
 from 1; :func:`read_csv` names file lines (the header is line 1).
@@ -19,7 +18,6 @@ import csv
 import io
 import os
 import stat
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,19 +43,6 @@ MAX_CSV_BYTES = 512 * 2**20
 than a GP fit handles); a longer file or stream (``/dev/zero``) is refused."""
 MAX_COLUMNS = 1024
 """Most columns a CSV table may have; a wider header is refused before any row is read."""
-
-
-def __getattr__(name: str) -> Any:
-    """``as_dataset``: a deprecated re-export of :func:`amorgp.lazy_kernels.as_dataset`."""
-    if name != "as_dataset":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"{__name__}.as_dataset is deprecated: import amorgp.lazy_kernels.as_dataset "
-        "(its owner) instead",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return _as_dataset
 
 
 @dataclass(frozen=True)

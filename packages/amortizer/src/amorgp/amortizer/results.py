@@ -13,7 +13,6 @@ marginal likelihood and every prediction.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +28,11 @@ from amorgp.lazy_kernels import (
     Normalizer,
     Posterior,
     SolverPlan,
-    plan_solver,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ConditionedGP", "KernelResult", "conditioned_posterior"]
+__all__ = ["KernelResult", "conditioned_posterior"]
 
 
 Factor = tuple[Tensor, Tensor, Tensor | float, Tensor | float]
@@ -116,67 +114,6 @@ def conditioned_posterior(
     )
     logger.debug("posterior of %s on n = %d: backend %s", structure, X.shape[0], post.backend)
     return post
-
-
-class ConditionedGP:
-    """Deprecated: :func:`conditioned_posterior` gives the posterior itself (and
-    :attr:`KernelResult.posterior` holds it).
-
-    The exact GP of one kernel conditioned on normalised data, as a thin holder of that
-    :class:`~amorgp.lazy_kernels.Posterior` (same arguments as
-    :func:`conditioned_posterior`).
-    """
-
-    def __init__(
-        self,
-        structure: DimWiseStructure,
-        params: Tensor,
-        noise: float,
-        X: Tensor,
-        y: Tensor,
-        *,
-        memory_budget: float,
-        options: Mapping[str, Any] | None = None,
-        factor: Factor | None = None,
-    ) -> None:
-        warnings.warn(
-            "ConditionedGP is deprecated; use amorgp.amortizer.results.conditioned_posterior "
-            "(a lazy_kernels.Posterior)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        self.structure, self.noise, self.X, self.y = structure, float(noise), X, y
-        self.memory_budget = float(memory_budget)
-        terms = sum(len(a) for a in structure.dims)
-        self.posterior = conditioned_posterior(
-            structure,
-            params,
-            noise,
-            X,
-            y,
-            plan=plan_solver(X.shape[0], X.dtype, X.device, memory_budget, n_terms=terms),
-            options=options,
-            factor=factor,
-        )
-        self.params = params[: structure.n_dims, : structure.max_addends].detach()
-
-    @property
-    def backend(self) -> str:
-        """``"cholesky"``, ``"cg"``, ``"keops"`` or ``"block"``."""
-        return self.posterior.backend
-
-    @property
-    def factored(self) -> bool:
-        """Whether the posterior's dense Cholesky factor exists."""
-        return self.posterior.factored
-
-    def log_marginal_likelihood(self) -> float:
-        """``log p(y~ | theta, S)`` from the posterior's factor (computed once)."""
-        return _lml(self.posterior)
-
-    def predict(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
-        """Predictive ``(mean (m,), variance (m,))`` at normalised ``Xn (m, d)``."""
-        return _predict(self.posterior, Xn, include_noise)
 
 
 def _lml(post: Posterior) -> float:

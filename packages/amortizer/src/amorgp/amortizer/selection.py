@@ -12,7 +12,7 @@ and likelihoods that cannot be evaluated go to the primary network.
 Measured on the bundled datasets (6 kernels x 3 splits, median test RMSE, standardised):
 the campaign's 375 k export alone is better than its 206 k predecessor on yacht and
 energy and worse on concrete and housing; choosing per kernel by the likelihood keeps the
-better of the two on each of them (``docs/training/model-card-history.md``).  Later exports
+better of the two on each of them.  Later exports
 are better alone than with either as a candidate, so the default names none.
 
 This module also loads and checks the networks an :class:`Amortizer` holds.

@@ -10,8 +10,6 @@ Quick start::
     results = fit_many(X, y, ["SE", "SE + LIN", "PER"], method="gp-ml-multistart")
 """
 
-from typing import Any
-
 from amorgp.baselines.advi import (
     ADVIResult,
     advi,
@@ -31,7 +29,6 @@ from amorgp.baselines.api import (
     register_method,
 )
 from amorgp.baselines.bayesian import ADVISettings, GPPosterior, fit_advi_gp
-from amorgp.baselines.data import moved_name as _moved_name
 from amorgp.baselines.data import train_test_split
 from amorgp.baselines.diwp import DIWP, DIWPFit, DIWPSettings, fit_diwp
 from amorgp.baselines.gp import (
@@ -90,9 +87,3 @@ __all__ = [
     "svgp_predictive",
     "train_test_split",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    """``Normalizer``, ``as_dataset``, ``as_inputs``: deprecated re-exports of
-    :mod:`amorgp.lazy_kernels` (with a :class:`DeprecationWarning`)."""
-    return _moved_name(name, __name__)

@@ -2,7 +2,7 @@
 
 from amorgp.kernel_grammar.dimwise import DimWiseStructure, ParamName, symbol_sort_key
 from amorgp.kernel_grammar.encoding import decode, encode
-from amorgp.kernel_grammar.errors import AmorgpError, DataError, OptionError, moved_error
+from amorgp.kernel_grammar.errors import AmorgpError, DataError, OptionError
 from amorgp.kernel_grammar.evaluation import StructureTemplate, paper_evaluation_set
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.parser import KernelSyntaxError, parse
@@ -66,8 +66,3 @@ __all__ = [
     "register_elementary",
     "unregister_elementary",
 ]
-
-
-def __getattr__(name: str) -> object:
-    # CheckpointError, TrainingError: deprecated aliases (see amorgp.kernel_grammar.errors).
-    return moved_error(name)

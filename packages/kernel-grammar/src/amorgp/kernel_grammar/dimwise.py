@@ -13,9 +13,9 @@ dimension (elementary symbols first, each group in registry order, e.g.
 ``SE < LIN < PER < SE*LIN < SE*PER < LIN*PER``).  Repeated addends are kept:
 ``SE + SE`` has two independent sets of parameters.
 
-:func:`encode` turns a list of structures into the padded integer arrays of
-the batch contract, ``symbols (B, D, L)`` (vocabulary ids, 0 = padding) and
-``symbol_mask (B, D, L)``; :func:`decode` inverts it.
+:func:`amorgp.kernel_grammar.encoding.encode` turns a list of structures into the padded
+integer arrays of the batch contract, ``symbols (B, D, L)`` (vocabulary ids, 0 = padding) and
+``symbol_mask (B, D, L)``; :func:`~amorgp.kernel_grammar.encoding.decode` inverts it.
 """
 
 from __future__ import annotations
@@ -405,20 +405,3 @@ def _dimension_symbols(e: Expr, d: int | None) -> tuple[str, ...]:
             )
         symbols.append(base_symbol(text).name)
     return tuple(symbols)
-
-
-def __getattr__(name: str) -> Any:
-    # encode/decode (the padded-array form) live in amorgp.kernel_grammar.encoding, which
-    # builds on this module; the names here are deprecated aliases.
-    if name in ("encode", "decode"):
-        import warnings
-
-        from amorgp.kernel_grammar import encoding
-
-        warnings.warn(
-            f"amorgp.kernel_grammar.dimwise.{name} moved to amorgp.kernel_grammar.encoding.{name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(encoding, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,16 +12,12 @@ class                      raised for                                       CLI 
 :class:`KernelSyntaxError` kernel text that does not parse (parser module)  2 (usage)
 =========================  ==============================================  =========
 
-``OptionError`` and ``DataError`` are also ``ValueError``, so code that caught the built-in
-class keeps working.  ``CheckpointError`` and ``TrainingError`` are raised only by the
-amortizer and live in :mod:`amorgp.amortizer.errors`; the names here are deprecated
-aliases of their base classes (catching them still catches the amortizer's errors).
+``OptionError`` and ``DataError`` are also ``ValueError``, so ``except ValueError`` catches
+them.  The errors only the amortizer raises (``CheckpointError``, ``TrainingError``,
+``MissingExtraError``) live in :mod:`amorgp.amortizer.errors`.
 """
 
 from __future__ import annotations
-
-import warnings
-from typing import Any
 
 __all__ = ["AmorgpError", "DataError", "OptionError"]
 
@@ -36,32 +32,3 @@ class OptionError(AmorgpError, ValueError):
 
 class DataError(AmorgpError, ValueError):
     """Data that cannot be used as given: non-finite values, wrong shapes, bad columns."""
-
-
-class _CheckpointError(AmorgpError, ValueError):
-    """Base of :class:`amorgp.amortizer.errors.CheckpointError` (deprecated name here)."""
-
-
-class _TrainingError(AmorgpError, RuntimeError):
-    """Base of :class:`amorgp.amortizer.errors.TrainingError` (deprecated name here)."""
-
-
-_MOVED = {"CheckpointError": _CheckpointError, "TrainingError": _TrainingError}
-
-
-def moved_error(name: str) -> Any:
-    """The deprecated alias ``name`` (``CheckpointError``, ``TrainingError``), with a
-    :class:`DeprecationWarning` naming where the error lives now."""
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"amorgp.kernel_grammar.{name} moved to amorgp.amortizer.errors.{name}; "
-        "import it from there",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return _MOVED[name]
-
-
-def __getattr__(name: str) -> Any:
-    return moved_error(name)

@@ -2,9 +2,15 @@
 the normalisation and dataset-validation contract, and the fit-result base shared by every method."""
 
 from amorgp.lazy_kernels.backends import (
+    CHOLESKY_MAX_N,
+    EVALUATOR_MATRICES_BLOCKWISE,
+    EVALUATOR_MATRICES_NO_GRAPH,
+    EVALUATOR_MATRICES_NO_GRAPH_DEVICE,
+    EVALUATOR_MATRICES_PER_TERM,
     SolverPlan,
     backend_plan,
     check_backend,
+    choose_backend,
     choose_solver,
     plan_solver,
 )
@@ -42,19 +48,6 @@ from amorgp.lazy_kernels.elementary import (
 )
 from amorgp.lazy_kernels.factory import kernel_operator
 from amorgp.lazy_kernels.fit import Hyperparameter, HyperparameterInference, KernelFit
-from amorgp.lazy_kernels.gp import (
-    CHOLESKY_MAX_N,
-    EVALUATOR_MATRICES_BLOCKWISE,
-    EVALUATOR_MATRICES_NO_GRAPH,
-    EVALUATOR_MATRICES_NO_GRAPH_DEVICE,
-    EVALUATOR_MATRICES_PER_TERM,
-    ExactGP,
-    PivotedCholeskyPreconditioner,
-    choose_backend,
-    pcg,
-    pivoted_cholesky,
-    slq_logdet,
-)
 from amorgp.lazy_kernels.keops import (
     KeOpsKernel,
     KeOpsOperator,
@@ -82,7 +75,11 @@ from amorgp.lazy_kernels.solvers import (
     CholeskySolver,
     KeOpsSolver,
     LazyCGSolver,
+    PivotedCholeskyPreconditioner,
     Solver,
+    pcg,
+    pivoted_cholesky,
+    slq_logdet,
     solver_type,
 )
 from amorgp.lazy_kernels.structure import DimWiseKernel, ExpressionKernel
@@ -118,7 +115,6 @@ __all__ = [
     "size_buckets",
     "slot_table",
     "CHOLESKY_MAX_N",
-    "ExactGP",
     "KeOpsKernel",
     "KeOpsOperator",
     "KeOpsProbe",

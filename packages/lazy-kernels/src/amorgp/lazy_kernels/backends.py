@@ -6,7 +6,7 @@ names are accepted at the user's edge only.  :func:`backend_plan` builds the tra
 operator of a kernel for a plan; :func:`choose_backend` is the plan's name.
 
 Backends (``backend=`` of :meth:`Posterior.from_kernel
-<amorgp.lazy_kernels.Posterior.from_kernel>` and :class:`~amorgp.lazy_kernels.ExactGP`):
+<amorgp.lazy_kernels.Posterior.from_kernel>`):
 
 ``"cholesky"``
     dense operator (batched evaluator) and one Cholesky (:class:`CholeskySolver`);
