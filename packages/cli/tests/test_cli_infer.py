@@ -455,3 +455,10 @@ def test_backend_and_memory_budget_options(
     bad = _run(["infer", str(csv), "-k", "SE", "--backend", "fast"], tiny_checkpoint)
     assert bad.exit_code == 2
     assert "'cholesky'" in bad.output
+
+
+def test_backend_choices_are_the_library_s() -> None:
+    from amorgp.cli._common import BACKEND_NAMES
+    from amorgp.lazy_kernels.backends import BACKENDS
+
+    assert tuple(BACKEND_NAMES) == tuple(BACKENDS)

@@ -55,6 +55,11 @@ starts_option = click.option(
 """The ``--starts`` option of the commands that infer (``amorgp.amortizer.multistart``)."""
 
 
+BACKEND_NAMES = ("auto", "cholesky", "cg", "keops", "block", "dense")
+"""``--backend``'s choices: :data:`amorgp.lazy_kernels.backends.BACKENDS` (spelled out so
+that ``--help`` imports no torch; a test keeps them equal)."""
+
+
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """Keep a model option in the context, where :func:`load_amortizer` reads it."""
     ctx.meta[f"amorgp.{param.name}"] = value
@@ -85,7 +90,7 @@ def inference_options(f: F) -> F:
         ),
         click.option(
             "--backend",
-            type=click.Choice(["auto", "cholesky", "cg", "keops", "block", "dense"]),
+            type=click.Choice(BACKEND_NAMES),
             default="auto",
             show_default=True,
             expose_value=False,

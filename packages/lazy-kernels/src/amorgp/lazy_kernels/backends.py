@@ -54,6 +54,7 @@ from amorgp.lazy_kernels.operators import (
     KernelOperator,
 )
 from amorgp.lazy_kernels.solvers import (
+    SOLVERS,
     BlockSolver,
     CholeskySolver,
     KeOpsSolver,
@@ -82,7 +83,11 @@ Backend = Literal["auto", "cholesky", "cg", "keops", "block", "dense"]
 """The backend names: a solver (``"cholesky"``, ``"cg"``) on the dense operator, CG on a
 lazy operator (``"keops"``, ``"block"``), or a rule (``"auto"``, ``"dense"``)."""
 
-BACKENDS = ("auto", "cholesky", "cg", "keops", "block", "dense")
+BACKENDS: tuple[str, ...] = ("auto", *SOLVERS, "dense")
+"""Every name ``backend=`` accepts: the rules ``"auto"`` and ``"dense"`` and the name of
+each registered solver (:data:`~amorgp.lazy_kernels.solvers.SOLVERS`), so a new solver is
+one class in :mod:`amorgp.lazy_kernels.solvers` (and, for ``"auto"`` to pick it, one line
+of the memory rule)."""
 
 CHOLESKY_MAX_N = 6000
 """Largest n for which ``auto`` uses dense Cholesky (float64, CPU).  In the benchmark
@@ -167,7 +172,7 @@ def check_backend(backend: object) -> str | type[Solver]:
     """
     if is_solver_type(backend) or (isinstance(backend, str) and backend in BACKENDS):
         return backend
-    raise OptionError(f"unknown backend {backend!r}; use auto, cholesky, cg, keops, block or dense")
+    raise OptionError(f"unknown backend {backend!r}; use {', '.join(BACKENDS)}")
 
 
 def plan_solver(
