@@ -23,7 +23,7 @@ from amorgp.lazy_kernels import (
     Posterior,
     Solver,
     backend_plan,
-    choose_solver,
+    plan_solver,
     solver_type,
 )
 from amorgp.lazy_kernels.solvers import SOLVERS
@@ -135,10 +135,10 @@ def test_names_map_once_to_solver_types() -> None:
         assert solver_type(name) is kind
         assert kind.backend == name
         assert solver_type(kind) is kind
-    assert choose_solver(100) is CholeskySolver
-    assert choose_solver(CHOLESKY_MAX_N + 1) is CGSolver
-    assert choose_solver(100_000, keops=False) is BlockSolver
-    assert choose_solver(100_000, keops=True) is KeOpsSolver
+    assert plan_solver(100).solver is CholeskySolver
+    assert plan_solver(CHOLESKY_MAX_N + 1).solver is CGSolver
+    assert plan_solver(100_000, keops=False).solver is BlockSolver
+    assert plan_solver(100_000, keops=True).solver is KeOpsSolver
     X, y = _data(30, 6)
     op = _kernel().operator(X)
     assert isinstance(Posterior(op, y, NOISE, method="cg").solver, CGSolver)
@@ -200,3 +200,28 @@ def test_from_cholesky_adopts_a_factor_and_pickles_without_it() -> None:
     torch.testing.assert_close(mean2, mean, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(var2, var, rtol=1e-10, atol=1e-12)
     assert back.factorizations == 1
+
+
+def test_a_plan_is_made_once_and_read_as_is() -> None:
+    """A given plan is used as it is (its budgets too): no second choice; a forced backend
+    is planned without the memory rule; names outside the registry are refused."""
+    from amorgp.kernel_grammar import DimWiseStructure
+    from amorgp.lazy_kernels import DimWiseKernel, Posterior, SolverPlan
+
+    X = torch.linspace(0.0, 1.0, 30, dtype=torch.float64)[:, None]
+    y = torch.sin(6.0 * X[:, 0])
+    kernel = DimWiseKernel(DimWiseStructure.coerce("SE", 1), torch.tensor([[[1.0, 0.3]]]))
+    plan = SolverPlan(CGSolver, memory_budget=2**20, chunk_bytes=2**16)
+    post = Posterior.from_kernel(kernel, X, y, 0.01, backend=plan)
+    assert post.backend == "cg"
+    assert plan_solver(30, backend="block").solver is BlockSolver  # forced, not the rule
+    assert plan_solver(30).dense
+    assert not plan_solver(30).lazy
+    assert plan_solver(10**6, keops=False).lazy
+    dense = Posterior.from_kernel(kernel, X, y, 0.01, backend="cholesky")
+    mean, var = post.predict(X[:5])
+    ref_mean, ref_var = dense.predict(X[:5])
+    torch.testing.assert_close(mean, ref_mean, rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(var, ref_var, rtol=1e-5, atol=1e-8)
+    with pytest.raises(OptionError, match="unknown backend 'fast'; use auto, cholesky"):
+        plan_solver(30, backend="fast")

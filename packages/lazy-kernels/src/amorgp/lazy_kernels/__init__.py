@@ -11,7 +11,6 @@ from amorgp.lazy_kernels.backends import (
     backend_plan,
     check_backend,
     choose_backend,
-    choose_solver,
     plan_solver,
 )
 from amorgp.lazy_kernels.batch import (
@@ -137,7 +136,6 @@ __all__ = [
     "backend_plan",
     "check_backend",
     "plan_solver",
-    "choose_solver",
     "kernel_operator",
     "PivotedCholeskyPreconditioner",
     "EVALUATOR_MATRICES_BLOCKWISE",

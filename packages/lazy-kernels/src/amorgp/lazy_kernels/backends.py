@@ -75,7 +75,6 @@ __all__ = [
     "backend_plan",
     "check_backend",
     "choose_backend",
-    "choose_solver",
     "plan_solver",
 ]
 
@@ -291,24 +290,6 @@ def choose_backend(
         n, dtype, device, memory_budget, keops=keops, n_terms=n_terms, graph=graph,
         input_graph=input_graph,
     ).name  # fmt: skip
-
-
-def choose_solver(
-    n: int,
-    dtype: torch.dtype = torch.float64,
-    device: torch.device | str = "cpu",
-    memory_budget: float = MEMORY_BUDGET,
-    keops: bool | None = None,
-    n_terms: int = 1,
-    graph: bool = True,
-    input_graph: bool = False,
-) -> type[Solver]:
-    """The :class:`~amorgp.lazy_kernels.solvers.Solver` type of :func:`plan_solver`'s plan
-    (same arguments)."""
-    return plan_solver(
-        n, dtype, device, memory_budget, keops=keops, n_terms=n_terms, graph=graph,
-        input_graph=input_graph,
-    ).solver  # fmt: skip
 
 
 def backend_plan(
