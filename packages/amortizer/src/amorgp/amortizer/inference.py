@@ -36,7 +36,7 @@ from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
 from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.options import check_device, check_inference_options
 from amorgp.amortizer.prediction import NetworkPrediction
-from amorgp.amortizer.refine import check_refine, refine_in_groups
+from amorgp.amortizer.refine import check_refine, refine_in_groups, refine_starts
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
 from amorgp.amortizer.selection import (
     any_structure,
@@ -406,9 +406,12 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         pending = calibrate  # the calibration on all points is still to run
         if starts > 1:
             ms = multistart(
-                Xn, yn, structures, self.vocabulary, params, noise, starts, steps,
-                self.seed, calibrated=not calibrate,
+                Xn, yn, structures, self.vocabulary, params, noise, starts, self.seed,
+                calibrated=not calibrate,
             )  # fmt: skip
+            if steps == "auto" and any(len(a) > 1 for a in ms.alternatives):
+                # the best few starts of each kernel refined for one round, the best kept
+                ms = refine_starts(Xn, yn, structures, self.vocabulary, ms)
             params, noise, start = ms.params, ms.noise, ms.start
             params, noise = project(params, noise)
             # (the starts' calibration knows no constraints: with them, calibrated again)

@@ -57,7 +57,7 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -307,7 +307,6 @@ def multistart(
     params: Tensor,
     noise: Tensor,
     starts: int = DEFAULT_STARTS,
-    refine: int | Literal["auto"] = 0,
     seed: int = 0,
     *,
     keep: int = REFINE_STARTS,
@@ -323,12 +322,10 @@ def multistart(
         noise: ``(K,)`` their noise variances.
         starts: starts per periodic kernel, the network's included (``1``: the prediction
             is returned as it is).
-        refine: the refinement that follows: with ``"auto"`` the best ``keep`` starts of
-            each periodic kernel are refined for one round and the best refined start
-            wins (:func:`amorgp.amortizer.refine.refine_starts`); else nothing here.
         seed: seed of the point subsets (above :data:`SCORE_POINTS` and the calibration's
             ``MAX_POINTS``).
-        keep: starts per kernel listed in :attr:`MultiStart.alternatives`.
+        keep: starts per kernel listed in :attr:`MultiStart.alternatives` (what
+            ``refine="auto"`` refines: :func:`amorgp.amortizer.refine.refine_starts`).
         calibrated: ``params`` and ``noise`` are calibrated on all the points already;
             the winners that are other starts are calibrated on all the points in the
             end.  ``False``: the network's starts are calibrated on the scoring points
@@ -445,10 +442,6 @@ def multistart(
         alternatives=alternatives,
         calibrated_on_all=calibrated or (bool(alt) and sub is None),
     )
-    if refine == "auto" and any(len(a) > 1 for a in alternatives):
-        from amorgp.amortizer.refine import refine_starts
-
-        result = refine_starts(Xn, yn, structures, vocabulary, result)
     return result
 
 
