@@ -39,6 +39,7 @@ from amorgp.lazy_kernels.dimwise import (
 )
 from amorgp.lazy_kernels.elementary import (
     TORCH_ELEMENTARY,
+    GPyTorchModule,
     KeOpsFormula,
     TorchElementary,
     keops_elementary,
@@ -157,6 +158,7 @@ __all__ = [
     "ExpressionKernel",
     "SymbolTables",
     "TorchElementary",
+    "GPyTorchModule",
     "KeOpsFormula",
     "keops_elementary",
     "register_keops_formula",
