@@ -1,19 +1,24 @@
-"""Adding a base kernel is one entry per package that must know it, and the conformance
-suites find it (``docs/architecture.md``, "Adding a base kernel").
+"""Adding a base kernel is one entry per package that must know it, and every path finds
+it (``docs/architecture.md``, "Adding a base kernel").
 
 The test registers the exponential (Matérn-1/2) kernel ``EXP`` exactly as the how-to says,
-one entry in kernel-grammar's registry and one in lazy-kernels' table, and nothing else;
-then every suite and package that iterates the registry must accept it: the parser (with
-an alias), the evaluator conformance suite (against the registry's numpy formula and
-GPyTorch's ``MaternKernel(nu=0.5)``), the operator suite (dense, expression, block), the
-normalisation contract, the slot tables and the simulator's priors (and the KeOps
-operator where pykeops is installed).
+one entry in kernel-grammar's registry and one in lazy-kernels' table (with its closed-form
+derivatives, its scikit-learn conversion ``Matern(nu=0.5)`` and its GPyTorch module
+``MaternKernel(nu=0.5)``), and nothing else; then every suite and package that iterates the
+registry must accept it: the parser (with an alias), the evaluator conformance suite
+(against the registry's numpy formula and GPyTorch's module), the operator suite (dense,
+expression, block), the normalisation contract, the slot tables and the simulator's priors
+(and the KeOps operator where pykeops is installed), the amortizer's refinement (gradient
+against finite differences, closed form and forward mode), the scikit-learn conversion of
+the fitted kernel (against scikit-learn's kernel matrix) and the GPyTorch/BoTorch bridge
+(build, read, write, export; against GPyTorch's kernel matrix and marginal likelihood).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,6 +28,7 @@ import torch
 from amorgp.kernel_grammar import (
     ELEMENTARY,
     ElementaryKernel,
+    OptionError,
     ParamKind,
     ParamSpec,
     Vocabulary,
@@ -33,6 +39,9 @@ from amorgp.kernel_grammar import (
 )
 from amorgp.kernel_grammar.priors import Gamma
 from amorgp.lazy_kernels import (
+    TORCH_ELEMENTARY,
+    DimWiseKernel,
+    GPyTorchModule,
     KeOpsFormula,
     Normalizer,
     TorchElementary,
@@ -57,10 +66,21 @@ def _exp_log_r(r: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     return -r.abs() / theta[..., 0]
 
 
-def _exp_gpytorch(gk: Any, p: dict[str, torch.Tensor], dims: Any, _: Any) -> Any:
-    k = gk.MaternKernel(nu=0.5, active_dims=dims).double()
-    k.lengthscale = p["lengthscale"]
-    return k
+def _exp_unit_and_grads(
+    p: dict[str, torch.Tensor], r: torch.Tensor, r2: torch.Tensor, xx: torch.Tensor
+) -> tuple[torch.Tensor, list[tuple[str, torch.Tensor]]]:
+    ell = p["lengthscale"]
+    a = r.abs() / ell
+    t = (-a).exp()
+    return t, [("lengthscale", t * a / ell)]  # d/dl exp(-|r| / l) = exp(-|r| / l) |r| / l^2
+
+
+def _exp_sklearn(sk: Any, p: dict[str, Any], bounds: Any, center: float, scale: float) -> Any:
+    return sk.Matern(p["lengthscale"], bounds(p["lengthscale"]), nu=0.5), 1.0
+
+
+def _lengthscale(p: dict[str, Any]) -> dict[str, Any]:
+    return {"lengthscale": p["lengthscale"]}
 
 
 @pytest.fixture
@@ -79,7 +99,11 @@ def exp_kernel() -> Iterator[str]:
             keops=KeOpsFormula(
                 lambda r, xy, th: f"Exp({th[0]} * Abs({r}))", lambda p: [-1 / p[0]], 1
             ),
-            gpytorch=_exp_gpytorch,
+            unit_and_grads=_exp_unit_and_grads,
+            sklearn=_exp_sklearn,
+            gpytorch_module=GPyTorchModule(
+                "MaternKernel", _lengthscale, _lengthscale, kwargs=(("nu", 0.5),)
+            ),
         )
     )
     try:
@@ -145,12 +169,20 @@ def test_normalisation_and_simulator_priors_know_the_new_kernel(exp_kernel: str)
     assert "EXP" in ELEMENTARY
 
 
-def test_refinement_differentiates_the_new_kernel(exp_kernel: str) -> None:
-    """The amortizer's refinement objective needs no code for the new kernel: its
-    gradient (forward-mode through lazy-kernels' form) equals central differences."""
+@pytest.mark.parametrize("grads", ["closed form", "forward mode"])
+def test_refinement_differentiates_the_new_kernel(
+    exp_kernel: str, grads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The amortizer's refinement objective needs no code for the new kernel: its gradient
+    (the registration's closed form, or forward mode through lazy-kernels' form without
+    one) equals central differences."""
     from amorgp.amortizer.refine import LogMarginalLikelihood
     from amorgp.kernel_grammar import DimWiseStructure
 
+    if grads == "forward mode":
+        monkeypatch.setitem(
+            TORCH_ELEMENTARY, "EXP", replace(TORCH_ELEMENTARY["EXP"], unit_and_grads=None)
+        )
     g = torch.Generator().manual_seed(3)
     X = torch.rand(15, 2, generator=g, dtype=torch.float64)
     y = torch.sin(5.0 * X[:, 0]) + 0.1 * torch.randn(15, generator=g, dtype=torch.float64)
@@ -165,3 +197,112 @@ def test_refinement_differentiates_the_new_kernel(exp_kernel: str) -> None:
         e[i] = h
         fd = (f.value_and_grad(z + e)[0] - f.value_and_grad(z - e)[0]) / (2 * h)
         assert float(grad[i]) == pytest.approx(float(fd), rel=1e-5, abs=1e-6), i
+
+
+def _fitted(structure_text: str, X: torch.Tensor, seed: int) -> Any:
+    """A FittedKernel of ``structure_text`` with random parameters on data ``X``."""
+    from amorgp.amortizer.fitted_kernel import FittedKernel
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    structure = DimWiseStructure.parse(structure_text)
+    g = torch.Generator().manual_seed(seed)
+    P = max(len(base_symbol(s).params) for row in structure.dims for s in row)
+    params = 0.3 + torch.rand(structure.n_dims, structure.max_addends, P, generator=g).double()
+    y = torch.sin(3.0 * X[:, 0])
+    return FittedKernel(structure, params, 0.05, Normalizer.fit(X, y))
+
+
+@pytest.mark.parametrize("text", ["(EXP)@0", "(SE*EXP + LIN*EXP + EXP + PER)@0"])
+def test_scikit_learn_conversion_of_the_new_kernel(exp_kernel: str, text: str) -> None:
+    """``FittedKernel.to_sklearn()`` builds the new kernel by its registration's conversion:
+    scikit-learn's kernel matrix equals ours (inputs from 0: LIN converts)."""
+    g = torch.Generator().manual_seed(5)
+    X = torch.cat([torch.zeros(1, 1), 4.0 * torch.rand(11, 1, generator=g)]).double()
+    Y = 5.0 * torch.rand(7, 1, generator=g).double()
+    k = _fitted(text, X, 1)
+    sk = k.to_sklearn()
+    assert "Matern(length_scale=" in repr(sk)
+    assert "nu=0.5" in repr(sk)
+    np.testing.assert_allclose(sk(X.numpy(), Y.numpy()), k(X, Y), rtol=1e-10, atol=1e-12)
+    if "LIN" not in text:  # scikit-learn's theta is ours (Matern's length_scale is l)
+        np.testing.assert_allclose(sk.theta, k.theta, rtol=0, atol=1e-12)
+    two = _fitted("(EXP)@0 * (EXP)@1", torch.rand(9, 2, generator=g).double(), 2)
+    with pytest.raises(ValueError, match="no scikit-learn equivalent"):
+        two.to_sklearn()  # Matern's ARD length scale is not a product over columns
+
+
+def test_gpytorch_bridge_builds_reads_and_writes_the_new_kernel(exp_kernel: str) -> None:
+    """The bridge writes the new kernel as its registered module, reads a user's
+    ``MaternKernel(nu=0.5)`` as ``EXP`` and round-trips the values; GPyTorch's kernel
+    matrix equals ours."""
+    import gpytorch.kernels as gk
+
+    from amorgp.gpytorch.kernels import build_kernel, read_kernel
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    g = torch.Generator().manual_seed(7)
+    s = DimWiseStructure.parse("(SE*EXP + EXP)@0 * (LIN + PER*EXP)@1")
+    P = max(len(base_symbol(x).params) for row in s.dims for x in row)
+    params = 0.3 + torch.rand(2, 2, P, generator=g, dtype=torch.float64)
+    X = torch.rand(13, 2, generator=g, dtype=torch.float64)
+    k = build_kernel(s, params)
+    assert any(type(m).__name__ == "MaternKernel" and float(m.nu) == 0.5 for m in k.modules())
+    with torch.no_grad():
+        got = k(X).to_dense()
+    torch.testing.assert_close(
+        got, DimWiseKernel(s, params).operator(X).dense(), atol=1e-12, rtol=0
+    )
+    km = read_kernel(k, 2)
+    assert km.structure == s
+    for pn in s.param_names():
+        assert float(km.read()[pn.dim, pn.addend, pn.slot]) == pytest.approx(
+            float(params[pn.dim, pn.addend, pn.slot]), rel=1e-12
+        )
+    new = params.clone()
+    new[:, :, 1:] *= 1.3
+    km.write(new)
+    back = km.read()
+    for pn in s.param_names():
+        assert float(back[pn.dim, pn.addend, pn.slot]) == pytest.approx(
+            float(new[pn.dim, pn.addend, pn.slot]), rel=1e-12
+        )
+
+    user = gk.ScaleKernel(gk.MaternKernel(nu=0.5)).double()
+    user.base_kernel.lengthscale = 0.37
+    user.outputscale = 1.9
+    mapped = read_kernel(user, 1)
+    assert mapped.structure.dims == (("EXP",),)
+    values = mapped.read()
+    assert (float(values[0, 0, 0]), float(values[0, 0, 1])) == pytest.approx((1.9, 0.37))
+    x = torch.linspace(0, 1, 9, dtype=torch.float64)[:, None]
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            user(x).to_dense().numpy(),
+            mapped.structure.reference(x.numpy(), x.numpy(), values.numpy()),
+            rtol=1e-10,
+        )
+    with pytest.raises(OptionError, match=r"MaternKernel\(nu=0\.5\) \(EXP\)"):
+        read_kernel(gk.MaternKernel(nu=1.5), 1)  # the registered Matérn kernels are listed
+
+
+def test_botorch_export_of_the_new_kernel(exp_kernel: str) -> None:
+    """``to_gpytorch`` exports a fit with the new kernel: GPyTorch's marginal likelihood of
+    the exported model is the fit's (as for the built-in kernels)."""
+    from amorgp.baselines import fit
+    from amorgp.gpytorch import to_gpytorch
+
+    g = torch.Generator().manual_seed(11)
+    X = 3.0 * torch.rand(25, 2, generator=g, dtype=torch.float64) + 1.0
+    y = torch.sin(2.0 * X[:, 0]) + X[:, 1] + 0.1 * torch.randn(25, generator=g).double()
+    vocab = Vocabulary.with_products(("SE", "LIN", "EXP"), "with-exp")
+    res = fit(X, y, "(EXP + LIN)@0 * (SE*EXP)@1", method="gp-ml", vocab=vocab)
+    model = to_gpytorch(res, X, y)
+    import gpytorch
+
+    model.train()
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
+    with torch.no_grad(), gpytorch.settings.fast_computations(False, False, False):
+        out = model(*model.train_inputs)
+        got = float(mll(out, model.train_targets)) * y.numel()
+    expect = res.log_marginal_likelihood_original + y.numel() * math.log(float(y.std()))
+    assert got == pytest.approx(expect, abs=1e-6)

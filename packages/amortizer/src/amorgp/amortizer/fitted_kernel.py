@@ -58,7 +58,9 @@ space).  ``bounds`` are scikit-learn's default ``(1e-5, 1e5)``, widened to hold 
 where it lies outside (the noise level's floor is ``1e-6``).
 
 Mapping to scikit-learn's kernels (:meth:`FittedKernel.to_sklearn`; every hyperparameter
-free, with the same bounds, so ``to_sklearn().theta`` has the entries of ``theta``):
+free, with the same bounds, so ``to_sklearn().theta`` has the entries of ``theta``).  Each
+elementary factor converts by the ``sklearn`` entry of its lazy-kernels registration
+(:class:`~amorgp.lazy_kernels.TorchElementary`); the built-in kernels':
 
 =========  ==========================================================================
 ours       scikit-learn (``theta`` entries: the same, in the same order, unless noted)
@@ -80,12 +82,12 @@ noise      ``WhiteKernel(noise_level=sigma^2)``
 =========  ==========================================================================
 
 scikit-learn's kernels act on every column, so only a one-column structure, or one
-``SE`` per column (an ARD ``RBF``), converts; anything else raises ``ValueError``.
+``SE`` per column (an ARD ``RBF``; any stationary kernel whose registration sets
+``sklearn_ard``), converts; anything else raises ``ValueError``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -256,7 +258,7 @@ class BaseKernel:
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={_fmt(v)}" for k, v in self.params)
-        if "LIN" in base_symbol(self.symbol).factors:
+        if not all(ELEMENTARY[f].stationary for f in base_symbol(self.symbol).factors):
             inner += f", center={_fmt(self.center)}, scale={_fmt(self.scale)}"
         return f"{self.symbol}@{self.dim}({inner})"
 
@@ -357,12 +359,14 @@ class FittedKernel:
     def _unit_factor(self, d: int, symbol: str, slot: int) -> float:
         """Kernel-unit value / normalised value of one parameter (see the module docstring)."""
         sym = base_symbol(symbol)
-        spec = sym.params[slot]
-        if spec.kind.value not in ("lengthscale", "period"):
-            return 1.0
-        if "PER" in sym.factors and sym.factor_param_names("PER")["lengthscale"] == spec.name:
-            return 1.0
-        return self._range(d)
+        name = sym.params[slot].name
+        scaled = {
+            full
+            for f in sym.factors
+            for e, full in sym.factor_param_names(f).items()
+            if e in (ELEMENTARY[f].input_scaled or ())
+        }
+        return self._range(d) if name in scaled else 1.0
 
     # -- scikit-learn's kernel interface ---------------------------------------------------
     @property
@@ -469,54 +473,81 @@ class FittedKernel:
                 part = _sk_term(term, sk)
                 total = part if total is None else total + part
             return total + noise
-        if all(a == ("SE",) for a in self.structure.dims):
+        ard = _ard_factor(self.structure)
+        if ard is not None:
+            sym = base_symbol(ard)
             variance = dict(columns[0][0].params)["variance"]
-            lengths = np.array([dict(t[0].params)["lengthscale"] for t in columns])
-            return (
-                sk.ConstantKernel(variance, _bounds(variance))
-                * sk.RBF(lengths, np.array([_bounds(float(v)) for v in lengths]))
-                + noise
-            )
+            per_column = [dict(t[0].params) for t in columns]
+            p = {e: np.array([c[full] for c in per_column]) for e, full in _names(sym, ard)}
+            part, factor = _sklearn_form(ard).sklearn(sk, p, _bounds_of, 0.0, 1.0)
+            variance = variance * factor
+            return sk.ConstantKernel(variance, _bounds(variance)) * part + noise
         raise ValueError(
             f"{self.structure} has no scikit-learn equivalent: scikit-learn's kernels act on "
-            "every column, so only one-column structures or one SE per column convert"
+            "every column, so only one-column structures or one ARD-capable kernel (SE) per "
+            "column convert"
         )
 
 
+def _names(sym: Any, factor: str) -> list[tuple[str, str]]:
+    return list(sym.factor_param_names(factor).items())
+
+
+def _bounds_of(value: Any) -> Any:
+    """:func:`_bounds` of a value or, elementwise, of an array of them (``(n, 2)``)."""
+    if np.ndim(value) == 0:
+        return _bounds(float(value))
+    return np.array([_bounds(float(v)) for v in np.asarray(value).reshape(-1)])
+
+
+def _sklearn_form(factor: str) -> Any:
+    """The lazy-kernels registration of ``factor``, or None."""
+    from amorgp.lazy_kernels import TORCH_ELEMENTARY
+
+    return TORCH_ELEMENTARY.get(factor)
+
+
+def _ard_factor(structure: DimWiseStructure) -> str | None:
+    """The elementary kernel alone on every column, if its scikit-learn conversion takes
+    per-column values (:attr:`~amorgp.lazy_kernels.TorchElementary.sklearn_ard`)."""
+    first = structure.dims[0]
+    if len(first) != 1 or any(a != first for a in structure.dims):
+        return None
+    sym = base_symbol(first[0])
+    if len(sym.factors) != 1:
+        return None
+    form = _sklearn_form(sym.factors[0])
+    ok = form is not None and form.sklearn is not None and form.sklearn_ard
+    ok = ok and ELEMENTARY[sym.factors[0]].stationary  # no per-column normalisation needed
+    return sym.factors[0] if ok else None
+
+
 def _sk_term(term: BaseKernel, sk: Any) -> Any:
-    """One base kernel on a one-column input as a scikit-learn kernel product."""
+    """One base kernel on a one-column input as a scikit-learn kernel product (each factor
+    by the scikit-learn conversion of its lazy-kernels registration)."""
     sym = base_symbol(term.symbol)
     p = dict(term.params)
     variance = p["variance"]
     parts: list[Any] = []
     for f in sym.factors:
-        names = sym.factor_param_names(f)
-        q = {k: p[v] for k, v in names.items()}
-        if f == "SE":
-            parts.append(sk.RBF(q["lengthscale"], _bounds(q["lengthscale"])))
-        elif f == "PER":
-            length, period = 2.0 * q["lengthscale"], q["period"]
-            parts.append(sk.ExpSineSquared(length, period, _bounds(length), _bounds(period)))
-        elif f == "MAT52":
-            parts.append(sk.Matern(q["lengthscale"], _bounds(q["lengthscale"]), nu=2.5))
-        elif f == "RQ":
-            length, alpha = q["lengthscale"], q["alpha"]
-            parts.append(sk.RationalQuadratic(length, alpha, _bounds(length), _bounds(alpha)))
-        elif f == "LIN":
-            if term.center != 0.0:
-                raise ValueError(
-                    f"LIN on column {term.dim + 1}, whose minimum is {term.center:g}, has no "
-                    "scikit-learn equivalent (DotProduct cannot shift the inputs)"
-                )
-            if len(sym.factors) == 1:  # s^2 x~ x~' + c^2 = (s^2 / r^2) (x x' + c^2 r^2 / s^2)
-                variance = variance / term.scale**2
-                sigma0 = math.sqrt(q["offset"] / variance)
-            else:  # x~ x~' + c^2 = (x x' + c^2 r^2) / r^2
-                variance = variance / term.scale**2
-                sigma0 = math.sqrt(q["offset"]) * term.scale
-            parts.append(sk.DotProduct(sigma0, _bounds(sigma0)))
-        else:  # pragma: no cover - a newly registered elementary kernel
-            raise ValueError(f"{f} has no scikit-learn equivalent")
+        form = _sklearn_form(f)
+        if form is None or form.sklearn is None:
+            raise ValueError(
+                f"{f} has no scikit-learn equivalent (its lazy-kernels registration has no "
+                "sklearn conversion)"
+            )
+        q = {e: p[full] for e, full in _names(sym, f)}
+        if len(sym.factors) == 1 and not ELEMENTARY[f].variance_scales_all:
+            lead = ELEMENTARY[f].params[0].name  # alone: s^2 kt(c / s^2, ...)
+            q[lead] = q[lead] / variance
+        try:
+            part, factor = form.sklearn(sk, q, _bounds_of, term.center, term.scale)
+        except ValueError as err:
+            raise ValueError(
+                f"{f} on column {term.dim + 1} has no scikit-learn equivalent: {err}"
+            ) from None
+        variance = variance * factor
+        parts.append(part)
     out = sk.ConstantKernel(variance, _bounds(variance))
     for part in parts:
         out = out * part

@@ -56,6 +56,7 @@ import torch
 from torch import Tensor
 
 from amorgp.kernel_grammar import (
+    ELEMENTARY,
     FLOORS,
     BaseSymbol,
     DimWiseStructure,
@@ -226,18 +227,21 @@ def refine(
     )
 
 
-def _registered_unit_and_grads(
-    factor: str, p: dict[str, Tensor], full: dict[str, str], r: Tensor, r2: Tensor, xx: Tensor
+def _unit_and_grads(
+    factor: str, p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
 ) -> tuple[Tensor, list[tuple[str, Tensor]]]:
-    """The unit factor ``kt`` of an elementary kernel without a closed form above, and its
-    derivatives ``[(name in the symbol, dkt / d theta)]`` by forward-mode differentiation of
-    its torch form (:func:`amorgp.lazy_kernels.torch_elementary`): a new base kernel needs
-    no code here.  ``r``, ``r2``, ``xx``: the ``(n, n)`` differences, squares and products.
+    """The unit factor ``kt`` of an elementary kernel and its derivatives ``[(elementary
+    parameter name, dkt / d theta)]``: in closed form where its lazy-kernels registration
+    has one (:attr:`amorgp.lazy_kernels.TorchElementary.unit_and_grads`), else by
+    forward-mode differentiation of its torch form (:func:`amorgp.lazy_kernels.torch_elementary`):
+    a new base kernel needs no code here.  ``r``, ``r2``, ``xx``: the ``(n, n)``
+    differences, squares and products.
     """
-    from amorgp.kernel_grammar import ELEMENTARY
     from amorgp.lazy_kernels import torch_elementary
 
     form = torch_elementary(factor)
+    if form.unit_and_grads is not None:
+        return form.unit_and_grads(p, r, r2, xx)
     names = [q.name for q in ELEMENTARY[factor].params]
 
     def unit(theta: Tensor) -> Tensor:
@@ -249,12 +253,13 @@ def _registered_unit_and_grads(
             return form.unit_xx(xx, theta)
         raise OptionError(
             f"refinement needs elementary kernel {factor!r} as a function of r, r^2 or x x' "
-            "(log_unit_r, log_unit_r2 or unit_xx of its TorchElementary)"
+            "(log_unit_r, log_unit_r2 or unit_xx of its TorchElementary), or its "
+            "unit_and_grads"
         )
 
     theta = torch.stack([p[n] for n in names])
     jac = torch.func.jacfwd(unit)(theta)  # (n, n, k)
-    return unit(theta), [(full[n], jac[..., i]) for i, n in enumerate(names)]
+    return unit(theta), [(n, jac[..., i]) for i, n in enumerate(names)]
 
 
 class LogMarginalLikelihood:
@@ -271,8 +276,9 @@ class LogMarginalLikelihood:
     The same objective as :func:`amorgp.baselines.fit_type2ml_batch` with ``space="log"``
     (which :func:`refine` used before), evaluated with less work per step: the pairwise
     differences of every input dimension are computed once, each addend's kernel and its
-    derivatives are a few element-wise operations on them (``SE``, ``LIN``, ``PER``,
-    ``MAT52``, ``RQ`` and their products), and the gradient is in closed form
+    derivatives are a few element-wise operations on them (each elementary kernel's
+    ``unit_and_grads`` in its lazy-kernels registration, forward-mode differentiation of
+    its torch form where it has none), and the gradient is in closed form
     (:meth:`value_and_grad`), one Cholesky and one inverse per evaluation.
 
     Args:
@@ -437,52 +443,28 @@ class LogMarginalLikelihood:
         names = list(b.param_names)
         values = dict(zip(names, v, strict=True))
         at = {name: first + i for i, name in enumerate(names)}
-        r, xx = self.r[j], self.xx[j]
-        if b.factors == ("LIN",):
-            k = values["variance"] * xx + values["offset"]
-            return k, [(at["variance"], xx), (at["offset"], torch.ones_like(xx))]
+        r, r2, xx = self.r[j], self.r2[j], self.xx[j]
+        var = values["variance"]
+        if len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all:
+            # alone: s^2 g + c, whose unit factor is kt = g + c with c its first parameter
+            # (LIN: s^2 x x' + c^2; the registry's variance_scales_all); g = kt at c = 0
+            f = b.factors[0]
+            full = b.factor_param_names(f)
+            p = {name: values[fn] for name, fn in full.items()}
+            lead = ELEMENTARY[f].params[0].name
+            p[lead] = torch.zeros_like(p[lead])
+            g, d = _unit_and_grads(f, p, r, r2, xx)
+            grads = [(at["variance"], g), (at[full[lead]], torch.ones_like(g))]
+            grads.extend((at[full[name]], var * dt) for name, dt in d if name != lead)
+            return var * g + values[full[lead]], grads
         units: list[Tensor] = []
         dunits: list[list[tuple[str, Tensor]]] = []
         for f in b.factors:
-            p = {name: values[full] for name, full in b.factor_param_names(f).items()}
             full = b.factor_param_names(f)
-            if f == "SE":
-                ell = p["lengthscale"]
-                r2 = self.r2[j]
-                t = (r2 * (-0.5 / ell.square())).exp()
-                d = [(full["lengthscale"], t * r2 * (1.0 / ell**3))]
-            elif f == "LIN":
-                t = xx + p["offset"]
-                d = [(full["offset"], torch.ones_like(t))]
-            elif f == "PER":
-                ell, per = p["lengthscale"], p["period"]
-                w = r * (math.pi / per)
-                sn = torch.sin(w)
-                sn2 = sn.square()
-                t = (sn2 * (-0.5 / ell.square())).exp()
-                d = [
-                    (full["lengthscale"], t * sn2 * (1.0 / ell**3)),
-                    (full["period"], t * sn * torch.cos(w) * w * (1.0 / (per * ell.square()))),
-                ]
-            elif f == "MAT52":
-                ell = p["lengthscale"]
-                a = r.abs() * (math.sqrt(5.0) / ell)
-                e = (-a).exp()
-                t = (1.0 + a + a.square() / 3.0) * e
-                d = [(full["lengthscale"], a.square() * (1.0 + a) * e / (3.0 * ell))]
-            elif f == "RQ":
-                ell, al = p["lengthscale"], p["alpha"]
-                q = self.r2[j] * (1.0 / (2.0 * al * ell.square()))
-                t = (1.0 + q).pow(-al)
-                d = [
-                    (full["lengthscale"], t * 2.0 * al * q / (ell * (1.0 + q))),
-                    (full["alpha"], t * (q / (1.0 + q) - torch.log1p(q))),
-                ]
-            else:  # a kernel registered elsewhere: derivatives of its lazy-kernels form
-                t, d = _registered_unit_and_grads(f, p, full, r, self.r2[j], xx)
+            p = {name: values[fn] for name, fn in full.items()}
+            t, d = _unit_and_grads(f, p, r, r2, xx)
             units.append(t)
-            dunits.append(d)
-        var = values["variance"]
+            dunits.append([(full[name], dt) for name, dt in d])
         unit = units[0] if len(units) == 1 else units[0] * units[1]
         grads = [(at["variance"], unit)]
         for fi, d in enumerate(dunits):

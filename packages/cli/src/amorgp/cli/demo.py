@@ -50,19 +50,31 @@ SKLEARN_LABEL = f"scikit-learn (L-BFGS, 1 + {PEER_RESTARTS} starts)"
 
 
 def _sklearn_kernel(text: str) -> Any | None:
-    """scikit-learn's kernel of a one-column sum of products of SE, PER, LIN (each product
-    with its own ``ConstantKernel`` variance, ``WhiteKernel`` noise), or None."""
+    """scikit-learn's kernel of a one-column sum of products of elementary kernels (each
+    product with its own ``ConstantKernel`` variance, ``WhiteKernel`` noise), or None where a
+    factor has no scikit-learn conversion in its lazy-kernels registration
+    (:attr:`amorgp.lazy_kernels.TorchElementary.sklearn`).  Every parameter starts at 1 in
+    the grammar's units (scikit-learn's default bounds)."""
     from sklearn.gaussian_process import kernels as sk
 
-    factors = {"SE": sk.RBF, "PER": sk.ExpSineSquared, "LIN": sk.DotProduct}
+    from amorgp.kernel_grammar import ELEMENTARY
+    from amorgp.lazy_kernels import TORCH_ELEMENTARY
+
     total = None
     for term in text.split("+"):
-        part = sk.ConstantKernel()
-        for name in term.split("*"):
-            if name.strip() not in factors:
+        parts, c = [], 1.0
+        for name in (n.strip() for n in term.split("*")):
+            form = TORCH_ELEMENTARY.get(name) if name in ELEMENTARY else None
+            if form is None or form.sklearn is None:
                 return None
-            part = part * factors[name.strip()]()
-        total = part if total is None else total + part
+            p = dict.fromkeys((q.name for q in ELEMENTARY[name].params), 1.0)
+            part, factor = form.sklearn(sk, p, lambda _: (1e-5, 1e5), 0.0, 1.0)
+            parts.append(part)
+            c *= factor
+        product = sk.ConstantKernel(c)
+        for part in parts:
+            product = product * part
+        total = product if total is None else total + product
     return None if total is None else total + sk.WhiteKernel()
 
 

@@ -10,7 +10,7 @@ from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 
 from amorgp.gpytorch.kernels import build_kernel
-from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.kernel_grammar import ELEMENTARY, DataError, OptionError, ParamKind, base_symbol
 from amorgp.lazy_kernels import KernelFit
 from gpytorch.constraints import GreaterThan
 from gpytorch.likelihoods import GaussianLikelihood
@@ -30,7 +30,8 @@ def to_gpytorch(result: KernelFit, train_X: Any = None, train_Y: Any = None) -> 
     ``[x_min, x_min + range]`` maps them to ``[0, 1]`` as the amortizer did.  BoTorch's
     ``Standardize`` divides by the sample standard deviation ``s_b = s_y sqrt(n / (n-1))``
     where amorgp uses the population one ``s_y``; the kernel variances of the first
-    dimension's addends (and the offset ``c^2`` of a LIN addend there) and the noise are
+    dimension's addends (and the offset ``c^2`` of a lone LIN addend there, by its
+    registration) and the noise are
     multiplied by ``r = (s_y / s_b)^2``, so that the
     covariance in original units, ``s_y^2 (K + sigma^2 I)``, is the same.  The constant
     mean is ``(y_mean - m_b) / s_b`` (zero up to rounding).  The kernel has no priors, so
@@ -66,8 +67,8 @@ def to_gpytorch(result: KernelFit, train_X: Any = None, train_Y: Any = None) -> 
     params = params[: result.kernel.n_dims, : result.kernel.max_addends]
     params[0, :, 0] *= r  # slot 0 is every base symbol's variance
     for ell, sym in enumerate(result.kernel.dims[0]):
-        if sym == "LIN":  # s^2 x x' + c^2: the offset is a variance too
-            params[0, ell, 1] *= r
+        for i in _variance_like(sym):
+            params[0, ell, i] *= r
     likelihood = GaussianLikelihood(noise_constraint=GreaterThan(NOISE_FLOOR)).double()
     likelihood.noise = torch.tensor(result.noise * r, dtype=torch.float64)
     mean = ConstantMean().double()
@@ -83,6 +84,15 @@ def to_gpytorch(result: KernelFit, train_X: Any = None, train_Y: Any = None) -> 
         outcome_transform=Standardize(m=1),
     )
     return model.double()
+
+
+def _variance_like(symbol: str) -> list[int]:
+    """The slots besides the variance that scale as a variance: the offset of a lone kernel
+    whose variance does not scale all of it (LIN alone: ``s^2 x x' + c^2``)."""
+    sym = base_symbol(symbol)
+    if len(sym.factors) != 1 or ELEMENTARY[sym.factors[0]].variance_scales_all:
+        return []
+    return [i for i, p in enumerate(sym.params) if i > 0 and p.kind is ParamKind.OFFSET]
 
 
 def _training_data(

@@ -8,7 +8,12 @@ GPyTorch kernel tree back into a :class:`KernelMap`: the structure plus where ea
 hyperparameter lives in the modules, so that :meth:`KernelMap.write` sets them and
 :meth:`KernelMap.read` reads them back.
 
-Conventions (GPyTorch -> this project, one dimension):
+Every per-kernel fact comes from the elementary kernel's lazy-kernels registration
+(:attr:`amorgp.lazy_kernels.TorchElementary.gpytorch_module`, a
+:class:`~amorgp.lazy_kernels.GPyTorchModule`: the module's class, the map of the project's
+parameters to its attributes and back, whether it spans columns as a product), so a
+kernel registered there is read and written here too.  The built-in kernels' conventions
+(GPyTorch -> this project, one dimension):
 
 * ``RBFKernel`` (lengthscale ``l``) = ``exp(-r^2 / (2 l^2))``, the same ``l``;
   ``MaternKernel(nu=2.5)`` = ``(1 + sqrt5 r/l + 5 r^2/(3 l^2)) exp(-sqrt5 r/l)`` (``MAT52``),
@@ -23,7 +28,8 @@ Conventions (GPyTorch -> this project, one dimension):
   mean where one dimension has several), else nowhere (fixed at 1).
 * ARD ``RBFKernel``/``PeriodicKernel`` over several columns is the product over those
   columns; a non-ARD one over several columns ties their lengthscale (the geometric
-  mean is written).
+  mean is written).  A module that is not such a product (``MaternKernel``,
+  ``RQKernel``: ``separable=False``) must act on one column.
 """
 
 from __future__ import annotations
@@ -37,12 +43,14 @@ from torch import Tensor
 
 import gpytorch.kernels as gk
 from amorgp.kernel_grammar import (
+    ELEMENTARY,
     DimWiseStructure,
     OptionError,
     base_symbol,
     canonical_symbol_name,
     symbol_sort_key,
 )
+from amorgp.lazy_kernels import TORCH_ELEMENTARY, GPyTorchModule
 from amorgp.lazy_kernels.gpytorch_modules import gpytorch_symbol_kernel
 
 __all__ = ["KernelMap", "build_kernel", "read_kernel"]
@@ -152,18 +160,22 @@ class KernelMap:
         s2 = v["variance"]
         for f, loc in t.factors.items():
             p = {k: v[name] for k, name in spec.factor_param_names(f).items()}
-            if f in _LENGTHSCALE_ONLY:
-                self._stage(loc[0], "lengthscale", loc[1], p["lengthscale"])
-            elif f == "PER":
-                self._stage(loc[0], "lengthscale", loc[1], 4.0 * p["lengthscale"] ** 2)
-                self._stage(loc[0], "period_length", loc[1], p["period"])
-            else:  # LIN: A v = s^2, A c = s^2 o (o = c^2 in a product, c^2 / s^2 alone)
-                lin, const = loc
-                o = p["offset"] if len(spec.factors) > 1 else p["offset"] / s2
-                scale = 1.0 if t.scale is not None else s2
-                _assign(lin, "variance", scale)
-                if const is not None:
-                    _assign(const, "constant", scale * o)
+            form = _module_form(f)
+            if form.variance is None:
+                for attr, value in form.to_module(p).items():
+                    self._stage(loc[0], attr, loc[1], float(value))
+                continue
+            # the module holds the variance, a ConstantKernel the first parameter o:
+            # A v = s^2, A c = s^2 o (o = c^2 in a product, c^2 / s^2 alone)
+            mod, const = loc
+            lead = ELEMENTARY[f].params[0].name
+            o = p[lead] if len(spec.factors) > 1 else p[lead] / s2
+            scale = 1.0 if t.scale is not None else s2
+            for attr, value in form.to_module(p).items():
+                _assign(mod, attr, float(value))
+            _assign(mod, form.variance, scale)
+            if const is not None:
+                _assign(const, "constant", scale * o)
         if t.scale is not None:
             _assign(t.scale, "outputscale", s2)
         return _has_holder(t)
@@ -174,17 +186,19 @@ class KernelMap:
         v: dict[str, float] = {"variance": a}
         for f, loc in t.factors.items():
             names = spec.factor_param_names(f)
-            if f in _LENGTHSCALE_ONLY:
-                v[names["lengthscale"]] = _column(loc[0].lengthscale, loc[1])
-            elif f == "PER":
-                v[names["lengthscale"]] = math.sqrt(_column(loc[0].lengthscale, loc[1]) / 4.0)
-                v[names["period"]] = _column(loc[0].period_length, loc[1])
-            else:
-                lin, const = loc
-                lv = float(lin.variance.detach().reshape(-1)[0])
-                c = float(const.constant.detach().reshape(-1)[0]) if const is not None else 0.0
-                v["variance"] = a * lv
-                v[names["offset"]] = a * c if alone else c / lv
+            form = _module_form(f)
+            attrs = _attributes(f, form)
+            if form.variance is None:
+                m = {attr: _column(getattr(loc[0], attr), loc[1]) for attr in attrs}
+                v.update({names[e]: float(x) for e, x in form.from_module(m).items()})
+                continue
+            mod, const = loc
+            lv = float(getattr(mod, form.variance).detach().reshape(-1)[0])
+            c = float(const.constant.detach().reshape(-1)[0]) if const is not None else 0.0
+            m = {attr: _column(getattr(mod, attr), None) for attr in attrs}
+            v.update({names[e]: float(x) for e, x in form.from_module(m).items()})
+            v["variance"] = a * lv
+            v[names[ELEMENTARY[f].params[0].name]] = a * c if alone else c / lv
         return v
 
     def _stage(self, mod: Any, name: str, col: int | None, value: float) -> None:
@@ -197,12 +211,40 @@ class KernelMap:
             self._pending[key][1].reshape(-1)[col] = value
 
 
-_LENGTHSCALE_ONLY = ("SE", "MAT52")
-"""Factors whose GPyTorch module holds exactly the project's lengthscale."""
+def _forms() -> dict[str, GPyTorchModule]:
+    """The registered elementary kernels with a GPyTorch module (lazy-kernels'
+    :attr:`~amorgp.lazy_kernels.TorchElementary.gpytorch_module`), registry order."""
+    out = {}
+    for name in ELEMENTARY:
+        form = TORCH_ELEMENTARY[name].gpytorch_module if name in TORCH_ELEMENTARY else None
+        if form is not None:
+            out[name] = form
+    return out
+
+
+def _module_form(factor: str) -> GPyTorchModule:
+    form = _forms().get(factor)
+    if form is None:
+        raise OptionError(
+            f"elementary kernel {factor!r} has no GPyTorch module (gpytorch_module of its "
+            "lazy-kernels registration)"
+        )
+    return form
+
+
+def _attributes(factor: str, form: GPyTorchModule) -> list[str]:
+    """The module attributes ``form.to_module`` writes for ``factor``."""
+    return list(form.to_module(dict.fromkeys((q.name for q in ELEMENTARY[factor].params), 1.0)))
+
+
+def _describe(form: GPyTorchModule) -> str:
+    args = ", ".join(f"{k}={v}" for k, v in form.kwargs)
+    text = f"{form.cls}({args})" if args else form.cls
+    return f"{text} (+ ConstantKernel)" if form.variance is not None else text
 
 
 def _has_holder(t: _Term) -> bool:
-    return t.scale is not None or "LIN" in t.factors
+    return t.scale is not None or any(_module_form(f).variance is not None for f in t.factors)
 
 
 def _column(value: Tensor, col: int | None) -> float:
@@ -249,31 +291,39 @@ def _parse(k: gk.Kernel, d: int, top: bool) -> tuple[dict[int, list[_Term]], Any
             "a ScaleKernel over several dimensions or addends is only understood at the "
             "root of the kernel"
         )
-    if isinstance(k, gk.MaternKernel) and float(k.nu) != 2.5:
-        raise OptionError(
-            f"MaternKernel(nu={k.nu}) is outside the amortizer's vocabulary: its Matérn "
-            "kernel is MAT52 (nu=2.5)"
-        )
-    if isinstance(k, (gk.RBFKernel, gk.PeriodicKernel, gk.MaternKernel)):
-        f = (
-            "SE"
-            if isinstance(k, gk.RBFKernel)
-            else "MAT52"
-            if isinstance(k, gk.MaternKernel)
-            else "PER"
-        )
+    forms = _forms()
+    for f, form in forms.items():
+        if not form.matches(k):
+            continue
+        if form.variance is not None:  # LIN alone: the module without its ConstantKernel
+            c = _one_column(k, d, name)
+            return {c: [_Term(c, {f: (k, None)})]}, None
         cols = _columns(k, d)
+        if not form.separable:
+            cols = [_one_column(k, d, name)]
         ard = k.ard_num_dims is not None and k.ard_num_dims > 1
         return {c: [_Term(c, {f: (k, i if ard else None)})] for i, c in enumerate(cols)}, None
-    if isinstance(k, gk.LinearKernel):
-        return {_one_column(k, d, name): [_Term(_one_column(k, d, name), {"LIN": (k, None)})]}, None
+    same = {f: form for f, form in forms.items() if form.cls == name}
+    if same:  # a registered class with other arguments (MaternKernel(nu=1.5))
+        keys = sorted({a for form in same.values() for a, _ in form.kwargs})
+        args = ", ".join(f"{a}={getattr(k, a, '?')}" for a in keys)
+        listed = ", ".join(f"{_describe(form)} ({f})" for f, form in same.items())
+        raise OptionError(
+            f"{name}({args}) is outside the amortizer's vocabulary: its {name} kernels are {listed}"
+        )
     if isinstance(k, gk.AdditiveKernel):
         kids = list(k.kernels)
-        lin = [c for c in kids if isinstance(c, gk.LinearKernel)]
         const = [c for c in kids if isinstance(c, gk.ConstantKernel)]
-        if len(kids) == 2 and len(lin) == 1 and len(const) == 1:
-            c = _one_column(lin[0], d, "LinearKernel")
-            return {c: [_Term(c, {"LIN": (lin[0], const[0])})]}, None
+        held = [
+            (f, c)
+            for c in kids
+            for f, form in forms.items()
+            if form.variance is not None and form.matches(c)
+        ]
+        if len(kids) == 2 and len(held) == 1 and len(const) == 1:  # LIN: Linear + Constant
+            f, mod = held[0]
+            c = _one_column(mod, d, type(mod).__name__)
+            return {c: [_Term(c, {f: (mod, const[0])})]}, None
         parts = [_parse(c, d, False)[0] for c in kids]
         dims = {c for p in parts for c in p}
         if len(dims) != 1:
@@ -304,9 +354,9 @@ def _parse(k: gk.Kernel, d: int, top: bool) -> tuple[dict[int, list[_Term]], Any
                     raise OptionError(f"two ScaleKernels in one product on input column {col}")
                 out[col] = [_Term(col, {**a.factors, **b.factors}, a.scale or b.scale)]
         return out, None
+    known = ", ".join(_describe(form) for form in forms.values())
     raise OptionError(
-        f"{name} is outside the amortizer's vocabulary (RBFKernel, PeriodicKernel, "
-        "MaternKernel(nu=2.5), LinearKernel (+ ConstantKernel), their sums and products, "
+        f"{name} is outside the amortizer's vocabulary ({known}, their sums and products, "
         "ScaleKernel)"
     )
 

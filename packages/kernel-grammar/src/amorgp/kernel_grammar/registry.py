@@ -95,7 +95,8 @@ class ElementaryKernel:
             for 1-D inputs ``x1 (n,)`` and ``x2 (m,)``, returning ``(n, m)``.
             For all kernels but LIN the full kernel is ``variance * unit``.
         variance_scales_all: False for LIN, whose variance multiplies ``x x'``
-            only (``s^2 x x' + c^2``).
+            only (``s^2 x x' + c^2``): the unit factor is ``g + c`` with ``c`` its first
+            parameter, and the kernel alone is ``s^2 g + c``.
         stationary: the kernel depends on ``x - x'`` only (False for LIN).  Min-max
             normalising the inputs maps a stationary kernel to one of the same form, so
             its variance has an exact value in original units

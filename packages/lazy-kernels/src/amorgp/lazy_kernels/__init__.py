@@ -38,6 +38,7 @@ from amorgp.lazy_kernels.dimwise import (
 )
 from amorgp.lazy_kernels.elementary import (
     TORCH_ELEMENTARY,
+    GPyTorchModule,
     KeOpsFormula,
     TorchElementary,
     keops_elementary,
@@ -155,6 +156,7 @@ __all__ = [
     "ExpressionKernel",
     "SymbolTables",
     "TorchElementary",
+    "GPyTorchModule",
     "KeOpsFormula",
     "keops_elementary",
     "register_keops_formula",

@@ -19,6 +19,13 @@ MAT52   ``log kt = log(1 + a + a^2 / 3) - a``, ``a = sqrt(5) |r| / l``   ``l``
 RQ      ``log kt = -alpha log(1 + r^2 / (2 alpha l^2))``                ``l, alpha``
 ======  =============================================================  ==================
 
+Each entry also carries what the rest of the project needs to know of the kernel, so that
+no module outside the two registrations branches on a kernel's name: the closed-form
+derivatives of the unit factor for the amortizer's refinement (``unit_and_grads``; None:
+forward-mode differentiation of the torch form), its scikit-learn conversion (``sklearn``,
+``sklearn_ard``) and its GPyTorch module both ways (``gpytorch_module``,
+:class:`GPyTorchModule`; ``gpytorch`` builds it for the oracle).
+
 KeOps formulas receive the text of ``r = x_d - y_d`` and ``x_d y_d`` of one input
 dimension and the aliases of their *derived* scalars (computed in torch from the raw
 parameters, e.g. ``-1 / (2 l^2)``, ``pi / p``; constants live there because KeOps emits
@@ -53,6 +60,7 @@ from amorgp.kernel_grammar import OptionError
 
 __all__ = [
     "TORCH_ELEMENTARY",
+    "GPyTorchModule",
     "KeOpsFormula",
     "TorchElementary",
     "keops_elementary",
@@ -64,6 +72,12 @@ __all__ = [
 UnitFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 DistFn = Callable[[Tensor, Tensor], Tensor]
 GPyTorchBuilder = Callable[[Any, dict[str, Tensor], list[int] | None, Tensor | None], Any]
+UnitGradsFn = Callable[
+    [dict[str, Tensor], Tensor, Tensor, Tensor], tuple[Tensor, list[tuple[str, Tensor]]]
+]
+SklearnBuilder = Callable[
+    [Any, dict[str, Any], Callable[[Any], Any], float, float], tuple[Any, Any]
+]
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,60 @@ class KeOpsFormula:
 
 
 @dataclass(frozen=True)
+class GPyTorchModule:
+    """The GPyTorch module of one unit elementary factor, both ways (the GPyTorch/BoTorch
+    bridge writes and reads it, :mod:`amorgp.gpytorch`).
+
+    Attributes:
+        cls: its class name in ``gpytorch.kernels`` (``"RBFKernel"``).
+        kwargs: constructor keywords, ``((name, value), ...)``; a module of class ``cls``
+            is this factor when its attributes of those names equal the values
+            (``MaternKernel``: ``(("nu", 2.5),)``).
+        to_module: the factor's parameters (by elementary name; floats or 0-d tensors) to
+            the module's attribute values ``{attribute: value}`` (PER:
+            ``{"lengthscale": 4 l^2, "period_length": p}``).
+        from_module: the inverse: the attribute values (floats) to the parameters.
+        separable: the module over several input columns is the product over those
+            columns of the one-column module (``RBFKernel``, ``PeriodicKernel``; not
+            ``MaternKernel``, whose distance spans the columns), so the bridge reads it
+            as one factor per column; otherwise it must act on one column.
+        variance: the module's attribute that holds the symbol's variance, for a kernel
+            whose variance does not scale all of it (LIN: ``"variance"`` of
+            ``LinearKernel``); the factor is then the module plus a ``ConstantKernel``
+            whose constant is its first parameter, and the module acts on one column.
+    """
+
+    cls: str
+    to_module: Callable[[dict[str, Any]], dict[str, Any]]
+    from_module: Callable[[dict[str, float]], dict[str, float]]
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    separable: bool = False
+    variance: str | None = None
+
+    def matches(self, module: Any) -> bool:
+        """Whether GPyTorch ``module`` is this factor (its class and ``kwargs``)."""
+        if type(module).__name__ != self.cls:
+            return False
+        return all(float(getattr(module, k)) == float(v) for k, v in self.kwargs)
+
+    def build(
+        self, gk: Any, p: dict[str, Tensor], dims: list[int] | None, alone_variance: Any
+    ) -> Any:
+        """The float64 module of the unit factor with parameters ``p`` on input columns
+        ``dims`` (the :attr:`TorchElementary.gpytorch` builder it defines)."""
+        k = getattr(gk, self.cls)(active_dims=dims, **dict(self.kwargs)).double()
+        for name, value in self.to_module(p).items():
+            setattr(k, name, torch.as_tensor(value, dtype=torch.float64))
+        if self.variance is None:
+            return k
+        setattr(k, self.variance, torch.tensor(1.0, dtype=torch.float64))
+        first = next(iter(p.values())) if p else torch.tensor(0.0, dtype=torch.float64)
+        const = gk.ConstantKernel(active_dims=dims).double()
+        const.constant = first if alone_variance is None else first / alone_variance
+        return k + const
+
+
+@dataclass(frozen=True)
 class TorchElementary:
     """Torch form of one elementary kernel: exactly one of ``log_unit`` and ``unit`` is set.
 
@@ -108,11 +176,32 @@ class TorchElementary:
             columns ``dims`` (``None``: all).  ``alone_variance`` is the symbol's variance
             when the factor stands alone and its variance does not scale the whole kernel
             (LIN: ``s^2 x x' + c^2 = s^2 (x x' + c^2 / s^2)``), else ``None``.  The
-            conformance suite uses it as an external oracle.
+            conformance suite uses it as an external oracle.  Default: the builder of
+            ``gpytorch_module``.
         owns_output: every form returns a new tensor (never an input or a view of one)
             that autograd has not saved for backward, so an evaluator may update it in
             place (add the variance, ``exp_``); False (the safe default) for a kernel
             that cannot promise it.
+        unit_and_grads: optional ``(p, r, r2, xx) -> (kt, [(name, dkt / d name)])``: the
+            unit factor on the ``(n, n)`` differences ``r``, their squares ``r2`` and
+            products ``xx`` of one input column, and its derivatives with respect to its
+            parameters ``p`` (0-d tensors by elementary name), in closed form, for the
+            amortizer's refinement; None: forward-mode differentiation of the torch form.
+        sklearn: optional ``(sk, p, bounds, center, scale) -> (kernel, factor)``: the unit
+            factor as ``factor * kernel`` with ``sk = sklearn.gaussian_process.kernels``,
+            from its parameters ``p`` (floats by elementary name, in the units of the
+            original inputs; a lone factor whose variance does not scale all of it gets its
+            first parameter divided by the variance, as the evaluators do);
+            ``bounds(value)`` gives the bounds of a hyperparameter of that value;
+            ``center``, ``scale``: the column's normalisation ``x~ = (x - center) / scale``
+            (a kernel that is not stationary acts on ``x~``).  ``factor`` multiplies the
+            symbol's ``ConstantKernel``.  Raises ``ValueError`` (the reason) where no
+            scikit-learn kernel is equal.
+        sklearn_ard: ``sklearn`` also accepts numpy arrays of per-column values and then
+            returns the product over the columns of one factor each (``RBF`` with an ARD
+            length scale), so a structure with this kernel alone on every column converts.
+        gpytorch_module: optional GPyTorch module of the unit factor, both ways
+            (:class:`GPyTorchModule`), for the GPyTorch/BoTorch bridge.
     """
 
     name: str
@@ -124,8 +213,14 @@ class TorchElementary:
     keops: KeOpsFormula | None = None
     gpytorch: GPyTorchBuilder | None = field(default=None, compare=False)
     owns_output: bool = False
+    unit_and_grads: UnitGradsFn | None = field(default=None, compare=False)
+    sklearn: SklearnBuilder | None = field(default=None, compare=False)
+    sklearn_ard: bool = False
+    gpytorch_module: GPyTorchModule | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        if self.gpytorch is None and self.gpytorch_module is not None:
+            object.__setattr__(self, "gpytorch", self.gpytorch_module.build)
         if (self.log_unit is None) == (self.unit is None):
             raise ValueError(f"{self.name}: give exactly one of log_unit and unit")
         if self.log_unit is None and (self.log_unit_r or self.log_unit_r2) is not None:
@@ -226,43 +321,114 @@ _RQ_KEOPS = KeOpsFormula(
 )
 
 
-def _se_gpytorch(gk: Any, p: dict[str, Tensor], dims: list[int] | None, _: Any) -> Any:
-    k = gk.RBFKernel(active_dims=dims).double()
-    k.lengthscale = p["lengthscale"]
-    return k
+# -- closed-form derivatives of the unit factors (the amortizer's refinement) -------------
+def _se_grads(
+    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor]]]:
+    ell = p["lengthscale"]
+    t = (r2 * (-0.5 / ell.square())).exp()
+    return t, [("lengthscale", t * r2 * (1.0 / ell**3))]
 
 
-def _per_gpytorch(gk: Any, p: dict[str, Tensor], dims: list[int] | None, _: Any) -> Any:
-    k = gk.PeriodicKernel(active_dims=dims).double()
-    # GPyTorch documents exp(-2 sin^2(pi r / p) / l_gp^2) but its code (1.11-1.15) divides
-    # by l_gp itself: exp(-2 sin^2(.) / l_gp).  Matching the paper's 1 / (2 l^2) therefore
-    # needs l_gp = 4 l^2 (the documented form would be 2 l).
-    k.lengthscale = 4.0 * p["lengthscale"] ** 2
-    k.period_length = p["period"]
-    return k
+def _lin_grads(
+    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor]]]:
+    t = xx + p["offset"]
+    return t, [("offset", torch.ones_like(t))]
 
 
-def _mat52_gpytorch(gk: Any, p: dict[str, Tensor], dims: list[int] | None, _: Any) -> Any:
-    k = gk.MaternKernel(nu=2.5, active_dims=dims).double()
-    k.lengthscale = p["lengthscale"]
-    return k
+def _per_grads(
+    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor]]]:
+    ell, per = p["lengthscale"], p["period"]
+    w = r * (math.pi / per)
+    sn = torch.sin(w)
+    sn2 = sn.square()
+    t = (sn2 * (-0.5 / ell.square())).exp()
+    return t, [
+        ("lengthscale", t * sn2 * (1.0 / ell**3)),
+        ("period", t * sn * torch.cos(w) * w * (1.0 / (per * ell.square()))),
+    ]
 
 
-def _rq_gpytorch(gk: Any, p: dict[str, Tensor], dims: list[int] | None, _: Any) -> Any:
-    k = gk.RQKernel(active_dims=dims).double()
-    k.lengthscale = p["lengthscale"]
-    k.alpha = p["alpha"]
-    return k
+def _mat52_grads(
+    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor]]]:
+    ell = p["lengthscale"]
+    a = r.abs() * (math.sqrt(5.0) / ell)
+    e = (-a).exp()
+    t = (1.0 + a + a.square() / 3.0) * e
+    return t, [("lengthscale", a.square() * (1.0 + a) * e / (3.0 * ell))]
 
 
-def _lin_gpytorch(
-    gk: Any, p: dict[str, Tensor], dims: list[int] | None, alone_variance: Tensor | None
-) -> Any:
-    lin = gk.LinearKernel(active_dims=dims).double()
-    lin.variance = torch.tensor(1.0, dtype=torch.float64)
-    const = gk.ConstantKernel(active_dims=dims).double()
-    const.constant = p["offset"] if alone_variance is None else p["offset"] / alone_variance
-    return lin + const
+def _rq_grads(
+    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor]]]:
+    ell, al = p["lengthscale"], p["alpha"]
+    q = r2 * (1.0 / (2.0 * al * ell.square()))
+    t = (1.0 + q).pow(-al)
+    return t, [
+        ("lengthscale", t * 2.0 * al * q / (ell * (1.0 + q))),
+        ("alpha", t * (q / (1.0 + q) - torch.log1p(q))),
+    ]
+
+
+# -- scikit-learn conversions ----------------------------------------------------------------
+Bounds = Callable[[Any], Any]
+
+
+def _se_sklearn(sk: Any, p: dict[str, Any], bounds: Bounds, _c: float, _s: float) -> Any:
+    return sk.RBF(p["lengthscale"], bounds(p["lengthscale"])), 1.0
+
+
+def _per_sklearn(sk: Any, p: dict[str, Any], bounds: Bounds, _c: float, _s: float) -> Any:
+    # scikit-learn multiplies sin^2 by 2 / l_sk^2, the paper divides it by 2 l^2: l_sk = 2 l
+    length, period = 2.0 * p["lengthscale"], p["period"]
+    return sk.ExpSineSquared(length, period, bounds(length), bounds(period)), 1.0
+
+
+def _mat52_sklearn(sk: Any, p: dict[str, Any], bounds: Bounds, _c: float, _s: float) -> Any:
+    return sk.Matern(p["lengthscale"], bounds(p["lengthscale"]), nu=2.5), 1.0
+
+
+def _rq_sklearn(sk: Any, p: dict[str, Any], bounds: Bounds, _c: float, _s: float) -> Any:
+    length, alpha = p["lengthscale"], p["alpha"]
+    return sk.RationalQuadratic(length, alpha, bounds(length), bounds(alpha)), 1.0
+
+
+def _lin_sklearn(sk: Any, p: dict[str, Any], bounds: Bounds, center: float, scale: float) -> Any:
+    if center != 0.0:
+        raise ValueError(
+            f"the column's minimum is {center:g} and DotProduct cannot shift the inputs"
+        )
+    # x~ x~' + c^2 = (x x' + c^2 scale^2) / scale^2
+    sigma0 = math.sqrt(p["offset"]) * scale
+    return sk.DotProduct(sigma0, bounds(sigma0)), 1.0 / scale**2
+
+
+# -- GPyTorch modules --------------------------------------------------------------------------
+def _lengthscale(p: dict[str, Any]) -> dict[str, Any]:
+    return {"lengthscale": p["lengthscale"]}
+
+
+_SE_GPYTORCH = GPyTorchModule("RBFKernel", _lengthscale, _lengthscale, separable=True)
+# GPyTorch documents exp(-2 sin^2(pi r / p) / l_gp^2) but its code (1.11-1.15) divides by
+# l_gp itself: exp(-2 sin^2(.) / l_gp).  Matching the paper's 1 / (2 l^2) therefore needs
+# l_gp = 4 l^2 (the documented form would be 2 l).
+_PER_GPYTORCH = GPyTorchModule(
+    "PeriodicKernel",
+    lambda p: {"lengthscale": 4.0 * p["lengthscale"] ** 2, "period_length": p["period"]},
+    lambda m: {"lengthscale": math.sqrt(m["lengthscale"] / 4.0), "period": m["period_length"]},
+    separable=True,
+)
+_MAT52_GPYTORCH = GPyTorchModule("MaternKernel", _lengthscale, _lengthscale, (("nu", 2.5),))
+_RQ_GPYTORCH = GPyTorchModule(
+    "RQKernel",
+    lambda p: {"lengthscale": p["lengthscale"], "alpha": p["alpha"]},
+    lambda m: {"lengthscale": m["lengthscale"], "alpha": m["alpha"]},
+)
+# LinearKernel (variance 1 in the unit factor) + ConstantKernel (the offset c^2)
+_LIN_GPYTORCH = GPyTorchModule("LinearKernel", lambda p: {}, lambda m: {}, variance="variance")
 
 
 TORCH_ELEMENTARY: dict[str, TorchElementary] = {
@@ -271,44 +437,56 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         log_unit=_se,
         log_unit_r2=_se_r2,
         keops=_SE_KEOPS,
-        gpytorch=_se_gpytorch,
         owns_output=True,
+        unit_and_grads=_se_grads,
+        sklearn=_se_sklearn,
+        sklearn_ard=True,
+        gpytorch_module=_SE_GPYTORCH,
     ),
     "LIN": TorchElementary(
         "LIN",
         unit=_lin,
         unit_xx=_lin_xx,
         keops=_LIN_KEOPS,
-        gpytorch=_lin_gpytorch,
         owns_output=True,
+        unit_and_grads=_lin_grads,
+        sklearn=_lin_sklearn,
+        gpytorch_module=_LIN_GPYTORCH,
     ),
     "PER": TorchElementary(
         "PER",
         log_unit=_per,
         log_unit_r=_per_r,
         keops=_PER_KEOPS,
-        gpytorch=_per_gpytorch,
         owns_output=True,
+        unit_and_grads=_per_grads,
+        sklearn=_per_sklearn,
+        gpytorch_module=_PER_GPYTORCH,
     ),
     "MAT52": TorchElementary(
         "MAT52",
         log_unit=_mat52,
         log_unit_r=_mat52_r,
         keops=_MAT52_KEOPS,
-        gpytorch=_mat52_gpytorch,
         owns_output=True,
+        unit_and_grads=_mat52_grads,
+        sklearn=_mat52_sklearn,
+        gpytorch_module=_MAT52_GPYTORCH,
     ),
     "RQ": TorchElementary(
         "RQ",
         log_unit=_rq,
         log_unit_r2=_rq_r2,
         keops=_RQ_KEOPS,
-        gpytorch=_rq_gpytorch,
         owns_output=True,
+        unit_and_grads=_rq_grads,
+        sklearn=_rq_sklearn,
+        gpytorch_module=_RQ_GPYTORCH,
     ),
 }
-"""lazy-kernels' one place per elementary kernel: its torch forms, KeOps formula and
-GPyTorch equivalent (:class:`TorchElementary`), by registry name."""
+"""lazy-kernels' one place per elementary kernel: its torch forms, KeOps formula, closed-form
+derivatives, scikit-learn conversion and GPyTorch module (:class:`TorchElementary`), by
+registry name."""
 
 
 def register_torch_elementary(kernel: TorchElementary) -> None:
