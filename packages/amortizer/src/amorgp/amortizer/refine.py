@@ -81,6 +81,7 @@ __all__ = [
     "STARTS_ROUND",
     "Refinement",
     "check_refine",
+    "typical_iterations",
     "dense_groups",
     "refine",
     "refine_in_groups",
@@ -118,6 +119,15 @@ bounded start is kept this fraction of its log-width inside its bounds, for the 
 reason in the logit."""
 
 Refine = int | Literal["auto"]
+
+
+def typical_iterations(refine: Refine) -> int:
+    """The L-BFGS iterations a refinement typically runs per kernel, for time estimates:
+    ``refine`` itself, or for ``"auto"`` two rounds of :data:`AUTO_ROUND` (most fits stop
+    after the second; at most :data:`AUTO_MAX_ITERS`)."""
+    return 2 * AUTO_ROUND if refine == "auto" else int(refine)
+
+
 Progress = Callable[[str, int, int], None]
 
 

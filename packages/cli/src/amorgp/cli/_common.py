@@ -294,7 +294,9 @@ def estimate_seconds(
     else:  # one product ~ n^3 flops; one kernel mat-vec ~ 20 n^2 per addend
         per_pair = units["matmul"] / _PROBE**3
         out["posterior"] = sum(30 * 20 * t for t in terms) * n**2 * per_pair
-    steps = 20 if refine == "auto" else int(refine)
+    from amorgp.amortizer.refine import typical_iterations
+
+    steps = typical_iterations(refine)
     if steps:
         out["refinement"] = steps * k * 2 * 3 * units["cholesky"] * scale
     return out
@@ -339,8 +341,10 @@ NOTE_SECONDS = 5.0
 def cubic_work(n: int, terms: Sequence[int], refine: Refine) -> float:
     """The cubic work of a call in units of one ``512 x 512`` Cholesky, without timing:
     per kernel a posterior and a calibration, and ``6`` factorisations per refinement
-    iteration (``auto``: 20 iterations)."""
-    steps = 20 if refine == "auto" else int(refine)
+    iteration (``auto``: :func:`amorgp.amortizer.refine.typical_iterations`)."""
+    from amorgp.amortizer.refine import typical_iterations
+
+    steps = typical_iterations(refine)
     return len(terms) * (n / _PROBE) ** 3 * (2 + 6 * steps)
 
 
