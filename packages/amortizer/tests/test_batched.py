@@ -256,3 +256,36 @@ def test_result_holds_a_posterior_equal_to_the_exact_gp_path(
         torch.testing.assert_close(var, ref_var, rtol=1e-9, atol=1e-9)
         lml = float(old.log_marginal_likelihood())
         assert r.log_marginal_likelihood == pytest.approx(lml, rel=1e-9)
+
+
+def test_the_structures_are_encoded_once_per_call(
+    amz: Amortizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``infer_many`` encodes its kernels once (a ``KernelBatch``); every stage reads that
+    encoding, and a sub-batch is the rows of the grammar's own encoding of the whole."""
+    from amorgp.amortizer import calibrate as calibration
+    from amorgp.amortizer import forward, multistart, null_starts
+    from amorgp.kernel_grammar import PAPER_VOCABULARY, encode
+
+    calls: list[int] = []
+    real = batched.encode
+
+    def counting(structures, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(structures))
+        return real(structures, *args, **kwargs)
+
+    for module in (batched, forward, calibration, multistart, null_starts):
+        if hasattr(module, "encode"):
+            monkeypatch.setattr(module, "encode", counting)
+    X, y = _data(60, 1)
+    kernels = ["SE", "SE + PER", "LIN + SE*PER"]
+    amz.infer_many(X, y, kernels, refine=2)
+    assert calls == [3]
+    st = [DimWiseStructure.coerce(k, 1, PAPER_VOCABULARY) for k in kernels]
+    batch = batched.KernelBatch(st, PAPER_VOCABULARY)
+    sub = batch[[2, 0]]
+    sym, mask = (torch.as_tensor(a) for a in encode(st, PAPER_VOCABULARY))
+    assert torch.equal(sub.symbols, sym[[2, 0]])
+    assert torch.equal(sub.mask, mask[[2, 0]])
+    assert list(sub) == [st[2], st[0]]
+    assert batch[1:].structures == (st[1], st[2])

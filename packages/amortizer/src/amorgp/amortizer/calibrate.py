@@ -61,13 +61,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.batched import encoded
 from amorgp.kernel_grammar import (
     FLOORS,
     DimWiseStructure,
     OptionError,
     ParamKind,
     Vocabulary,
-    encode,
 )
 
 __all__ = [
@@ -484,7 +484,7 @@ def calibrate(
     n, d = X64.shape
     p64 = params.detach().to(torch.float64)
     n64 = noise.detach().to(torch.float64)
-    symbols, symbol_mask = (torch.as_tensor(t, device=dev) for t in encode(structures, vocabulary))
+    symbols, symbol_mask = encoded(structures, vocabulary, dev)
     L = symbols.shape[2]
     p64 = p64[:, :d, :L]
     kinds, slots = (torch.as_tensor(t, device=dev) for t in vocabulary.param_kind_table())

@@ -64,7 +64,13 @@ def warn_outside_training(
 def encode_structures(
     structures: Sequence[DimWiseStructure], vocabulary: Vocabulary, d: int, device: torch.device
 ) -> tuple[Tensor, Tensor]:
-    """``symbols (K, d, L)`` and ``symbol_mask (K, d, L)`` of ``K`` structures on ``device``."""
+    """``symbols (K, d, L)`` and ``symbol_mask (K, d, L)`` of ``K`` structures on ``device``
+    (a :class:`~amorgp.amortizer.batched.KernelBatch`'s own encoding where it fits)."""
+    from amorgp.amortizer.batched import KernelBatch
+
+    ready = structures.on(vocabulary, device) if isinstance(structures, KernelBatch) else None
+    if ready is not None and ready[0].shape[1] == d:
+        return ready
     sym, smask = encode(list(structures), vocabulary, max_dims=d)
     return torch.as_tensor(sym, device=device), torch.as_tensor(smask, device=device)
 

@@ -376,7 +376,8 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         steps = check_refine(refine)
         calibrate = self.calibrate if calibrate is None else check_calibrate(calibrate)
         cons = check_constraints(fixed, bounds, noise_floor)
-        norm, Xn, yn, structures = self._prepare(X, y, kernels)
+        norm, Xn, yn, parsed = self._prepare(X, y, kernels)
+        structures = batched.KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         kcons = cons.resolve(structures)
         params, noise, n_enc, chosen = self._predict(Xn, yn, structures)
         if not cons.trivial:  # a fixed value replaces the prediction, bounds clip it
@@ -577,7 +578,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                     # those kernels' matrices are evaluated again at the new parameters
                     redo = [i for i, s in enumerate(structures[sl]) if not batched.homogeneous(s)]
                     if redo:
-                        sub = [structures[sl][i] for i in redo]
+                        sub = batched.pick(structures[sl], redo)
                         at = torch.tensor(redo, device=Km.device)
                         p_new = params[sl][at]
                         Km[at] = batched.kernel_matrices(Xn, sub, self.vocabulary, p_new)

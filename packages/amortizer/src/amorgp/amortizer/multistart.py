@@ -62,7 +62,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.batched import homogeneous
+from amorgp.amortizer.batched import encoded, homogeneous, pick
 from amorgp.amortizer.null_starts import NULL_RULES, null_parameters
 from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle, period_candidates
 from amorgp.kernel_grammar import (
@@ -72,7 +72,6 @@ from amorgp.kernel_grammar import (
     ParamKind,
     Vocabulary,
     base_symbol,
-    encode,
 )
 
 __all__ = [
@@ -350,7 +349,7 @@ def multistart(
     sub = encoder_subset(X64.shape[0], SCORE_POINTS, seed)
     Xc, yc = (X64, y64) if sub is None else (X64[sub.to(dev)], y64[sub.to(dev)])
     d = X64.shape[1]
-    sym, msk = (torch.as_tensor(t, device=dev) for t in encode(structures, vocabulary))
+    sym, msk = encoded(structures, vocabulary, dev)
     L = sym.shape[2]
     p64 = params.detach().to(torch.float64)[:, :d, :L]
     n64 = noise.detach().to(torch.float64)
@@ -383,7 +382,7 @@ def multistart(
         every = torch.cat([torch.arange(K, device=dev), own])[first:]
         cand = torch.cat([p64, torch.stack(alt)])[first:]
         cand_noise = torch.cat([n64, n64[own]])[first:]
-        cand_structures = [structures[int(k)] for k in every.tolist()]
+        cand_structures = pick(structures, every.tolist())
         Km = _matrices(Xc, sym[every], msk[every], cand, vocabulary)
         cal = calibrate(
             Xc, yc, cand_structures, vocabulary, cand, cand_noise, seed=seed, matrices=Km
@@ -424,21 +423,21 @@ def multistart(
         cal = calibrate(
             X64,
             y64,
-            [structures[k] for k in moved],
+            pick(structures, moved),
             vocabulary,
             all_params[won],
             all_noise[won],
             seed=seed,
         )
         all_params[won], all_noise[won] = cal.params, cal.noise
-    pick = torch.tensor(best, device=dev)
+    winner = torch.tensor(best, device=dev)
     out = params.detach().clone()
-    out[:, :d, :L] = all_params[pick].to(out.dtype)
+    out[:, :d, :L] = all_params[winner].to(out.dtype)
     result = MultiStart(
         params=out,
-        noise=all_noise[pick].to(noise.dtype),
+        noise=all_noise[winner].to(noise.dtype),
         start=[all_names[i] for i in best],
-        log_marginal_likelihood=lml[pick],
+        log_marginal_likelihood=lml[winner],
         alternatives=alternatives,
         calibrated_on_all=calibrated or (bool(alt) and sub is None),
     )

@@ -28,9 +28,10 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.batched import encoded
 from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding, Prediction
 from amorgp.amortizer.periodogram import period_candidates
-from amorgp.kernel_grammar import NOISE, DimWiseStructure, ParamKind, Vocabulary, encode
+from amorgp.kernel_grammar import NOISE, DimWiseStructure, ParamKind, Vocabulary
 from amorgp.lazy_kernels import PARAM_KINDS, PaddedBatch, slot_table
 
 __all__ = ["HEURISTIC_POINTS", "NULL_RULES", "NullNetwork", "null_parameters"]
@@ -150,6 +151,6 @@ def null_parameters(
         )
     else:
         enc = net.encoding(Xn[None], ones, dims, [candidates])
-    sym, msk = (torch.as_tensor(t, device=dev) for t in encode(structures, vocabulary))
+    sym, msk = encoded(structures, vocabulary, dev)
     pred = net.decode(enc.expand(len(structures)), sym, msk)
     return pred.params.to(torch.float64), pred.noise.to(torch.float64)
