@@ -256,8 +256,8 @@ def paper(session: nox.Session) -> None:
     ``nox -s paper -- --quick`` is a smoke run of minutes.  Options after ``--`` go to the
     command (``--datasets``, ``--splits``, ``--experiments``, ``--out``...).
     """
-    _install_packages(session, ["amortizer"], extra="train,paper")
-    _install_packages(session, ["cli"])
+    _install_packages(session, ["amortizer"], extra="paper")
+    _install_packages(session, ["training", "cli"])
     _with_experiments(session)
     session.run("amorgp", "benchmark", "paper", *session.posargs)
 

@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 
 from amorgp.amortizer import PRESETS, TrainConfig, build_model, count_parameters
-from amorgp.amortizer.training import simulator_config, train, training_loss
 from amorgp.kernel_grammar import Vocabulary
 from amorgp.simulator import Simulator
+from amorgp.training import simulator_config, train, training_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 

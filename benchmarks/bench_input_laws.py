@@ -41,8 +41,8 @@ from amorgp.amortizer.api import PRETRAINED_DIR
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import TrainConfig
 from amorgp.amortizer.io import read_csv
-from amorgp.amortizer.training.campaign import campaign_validation_set, score_checkpoint
-from amorgp.amortizer.training.train import train
+from amorgp.training.campaign import campaign_validation_set, score_checkpoint
+from amorgp.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_N_TRAIN = {"airline": 100, "yacht": 250}

@@ -31,13 +31,13 @@ import torch
 
 from amorgp.amortizer.config import preset
 from amorgp.amortizer.model import build_model
-from amorgp.amortizer.training.campaign_plan import (
+from amorgp.training.campaign_plan import (
     CAMPAIGN_STAGES,
     campaign_validation_set,
     score_checkpoint,
     stage_train_config,
 )
-from amorgp.amortizer.training.train import train
+from amorgp.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -167,7 +167,7 @@ def training_step_share(repeats: int) -> list[str]:
     """
     try:
         from amorgp.amortizer import PRESETS, build_model
-        from amorgp.amortizer.training import simulator_config, training_loss
+        from amorgp.training import simulator_config, training_loss
     except ImportError:
         return ["`amorgp.amortizer` is not installed: the training-step comparison is skipped.", ""]
     preset = PRESETS["small"]

@@ -39,7 +39,7 @@ import torch
 
 from amorgp.amortizer.config import preset
 from amorgp.amortizer.model import build_model
-from amorgp.amortizer.training.train import make_stream, simulator_config, training_loss
+from amorgp.training.train import make_stream, simulator_config, training_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,9 +16,9 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import PRESETS, TrainConfig, load_checkpoint
-from amorgp.amortizer.training import gp_nll_per_point, train
 from amorgp.kernel_grammar import DimWiseStructure, encode
 from amorgp.lazy_kernels import PaddedBatch
+from amorgp.training import gp_nll_per_point, train
 
 
 def test_grammar_to_prediction_to_likelihood(tmp_path: Path) -> None:

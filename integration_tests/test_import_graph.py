@@ -1,5 +1,6 @@
-"""``tools/import_graph.py``: the repository's import graph has no cycles, and the tool
-finds the cycles of a tree built with known ones."""
+"""``tools/import_graph.py``: the repository's import graph has no cycles, every package
+declares the amorgp packages it imports (``--deps``), and the tool finds the cycles and
+the undeclared imports of a tree built with known ones."""
 
 from __future__ import annotations
 
@@ -36,15 +37,15 @@ def test_the_repository_has_no_import_cycles(tool: ModuleType) -> None:
     assert tool.cycles(deferred) == []  # not even circles closed by deferred imports
 
 
-def test_the_runtime_modules_import_no_training_module(tool: ModuleType) -> None:
-    graph = tool.module_graph(ROOT)
-    runtime = [
-        m
-        for m in graph
-        if m.startswith("amorgp.amortizer") and not m.startswith("amorgp.amortizer.training")
-    ]
+def test_the_runtime_imports_neither_training_nor_the_simulator(tool: ModuleType) -> None:
+    """Not even on first use: training is a package that depends on the amortizer."""
+    graph = tool.module_graph(ROOT, deferred=True)
+    runtime = [m for m in graph if m.startswith("amorgp.amortizer")]
+    assert "amorgp.training.train" in graph  # the training package was found
+    assert not [m for m in graph if m.startswith("amorgp.amortizer.training")]
     for module in runtime:
         assert not [t for t in graph[module] if "training" in t or "simulator" in t], module
+    assert "amortizer" in tool.package_graph(graph)["training"]
 
 
 def test_no_module_imports_a_private_module_of_another_package(tool: ModuleType) -> None:
@@ -139,3 +140,60 @@ def test_only_the_experiment_commands_import_the_experiments() -> None:
         if "import amorgp_experiments" in text or "from amorgp_experiments" in text:
             assert path.name in allowed, path
             assert path.parent.name in ("amortizer", "cli"), path
+
+
+def test_declared_dependencies_equal_the_imports(tool: ModuleType) -> None:
+    assert tool.dependency_mismatches(ROOT) == []
+    assert tool.main(["--deps"]) == 0
+
+
+def _pyproject(root: Path, folder: str, deps: list[str], extras: dict[str, list[str]]) -> None:
+    lines = [
+        "[project]",
+        f'name = "amorgp-{folder}"',
+        f"dependencies = {deps!r}".replace("'", '"'),
+        "[project.optional-dependencies]",
+        *(f"{k} = {v!r}".replace("'", '"') for k, v in extras.items()),
+    ]
+    (root / "packages" / folder / "pyproject.toml").write_text("\n".join(lines) + "\n")
+
+
+def test_dependency_mismatches_found_in_a_tree_with_known_ones(
+    tool: ModuleType, tmp_path: Path
+) -> None:
+    _tree(
+        tmp_path,
+        {
+            "a/src/amorgp/a/__init__.py": "",
+            "b/src/amorgp/b/__init__.py": "from amorgp.a import x\n",  # declared: fine
+            "b/src/amorgp/b/opt.py": (
+                "try:\n    import amorgp.c\nexcept ImportError:\n    pass\n"  # extra: fine
+                "def f():\n    from amorgp.d import y\n"  # declared nowhere
+            ),
+            "b/src/amorgp/b/hard.py": "import amorgp.c\n",  # only in an extra
+            "b/src/amorgp/b/typed.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import amorgp.e\n"
+            ),
+            "b/tests/test_b.py": "import amorgp.e\nimport amorgp.c\n",
+            "c/src/amorgp/c/__init__.py": "",
+            "d/src/amorgp/d/__init__.py": "",
+            "e/src/amorgp/e/__init__.py": "",
+        },
+    )
+    _pyproject(tmp_path, "a", [], {})
+    _pyproject(tmp_path, "b", ["amorgp-a>=0.1", "amorgp-e"], {"opt": ["amorgp-c"], "test": []})
+    for folder in "cde":
+        _pyproject(tmp_path, folder, [], {})
+    assert tool.dependency_mismatches(tmp_path) == [
+        "packages/b: src/amorgp/b/hard.py imports amorgp.c at module level, but amorgp-c "
+        "is not in its dependencies (only in extras: opt)",
+        "packages/b: src/amorgp/b/opt.py imports amorgp.d on first use, but amorgp-d is "
+        "neither in its dependencies nor in an extra",
+        "packages/b: declares amorgp-e in its dependencies but never imports it",
+    ]
+    (tmp_path / "packages/b/tests/test_b.py").write_text("import amorgp.d\n")
+    assert tool.dependency_mismatches(tmp_path)[-1] == (
+        "packages/b: tests/test_b.py imports amorgp.d, but amorgp-d is neither in its "
+        "dependencies nor in an extra"
+    )
+    assert tool.main(["--deps", "--root", str(tmp_path)]) == 1

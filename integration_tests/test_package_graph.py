@@ -47,6 +47,9 @@ def test_repository_graph_is_the_documented_one(graph: ModuleType) -> None:
     assert {"simulator", "baselines"} <= graph.closure(packages, ["amortizer"])
     # amortizer[gpytorch] pulls amorgp-gpytorch, which requires the amortizer: not a sibling
     assert "gpytorch" not in packages["amortizer"].siblings
+    # likewise amortizer[train] and amorgp-training
+    assert "training" not in packages["amortizer"].siblings
+    assert "amortizer" in packages["training"].siblings
     assert "amortizer" in packages["gpytorch"].siblings
     assert "amortizer" in packages["cli"].siblings
 

@@ -54,7 +54,7 @@ def _name(requirement: str) -> tuple[str, str]:
     return re.sub(r"[-_.]+", "-", m.group(1)).lower(), (m.group(2) or "")
 
 
-def test_nine_packages_and_the_umbrella() -> None:
+def test_ten_packages_and_the_umbrella() -> None:
     assert [p.name for p in PACKAGE_DIRS] == [
         "amortizer",
         "baselines",
@@ -65,6 +65,7 @@ def test_nine_packages_and_the_umbrella() -> None:
         "kernel-grammar",
         "lazy-kernels",
         "simulator",
+        "training",
     ]
     assert (UMBRELLA / "pyproject.toml").is_file()
 
@@ -112,9 +113,10 @@ def test_umbrella_installs_every_package_with_their_extras() -> None:
         if name.startswith("amorgp-"):
             pins[name] = r
     packages = {f"amorgp-{p.name}": _project(p)["project"] for p in PACKAGE_DIRS}
-    # the base is the runtime and the command line: every package but the simulator, which
-    # training needs, and the GPyTorch bridge, which the gpytorch extra adds
-    assert set(pins) == set(packages) - {"amorgp-simulator", "amorgp-gpytorch"}
+    # the base is the runtime and the command line: every package but training and the
+    # simulator it needs (the train extra adds them) and the GPyTorch bridge (the gpytorch
+    # extra)
+    assert set(pins) == set(packages) - {"amorgp-simulator", "amorgp-training", "amorgp-gpytorch"}
     for name, req in pins.items():
         assert packages[name]["version"] == version
         assert req == f"{name}=={version}"
@@ -136,8 +138,12 @@ def test_umbrella_installs_every_package_with_their_extras() -> None:
     assert packages["amorgp-cli"]["scripts"] == {"amorgp": "amorgp.cli:main"}
     assert "scripts" not in packages["amorgp-amortizer"]  # the command is the CLI's
     assert _name(extras["keops"][0]) == ("amorgp-lazy-kernels", "[keops]")
-    assert _name(extras["train"][0]) == ("amorgp-amortizer", "[train]")
-    assert "amorgp-simulator" in packages["amorgp-amortizer"]["optional-dependencies"]["train"][0]
+    assert _name(extras["train"][0]) == ("amorgp-training", "")
+    assert "amorgp-simulator>=0.1" in packages["amorgp-training"]["dependencies"]
+    # amorgp-amortizer[train] pulls the package that trains it, a convenience for users
+    assert packages["amorgp-amortizer"]["optional-dependencies"]["train"] == [
+        "amorgp-training>=0.1"
+    ]
     # no code: the namespace package amorgp must not get an __init__.py from this wheel
     wheel = _project(UMBRELLA)["tool"]["hatch"]["build"]["targets"]["wheel"]
     assert wheel == {"bypass-selection": True}
@@ -161,8 +167,8 @@ def test_the_package_graph_does_not_read_the_umbrella() -> None:
     packages = graph.read_packages(ROOT / "packages")
     assert sorted(packages) == [p.name for p in PACKAGE_DIRS]
     order = graph.topological_order(packages)
-    assert order[-3:] == ["amortizer", "cli", "gpytorch"]
-    assert graph.closure(packages, ["amortizer"]) == set(packages) - {"cli", "gpytorch"}
+    assert order[-4:] == ["amortizer", "training", "cli", "gpytorch"]
+    assert graph.closure(packages, ["amortizer"]) == set(packages) - {"cli", "gpytorch", "training"}
     assert graph.closure(packages, ["cli", "gpytorch"]) == set(packages)
 
 

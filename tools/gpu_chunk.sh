@@ -119,7 +119,7 @@ COMMITTED_LOG=()
 [ -f "$FROM/campaign.jsonl" ] && COMMITTED_LOG=(--log "$FROM/campaign.jsonl")
 rm -rf "$OUT/medium"
 echo "+ export to $OUT/medium" >>"$LOG"
-timeout -k 5 $(($(left) - 5)) "$PY" -m amorgp.amortizer.training.gpu_chunk \
+timeout -k 5 $(($(left) - 5)) "$PY" -m amorgp.training.gpu_chunk \
     --phase1 "$RUNS/p1" "${PHASE2[@]}" --out "$OUT/medium" --start "$STARTED" \
     --device "$DEVICE" --revision "$REV" "${COMMITTED_LOG[@]}" >>"$LOG" 2>&1
 rc=$?

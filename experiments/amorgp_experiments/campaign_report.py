@@ -1,6 +1,6 @@
 """The campaign log as a report: a Markdown table of every run and a learning-curve figure.
 
-Reads ``campaign.jsonl`` (one record per segment, see :mod:`amorgp.amortizer.training.campaign`)
+Reads ``campaign.jsonl`` (one record per segment, see :mod:`amorgp.training.campaign`)
 and writes a Markdown section (runs, datasets, minutes, validation, real-data scores)
 and, if matplotlib is available, a PNG with the validation NLL against datasets seen.
 The model card includes the section.

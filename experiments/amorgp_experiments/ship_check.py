@@ -15,7 +15,7 @@ recomputed), and compares them cell by cell:
   shares of cells where the candidate is better or worse by more than 0.1 % (the
   per-dataset share counts any ratio below 1, so ties within rounding count there);
 * optionally (``--heldout N``) both networks on ``N`` held-out simulated pairs
-  (:func:`amorgp.amortizer.training.campaign_plan.compare_on_heldout`; the primary
+  (:func:`amorgp.training.campaign_plan.compare_on_heldout`; the primary
   network alone, also with ``--with-candidate``).
 
 ``--with-candidate NAME`` (repeatable) checks the candidate as the primary network with
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     heldout = None
     if a.heldout > 0:
         from amorgp.amortizer.bundled import resolve_checkpoint
-        from amorgp.amortizer.training.campaign_plan import compare_on_heldout
+        from amorgp.training.campaign_plan import compare_on_heldout
 
         heldout = compare_on_heldout(
             resolve_checkpoint(a.base), resolve_checkpoint(a.candidate), n_pairs=a.heldout

@@ -36,6 +36,7 @@ _DISTRIBUTIONS = (
     "amorgp-baselines",
     "amorgp-ensembles",
     "amorgp-amortizer",
+    "amorgp-training",
 )
 
 

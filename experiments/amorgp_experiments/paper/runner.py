@@ -7,7 +7,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from amorgp.amortizer.training.runtime import interruptible
+from amorgp.training.runtime import interruptible
 from amorgp_experiments.paper import fig2b, fig3, fig4, fig9, fig10, fig11, table1
 from amorgp_experiments.paper.cache import CellCache
 from amorgp_experiments.paper.config import PaperConfig

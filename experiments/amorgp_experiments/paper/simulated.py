@@ -23,13 +23,13 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.selection import select_by_likelihood
-from amorgp.amortizer.training.heldout import (
+from amorgp.lazy_kernels import PaddedBatch
+from amorgp.training.heldout import (
     gp_batches,
     network_parameters_batch,
     predictive_metrics,
     simulated_pairs,
 )
-from amorgp.lazy_kernels import PaddedBatch
 from amorgp_experiments.paper.cache import CellKey, config_hash
 from amorgp_experiments.paper.context import RunContext
 

@@ -281,7 +281,7 @@ def test_fixed_kernel_model_serves_its_kernel_only(tmp_path: Path) -> None:
     from dataclasses import replace
 
     from amorgp.amortizer.forward import encode_structures, network_parameters
-    from amorgp.amortizer.training.train import SE_VOCABULARY
+    from amorgp.amortizer.registry import SE_VOCABULARY
     from amorgp.baselines import exact_predictive
     from amorgp.kernel_grammar import DimWiseStructure, OptionError
     from amorgp.lazy_kernels import Normalizer, PaddedBatch

@@ -60,28 +60,3 @@ def test_complex_inputs_are_refused_by_the_api(tiny_checkpoint: Path) -> None:
         warnings.simplefilter("error")
         with pytest.raises(DataError, match="complex"):
             amz.infer(X, np.sin(np.arange(12.0)), "SE")
-
-
-def test_a_run_refused_while_starting_leaves_no_folder(
-    tmp_path: Path, tiny_checkpoint: Path
-) -> None:
-    from amorgp.amortizer.training.train import train
-    from amorgp.kernel_grammar import OptionError
-
-    out = tmp_path / "new-run"
-    with pytest.raises(OptionError, match="exceeds n_max"):
-        train(
-            out, init_from=tiny_checkpoint, train_overrides={"n_min": 50, "n_max": 10}, max_steps=1
-        )
-    assert not out.exists()  # no .lock, no validation/
-    existing = tmp_path / "existing"
-    existing.mkdir()
-    (existing / "notes.txt").write_text("mine")
-    with pytest.raises(OptionError):
-        train(
-            existing,
-            init_from=tiny_checkpoint,
-            train_overrides={"n_min": 50, "n_max": 10},
-            max_steps=1,
-        )
-    assert (existing / "notes.txt").read_text() == "mine"  # a folder that existed is kept

@@ -205,33 +205,6 @@ def test_a_corrupted_log_line_names_the_file_and_line(tmp_path: Path, line: str)
         assert read_records(log, strict=False) == [{"a": 1}, {"a": 2}]
 
 
-def test_campaign_state_and_log_errors_name_the_file(tmp_path: Path) -> None:
-    from amorgp.amortizer.training.campaign_plan import append_record, last_record, read_json
-
-    state = tmp_path / "campaign.json"
-    state.write_text('{"stage": 1, "sta')
-    with pytest.raises(DataError, match=rf"{state} is corrupted \(invalid JSON"):
-        read_json(state, {})
-    log = tmp_path / "campaign.jsonl"
-    log.write_text('{"stage": 0}\n{"stage": 1, "x')
-    with pytest.warns(UserWarning, match="dropped a torn last line"):
-        append_record(log, {"stage": 2})
-    assert last_record(log) == {"stage": 2}
-
-
-def test_gpu_chunk_log_reads_past_a_torn_line_and_is_rewritten_whole(tmp_path: Path) -> None:
-    from amorgp.amortizer.training import gpu_chunk
-
-    log = tmp_path / "campaign.jsonl"
-    log.write_text('{"datasets_total": 5}\n{"datasets_tot')
-    with pytest.warns(UserWarning, match="torn last line"):
-        assert gpu_chunk._last_record(log) == {"datasets_total": 5}
-    assert gpu_chunk._whole_lines(log) == '{"datasets_total": 5}\n'
-    log.write_text('{"datasets_total": 5}\nnot json\n')
-    with pytest.raises(DataError, match="line 2: not a JSON object"):
-        gpu_chunk._last_record(log)
-
-
 def test_an_atomic_rewrite_leaves_the_old_file_on_failure(tmp_path: Path) -> None:
     from amorgp.amortizer.jsonlog import write_text_atomic
 
@@ -328,39 +301,6 @@ def test_points_per_step_are_bounded_across_options() -> None:
     TrainConfig(batch_size=MAX_POINTS_PER_STEP // 20000, n_max=20000)  # at the bound
     for p in PRESETS.values():
         assert p.train.batch_size * p.train.n_max <= MAX_POINTS_PER_STEP
-
-
-@pytest.mark.parametrize("where", ["lock", "start"])
-def test_a_full_disk_when_a_run_starts_names_the_run_and_leaves_nothing(
-    tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, where: str
-) -> None:
-    import errno
-
-    from amorgp.amortizer.errors import TrainingError
-    from amorgp.amortizer.training import trainer
-    from amorgp.amortizer.training.rundir import RunDirectory
-    from amorgp.amortizer.training.train import train
-
-    def full(*args: object, **kwargs: object) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    if where == "lock":
-        real_lock = RunDirectory.lock
-
-        def lock(self: RunDirectory) -> None:
-            real_lock(self)
-            full()
-
-        monkeypatch.setattr(RunDirectory, "lock", lock)
-    else:
-        monkeypatch.setattr(trainer, "start_run", full)
-    out = tmp_path / "run"
-    with pytest.raises(TrainingError) as info:
-        train(out, init_from=tiny_checkpoint, max_steps=1)
-    assert str(info.value) == (
-        f"cannot start the run in {out}: no space left on device; {out} was removed"
-    )
-    assert not out.exists()
 
 
 def test_complex_and_nan_values_after_the_fit_are_refused(tiny_checkpoint: Path) -> None:

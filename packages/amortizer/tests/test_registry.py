@@ -11,7 +11,7 @@ import torch
 from amorgp.amortizer import testing
 from amorgp.amortizer.ahgp import AHGPSEARD
 from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig
+from amorgp.amortizer.config import PRESETS, NetworkConfig
 from amorgp.amortizer.model import AmortizedGP
 from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding, Prediction
 from amorgp.amortizer.registry import (
@@ -23,7 +23,6 @@ from amorgp.amortizer.registry import (
     network_spec,
     register_network,
 )
-from amorgp.amortizer.training.train import simulator_config
 from amorgp.kernel_grammar import PAPER_VOCABULARY, Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 
@@ -47,18 +46,6 @@ def test_builtin_networks_and_their_specs() -> None:
         ValueError, match="unknown model 'gpt'; use one of 'structured', 'ahgp-se-ard'"
     ):
         network_spec("gpt")
-
-
-def test_simulator_adjustments_come_from_the_spec() -> None:
-    tc = TrainConfig(n_max=20, max_dims=2)
-    plain = simulator_config(TINY, tc)
-    assert plain.positive_ratio == 0.5
-    ahgp = simulator_config(network_spec("ahgp-se-ard").configure(TINY), tc)
-    assert ahgp.max_addends == 1
-    assert ahgp.positive_ratio == 1.0
-    assert ahgp.vocabulary == SE_VOCABULARY
-    with pytest.raises(ValueError, match="trained with the vocabulary"):
-        simulator_config(dataclasses.replace(TINY, model="ahgp-se-ard"), tc)
 
 
 def test_config_validates_names_and_vocabularies_through_the_registry() -> None:
@@ -107,7 +94,7 @@ def test_a_user_network_is_registered_built_and_called_with_a_batch() -> None:
         out = model(batch)
         m = torch.tensor([float(batch.y[b][batch.point_mask[b]].mean()) for b in range(3)])
         torch.testing.assert_close(out.params[:, 0, 0, 0].double(), 1 + m.double() ** 2)
-        assert simulator_config(net, TrainConfig()).positive_ratio == 1.0
+        assert network_spec("mean-net").simulator == {"positive_ratio": 1.0}
     finally:
         _REGISTRY.pop("mean-net", None)
 

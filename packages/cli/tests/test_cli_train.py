@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model, count_parameters
-from amorgp.amortizer.training.rundir import LOCK
 from amorgp.cli import main
 from amorgp.cli.train import parse_overrides
+from amorgp.training.rundir import LOCK
 
 TINY_SETS = [
     "--set", "batch_size=4", "--set", "n_max=12", "--set", "max_dims=2",
@@ -293,3 +293,29 @@ def test_kill_9_then_resume_and_a_truncated_last(tmp_path: Path) -> None:
     assert newest.name in res.stderr  # the warning names the broken checkpoint
     assert "Traceback" not in res.stderr
     assert json.loads(res.stdout.splitlines()[-1])["step"] == target + 2
+
+
+@pytest.mark.parametrize("blocked", ["amorgp.training", "amorgp.simulator"])
+@pytest.mark.parametrize("command", ["train", "campaign"])
+def test_without_the_training_package_the_command_names_it(
+    tmp_path: Path, blocked: str, command: str
+) -> None:
+    from amorgp.amortizer.testing import python_without
+
+    args = ["train", "--out", str(tmp_path / "run"), "--max-steps", "1"]
+    if command == "campaign":
+        args = ["campaign", "--state", str(tmp_path / "state.json")]
+    code = (
+        "from click.testing import CliRunner\n"
+        "from amorgp.cli import main\n"
+        f"r = CliRunner().invoke(main, {args!r})\n"
+        "print(r.exit_code)\n"
+        "print(r.output)\n"
+    )
+    out = python_without(code, blocked=(blocked,))
+    assert out.returncode == 0, out.stderr
+    exit_code, *lines = out.stdout.strip().splitlines()
+    assert exit_code != "0"
+    assert f"amorgp {command} needs amorgp-training" in "\n".join(lines)
+    assert "pip install 'amorgp-cli[train]'" in "\n".join(lines)
+    assert not (tmp_path / "run").exists()

@@ -13,7 +13,7 @@ import torch
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import PRESETS, TrainConfig
 from amorgp.amortizer.model import build_model
-from amorgp.amortizer.training.train import make_stream, simulator_config, training_loss
+from amorgp.training.train import make_stream, simulator_config, training_loss
 
 NET = PRESETS["tiny"].network
 TC = TrainConfig(

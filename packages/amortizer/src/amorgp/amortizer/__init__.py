@@ -1,8 +1,8 @@
 """amorgp.amortizer: the amortization network g(D, S) -> (theta_S, sigma^2) and its inference.
 
 Importing this package (and running inference) loads neither the training code nor the
-simulator: training lives in :mod:`amorgp.amortizer.training`, behind the
-``amorgp-amortizer[train]`` extra.  The scikit-learn-style
+simulator: training is the package :mod:`amorgp.training` (distribution
+``amorgp-training``, also pulled by the ``amorgp-amortizer[train]`` extra).  The scikit-learn-style
 :class:`AmortizedGPRegressor` is loaded on first use (it imports scikit-learn, when
 installed, which costs more than the rest of the package).
 

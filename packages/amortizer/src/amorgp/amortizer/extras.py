@@ -4,6 +4,7 @@
 part                       import package                     install
 =========================  =================================  ============================
 the ``amorgp`` command     :mod:`amorgp.cli`                  ``pip install amorgp-cli``
+training the network       :mod:`amorgp.training`             ``pip install amorgp-training``
 GPyTorch/BoTorch bridge    :mod:`amorgp.gpytorch`             ``pip install amorgp-gpytorch``
 the paper's experiments    ``amorgp_experiments``             the repository's ``experiments/``
 =========================  =================================  ============================
@@ -25,6 +26,7 @@ EXPERIMENTS_HINT = (
 #: top-level import package of a part installed apart -> how to install it.
 INSTALL_HINTS: dict[str, str] = {
     "amorgp.cli": "pip install amorgp-cli",
+    "amorgp.training": "pip install amorgp-training",
     "amorgp.gpytorch": "pip install amorgp-gpytorch",
     "amorgp_experiments": EXPERIMENTS_HINT,
 }

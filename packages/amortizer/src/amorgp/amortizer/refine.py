@@ -487,7 +487,7 @@ class LogMarginalLikelihood:
         :data:`EVALS_PER_ITERATION` evaluations each) from ``z``: ``(z, lml, iterations
         run, status)``, status ``"converged"``, ``"max_iters"`` or ``"failed"`` (the last
         finite iterate is kept)."""
-        from amorgp.baselines import lbfgs
+        from amorgp.diff_linalg.optim import lbfgs
 
         if z.numel() == 0:  # every parameter fixed: nothing to optimise
             with torch.no_grad():

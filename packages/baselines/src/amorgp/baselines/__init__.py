@@ -38,7 +38,6 @@ from amorgp.baselines.gp import (
     log_prior,
 )
 from amorgp.baselines.gram_kernels import GRAM_KERNELS, GramBlocks, GramKernel, gram_kernel
-from amorgp.baselines.optim import batched_adam, lbfgs
 from amorgp.baselines.protocol import HyperparameterInference, KernelFit
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_elbo, svgp_predictive
 from amorgp.baselines.type2ml import BatchFit, Type2MLSettings, fit_type2ml_batch
@@ -65,7 +64,6 @@ __all__ = [
     "SVGPSettings",
     "Type2MLSettings",
     "advi",
-    "batched_adam",
     "elbo_estimate",
     "exact_posterior",
     "exact_predictive",
@@ -77,7 +75,6 @@ __all__ = [
     "fit_type2ml_batch",
     "get_method",
     "gram_kernel",
-    "lbfgs",
     "log_marginal_likelihood",
     "log_prior",
     "paper_gradients",

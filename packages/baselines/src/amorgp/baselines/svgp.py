@@ -43,8 +43,8 @@ import torch
 from torch import Tensor
 
 from amorgp.baselines.gp import constrain, initial_raw
-from amorgp.baselines.optim import batched_adam
 from amorgp.diff_linalg import robust_cholesky
+from amorgp.diff_linalg.optim import batched_adam
 from amorgp.lazy_kernels import PaddedBatch, kernel_diag_dimwise, kernel_matrix_dimwise
 
 __all__ = [

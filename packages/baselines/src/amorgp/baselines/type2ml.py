@@ -8,7 +8,7 @@ Settings of the paper (Bitzer et al. 2023, Appendix A):
 * ``GP-ML (multi-start)``: 10 restarts drawn from the parameter priors; the
   restart with the best final objective wins.
 * ``GP-ML (L-BFGS)``: ``torch.optim.LBFGS`` with a strong-Wolfe line search,
-  one pair at a time (see :mod:`amorgp.baselines.optim` for why).
+  one pair at a time (see :mod:`amorgp.diff_linalg.optim` for why).
 * ``MAP``: any of the above with the log prior of the parameter specs added to
   the objective (paper Fig. 11).
 
@@ -47,7 +47,7 @@ from amorgp.baselines.gp import (
     slot_kind,
     unconstrain,
 )
-from amorgp.baselines.optim import batched_adam, lbfgs
+from amorgp.diff_linalg.optim import batched_adam, lbfgs
 from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = ["BatchFit", "Type2MLSettings", "fit_type2ml_batch"]

@@ -70,6 +70,7 @@ _PACKAGES = (
     "amorgp-baselines",
     "amorgp-ensembles",
     "amorgp-amortizer",
+    "amorgp-training",
     "amorgp-cli",
     "amorgp-gpytorch",
     "torch",

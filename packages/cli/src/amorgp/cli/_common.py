@@ -358,6 +358,25 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+TRAIN_HINT = "pip install 'amorgp-cli[train]' (amorgp-training and amorgp-simulator)"
+
+
+def require_training(what: str) -> None:
+    """Raise :class:`~amorgp.amortizer.errors.MissingExtraError` (one line naming ``what``
+    and ``amorgp-training``) unless the training package and the simulator it needs are
+    installed."""
+    try:
+        import amorgp.training  # noqa: F401
+    except ModuleNotFoundError as err:
+        if err.name is None or not err.name.startswith(("amorgp.training", "amorgp.simulator")):
+            raise
+        from amorgp.amortizer.errors import MissingExtraError
+
+        raise MissingExtraError(
+            f"{what} needs amorgp-training: {TRAIN_HINT}", name=err.name
+        ) from None
+
+
 def check_device(device: str | None) -> None:
     """Raise a usage error for a ``--device`` torch does not know or cannot use."""
     if device is None:

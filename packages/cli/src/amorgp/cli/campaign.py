@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from amorgp.cli._common import check_device
+from amorgp.cli._common import check_device, require_training
 from amorgp.cli._errors import AmorgpCommand
 from amorgp.cli._output import emit, json_document, json_option, json_text
 
@@ -112,7 +112,7 @@ def campaign_command(
     card: Path | None,
     as_json: bool,
 ) -> None:
-    """Run the long, resumable training campaign (see amorgp.amortizer.training.campaign).
+    """Run the long, resumable training campaign (see amorgp.training.campaign).
 
     Start it in the background at low priority, e.g.
     ``nohup nice -n 19 amorgp campaign > campaign.out 2>&1 &``;
@@ -126,7 +126,9 @@ def campaign_command(
     import torch
 
     from amorgp.amortizer.api import PRETRAINED_DIR
-    from amorgp.amortizer.training.campaign import run_campaign
+
+    require_training("amorgp campaign")
+    from amorgp.training.campaign import run_campaign
 
     check_device(device)
     torch.set_num_threads(threads)

@@ -19,7 +19,7 @@ import click
 
 from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig, preset
 from amorgp.amortizer.registry import network_names, network_spec
-from amorgp.cli._common import check_device
+from amorgp.cli._common import check_device, require_training
 from amorgp.cli._errors import AmorgpCommand
 from amorgp.cli._output import SCHEMA_VERSION, emit, json_option, json_text
 
@@ -169,7 +169,7 @@ def _check_combination(
         raise click.UsageError(
             "phase 2 fine-tunes a trained network: pass --from runs/NAME/last", ctx
         )
-    from amorgp.amortizer.training.rundir import RunDirectory
+    from amorgp.training.rundir import RunDirectory
 
     if RunDirectory(out_dir).holds_run():
         raise click.UsageError(
@@ -277,7 +277,8 @@ def train_command(
     Without a budget (--max-minutes, --max-datasets, --max-steps) it runs until
     interrupted.  Prints a JSON summary (step, datasets seen, stop reason, checkpoint).
     """
-    from amorgp.amortizer.training.train import train
+    require_training("amorgp train")
+    from amorgp.training.train import train
 
     extra = parse_overrides(overrides)
     _check_combination(ctx, out_dir, resume, init_from, phase)

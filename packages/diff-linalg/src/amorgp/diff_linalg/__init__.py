@@ -24,6 +24,7 @@ from amorgp.diff_linalg.operators import (
     trmm,
     trsm,
 )
+from amorgp.diff_linalg.optim import BatchedOptimResult, LBFGSResult, batched_adam, lbfgs
 
 __all__ = [
     "size_buckets",
@@ -50,4 +51,8 @@ __all__ = [
     "CholeskyResult",
     "gp_log_marginal_likelihood",
     "robust_cholesky",
+    "BatchedOptimResult",
+    "LBFGSResult",
+    "batched_adam",
+    "lbfgs",
 ]

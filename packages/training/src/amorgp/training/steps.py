@@ -1,6 +1,6 @@
 """The step functions of training: the encoder's view, the loss, validation, the data
-stream and the result type (the loop is :mod:`amorgp.amortizer.training.trainer`, the
-entry point :func:`amorgp.amortizer.training.train.train`)."""
+stream and the result type (the loop is :mod:`amorgp.training.trainer`, the
+entry point :func:`amorgp.training.train.train`)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from torch import nn
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.network import Prediction
 from amorgp.amortizer.registry import SE_VOCABULARY, network_spec
-from amorgp.amortizer.training.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.kernel_grammar import Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 from amorgp.simulator import SimulatedBatch, SimulatorConfig, SimulatorStream, stream_seed
+from amorgp.training.loss import LossOutput, gp_nll_per_point, phase1_loss, phase2_loss
 
 __all__ = [
     "SE_VOCABULARY",

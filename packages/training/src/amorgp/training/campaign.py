@@ -4,7 +4,7 @@ A campaign trains one network on the paper's prior (``d ~ Geometric(0.25)``
 clipped to 8, ``n ~ U{10..n_max}``) through a fixed plan of *stages* (a
 curriculum over ``n``: small datasets first), in *segments* of a few minutes.
 After every segment it averages the phase-1 weights of the last few segment ends
-(stochastic weight averaging, :data:`~amorgp.amortizer.training.campaign_plan.SWA_MEMBERS`;
+(stochastic weight averaging, :data:`~amorgp.training.campaign_plan.SWA_MEMBERS`;
 training itself continues from the latest weights), fine-tunes a copy of that
 average for a few noise-head steps (phase 2), scores the copy on a fixed validation
 set drawn from the paper prior, appends a record to the campaign log, and exports
@@ -30,7 +30,7 @@ Any interruption (Ctrl-C, SIGTERM, a killed process) loses at most the current
 segment's progress since the last in-run checkpoint; a machine without STATE
 continues from ``EXPORT/phase1-latest`` at the stage the log names, with a fresh
 optimiser and a new data seed.  A run that diverges (see
-:func:`~amorgp.amortizer.training.train.train`) appends a ``"failed"`` record and raises
+:func:`~amorgp.training.train.train`) appends a ``"failed"`` record and raises
 :class:`~amorgp.amortizer.errors.TrainingError`; nothing is exported from it.
 """
 
@@ -49,7 +49,7 @@ import torch
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, preset
 from amorgp.amortizer.model import build_model
-from amorgp.amortizer.training.campaign_plan import (
+from amorgp.training.campaign_plan import (
     CAMPAIGN_STAGES,
     SWA_MEMBERS,
     VALSET_BATCHES,
@@ -62,8 +62,8 @@ from amorgp.amortizer.training.campaign_plan import (
     score_checkpoint,
     write_json,
 )
-from amorgp.amortizer.training.campaign_segments import CampaignSegments, stage_ended
-from amorgp.amortizer.training.runtime import interruptible
+from amorgp.training.campaign_segments import CampaignSegments, stage_ended
+from amorgp.training.runtime import interruptible
 
 __all__ = [
     "CAMPAIGN_STAGES",
@@ -148,7 +148,7 @@ def run_campaign(
         valset_batches: batches of :data:`VALSET_BATCH_SIZE` in a new campaign validation set.
         real_data: a folder of CSV datasets (last column the target); if given, every
             segment's evaluation copy is also scored there
-            (:func:`~amorgp.amortizer.training.campaign_plan.real_data_scores`, record key ``"real"``).
+            (:func:`~amorgp.training.campaign_plan.real_data_scores`, record key ``"real"``).
         swa_members: segment ends averaged into the evaluated copy (1: the latest
             weights alone).
         heldout_pairs_count: simulated pairs with test points on which every evaluated

@@ -29,8 +29,8 @@ from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.model import build_model
-from amorgp.amortizer.training.rundir import RunDirectory
 from amorgp.kernel_grammar.errors import OptionError
+from amorgp.training.rundir import RunDirectory
 
 __all__ = ["Budget", "RunStart", "RunState", "config_differences", "start_run"]
 
@@ -83,7 +83,7 @@ class RunState:
 
 @dataclass(frozen=True)
 class Budget:
-    """When a call of :func:`~amorgp.amortizer.training.train.train` stops (the first one reached).
+    """When a call of :func:`~amorgp.training.train.train` stops (the first one reached).
 
     Attributes:
         max_steps: total optimiser steps of the run (over resumes), a positive integer.

@@ -14,8 +14,8 @@ import torch
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.testing import TINY_TRAIN
-from amorgp.amortizer.training.train import SE_VOCABULARY, encoder_view, simulator_config, train
 from amorgp.simulator import Simulator
+from amorgp.training.train import SE_VOCABULARY, encoder_view, simulator_config, train
 
 NET = PRESETS["tiny"].network
 TC = TINY_TRAIN
@@ -117,7 +117,7 @@ def test_encoder_view_subsamples_present_points_only() -> None:
 def test_size_buckets_give_the_same_prediction_and_gradient() -> None:
     """Bucketing by n is exact: same predictions and gradients as one padded batch."""
     from amorgp.amortizer.model import build_model
-    from amorgp.amortizer.training.train import predict_bucketed, training_loss
+    from amorgp.training.train import predict_bucketed, training_loss
 
     sim = Simulator(simulator_config(NET, dataclasses.replace(TC, n_min=3, n_max=16, max_dims=3)))
     batch = sim.sample(7, torch.Generator().manual_seed(4))
@@ -141,7 +141,7 @@ def test_size_buckets_give_the_same_prediction_and_gradient() -> None:
 def test_size_buckets_apply_on_the_cpu_only() -> None:
     """The CPU step runs one encoder pass per bucket; a GPU step runs one pass in all."""
     from amorgp.amortizer.model import build_model
-    from amorgp.amortizer.training.train import effective_size_buckets, training_loss
+    from amorgp.training.train import effective_size_buckets, training_loss
 
     cfg = dataclasses.replace(TC, n_min=3, n_max=16, max_dims=3, size_buckets=3)
     assert effective_size_buckets(cfg, torch.device("cpu")) == 3
@@ -183,7 +183,7 @@ def test_cuda_training_steps_do_not_synchronise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between two read-backs a CUDA training step never waits for the device."""
-    from amorgp.amortizer.training import trainer as trainer_module
+    from amorgp.training import trainer as trainer_module
 
     real_step = trainer_module.Trainer._step
     checked = {"n": 0}

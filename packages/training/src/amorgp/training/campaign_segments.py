@@ -1,8 +1,8 @@
 """The segments of one campaign call: train, average, fine-tune a copy, score, export.
 
 :class:`CampaignSegments` holds the campaign's status dictionary (``STATE/campaign.json``,
-see :mod:`amorgp.amortizer.training.campaign`) and runs the segments of one
-:func:`~amorgp.amortizer.training.campaign.run_campaign` call: each trains the current stage for a
+see :mod:`amorgp.training.campaign`) and runs the segments of one
+:func:`~amorgp.training.campaign.run_campaign` call: each trains the current stage for a
 few minutes (an ``amorgp train`` run directory, resumed exactly), exports the phase-1
 weights, averages the last segment ends, fine-tunes a phase-2 copy of the average, scores
 it on the fixed validation set (and the held-out pairs and real datasets when given) and
@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from amorgp.amortizer.errors import TrainingError
-from amorgp.amortizer.training.campaign_plan import (
+from amorgp.kernel_grammar.errors import OptionError
+from amorgp.training.campaign_plan import (
     SWA_MEMBERS,
     VALSET_SEED,
     CampaignStage,
@@ -37,14 +38,13 @@ from amorgp.amortizer.training.campaign_plan import (
     stage_train_config,
     write_json,
 )
-from amorgp.amortizer.training.rundir import RunDirectory
-from amorgp.amortizer.training.runtime import ActiveClock
-from amorgp.amortizer.training.train import TrainResult, train
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.training.rundir import RunDirectory
+from amorgp.training.runtime import ActiveClock
+from amorgp.training.train import TrainResult, train
 
 __all__ = ["CampaignSegments", "stage_ended"]
 
-logger = logging.getLogger("amorgp.amortizer.training.campaign")
+logger = logging.getLogger("amorgp.training.campaign")
 
 
 def stage_ended(stages: Sequence[CampaignStage], k: int, done: int) -> bool:

@@ -1,4 +1,4 @@
-"""The training loop of :func:`amorgp.amortizer.training.train.train`: a trainer over a run state.
+"""The training loop of :func:`amorgp.training.train.train`: a trainer over a run state.
 
 :class:`Trainer` runs chunks of ``val_every`` optimiser steps; after each chunk
 it validates on the run's fixed set and writes a checkpoint (``last``, and
@@ -36,24 +36,24 @@ from torch import Tensor, nn
 from amorgp.amortizer.checkpoint import optimizer_from_tensors
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.errors import TrainingError
-from amorgp.amortizer.training.rundir import RunDirectory
-from amorgp.amortizer.training.runstate import Budget, RunStart, start_run
-from amorgp.amortizer.training.runtime import (
+from amorgp.kernel_grammar.errors import OptionError
+from amorgp.simulator import SimulatedBatch, stream_seed
+from amorgp.training.rundir import RunDirectory
+from amorgp.training.runstate import Budget, RunStart, start_run
+from amorgp.training.runtime import (
     ActiveClock,
     Distributed,
     default_device,
     deferred_sigint,
     simulated_batches,
 )
-from amorgp.amortizer.training.steps import (
+from amorgp.training.steps import (
     TrainResult,
     make_stream,
     simulator_config,
     training_loss,
     validate,
 )
-from amorgp.kernel_grammar.errors import OptionError
-from amorgp.simulator import SimulatedBatch, stream_seed
 
 __all__ = ["Trainer", "run_training"]
 
@@ -89,7 +89,7 @@ class _Pending(NamedTuple):
 
 
 class Trainer:
-    """Runs one call of training over a :class:`~amorgp.amortizer.training.runstate.RunState`.
+    """Runs one call of training over a :class:`~amorgp.training.runstate.RunState`.
 
     Args:
         run: the run directory (locked by rank 0).
@@ -396,7 +396,7 @@ def run_training(
     progress: bool,
     log_every: int,
 ) -> TrainResult:
-    """Lock the run directory, build the start, train (see :func:`~amorgp.amortizer.training.train.train`)."""
+    """Lock the run directory, build the start, train (see :func:`~amorgp.training.train.train`)."""
     started = time.time()
     dev = torch.device(device) if device is not None else default_device()
     ddp = Distributed(dev)

@@ -18,10 +18,10 @@ from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import PRESETS, preset
 from amorgp.amortizer.errors import CheckpointError, TrainingError
 from amorgp.amortizer.testing import TINY_TRAIN
-from amorgp.amortizer.training import trainer as trainer_module
-from amorgp.amortizer.training.rundir import RunDirectory
-from amorgp.amortizer.training.train import train
 from amorgp.kernel_grammar.errors import OptionError
+from amorgp.training import trainer as trainer_module
+from amorgp.training.rundir import RunDirectory
+from amorgp.training.train import train
 
 NET = PRESETS["tiny"].network
 TC = TINY_TRAIN
@@ -313,7 +313,7 @@ def test_corrupted_last_falls_back_to_the_newest_intact_checkpoint(
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
     with pytest.raises(CheckpointError, match="corrupted"):
         load_checkpoint(run / "last")
-    with caplog.at_level(logging.WARNING, logger="amorgp.amortizer.training.rundir"):
+    with caplog.at_level(logging.WARNING, logger="amorgp.training.rundir"):
         result = train(run, resume=True, max_steps=9, progress=False)
     assert "step-00000006" in caplog.text
     assert "resuming from" in caplog.text
@@ -363,7 +363,7 @@ def test_stale_validation_set_of_other_settings_is_drawn_again(
     run = tmp_path / "run"
     run.mkdir()
     (tmp_path / "other" / "validation").rename(run / "validation")
-    with caplog.at_level(logging.WARNING, logger="amorgp.amortizer.training.rundir"):
+    with caplog.at_level(logging.WARNING, logger="amorgp.training.rundir"):
         train(run, NET, TC, max_steps=3, progress=False)
     assert "drawn with other settings" in caplog.text
     reference = tmp_path / "reference"

@@ -1,4 +1,4 @@
-"""The end of a GPU chunk (``amorgp.amortizer.training.gpu_chunk``) and ``tools/gpu_chunk.sh``.
+"""The end of a GPU chunk (``amorgp.training.gpu_chunk``) and ``tools/gpu_chunk.sh``.
 
 The oracles are the run directories' own files, read independently of the module: the
 training recipe (batch size x steps = datasets), ``metrics.jsonl``'s last validation
@@ -21,9 +21,9 @@ from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.model import build_model
-from amorgp.amortizer.training import train
-from amorgp.amortizer.training.gpu_chunk import LOG_FILE, export_compact, finish_chunk
 from amorgp.kernel_grammar.errors import OptionError
+from amorgp.training import train
+from amorgp.training.gpu_chunk import LOG_FILE, export_compact, finish_chunk
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = PRESETS["tiny"]

@@ -14,8 +14,8 @@ from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.errors import TrainingError
 from amorgp.amortizer.model import build_model
-from amorgp.amortizer.training import trainer as trainer_module
-from amorgp.amortizer.training.campaign import CampaignStage, run_campaign, score_checkpoint
+from amorgp.training import trainer as trainer_module
+from amorgp.training.campaign import CampaignStage, run_campaign, score_checkpoint
 
 NET = PRESETS["tiny"].network
 STAGES = (
@@ -154,12 +154,13 @@ def test_real_data_scores_beat_the_constant_predictor(tmp_path: Path) -> None:
     far better than the training mean (RMSE 1 in standardised units)."""
     import shutil
 
+    from amorgp.amortizer.bundled import DATA_DIR
     from amorgp.amortizer.inference import PRETRAINED_DIR
-    from amorgp.amortizer.training.campaign_plan import real_data_scores
+    from amorgp.training.campaign_plan import real_data_scores
 
     data = tmp_path / "data"
     data.mkdir()
-    shutil.copy(Path(__file__).parents[1] / "src/amorgp/amortizer/data/airline.csv", data)
+    shutil.copy(DATA_DIR / "airline.csv", data)
     scores = real_data_scores(PRETRAINED_DIR, data, n_kernels=2)
     assert set(scores) == {"airline"}
     assert 0.0 < scores["airline"]["rmse"] < 0.6
@@ -185,7 +186,7 @@ def test_segment_records_real_data_scores(tmp_path: Path, init: Path) -> None:
 
 def test_average_weights_is_the_mean_of_the_state_dicts(tmp_path: Path) -> None:
     from amorgp.amortizer.errors import CheckpointError
-    from amorgp.amortizer.training.campaign_plan import average_weights
+    from amorgp.training.campaign_plan import average_weights
 
     paths = []
     for seed in range(3):
@@ -227,7 +228,7 @@ def test_segments_evaluate_the_average_of_the_last_segment_ends(tmp_path: Path, 
 def test_segments_log_held_out_predictive_quality(tmp_path: Path, init: Path) -> None:
     """Each evaluated copy's median test NLL and RMSE on held-out simulated pairs are
     logged, equal to a recomputation from the exported weights."""
-    from amorgp.amortizer.training.campaign_plan import heldout_pairs, heldout_scores
+    from amorgp.training.campaign_plan import heldout_pairs, heldout_scores
 
     state, export = tmp_path / "state", tmp_path / "export"
     state.mkdir()
@@ -247,7 +248,7 @@ def test_compare_on_heldout_is_paired_over_the_same_pairs(tmp_path: Path) -> Non
     from scipy.stats import norm
 
     from amorgp.amortizer.testing import seeded_checkpoint
-    from amorgp.amortizer.training.campaign_plan import (
+    from amorgp.training.campaign_plan import (
         compare_on_heldout,
         heldout_pairs,
         heldout_per_pair,
@@ -320,7 +321,7 @@ def test_campaign_segments_train_on_cuda(tmp_path: Path, init: Path) -> None:
 def test_a_new_state_takes_its_counters_from_the_log(
     tmp_path: Path, record: tuple[int, int, int], expected: tuple[int, int, int]
 ) -> None:
-    from amorgp.amortizer.training.campaign import _initial_status
+    from amorgp.training.campaign import _initial_status
 
     k, done, total = record
     line = {"stage": k, "stage_datasets": done, "datasets_total": total, "seed": 4}

@@ -15,11 +15,11 @@ function of ``(seed, rank, step, num_workers)`` alone.  A checkpoint stores the
 step; resuming regenerates the current chunk and skips the batches already used,
 then continues bit-for-bit (model, optimiser state, step, RNG states restored).
 
-The loop itself is :class:`amorgp.amortizer.training.trainer.Trainer` (over the run state of
-:mod:`amorgp.amortizer.training.runstate`); the run directory (``last``, ``best``, the metrics
-log, the lock) is :mod:`amorgp.amortizer.training.rundir`.  The step
+The loop itself is :class:`amorgp.training.trainer.Trainer` (over the run state of
+:mod:`amorgp.training.runstate`); the run directory (``last``, ``best``, the metrics
+log, the lock) is :mod:`amorgp.training.rundir`.  The step
 functions (the encoder's view, the loss, validation) are in
-:mod:`amorgp.amortizer.training.steps`; this module holds the entry point :func:`train`.
+:mod:`amorgp.training.steps`; this module holds the entry point :func:`train`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import torch
 
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.registry import SE_VOCABULARY
-from amorgp.amortizer.training.runstate import Budget
-from amorgp.amortizer.training.steps import (
+from amorgp.kernel_grammar.errors import OptionError
+from amorgp.training.runstate import Budget
+from amorgp.training.steps import (
     TrainResult,
     effective_size_buckets,
     encoder_view,
@@ -45,8 +46,7 @@ from amorgp.amortizer.training.steps import (
     training_loss,
     validate,
 )
-from amorgp.amortizer.training.trainer import run_training
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.training.trainer import run_training
 
 __all__ = [
     "SE_VOCABULARY",

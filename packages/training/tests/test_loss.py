@@ -10,10 +10,10 @@ from scipy.stats import multivariate_normal
 from amorgp.amortizer import testing
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import Prediction, build_model
-from amorgp.amortizer.training.loss import gp_nll_per_point, phase1_loss, phase2_loss
 from amorgp.kernel_grammar import PAPER_VOCABULARY
 from amorgp.lazy_kernels import PaddedBatch
 from amorgp.simulator.testing import dense_covariance, structure_of
+from amorgp.training.loss import gp_nll_per_point, phase1_loss, phase2_loss
 
 VOCAB = PAPER_VOCABULARY
 
@@ -177,3 +177,25 @@ def test_nll_is_unchanged_by_extra_padding(batch: PaddedBatch) -> None:
     assert wider.symbols.shape[2] == L + 1
     out, _ = gp_nll_per_point(wider, wider_params, noise)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_loss_reads_no_value_back_from_the_device() -> None:
+    """The training loss on a batch moved with ``PaddedBatch.to`` runs forward and backward
+    on the ``meta`` device, which holds no values: any read-back (``.cpu()``, ``.item()``,
+    ``bool(t)``, ``nonzero``) would raise.  It stands in for a CUDA step in
+    synchronisation-debug mode."""
+    from amorgp.amortizer import testing
+    from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+    from amorgp.training.loss import gp_nll_per_point
+
+    g = torch.Generator().manual_seed(7)
+    b = testing.random_padded_batch(g, V, batch=4, n_max=9, d_max=3, l_max=3)
+    B, D, L = b.symbols.shape
+    params = 0.2 + torch.rand(B, D, L, V.max_params, generator=g, dtype=torch.float64)
+    noise = 0.05 + 0.1 * torch.rand(B, generator=g, dtype=torch.float64)
+    moved = b.to("meta")
+    p = params.to("meta").requires_grad_()
+    nll, _ = gp_nll_per_point(moved.with_params(p, noise.to("meta")))
+    nll.sum().backward()
+    assert p.grad is not None
+    assert p.grad.shape == params.shape

@@ -16,7 +16,7 @@ machine:
 
 Command line (what the chunk script calls)::
 
-    python -m amorgp.amortizer.training.gpu_chunk --phase1 RUN1 --phase2 RUN2 \\
+    python -m amorgp.training.gpu_chunk --phase1 RUN1 --phase2 RUN2 \\
         --start models/medium --out OUTDIR/medium --log models/medium/campaign.jsonl \\
         --device cuda --revision abc1234
 

@@ -13,7 +13,7 @@ import pytest
 CHILD = textwrap.dedent(
     """
     import os, signal, time
-    from amorgp.amortizer.training.runtime import interruptible
+    from amorgp.training.runtime import interruptible
 
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # like a background job
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -49,7 +49,7 @@ def test_interruptible_honours_sigint_ignored_by_the_shell_and_sigterm() -> None
 
 def test_active_clock_leaves_out_gaps_longer_than_a_tick_plus_slack() -> None:
     """Closed form on a scripted clock: only the long gap (a stop) is left out."""
-    from amorgp.amortizer.training.runtime import ActiveClock
+    from amorgp.training.runtime import ActiveClock
 
     t = [100.0]
     clock = ActiveClock(tick=0.5, slack=2.0, clock=lambda: t[0])
@@ -68,7 +68,7 @@ def test_active_clock_does_not_count_a_sigstop_pause() -> None:
     code = textwrap.dedent(
         """
         import time
-        from amorgp.amortizer.training.runtime import ActiveClock
+        from amorgp.training.runtime import ActiveClock
         with ActiveClock(tick=0.05, slack=0.5) as clock:
             a, w = clock.now(), time.monotonic()
             print("ready", flush=True)

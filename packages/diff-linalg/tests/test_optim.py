@@ -7,7 +7,7 @@ import pytest
 import scipy.optimize
 import torch
 
-from amorgp.baselines.optim import batched_adam, lbfgs
+from amorgp.diff_linalg.optim import batched_adam, lbfgs
 
 A = torch.tensor(
     [[[3.0, 0.5], [0.5, 1.0]], [[1.0, 0.0], [0.0, 10.0]], [[2.0, -0.3], [-0.3, 0.7]]],

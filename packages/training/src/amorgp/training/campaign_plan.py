@@ -1,6 +1,6 @@
 """The plan of the training campaign (stages, recipes, validation set) and its files.
 
-See :mod:`amorgp.amortizer.training.campaign` for the campaign itself.
+See :mod:`amorgp.training.campaign` for the campaign itself.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.jsonlog import write_text_atomic
-from amorgp.amortizer.training.train import validate
 from amorgp.kernel_grammar import DataError
 from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
+from amorgp.training.train import validate
 
 __all__ = [
     "CAMPAIGN_STAGES",
@@ -140,7 +140,7 @@ def heldout_pairs(
     """Positive paper-prior pairs (``n <= 250``, ``d <= 8``) with 50 test points each,
     drawn like the pairs of paper Fig. 2b but from ``seed`` (default
     :data:`HELDOUT_SEED`)."""
-    from amorgp.amortizer.training.heldout import simulated_pairs
+    from amorgp.training.heldout import simulated_pairs
 
     cfg = SimulatorConfig(
         n_min=10, n_max=250, d_max=8, n_test=50, positive_ratio=1.0, vocabulary=network.vocabulary
@@ -151,7 +151,7 @@ def heldout_pairs(
 def heldout_per_pair(checkpoint: Path, chunks: list[Any]) -> tuple[Tensor, Tensor]:
     """Per pair of :func:`heldout_pairs`: the test NLL per point and the test RMSE of the
     exact-GP predictive with the checkpoint's network's hyperparameters."""
-    from amorgp.amortizer.training.heldout import (
+    from amorgp.training.heldout import (
         gp_batches,
         network_parameters_batch,
         predictive_metrics,
@@ -215,7 +215,7 @@ def compare_on_heldout(
 
 
 def score_checkpoint(checkpoint: Path, batches: list[Any]) -> dict[str, float]:
-    """Validation metrics (see :func:`~amorgp.amortizer.training.train.validate`) of a checkpoint."""
+    """Validation metrics (see :func:`~amorgp.training.train.validate`) of a checkpoint."""
     ckpt = load_checkpoint(checkpoint)
     return validate(ckpt.model, batches, ckpt.network.vocabulary, torch.device("cpu"))
 
