@@ -39,6 +39,7 @@ from amorgp_experiments.paper.fig4 import bma_scores, ensemble_timing, member_sc
 from amorgp_experiments.paper.protocol import load_dataset, scores
 
 from amorgp.amortizer import Amortizer
+from amorgp.amortizer.jsonlog import write_text_atomic
 from amorgp.baselines import Baseline, train_test_split
 from amorgp.ensembles import KernelEnsemble, describe_structure, structure_search
 from amorgp.kernel_grammar import DimWiseStructure, paper_evaluation_set
@@ -267,12 +268,8 @@ def report(res: dict[str, Any], out: Path) -> None:
     )
     lines.append("")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(out)
-    js = out.with_suffix(".json")
-    js.with_suffix(".json.tmp").write_text(json.dumps(res, indent=1, default=float))
-    js.with_suffix(".json.tmp").replace(js)
+    write_text_atomic(out, "\n".join(lines) + "\n")
+    write_text_atomic(out.with_suffix(".json"), json.dumps(res, indent=1, default=float))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,6 +44,7 @@ import torch
 
 from amorgp.amortizer import Amortizer
 from amorgp.amortizer.io import read_csv
+from amorgp.amortizer.jsonlog import write_text_atomic
 from amorgp.baselines import fit_many
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -388,12 +389,8 @@ def report(res: dict[str, Any], out: Path) -> None:
         "per cycle and two thirds of the input's range.",
         "- scikit-learn has no per-dimension kernels: it runs on the 1-D cases and airline only.",
     ]
-    tmp = out.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(out)
-    js = out.with_suffix(".json")
-    js.with_suffix(".json.tmp").write_text(json.dumps(res, indent=1, default=float))
-    js.with_suffix(".json.tmp").replace(js)
+    write_text_atomic(out, "\n".join(lines) + "\n")
+    write_text_atomic(out.with_suffix(".json"), json.dumps(res, indent=1, default=float))
 
 
 def _paper_lines(pp: dict[str, Any] | None) -> list[str]:

@@ -16,14 +16,27 @@ if importlib.util.find_spec("amorgp_experiments") is None:  # the paper guide's 
     sys.path.insert(0, str(ROOT / "experiments"))
 
 
-def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` imported as the module ``name``."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+def load_script(path: str, name: str) -> ModuleType:
+    """The file ``path`` of the repository imported as the module ``name`` (entered in
+    ``sys.modules``, where dataclasses resolve their annotations)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported as the module ``name``."""
+    return load_script(f"benchmarks/{name}.py", name)
+
+
+@pytest.fixture(scope="session")
+def script() -> Callable[[str, str], ModuleType]:
+    """:func:`load_script`, for tests (a script of ``tools/`` or ``.ci/``)."""
+    return load_script
 
 
 @pytest.fixture

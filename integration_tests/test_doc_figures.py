@@ -3,10 +3,10 @@ the benchmark JSON (``tools/doc_figures.py`` writes them; ``nox -s figures``).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -15,22 +15,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("doc_figures", ROOT / "tools/doc_figures.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def tool(script: Callable[[str, str], ModuleType]) -> ModuleType:
+    return script("tools/doc_figures.py", "doc_figures")
 
 
-def test_every_page_holds_the_figures_of_the_json() -> None:
-    tool = _tool()
+def test_every_page_holds_the_figures_of_the_json(tool: ModuleType) -> None:
     assert tool.stale() == [], "run `nox -s figures` (python tools/doc_figures.py)"
 
 
-def test_every_page_has_figures_and_no_unknown_marker() -> None:
-    tool = _tool()
+def test_every_page_has_figures_and_no_unknown_marker(tool: ModuleType) -> None:
     values = {name: fn() for name, fn in tool.FIGURES.items()}
     for page in tool.PAGES:
         text = (ROOT / page).read_text()
@@ -53,8 +47,9 @@ def test_the_botorch_speed_up_in_readme_is_the_json_median_ratio() -> None:
         assert f"{times['botorch'] / times['amortized']:.1f}x ({label})" in readme
 
 
-def test_render_replaces_only_the_marked_text_and_refuses_unknown_names() -> None:
-    tool = _tool()
+def test_render_replaces_only_the_marked_text_and_refuses_unknown_names(
+    tool: ModuleType,
+) -> None:
     text = "a <!-- fig:x -->old<!-- /fig --> b | <!-- fig:y -->1<!-- /fig --> |"
     assert tool.render(text, {"x": "new", "y": "2"}) == (
         "a <!-- fig:x -->new<!-- /fig --> b | <!-- fig:y -->2<!-- /fig --> |"

@@ -4,8 +4,7 @@ the undeclared imports of a tree built with known ones."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -15,16 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "import_graph", ROOT / "tools" / "import_graph.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def tool(script: Callable[[str, str], ModuleType]) -> ModuleType:
+    return script("tools/import_graph.py", "import_graph")
 
 
 def test_the_repository_has_no_import_cycles(tool: ModuleType) -> None:

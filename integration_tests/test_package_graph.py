@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -13,16 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def graph() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "package_graph", ROOT / ".ci" / "package_graph.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+def graph(script: Callable[[str, str], ModuleType]) -> ModuleType:
+    return script(".ci/package_graph.py", "package_graph")
 
 
 def _write(root: Path, name: str, deps: list[str], dist: str | None = None) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -150,20 +151,10 @@ def test_umbrella_installs_every_package_with_their_extras() -> None:
     assert not list(UMBRELLA.rglob("*.py"))
 
 
-def _package_graph() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "package_graph_packaging", ROOT / ".ci" / "package_graph.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_package_graph_does_not_read_the_umbrella() -> None:
-    graph = _package_graph()
+def test_the_package_graph_does_not_read_the_umbrella(
+    script: Callable[[str, str], ModuleType],
+) -> None:
+    graph = script(".ci/package_graph.py", "package_graph_packaging")
     packages = graph.read_packages(ROOT / "packages")
     assert sorted(packages) == [p.name for p in PACKAGE_DIRS]
     order = graph.topological_order(packages)

@@ -21,11 +21,10 @@ if _spec is None or EXPERIMENTS in Path(_spec.origin or "").resolve().parents:
         p for p in (str(EXPERIMENTS), os.environ.get("PYTHONPATH")) if p
     )
 
-from amorgp.amortizer.config import PRESETS  # noqa: E402
-from amorgp.amortizer.testing import seeded_checkpoint  # noqa: E402
+from amorgp.amortizer import testing  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ``tiny``-preset checkpoint with seeded random weights (trained range n <= 40, d <= 3)."""
-    return seeded_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", PRESETS["tiny"].network)
+    """:func:`amorgp.amortizer.testing.tiny_checkpoint`, one a session."""
+    return testing.tiny_checkpoint(tmp_path_factory.mktemp("ckpt"))

@@ -5,7 +5,6 @@ are in ``packages/cli/tests/test_hostile_gaps.py``)."""
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
 from pathlib import Path
 
@@ -15,20 +14,8 @@ import pytest
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.errors import CheckpointError
+from amorgp.amortizer.testing import edited_checkpoint
 from amorgp.kernel_grammar import DataError
-
-
-def _edited_copy(src: Path, dst: Path, edit: dict[str, object]) -> Path:
-    shutil.copytree(src, dst)
-    meta = json.loads((dst / "checkpoint.json").read_text())
-    for key, value in edit.items():
-        target = meta
-        *parents, last = key.split(".")
-        for p in parents:
-            target = target[p]
-        target[last] = value
-    (dst / "checkpoint.json").write_text(json.dumps(meta))
-    return dst
 
 
 @pytest.mark.parametrize(
@@ -39,7 +26,7 @@ def test_shard_names_must_be_plain_file_names(
 ) -> None:
     from amorgp.amortizer.bundled import ship_model
 
-    ckpt = _edited_copy(tiny_checkpoint, tmp_path / "ck", {"shards": {"model": [name]}})
+    ckpt = edited_checkpoint(tiny_checkpoint, tmp_path / "ck", {"shards": {"model": [name]}})
     meta = json.loads((ckpt / "checkpoint.json").read_text())
     meta["sha256"] = {name: next(iter(meta["sha256"].values()))}
     (ckpt / "checkpoint.json").write_text(json.dumps(meta))

@@ -4,7 +4,6 @@ oversized architectures, devices and FIFOs as checkpoint or data files, a column
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -16,15 +15,8 @@ from amorgp.amortizer import io as amz_io
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.errors import CheckpointError
+from amorgp.amortizer.testing import edited_checkpoint
 from amorgp.kernel_grammar import DataError, OptionError
-
-
-def _edited_copy(src: Path, dst: Path, network: dict[str, object]) -> Path:
-    shutil.copytree(src, dst)
-    meta = json.loads((dst / "checkpoint.json").read_text())
-    meta["network"].update(network)
-    (dst / "checkpoint.json").write_text(json.dumps(meta))
-    return dst
 
 
 @pytest.mark.parametrize(
@@ -43,7 +35,9 @@ def _edited_copy(src: Path, dst: Path, network: dict[str, object]) -> Path:
 def test_an_architecture_beyond_the_bounds_is_refused_before_building(
     tmp_path: Path, tiny_checkpoint: Path, edit: dict[str, object], message: str
 ) -> None:
-    ckpt = _edited_copy(tiny_checkpoint, tmp_path / "ck", edit)
+    ckpt = edited_checkpoint(
+        tiny_checkpoint, tmp_path / "ck", {f"network.{k}": v for k, v in edit.items()}
+    )
     for verify in (True, False):
         with pytest.raises(CheckpointError, match=message):
             load_checkpoint(ckpt, verify=verify)

@@ -18,19 +18,13 @@ from amorgp.amortizer.multistart import (
     lomb_scargle,
     period_candidates,
 )
+from amorgp.amortizer.testing import planted_period_1d
 from amorgp.kernel_grammar import OptionError
 
 
 @pytest.fixture(scope="module")
 def amz() -> Amortizer:
     return Amortizer.from_pretrained(device="cpu")
-
-
-def _planted_1d(n: int = 150, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Period 2.3 over [0, 10], noise 0.2."""
-    rng = np.random.default_rng(seed)
-    x = np.sort(rng.uniform(0, 10, n))
-    return x, np.sin(2 * np.pi * x / 2.3) + 0.2 * rng.normal(size=n)
 
 
 def _planted_3d(n: int = 150, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -54,7 +48,7 @@ def _dense_lml(r: object, X: np.ndarray, y: np.ndarray) -> float:
 
 
 def test_finds_a_planted_period_the_single_start_misses(amz: Amortizer) -> None:
-    x, y = _planted_1d()
+    x, y = planted_period_1d()
     one = amz.infer(x, y, "SE + PER", starts=1)
     many = amz.infer(x, y, "SE + PER")
     assert one.start == "network"
@@ -79,7 +73,7 @@ def test_finds_a_planted_period_in_one_dimension_of_three(amz: Amortizer) -> Non
 def test_winner_likelihood_is_the_dense_float64_one(amz: Amortizer, kernel: str) -> None:
     """The reported likelihood is the dense float64 one at the winning parameters, and
     never below the network's start."""
-    x, y = _planted_1d(n=80, seed=4)
+    x, y = planted_period_1d(n=80, seed=4)
     r = amz.infer(x, y, kernel)
     assert r.log_marginal_likelihood == pytest.approx(_dense_lml(r, x, y), rel=1e-9, abs=1e-9)
     one = amz.infer(x, y, kernel, starts=1)
@@ -88,7 +82,7 @@ def test_winner_likelihood_is_the_dense_float64_one(amz: Amortizer, kernel: str)
 
 def test_starts_one_is_the_network_and_calibration_alone(amz: Amortizer) -> None:
     """``starts=1`` returns the calibrated network prediction, computed here step by step."""
-    x, y = _planted_1d(n=60, seed=5)
+    x, y = planted_period_1d(n=60, seed=5)
     kernels = ["SE + PER", "LIN + SE*PER"]
     got = amz.infer_many(x, y, kernels, starts=1)
     _, Xn, yn, structures = amz._prepare(x, y, kernels)
@@ -105,7 +99,7 @@ def test_starts_one_is_the_network_and_calibration_alone(amz: Amortizer) -> None
 def test_kernels_without_a_period_are_unchanged(amz: Amortizer) -> None:
     """Where the network's start wins, the result is the calibrated prediction (up to the
     rounding of a kernel matrix evaluated in another batch)."""
-    x, y = _planted_1d(n=60, seed=6)
+    x, y = planted_period_1d(n=60, seed=6)
     a = amz.infer_many(x, y, ["SE", "LIN + SE"])
     b = amz.infer_many(x, y, ["SE", "LIN + SE"], starts=1)
     for ra, rb in zip(a, b, strict=True):
@@ -136,7 +130,7 @@ def test_period_candidates_peak_at_the_planted_period_of_each_dimension() -> Non
 
 
 def test_refine_auto_keeps_the_planted_period(amz: Amortizer) -> None:
-    x, y = _planted_1d(n=100, seed=9)
+    x, y = planted_period_1d(n=100, seed=9)
     r = amz.infer(x, y, "SE + PER", refine="auto")
     assert r.start.startswith("periodogram")
     assert _periods(r, 0)[0] == pytest.approx(2.3, rel=0.03)
@@ -151,7 +145,7 @@ def test_planted_periodic_structure_wins_model_averaging(amz: Amortizer) -> None
     periodic structure (the network alone would have favoured a smooth one)."""
     from amorgp.ensembles import KernelEnsemble
 
-    x, y = _planted_1d(n=120, seed=10)
+    x, y = planted_period_1d(n=120, seed=10)
     kernels = ["SE", "LIN", "SE + LIN", "SE + PER"]
     ens = KernelEnsemble.fit(amz, x, y, kernels)
     assert int(torch.as_tensor(ens.weights).argmax()) == 3
@@ -166,7 +160,7 @@ def test_planted_periodic_structure_wins_model_averaging(amz: Amortizer) -> None
 def test_structure_search_finds_the_planted_period(amz: Amortizer) -> None:
     from amorgp.ensembles import structure_search
 
-    x, y = _planted_1d(n=120, seed=11)
+    x, y = planted_period_1d(n=120, seed=11)
     res = structure_search(amz, x, y, depth=1, criterion="bic", vocabulary=amz.vocabulary)
     assert has_periodic(res.best.structure)
 
@@ -182,7 +176,7 @@ def test_invalid_starts() -> None:
 def test_estimator_starts(amz: Amortizer) -> None:
     from amorgp.amortizer.estimator import AmortizedGPRegressor
 
-    x, y = _planted_1d(n=80, seed=13)
+    x, y = planted_period_1d(n=80, seed=13)
     one = AmortizedGPRegressor("SE + PER", starts=1, device="cpu").fit(x[:, None], y)
     many = AmortizedGPRegressor("SE + PER", device="cpu").fit(x[:, None], y)
     assert one.result_.start == "network"
@@ -197,7 +191,7 @@ def test_above_the_scoring_subset_the_winner_is_calibrated_on_all_points(amz: Am
 
     from amorgp.amortizer.multistart import SCORE_POINTS
 
-    x, y = _planted_1d(n=SCORE_POINTS + 144, seed=14)
+    x, y = planted_period_1d(n=SCORE_POINTS + 144, seed=14)
     r = amz.infer(x, y, "SE + PER")
     assert r.start.startswith("periodogram")
     assert _periods(r, 0)[0] == pytest.approx(2.3, rel=0.03)

@@ -12,17 +12,9 @@ from amorgp.baselines.testing import synthetic_dataset as make_data
 from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
 from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import PaddedBatch
+from amorgp.lazy_kernels.testing import device_params
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
-        ],
-    ),
-]
+DEVICES = device_params()
 
 
 def _batch() -> tuple[PaddedBatch, list[tuple[torch.Tensor, torch.Tensor]], list[DimWiseStructure]]:

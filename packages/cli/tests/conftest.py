@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.testing import seeded_checkpoint
+from amorgp.amortizer import testing
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ``tiny``-preset checkpoint with seeded random weights (trained range n <= 40, d <= 3)."""
-    return seeded_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", PRESETS["tiny"].network)
+    """:func:`amorgp.amortizer.testing.tiny_checkpoint`, one a session."""
+    return testing.tiny_checkpoint(tmp_path_factory.mktemp("ckpt"))
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,21 +16,8 @@ from safetensors import SafetensorError
 import amorgp.amortizer.checkpoint as checkpoint_module
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.errors import CheckpointError
+from amorgp.amortizer.testing import edited_checkpoint
 from amorgp.cli import main
-
-
-def _edited_copy(src: Path, dst: Path, edit: dict[str, object]) -> Path:
-    shutil.copytree(src, dst)
-    meta = json.loads((dst / "checkpoint.json").read_text())
-    for key, value in edit.items():
-        target = meta
-        *parents, last = key.split(".")
-        for p in parents:
-            target = target[p]
-        target[last] = value
-    (dst / "checkpoint.json").write_text(json.dumps(meta))
-    return dst
-
 
 TINY_SETS = [
     "--set", "batch_size=4", "--set", "n_max=12", "--set", "max_dims=2",
@@ -129,7 +115,7 @@ def test_an_oversized_architecture_is_refused_from_the_headers(
     # 8192 is the largest width NetworkConfig admits (test_hostile_input.py: beyond it the
     # config itself is refused); within it the build is refused before it passes the
     # number of weights the headers list
-    ckpt = _edited_copy(tiny_checkpoint, tmp_path / "huge", {"network.d_data": 8192})
+    ckpt = edited_checkpoint(tiny_checkpoint, tmp_path / "huge", {"network.d_data": 8192})
     built: list[str] = []
     real_build = checkpoint_module.build_model
 

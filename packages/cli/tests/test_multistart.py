@@ -10,18 +10,12 @@ import numpy as np
 import pytest
 
 from amorgp.amortizer import Amortizer
+from amorgp.amortizer.testing import planted_period_1d
 
 
 @pytest.fixture(scope="module")
 def amz() -> Amortizer:
     return Amortizer.from_pretrained(device="cpu")
-
-
-def _planted_1d(n: int = 150, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Period 2.3 over [0, 10], noise 0.2."""
-    rng = np.random.default_rng(seed)
-    x = np.sort(rng.uniform(0, 10, n))
-    return x, np.sin(2 * np.pi * x / 2.3) + 0.2 * rng.normal(size=n)
 
 
 def test_cli_starts_option(tmp_path: Path, amz: Amortizer) -> None:
@@ -30,7 +24,7 @@ def test_cli_starts_option(tmp_path: Path, amz: Amortizer) -> None:
 
     from amorgp.cli import main
 
-    x, y = _planted_1d(n=80, seed=12)
+    x, y = planted_period_1d(n=80, seed=12)
     path = tmp_path / "p.csv"
     np.savetxt(path, np.column_stack([x, y]), delimiter=",", header="x,y", comments="")
     for starts, want in (

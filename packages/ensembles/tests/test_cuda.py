@@ -10,17 +10,9 @@ import torch
 from amorgp.ensembles import KernelEnsemble
 from amorgp.ensembles.batched import batched_member_predictive
 from amorgp.ensembles.testing import GridInference
+from amorgp.lazy_kernels.testing import device_params
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
-        ],
-    ),
-]
+DEVICES = device_params()
 KERNELS = ["SE", "PER", "SE + PER", "LIN*PER", "SE*LIN + PER"]
 
 

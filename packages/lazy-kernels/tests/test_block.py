@@ -19,18 +19,9 @@ from amorgp.lazy_kernels import (
     kernel_operator,
 )
 from amorgp.lazy_kernels.block import block_rows
-from amorgp.lazy_kernels.testing import reference_structure
+from amorgp.lazy_kernels.testing import device_params, reference_structure
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
-        ],
-    ),
-]
+DEVICES = device_params()
 STRUCTURE = DimWiseStructure.parse("(SE + PER*RQ)@0 * (LIN + MAT52*LIN)@1")
 
 

@@ -1,5 +1,5 @@
-"""Shared fixtures: a small random-weight checkpoint for fast inference tests, and an
-Amortizer on it (one per test module)."""
+"""Shared fixture: a small random-weight checkpoint (the training tests that load or grow
+a network)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.testing import seeded_checkpoint
+from amorgp.amortizer import testing
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ``tiny``-preset checkpoint with seeded random weights (trained range n <= 40, d <= 3)."""
-    return seeded_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", PRESETS["tiny"].network)
-
-
-@pytest.fixture(scope="module")
-def amz(tiny_checkpoint: Path) -> Amortizer:
-    """The ``tiny`` checkpoint's :class:`Amortizer` on the CPU (library defaults)."""
-    return Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    """:func:`amorgp.amortizer.testing.tiny_checkpoint`, one a session."""
+    return testing.tiny_checkpoint(tmp_path_factory.mktemp("ckpt"))

@@ -13,6 +13,8 @@ Run these in float64 (``model.double()``) so the comparisons are tight.
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -32,10 +34,13 @@ __all__ = [
     "assert_padding_invariant",
     "assert_point_invariant",
     "crop",
+    "edited_checkpoint",
     "oracle_log_marginal_likelihood",
+    "planted_period_1d",
     "python_without",
     "random_padded_batch",
     "seeded_checkpoint",
+    "tiny_checkpoint",
 ]
 
 
@@ -173,6 +178,37 @@ def seeded_checkpoint(directory: Path, network: NetworkConfig, seed: int = 0) ->
         model = build_model(network)
     meta = {"train": PRESETS["tiny"].train.to_dict()}
     return save_checkpoint(directory, model, network, meta=meta)
+
+
+def tiny_checkpoint(directory: Path) -> Path:
+    """A ``tiny``-preset checkpoint with seeded random weights (trained range n <= 40,
+    d <= 3) in ``directory / "tiny"``: the checkpoint of the test suites' fixtures."""
+    from amorgp.amortizer.config import PRESETS
+
+    return seeded_checkpoint(directory / "tiny", PRESETS["tiny"].network)
+
+
+def edited_checkpoint(src: Path, dst: Path, edit: dict[str, object]) -> Path:
+    """A copy at ``dst`` of the checkpoint folder ``src`` whose ``checkpoint.json`` holds
+    the values of ``edit`` (a key is a dotted path: ``"network.d_data"``)."""
+    shutil.copytree(src, dst)
+    meta = json.loads((dst / "checkpoint.json").read_text())
+    for key, value in edit.items():
+        target = meta
+        *parents, last = key.split(".")
+        for p in parents:
+            target = target[p]
+        target[last] = value
+    (dst / "checkpoint.json").write_text(json.dumps(meta))
+    return dst
+
+
+def planted_period_1d(n: int = 150, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` sorted points of a sine of period 2.3 over [0, 10], noise 0.2 (a dataset whose
+    period multi-start should find)."""
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0, 10, n))
+    return x, np.sin(2 * np.pi * x / 2.3) + 0.2 * rng.normal(size=n)
 
 
 TINY_TRAIN = TrainConfig(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal, get_args
 
@@ -46,7 +46,7 @@ from amorgp.baselines.diwp.fit import diwp_results
 from amorgp.baselines.gp import exact_posterior, exact_predictive
 from amorgp.baselines.results import FitResult, LogPredictive, Predictor
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_predictive
-from amorgp.baselines.type2ml import Type2MLSettings, fit_type2ml_batch
+from amorgp.baselines.type2ml import BatchFit, Type2MLSettings, fit_type2ml_batch
 from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, OptionError, Vocabulary
 from amorgp.lazy_kernels import MIN_POINTS, Normalizer, PaddedBatch, as_dataset
 
@@ -391,22 +391,14 @@ def _svgp_results(
     gen: torch.Generator,
 ) -> list[FitResult]:
     sfit = fit_svgp_batch(batch, settings, generator=gen)
-    B = len(structures)
-    return [
-        FitResult(
-            **common,
-            kernel=structure,
-            params=_cpu(sfit.params[b]),
-            noise=float(sfit.noise[b]),
-            objective="elbo",
-            objective_value=float(sfit.elbo[b]),
-            time_s=sfit.time_s / B,
-            iterations=int(sfit.iterations[b]),
-            status=sfit.status(b),
-            _predictor=_svgp_predictor(_select_svgp(sfit, b), batch.select(b)),
-        )
-        for b, structure in enumerate(structures)
-    ]
+    return _batch_results(
+        common,
+        structures,
+        sfit,
+        "elbo",
+        sfit.elbo,
+        lambda b: _svgp_predictor(_select_svgp(sfit, b), batch.select(b)),
+    )
 
 
 def _exact_predictor(one: PaddedBatch, params: Tensor, noise: Tensor) -> Predictor:
@@ -432,22 +424,42 @@ def _type2_results(
     gen: torch.Generator,
 ) -> list[FitResult]:
     tfit = fit_type2ml_batch(batch, settings, generator=gen)
+    return _batch_results(
+        common,
+        structures,
+        tfit,
+        "lml",
+        tfit.log_marginal_likelihood,
+        lambda b: _exact_predictor(batch.select(b), tfit.params[b : b + 1], tfit.noise[b : b + 1]),
+        log_posterior=tfit.objective if settings.map else None,
+    )
+
+
+def _batch_results(
+    common: dict[str, Any],
+    structures: list[DimWiseStructure],
+    fit: SVGPFit | BatchFit,
+    objective: str,
+    values: Tensor,
+    predictor: Callable[[int], Predictor],
+    log_posterior: Tensor | None = None,
+) -> list[FitResult]:
+    """One result per structure of a batched fit, each with its ``objective`` value
+    ``values[b]``, its predictor ``predictor(b)`` and an even share of the batch time."""
     B = len(structures)
     return [
         FitResult(
             **common,
             kernel=structure,
-            params=_cpu(tfit.params[b]),
-            noise=float(tfit.noise[b]),
-            objective="lml",
-            objective_value=float(tfit.log_marginal_likelihood[b]),
-            time_s=tfit.time_s / B,
-            iterations=int(tfit.iterations[b]),
-            status=tfit.status(b),
-            log_posterior=float(tfit.objective[b]) if settings.map else math.nan,
-            _predictor=_exact_predictor(
-                batch.select(b), tfit.params[b : b + 1], tfit.noise[b : b + 1]
-            ),
+            params=_cpu(fit.params[b]),
+            noise=float(fit.noise[b]),
+            objective=objective,
+            objective_value=float(values[b]),
+            time_s=fit.time_s / B,
+            iterations=int(fit.iterations[b]),
+            status=fit.status(b),
+            log_posterior=math.nan if log_posterior is None else float(log_posterior[b]),
+            _predictor=predictor(b),
         )
         for b, structure in enumerate(structures)
     ]

@@ -79,13 +79,18 @@ def inference_options(f: F) -> F:
             help="Seed of the encoder subset and splits.",
         ),
         click.option(
-            "--device", help="torch device, e.g. cpu or cuda (default: cuda if available)."
+            "--device",
+            expose_value=False,
+            callback=_remember,
+            help="torch device, e.g. cpu or cuda (default: cuda if available).",
         ),
         click.option(
             "--dtype",
             type=click.Choice(["float64", "float32"]),
             default="float64",
             show_default=True,
+            expose_value=False,
+            callback=_remember,
             help="dtype of the GP algebra (the network runs in float32).",
         ),
         click.option(
@@ -110,6 +115,8 @@ def inference_options(f: F) -> F:
         click.option(
             "--checkpoint",
             type=click.Path(path_type=Path),
+            expose_value=False,
+            callback=_remember,
             help="Checkpoint directory (default: the bundled pretrained model).",
         ),
         click.option(
@@ -124,6 +131,8 @@ def inference_options(f: F) -> F:
             "--calibrate/--no-calibrate",
             default=True,
             show_default=True,
+            expose_value=False,
+            callback=_remember,
             help="Set each kernel's global scale and noise to their exact Type-2 ML values "
             "after the network (one tridiagonal reduction per kernel on the CPU; before --refine); "
             "--no-calibrate: the network's prediction alone.",
@@ -395,27 +404,29 @@ def check_device(device: str | None) -> None:
         raise click.BadParameter(f"{device}: no MPS device is available", param_hint="--device")
 
 
-def load_amortizer(
-    checkpoint: Path | None, device: str | None, dtype: str, seed: int, calibrate: bool = True
-) -> Amortizer:
-    """The network of ``--checkpoint`` (default: the bundled model) on ``--device``, with
-    ``--calibrate`` as its default for every kernel it fits and the solver plan of
-    ``--backend`` and ``--memory-budget`` (read from the command's context)."""
+def load_amortizer(seed: int) -> Amortizer:
+    """The network of ``--checkpoint`` (default: the bundled model) on ``--device`` in
+    ``--dtype``, with ``--calibrate`` as its default for every kernel it fits and the solver
+    plan of ``--backend`` and ``--memory-budget`` (all read from the command's context, with
+    their defaults outside one)."""
     import torch
 
     from amorgp.amortizer.api import Amortizer
     from amorgp.kernel_grammar.errors import OptionError
 
-    check_device(device)
     meta = click.get_current_context(silent=True)
     options = meta.meta if meta is not None else {}
+    device = options.get("amorgp.device")
+    check_device(device)
     try:
         return Amortizer.from_pretrained(
-            checkpoint,
+            options.get("amorgp.checkpoint"),
             device=device,
-            dtype=torch.float64 if dtype == "float64" else torch.float32,
+            dtype=torch.float64
+            if options.get("amorgp.dtype", "float64") == "float64"
+            else torch.float32,
             seed=seed,
-            calibrate=calibrate,
+            calibrate=options.get("amorgp.calibrate", True),
             backend=options.get("amorgp.backend", "auto"),
             memory_budget=float(options.get("amorgp.memory_budget", 4.0)) * 2**30,
         )

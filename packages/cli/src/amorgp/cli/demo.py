@@ -191,11 +191,7 @@ def demo(
     as_json: bool,
     target: str | None,
     seed: int,
-    device: str | None,
-    dtype: str,
-    checkpoint: Path | None,
     refine: Refine,
-    calibrate: bool,
 ) -> None:
     """Airline passengers 1949-1960: amortized hyperparameters of several kernels next to
     Type-2 ML by L-BFGS with 3 starts per kernel, and to the amortized fit with
@@ -210,7 +206,7 @@ def demo(
     table = read_csv(DEMO_DATA, target)
     assert table.y is not None
     chosen = list(kernels) or list(DEMO_KERNELS)
-    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    amz = load_amortizer(seed)
     check_kernels(amz, chosen, table)
     run_inference(amz, table, chosen[:1], 0)  # warm-up (first-call allocations), not timed
     t0 = time.perf_counter()
@@ -311,7 +307,7 @@ def demo(
     _report(results, baseline, n, auto, sklearn)
     emit("")
     line = f"time for {len(chosen)} kernels: amortized {1e3 * t_amortized:.1f} ms"
-    if calibrate:
+    if amz.calibrate:
         line += " (incl. the calibration of scale and noise)"
     if any(r.refine_status != "none" for r in results):
         steps = ", ".join(str(r.refine_steps) for r in results)

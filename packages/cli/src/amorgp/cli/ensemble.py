@@ -130,15 +130,11 @@ def ensemble(
     as_json: bool,
     target: str | None,
     seed: int,
-    device: str | None,
-    dtype: str,
-    checkpoint: Path | None,
     refine: Refine,
-    calibrate: bool,
 ) -> None:
     """Bayesian model averaging over kernel structures for the table DATA (CSV with a header)."""
     train, test = _prepare(data, target, split, seed, plot_path, split_mode)
-    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    amz = load_amortizer(seed)
     kernels = _kernels(amz, train, kernel_texts, preset)
     n = int(train.X.shape[0])
     terms = [sum(len(a) for a in k.dims) for k in kernels]
@@ -301,11 +297,7 @@ def search(
     as_json: bool,
     target: str | None,
     seed: int,
-    device: str | None,
-    dtype: str,
-    checkpoint: Path | None,
     refine: Refine,
-    calibrate: bool,
 ) -> None:
     """Greedy/beam search for the kernel structure of the table DATA, scored by the
     amortized log marginal likelihood (or BIC; after the exact scale and noise unless
@@ -314,7 +306,7 @@ def search(
     from amorgp.ensembles import describe_structure, format_description
 
     table = read_csv(data, target)
-    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    amz = load_amortizer(seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = _run_search(amz, table, depth, beam, criterion, max_addends, top, refine)

@@ -138,11 +138,7 @@ def infer(
     as_json: bool,
     target: str | None,
     seed: int,
-    device: str | None,
-    dtype: str,
-    checkpoint: Path | None,
     refine: Refine,
-    calibrate: bool,
     starts: int | None,
     group_by: tuple[str, ...] = (),
     inputs: tuple[str, ...] = (),
@@ -164,7 +160,7 @@ def infer(
 
         if noise_floor is not None:
             raise click.UsageError("--noise-floor is not available with --group-by")
-        amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+        amz = load_amortizer(seed)
         amz.starts = starts
         run_groups(
             amz, data, group_by, kernels, target, inputs, predict_at, output, as_json, refine
@@ -175,7 +171,7 @@ def infer(
             raise click.UsageError(f"{name} needs --group-by")
 
     table = read_csv(data, target)
-    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    amz = load_amortizer(seed)
     amz.starts = starts
     results = run_inference(amz, table, kernels, refine, noise_floor=noise_floor)
     check_finite(results)

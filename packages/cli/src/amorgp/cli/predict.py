@@ -235,11 +235,7 @@ def predict(
     as_json: bool,
     target: str | None,
     seed: int,
-    device: str | None,
-    dtype: str,
-    checkpoint: Path | None,
     refine: Refine,
-    calibrate: bool,
     starts: int | None,
 ) -> None:
     """GP predictions on a test set with amortized hyperparameters; RMSE and NLL when targets are known."""
@@ -272,7 +268,7 @@ def predict(
             feature_names=table.feature_names,
             training=False,
         )
-    amz = load_amortizer(checkpoint, device, dtype, seed, calibrate)
+    amz = load_amortizer(seed)
     amz.starts = starts
     results = run_inference(amz, train, kernels, refine)
     check_finite(results)

@@ -9,6 +9,7 @@
 * :mod:`.gpytorch_bridge` — the equivalent GPyTorch modules (an external oracle).
 * :mod:`.data` — the bad-data suite: every fitting entry point rejects the same bad
   datasets with :class:`~amorgp.kernel_grammar.DataError` and a one-line message.
+* :mod:`.devices` — the devices of device-parametrised tests.
 """
 
 from amorgp.lazy_kernels.testing.data import (
@@ -17,6 +18,7 @@ from amorgp.lazy_kernels.testing.data import (
     bad_datasets,
     check_rejects_bad_data,
 )
+from amorgp.lazy_kernels.testing.devices import device_params
 from amorgp.lazy_kernels.testing.evaluator import (
     CONFORMANCE_CHECKS,
     DimWiseBatch,
@@ -88,6 +90,7 @@ __all__ = [
     "check_reference",
     "check_symmetry",
     "dense_operator",
+    "device_params",
     "expression_operator",
     "gpytorch_kernel_matrix",
     "gpytorch_symbol_kernel",
