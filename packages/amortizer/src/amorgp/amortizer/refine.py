@@ -1,31 +1,20 @@
 """Refinement of amortized hyperparameters by Type-2 ML (L-BFGS), warm-started at the network.
 
-The objective, transform and optimiser are those of the baselines' ``GP-ML (L-BFGS)`` fit
-(:func:`amorgp.baselines.fit_type2ml_batch` with ``space="log"``; its L-BFGS,
-:func:`amorgp.baselines.lbfgs`, is imported here on first use only: plain amortized
-inference never imports :mod:`amorgp.baselines`).  The objective is evaluated by
-:class:`LogMarginalLikelihood`: the inputs' pairwise differences computed once per
-refinement and the gradient in closed form, where the baselines differentiate the
-batched kernel evaluator by autograd; the iterates are the same (the final log marginal
-likelihoods agree to about 1e-10 nats) at a fraction of the time per evaluation
-(``docs/benchmarks/local-optima.md``).
+The objective is the exact log marginal likelihood
 
-The optimiser moves the log parameters ``log(theta - floor)`` (``space="log"`` of
-:class:`amorgp.baselines.Type2MLSettings`; the objective is the same): the network's
-errors are factors, which a log step corrects at the same pace for a lengthscale of 0.1
-or of 10.  On the paper protocol (24 kernels x 5 datasets x 3 splits, from the
-calibrated start) 20 iterations reached a higher log marginal likelihood than in the
-transform's softplus space on 220 of the 360 cells (lower on 129), 5 iterations on 203
-(lower on 156), at 0.9x the time; on split 0 the median test RMSE ratio to 5-start
-Type-2 ML went from 1.031 to 1.014 (20 iterations) and from 1.082 to 1.069 (5).
-
-Profiling the global scale out of the objective (its closed-form optimum
-``s = y^T (K + r I)^{-1} y / n`` at every evaluation, the optimiser moving the other
-parameters and the noise-to-scale ratio ``r``) was measured and not adopted: on split 0
-(120 cells, side by side) 5 such iterations took the median RMSE ratio to L-BFGS Type-2 ML
-from 1.069 to 1.052, but at 1.4x the time (longer line searches), where 7 plain iterations
-in the same time reach 1.061 with a lower test NLL (per cell 63 lower, 57 higher); after
-20 iterations it is level per cell (58 lower, 62 higher) at 1.3x the time.
+``log p(y | theta) = -y^T (K + sigma^2 I)^{-1} y / 2 - log|K + sigma^2 I| / 2 - n log(2 pi) / 2``,
+evaluated by :class:`LogMarginalLikelihood` with its gradient in closed form
+(``W = (alpha alpha^T - (K + sigma^2 I)^{-1}) / 2``, ``d/d theta_i = <W, dK/d theta_i>``),
+the inputs' pairwise differences computed once per refinement and each elementary
+kernel's unit factor and its derivatives taken from its registration
+(:class:`amorgp.lazy_kernels.TorchElementary`: ``unit_and_grads``, else forward-mode
+differentiation of its torch form).  The optimiser is
+:func:`amorgp.diff_linalg.optim.lbfgs` (strong Wolfe line search); it moves the log
+parameters ``z = log(theta - floor)`` (the transform's floors), so the network's errors,
+which are factors, are corrected at the same pace for a lengthscale of 0.1 or of 10.
+Fixed parameters, bounds and the noise floor (:mod:`amorgp.amortizer.constraints`) enter
+through that map: a fixed parameter is not among ``z``, a bounded one moves as
+``theta = exp(log low + (log high - log low) sigmoid(z))``.
 
 ``refine=k`` runs at most ``k`` L-BFGS iterations per kernel (fewer when L-BFGS's own
 tolerances stop it); each iteration's strong-Wolfe line search may use up to
@@ -36,8 +25,8 @@ likelihood of a kernel improves by less than :data:`AUTO_ATOL` nats or :data:`AU
 relatively (``Delta <= max(AUTO_ATOL, AUTO_RTOL * |LML|)``) over a round, L-BFGS
 converges, or :data:`AUTO_MAX_ITERS` iterations have run.
 
-With several starts per kernel (:mod:`amorgp.amortizer.multistart`, kernels with a
-periodic term), ``refine="auto"`` first refines the best :data:`~amorgp.amortizer.
+With several starts per kernel (:mod:`amorgp.amortizer.multistart`), the pipeline's
+``refine="auto"`` first refines the best :data:`~amorgp.amortizer.
 multistart.REFINE_STARTS` starts of each kernel by successive halving (rounds of
 :data:`STARTS_ROUND` iterations, the better half kept after each; :func:`refine_starts`)
 and continues from the last one left: a start that scores lower before refinement (a
