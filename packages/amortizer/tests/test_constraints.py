@@ -281,3 +281,26 @@ def test_the_estimator_takes_the_options() -> None:
     assert reg.hyperparameters_["noise"] == 1e-3
     with pytest.raises(OptionError, match="low < high"):
         reg.set_params(fixed=None, bounds={LS: (1.0, 0.1)}).fit(x[:, None], y)
+
+
+def test_the_noise_slope_is_the_likelihood_s_derivative() -> None:
+    """The slope that decides the floor warning equals a central finite difference of the
+    dense float64 log marginal likelihood (scipy's multivariate normal) in the noise."""
+    from scipy.stats import multivariate_normal
+
+    from amorgp.amortizer.inference import noise_slope
+
+    rng = np.random.default_rng(4)
+    x = np.sort(rng.uniform(0.0, 1.0, 25))
+    y = np.sin(6.0 * x) + 0.05 * rng.standard_normal(25)
+    K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / 0.2**2)
+    sigma2, h = 1e-3, 1e-7
+
+    def lml(s2: float) -> float:
+        return float(multivariate_normal(np.zeros(25), K + s2 * np.eye(25)).logpdf(y))
+
+    A = torch.as_tensor(K + sigma2 * np.eye(25))
+    L = torch.linalg.cholesky(A)
+    alpha = torch.cholesky_solve(torch.as_tensor(y)[:, None], L)[:, 0]
+    fd = (lml(sigma2 + h) - lml(sigma2 - h)) / (2 * h)
+    assert noise_slope(L, alpha) == pytest.approx(fd, rel=1e-5)

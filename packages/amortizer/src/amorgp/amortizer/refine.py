@@ -386,12 +386,6 @@ class LogMarginalLikelihood:
             lml, grad = self.value_and_theta_grad(theta)
             return lml, (grad if self.plain else grad[self.free]) * dtheta
 
-    def noise_slope(self, params: Tensor, noise: Tensor) -> float:
-        """``d LML / d sigma^2`` at ``params (D, L, P)`` and ``noise`` (NaN on failure):
-        negative where the likelihood rises towards lower noise."""
-        theta = self.flat(params.to(torch.float64), noise.to(torch.float64))
-        return float(self.value_and_theta_grad(theta)[1][-1])
-
     def value_and_theta_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """The log marginal likelihood at ``theta (m,)`` and its gradient with respect to
         ``theta`` (see :meth:`value_and_grad`; NaN on failure)."""
