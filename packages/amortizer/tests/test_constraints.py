@@ -304,3 +304,42 @@ def test_the_noise_slope_is_the_likelihood_s_derivative() -> None:
     alpha = torch.cholesky_solve(torch.as_tensor(y)[:, None], L)[:, 0]
     fd = (lml(sigma2 + h) - lml(sigma2 - h)) / (2 * h)
     assert noise_slope(L, alpha) == pytest.approx(fd, rel=1e-5)
+
+
+def test_priors_give_the_map_optimum(amz: Amortizer) -> None:
+    """``priors=True`` refines to the maximum of the log marginal likelihood plus the
+    grammar's log priors (oracle: scipy's L-BFGS-B on the dense float64 objective in log
+    space, several starts); without ``refine`` it is refused."""
+    from scipy.optimize import minimize
+    from scipy.stats import multivariate_normal
+
+    from amorgp.kernel_grammar import NOISE, base_symbol
+
+    rng = np.random.default_rng(7)
+    x = np.sort(rng.uniform(0.0, 10.0, 30))
+    y = np.sin(x) + 0.3 * rng.standard_normal(30)
+    r = amz.infer(x, y, "SE", refine="auto", priors=True)
+    assert r.priors
+    assert r.to_dict()["priors"] is True
+    Xn = r.normalizer.transform_x(torch.as_tensor(x[:, None])).numpy()[:, 0]
+    yn = r.normalizer.transform_y(torch.as_tensor(y)).numpy()
+    specs = [*base_symbol("SE").params, NOISE]
+
+    def objective(log_theta: np.ndarray) -> float:
+        s2, ell, noise = np.exp(log_theta)
+        K = s2 * np.exp(-0.5 * (Xn[:, None] - Xn[None, :]) ** 2 / ell**2)
+        lml = multivariate_normal(np.zeros(30), K + noise * np.eye(30)).logpdf(yn)
+        prior = sum(float(p.prior.log_prob(t)) for p, t in zip(specs, (s2, ell, noise)))
+        return -(lml + prior)
+
+    best = min(
+        (minimize(objective, np.log(s), method="L-BFGS-B") for s in ([1, 0.3, 0.1], [1, 1, 0.5])),
+        key=lambda o: o.fun,
+    )
+    ours = np.log([float(r.params[0, 0, 0]), float(r.params[0, 0, 1]), r.noise])
+    assert -objective(ours) >= -best.fun - 1e-3
+    np.testing.assert_allclose(ours, best.x, atol=5e-2)
+    with pytest.raises(ValueError, match="priors=True acts through the refinement"):
+        amz.infer(x, y, "SE", priors=True)
+    with pytest.raises(ValueError, match="priors must be True or False"):
+        amz.infer(x, y, "SE", refine=3, priors="yes")  # type: ignore[arg-type]

@@ -144,16 +144,24 @@ def _floor_of(name: Name, structure: DimWiseStructure | None, noise_floor: float
 
 @dataclass(frozen=True)
 class Constraints:
-    """The checked ``fixed``, ``bounds`` and ``noise_floor`` of one call (all kernels)."""
+    """The checked ``fixed``, ``bounds``, ``noise_floor`` and ``priors`` of one call (all
+    kernels)."""
 
     fixed: Mapping[Name, float] = field(default_factory=dict)
     bounds: Mapping[Name, tuple[float, float]] = field(default_factory=dict)
     noise_floor: float = DEFAULT_NOISE_FLOOR
+    priors: bool = False
 
     @property
     def trivial(self) -> bool:
-        """Nothing fixed or bounded and the default floor (the unconstrained pipeline)."""
-        return not self.fixed and not self.bounds and self.noise_floor == DEFAULT_NOISE_FLOOR
+        """Nothing fixed or bounded, the default floor and no priors (the unconstrained
+        pipeline)."""
+        return (
+            not self.fixed
+            and not self.bounds
+            and self.noise_floor == DEFAULT_NOISE_FLOOR
+            and not self.priors
+        )
 
     def resolve(self, structures: Sequence[DimWiseStructure]) -> list[KernelConstraints]:
         """Per kernel, the constraints on its own parameters.
@@ -199,20 +207,25 @@ class Constraints:
                     noise_floor=self.noise_floor,
                     fixed={n: v for n, v in self.fixed.items() if n in mine},
                     bounds={n: b for n, b in self.bounds.items() if n in mine},
+                    priors=self.priors,
                 )
             )
         return out
 
 
 def check_constraints(
-    fixed: Any = None, bounds: Any = None, noise_floor: Any = None
+    fixed: Any = None, bounds: Any = None, noise_floor: Any = None, priors: Any = False
 ) -> Constraints:
-    """``fixed``, ``bounds`` and ``noise_floor`` checked (names not yet against kernels).
+    """``fixed``, ``bounds``, ``noise_floor`` and ``priors`` checked (names not yet against
+    kernels).
 
     Args:
         fixed: ``{name: value}`` or ``None``.
         bounds: ``{name: (low, high)}`` or ``None``.
         noise_floor: a float or ``None`` (:data:`DEFAULT_NOISE_FLOOR`).
+        priors: ``True``: refinement maximises the log marginal likelihood plus the log
+            density of the grammar's prior of every free hyperparameter (MAP, normalised
+            units: each ``ParamSpec.prior`` and the noise's); ``False``: the likelihood.
 
     Raises:
         OptionError: one line naming the problem: a key that is not a name, a value that
@@ -220,6 +233,8 @@ def check_constraints(
             bounded, or a bad ``noise_floor`` (see :func:`check_noise_floor`).
     """
     floor = DEFAULT_NOISE_FLOOR if noise_floor is None else check_noise_floor(noise_floor)
+    if not isinstance(priors, bool):
+        raise OptionError(f"priors must be True or False, got {priors!r}")
     fx: dict[Name, float] = {}
     bd: dict[Name, tuple[float, float]] = {}
     for option, given in (("fixed", fixed), ("bounds", bounds)):
@@ -242,7 +257,7 @@ def check_constraints(
     both = sorted(_name_text(n) for n in set(fx) & set(bd))
     if both:
         raise OptionError(f"{', '.join(both)} is both fixed and bounded; give one of the two")
-    return Constraints(fx, bd, floor)
+    return Constraints(fx, bd, floor, priors)
 
 
 @dataclass(frozen=True)
@@ -258,10 +273,16 @@ class KernelConstraints:
     noise_floor: float = DEFAULT_NOISE_FLOOR
     fixed: Mapping[Name, float] = field(default_factory=dict)
     bounds: Mapping[Name, tuple[float, float]] = field(default_factory=dict)
+    priors: bool = False
 
     @property
     def trivial(self) -> bool:
-        return not self.fixed and not self.bounds and self.noise_floor == DEFAULT_NOISE_FLOOR
+        return (
+            not self.fixed
+            and not self.bounds
+            and self.noise_floor == DEFAULT_NOISE_FLOOR
+            and not self.priors
+        )
 
     @property
     def names(self) -> list[Name]:
@@ -306,11 +327,13 @@ class KernelConstraints:
         return params, noise
 
     def describe(self) -> dict[str, Any]:
-        """JSON-ready: ``{"noise_floor", "fixed", "bounds"}`` with names as text."""
+        """JSON-ready: ``{"noise_floor", "fixed", "bounds", "priors"}`` with names as
+        text."""
         return {
             "noise_floor": self.noise_floor,
             "fixed": {_key(n): v for n, v in self.fixed.items()},
             "bounds": {_key(n): list(b) for n, b in self.bounds.items()},
+            "priors": self.priors,
         }
 
 

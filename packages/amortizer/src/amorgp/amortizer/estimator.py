@@ -122,6 +122,8 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             ``*_bounds="fixed"``).
         bounds: ``{name: (low, high)}`` within which ``refine`` optimises (scikit-learn's
             ``*_bounds``), same names and units.
+        priors: ``True``: ``refine`` fits the MAP hyperparameters under the grammar's
+            priors (normalised units) instead of Type-2 ML; needs ``refine``.
         backend: the GP solver: ``"auto"`` (the memory rule: dense Cholesky, dense CG,
             KeOps or block CG), ``"cholesky"``, ``"cg"``, ``"keops"``, ``"block"`` or
             ``"dense"`` (:func:`~amorgp.lazy_kernels.plan_solver`).
@@ -165,6 +167,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         bounds: dict[Any, tuple[float, float]] | None = None,
         backend: str = "auto",
         memory_budget: float | None = None,
+        priors: bool = False,
     ) -> None:
         self.kernel = kernel
         self.refine = refine
@@ -179,6 +182,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.bounds = bounds
         self.backend = backend
         self.memory_budget = memory_budget
+        self.priors = priors
 
     def _amortizer(self) -> Amortizer:
         budget = MEMORY_BUDGET if self.memory_budget is None else self.memory_budget
@@ -212,6 +216,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             noise_floor=self.noise_floor,
             fixed=self.fixed,
             bounds=self.bounds,
+            priors=self.priors,
         )
         self.result_: KernelResult = result
         self.n_features_in_ = Xa.shape[1]

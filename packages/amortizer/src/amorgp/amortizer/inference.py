@@ -274,6 +274,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         noise_floor: float | None = None,
         fixed: Mapping[Name, float] | None = None,
         bounds: Mapping[Name, tuple[float, float]] | None = None,
+        priors: bool = False,
     ) -> KernelResult:
         """Hyperparameters of one kernel (see :meth:`infer_many`)."""
         return self.infer_many(
@@ -288,6 +289,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             noise_floor=noise_floor,
             fixed=fixed,
             bounds=bounds,
+            priors=priors,
         )[0]
 
     def infer_many(
@@ -304,6 +306,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         noise_floor: float | None = None,
         fixed: Mapping[Name, float] | None = None,
         bounds: Mapping[Name, tuple[float, float]] | None = None,
+        priors: bool = False,
     ) -> list[KernelResult]:
         """Hyperparameters of several kernels on one dataset in one batch.
 
@@ -349,6 +352,11 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 ``"noise"``, values in normalised units (:mod:`amorgp.amortizer.constraints`).
             bounds: ``{name: (low, high)}`` within which ``refine`` optimises (the start
                 clipped into them), same names and units.
+            priors: ``True``: ``refine`` maximises the log marginal likelihood plus the log
+                density of the grammar's prior of every free hyperparameter (a MAP fit, in
+                normalised units: each parameter's ``ParamSpec.prior``, the noise's
+                ``NOISE.prior``); needs ``refine``.  The reported log marginal likelihood
+                stays the likelihood.
 
         Returns:
             One :class:`~amorgp.amortizer.results.KernelResult` per kernel, in order.
@@ -375,7 +383,9 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             raise OptionError("kernels is empty")
         steps = check_refine(refine)
         calibrate = self.calibrate if calibrate is None else check_calibrate(calibrate)
-        cons = check_constraints(fixed, bounds, noise_floor)
+        cons = check_constraints(fixed, bounds, noise_floor, priors)
+        if cons.priors and steps == 0:
+            raise OptionError("priors=True acts through the refinement: pass refine=k or 'auto'")
         norm, Xn, yn, parsed = self._prepare(X, y, kernels)
         structures = batched.KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         kcons = cons.resolve(structures)
@@ -490,6 +500,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 noise_floor=cons.noise_floor,
                 fixed=dict(kcons[i].fixed),
                 bounds=dict(kcons[i].bounds),
+                priors=cons.priors,
                 _posterior=posteriors[i],
             )
             for i, s in enumerate(structures)

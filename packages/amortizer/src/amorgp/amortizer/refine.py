@@ -47,6 +47,7 @@ from torch import Tensor
 from amorgp.kernel_grammar import (
     ELEMENTARY,
     FLOORS,
+    NOISE,
     BaseSymbol,
     DimWiseStructure,
     OptionError,
@@ -306,6 +307,12 @@ class LogMarginalLikelihood:
             dtype=torch.float64,
         )
         self.plain = constraints is None or (not constraints.fixed and not constraints.bounds)
+        # MAP: the grammar's prior of every parameter, in the flat order of ``theta``
+        self.priors = (
+            [p.prior for _, _, b in self.terms for p in b.params] + [NOISE.prior]
+            if constraints is not None and constraints.priors
+            else None
+        )
         if constraints is not None:
             self.floors, fixed, low, high = constraints.vectors()
             self.fixed = fixed
@@ -365,7 +372,8 @@ class LogMarginalLikelihood:
         return params, theta[-1]
 
     def value(self, z: Tensor) -> Tensor:
-        """The log marginal likelihood at ``z (m,)``, differentiable with respect to ``z``
+        """The objective (the log marginal likelihood, plus the log prior with ``priors``)
+        at ``z (m,)``, differentiable with respect to ``z``
         (gradient in closed form, see :meth:`value_and_grad`; NaN on failure)."""
         return _LogMarginalLikelihoodFn.apply(z, self)
 
@@ -384,7 +392,20 @@ class LogMarginalLikelihood:
         with torch.no_grad():
             theta, dtheta = self.theta(z.detach())
             lml, grad = self.value_and_theta_grad(theta)
+            if self.priors is not None:
+                lp, dlp = self.log_prior(theta)
+                lml, grad = lml + lp, grad + dlp
             return lml, (grad if self.plain else grad[self.free]) * dtheta
+
+    def log_prior(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """The log density of the grammar's priors at ``theta (m,)`` and its gradient
+        (with ``priors``; autograd through each prior's ``log_prob``)."""
+        assert self.priors is not None
+        with torch.enable_grad():
+            t = theta.detach().clone().requires_grad_(True)
+            lp = torch.stack([p.log_prob(t[i]) for i, p in enumerate(self.priors)]).sum()
+            (g,) = torch.autograd.grad(lp, t)
+        return lp.detach(), g
 
     def value_and_theta_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """The log marginal likelihood at ``theta (m,)`` and its gradient with respect to

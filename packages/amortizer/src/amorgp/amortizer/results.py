@@ -160,6 +160,8 @@ class KernelResult(KernelFit):
         fixed: the hyperparameters held fixed, ``{name: value}`` (names as
             :attr:`hyperparameters`, or ``"noise"``; normalised units); empty if none.
         bounds: the bounded hyperparameters, ``{name: (low, high)}``; empty if none.
+        priors: the refinement maximised the likelihood times the grammar's priors (MAP,
+            ``priors=True``) rather than the likelihood.
 
     :attr:`log_marginal_likelihood` is computed by :meth:`Amortizer.infer_many
     <amorgp.amortizer.inference.Amortizer.infer_many>` when the dense backend applies (or
@@ -177,6 +179,7 @@ class KernelResult(KernelFit):
     noise_floor: float = DEFAULT_NOISE_FLOOR
     fixed: Mapping[Name, float] = field(default_factory=dict)
     bounds: Mapping[Name, tuple[float, float]] = field(default_factory=dict)
+    priors: bool = False
     _posterior: Posterior | None = field(default=None, repr=False)
 
     @property
@@ -239,5 +242,7 @@ class KernelResult(KernelFit):
             "encoder_points": self.encoder_points,
             "network": self.network,
             "start": self.start,
-            **KernelConstraints(self.kernel, self.noise_floor, self.fixed, self.bounds).describe(),
+            **KernelConstraints(
+                self.kernel, self.noise_floor, self.fixed, self.bounds, self.priors
+            ).describe(),
         }
