@@ -425,8 +425,8 @@ def write_report(args, res, rm, sample, failed, rss_mb, dask_rows, load0, load1)
         "(CPU), but its median test RMSE "
         f"({one_r[0]:.3f} / {one_r[1]:.3f} against scikit-learn's {sk_r[0]:.3f} / "
         f"{sk_r[1]:.3f}) is {worse}: a wrong period is the common failure the multi-start "
-        "corrects. The 2-worker goal needs a second free core; this machine had none "
-        f"(load average {load0[0]:.1f} on 2 cores)"
+        "corrects. The 2-worker goal needs a second free core; this run shared its 2 cores "
+        f"with other work (load average {max(load0[0], load1[0]):.1f} at its highest sample)"
         + (
             f", and the workers' CPU time per series was {wcpu_ratio:.2f}x the single "
             "process's"
