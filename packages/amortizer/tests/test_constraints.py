@@ -288,7 +288,7 @@ def test_the_noise_slope_is_the_likelihood_s_derivative() -> None:
     dense float64 log marginal likelihood (scipy's multivariate normal) in the noise."""
     from scipy.stats import multivariate_normal
 
-    from amorgp.amortizer.inference import noise_slope
+    from amorgp.amortizer.constraints import noise_slope
 
     rng = np.random.default_rng(4)
     x = np.sort(rng.uniform(0.0, 1.0, 25))

@@ -36,13 +36,23 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import FLOORS, DimWiseStructure, OptionError, ParamKind, base_symbol
+from amorgp.kernel_grammar import (
+    FLOORS,
+    DimWiseStructure,
+    OptionError,
+    ParamKind,
+    Vocabulary,
+    base_symbol,
+)
 from amorgp.kernel_grammar.warn import warn
+
+if TYPE_CHECKING:
+    from amorgp.amortizer.results import Factor
 
 __all__ = [
     "DEFAULT_NOISE_FLOOR",
@@ -54,6 +64,8 @@ __all__ = [
     "NoiseFloorWarning",
     "check_constraints",
     "check_noise_floor",
+    "noise_slope",
+    "warn_at_noise_floor",
 ]
 
 Name = str | tuple[int, int, str]
@@ -378,3 +390,60 @@ def warn_noise_floor(text: str, noise: float, floor: float) -> None:
         f"falls; {advice}",
         NoiseFloorWarning,
     )
+
+
+def noise_slope(L: Tensor, alpha: Tensor) -> float:
+    """``d log p(y) / d sigma^2 = (alpha^T alpha - tr A^{-1}) / 2`` from the Cholesky factor
+    ``L (n, n)`` of ``A = K + sigma^2 I`` and ``alpha = A^{-1} y`` (``tr A^{-1}`` is the
+    squared Frobenius norm of ``L^{-1}``)."""
+    eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device)
+    inv_L = torch.linalg.solve_triangular(L, eye, upper=False)
+    return 0.5 * (float(alpha @ alpha) - float(inv_L.square().sum()))
+
+
+def warn_at_noise_floor(
+    Xn: Tensor,
+    yn: Tensor,
+    constraints: Sequence[KernelConstraints],
+    params: Tensor,
+    noise: Tensor,
+    factors: Sequence[Factor | None] | None,
+    vocabulary: Vocabulary,
+) -> None:
+    """Warn (:class:`~amorgp.amortizer.constraints.NoiseFloorWarning`) for each kernel whose
+    free noise ended at the floor (within :data:`~amorgp.amortizer.constraints.FLOOR_RTOL`
+    of it) while the exact log marginal likelihood still rises towards lower noise: its
+    derivative in the noise, ``(alpha^T alpha - tr A^{-1}) / 2`` with ``A = K + sigma^2 I``
+    and ``alpha = A^{-1} y``, is negative.  It reads the kernel's batched factor where
+    there is one, else factors ``A`` for such kernels only (at most
+    :data:`~amorgp.amortizer.calibrate.MAX_POINTS` points).  Above that size the noise
+    must be within :data:`~amorgp.amortizer.refine.START_GAP` of the floor, where only a
+    refinement towards it ends."""
+    from amorgp.amortizer import batched
+    from amorgp.amortizer.calibrate import MAX_POINTS
+    from amorgp.amortizer.refine import START_GAP
+
+    noises = noise.tolist()
+    for k, c in enumerate(constraints):
+        floor = c.noise_floor
+        if "noise" in c.fixed or "noise" in c.bounds or noises[k] > floor * (1.0 + FLOOR_RTOL):
+            continue
+        s = c.structure
+        if Xn.shape[0] > MAX_POINTS:
+            at_floor = noises[k] <= floor * (1.0 + START_GAP)
+        else:
+            factor = None if factors is None else factors[k]
+            if factor is None:
+                with torch.no_grad():
+                    X64, y64 = Xn.to(torch.float64), yn.to(torch.float64)
+                    p64 = params[k : k + 1].to(torch.float64)
+                    Km = batched.kernel_matrices(X64, [s], vocabulary, p64)
+                    f = batched.factor(Km, y64, noise[k : k + 1].to(torch.float64))
+                factor = None if bool(f.failed[0]) else (f.L[0], f.alpha[0], f.jitter[0], f.lml[0])
+            if factor is None:  # the factorisation failed: nothing to say
+                continue
+            at_floor = noise_slope(factor[0], factor[1]) < 0.0
+        if at_floor:
+            warn_noise_floor(
+                str(s) if not s.is_uniform else " + ".join(s.dims[0]), noises[k], floor
+            )

@@ -24,11 +24,10 @@ from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
 from amorgp.amortizer.calibrate import check_calibrate
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.constraints import (
-    KernelConstraints,
     Name,
     check_constraints,
     project_all,
-    warn_noise_floor,
+    warn_at_noise_floor,
 )
 from amorgp.amortizer.forward import warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
@@ -481,7 +480,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             K, n, elapsed, calibrate, starts, refine,
         )  # fmt: skip
         noises = noise.tolist()
-        _check_noise_floor(Xn, yn, kcons, params, noise, factors, self.vocabulary)
+        warn_at_noise_floor(Xn, yn, kcons, params, noise, factors, self.vocabulary)
         return [
             KernelResult(
                 kernel=s,
@@ -661,62 +660,6 @@ class AmortizedMethod:
         return self.amortizer.infer_many(
             X, y, kernels, refine=self.refine, calibrate=self.calibrate
         )
-
-
-def noise_slope(L: Tensor, alpha: Tensor) -> float:
-    """``d log p(y) / d sigma^2 = (alpha^T alpha - tr A^{-1}) / 2`` from the Cholesky factor
-    ``L (n, n)`` of ``A = K + sigma^2 I`` and ``alpha = A^{-1} y`` (``tr A^{-1}`` is the
-    squared Frobenius norm of ``L^{-1}``)."""
-    eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device)
-    inv_L = torch.linalg.solve_triangular(L, eye, upper=False)
-    return 0.5 * (float(alpha @ alpha) - float(inv_L.square().sum()))
-
-
-def _check_noise_floor(
-    Xn: Tensor,
-    yn: Tensor,
-    constraints: Sequence[KernelConstraints],
-    params: Tensor,
-    noise: Tensor,
-    factors: Sequence[Factor | None] | None,
-    vocabulary: Vocabulary,
-) -> None:
-    """Warn (:class:`~amorgp.amortizer.constraints.NoiseFloorWarning`) for each kernel whose
-    free noise ended at the floor (within :data:`~amorgp.amortizer.constraints.FLOOR_RTOL`
-    of it) while the exact log marginal likelihood still rises towards lower noise: its
-    derivative in the noise, ``(alpha^T alpha - tr A^{-1}) / 2`` with ``A = K + sigma^2 I``
-    and ``alpha = A^{-1} y``, is negative.  It reads the kernel's batched factor where
-    there is one, else factors ``A`` for such kernels only (at most
-    :data:`~amorgp.amortizer.calibrate.MAX_POINTS` points).  Above that size the noise
-    must be within :data:`~amorgp.amortizer.refine.START_GAP` of the floor, where only a
-    refinement towards it ends."""
-    from amorgp.amortizer.constraints import FLOOR_RTOL
-    from amorgp.amortizer.refine import START_GAP
-
-    noises = noise.tolist()
-    for k, c in enumerate(constraints):
-        floor = c.noise_floor
-        if "noise" in c.fixed or "noise" in c.bounds or noises[k] > floor * (1.0 + FLOOR_RTOL):
-            continue
-        s = c.structure
-        if Xn.shape[0] > calibration.MAX_POINTS:
-            at_floor = noises[k] <= floor * (1.0 + START_GAP)
-        else:
-            factor = None if factors is None else factors[k]
-            if factor is None:
-                with torch.no_grad():
-                    X64, y64 = Xn.to(torch.float64), yn.to(torch.float64)
-                    p64 = params[k : k + 1].to(torch.float64)
-                    Km = batched.kernel_matrices(X64, [s], vocabulary, p64)
-                    f = batched.factor(Km, y64, noise[k : k + 1].to(torch.float64))
-                factor = _split(f)[0]
-            if factor is None:  # the factorisation failed: nothing to say
-                continue
-            at_floor = noise_slope(factor[0], factor[1]) < 0.0
-        if at_floor:
-            warn_noise_floor(
-                str(s) if not s.is_uniform else " + ".join(s.dims[0]), noises[k], floor
-            )
 
 
 def _split(f: batched.Factors) -> list[Factor | None]:

@@ -69,7 +69,6 @@ memory for any number of datasets.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import warnings
@@ -160,26 +159,6 @@ class DatasetFit:
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split()) or "no message"
     return f"{type(err).__name__}: {text}"
-
-
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """One BLAS thread for SciPy's LAPACK (the tridiagonalisation) inside the block.
-
-    The tridiagonalisation of a 100 x 100 matrix takes 0.1 ms on one OpenBLAS thread and
-    14-17 ms with two threads on a machine whose cores are busy (this project's 2-core
-    CPU): the threads synchronise per block column.  ``threadpoolctl`` (installed with
-    scikit-learn) sets the limit where present; else nothing changes.
-    """
-    from scipy.linalg import lapack  # noqa: F401  (loaded first: the limit applies to it)
-
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
 
 
 # -- the batched stages -------------------------------------------------------------------------
@@ -278,7 +257,7 @@ def _calibrate_rows(
             RECURRENCE_BYTES // (8 * n * 2 * calibration.GRID_POINTS),
         ),
     )
-    with calibration._one_thread(dev), _one_blas_thread():
+    with calibration._one_thread(dev):  # one thread, BLAS included: see _one_thread
         for start in range(0, P, per_chunk):
             sl = slice(start, min(P, start + per_chunk))
             K = Km[sl].to(torch.float64)
