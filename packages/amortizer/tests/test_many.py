@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.many import BUDGET, bucket_size, period_candidates_many
+from amorgp.amortizer.many import BUDGET, bucket_size
+from amorgp.amortizer.pairs import period_candidates_many
 from amorgp.amortizer.periodogram import period_candidates
 from amorgp.kernel_grammar import OptionError
 

@@ -15,7 +15,7 @@ every stage runs once per bucket on all its (dataset, kernel) pairs:
    batch (no padding: equal sizes), the kernel encoder-decoder and the heads decode the
    ``B K`` pairs;
 3. **multi-start** (with calibration and more than one start): the periodogram of all
-   datasets in one call (:func:`period_candidates_many`, the same peaks as
+   datasets in one call (:func:`amorgp.amortizer.pairs.period_candidates_many`, the same peaks as
    :func:`amorgp.amortizer.periodogram.period_candidates`), the starts of each pair, the
    network's included (:mod:`amorgp.amortizer.multistart`), all calibrated on the
    scoring points in one pass, scored by the calibration's exact likelihood (a batched
@@ -69,7 +69,6 @@ memory for any number of datasets.
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -86,22 +85,18 @@ from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.forward import encode_structures, encoder_subset, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import (
-    _PERIOD_FLOOR,
-    DECAY_PERIODS,
-    HARMONICS,
-    PERIODIC_LENGTHSCALE,
     SCORE_POINTS,
-    TREND_LENGTHSCALE,
-    _slot_tables,
-    has_periodic,
     resolve_starts,
 )
 from amorgp.amortizer.network import DatasetEncoding
-from amorgp.amortizer.null_starts import NULL_RULES, NullNetwork
-from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle
+from amorgp.amortizer.pairs import (
+    calibrate_rows,
+    multistart_rows,
+    pair_matrices,
+)
 from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
-from amorgp.kernel_grammar import DimWiseStructure, OptionError, ParamKind, Vocabulary
+from amorgp.kernel_grammar import DimWiseStructure, OptionError
 from amorgp.lazy_kernels import Normalizer, PaddedBatch, as_dataset
 
 if TYPE_CHECKING:
@@ -113,20 +108,13 @@ __all__ = [
     "ManyProgress",
     "infer_datasets",
     "iter_datasets",
-    "period_candidates_many",
 ]
 
 BUDGET = 128 * 2**20
 """Default bytes of kernel matrices one bucket may hold (:func:`bucket_size`)."""
 
-RECURRENCE_BYTES = 8 * 2**20
-"""Bytes of the calibration's pivot recurrence per chunk of pairs (kept in cache: at 100
-points a chunk of 1,400 pairs streamed 270 MB per grid pass and took 4x longer)."""
-
 ManyProgress = Callable[[str, int, int], None]
 """``progress("datasets", done, total)`` after each bucket (and each dataset fitted alone)."""
-
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 @dataclass(frozen=True)
@@ -167,218 +155,6 @@ def bucket_size(n: int, n_kernels: int, starts: int, budget: float = BUDGET) -> 
     (``8 n^2`` bytes each, twice for the factors) within ``budget`` bytes (at least 1)."""
     per = 16.0 * n * n * n_kernels * (starts + 1)
     return max(1, int(budget // per))
-
-
-def _matrices(
-    X: Tensor, symbols: Tensor, mask: Tensor, params: Tensor, vocab: Vocabulary
-) -> Tensor:
-    """``(P, n, n)`` kernel matrices of ``P`` pairs, each on its own points ``X (P, n, d)``."""
-    from amorgp.lazy_kernels import kernel_matrix_dimwise
-
-    d, L = X.shape[-1], symbols.shape[-1]
-    par = params.detach()[:, :d, :L].to(X.dtype)
-    return kernel_matrix_dimwise(X, X, symbols, mask, par, vocab, validate=False)
-
-
-class _TridiagonalRows(calibration._Tridiagonal):
-    """:class:`amorgp.amortizer.calibrate._Tridiagonal` whose rows have their own targets
-    (``yy (P,)``: each row's ``|y|^2``)."""
-
-    def __init__(self, a: Tensor, b2: Tensor, yy: Tensor) -> None:
-        self.a, self.b2 = a.numpy(), b2.numpy()
-        self.yy = yy.numpy()[:, None]  # type: ignore[assignment]
-        self.dtype = a.dtype
-        self.mean_y2 = (yy / a.shape[1])[:, None]
-
-
-def _tridiagonal_rows(Km: Tensor, Y: Tensor) -> _TridiagonalRows:
-    """:func:`amorgp.amortizer.calibrate._tridiagonal` for ``P`` matrices ``Km (P, n, n)``
-    and their own targets ``Y (P, n)`` (the reflection batched, LAPACK per matrix)."""
-    from scipy.linalg import lapack
-
-    P, n = Y.shape
-    yy = torch.einsum("pn,pn->p", Y, Y)
-    v = Y.clone()
-    v[:, 0] += torch.copysign(yy.sqrt(), Y[:, 0])
-    v = v / v.norm(dim=1, keepdim=True)
-    w = (Km @ v[..., None])[..., 0]  # (P, n)
-    w = w - (w * v).sum(1, keepdim=True) * v
-    Kt = torch.baddbmm(Km, v[:, :, None], w[:, None, :], alpha=-2.0)  # H K H, rank 2
-    Kt.baddbmm_(w[:, :, None], v[:, None, :], alpha=-2.0)
-    a = torch.empty((P, n), dtype=torch.float64)
-    b = torch.empty((P, max(n - 1, 0)), dtype=torch.float64)
-    lwork = calibration._dsytrd_lwork(n)
-    for i in range(P):  # LAPACK has no batched tridiagonalisation
-        _, d, e, _, info = lapack.dsytrd(Kt[i].numpy().T, lower=1, overwrite_a=1, lwork=lwork)
-        if info != 0:
-            raise RuntimeError(f"dsytrd failed with info {info}")
-        a[i], b[i] = torch.from_numpy(d), torch.from_numpy(e)
-    return _TridiagonalRows(a, b * b, yy)
-
-
-def _calibrate_rows(
-    Km: Tensor,
-    Y: Tensor,
-    symbols: Tensor,
-    mask: Tensor,
-    params: Tensor,
-    noise: Tensor,
-    vocabulary: Vocabulary,
-    scores: Tensor | None = None,
-) -> calibration.Calibration:
-    """:func:`amorgp.amortizer.calibrate.calibrate` with precomputed matrices for ``P``
-    pairs that each have their own targets: ``Km (P, n, n)`` (read, not modified),
-    ``Y (P, n)``, ``symbols``/``mask (P, d, L)``, ``params (P, D, L, S)``, ``noise (P,)``.
-    The CPU's method (tridiagonal) on the CPU, ``eigh`` elsewhere.
-
-    ``scores (P,)``, where given, receives the exact log marginal likelihood of each pair
-    at its calibrated scale and noise (of the scaled matrix ``s K``), read from the same
-    spectrum (``-inf`` where the matrix is not finite or the value is not a number)."""
-    P, n = Y.shape
-    d, L = symbols.shape[1], symbols.shape[2]
-    dev = params.device
-    p64 = params.detach().to(torch.float64)[:, :d, :L]
-    n64 = noise.detach().to(torch.float64)
-    kinds, slots = (torch.as_tensor(t, device=dev) for t in vocabulary.param_kind_table())
-    is_var = (kinds == list(ParamKind).index(ParamKind.VARIANCE)) & slots
-    var_slot = is_var[symbols][..., : p64.shape[-1]] & mask[..., None]
-    n_dims = mask.any(-1).sum(-1).clamp_min(1).to(torch.float64)
-    var_min = torch.where(var_slot, p64, torch.full_like(p64, math.inf)).flatten(1).amin(1)
-    s_min = (calibration._VARIANCE_MIN / var_min) ** n_dims
-    factors = torch.ones(P, dtype=torch.float64, device=dev)
-    new_noise = n64.clone()
-    gain = torch.zeros(P, dtype=torch.float64, device=dev)
-    reached = torch.full((P,), -math.inf, dtype=torch.float64, device=dev)
-    # the pivot recurrence streams (n, rows, grid) float64 arrays: chunks of RECURRENCE_BYTES
-    per_chunk = max(
-        1,
-        min(
-            calibration.CHUNK_ELEMENTS // (n * n),
-            RECURRENCE_BYTES // (8 * n * 2 * calibration.GRID_POINTS),
-        ),
-    )
-    with calibration._one_thread(dev):  # one thread, BLAS included: see _one_thread
-        for start in range(0, P, per_chunk):
-            sl = slice(start, min(P, start + per_chunk))
-            K = Km[sl].to(torch.float64)
-            lo, hi = K.flatten(1).aminmax(dim=1)
-            finite = torch.isfinite(lo) & torch.isfinite(hi)
-            if dev.type != "cpu" or not bool(finite.all()):
-                eye = torch.eye(n, dtype=K.dtype, device=dev)
-                K = torch.where(finite[:, None, None], K, eye)
-            y = Y[sl].to(torch.float64)
-            spec: Any
-            if dev.type == "cpu":
-                spec = _tridiagonal_rows(K, y)
-            else:
-                lam, Q = torch.linalg.eigh(K)
-                z2 = (Q.transpose(1, 2) @ y[..., None])[..., 0] ** 2
-                spec = calibration._Eigen(lam.clamp_min(0.0), z2)
-            log_r, s, lml, base = calibration._best_ratio(spec, s_min[sl], K[:, 0], n64[sl])
-            best_noise = s * log_r.exp()
-            better = finite & torch.isfinite(lml) & (lml > base)
-            factors[sl] = torch.where(better, s, torch.ones_like(s))
-            new_noise[sl] = torch.where(better, best_noise, n64[sl])
-            gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
-            best = torch.where(better, lml, base)
-            reached[sl] = torch.where(finite & ~torch.isnan(best), best, reached[sl])
-    if scores is not None:
-        scores.copy_(reached)
-    factor = factors ** (1.0 / n_dims)
-    scaled = p64 * torch.where(var_slot, factor[:, None, None, None], torch.ones_like(p64))
-    out = params.detach().clone()
-    out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
-    return calibration.Calibration(
-        out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain, reached
-    )
-
-
-def _log_likelihood_rows(Km: Tensor, Y: Tensor, noise: Tensor) -> Tensor:
-    """:func:`amorgp.amortizer.multistart._log_likelihood` for rows with their own
-    targets ``Y (P, n)``; ``Km (P, n, n)`` is consumed (the noise added in place)."""
-    n = Km.shape[-1]
-    Km.diagonal(dim1=-2, dim2=-1).add_(noise[:, None])
-    lo, hi = Km.flatten(1).aminmax(dim=1)
-    ok = torch.isfinite(lo) & torch.isfinite(hi)
-    if not bool(ok.all()):
-        eye = torch.eye(n, dtype=Km.dtype, device=Km.device)
-        Km = torch.where(ok[:, None, None], Km, eye)
-    Lc, info = torch.linalg.cholesky_ex(Km)
-    # two triangular solves: the batched cholesky_solve is several times slower on the CPU
-    alpha = torch.linalg.solve_triangular(
-        Lc.mT, torch.linalg.solve_triangular(Lc, Y[..., None], upper=False), upper=True
-    )[..., 0]
-    lml = -0.5 * (
-        (Y * alpha).sum(-1) + 2.0 * Lc.diagonal(dim1=-2, dim2=-1).log().sum(-1) + n * _LOG_2PI
-    )
-    good = ok & (info == 0) & torch.isfinite(lml)
-    return torch.where(good, lml, torch.full_like(lml, -math.inf))
-
-
-def period_candidates_many(
-    X: Tensor, Y: Tensor, peaks: int = PEAKS
-) -> list[list[tuple[int, float, float]]]:
-    """:func:`amorgp.amortizer.periodogram.period_candidates` of ``B`` datasets of equal
-    size at once: ``X (B, n, d)``, ``Y (B, n)``; one periodogram call for all of them (the
-    frequency grid of each dataset as there), then per dataset its strongest peaks."""
-    X = X.detach().to(torch.float64)
-    Y = Y.detach().to(torch.float64)
-    B, n, d = X.shape
-    if n < 4:
-        return [[] for _ in range(B)]
-    span = (X.amax(1) - X.amin(1)).clamp_min(1e-12)  # (B, d)
-    srt = X.sort(1).values
-    distinct = ((srt[:, 1:] != srt[:, :-1]).sum(1) + 1).amax(1).clamp_max(n)  # (B,)
-    out: list[list[tuple[int, float, float]]] = [[] for _ in range(B)]
-    # datasets with the same number of distinct inputs share a frequency grid
-    for m in torch.unique(distinct).tolist():  # a few groups at most
-        rows = (distinct == m).nonzero()[:, 0]
-        f_max = max(2.0, 0.5 * (m - 1))
-        f_lo, df = 1.5, 1.0 / 5
-        F = int(min(MAX_FREQUENCIES, max(8, (f_max - f_lo) / df)))
-        f = torch.linspace(f_lo, f_max, F, dtype=torch.float64, device=X.device)
-        G = len(rows)
-        sig = _signals_many(X[rows], Y[rows])  # (3, G, d, n)
-        xs = (X[rows] / span[rows][:, None, :]).transpose(1, 2).reshape(G * d, n)
-        power = lomb_scargle(xs, sig.reshape(3 * G * d, n), 2.0 * math.pi * f)
-        var = (sig.reshape(3 * G * d, n) ** 2).mean(-1).clamp_min(1e-300)
-        power = (2.0 * power / (n * var[:, None])).view(3, G, d, F).amax(0)  # (G, d, F)
-        inner = (power[..., 1:-1] > power[..., :-2]) & (power[..., 1:-1] >= power[..., 2:])
-        gi, dims, idx = inner.nonzero(as_tuple=True)
-        idx = idx + 1
-        left, mid = power[gi, dims, idx - 1], power[gi, dims, idx]
-        right = power[gi, dims, idx + 1]
-        curv = left - 2.0 * mid + right
-        shift = torch.where(curv < 0, 0.5 * (left - right) / curv, torch.zeros_like(curv))
-        freq = f[idx] + shift.clamp(-1.0, 1.0) * (f[1] - f[0])
-        period = (span[rows][gi, dims] / freq).tolist()
-        dl, ml = dims.tolist(), mid.tolist()
-        ends = torch.bincount(gi, minlength=G).cumsum(0).tolist()  # gi is sorted
-        for g, b in enumerate(rows.tolist()):  # bookkeeping: a few dozen peaks per dataset
-            mine = sorted(range(ends[g - 1] if g else 0, ends[g]), key=lambda i: -ml[i])
-            got = out[b]
-            for i in mine:
-                j, p = dl[i], period[i]
-                if any(j == j2 and abs(p / p2 - 1.0) < 0.1 for j2, p2, _ in got):
-                    continue
-                got.append((j, p, ml[i]))
-                if len(got) >= peaks:
-                    break
-    return out
-
-
-def _signals_many(X: Tensor, Y: Tensor) -> Tensor:
-    """:func:`amorgp.amortizer.periodogram._signals` of ``B`` datasets ``X (B, n, d)``,
-    ``Y (B, n)``: ``(3, B, d, n)`` (the least-squares fits batched)."""
-    B, n, d = X.shape
-    A = torch.cat([torch.ones(B, n, 1, dtype=X.dtype, device=X.device), X], 2)
-    lin = Y - (A @ torch.linalg.lstsq(A, Y[..., None]).solution)[..., 0]  # (B, n)
-    xc = X.transpose(1, 2) - 0.5  # (B, d, n)
-    V = torch.stack([torch.ones_like(xc), xc, xc**2, xc**3], -1)  # (B, d, n, 4)
-    coef = torch.linalg.lstsq(V, Y[:, None, :, None].expand(B, d, n, 1)).solution
-    cubic = Y[:, None, :] - (V @ coef)[..., 0]
-    sig = torch.stack([Y[:, None, :].expand(B, d, n), lin[:, None, :].expand(B, d, n), cubic])
-    return sig - sig.mean(-1, keepdim=True)
 
 
 def _network_rows(
@@ -425,237 +201,6 @@ def _network_rows(
     return params, noise
 
 
-def _multistart_rows(
-    X: Tensor,
-    Y: Tensor,
-    structures: Sequence[DimWiseStructure],
-    vocabulary: Vocabulary,
-    sym: Tensor,
-    msk: Tensor,
-    params: Tensor,
-    noise: Tensor,
-    starts: int,
-    seed: int,
-    net_lml: Tensor | None = None,
-    calibrated: bool = True,
-) -> tuple[Tensor, Tensor, list[str], list[int]]:
-    """:func:`amorgp.amortizer.multistart.multistart` (``refine=0``) of the ``B K`` pairs of
-    ``B`` datasets ``X (B, n, d)``, ``Y (B, n)`` (``n <= MAX_POINTS``) and ``K`` structures:
-    the starts of every pair calibrated and scored in one batch.  Returns the winners'
-    ``params``, ``noise``, the start names and the pairs whose winner is not the network's.
-
-    ``net_lml (B K,)``: the exact log marginal likelihoods of the pairs at ``params`` and
-    ``noise`` when known (the factorisation of all points): with at most
-    :data:`~amorgp.amortizer.multistart.SCORE_POINTS` points they are the network start's
-    score, which is then not evaluated again.
-
-    ``calibrated=False`` (as :func:`~amorgp.amortizer.multistart.multistart`'s): the
-    network's starts are calibrated and scored on the scoring points with the others,
-    and every pair's winner is returned calibrated there (on all points with at most
-    :data:`~amorgp.amortizer.multistart.SCORE_POINTS`); every pair is listed as moved."""
-    B, n, d = X.shape
-    K = len(structures)
-    P = B * K
-    L = sym.shape[2]
-    dev = params.device
-    p64 = params.detach().to(torch.float64)[:, :d, :L]
-    n64 = noise.detach().to(torch.float64)
-    names_out = ["network"] * P
-    periodic = [has_periodic(s) for s in structures]
-    if starts <= 1:
-        return params, noise, names_out, []
-    tables = tuple(t.to(dev) for t in _slot_tables(vocabulary))
-    cands = period_candidates_many(X, Y)
-    sub = encoder_subset(n, SCORE_POINTS, seed)
-    Xc, Yc = (X, Y) if sub is None else (X[:, sub.to(dev)], Y[:, sub.to(dev)])
-    owner: list[int] = []
-    names: list[str] = []
-    blocks: list[Tensor] = []
-    rows: list[int] = []
-    offset = 0
-    if not calibrated:  # the network's starts first: ties keep them
-        owner, names, rows = list(range(P)), ["network"] * P, list(range(P))
-        blocks.append(p64)
-        offset = P
-    for k in range(K):  # per kernel: the starts of all its pairs at once
-        if not periodic[k]:
-            continue
-        block, lists = _starts_many(p64[k::K], sym[k], msk[k], tables, cands, starts)
-        width = block.shape[1]
-        for b, chosen in enumerate(lists):  # bookkeeping: the names and rows per dataset
-            for name, j in chosen:
-                owner.append(b * K + k)
-                names.append(name)
-                rows.append(offset + b * width + j)
-        blocks.append(block.reshape(-1, *block.shape[2:]))
-        offset += block.shape[0] * width
-    # the null starts of every kernel (null_starts.py), after the periodic ones as there
-    ones = torch.ones(B, n, dtype=torch.bool, device=dev)
-    dims = torch.ones(B, d, dtype=torch.bool, device=dev)
-    for rule in NULL_RULES:
-        net = NullNetwork(vocabulary, rule)
-        enc = net.encoding(X, ones, dims, cands)
-        for k in range(K):
-            pred = net.decode(enc, sym[k].expand(B, -1, -1), msk[k].expand(B, -1, -1))
-            for b in range(B):  # bookkeeping: one null start per dataset
-                owner.append(b * K + k)
-                names.append(rule)
-                rows.append(offset + b)
-            blocks.append(pred.params.to(torch.float64)[:, :d, :L])
-            offset += B
-    if not owner:
-        return params, noise, names_out, []
-    own = torch.tensor(owner, dtype=torch.long, device=dev)
-    ds, ks = own // K, own % K
-    alt_params = torch.cat(blocks)[torch.tensor(rows, dtype=torch.long, device=dev)]
-    Xa, Ya, sa, ma = Xc[ds], Yc[ds], sym[ks], msk[ks]
-    Km = _matrices(Xa, sa, ma, alt_params, vocabulary)
-    # each start's score, its exact likelihood once calibrated, comes with the calibration
-    # (the calibrated matrix is the scale times the evaluated one), but for LIN alone
-    score = torch.empty(len(owner), dtype=torch.float64, device=dev)
-    cal = _calibrate_rows(Km, Ya, sa, ma, alt_params, n64[own], vocabulary, scores=score)
-    del Km
-    homog = [batched.homogeneous(s) for s in structures]
-    redo = [i for i, k in enumerate(ks.tolist()) if not homog[k]]
-    if redo:
-        at = torch.tensor(redo, device=dev)
-        Kr = _matrices(Xa[at], sa[at], ma[at], cal.params[at], vocabulary)
-        score[at] = _log_likelihood_rows(Kr, Ya[at], cal.noise[at])
-    lml_alt = score.tolist()
-    if not calibrated:
-        best_of: dict[int, int] = {}
-        for i, p in enumerate(owner):  # bookkeeping: the first best start of each pair
-            if p not in best_of or lml_alt[i] > lml_alt[best_of[p]]:
-                best_of[p] = i
-        won = torch.tensor([best_of[p] for p in range(P)], dtype=torch.long, device=dev)
-        out = params.detach().clone()
-        out[:, :d, :L] = cal.params[won].to(out.dtype)
-        return (
-            out,
-            cal.noise[won].to(noise.dtype),
-            [names[best_of[p]] for p in range(P)],
-            list(range(P)),
-        )
-    heads = sorted(set(owner))
-    at_h = torch.tensor(heads, dtype=torch.long, device=dev)
-    if net_lml is not None and sub is None:
-        scores = net_lml.to(torch.float64)[at_h]
-    else:
-        Kn = _matrices(Xc[at_h // K], sym[at_h % K], msk[at_h % K], p64[at_h], vocabulary)
-        scores = _log_likelihood_rows(Kn, Yc[at_h // K], n64[at_h])
-    lml_net = dict(zip(heads, scores.tolist(), strict=True))
-    best: dict[int, int] = {}  # pair -> index of its winning start in alt
-    for i, p in enumerate(owner):  # bookkeeping: the first best start of each pair
-        cur = best.get(p)
-        if cur is None or lml_alt[i] > lml_alt[cur]:
-            best[p] = i
-    moved = sorted(p for p, i in best.items() if lml_alt[i] > lml_net[p])
-    if not moved:
-        return params, noise, names_out, []
-    won = torch.tensor([best[p] for p in moved], dtype=torch.long, device=dev)
-    at_m = torch.tensor(moved, dtype=torch.long, device=dev)
-    new_p, new_n = cal.params[won], cal.noise[won]
-    if sub is not None:  # the winners' scale and noise on all the points (as multistart)
-        Kw = _matrices(X[at_m // K], sym[at_m % K], msk[at_m % K], new_p, vocabulary)
-        again = _calibrate_rows(
-            Kw, Y[at_m // K], sym[at_m % K], msk[at_m % K], new_p, new_n, vocabulary
-        )
-        new_p, new_n = again.params, again.noise
-    out = params.detach().clone()
-    out_noise = noise.detach().clone()
-    out[at_m, :d, :L] = new_p.to(out.dtype)
-    out_noise[at_m] = new_n.to(out_noise.dtype)
-    for p in moved:
-        names_out[p] = names[best[p]]
-    return out, out_noise, names_out, moved
-
-
-def _set_many(params: Tensor, slots: Tensor, where: Tensor, value: Tensor | float) -> Tensor:
-    """:func:`amorgp.amortizer.multistart._set` on a batch: ``params (..., D, L, S)`` with
-    slot ``slots[d, l]`` of the addends ``where (..., D, L)`` set to ``value`` (broadcast
-    to ``where``)."""
-    S = params.shape[-1]
-    onehot = torch.nn.functional.one_hot(slots.clamp_min(0), S).bool() & where[..., None]
-    v = torch.broadcast_to(torch.as_tensor(value, dtype=params.dtype), where.shape)
-    return torch.where(onehot, v[..., None], params)
-
-
-def _get_many(params: Tensor, slots: Tensor) -> Tensor:
-    """``(..., D, L)``: slot ``slots[d, l]`` of each addend of ``params (..., D, L, S)``."""
-    idx = slots.clamp_min(0).expand(params.shape[:-1])[..., None]
-    return params.gather(-1, idx)[..., 0]
-
-
-def _starts_many(
-    params: Tensor,
-    symbols: Tensor,
-    mask: Tensor,
-    tables: tuple[Tensor, ...],
-    candidates: Sequence[Sequence[tuple[int, float, float]]],
-    starts: int,
-) -> tuple[Tensor, list[list[tuple[str, int]]]]:
-    """:func:`amorgp.amortizer.multistart._starts_of` of one kernel on ``B`` datasets at
-    once: ``params (B, D, L, S)`` (the kernel's parameters per dataset), its ``symbols``
-    and ``mask (D, L)``, each dataset's periodogram ``candidates``.
-
-    Returns:
-        ``block (B, W, D, L, S)``: every possible start of every dataset (the periodogram
-        peaks, the harmonics, the rescaled first peak), and per dataset the starts it
-        keeps as ``(name, index into W)``, in :func:`_starts_of`'s order.
-    """
-    period_t, per_ls_t, decay_t, trend_t = tables
-    p_slot, l_slot, s_slot = period_t[symbols], per_ls_t[symbols], decay_t[symbols]
-    t_slot = trend_t[symbols]
-    periodic = (p_slot >= 0) & mask  # (D, L)
-    B, D = params.shape[0], params.shape[1]
-    dev = params.device
-    C = max(1, max((len(c) for c in candidates), default=1))
-    J = torch.zeros(B, C, dtype=torch.long)
-    PER = torch.ones(B, C, dtype=torch.float64)
-    count = []
-    has = periodic.any(-1).tolist()  # (D,) a periodic addend in the dimension
-    for b, cands in enumerate(candidates):  # bookkeeping: the usable peaks of each dataset
-        ok = [(j, per) for j, per, _ in cands if j < D and has[j]]
-        for c, (j, per) in enumerate(ok):
-            J[b, c], PER[b, c] = j, per
-        count.append(len(ok))
-    J, PER = J.to(dev), PER.to(dev)
-    in_dim = periodic & (torch.arange(D, device=dev) == J[..., None])[..., None]  # (B, C, D, L)
-    # the period as _starts_of sets it: a float32 tensor of the Python float
-    per32 = PER.clamp_min(_PERIOD_FLOOR).to(torch.float32).to(params.dtype)[..., None, None]
-    pg = _set_many(params[:, None].expand(B, C, *params.shape[1:]), p_slot, in_dim, per32)
-    pg = _set_many(pg, l_slot, in_dim, PERIODIC_LENGTHSCALE)
-    least = (DECAY_PERIODS * PER).clamp_min(TREND_LENGTHSCALE)[..., None, None]
-    decay = in_dim & (s_slot >= 0)
-    pg = _set_many(pg, s_slot, decay, torch.maximum(_get_many(pg, s_slot), least))
-    trend = ((t_slot >= 0) & mask).expand(in_dim.shape)
-    pg = _set_many(pg, t_slot, trend, _get_many(pg, t_slot).clamp_min(TREND_LENGTHSCALE))
-    net_period = _get_many(params, p_slot)  # (B, D, L)
-    harm = torch.stack(
-        [
-            _set_many(
-                params, p_slot, periodic.expand(B, D, -1), (net_period * f).clamp_min(_PERIOD_FLOOR)
-            )
-            for f, _ in HARMONICS
-        ],
-        1,
-    )
-    first = pg[:, 0]
-    ls = _get_many(first, l_slot)
-    resc = torch.stack([_set_many(first, l_slot, in_dim[:, 0], ls * f) for f in (0.5, 2.0)], 1)
-    block = torch.cat([pg, harm, resc], 1)  # (B, C + 3 + 2, D, L, S)
-    H, R = C, C + len(HARMONICS)
-    lists = []
-    for c in count:  # bookkeeping: _starts_of's priority order per dataset
-        pgs = [("periodogram" if i == 0 else f"periodogram {i + 1}", i) for i in range(c)]
-        hs = [(f"harmonic {name}", H + i) for i, (_, name) in enumerate(HARMONICS)]
-        rs = [("periodogram, lengthscale x0.5", R), ("periodogram, lengthscale x2", R + 1)]
-        rs = rs if c else []
-        queues = [pgs[:1], pgs[1:2], hs[:1], pgs[2:3], hs[1:2], pgs[3:], rs[:1], hs[2:], rs[1:]]
-        lists.append([x for q in queues for x in q][: starts - 1])
-    return block, lists
-
-
 @dataclass
 class _Prepared:
     """One validated dataset: its position, normaliser, normalised data and raw input."""
@@ -694,28 +239,28 @@ def _fit_bucket(
         if calibrate and starts > 1:
             # every start, the network's included, calibrated and scored on the scoring
             # points in one pass; the winners calibrated on all points below (as infer_many)
-            params, noise, start, _ = _multistart_rows(
+            params, noise, start, _ = multistart_rows(
                 X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed,
                 calibrated=False,
             )  # fmt: skip
             scored = True
             calibrate_all = encoder_subset(n, SCORE_POINTS, amz.seed) is not None
-        Km = _matrices(Xp, symp, mskp, params, vocab)
+        Km = pair_matrices(Xp, symp, mskp, params, vocab)
         scale = torch.ones(P, dtype=Km.dtype, device=Km.device)
         if calibrate_all:
-            cal = _calibrate_rows(Km, Yp, symp, mskp, params, noise, vocab)
+            cal = calibrate_rows(Km, Yp, symp, mskp, params, noise, vocab)
             params, noise, scale = cal.params, cal.noise, cal.scale.to(Km.dtype)
             # LIN alone is not proportional to its variance: evaluated again (as infer_many)
             redo = [p for p in range(P) if not homog[p % K]]
             if redo:
                 at = torch.tensor(redo, device=Km.device)
-                Km[at] = _matrices(Xp[at], symp[at], mskp[at], params[at], vocab)
+                Km[at] = pair_matrices(Xp[at], symp[at], mskp[at], params[at], vocab)
                 scale = scale.index_fill(0, at, 1.0)
         f = batched.factor(Km, Yp, noise, scale)
         del Km
         moved: list[int] = []
         if starts > 1 and not scored:  # the starts scored by that factorisation
-            params, noise, start, moved = _multistart_rows(
+            params, noise, start, moved = multistart_rows(
                 X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed, f.lml
             )
         failed = f.failed.tolist()
@@ -725,7 +270,7 @@ def _fit_bucket(
         if moved:  # the pairs whose winner is another start: factored again at it
             at = torch.tensor(moved, device=X.device)
             g = batched.factor(
-                _matrices(Xp[at], symp[at], mskp[at], params[at], vocab), Yp[at], noise[at]
+                pair_matrices(Xp[at], symp[at], mskp[at], params[at], vocab), Yp[at], noise[at]
             )
             again = g.failed.tolist()
             for i, p in enumerate(moved):
