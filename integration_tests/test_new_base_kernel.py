@@ -176,7 +176,7 @@ def test_refinement_differentiates_the_new_kernel(
     """The amortizer's refinement objective needs no code for the new kernel: its gradient
     (the registration's closed form, or forward mode through lazy-kernels' form without
     one) equals central differences."""
-    from amorgp.amortizer.refine import LogMarginalLikelihood
+    from amorgp.amortizer.objective import LogMarginalLikelihood
     from amorgp.kernel_grammar import DimWiseStructure
 
     if grads == "forward mode":

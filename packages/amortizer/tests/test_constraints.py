@@ -18,7 +18,7 @@ from amorgp.amortizer.constraints import (
     NoiseFloorWarning,
     check_constraints,
 )
-from amorgp.amortizer.refine import LogMarginalLikelihood
+from amorgp.amortizer.objective import LogMarginalLikelihood
 from amorgp.kernel_grammar import DimWiseStructure, OptionError
 
 LS = (0, 0, "lengthscale")

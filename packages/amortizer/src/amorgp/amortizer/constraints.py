@@ -278,7 +278,7 @@ class KernelConstraints:
 
     The flat order of :meth:`vectors` is that of ``structure.param_names()`` (dimension,
     addend, slot) followed by the noise, the order of
-    :class:`~amorgp.amortizer.refine.LogMarginalLikelihood`'s parameters.
+    :class:`~amorgp.amortizer.objective.LogMarginalLikelihood`'s parameters.
     """
 
     structure: DimWiseStructure
@@ -417,11 +417,11 @@ def warn_at_noise_floor(
     and ``alpha = A^{-1} y``, is negative.  It reads the kernel's batched factor where
     there is one, else factors ``A`` for such kernels only (at most
     :data:`~amorgp.amortizer.calibrate.MAX_POINTS` points).  Above that size the noise
-    must be within :data:`~amorgp.amortizer.refine.START_GAP` of the floor, where only a
+    must be within :data:`~amorgp.amortizer.objective.START_GAP` of the floor, where only a
     refinement towards it ends."""
     from amorgp.amortizer import batched
     from amorgp.amortizer.calibrate import MAX_POINTS
-    from amorgp.amortizer.refine import START_GAP
+    from amorgp.amortizer.objective import START_GAP
 
     noises = noise.tolist()
     for k, c in enumerate(constraints):
