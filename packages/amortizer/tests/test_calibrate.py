@@ -40,7 +40,7 @@ def _oracle_lml(K: np.ndarray, noise: float, yn: np.ndarray) -> float:
     return float(multivariate_normal(np.zeros(len(yn)), K + noise * np.eye(len(yn))).logpdf(yn))
 
 
-@pytest.mark.parametrize("kernel", ["SE", "SE + PER", "LIN*PER + SE"])
+@pytest.mark.parametrize("kernel", ["SE", "SE + PER", "LIN*PER + SE", "PER + LIN", "SE*PER + LIN"])
 def test_scale_and_noise_are_the_dense_optimum(amz: Amortizer, kernel: str) -> None:
     """The calibrated (scale, noise) maximise the dense float64 likelihood over both (scipy,
     several starts), with every other hyperparameter the network's."""
@@ -83,6 +83,27 @@ def test_only_the_variances_move(amz: Amortizer) -> None:
     for k in t0:
         if k[2] != "variance":
             assert t1[k] == t0[k]
+
+
+def test_lin_alone_scales_its_constant_with_its_variance(amz: Amortizer) -> None:
+    """``LIN`` alone is ``s^2 x x' + c^2``: its constant moves by the variances' factor
+    (the kernel is then ``s`` times the network's, exactly); every other offset, in a
+    product, stays."""
+    X, y = _data()
+    r0 = amz.infer(X, y, "SE + LIN + LIN*PER", calibrate=False)
+    r = amz.infer(X, y, "SE + LIN + LIN*PER", calibrate=True)
+    t0 = {(h.dim, h.addend, h.name): h.value for h in r0.table}
+    t1 = {(h.dim, h.addend, h.name): h.value for h in r.table}
+    ratios = {k: t1[k] / t0[k] for k in t0}
+    factor = ratios[(0, 0, "variance")]
+    assert factor != pytest.approx(1.0, abs=1e-6)
+    lin = [
+        k for k in t0 if k[2] == "offset" and not any(k2[1] == k[1] and "per" in k2[2] for k2 in t0)
+    ]
+    assert lin, sorted(t0)
+    for k, q in ratios.items():
+        moves = k[2] == "variance" or k in lin
+        assert q == pytest.approx(factor if moves else 1.0, rel=1e-12), k
 
 
 def test_never_lowers_the_likelihood(amz: Amortizer) -> None:
@@ -234,3 +255,35 @@ def test_method_fixes_refine_and_calibrate(tiny_checkpoint: Path) -> None:
             assert g.noise == w.noise
     with pytest.raises(OptionError, match="calibrate must be True or False"):
         amz.method(calibrate="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("method", ["tridiagonal", "eigh"])
+def test_a_non_finite_matrix_keeps_its_prediction(method: str) -> None:
+    """A kernel matrix with a NaN or an infinity keeps the given scale and noise (and a
+    likelihood of -inf) by either method, while the finite ones beside it are calibrated
+    to the same values as alone."""
+    from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    st = [DimWiseStructure.parse(k, 1, V) for k in ("SE", "SE", "SE")]
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(25, 1, generator=g, dtype=torch.float64)
+    y = torch.sin(6 * X[:, 0]) + 0.1 * torch.randn(25, generator=g, dtype=torch.float64)
+    params = torch.full((3, 1, 1, V.max_params), 0.3, dtype=torch.float64)
+    noise = torch.full((3,), 0.05, dtype=torch.float64)
+    d2 = (X - X.T) ** 2
+    Km = torch.exp(-d2 / (2 * 0.3**2)).expand(3, 25, 25).clone() * 0.3
+    Km[1, 3, 4] = math.nan
+    Km[2, 0, 0] = math.inf
+    cal = calibrate_module.calibrate(X, y, st, V, params, noise, matrices=Km, method=method)
+    alone = calibrate_module.calibrate(
+        X, y, st[:1], V, params[:1], noise[:1], matrices=Km[:1], method=method
+    )
+    for k in (1, 2):
+        assert cal.noise[k] == noise[k]
+        assert cal.scale[k] == 1.0
+        assert cal.log_marginal_likelihood[k] == -math.inf
+        torch.testing.assert_close(cal.params[k], params[k], rtol=0, atol=0)
+    assert cal.scale[0] != 1.0
+    torch.testing.assert_close(cal.params[0], alone.params[0], rtol=1e-12, atol=0)
+    assert cal.noise[0] == pytest.approx(float(alone.noise[0]), rel=1e-12)

@@ -89,7 +89,30 @@ def test_worker_amortizer_is_cached(tiny_checkpoint: Path) -> None:
     assert worker_amortizer(tiny_checkpoint, {"device": "cpu"}) is a
 
 
+def test_constraints_travel_to_the_workers(
+    client, long: pd.DataFrame, tiny_checkpoint: Path
+) -> None:
+    """``fixed`` reaches each worker's fit: every group's noise is the fixed one, in
+    original units (the group's target variance times it), as the pandas fit gives."""
+    opts = {"fixed": {"noise": 0.05}, "refine": 1}
+    got = fit_groups_dask(
+        long, "key", "SE", client=client, npartitions=2, checkpoint=tiny_checkpoint,
+        amortizer_options={"device": "cpu"}, **opts,
+    )  # fmt: skip
+    ok = got[got["error"].isna()].sort_values("key")
+    variance = long.groupby("key")["y"].var(ddof=0)
+    np.testing.assert_allclose(ok["noise"], 0.05 * variance.loc[ok["key"]].to_numpy(), rtol=1e-9)
+    amz = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    want = fit_groups(long, "key", "SE", amortizer=amz, **opts).sort_values("key")
+    np.testing.assert_allclose(ok["log_marginal_likelihood"],
+                               want[want["error"].isna()]["log_marginal_likelihood"], rtol=1e-8)  # fmt: skip
+
+
 def test_options(long: pd.DataFrame) -> None:
+    with pytest.raises(OptionError, match="priors=True acts through the refinement"):
+        fit_groups_dask(long, "key", "SE", client=object(), priors=True)
+    with pytest.raises(OptionError, match="low < high"):
+        fit_groups_dask(long, "key", "SE", client=object(), bounds={"noise": (1.0, 0.5)})
     with pytest.raises(OptionError, match="compute=False needs a client"):
         fit_groups_dask(long, "key", "SE", compute=False)
     with pytest.raises(OptionError, match="no group column"):

@@ -188,3 +188,35 @@ def test_options_are_checked(amz: Amortizer, fleet) -> None:
     with pytest.raises(OptionError, match="refine"):
         amz.infer_datasets(fleet, ["SE"], refine=-1)
     assert amz.infer_datasets([], ["SE"]) == []
+
+
+def test_constraints_reach_every_dataset(amz: Amortizer, fleet) -> None:
+    """``fixed``, ``bounds`` and ``noise_floor`` hold on every dataset (a fixed value is
+    returned exactly, a bounded one stays inside), as with ``infer_many`` per dataset."""
+    fixed = {"noise": 0.05}
+    bounds = {(0, 0, "lengthscale"): (0.05, 0.2)}
+    opts = {"fixed": fixed, "bounds": bounds, "noise_floor": 1e-8, "refine": 2}
+    fits = amz.infer_datasets(fleet[:2], KERNELS[:1], **opts)
+    assert not any(f.batched for f in fits)  # each dataset alone, as the docstring says
+    for f in fits:
+        assert f.ok, f.error
+        (r,) = f.results
+        assert r.noise == 0.05
+        assert 0.05 <= r.hyperparameters[(0, 0, "lengthscale")] <= 0.2
+    for f, (X, y) in zip(fits, fleet[:2], strict=True):
+        (want,) = amz.infer_many(X, y, KERNELS[:1], **opts)
+        torch.testing.assert_close(f.results[0].params, want.params, rtol=1e-8, atol=0.0)
+
+
+def test_constraint_options_are_checked(amz: Amortizer, fleet) -> None:
+    with pytest.raises(OptionError, match="priors=True acts through the refinement"):
+        amz.infer_datasets(fleet, ["SE"], priors=True)
+    with pytest.raises(OptionError, match="low < high"):
+        amz.infer_datasets(fleet, ["SE"], bounds={"noise": (0.2, 0.1)})
+    with pytest.raises(OptionError, match="noise_floor"):
+        amz.infer_datasets(fleet, ["SE"], noise_floor=-1.0)
+    # a name no kernel has on a dataset's inputs: that dataset's error, the others fit
+    fits = amz.infer_datasets(fleet, ["SE"], fixed={(1, 0, "lengthscale"): 0.3})
+    assert [f.ok for f in fits] == [False] * 4 + [True]
+    assert "a hyperparameter of none of the kernels" in (fits[0].error or "")
+    assert fits[4].results[0].hyperparameters[(1, 0, "lengthscale")] == 0.3

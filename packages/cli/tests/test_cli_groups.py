@@ -117,3 +117,18 @@ def test_bad_usage(table: Path, tiny_checkpoint: Path, tmp_path: Path) -> None:
     )
     assert res.exit_code == 1
     assert "no such file" in res.output
+
+
+def test_constraints_with_group_by(table: Path, tiny_checkpoint: Path) -> None:
+    """``--fixed`` and ``--noise-floor`` apply to every group, as ``fit_groups``'s."""
+    flags = ["--fixed", "noise=0.05", "--noise-floor", "1e-8", "--refine", "1"]
+    res = _run(["infer", str(table), "--group-by", "store", "-k", "SE + PER", "-k", "LIN",
+                *flags], tiny_checkpoint)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = pd.read_csv(io.StringIO(res.stdout))
+    want = _expected(table, tiny_checkpoint, fixed={"noise": 0.05}, noise_floor=1e-8, refine=1)
+    num = [c for c in want.columns if want[c].dtype == np.float64]
+    np.testing.assert_allclose(out[num].to_numpy(), want[num].to_numpy(), rtol=1e-9)
+    ok = out[out["error"].isna()]
+    sales = pd.read_csv(table).groupby("store")["sales"].var(ddof=0)
+    np.testing.assert_allclose(ok["noise"], 0.05 * sales.loc[ok["store"]].to_numpy(), rtol=1e-9)

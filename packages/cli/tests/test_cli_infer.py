@@ -462,3 +462,38 @@ def test_backend_choices_are_the_library_s() -> None:
     from amorgp.lazy_kernels.backends import BACKENDS
 
     assert tuple(BACKEND_NAMES) == tuple(BACKENDS)
+
+
+def test_fixed_and_bounds_flags(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """``--fixed NAME=VALUE`` and ``--bounds NAME=LOW:HIGH`` reach ``infer_many``'s
+    ``fixed`` and ``bounds`` (the API run with the same values is the oracle; the fixed
+    value comes back exactly, the bounded one inside); malformed ones are usage errors
+    naming the option."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.0, 4.0, 40)
+    csv = tmp_path / "d.csv"
+    np.savetxt(csv, np.c_[x, np.sin(2 * x) + 0.1 * rng.standard_normal(40)], delimiter=",",
+               header="x,y", comments="")  # fmt: skip
+    args = ["infer", str(csv), "-k", "SE", "--json", "--refine", "3"]
+    flags = ["--fixed", "noise=0.02", "--bounds", "0.0.lengthscale=0.05:0.1"]
+    res = _run([*args, *flags], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output[res.output.index("{") :])["results"][0]
+    assert got["noise"] == 0.02
+    (ls,) = [h["normalised"] for h in got["hyperparameters"] if h["name"] == "lengthscale"]
+    assert 0.05 <= ls <= 0.1
+    amz = Amortizer.from_pretrained(tiny_checkpoint)
+    want = amz.infer(x, np.loadtxt(csv, delimiter=",", skiprows=1)[:, 1], "SE", refine=3,
+                     fixed={"noise": 0.02}, bounds={(0, 0, "lengthscale"): (0.05, 0.1)})  # fmt: skip
+    assert ls == pytest.approx(want.hyperparameters[(0, 0, "lengthscale")], rel=1e-9)
+    for bad, words in (
+        (["--fixed", "noise"], "is not NAME=VALUE"),
+        (["--fixed", "lengthscale=0.1"], "DIM.ADDEND.NAME"),
+        (["--fixed", "noise=abc"], "not a number"),
+        (["--bounds", "noise=0.1"], "is not NAME=LOW:HIGH"),
+        (["--bounds", "noise=0.2:0.1"], "low < high"),
+        (["--fixed", "3.0.lengthscale=0.1"], "none of the kernels"),
+    ):
+        res = _run([*args, *bad], tiny_checkpoint)
+        assert res.exit_code == 2, (bad, res.output)
+        assert words in res.output, (bad, res.output)

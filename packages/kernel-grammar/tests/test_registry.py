@@ -210,3 +210,24 @@ def test_vocabulary_serialisation_and_errors() -> None:
         PAPER_VOCABULARY.id("RQ")
     with pytest.raises(ValueError, match=r"outside 1..6 \(0 is padding\)"):
         PAPER_VOCABULARY.symbol(0)
+
+
+@pytest.mark.parametrize("name", EXTENDED_VOCABULARY.symbols)
+def test_scale_slots_scale_the_kernel(name: str) -> None:
+    """Multiplying a symbol's scale slots by ``c`` multiplies its dense reference by ``c``
+    (LIN alone, ``s^2 x x' + c^2``, needs its constant too; the variance alone is not
+    enough there)."""
+    sym = base_symbol(name)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    x = rng.uniform(-1.0, 2.0, 7)
+    params = {p: float(rng.uniform(0.5, 2.0)) for p in sym.param_names}
+    scaled = dict(params)
+    for slot in sym.scale_slots:
+        scaled[sym.param_names[slot]] *= 3.0
+    np.testing.assert_allclose(sym.reference(x, x, scaled), 3.0 * sym.reference(x, x, params),
+                               rtol=1e-12)  # fmt: skip
+    if sym.scale_slots != (0,):
+        only_var = dict(params, variance=3.0 * params["variance"])
+        assert not np.allclose(sym.reference(x, x, only_var), 3.0 * sym.reference(x, x, params))
+    row = EXTENDED_VOCABULARY.scale_slot_table()[EXTENDED_VOCABULARY.id(name)]
+    assert np.flatnonzero(row).tolist() == list(sym.scale_slots)

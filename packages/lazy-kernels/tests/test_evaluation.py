@@ -99,3 +99,42 @@ def test_se_ard_matrices_match_the_numpy_reference(cross: bool) -> None:
         np.testing.assert_allclose(K[b].numpy(), expect, rtol=1e-13, atol=1e-15)
     if not cross:
         torch.testing.assert_close(K, K.transpose(1, 2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_repeated_addends_on_shared_points_match_the_numpy_reference(cross: bool) -> None:
+    """Many parameter sets on one point set that repeat addends (the starts of a
+    multi-start): each distinct addend is evaluated once and gathered to its pairs, and
+    every matrix still equals the dense numpy reference of its own parameters."""
+    from amorgp.lazy_kernels import evaluation
+
+    texts = ["SE + PER", "PER@0 * (SE + LIN)@1 * (SE*PER)@2", "(LIN*PER + SE)@0 * LIN@1 * PER@2"]
+    st = [DimWiseStructure.parse(t, 3, V) for t in texts for _ in range(4)]
+    s, m = (torch.as_tensor(a) for a in encode(st, V))
+    g = torch.Generator().manual_seed(7)
+    B, D, L = s.shape
+    X = torch.randn(1, 15, D, generator=g, dtype=torch.float64).expand(B, 15, D)
+    X2 = torch.randn(1, 6, D, generator=g, dtype=torch.float64).expand(B, 6, D) if cross else X
+    base = 0.5 + torch.rand(len(texts), D, L, V.max_params, generator=g, dtype=torch.float64)
+    P = base.repeat_interleave(4, 0).clone()
+    P[1::4, 0] += 0.25  # each structure's copies differ in one dimension, or not at all
+    P[2::4, 2] *= 1.5
+    plans: list[int] = []
+    real = evaluation._distinct
+
+    def spy(groups: list, par: torch.Tensor) -> list:
+        out = real(groups, par)
+        plans.append(sum(gr.inverse is not None for gr in out))
+        return out
+
+    evaluation._distinct = spy
+    try:
+        K = kernel_matrix_dimwise(X, X2, s, m, P, V)
+    finally:
+        evaluation._distinct = real
+    assert plans  # the repeated tokens were evaluated once
+    assert plans[0] > 0
+    for b, structure in enumerate(st):
+        A, C = X[b].numpy(), X2[b].numpy()
+        expect = structure.reference(A, C, P[b, :, : structure.max_addends].numpy())
+        np.testing.assert_allclose(K[b].numpy(), expect, rtol=1e-12, atol=1e-14)

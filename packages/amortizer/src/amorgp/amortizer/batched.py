@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from amorgp.diff_linalg.cholesky import jittered_cholesky_ex
-from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, Vocabulary, base_symbol, encode
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, encode
 from amorgp.lazy_kernels import CHUNK_BYTES
 
 __all__ = [
@@ -47,7 +47,6 @@ __all__ = [
     "chunks",
     "encoded",
     "factor",
-    "homogeneous",
     "kernel_matrices",
     "pick",
     "score",
@@ -296,15 +295,3 @@ def score(
         Km = kernel_matrices(X, structures[sl], vocabulary, params[sl])
         out.append(factor(Km, y, noise[sl].to(X.dtype)).lml)
     return torch.cat(out)
-
-
-def homogeneous(structure: DimWiseStructure) -> bool:
-    """Whether scaling every addend's variance by ``c`` scales the kernel by ``c`` in each
-    dimension (every symbol but LIN alone, whose offset ``c^2`` is not scaled): then the
-    calibrated kernel matrix is the calibration's scale times the network's, exactly."""
-    return all(
-        ELEMENTARY[f].variance_scales_all or len(base_symbol(a).factors) > 1
-        for addends in structure.dims
-        for a in addends
-        for f in base_symbol(a).factors
-    )

@@ -18,10 +18,12 @@ the noise-to-signal ratio ``r``.  :func:`calibrate` evaluates the profile on a g
 once, refines the best grid value by a parabola through its neighbours, and keeps the
 network's own
 ``(s = 1, sigma^2)`` if that is better still, so the log marginal likelihood never
-decreases.  The scale multiplies the variance of every addend by ``s^(1/D)`` in each of
-the ``D`` active dimensions (the product over dimensions is then scaled by ``s``; the
-network's split of the variance between addends and dimensions is kept); lengthscales,
-periods and offsets are untouched, so the predictive mean depends on ``r`` only.
+decreases.  The scale multiplies every addend by ``s^(1/D)`` in each of the ``D`` active
+dimensions through its variance (and, for ``LIN`` alone, ``s^2 x x' + c^2``, its constant
+``c^2`` too: :class:`Scaling`), so the calibrated kernel is exactly ``s`` times the
+network's whatever its structure, and the likelihood found is the calibrated kernel's
+own; the network's split of the variance between addends and dimensions is kept,
+lengthscales and periods are untouched, and the predictive mean depends on ``r`` only.
 
 Measured on the paper protocol (``docs/model-card.md``): over the 24 evaluation kernels
 on the five bundled datasets (split 0) the calibrated predictions have a lower test RMSE
@@ -77,6 +79,7 @@ __all__ = [
     "MAX_POINTS",
     "RATIO_RANGE",
     "Calibration",
+    "Scaling",
     "calibrate",
     "profile_log_likelihood",
 ]
@@ -98,7 +101,48 @@ CHUNK_ELEMENTS = 1 << 23
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _NOISE_MIN = 2.0 * FLOORS[ParamKind.NOISE]
-_VARIANCE_MIN = 2.0 * FLOORS[ParamKind.VARIANCE]
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How a global scale ``s`` enters ``K`` kernels' parameters ``(K, d, L, P)``.
+
+    Every active dimension's addends are multiplied by ``s^(1/D)`` (``D`` active
+    dimensions), each through its :meth:`~amorgp.kernel_grammar.Vocabulary.
+    scale_slot_table` slots (the variance; LIN alone its constant as well), so the
+    scaled kernel is ``s`` times the given one exactly, whatever its structure.
+
+    Attributes:
+        slots: ``(K, d, L, P)`` the slots multiplied.
+        n_dims: ``(K,)`` float64 active dimensions ``D``.
+        s_min: ``(K,)`` the smallest ``s`` that keeps every scaled slot at or above twice
+            its floor (:data:`~amorgp.kernel_grammar.FLOORS`).
+    """
+
+    slots: Tensor
+    n_dims: Tensor
+    s_min: Tensor
+
+    @classmethod
+    def of(cls, vocabulary: Vocabulary, symbols: Tensor, mask: Tensor, params: Tensor) -> Scaling:
+        """The scaling of ``params (K, d, L, P)`` float64 with ``symbols``/``mask (K, d, L)``."""
+        import numpy as np
+
+        dev = params.device
+        P = params.shape[-1]
+        kinds, _ = vocabulary.param_kind_table()
+        floor = np.array([FLOORS.get(k, 0.0) for k in ParamKind])[kinds]  # (V + 1, P)
+        table = torch.as_tensor(vocabulary.scale_slot_table(), device=dev)
+        slots = table[symbols][..., :P] & mask[..., None]
+        low = 2.0 * torch.as_tensor(floor, dtype=params.dtype, device=dev)[symbols][..., :P]
+        room = torch.where(slots, params / low, torch.full_like(params, math.inf))
+        n_dims = mask.any(-1).sum(-1).clamp_min(1).to(torch.float64)
+        return cls(slots, n_dims, room.flatten(1).amin(1).reciprocal() ** n_dims)
+
+    def apply(self, params: Tensor, s: Tensor) -> Tensor:
+        """``params`` with each kernel scaled by ``s (K,)``."""
+        factor = (s.to(torch.float64) ** (1.0 / self.n_dims)).to(params.dtype)
+        return params * torch.where(self.slots, factor[:, None, None, None], 1.0)
 
 
 def check_calibrate(calibrate: Any) -> bool:
@@ -160,8 +204,8 @@ class Calibration:
     """Calibrated parameters of ``K`` kernels.
 
     Attributes:
-        params: ``(K, D, L, P)`` parameters, the variances scaled (same layout, dtype and
-            device as given).
+        params: ``(K, D, L, P)`` parameters scaled by :class:`Scaling` (same layout, dtype
+            and device as given).
         noise: ``(K,)`` noise variances.
         scale: ``(K,)`` factor ``s`` applied to each kernel (1 where the network's
             prediction was kept).
@@ -169,9 +213,7 @@ class Calibration:
             (``>= 0``; ``0`` where the prediction was kept).
         log_marginal_likelihood: ``(K,)`` the exact log marginal likelihood of the scaled
             kernel matrices (``s`` times the given ones) plus the new noise on the points
-            used; ``-inf`` where a matrix is not finite.  It is the calibrated kernel's
-            own wherever scaling the variances scales the kernel
-            (:func:`amorgp.amortizer.batched.homogeneous`).
+            used (the calibrated kernel's own); ``-inf`` where a matrix is not finite.
     """
 
     params: Tensor
@@ -278,6 +320,8 @@ class _Tridiagonal:
         self.a, self.b2, self.yy = a.numpy(), b2.numpy(), yy
         self.dtype = a.dtype
         self.mean_y2 = torch.full((a.shape[0], 1), yy / a.shape[1], dtype=a.dtype)
+        self.finite = a.isfinite().all(1) & b2.isfinite().all(1)
+        """``(B,)`` rows whose form is finite (those whose matrix is)."""
 
     def _quad_logdet(self, r: Tensor) -> tuple[Tensor, Tensor]:
         """``(y^T (K + r I)^{-1} y, log det(K + r I))`` at ``r (B, G)``, each ``(B, G)``."""
@@ -487,13 +531,8 @@ def calibrate(
     symbols, symbol_mask = encoded(structures, vocabulary, dev)
     L = symbols.shape[2]
     p64 = p64[:, :d, :L]
-    kinds, slots = (torch.as_tensor(t, device=dev) for t in vocabulary.param_kind_table())
-    is_var = (kinds == list(ParamKind).index(ParamKind.VARIANCE)) & slots  # (V + 1, P)
-    var_slot = is_var[symbols][..., : p64.shape[-1]] & symbol_mask[..., None]  # (K, d, L, P)
-    dims = symbol_mask.any(-1)  # (K, d) active dimensions
-    n_dims = dims.sum(-1).clamp_min(1).to(torch.float64)
-    var_min = torch.where(var_slot, p64, torch.full_like(p64, math.inf)).flatten(1).amin(1)
-    s_min = (_VARIANCE_MIN / var_min) ** n_dims  # variances scale by s^(1/D)
+    scaling = Scaling.of(vocabulary, symbols, symbol_mask, p64)
+    s_min = scaling.s_min
 
     factors = torch.ones(K, dtype=torch.float64, device=dev)
     new_noise = n64.clone()
@@ -516,13 +555,19 @@ def calibrate(
                     vocabulary,
                     validate=False,
                 )
-            lo, hi = Km.flatten(1).aminmax(dim=1)  # one pass; NaN propagates
-            finite = torch.isfinite(lo) & torch.isfinite(hi)
-            # on the CPU the copy is skipped when every matrix is finite (no device to wait on)
-            if dev.type != "cpu" or not bool(finite.all()):
-                eye = torch.eye(n, dtype=Km.dtype, device=dev)
-                Km = torch.where(finite[:, None, None], Km, eye)
-            spec = _spectrum(Km, y64, method)
+            spec: _Eigen | _Tridiagonal
+            if dev.type == "cpu" and method != "eigh":
+                # a direct reduction: its tridiagonal form is finite where the matrix is
+                spec = _tridiagonal(Km, y64)
+                finite = spec.finite
+            else:
+                lo, hi = Km.flatten(1).aminmax(dim=1)  # one pass; NaN propagates
+                finite = torch.isfinite(lo) & torch.isfinite(hi)
+                # on the CPU the copy is skipped when every matrix is finite
+                if dev.type != "cpu" or not bool(finite.all()):
+                    eye = torch.eye(n, dtype=Km.dtype, device=dev)
+                    Km = torch.where(finite[:, None, None], Km, eye)
+                spec = _spectrum(Km, y64, method)
             like = Km[:, 0]  # (B, n): dtype, device and batch of the grids
             if scale:
                 log_r, s, lml, base = _best_ratio(spec, s_min[sl], like, n64[sl], noise_min)
@@ -538,8 +583,7 @@ def calibrate(
             kept = torch.where(better, lml, base)
             reached[sl] = torch.where(finite & ~torch.isnan(kept), kept, reached[sl])
 
-    factor = factors ** (1.0 / n_dims)  # per active dimension
-    scaled = p64 * torch.where(var_slot, factor[:, None, None, None], torch.ones_like(p64))
+    scaled = scaling.apply(p64, factors)
     out = params.detach().clone()
     out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
     return Calibration(out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain, reached)

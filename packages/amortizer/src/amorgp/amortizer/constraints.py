@@ -164,6 +164,12 @@ class Constraints:
     noise_floor: float = DEFAULT_NOISE_FLOOR
     priors: bool = False
 
+    def check_refine(self, steps: int | str) -> None:
+        """Raise :class:`OptionError` where ``priors`` asks for a refinement that
+        ``steps`` (:func:`~amorgp.amortizer.refine.check_refine`'s) does not run."""
+        if self.priors and steps == 0:
+            raise OptionError("priors=True acts through the refinement: pass refine=k or 'auto'")
+
     @property
     def trivial(self) -> bool:
         """Nothing fixed or bounded, the default floor and no priors (the unconstrained

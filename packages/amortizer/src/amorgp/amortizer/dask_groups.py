@@ -32,6 +32,7 @@ from amorgp.kernel_grammar import OptionError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from amorgp.amortizer.constraints import Name
     from amorgp.amortizer.inference import Amortizer
     from amorgp.kernel_grammar import DimWiseStructure
 
@@ -167,6 +168,10 @@ def fit_groups_dask(
     budget: float | None = None,
     exact_network: bool = False,
     compute: bool = True,
+    noise_floor: float | None = None,
+    fixed: Mapping[Name, float] | None = None,
+    bounds: Mapping[Name, tuple[float, float]] | None = None,
+    priors: bool = False,
 ) -> Any:
     """:func:`~amorgp.amortizer.tables.fit_groups` partition by partition on a Dask cluster.
 
@@ -183,8 +188,10 @@ def fit_groups_dask(
         partitioned: the groups are already whole in their partitions (no shuffle).
         checkpoint, amortizer_options: the network each worker loads once
             (:func:`worker_amortizer`; default the bundled one).
-        refine, calibrate, starts, budget, exact_network: as :meth:`Amortizer.infer_datasets
-            <amorgp.amortizer.inference.Amortizer.infer_datasets>`.
+        refine, calibrate, starts, budget, exact_network, noise_floor, fixed, bounds, priors:
+            as :meth:`Amortizer.infer_datasets
+            <amorgp.amortizer.inference.Amortizer.infer_datasets>` (checked here, before
+            any work is sent).
         compute: return the pandas result (default), or the lazy Dask DataFrame (then a
             ``client`` must be given and stay open while it is computed).
 
@@ -212,6 +219,10 @@ def fit_groups_dask(
         raise OptionError("kernel names no kernel")
     if not compute and client is None:
         raise OptionError("compute=False needs a client that stays open")
+    from amorgp.amortizer.constraints import check_constraints
+    from amorgp.amortizer.refine import check_refine
+
+    check_constraints(fixed, bounds, noise_floor, priors).check_refine(check_refine(refine))
     if isinstance(ddf, pd.DataFrame):
         ddf = dd.from_pandas(ddf, npartitions=npartitions or 4 * max(1, n_workers))
     if not isinstance(ddf, dd.DataFrame):
@@ -232,6 +243,10 @@ def fit_groups_dask(
         "starts": starts,
         "budget": budget,
         "exact_network": exact_network,
+        "noise_floor": noise_floor,
+        "fixed": dict(fixed or {}),
+        "bounds": dict(bounds or {}),
+        "priors": priors,
     }
     out = ddf.map_partitions(
         _fit_partition,

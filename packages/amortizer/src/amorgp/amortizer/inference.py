@@ -383,8 +383,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         steps = check_refine(refine)
         calibrate = self.calibrate if calibrate is None else check_calibrate(calibrate)
         cons = check_constraints(fixed, bounds, noise_floor, priors)
-        if cons.priors and steps == 0:
-            raise OptionError("priors=True acts through the refinement: pass refine=k or 'auto'")
+        cons.check_refine(steps)
         norm, Xn, yn, parsed = self._prepare(X, y, kernels)
         structures = batched.KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         kcons = cons.resolve(structures)
@@ -584,15 +583,6 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                         matrices=Km,
                     )
                     params[sl], noise[sl], scale = cal.params, cal.noise, cal.scale
-                    # LIN alone (s^2 x x' + c^2) is not proportional to its variance:
-                    # those kernels' matrices are evaluated again at the new parameters
-                    redo = [i for i, s in enumerate(structures[sl]) if not batched.homogeneous(s)]
-                    if redo:
-                        sub = batched.pick(structures[sl], redo)
-                        at = torch.tensor(redo, device=Km.device)
-                        p_new = params[sl][at]
-                        Km[at] = batched.kernel_matrices(Xn, sub, self.vocabulary, p_new)
-                        scale = scale.index_fill(0, at, 1.0)
                 out.extend(_split(batched.factor(Km, yn, noise[sl], scale)))
         return params, noise, out
 
@@ -629,9 +619,9 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         """Hyperparameters of ``kernels`` on each of many datasets ``[(X, y), ...]``, batched
         over datasets of equal size: one :class:`~amorgp.amortizer.many.DatasetFit` per
         dataset, in order, with its :class:`KernelResult` list (as :meth:`infer_many`) or
-        its one-line error.  Options: ``refine``, ``calibrate``, ``starts`` (as
-        :meth:`infer_many`), ``budget``, ``exact_network``, ``progress``; see
-        :func:`amorgp.amortizer.many.infer_datasets`."""
+        its one-line error.  Options: ``refine``, ``calibrate``, ``starts``, ``noise_floor``,
+        ``fixed``, ``bounds``, ``priors`` (as :meth:`infer_many`), ``budget``,
+        ``exact_network``, ``progress``; see :func:`amorgp.amortizer.many.infer_datasets`."""
         from amorgp.amortizer.many import infer_datasets
 
         return infer_datasets(self, datasets, kernels, **options)

@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -81,6 +81,7 @@ from torch import Tensor
 from amorgp.amortizer import batched
 from amorgp.amortizer import calibrate as calibration
 from amorgp.amortizer.calibrate import check_calibrate
+from amorgp.amortizer.constraints import Constraints, Name, check_constraints
 from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.forward import encode_structures, encoder_subset, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
@@ -232,7 +233,6 @@ def _fit_bucket(
     params, noise = _network_rows(amz, X, Y, structures, sym, msk, exact_network)
     Xp, Yp = X.repeat_interleave(K, 0), Y.repeat_interleave(K, 0)
     symp, mskp = sym.repeat(B, 1, 1), msk.repeat(B, 1, 1)
-    homog = [batched.homogeneous(s) for s in structures]
     start = ["network"] * P
     with torch.no_grad():
         scored, calibrate_all = False, calibrate
@@ -250,12 +250,6 @@ def _fit_bucket(
         if calibrate_all:
             cal = calibrate_rows(Km, Yp, symp, mskp, params, noise, vocab)
             params, noise, scale = cal.params, cal.noise, cal.scale.to(Km.dtype)
-            # LIN alone is not proportional to its variance: evaluated again (as infer_many)
-            redo = [p for p in range(P) if not homog[p % K]]
-            if redo:
-                at = torch.tensor(redo, device=Km.device)
-                Km[at] = pair_matrices(Xp[at], symp[at], mskp[at], params[at], vocab)
-                scale = scale.index_fill(0, at, 1.0)
         f = batched.factor(Km, Yp, noise, scale)
         del Km
         moved: list[int] = []
@@ -330,12 +324,15 @@ def _fit_alone(
     refine: int | Literal["auto"],
     calibrate: bool,
     starts: int,
+    cons: Constraints,
 ) -> DatasetFit:
     """One dataset through :meth:`Amortizer.infer_many`, its error caught."""
     try:
         results = amz.infer_many(
-            X, y, kernels, refine=refine, calibrate=calibrate, starts=starts, evaluate_lml=True
-        )
+            X, y, kernels, refine=refine, calibrate=calibrate, starts=starts, evaluate_lml=True,
+            noise_floor=cons.noise_floor, fixed=cons.fixed, bounds=cons.bounds,
+            priors=cons.priors,
+        )  # fmt: skip
     except Exception as err:
         return DatasetFit(index, [], _one_line(err), _rows(X), False)
     return DatasetFit(index, results, None, results[0].n_points, False)
@@ -359,6 +356,10 @@ def iter_datasets(
     budget: float = BUDGET,
     exact_network: bool = False,
     progress: ManyProgress | None = None,
+    noise_floor: float | None = None,
+    fixed: Mapping[Name, float] | None = None,
+    bounds: Mapping[Name, tuple[float, float]] | None = None,
+    priors: bool = False,
 ) -> Iterator[list[DatasetFit]]:
     """:meth:`Amortizer.infer_datasets
     <amorgp.amortizer.inference.Amortizer.infer_datasets>` bucket by bucket: yields the
@@ -372,6 +373,8 @@ def iter_datasets(
     steps = check_refine(refine)
     cal = amz.calibrate if calibrate is None else check_calibrate(calibrate)
     n_starts = resolve_starts(starts, amz.starts, cal)
+    cons = check_constraints(fixed, bounds, noise_floor, priors)
+    cons.check_refine(steps)
     if not isinstance(exact_network, bool):
         raise OptionError(f"exact_network must be True or False, got {exact_network!r}")
     if not (isinstance(budget, int | float) and budget > 0):
@@ -415,6 +418,7 @@ def iter_datasets(
         fast = (
             amz.dtype == torch.float64
             and steps == 0
+            and cons.trivial
             and not amz.candidates
             and n <= calibration.MAX_POINTS
             and 8 * n * n <= plan.chunk_bytes
@@ -422,7 +426,7 @@ def iter_datasets(
         )
         if not fast:
             for it in items:
-                yield [_fit_alone(amz, it.index, *it.raw, kernels, refine, cal, n_starts)]
+                yield [_fit_alone(amz, it.index, *it.raw, kernels, refine, cal, n_starts, cons)]
                 tick(1)
             continue
         size = bucket_size(n, len(structures), n_starts, budget)
@@ -434,7 +438,7 @@ def iter_datasets(
                     fits = _fit_bucket(amz, chunk, structures, cal, n_starts, exact_network)
             except Exception:  # pin the error on its dataset: each one alone
                 fits = [
-                    _fit_alone(amz, it.index, *it.raw, kernels, refine, cal, n_starts)
+                    _fit_alone(amz, it.index, *it.raw, kernels, refine, cal, n_starts, cons)
                     for it in chunk
                 ]
             yield fits
@@ -452,6 +456,10 @@ def infer_datasets(
     budget: float = BUDGET,
     exact_network: bool = False,
     progress: ManyProgress | None = None,
+    noise_floor: float | None = None,
+    fixed: Mapping[Name, float] | None = None,
+    bounds: Mapping[Name, tuple[float, float]] | None = None,
+    priors: bool = False,
 ) -> list[DatasetFit]:
     """Hyperparameters of ``kernels`` on each of many datasets (module docstring), the
     logic of :meth:`Amortizer.infer_datasets
@@ -462,8 +470,10 @@ def infer_datasets(
         datasets: ``[(X, y), ...]``: inputs ``(n, d)`` (or ``(n,)``) and targets ``(n,)``
             per dataset, sizes and input counts free.
         kernels: the kernels fitted to every dataset (expressions or structures).
-        refine, calibrate, starts: as :meth:`~amorgp.amortizer.inference.Amortizer.
-            infer_many` (refinement runs each dataset alone).
+        refine, calibrate, starts, noise_floor, fixed, bounds, priors: as
+            :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`.  With a refinement,
+            or any of the last four away from its default, each dataset runs alone
+            through ``infer_many`` (not in batches; the results are its own).
         budget: bytes of kernel matrices a bucket may hold (:func:`bucket_size`).
         exact_network: run the network per dataset, for results equal to ``infer_many``'s
             to rounding (default: one forward per bucket, equal to float32 rounding).
@@ -487,6 +497,10 @@ def infer_datasets(
         budget=budget,
         exact_network=exact_network,
         progress=progress,
+        noise_floor=noise_floor,
+        fixed=fixed,
+        bounds=bounds,
+        priors=priors,
     ):
         for f in fits:
             out[f.index] = f

@@ -32,10 +32,9 @@ exact log marginal likelihood:
 Every start has its global scale and noise set to their exact Type-2 ML values
 (:func:`amorgp.amortizer.calibrate.calibrate`, batched over all starts of all kernels),
 and the calibration's exact log marginal likelihood at those values is the start's score:
-the calibrated kernel is the scale times the evaluated one, so no other factorisation is
-needed, but for a ``LIN`` addend (whose offset does not scale), whose starts are
-evaluated again and scored by one batched Cholesky.  The best start of each kernel is
-kept.  Calibration and scoring use at most :data:`SCORE_POINTS` points (a seeded subset
+the calibrated kernel is the scale times the evaluated one (:class:`~amorgp.amortizer.
+calibrate.Scaling`), so no other factorisation is needed.  The best start of each kernel
+is kept.  Calibration and scoring use at most :data:`SCORE_POINTS` points (a seeded subset
 above); the winners are then calibrated on the calibration's own points (all up to
 :data:`~amorgp.amortizer.calibrate.MAX_POINTS`) in one pass, which
 :meth:`~amorgp.amortizer.inference.Amortizer.infer_many` shares with the final
@@ -62,7 +61,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.batched import encoded, homogeneous, pick
+from amorgp.amortizer.batched import encoded, pick
 from amorgp.amortizer.null_starts import NULL_RULES, null_parameters
 from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle, period_candidates
 from amorgp.kernel_grammar import (
@@ -375,9 +374,8 @@ def multistart(
     lml = torch.full((K,), math.nan, dtype=torch.float64, device=dev)
     if alt:
         # every start's kernel matrix on the scoring points is evaluated once and
-        # calibrated on; the calibration's exact likelihood (of s times the matrix) is the
-        # start's score, but where a LIN addend makes the kernel not proportional to its
-        # variances: those are evaluated again and factored
+        # calibrated on; the calibration's exact likelihood (of s times the matrix, the
+        # calibrated kernel's) is the start's score
         first = K if calibrated else 0
         every = torch.cat([torch.arange(K, device=dev), own])[first:]
         cand = torch.cat([p64, torch.stack(alt)])[first:]
@@ -388,20 +386,14 @@ def multistart(
             Xc, yc, cand_structures, vocabulary, cand, cand_noise, seed=seed, matrices=Km
         )
         score = cal.log_marginal_likelihood
-        redo = [i for i, st in enumerate(cand_structures) if not homogeneous(st)]
         del Km
-        if calibrated:  # the network's own starts, calibrated on all points: factored here
+        if calibrated:  # the network's own starts, calibrated on all points: scored here
             all_params = torch.cat([p64, cal.params])
             all_noise = torch.cat([n64, cal.noise])
-            redo = list(range(K)) + [K + i for i in redo]
-            score = torch.cat([lml, score])
+            Kr = _matrices(Xc, sym, msk, p64, vocabulary)
+            score = torch.cat([_log_likelihood(Kr, yc, n64), score])
         else:
             all_params, all_noise = cal.params, cal.noise
-        if redo:
-            at = torch.tensor(redo, device=dev)
-            ids = torch.cat([torch.arange(K, device=dev), own])[at]
-            Kr = _matrices(Xc, sym[ids], msk[ids], all_params[at], vocabulary)
-            score = score.index_copy(0, at, _log_likelihood(Kr, yc, all_noise[at]))
         lml = score
     all_owner = torch.cat([torch.arange(K, device=dev), own])
     all_names = ["network"] * K + names

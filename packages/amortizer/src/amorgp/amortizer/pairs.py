@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from amorgp.amortizer import batched
 from amorgp.amortizer import calibrate as calibration
 from amorgp.amortizer.forward import encoder_subset
 from amorgp.amortizer.multistart import (
@@ -29,7 +28,7 @@ from amorgp.amortizer.multistart import (
 )
 from amorgp.amortizer.null_starts import NULL_RULES, NullNetwork
 from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle
-from amorgp.kernel_grammar import DimWiseStructure, ParamKind, Vocabulary
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
 __all__ = [
     "RECURRENCE_BYTES",
@@ -119,12 +118,8 @@ def calibrate_rows(
     dev = params.device
     p64 = params.detach().to(torch.float64)[:, :d, :L]
     n64 = noise.detach().to(torch.float64)
-    kinds, slots = (torch.as_tensor(t, device=dev) for t in vocabulary.param_kind_table())
-    is_var = (kinds == list(ParamKind).index(ParamKind.VARIANCE)) & slots
-    var_slot = is_var[symbols][..., : p64.shape[-1]] & mask[..., None]
-    n_dims = mask.any(-1).sum(-1).clamp_min(1).to(torch.float64)
-    var_min = torch.where(var_slot, p64, torch.full_like(p64, math.inf)).flatten(1).amin(1)
-    s_min = (calibration._VARIANCE_MIN / var_min) ** n_dims
+    scaling = calibration.Scaling.of(vocabulary, symbols, mask, p64)
+    s_min = scaling.s_min
     factors = torch.ones(P, dtype=torch.float64, device=dev)
     new_noise = n64.clone()
     gain = torch.zeros(P, dtype=torch.float64, device=dev)
@@ -164,8 +159,7 @@ def calibrate_rows(
             reached[sl] = torch.where(finite & ~torch.isnan(best), best, reached[sl])
     if scores is not None:
         scores.copy_(reached)
-    factor = factors ** (1.0 / n_dims)
-    scaled = p64 * torch.where(var_slot, factor[:, None, None, None], torch.ones_like(p64))
+    scaled = scaling.apply(p64, factors)
     out = params.detach().clone()
     out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
     return calibration.Calibration(
@@ -347,16 +341,10 @@ def multistart_rows(
     Xa, Ya, sa, ma = Xc[ds], Yc[ds], sym[ks], msk[ks]
     Km = pair_matrices(Xa, sa, ma, alt_params, vocabulary)
     # each start's score, its exact likelihood once calibrated, comes with the calibration
-    # (the calibrated matrix is the scale times the evaluated one), but for LIN alone
+    # (the calibrated matrix is the scale times the evaluated one)
     score = torch.empty(len(owner), dtype=torch.float64, device=dev)
     cal = calibrate_rows(Km, Ya, sa, ma, alt_params, n64[own], vocabulary, scores=score)
     del Km
-    homog = [batched.homogeneous(s) for s in structures]
-    redo = [i for i, k in enumerate(ks.tolist()) if not homog[k]]
-    if redo:
-        at = torch.tensor(redo, device=dev)
-        Kr = pair_matrices(Xa[at], sa[at], ma[at], cal.params[at], vocabulary)
-        score[at] = log_likelihood_rows(Kr, Ya[at], cal.noise[at])
     lml_alt = score.tolist()
     if not calibrated:
         best_of: dict[int, int] = {}

@@ -32,7 +32,7 @@ rows with its ``error``; nothing is dropped.  pandas is optional for the package
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -43,6 +43,7 @@ from amorgp.kernel_grammar import OptionError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from amorgp.amortizer.constraints import Name
     from amorgp.amortizer.inference import Amortizer
     from amorgp.amortizer.many import DatasetFit, ManyProgress
     from amorgp.kernel_grammar import DimWiseStructure
@@ -281,6 +282,10 @@ def fit_groups(
     budget: float | None = None,
     exact_network: bool = False,
     progress: ManyProgress | None = None,
+    noise_floor: float | None = None,
+    fixed: Mapping[Name, float] | None = None,
+    bounds: Mapping[Name, tuple[float, float]] | None = None,
+    priors: bool = False,
 ) -> pd.DataFrame:
     """Fit ``kernel`` (one or a list) to every group of ``df``: one row per group and kernel.
 
@@ -295,8 +300,9 @@ def fit_groups(
             ``mean@<x>``, ``sd@<x>``).
         amortizer: the :class:`~amorgp.amortizer.inference.Amortizer` (default: the bundled
             network, loaded once).
-        refine, calibrate, starts, budget, exact_network, progress: as
-            :meth:`Amortizer.infer_datasets <amorgp.amortizer.inference.Amortizer.infer_datasets>`.
+        refine, calibrate, starts, budget, exact_network, progress, noise_floor, fixed,
+            bounds, priors: as :meth:`Amortizer.infer_datasets
+            <amorgp.amortizer.inference.Amortizer.infer_datasets>`.
 
     Returns:
         A DataFrame, one row per group and kernel, groups in order of first appearance
@@ -333,6 +339,10 @@ def fit_groups(
         budget=BUDGET if budget is None else budget,
         exact_network=exact_network,
         progress=progress,
+        noise_floor=noise_floor,
+        fixed=fixed,
+        bounds=bounds,
+        priors=priors,
     ):  # bucket by bucket: only numbers are kept
         for f in fits:
             part = result_rows([f], keys, key_names, texts, points)

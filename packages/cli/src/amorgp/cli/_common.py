@@ -55,6 +55,93 @@ starts_option = click.option(
 """The ``--starts`` option of the commands that infer (``amorgp.amortizer.multistart``)."""
 
 
+def _constraint_name(text: str, option: str) -> str | tuple[int, int, str]:
+    """``noise`` or ``DIM.ADDEND.NAME`` (the ``--json`` hyperparameters' ``dim``,
+    ``addend`` and ``name``) as a name of ``Amortizer.infer_many``'s ``fixed``/``bounds``."""
+    if text == "noise":
+        return "noise"
+    parts = text.split(".")
+    if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() and parts[2]:
+        return (int(parts[0]), int(parts[1]), parts[2])
+    raise click.BadParameter(
+        f"{text!r} is not a hyperparameter name: 'noise' or DIM.ADDEND.NAME as in --json's "
+        "hyperparameters (e.g. 0.0.lengthscale)",
+        param_hint=option,
+    )
+
+
+def _number(text: str, what: str, option: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise click.BadParameter(f"{what} {text!r} is not a number", param_hint=option) from None
+
+
+def _parse_fixed(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[Any, float] | None:
+    out: dict[Any, float] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--fixed")
+        out[_constraint_name(name.strip(), "--fixed")] = _number(value, name, "--fixed")
+    return out or None
+
+
+def _parse_bounds(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[Any, tuple[float, float]] | None:
+    out: dict[Any, tuple[float, float]] = {}
+    for item in values:
+        name, sep, pair = item.partition("=")
+        low, colon, high = pair.partition(":")
+        if not (sep and colon):
+            raise click.BadParameter(f"{item!r} is not NAME=LOW:HIGH", param_hint="--bounds")
+        key = _constraint_name(name.strip(), "--bounds")
+        out[key] = (_number(low, "low", "--bounds"), _number(high, "high", "--bounds"))
+    return out or None
+
+
+def constraint_options(f: F) -> F:
+    """``--noise-floor --fixed --bounds``: ``Amortizer.infer_many``'s ``noise_floor``,
+    ``fixed`` and ``bounds`` (normalised units, names as ``--json``'s hyperparameters)."""
+    options = [
+        click.option(
+            "--noise-floor",
+            "noise_floor",
+            type=float,
+            default=None,
+            help="Smallest noise variance of the fit, in normalised units (standardised "
+            "targets; default 1e-6).  Lower it (e.g. 1e-10, with --refine auto) for "
+            "near-noiseless data; a fit that ends at the floor prints a warning.",
+        ),
+        click.option(
+            "--fixed",
+            "fixed",
+            multiple=True,
+            callback=_parse_fixed,
+            metavar="NAME=VALUE",
+            help="Hold a hyperparameter at VALUE (repeatable), e.g. --fixed noise=1e-4 or "
+            "--fixed 0.1.per_period=0.25.  NAME is 'noise' or DIM.ADDEND.NAME as in --json's "
+            "hyperparameters; values in normalised units (inputs scaled to [0, 1], "
+            "standardised targets).",
+        ),
+        click.option(
+            "--bounds",
+            "bounds",
+            multiple=True,
+            callback=_parse_bounds,
+            metavar="NAME=LOW:HIGH",
+            help="Keep a hyperparameter within [LOW, HIGH] during --refine (repeatable; the "
+            "start is clipped into them), names and units as --fixed.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
 BACKEND_NAMES = ("auto", "cholesky", "cg", "keops", "block", "dense")
 """``--backend``'s choices: :data:`amorgp.lazy_kernels.backends.BACKENDS` (spelled out so
 that ``--help`` imports no torch; a test keeps them equal)."""
@@ -459,14 +546,17 @@ def run_inference(
     refine: Refine,
     *,
     noise_floor: float | None = None,
+    fixed: dict[Any, float] | None = None,
+    bounds: dict[Any, tuple[float, float]] | None = None,
 ) -> list[KernelResult]:
     """Amortized hyperparameters and log marginal likelihoods of ``kernels``.
 
     Library output goes to stderr; library warnings become one ``Warning: ...`` line
     each on stderr; progress bars on stderr (only on a terminal) follow the network
     pass, the refinement and each kernel's log marginal likelihood (the slow part for
-    large ``n``); ``-v`` logs the size and the GP backend first.  ``noise_floor``: as
-    :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`'s (``None``: its default).
+    large ``n``); ``-v`` logs the size and the GP backend first.  ``noise_floor``,
+    ``fixed``, ``bounds``: as :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`'s
+    (``None``: its defaults; :func:`constraint_options`).
     """
     assert data.y is not None
     structures = check_kernels(amz, kernels, data)
@@ -485,6 +575,8 @@ def run_inference(
                 evaluate_lml=True,
                 progress=bars,
                 noise_floor=noise_floor,
+                fixed=fixed,
+                bounds=bounds,
             )
     finally:
         bars.close()

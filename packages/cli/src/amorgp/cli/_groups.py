@@ -99,8 +99,10 @@ def run_groups(
     output: Path | None,
     as_json: bool,
     refine: Any,
+    **constraints: Any,
 ) -> None:
-    """Read, fit every group, write (see the module docstring)."""
+    """Read, fit every group, write (see the module docstring); ``constraints``:
+    ``noise_floor``, ``fixed``, ``bounds`` as :func:`~amorgp.amortizer.tables.fit_groups`."""
     from tqdm import tqdm
 
     from amorgp.amortizer.io import read_table
@@ -129,6 +131,7 @@ def run_groups(
             amortizer=amz,
             refine=refine,
             progress=progress,
+            **constraints,
         )
     finally:
         bar.close()

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from amorgp.cli._common import (
     Refine,
     check_finite,
+    constraint_options,
     fmt,
     inference_options,
     load_amortizer,
@@ -121,15 +122,7 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
     help="With --group-by: the output file, .csv, .parquet or .jsonl (default: CSV on "
     "stdout, JSON Lines with --json).",
 )
-@click.option(
-    "--noise-floor",
-    "noise_floor",
-    type=float,
-    default=None,
-    help="Smallest noise variance of the fit, in normalised units (standardised targets; "
-    "default 1e-6).  Lower it (e.g. 1e-10, with --refine auto) for near-noiseless data; a "
-    "fit that ends at the floor prints a warning.",
-)
+@constraint_options
 @starts_option
 @inference_options
 def infer(
@@ -145,6 +138,8 @@ def infer(
     predict_at: tuple[str, ...] = (),
     output: Path | None = None,
     noise_floor: float | None = None,
+    fixed: dict[Any, float] | None = None,
+    bounds: dict[Any, tuple[float, float]] | None = None,
 ) -> None:
     """Amortized GP hyperparameters of each --kernel for the table DATA (CSV with a header).
 
@@ -158,13 +153,12 @@ def infer(
     if group_by:
         from amorgp.cli._groups import run_groups
 
-        if noise_floor is not None:
-            raise click.UsageError("--noise-floor is not available with --group-by")
         amz = load_amortizer(seed)
         amz.starts = starts
         run_groups(
-            amz, data, group_by, kernels, target, inputs, predict_at, output, as_json, refine
-        )
+            amz, data, group_by, kernels, target, inputs, predict_at, output, as_json, refine,
+            noise_floor=noise_floor, fixed=fixed, bounds=bounds,
+        )  # fmt: skip
         return
     for name, given in (("--input", inputs), ("--predict-at", predict_at), ("--output", output)):
         if given:
@@ -173,7 +167,9 @@ def infer(
     table = read_csv(data, target)
     amz = load_amortizer(seed)
     amz.starts = starts
-    results = run_inference(amz, table, kernels, refine, noise_floor=noise_floor)
+    results = run_inference(
+        amz, table, kernels, refine, noise_floor=noise_floor, fixed=fixed, bounds=bounds
+    )
     check_finite(results)
     if as_json:
         out = json_document(

@@ -29,6 +29,7 @@ from amorgp.amortizer.io import Dataset, read_csv
 from amorgp.cli._common import (
     Refine,
     check_finite,
+    constraint_options,
     inference_options,
     load_amortizer,
     run_inference,
@@ -222,6 +223,7 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     is_flag=True,
     help="Print one JSON document (schema_version 1) on stdout; messages go to stderr.",
 )
+@constraint_options
 @starts_option
 @inference_options
 def predict(
@@ -237,6 +239,9 @@ def predict(
     seed: int,
     refine: Refine,
     starts: int | None,
+    noise_floor: float | None = None,
+    fixed: dict[Any, float] | None = None,
+    bounds: dict[Any, tuple[float, float]] | None = None,
 ) -> None:
     """GP predictions on a test set with amortized hyperparameters; RMSE and NLL when targets are known."""
     if (test_path is None) == (split is None):
@@ -270,7 +275,9 @@ def predict(
         )
     amz = load_amortizer(seed)
     amz.starts = starts
-    results = run_inference(amz, train, kernels, refine)
+    results = run_inference(
+        amz, train, kernels, refine, noise_floor=noise_floor, fixed=fixed, bounds=bounds
+    )
     check_finite(results)
     # the summary goes to stderr when stdout carries the CSV or the JSON document
     say = (

@@ -290,6 +290,15 @@ class BaseSymbol:
     def param_kinds(self) -> tuple[ParamKind, ...]:
         return tuple(p.kind for p in self.params)
 
+    @property
+    def scale_slots(self) -> tuple[int, ...]:
+        """The parameter slots multiplied by ``c`` to scale this kernel by ``c``: the
+        variance, and for a kernel alone whose variance does not scale it all (LIN,
+        ``s^2 x x' + c^2``) its constant too, the first parameter of its factor."""
+        if len(self.factors) == 1 and not ELEMENTARY[self.factors[0]].variance_scales_all:
+            return (0, 1)
+        return (0,)
+
     def factor_param_names(self, factor: str) -> dict[str, str]:
         """Map the elementary parameter names of ``factor`` to this symbol's names."""
         spec = ELEMENTARY[factor]
@@ -423,6 +432,15 @@ class Vocabulary:
                 kinds[i, j] = kinds_list.index(p.kind)
                 mask[i, j] = True
         return kinds, mask
+
+    def scale_slot_table(self) -> np.ndarray:
+        """``(V + 1, P)`` bool: per id, the slots that scaling its kernel multiplies
+        (:attr:`BaseSymbol.scale_slots`); row 0 is padding.  Multiplying those slots of
+        every addend by ``c`` multiplies the sum by ``c``, exactly."""
+        table = np.zeros((len(self) + 1, self.max_params), dtype=bool)
+        for i, s in enumerate(self, start=1):
+            table[i, list(s.scale_slots)] = True
+        return table
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "symbols": list(self.symbols)}

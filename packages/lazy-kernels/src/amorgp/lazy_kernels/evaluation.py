@@ -88,6 +88,9 @@ class _Group(NamedTuple):
     span: tuple[int, int] | None
     rows: Tensor
     row_span: tuple[int, int] | None
+    inverse: Tensor | None = None
+    """Where the group's distinct tokens are evaluated once (:func:`_distinct`): ``idx``
+    and ``rows`` are theirs, and ``inverse (len(a),)`` maps each pair to its value."""
 
 
 def _span(a: Tensor) -> tuple[int, int] | None:
@@ -140,6 +143,36 @@ def _plan(
     uniform = int(counts_b[0]) if bool((counts_b == counts_b[0]).all()) else None
     owners = _Owners(B, _to(pairs // D, device), uniform)
     return _to(pairs, device), owners, _to(tokens, device), groups, one_each
+
+
+DISTINCT_SHARE = 0.75
+"""A symbol's tokens are evaluated once per distinct value (:func:`_distinct`) when the
+distinct ones are at most this share of them."""
+
+
+def _distinct(groups: list[_Group], par: Tensor) -> list[_Group]:
+    """``groups`` with each symbol's identical tokens (same dimension, same parameters)
+    evaluated once, for a batch whose elements share their points (``by_dim``).
+
+    Many parameter sets of a few kernels on the same points (the starts of a multi-start,
+    the kernels of a family) repeat addends: the same periodic factor in a dimension
+    that several starts leave alone, a prior-mean start that is the same in every kernel.
+    Their values are equal, so each distinct token is evaluated once (its ``sin``,
+    ``exp``...) and gathered to its pairs (one copy) before the sum over addends.  A
+    group keeps its plan where fewer than ``1 - DISTINCT_SHARE`` of its tokens repeat."""
+    out = []
+    for g in groups:
+        key = torch.cat([g.rows[:, None].to(par.dtype), par.index_select(0, g.idx)], 1)
+        uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
+        if uniq.shape[0] > DISTINCT_SHARE * key.shape[0]:
+            out.append(g)
+            continue
+        first = torch.empty(uniq.shape[0], dtype=torch.long, device=par.device)
+        first.scatter_(0, inverse, torch.arange(key.shape[0], device=par.device))
+        rows = g.rows.index_select(0, first)
+        out.append(g._replace(idx=g.idx.index_select(0, first), rows=rows,
+                              row_span=_span(rows), inverse=inverse))  # fmt: skip
+    return out
 
 
 def _to(t: Tensor, device: torch.device) -> Tensor:
@@ -277,6 +310,8 @@ def _sum_addends(
             xx=_rows(xx, g) if "xx" in cs.needs else None,
             log=log,
         )
+        if g.inverse is not None:  # each distinct token evaluated once: to its pairs
+            val = val.index_select(0, g.inverse)
         # evaluate_symbol returns a fresh tensor of the full shape: it may become the sum
         whole = g.span == (0, A) and val.shape[1:] == tail
         if total is None and whole:
@@ -550,6 +585,8 @@ def evaluate_padded(
             v = X2[0].T.contiguous()[:, None, :]  # (D, 1, M)
         else:
             v = X2.transpose(1, 2).reshape(B * D, M).index_select(0, pairs)[:, None, :]
+    if by_dim and not diag and u.device.type == "cpu" and not par.requires_grad:
+        groups = _distinct(groups, par)
     out = _chunked(u, v, par, tables, groups, n_dims, A, _fusable(tables, groups, one_each))
     if full is None:
         return out
