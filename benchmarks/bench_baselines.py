@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
                         )
             if split == 0:
                 try:
-                    from amorgp.lazy_kernels import Normalizer
+                    from amorgp.core.data import Normalizer
 
                     norm = Normalizer.fit(torch.as_tensor(Xtr), torch.as_tensor(ytr))
                     Xn, yn = (

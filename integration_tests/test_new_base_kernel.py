@@ -25,10 +25,11 @@ import numpy as np
 import pytest
 import torch
 
+from amorgp.core.data import Normalizer
+from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import (
     ELEMENTARY,
     ElementaryKernel,
-    OptionError,
     ParamKind,
     ParamSpec,
     Vocabulary,
@@ -43,7 +44,6 @@ from amorgp.lazy_kernels import (
     DimWiseKernel,
     GPyTorchModule,
     KeOpsFormula,
-    Normalizer,
     TorchElementary,
     register_torch_elementary,
     unregister_torch_elementary,
@@ -150,8 +150,9 @@ def test_the_gpytorch_oracle_is_really_used(exp_kernel: str) -> None:
 def test_normalisation_and_simulator_priors_know_the_new_kernel(exp_kernel: str) -> None:
     X = torch.tensor([[0.0], [2.0], [5.0]], dtype=torch.float64)
     norm = Normalizer.fit(X, torch.tensor([1.0, 3.0, 2.0], dtype=torch.float64))
-    assert norm.to_original(0, "EXP", 1, 0.5) == pytest.approx(2.5)  # a lengthscale: x range
-    assert norm.to_original(0, "LIN*EXP", 0, 0.5) is None  # LIN is not stationary
+    exp, lin_exp = base_symbol("EXP").param_units, base_symbol("LIN*EXP").param_units
+    assert norm.to_original(0, exp[1], 0.5) == pytest.approx(2.5)  # a lengthscale: x range
+    assert norm.to_original(0, lin_exp[0], 0.5) is None  # LIN is not stationary
 
     from amorgp.simulator.parameters import PriorTable, sample_parameters
 

@@ -32,8 +32,13 @@ def test_repository_graph_is_the_documented_one(graph: ModuleType) -> None:
     )
     for name, pkg in packages.items():
         assert all(order.index(s) < order.index(name) for s in pkg.siblings), name
-    assert packages["kernel-grammar"].siblings == ()
-    assert not graph.needs_torch(packages, "kernel-grammar")
+    assert packages["core"].siblings == ()  # the bottom: errors, warnings, data contract
+    assert packages["kernel-grammar"].siblings == ("core",)
+    # every package but diff-linalg (numerics that raise no amorgp error) builds on core
+    assert {n for n in packages if "core" not in graph.closure(packages, [n])} == {"diff-linalg"}
+    # kernel-grammar never imports torch, but installs it through core's data contract
+    assert not packages["kernel-grammar"].requires_torch
+    assert graph.needs_torch(packages, "core")
     assert graph.needs_torch(packages, "diff-linalg")
     assert {"simulator", "baselines"} <= graph.closure(packages, ["amortizer"])
     # amortizer[gpytorch] pulls amorgp-gpytorch, which requires the amortizer: not a sibling

@@ -112,7 +112,7 @@ print(device, probe_keops(device, refresh=True))
 '
 
 # 4. every package's CUDA tests
-for pkg in diff-linalg lazy-kernels simulator baselines ensembles amortizer training cli gpytorch kernel-grammar; do
+for pkg in core diff-linalg lazy-kernels simulator baselines ensembles amortizer training cli gpytorch kernel-grammar; do
     dir="$ROOT/packages/$pkg"
     if ! grep -rqs "mark.cuda" "$dir/tests"; then
         echo "| tests $pkg | skipped | 0 | no cuda test |" >>"$SUMMARY"

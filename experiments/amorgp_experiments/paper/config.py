@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 __all__ = [
     "EXPERIMENTS",

@@ -2,7 +2,7 @@
 
 * **Data**: the bundled datasets (airline, concrete, energy, housing, yacht; CSV with
   a header, last column the target) and any user CSV, validated by
-  :func:`amorgp.lazy_kernels.as_dataset` (a clear ``DataError`` for a bad file).
+  :func:`amorgp.core.data.as_dataset` (a clear ``DataError`` for a bad file).
 * **Splits**: ``n_train = 500`` (airline 100, yacht 250; at most ``n - 10``) uniform
   random training points, the rest as test points capped at 1000; split ``s`` is
   the permutation of ``numpy.random.default_rng(1000 + s)``.
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from amorgp.amortizer.bundled import DATA_DIR as BUNDLED_DATA_DIR
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import DataError
 
 __all__ = [
     "BUNDLED_DATASETS",
@@ -71,7 +71,7 @@ def load_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
         OSError: the file cannot be read.
     """
     from amorgp.amortizer.io import read_csv
-    from amorgp.lazy_kernels import as_dataset
+    from amorgp.core.data import as_dataset
 
     table = read_csv(path)
     try:

@@ -111,8 +111,9 @@ def _ahgp(ctx: RunContext, model: str, sp: Split) -> tuple[list[Prediction], flo
     """SE-ARD predictions of a fixed-kernel network (one forward pass, exact GP)."""
     from amorgp.amortizer.forward import encode_structures, network_parameters
     from amorgp.baselines import exact_predictive
+    from amorgp.core.data import Normalizer
     from amorgp.kernel_grammar import DimWiseStructure
-    from amorgp.lazy_kernels import Normalizer, PaddedBatch
+    from amorgp.lazy_kernels import PaddedBatch
 
     net = ctx.network(model)
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@ from amorgp_experiments.paper.config import amortized_settings, is_method
 from amorgp_experiments.paper.context import RunContext
 from amorgp_experiments.paper.real import method_config
 
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from amorgp_experiments.paper.protocol import (
     split_indices,
 )
 
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import DataError
 
 
 def test_every_bundled_dataset_loads_with_the_paper_sizes() -> None:

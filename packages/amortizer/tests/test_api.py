@@ -283,8 +283,10 @@ def test_fixed_kernel_model_serves_its_kernel_only(tmp_path: Path) -> None:
     from amorgp.amortizer.forward import encode_structures, network_parameters
     from amorgp.amortizer.registry import SE_VOCABULARY
     from amorgp.baselines import exact_predictive
-    from amorgp.kernel_grammar import DimWiseStructure, OptionError
-    from amorgp.lazy_kernels import Normalizer, PaddedBatch
+    from amorgp.core.data import Normalizer
+    from amorgp.core.errors import OptionError
+    from amorgp.kernel_grammar import DimWiseStructure
+    from amorgp.lazy_kernels import PaddedBatch
 
     network = replace(PRESETS["tiny"].network, model="ahgp-se-ard", vocabulary=SE_VOCABULARY)
     torch.manual_seed(3)

@@ -8,7 +8,7 @@ import pytest
 
 from amorgp.amortizer import Amortizer, pretrained_names, resolve_checkpoint
 from amorgp.amortizer.bundled import PRETRAINED_DIR, PRETRAINED_ROOT
-from amorgp.amortizer.errors import CheckpointError
+from amorgp.core.errors import CheckpointError
 
 
 def test_every_bundled_name_loads_and_default_is_the_default() -> None:

@@ -17,7 +17,7 @@ from amorgp.amortizer.bundled import (
     repository_model_names,
     resolve_checkpoint,
 )
-from amorgp.amortizer.errors import CheckpointError
+from amorgp.core.errors import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[3]
 AIRLINE = PRETRAINED_ROOT.parent / "data" / "airline.csv"

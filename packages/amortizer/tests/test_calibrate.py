@@ -15,7 +15,8 @@ from amorgp.amortizer import AmortizedGPRegressor
 from amorgp.amortizer import calibrate as calibrate_module
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.calibrate import profile_log_likelihood
-from amorgp.kernel_grammar import FLOORS, OptionError, ParamKind
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import FLOORS, ParamKind
 
 
 @pytest.fixture(scope="module")

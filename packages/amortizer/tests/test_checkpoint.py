@@ -21,8 +21,8 @@ from amorgp.amortizer.checkpoint import (
     save_checkpoint,
 )
 from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.model import build_model
+from amorgp.core.errors import CheckpointError
 from amorgp.kernel_grammar import PAPER_VOCABULARY
 
 NET = PRESETS["tiny"].network

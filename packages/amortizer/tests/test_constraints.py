@@ -19,7 +19,8 @@ from amorgp.amortizer.constraints import (
     check_constraints,
 )
 from amorgp.amortizer.objective import LogMarginalLikelihood
-from amorgp.kernel_grammar import DimWiseStructure, OptionError
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import DimWiseStructure
 
 LS = (0, 0, "lengthscale")
 VAR = (0, 0, "variance")

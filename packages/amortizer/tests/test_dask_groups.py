@@ -15,7 +15,7 @@ from amorgp.amortizer import dask_groups  # noqa: E402
 from amorgp.amortizer.api import Amortizer  # noqa: E402
 from amorgp.amortizer.dask_groups import fit_groups_dask, worker_amortizer  # noqa: E402
 from amorgp.amortizer.tables import fit_groups  # noqa: E402
-from amorgp.kernel_grammar import OptionError  # noqa: E402
+from amorgp.core.errors import OptionError  # noqa: E402
 
 
 @pytest.fixture(scope="module")

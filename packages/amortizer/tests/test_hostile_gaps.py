@@ -13,9 +13,8 @@ import pytest
 
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.testing import edited_checkpoint
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import CheckpointError, DataError
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,8 @@ import pytest
 from amorgp.amortizer import io as amz_io
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import NetworkConfig
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.testing import edited_checkpoint
-from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.core.errors import CheckpointError, DataError, OptionError
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import DataError
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_NO_GRAPH
 
 
@@ -148,7 +148,7 @@ def test_estimator_keeps_one_posterior(tiny_checkpoint: Path) -> None:
 def test_broken_weights_are_an_error_not_a_result(tiny_checkpoint: Path) -> None:
     import torch
 
-    from amorgp.amortizer.errors import CheckpointError
+    from amorgp.core.errors import CheckpointError
 
     a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
     with torch.no_grad():

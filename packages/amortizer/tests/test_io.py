@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from amorgp.amortizer.io import read_csv
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import DataError
 
 
 def _write(path: Path, text: str) -> Path:

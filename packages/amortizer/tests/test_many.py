@@ -13,7 +13,7 @@ from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.many import BUDGET, bucket_size
 from amorgp.amortizer.pairs import period_candidates_many
 from amorgp.amortizer.periodogram import period_candidates
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 KERNELS = ["SE + PER", "LIN + SE*PER"]
 

@@ -19,7 +19,7 @@ from amorgp.amortizer.multistart import (
     period_candidates,
 )
 from amorgp.amortizer.testing import planted_period_1d
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.refine import AUTO_MAX_ITERS, check_refine, dense_groups
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
 
 

@@ -40,14 +40,3 @@ print(Amortizer.from_pretrained().infer(X, y, "SE").noise > 0)
     out = _python(code, blocked=("amorgp.simulator",))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("True")
-
-
-def test_the_amortizer_errors_are_amorgp_errors() -> None:
-    from amorgp.amortizer.errors import CheckpointError, MissingExtraError, TrainingError
-    from amorgp.kernel_grammar import AmorgpError
-
-    assert issubclass(CheckpointError, AmorgpError)
-    assert issubclass(CheckpointError, ValueError)
-    assert issubclass(TrainingError, AmorgpError)
-    assert issubclass(TrainingError, RuntimeError)
-    assert issubclass(MissingExtraError, ModuleNotFoundError)

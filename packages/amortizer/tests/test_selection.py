@@ -18,10 +18,10 @@ from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import Amortizer
 from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.selection import select_by_likelihood
 from amorgp.amortizer.testing import seeded_checkpoint
-from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
+from amorgp.core.errors import CheckpointError, OptionError
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 
 

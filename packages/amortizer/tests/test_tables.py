@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.errors import MissingExtraError
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import MissingExtraError, OptionError
 
 pd = pytest.importorskip("pandas")
 
@@ -104,7 +103,7 @@ def test_without_pandas(monkeypatch: pytest.MonkeyPatch, amz: Amortizer) -> None
 
 def test_read_table(tmp_path) -> None:
     from amorgp.amortizer.io import read_table
-    from amorgp.kernel_grammar import DataError
+    from amorgp.core.errors import DataError
 
     path = tmp_path / "semi.csv"
     path.write_bytes("\ufeffid;t;y\na;1.5;2\na;2.5;3\n".encode())

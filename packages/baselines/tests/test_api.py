@@ -13,8 +13,10 @@ from amorgp.baselines.testing import (
     dense_log_marginal_likelihood,
     dense_predictive,
 )
-from amorgp.kernel_grammar import DataError, DimWiseStructure
-from amorgp.lazy_kernels import KernelFit, Normalizer
+from amorgp.core.data import Normalizer
+from amorgp.core.errors import DataError
+from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.lazy_kernels import KernelFit
 
 FAST = {
     "gp-ml": {"max_iters": 30},

@@ -16,8 +16,9 @@ from amorgp.baselines.bayesian import mixture_moments
 from amorgp.baselines.diwp import DIWP, DIWPSettings, PointNoise, fit_diwp
 from amorgp.baselines.testing import check_inference
 from amorgp.baselines.testing import synthetic_dataset as make_data
+from amorgp.core.errors import DataError, OptionError
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
-from amorgp.kernel_grammar import EXTENDED_VOCABULARY, DataError, OptionError
+from amorgp.kernel_grammar import EXTENDED_VOCABULARY
 
 F64 = torch.float64
 TINY = {"quick": True, "n_inducing": 8, "iterations": 30, "late_iterations": 10}

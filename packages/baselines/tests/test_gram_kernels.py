@@ -13,7 +13,7 @@ from amorgp.baselines.gram_kernels import (
     squared_distances,
     squared_distances_cross,
 )
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 
 def _features(n: int = 9, m: int = 4, seed: int = 0) -> np.ndarray:

@@ -18,7 +18,7 @@ from amorgp.baselines.api import (
 )
 from amorgp.baselines.testing import dense_log_marginal_likelihood
 from amorgp.baselines.testing import synthetic_dataset as make_data
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 
 def test_every_name_is_a_registered_method_object() -> None:

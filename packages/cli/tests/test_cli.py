@@ -10,11 +10,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from amorgp.amortizer.errors import CheckpointError, TrainingError
 from amorgp.cli import AmorgpCommand, main
 from amorgp.cli._errors import as_click_exception
+from amorgp.core.errors import CheckpointError, DataError, OptionError, TrainingError
 from amorgp.kernel_grammar import KernelSyntaxError
-from amorgp.kernel_grammar.errors import DataError, OptionError
 
 COMMANDS = (
     "train",

@@ -23,7 +23,7 @@ from click.testing import CliRunner, Result
 from amorgp.amortizer.io import read_csv
 from amorgp.cli import main
 from amorgp.cli._output import atomic_write, check_output_path
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import DataError
 
 ROWS = [(float(a), float(b)) for a, b in np.random.default_rng(0).uniform(0, 10, (12, 2))]
 PLAIN = "time,value\n" + "".join(f"{a!r},{b!r}\n" for a, b in ROWS)

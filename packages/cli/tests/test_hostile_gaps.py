@@ -15,9 +15,9 @@ from safetensors import SafetensorError
 
 import amorgp.amortizer.checkpoint as checkpoint_module
 from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.testing import edited_checkpoint
 from amorgp.cli import main
+from amorgp.core.errors import CheckpointError
 
 TINY_SETS = [
     "--set", "batch_size=4", "--set", "n_max=12", "--set", "max_dims=2",

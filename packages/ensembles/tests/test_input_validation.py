@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from amorgp.core.errors import DataError, OptionError
 from amorgp.ensembles import KernelEnsemble, structure_search
 from amorgp.ensembles.testing import PriorMeanInference
-from amorgp.kernel_grammar import DataError, DimWiseStructure, KernelSyntaxError, OptionError
+from amorgp.kernel_grammar import DimWiseStructure, KernelSyntaxError
 
 
 def _data(n: int = 30, d: int = 1) -> tuple[np.ndarray, np.ndarray]:

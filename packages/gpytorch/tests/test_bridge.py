@@ -17,6 +17,7 @@ from botorch.models.transforms.input import Normalize
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from amorgp.amortizer import Amortizer
+from amorgp.core.errors import OptionError
 from amorgp.gpytorch import (
     AmortizedFit,
     build_kernel,
@@ -26,7 +27,7 @@ from amorgp.gpytorch import (
     read_kernel,
     to_gpytorch,
 )
-from amorgp.kernel_grammar import DimWiseStructure, OptionError, base_symbol
+from amorgp.kernel_grammar import DimWiseStructure, base_symbol
 from amorgp.lazy_kernels import DimWiseKernel, Posterior
 
 TOL = 1e-8
@@ -331,7 +332,7 @@ def test_holds_accepts_the_same_kernel_only() -> None:
 def test_export_without_training_data_names_what_to_pass() -> None:
     """A fit that holds no training data (here a baselines result) needs train_X/train_Y."""
     from amorgp.baselines import fit
-    from amorgp.kernel_grammar import DataError
+    from amorgp.core.errors import DataError
 
     g = torch.Generator().manual_seed(3)
     X, y = _data(g, 20, 1)

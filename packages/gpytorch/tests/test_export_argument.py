@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from amorgp.core.errors import OptionError
 from amorgp.gpytorch import to_gpytorch
-from amorgp.kernel_grammar import OptionError
 
 
 @pytest.mark.parametrize("bad", ["str", None, 3.0])

@@ -22,8 +22,8 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import GammaPrior, NormalPrior
 
 from amorgp.amortizer import Amortizer
+from amorgp.core.errors import OptionError
 from amorgp.gpytorch import AmortizedFit, LeanObjective
-from amorgp.kernel_grammar import OptionError
 
 TOL = 1e-8
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from amorgp.core.errors import OptionError
 from amorgp.gpytorch.kernels import build_kernel, read_kernel
-from amorgp.kernel_grammar import EXTENDED_VOCABULARY, DimWiseStructure, OptionError
+from amorgp.kernel_grammar import EXTENDED_VOCABULARY, DimWiseStructure
 
 
 def test_matern_read_and_written() -> None:

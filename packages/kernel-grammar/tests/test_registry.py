@@ -7,6 +7,7 @@ import zlib
 import numpy as np
 import pytest
 
+from amorgp.core.units import Unit
 from amorgp.kernel_grammar import (
     ALIASES,
     ELEMENTARY,
@@ -149,6 +150,27 @@ def test_aliases_and_unit_metadata_are_declared_with_each_kernel() -> None:
     assert ELEMENTARY["SE"].input_scaled == ("lengthscale",)
     assert ELEMENTARY["RQ"].input_scaled == ("lengthscale",)  # alpha has no units
     assert ELEMENTARY["LIN"].input_scaled == ()
+
+
+def test_param_units_follow_the_kernels_forms() -> None:
+    """How each parameter maps back to original units, written out by hand from the
+    kernels' formulas: a length along the input scales with the column range; PER's
+    lengthscale divides sin^2(pi r / p) and is unit-free; LIN's x x' is not of the same
+    form after the affine input map; RQ's alpha is reported in normalised units only."""
+    inp, free, var, no = Unit.INPUT, Unit.FREE, Unit.VARIANCE, Unit.INEXACT
+    expected = {
+        "SE": (var, inp),
+        "PER": (var, free, inp),
+        "LIN": (no, no),
+        "RQ": (var, inp, no),
+        "MAT52": (var, inp),
+        "SE*PER": (var, inp, free, inp),
+        "SE*LIN": (no, inp, no),
+        "LIN*PER": (no, no, free, inp),
+    }
+    for name, units in expected.items():
+        sym = base_symbol(name)
+        assert sym.param_units == units, (name, sym.param_names)
 
 
 def test_register_and_unregister_a_kernel_with_aliases() -> None:

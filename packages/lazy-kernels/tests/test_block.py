@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from amorgp.kernel_grammar import DimWiseStructure, OptionError
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import (
     BlockKernelOperator,
     DimWiseKernel,

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import DataError
 from amorgp.lazy_kernels import Posterior
 
 

@@ -11,15 +11,11 @@ import torch
 from scipy.stats import norm as normal
 from torch import Tensor
 
+from amorgp.core.data import Normalizer
+from amorgp.core.errors import DataError
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
-from amorgp.kernel_grammar import DataError, DimWiseStructure
-from amorgp.lazy_kernels import (
-    DimWiseKernel,
-    HyperparameterInference,
-    KernelFit,
-    Normalizer,
-    Posterior,
-)
+from amorgp.kernel_grammar import DimWiseStructure, base_symbol
+from amorgp.lazy_kernels import DimWiseKernel, HyperparameterInference, KernelFit, Posterior
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -134,3 +130,40 @@ def test_base_is_abstract_and_the_protocol_is_structural() -> None:
             return []
 
     assert isinstance(_Method(), HyperparameterInference)
+
+
+def test_original_units_reproduce_the_kernel() -> None:
+    """The map the table uses (the grammar's units, the normalisation's to_original): the
+    kernel evaluated on original data with original-unit values equals s_y^2 times the
+    normalised kernel on normalised data (lengthscales, periods, variances)."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform([10, -2], [30, 7], size=(15, 2))
+    y = rng.normal(100, 20, 15)
+    norm = Normalizer.fit(X, y)
+    s = DimWiseStructure.parse("(SE + PER)@0 * (SE*PER)@1")
+    params = rng.uniform(0.3, 2.0, size=(2, 2, 4))
+    orig = params.copy()
+    for pn in s.param_names():
+        unit = base_symbol(pn.symbol).param_units[pn.slot]
+        value = norm.to_original(pn.dim, unit, params[pn.dim, pn.addend, pn.slot])
+        assert value is not None
+        orig[pn.dim, pn.addend, pn.slot] = value
+    Xn = norm.transform_x(torch.as_tensor(X)).numpy()
+    K_norm = s.reference(Xn, Xn, params)
+    K_orig = s.reference(X, X, orig)
+    np.testing.assert_allclose(K_orig, norm.y_std**2 * K_norm, rtol=1e-10)
+    assert norm.noise_to_original(0.5) == pytest.approx(0.5 * y.var())
+    assert norm.lml_offset(15) == pytest.approx(-15 * np.log(y.std()))
+
+
+def test_lin_and_constant_columns_have_no_original_units() -> None:
+    with pytest.warns(UserWarning, match="constant"):
+        norm = Normalizer.fit(torch.tensor([[1.0, 5.0], [2.0, 5.0], [4.0, 5.0]]), torch.ones(3))
+
+    def original(dim: int, symbol: str, slot: int, value: float) -> float | None:
+        return norm.to_original(dim, base_symbol(symbol).param_units[slot], value)
+
+    assert original(0, "LIN", 0, 1.0) is None
+    assert original(0, "SE*LIN", 2, 1.0) is None  # lin_offset
+    assert original(0, "SE*LIN", 1, 1.0) == 3.0  # its lengthscale still maps
+    assert original(1, "SE", 1, 0.5) is None  # lengthscale of a constant column

@@ -159,7 +159,7 @@ def expo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.mark.usefixtures("expo")
 def test_symbol_without_keops_formula_fails_naming_it() -> None:
-    from amorgp.kernel_grammar import OptionError
+    from amorgp.core.errors import OptionError
 
     structure = DimWiseStructure.parse("SE*EXPO", 1)
     with pytest.raises(OptionError, match=r"'EXPO' \(a factor of base symbol 'SE\*EXPO'\)"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from amorgp.kernel_grammar import BaseSymbol, DimWiseStructure, OptionError
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import BaseSymbol, DimWiseStructure
 from amorgp.lazy_kernels import (
     DenseKernelOperator,
     DimWiseKernel,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 from amorgp.lazy_kernels import probe as probe_module
 from amorgp.lazy_kernels.probe import KeOpsProbe
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from amorgp.core.errors import OptionError
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood
-from amorgp.kernel_grammar import DimWiseStructure, OptionError
+from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import DimWiseKernel, Posterior
 from amorgp.lazy_kernels.block import BlockKernelOperator, block_rows
 

@@ -10,7 +10,8 @@ import pytest
 import scipy.linalg
 import torch
 
-from amorgp.kernel_grammar import DimWiseStructure, OptionError
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import (
     CHOLESKY_MAX_N,
     BlockKernelOperator,

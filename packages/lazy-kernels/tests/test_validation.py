@@ -11,14 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from amorgp.kernel_grammar import PAPER_VOCABULARY, DataError, DimWiseStructure
-from amorgp.lazy_kernels import (
-    MIN_POINTS,
-    PaddedBatch,
-    as_dataset,
-    kernel_matrix_dimwise,
-    validate_dimwise,
-)
+from amorgp.core.data import MIN_POINTS, as_dataset
+from amorgp.core.errors import DataError
+from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure
+from amorgp.lazy_kernels import PaddedBatch, kernel_matrix_dimwise, validate_dimwise
 from amorgp.lazy_kernels.testing import BAD_DATASETS, check_rejects_bad_data
 
 VOCAB = PAPER_VOCABULARY

@@ -12,8 +12,8 @@ import torch
 
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.errors import TrainingError
 from amorgp.amortizer.model import build_model
+from amorgp.core.errors import TrainingError
 from amorgp.training import trainer as trainer_module
 from amorgp.training.campaign import CampaignStage, run_campaign, score_checkpoint
 
@@ -185,7 +185,7 @@ def test_segment_records_real_data_scores(tmp_path: Path, init: Path) -> None:
 
 
 def test_average_weights_is_the_mean_of_the_state_dicts(tmp_path: Path) -> None:
-    from amorgp.amortizer.errors import CheckpointError
+    from amorgp.core.errors import CheckpointError
     from amorgp.training.campaign_plan import average_weights
 
     paths = []

@@ -19,9 +19,8 @@ from safetensors import safe_open
 
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.model import build_model
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.core.errors import CheckpointError, OptionError
 from amorgp.training import train
 from amorgp.training.gpu_chunk import LOG_FILE, export_compact, finish_chunk
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import DataError
 
 
 def test_a_run_refused_while_starting_leaves_no_folder(
     tmp_path: Path, tiny_checkpoint: Path
 ) -> None:
-    from amorgp.kernel_grammar import OptionError
+    from amorgp.core.errors import OptionError
     from amorgp.training.train import train
 
     out = tmp_path / "new-run"
@@ -69,7 +69,7 @@ def test_a_full_disk_when_a_run_starts_names_the_run_and_leaves_nothing(
 ) -> None:
     import errno
 
-    from amorgp.amortizer.errors import TrainingError
+    from amorgp.core.errors import TrainingError
     from amorgp.training import trainer
     from amorgp.training.rundir import RunDirectory
     from amorgp.training.train import train

@@ -16,9 +16,8 @@ import torch
 
 from amorgp.amortizer.checkpoint import load_checkpoint
 from amorgp.amortizer.config import PRESETS, preset
-from amorgp.amortizer.errors import CheckpointError, TrainingError
 from amorgp.amortizer.testing import TINY_TRAIN
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.core.errors import CheckpointError, OptionError, TrainingError
 from amorgp.training import trainer as trainer_module
 from amorgp.training.rundir import RunDirectory
 from amorgp.training.train import train

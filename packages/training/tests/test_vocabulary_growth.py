@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.kernel_grammar import PAPER_VOCABULARY, OptionError, Vocabulary
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import PAPER_VOCABULARY, Vocabulary
 from amorgp.training.vocabulary import extend_vocabulary, stand_in_symbol
 
 GROWN = Vocabulary.with_products(("SE", "LIN", "PER", "MAT52"), "paper-mat52")

@@ -30,14 +30,8 @@ from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.layers import masked_mean
 from amorgp.amortizer.model import DatasetEncoder
 from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding, Prediction
-from amorgp.kernel_grammar import (
-    NOISE,
-    DataError,
-    ParamKind,
-    base_symbol,
-    positive,
-    positive_inverse,
-)
+from amorgp.core.errors import DataError
+from amorgp.kernel_grammar import NOISE, ParamKind, base_symbol, positive, positive_inverse
 from amorgp.lazy_kernels import UNUSED_SLOT_VALUE, PaddedBatch
 
 __all__ = ["AHGPSEARD"]

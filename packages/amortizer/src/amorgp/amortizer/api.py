@@ -14,7 +14,7 @@ The front end in small modules, re-exported here:
 Steps of :meth:`Amortizer.infer_many`:
 
 1. validate ``X (n, d)``, ``y (n,)`` and normalise them
-   (:class:`amorgp.lazy_kernels.Normalizer`, ``docs/architecture.md`` §3);
+   (:class:`amorgp.core.data.Normalizer`, ``docs/architecture.md`` §3);
 2. the **dataset encoder** runs once on the normalised data.  If ``n`` exceeds
    ``encoder_points`` (default: what the network read in training, the
    checkpoint's ``train.encoder_points`` if set, else its largest dataset

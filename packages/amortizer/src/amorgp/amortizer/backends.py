@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from amorgp.amortizer.refine import dense_groups
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 from amorgp.lazy_kernels import Solver, SolverPlan, plan_solver
 
 __all__ = ["GPBackendSizing"]

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from amorgp.amortizer.errors import CheckpointError
-from amorgp.kernel_grammar.warn import warn
+from amorgp.core.errors import CheckpointError
+from amorgp.core.warn import warn
 
 __all__ = [
     "PRETRAINED_DIR",
@@ -124,7 +124,7 @@ def check_model_name(name: object) -> str:
     """
     import re
 
-    from amorgp.kernel_grammar import OptionError
+    from amorgp.core.errors import OptionError
 
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
         raise OptionError(

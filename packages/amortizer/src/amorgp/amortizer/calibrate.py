@@ -64,13 +64,8 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.batched import encoded
-from amorgp.kernel_grammar import (
-    FLOORS,
-    DimWiseStructure,
-    OptionError,
-    ParamKind,
-    Vocabulary,
-)
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind, Vocabulary
 
 __all__ = [
     "GRID_POINTS",

@@ -31,7 +31,7 @@ checkpoint, and a model holding NaN or infinite values is never written.  Loadin
 verifies the format tag, the checksums (a ``checkpoint.json`` without a checksum of
 every tensor file is refused unless the caller passes ``verify=False``) and that
 every stored tensor is finite, then rebuilds the network from its config; each
-failure raises :class:`~amorgp.amortizer.errors.CheckpointError` (a
+failure raises :class:`~amorgp.core.errors.CheckpointError` (a
 ``ValueError``) naming the file or tensor.
 """
 
@@ -58,8 +58,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from amorgp.amortizer.config import NetworkConfig
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.model import build_model
+from amorgp.core.errors import CheckpointError
 
 __all__ = [
     "FORMAT",

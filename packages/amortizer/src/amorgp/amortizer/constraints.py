@@ -41,15 +41,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import (
-    FLOORS,
-    DimWiseStructure,
-    OptionError,
-    ParamKind,
-    Vocabulary,
-    base_symbol,
-)
-from amorgp.kernel_grammar.warn import warn
+from amorgp.core.errors import OptionError
+from amorgp.core.warn import warn
+from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind, Vocabulary, base_symbol
 
 if TYPE_CHECKING:
     from amorgp.amortizer.results import Factor

@@ -26,8 +26,7 @@ import threading
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from amorgp.amortizer.errors import MissingExtraError
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import MissingExtraError, OptionError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,7 +44,7 @@ _LOCK = threading.Lock()
 
 
 def require_dask() -> tuple[Any, Any]:
-    """``dask.dataframe`` and ``distributed``, or :class:`~amorgp.amortizer.errors.
+    """``dask.dataframe`` and ``distributed``, or :class:`~amorgp.core.errors.
     MissingExtraError` (one line) where they are not installed."""
     try:
         import dask.dataframe as dd

@@ -34,9 +34,9 @@ from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.options import check_seed
 from amorgp.amortizer.results import KernelResult
-from amorgp.lazy_kernels import MEMORY_BUDGET, DimWiseKernel, as_dataset, check_backend
+from amorgp.core.data import as_dataset, as_real
+from amorgp.lazy_kernels import MEMORY_BUDGET, DimWiseKernel, check_backend
 from amorgp.lazy_kernels.block import check_memory_budget
-from amorgp.lazy_kernels.data import as_real
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         """Predict the hyperparameters of ``kernel`` for ``X (n, d)``, ``y (n,)``.
 
         Raises:
-            ValueError: invalid data (see :func:`~amorgp.lazy_kernels.as_dataset`) or
+            ValueError: invalid data (see :func:`~amorgp.core.data.as_dataset`) or
                 a kernel that does not parse or match the data's dimension.
         """
         if _validate_data is not None:  # sklearn's messages and conversions when available

@@ -9,7 +9,7 @@ GPyTorch/BoTorch bridge    :mod:`amorgp.gpytorch`             ``pip install amor
 the paper's experiments    ``amorgp_experiments``             the repository's ``experiments/``
 =========================  =================================  ============================
 
-:func:`require_experiments` raises :class:`~amorgp.amortizer.errors.MissingExtraError`
+:func:`require_experiments` raises :class:`~amorgp.core.errors.MissingExtraError`
 (one line: what is missing and how to get it) where the experiments are not importable.
 """
 
@@ -33,14 +33,14 @@ INSTALL_HINTS: dict[str, str] = {
 
 
 def require_experiments(what: str) -> None:
-    """Raise :class:`~amorgp.amortizer.errors.MissingExtraError` (naming ``what`` and how to
+    """Raise :class:`~amorgp.core.errors.MissingExtraError` (naming ``what`` and how to
     get them) unless the repository's experiments package is importable."""
     try:
         import amorgp_experiments  # noqa: F401
     except ModuleNotFoundError as err:
         if err.name != "amorgp_experiments":
             raise
-        from amorgp.amortizer.errors import MissingExtraError
+        from amorgp.core.errors import MissingExtraError
 
         raise MissingExtraError(
             f"{what} needs the experiments package: {EXPERIMENTS_HINT}", name=err.name

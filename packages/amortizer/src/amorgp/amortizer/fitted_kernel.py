@@ -96,9 +96,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from amorgp.core.data import Normalizer, as_real
 from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, ParamKind, base_symbol
-from amorgp.lazy_kernels import DimWiseKernel, Normalizer
-from amorgp.lazy_kernels.data import as_real
+from amorgp.lazy_kernels import DimWiseKernel
 
 __all__ = [
     "BaseKernel",

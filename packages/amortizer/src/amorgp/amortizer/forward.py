@@ -27,8 +27,8 @@ from torch import Tensor, nn
 
 from amorgp.amortizer.model import AmortizedGP
 from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding
+from amorgp.core.warn import warn
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary, encode
-from amorgp.kernel_grammar.warn import warn
 from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = [

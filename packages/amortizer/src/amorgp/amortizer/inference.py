@@ -43,19 +43,10 @@ from amorgp.amortizer.selection import (
     load_candidates,
     load_network,
 )
-from amorgp.kernel_grammar import (
-    DimWiseStructure,
-    OptionError,
-    Vocabulary,
-)
-from amorgp.lazy_kernels import (
-    MEMORY_BUDGET,
-    Normalizer,
-    Posterior,
-    SolverPlan,
-    as_dataset,
-    check_backend,
-)
+from amorgp.core.data import Normalizer, as_dataset
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
+from amorgp.lazy_kernels import MEMORY_BUDGET, Posterior, SolverPlan, check_backend
 
 __all__ = [
     "AmortizedMethod",

@@ -1,14 +1,14 @@
 """Datasets for inference: validation and CSV loading.
 
 The normalisation contract (``docs/architecture.md`` §3.1, stored in every checkpoint as
-``NORMALISATION``) is :class:`amorgp.lazy_kernels.Normalizer`: each input column is
+``NORMALISATION``) is :class:`amorgp.core.data.Normalizer`: each input column is
 min-max scaled to ``[0, 1]`` (a constant column maps to 0.5), the targets are
 standardised, and hyperparameters map back to original units where the map is
-exact (:meth:`~amorgp.lazy_kernels.Normalizer.to_original`).  The network and the
+exact (:meth:`~amorgp.core.data.Normalizer.to_original`).  The network and the
 GP only ever see normalised data.  :func:`read_csv` validates the table with the one
-dataset validation, :func:`amorgp.lazy_kernels.as_dataset`; the amortizer fits data with at least :data:`MIN_POINTS` rows.
+dataset validation, :func:`amorgp.core.data.as_dataset`; the amortizer fits data with at least :data:`MIN_POINTS` rows.
 
-Positions in messages: :func:`~amorgp.lazy_kernels.as_dataset` names data rows counting
+Positions in messages: :func:`~amorgp.core.data.as_dataset` names data rows counting
 from 1; :func:`read_csv` names file lines (the header is line 1).
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from amorgp.kernel_grammar import DataError, OptionError
-from amorgp.lazy_kernels import MIN_POINTS
-from amorgp.lazy_kernels import as_dataset as _as_dataset
+from amorgp.core.data import MIN_POINTS
+from amorgp.core.data import as_dataset as _as_dataset
+from amorgp.core.errors import DataError, OptionError
 
 __all__ = [
     "MAX_COLUMNS",
@@ -236,7 +236,7 @@ def read_csv(
         feature_names: expected input columns (e.g. those of the training table), in
             this order; other columns except the target are an error.
         training: validate as training data (at least :data:`MIN_POINTS` rows and a
-            non-constant target, see :func:`amorgp.lazy_kernels.as_dataset`); False for a test table.
+            non-constant target, see :func:`amorgp.core.data.as_dataset`); False for a test table.
 
     Returns:
         A validated :class:`Dataset`.
@@ -273,12 +273,12 @@ PANDAS_HINT = "pip install 'amorgp-amortizer[pandas]' (pandas, pyarrow)"
 
 
 def require_pandas(what: str = "fit_groups") -> Any:
-    """The ``pandas`` module, or :class:`~amorgp.amortizer.errors.MissingExtraError` (one
+    """The ``pandas`` module, or :class:`~amorgp.core.errors.MissingExtraError` (one
     line: ``what`` needs pandas, and how to install it) where it is not installed."""
     try:
         import pandas
     except ModuleNotFoundError:
-        from amorgp.amortizer.errors import MissingExtraError
+        from amorgp.core.errors import MissingExtraError
 
         raise MissingExtraError(f"{what} needs pandas: {PANDAS_HINT}", name="pandas") from None
     return pandas
@@ -309,7 +309,7 @@ def read_table(path: str | os.PathLike[str]) -> Any:
             raise DataError(f"{where} is empty")
         return pd.read_csv(io.StringIO(text), sep=sep)
     except ImportError as err:
-        from amorgp.amortizer.errors import MissingExtraError
+        from amorgp.core.errors import MissingExtraError
 
         raise MissingExtraError(
             f"reading {where} needs {err.name or 'pyarrow'}: {PANDAS_HINT}",

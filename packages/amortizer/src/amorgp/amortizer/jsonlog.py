@@ -5,7 +5,7 @@ newline.  A writer killed mid-append leaves a *torn* last line: bytes after the 
 newline.  Readers ignore it with a warning; :func:`append_record` cuts it off (with a
 warning) before it appends, so the new record starts a line of its own and
 :func:`last_record` returns it.  A whole line that is not a JSON object is damage, not
-an interruption: :func:`read_records` raises :class:`~amorgp.kernel_grammar.DataError`
+an interruption: :func:`read_records` raises :class:`~amorgp.core.errors.DataError`
 naming the file and the line (``strict=False`` skips such lines with one warning).
 
 Used by the training campaign (``export/campaign.jsonl``), the GPU chunk export and the
@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import DataError
 
 __all__ = ["append_record", "last_record", "read_records", "write_text_atomic"]
 

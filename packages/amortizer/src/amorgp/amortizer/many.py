@@ -8,8 +8,8 @@ periodogram, a multi-start scoring call and a factorisation.  Here the datasets 
 grouped into *buckets* of equal size (same number of points ``n`` and inputs ``d``) and
 every stage runs once per bucket on all its (dataset, kernel) pairs:
 
-1. **validate and normalise** each dataset (:func:`amorgp.lazy_kernels.as_dataset`,
-   :class:`~amorgp.lazy_kernels.Normalizer`); a dataset that fails is reported with its
+1. **validate and normalise** each dataset (:func:`amorgp.core.data.as_dataset`,
+   :class:`~amorgp.core.data.Normalizer`); a dataset that fails is reported with its
    error and the others go on;
 2. **one network forward per bucket**: the dataset encoder reads the ``B`` datasets as one
    batch (no padding: equal sizes), the kernel encoder-decoder and the heads decode the
@@ -82,7 +82,6 @@ from amorgp.amortizer import batched
 from amorgp.amortizer import calibrate as calibration
 from amorgp.amortizer.calibrate import check_calibrate
 from amorgp.amortizer.constraints import Constraints, Name, check_constraints
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.forward import encode_structures, encoder_subset, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import (
@@ -97,8 +96,10 @@ from amorgp.amortizer.pairs import (
 )
 from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
-from amorgp.kernel_grammar import DimWiseStructure, OptionError
-from amorgp.lazy_kernels import Normalizer, PaddedBatch, as_dataset
+from amorgp.core.data import Normalizer, as_dataset
+from amorgp.core.errors import CheckpointError, OptionError
+from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.lazy_kernels import PaddedBatch
 
 if TYPE_CHECKING:
     from amorgp.amortizer.inference import Amortizer

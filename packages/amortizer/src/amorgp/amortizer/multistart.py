@@ -64,14 +64,8 @@ from torch import Tensor
 from amorgp.amortizer.batched import encoded, pick
 from amorgp.amortizer.null_starts import NULL_RULES, null_parameters
 from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle, period_candidates
-from amorgp.kernel_grammar import (
-    FLOORS,
-    DimWiseStructure,
-    OptionError,
-    ParamKind,
-    Vocabulary,
-    base_symbol,
-)
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind, Vocabulary, base_symbol
 
 __all__ = [
     "DECAY_PERIODS",

@@ -22,7 +22,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from amorgp.amortizer.registry import network_names, network_spec
-from amorgp.kernel_grammar import DataError, Vocabulary
+from amorgp.core.errors import DataError
+from amorgp.kernel_grammar import Vocabulary
 from amorgp.lazy_kernels import PaddedBatch, check_structures
 
 __all__ = ["AmortizationNetwork", "DatasetEncoding", "Prediction"]

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import (
     ELEMENTARY,
     FLOORS,
     NOISE,
     BaseSymbol,
     DimWiseStructure,
-    OptionError,
     ParamKind,
     base_symbol,
 )

@@ -1,7 +1,7 @@
 """Checks of the options of :class:`~amorgp.amortizer.Amortizer` and the estimator, made
 before any work: a device torch cannot use here, a fractional ``encoder_points``, a
 ``seed`` beyond 64 bits, a memory budget or ``gp_options`` value out of its domain are
-each one :class:`~amorgp.kernel_grammar.OptionError` naming the option.  The noise floor,
+each one :class:`~amorgp.core.errors.OptionError` naming the option.  The noise floor,
 fixed hyperparameters and bounds of inference are checked by
 :func:`~amorgp.amortizer.constraints.check_constraints` (re-exported here)."""
 
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from amorgp.amortizer.constraints import check_constraints, check_noise_floor
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 from amorgp.lazy_kernels.block import check_memory_budget
 from amorgp.lazy_kernels.solvers import check_solver_options
 

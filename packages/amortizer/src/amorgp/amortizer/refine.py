@@ -45,11 +45,8 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.objective import LogMarginalLikelihood
-from amorgp.kernel_grammar import (
-    DimWiseStructure,
-    OptionError,
-    Vocabulary,
-)
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
 if TYPE_CHECKING:
     from amorgp.amortizer.constraints import KernelConstraints

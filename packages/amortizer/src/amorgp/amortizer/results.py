@@ -21,14 +21,9 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR, KernelConstraints, Name
+from amorgp.core.data import Normalizer
 from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import (
-    DimWiseKernel,
-    KernelFit,
-    Normalizer,
-    Posterior,
-    SolverPlan,
-)
+from amorgp.lazy_kernels import DimWiseKernel, KernelFit, Posterior, SolverPlan
 
 logger = logging.getLogger(__name__)
 

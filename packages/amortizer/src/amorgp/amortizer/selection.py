@@ -30,11 +30,11 @@ from torch import Tensor
 
 from amorgp.amortizer.bundled import resolve_checkpoint
 from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.forward import network_parameters
 from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.registry import network_names, network_spec
-from amorgp.kernel_grammar import DimWiseStructure, OptionError, Vocabulary
+from amorgp.core.errors import CheckpointError, OptionError
+from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = [

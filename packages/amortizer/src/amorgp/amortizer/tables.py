@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from amorgp.amortizer.io import PANDAS_HINT, require_pandas
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -47,8 +47,10 @@ from amorgp.baselines.gp import exact_posterior, exact_predictive
 from amorgp.baselines.results import FitResult, LogPredictive, Predictor
 from amorgp.baselines.svgp import SVGPFit, SVGPSettings, fit_svgp_batch, svgp_predictive
 from amorgp.baselines.type2ml import BatchFit, Type2MLSettings, fit_type2ml_batch
-from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, OptionError, Vocabulary
-from amorgp.lazy_kernels import MIN_POINTS, Normalizer, PaddedBatch, as_dataset
+from amorgp.core.data import MIN_POINTS, Normalizer, as_dataset
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, Vocabulary
+from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = [
     "METHODS",

@@ -1,7 +1,7 @@
 """A random train/test split.
 
 The dataset validation and the normalisation contract (:class:`Normalizer`,
-:func:`as_dataset`, :func:`as_inputs`) are :mod:`amorgp.lazy_kernels`'s
+:func:`as_dataset`, :func:`as_inputs`) are :mod:`amorgp.core.data`'s
 (``docs/architecture.md`` §3).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 __all__ = ["train_test_split"]
 

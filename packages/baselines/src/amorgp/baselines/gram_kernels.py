@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 __all__ = [
     "GRAM_KERNELS",

@@ -458,7 +458,7 @@ TRAIN_HINT = "pip install 'amorgp-cli[train]' (amorgp-training and amorgp-simula
 
 
 def require_training(what: str) -> None:
-    """Raise :class:`~amorgp.amortizer.errors.MissingExtraError` (one line naming ``what``
+    """Raise :class:`~amorgp.core.errors.MissingExtraError` (one line naming ``what``
     and ``amorgp-training``) unless the training package and the simulator it needs are
     installed."""
     try:
@@ -466,7 +466,7 @@ def require_training(what: str) -> None:
     except ModuleNotFoundError as err:
         if err.name is None or not err.name.startswith(("amorgp.training", "amorgp.simulator")):
             raise
-        from amorgp.amortizer.errors import MissingExtraError
+        from amorgp.core.errors import MissingExtraError
 
         raise MissingExtraError(
             f"{what} needs amorgp-training: {TRAIN_HINT}", name=err.name
@@ -499,7 +499,7 @@ def load_amortizer(seed: int) -> Amortizer:
     import torch
 
     from amorgp.amortizer.api import Amortizer
-    from amorgp.kernel_grammar.errors import OptionError
+    from amorgp.core.errors import OptionError
 
     meta = click.get_current_context(silent=True)
     options = meta.meta if meta is not None else {}

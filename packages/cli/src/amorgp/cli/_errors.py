@@ -4,18 +4,17 @@ Every ``amorgp`` command is an :class:`AmorgpCommand` (the group's
 ``command_class``), whose :meth:`~AmorgpCommand.invoke` converts the errors the
 library raises on purpose by their class, never by their text:
 
-==========================================================  =======================
-raised by the library                                       the user sees
-==========================================================  =======================
-:class:`~amorgp.kernel_grammar.errors.OptionError`           ``Error: ...``, exit 2
-(and :class:`~amorgp.kernel_grammar.KernelSyntaxError`)      with the usage line
-:class:`~amorgp.kernel_grammar.errors.DataError`,            ``Error: ...``, exit 1
+=======================================================  =======================
+raised by the library (:mod:`amorgp.core.errors`)        the user sees
+=======================================================  =======================
+:class:`~amorgp.core.errors.OptionError`                 ``Error: ...``, exit 2
+(and :class:`~amorgp.kernel_grammar.KernelSyntaxError`)  with the usage line
+:class:`~amorgp.core.errors.DataError`,                  ``Error: ...``, exit 1
 ``CheckpointError``, ``TrainingError``,
-``MissingExtraError`` (:mod:`amorgp.amortizer.errors`),
-any other ``ValueError``
-``OSError`` (a file that cannot be read or written)          ``Error: ...``, exit 1
-``BrokenPipeError`` on stdout (``amorgp ... | head``)        nothing more, exit 1
-==========================================================  =======================
+``MissingExtraError``, any other ``ValueError``
+``OSError`` (a file that cannot be read or written)      ``Error: ...``, exit 1
+``BrokenPipeError`` on stdout (``amorgp ... | head``)    nothing more, exit 1
+=======================================================  =======================
 
 No traceback is printed for these; anything else is a bug and keeps its traceback.
 The command runs inside :func:`~amorgp.cli._output.results_only_on_stdout`:
@@ -51,7 +50,7 @@ def as_click_exception(err: BaseException, ctx: click.Context | None) -> click.C
     Raises:
         TypeError: ``err`` is not an error the command line maps (a bug: re-raise it).
     """
-    from amorgp.kernel_grammar.errors import AmorgpError, OptionError
+    from amorgp.core.errors import AmorgpError, OptionError
 
     if isinstance(err, click.ClickException):
         return err
@@ -107,7 +106,7 @@ def _mapped(err: BaseException) -> bool:
     library error can have been raised, i.e. when it is loaded already)."""
     if isinstance(err, ValueError | OSError):
         return True
-    errors = sys.modules.get("amorgp.kernel_grammar.errors")
+    errors = sys.modules.get("amorgp.core.errors")
     return errors is not None and isinstance(err, errors.AmorgpError)
 
 

@@ -107,10 +107,12 @@ def _sklearn_fits(X: Any, y: Any, kernels: list[str], seed: int) -> list[float |
     return out
 
 
-def _slot(h: Any) -> int:
+def _unit(h: Any) -> Any:
+    """The :class:`~amorgp.core.units.Unit` of the hyperparameter row ``h``."""
     from amorgp.kernel_grammar import base_symbol
 
-    return list(base_symbol(h.symbol).param_names).index(h.name)
+    sym = base_symbol(h.symbol)
+    return sym.param_units[list(sym.param_names).index(h.name)]
 
 
 def _report(
@@ -137,7 +139,7 @@ def _report(
                 values.append(a.original if a.original is not None else a.value)
             if baseline is not None:
                 bv = baseline[i].hyperparameters[(h.dim, h.addend, h.name)]
-                bo = r.normalization.to_original(h.dim, h.symbol, _slot(h), bv)
+                bo = r.normalization.to_original(h.dim, _unit(h), bv)
                 values.append(bo if bo is not None else bv)
             emit(f"  {name:<30}" + "".join(f"{fmt(v):>14}" for v in values))
         noise = [r.noise_original]

@@ -30,24 +30,14 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from amorgp.core.data import MIN_POINTS, Normalizer, as_dataset
+from amorgp.core.errors import DataError, OptionError
+from amorgp.core.warn import warn
 from amorgp.ensembles.batched import batched_member_predictive
 from amorgp.ensembles.mixture import GaussianMixture
 from amorgp.ensembles.weights import bma_weights, stacking_weights, uniform_weights
-from amorgp.kernel_grammar import (
-    DataError,
-    DimWiseStructure,
-    KernelSyntaxError,
-    OptionError,
-    Vocabulary,
-)
-from amorgp.kernel_grammar.warn import warn
-from amorgp.lazy_kernels import (
-    MIN_POINTS,
-    HyperparameterInference,
-    KernelFit,
-    Normalizer,
-    as_dataset,
-)
+from amorgp.kernel_grammar import DimWiseStructure, KernelSyntaxError, Vocabulary
+from amorgp.lazy_kernels import HyperparameterInference, KernelFit
 
 __all__ = [
     "FitLike",
@@ -81,8 +71,8 @@ def check_data(X: Any, y: Any) -> tuple[Tensor, Tensor]:
     target that varies, ranges float64 can normalise), once, before any fit.
 
     Raises:
-        DataError: see :func:`amorgp.lazy_kernels.as_dataset` and
-            :meth:`amorgp.lazy_kernels.Normalizer.fit`.
+        DataError: see :func:`amorgp.core.data.as_dataset` and
+            :meth:`amorgp.core.data.Normalizer.fit`.
     """
     Xt, yt = as_dataset(X, y, min_points=MIN_POINTS, training=True)
     with warnings.catch_warnings():  # constant columns: the fits warn about them themselves
@@ -109,8 +99,8 @@ def check_inputs(
     Raises:
         OptionError: no kernel, a kernel that is neither text nor a structure, or a
             symbol outside ``inference.vocabulary`` (where the method has one).
-        DataError: invalid data (see :func:`amorgp.lazy_kernels.as_dataset` and
-            :meth:`amorgp.lazy_kernels.Normalizer.fit`), or a kernel structure with a
+        DataError: invalid data (see :func:`amorgp.core.data.as_dataset` and
+            :meth:`amorgp.core.data.Normalizer.fit`), or a kernel structure with a
             different number of input dimensions than ``X`` has columns.
         KernelSyntaxError: a kernel text that does not parse.
     """

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from amorgp.core.errors import OptionError
 from amorgp.ensembles.ensemble import (
     InferenceLike,
     _fit_members,
@@ -38,13 +39,7 @@ from amorgp.ensembles.ensemble import (
     check_data,
     check_inputs,
 )
-from amorgp.kernel_grammar import (
-    PAPER_VOCABULARY,
-    DimWiseStructure,
-    OptionError,
-    Vocabulary,
-    neighbours,
-)
+from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, Vocabulary, neighbours
 
 __all__ = ["Criterion", "ScoredStructure", "SearchResult", "structure_search"]
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar.warn import warn
+from amorgp.core.warn import warn
 
 __all__ = ["bma_weights", "stacking_weights", "uniform_weights"]
 

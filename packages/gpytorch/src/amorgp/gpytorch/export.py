@@ -9,8 +9,9 @@ from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 
+from amorgp.core.errors import DataError, OptionError
 from amorgp.gpytorch.kernels import build_kernel
-from amorgp.kernel_grammar import ELEMENTARY, DataError, OptionError, ParamKind, base_symbol
+from amorgp.kernel_grammar import ELEMENTARY, ParamKind, base_symbol
 from amorgp.lazy_kernels import KernelFit
 from gpytorch.constraints import GreaterThan
 from gpytorch.likelihoods import GaussianLikelihood

@@ -20,9 +20,9 @@ from torch import Tensor
 from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.multistart import has_periodic
 from amorgp.amortizer.results import KernelResult
+from amorgp.core.errors import OptionError
 from amorgp.gpytorch.kernels import _assign, read_kernel
 from amorgp.gpytorch.lean import LeanObjective, fixed_noise
-from amorgp.kernel_grammar import OptionError
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.likelihoods.noise_models import HomoskedasticNoise
 from gpytorch.mlls import ExactMarginalLogLikelihood, SumMarginalLogLikelihood

@@ -42,10 +42,10 @@ import torch
 from torch import Tensor
 
 import gpytorch.kernels as gk
+from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import (
     ELEMENTARY,
     DimWiseStructure,
-    OptionError,
     base_symbol,
     canonical_symbol_name,
     symbol_sort_key,

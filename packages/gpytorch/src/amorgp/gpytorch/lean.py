@@ -23,7 +23,7 @@ Supported: ``RBFKernel``, ``PeriodicKernel``, ``LinearKernel``, ``ConstantKernel
 ``SingleTaskGP(X, Y, train_Yvar=...)``: the known per-point noise is added to the kernel's
 diagonal and is not a free hyperparameter); priors on any of their parameters; input
 transforms without trainable parameters.  Anything else raises
-:class:`~amorgp.kernel_grammar.OptionError` when the objective is built.
+:class:`~amorgp.core.errors.OptionError` when the objective is built.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from scipy.optimize import minimize
 from torch import Tensor
 
 import gpytorch.kernels as gk
+from amorgp.core.errors import OptionError
 from amorgp.gpytorch.lean_rbf import GPYTORCH_JITTER, RBFObjective
-from amorgp.kernel_grammar import OptionError
 from amorgp.lazy_kernels import Posterior
 from gpytorch.likelihoods import FixedNoiseGaussianLikelihood, GaussianLikelihood
 from gpytorch.likelihoods.noise_models import FixedGaussianNoise, HomoskedasticNoise

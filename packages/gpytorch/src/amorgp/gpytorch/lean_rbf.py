@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import gpytorch.kernels as gk
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 from amorgp.lazy_kernels import Posterior
 from gpytorch.priors import GammaPrior, LogNormalPrior, NormalPrior
 

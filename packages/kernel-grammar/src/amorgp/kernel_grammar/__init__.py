@@ -2,7 +2,6 @@
 
 from amorgp.kernel_grammar.dimwise import DimWiseStructure, ParamName, symbol_sort_key
 from amorgp.kernel_grammar.encoding import decode, encode
-from amorgp.kernel_grammar.errors import AmorgpError, DataError, OptionError
 from amorgp.kernel_grammar.evaluation import StructureTemplate, paper_evaluation_set
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.parser import KernelSyntaxError, parse
@@ -26,9 +25,6 @@ from amorgp.kernel_grammar.search import Move, moves, neighbours
 from amorgp.kernel_grammar.transforms import FLOORS, ParamKind, positive, positive_inverse
 
 __all__ = [
-    "AmorgpError",
-    "DataError",
-    "OptionError",
     "ALIASES",
     "ELEMENTARY",
     "Atom",

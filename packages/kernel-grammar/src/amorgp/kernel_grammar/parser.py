@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.registry import ALIASES, ELEMENTARY, Vocabulary
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from amorgp.core.units import Unit
 from amorgp.kernel_grammar.priors import Exponential, Gamma, Prior
 from amorgp.kernel_grammar.transforms import ParamKind
 
@@ -100,7 +101,7 @@ class ElementaryKernel:
         stationary: the kernel depends on ``x - x'`` only (False for LIN).  Min-max
             normalising the inputs maps a stationary kernel to one of the same form, so
             its variance has an exact value in original units
-            (:meth:`amorgp.lazy_kernels.Normalizer.to_original`).
+            (:meth:`amorgp.core.data.Normalizer.to_original`).
         input_scaled: the parameters measured in units of the input (scaled by the
             column range in original units); ``None``: those of kind ``LENGTHSCALE`` or
             ``PERIOD``.  PER's lengthscale divides ``sin^2(pi r / p)`` and is unit-free.
@@ -298,6 +299,35 @@ class BaseSymbol:
         if len(self.factors) == 1 and not ELEMENTARY[self.factors[0]].variance_scales_all:
             return (0, 1)
         return (0,)
+
+    @property
+    def param_units(self) -> tuple[Unit, ...]:
+        """How each parameter maps back to original units (for
+        :meth:`amorgp.core.data.Normalizer.to_original`), one per slot.
+
+        A lengthscale or period is ``Unit.INPUT`` where its elementary kernel lists it in
+        :attr:`ElementaryKernel.input_scaled`, else ``Unit.FREE`` (e.g. ``PER``'s
+        lengthscale, which divides ``sin^2(pi r / p)``).  If a factor is not
+        :attr:`~ElementaryKernel.stationary` (``LIN``), the other parameters have no exact
+        original-unit value (``Unit.INEXACT``): the affine input map changes the kernel's
+        form.  Otherwise the variance is ``Unit.VARIANCE`` and anything else ``INEXACT``.
+        """
+        stationary = all(ELEMENTARY[f].stationary for f in self.factors)
+        scaled = {
+            name
+            for f in self.factors
+            for e, name in self.factor_param_names(f).items()
+            if e in (ELEMENTARY[f].input_scaled or ())
+        }
+        units = []
+        for spec in self.params:
+            if spec.kind in (ParamKind.LENGTHSCALE, ParamKind.PERIOD):
+                units.append(Unit.INPUT if spec.name in scaled else Unit.FREE)
+            elif stationary and spec.kind is ParamKind.VARIANCE:
+                units.append(Unit.VARIANCE)
+            else:
+                units.append(Unit.INEXACT)
+        return tuple(units)
 
     def factor_param_names(self, factor: str) -> dict[str, str]:
         """Map the elementary parameter names of ``factor`` to this symbol's names."""

@@ -1,5 +1,5 @@
 """Kernel operators from amorgp grammar expressions (dense torch, torch by row blocks, KeOps), exact GPs at large n,
-the normalisation and dataset-validation contract, and the fit-result base shared by every method."""
+and the fit-result base shared by every method."""
 
 from amorgp.lazy_kernels.backends import (
     CHOLESKY_MAX_N,
@@ -22,14 +22,6 @@ from amorgp.lazy_kernels.batch import (
 )
 from amorgp.lazy_kernels.block import BlockKernelOperator
 from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET
-from amorgp.lazy_kernels.data import (
-    MIN_POINTS,
-    Y_STD_MAX,
-    Y_STD_MIN,
-    Normalizer,
-    as_dataset,
-    as_inputs,
-)
 from amorgp.lazy_kernels.dense_posterior import DensePosterior
 from amorgp.lazy_kernels.dimwise import (
     kernel_diag_dimwise,
@@ -95,15 +87,9 @@ from amorgp.lazy_kernels.tables import (
 __all__ = [
     "CHUNK_BYTES",
     "MEMORY_BUDGET",
-    "MIN_POINTS",
-    "Y_STD_MAX",
-    "Y_STD_MIN",
     "Hyperparameter",
     "HyperparameterInference",
     "KernelFit",
-    "Normalizer",
-    "as_dataset",
-    "as_inputs",
     "PARAM_KINDS",
     "UNUSED_SLOT_VALUE",
     "PaddedBatch",

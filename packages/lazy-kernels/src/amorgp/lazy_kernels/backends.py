@@ -43,7 +43,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.core.errors import DataError, OptionError
 from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET
 from amorgp.lazy_kernels.evaluation import blockwise_graph
 from amorgp.lazy_kernels.factory import kernel_operator

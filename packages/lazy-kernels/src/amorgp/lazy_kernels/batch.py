@@ -35,14 +35,8 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import (
-    PAPER_VOCABULARY,
-    DataError,
-    DimWiseStructure,
-    Vocabulary,
-    decode,
-    encode,
-)
+from amorgp.core.errors import DataError
+from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, Vocabulary, decode, encode
 from amorgp.lazy_kernels.slots import size_buckets, slot_table
 
 __all__ = [

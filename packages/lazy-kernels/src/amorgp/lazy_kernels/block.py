@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.core.errors import DataError, OptionError
 from amorgp.lazy_kernels.budgets import CHUNK_BYTES
 from amorgp.lazy_kernels.operators import (
     EVALUATOR_MATRICES_PER_TERM,

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from amorgp.core.errors import DataError
 from amorgp.diff_linalg import robust_cholesky
-from amorgp.kernel_grammar import DataError
 
 __all__ = ["DensePosterior"]
 

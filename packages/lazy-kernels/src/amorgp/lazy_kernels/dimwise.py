@@ -49,7 +49,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import DataError, Vocabulary
+from amorgp.core.errors import DataError
+from amorgp.kernel_grammar import Vocabulary
 from amorgp.lazy_kernels.batch import check_finite_inputs, check_params, check_symbol_layout
 from amorgp.lazy_kernels.evaluation import (
     _has_host_copy,

@@ -56,7 +56,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 
 __all__ = [
     "TORCH_ELEMENTARY",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from amorgp.kernel_grammar import OptionError
+from amorgp.core.errors import OptionError
 from amorgp.lazy_kernels.block import BLOCK_MEMORY_BUDGET, BlockKernelOperator
 from amorgp.lazy_kernels.keops import KeOpsKernel
 from amorgp.lazy_kernels.operators import DenseKernel, DenseKernelOperator, KernelOperator

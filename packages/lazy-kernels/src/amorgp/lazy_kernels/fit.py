@@ -27,8 +27,9 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import DataError, DimWiseStructure, base_symbol
-from amorgp.lazy_kernels.data import Normalizer, as_inputs, as_real
+from amorgp.core.data import Normalizer, as_inputs, as_real
+from amorgp.core.errors import DataError
+from amorgp.kernel_grammar import DimWiseStructure, base_symbol
 
 __all__ = ["Hyperparameter", "HyperparameterInference", "KernelFit"]
 
@@ -45,7 +46,7 @@ class Hyperparameter:
         kind: parameter kind (``variance``, ``lengthscale``, ``period``, ``offset``...).
         value: value in normalised units.
         original: value in original units, ``None`` where no exact finite map exists
-            (see :meth:`~amorgp.lazy_kernels.data.Normalizer.to_original`).
+            (see :meth:`~amorgp.core.data.Normalizer.to_original`).
     """
 
     dim: int
@@ -110,15 +111,16 @@ class KernelFit(ABC):
         out = []
         for pn in self.kernel.param_names():
             value = float(p[pn.dim, pn.addend, pn.slot])
+            sym = base_symbol(pn.symbol)
             out.append(
                 Hyperparameter(
                     pn.dim,
                     pn.addend,
                     pn.symbol,
                     pn.param,
-                    base_symbol(pn.symbol).params[pn.slot].kind.value,
+                    sym.params[pn.slot].kind.value,
                     value,
-                    norm.to_original(pn.dim, pn.symbol, pn.slot, value),
+                    norm.to_original(pn.dim, sym.param_units[pn.slot], value),
                 )
             )
         return tuple(out)

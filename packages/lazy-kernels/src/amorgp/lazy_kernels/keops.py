@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import ELEMENTARY, DataError, DimWiseStructure, base_symbol
+from amorgp.core.errors import DataError
+from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, base_symbol
 from amorgp.lazy_kernels.elementary import keops_elementary
 from amorgp.lazy_kernels.operators import DenseKernelOperator, check_rhs
 from amorgp.lazy_kernels.probe import keops_installed, keops_usable

@@ -37,7 +37,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.core.errors import DataError, OptionError
 
 __all__ = [
     "EVALUATOR_MATRICES_PER_TERM",

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import DataError, OptionError
+from amorgp.core.errors import DataError, OptionError
 from amorgp.lazy_kernels.backends import Backend, SolverPlan, backend_plan, check_data
 from amorgp.lazy_kernels.block import check_memory_budget
 from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET

@@ -20,11 +20,11 @@ and CUDA version), so the probe runs once per environment, not once per process:
     ``off`` (or ``0``, ``false``, ``no``) disables KeOps: :func:`keops_usable` is False
     without a probe or a warning, so the block operator is used wherever KeOps would be;
     ``on`` (``1``, ``true``, ``yes``, ``auto`` or unset) lets the probe decide.  Any
-    other value is an :class:`~amorgp.kernel_grammar.OptionError` naming the variable.
+    other value is an :class:`~amorgp.core.errors.OptionError` naming the variable.
 ``AMORGP_KEOPS_PROBE_TIMEOUT``
     seconds the child may take (default 600: the first run compiles two formulas);
     a timeout counts as a failure for this process but is not written to disk.  A value
-    that is not a finite positive number is an :class:`~amorgp.kernel_grammar.OptionError`.
+    that is not a finite positive number is an :class:`~amorgp.core.errors.OptionError`.
 
 The cache file must be a regular file (or not exist yet) of at most
 :data:`MAX_CACHE_BYTES`; a folder there is an ``OptionError``, a device or an oversized
@@ -50,8 +50,8 @@ from pathlib import Path
 
 import torch
 
-from amorgp.kernel_grammar import OptionError
-from amorgp.kernel_grammar.warn import warn
+from amorgp.core.errors import OptionError
+from amorgp.core.warn import warn
 
 __all__ = [
     "KeOpsProbe",

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 import torch
 from torch import Tensor
 
+from amorgp.core.errors import DataError, OptionError
 from amorgp.diff_linalg import robust_cholesky
-from amorgp.kernel_grammar import DataError, OptionError
 from amorgp.lazy_kernels.cg import (
     PivotedCholeskyPreconditioner,
     pcg,

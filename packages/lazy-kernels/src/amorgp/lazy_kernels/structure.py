@@ -23,12 +23,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from amorgp.core.errors import DataError, OptionError
 from amorgp.kernel_grammar import (
     Atom,
-    DataError,
     DimWiseStructure,
     Expr,
-    OptionError,
     Product,
     Sum,
     Vocabulary,

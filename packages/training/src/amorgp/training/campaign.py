@@ -31,7 +31,7 @@ segment's progress since the last in-run checkpoint; a machine without STATE
 continues from ``EXPORT/phase1-latest`` at the stage the log names, with a fresh
 optimiser and a new data seed.  A run that diverges (see
 :func:`~amorgp.training.train.train`) appends a ``"failed"`` record and raises
-:class:`~amorgp.amortizer.errors.TrainingError`; nothing is exported from it.
+:class:`~amorgp.core.errors.TrainingError`; nothing is exported from it.
 """
 
 from __future__ import annotations

@@ -17,9 +17,8 @@ from torch import Tensor
 from amorgp.amortizer import jsonlog
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.jsonlog import write_text_atomic
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import CheckpointError, DataError
 from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
 from amorgp.training.train import validate
 
@@ -294,7 +293,7 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 def last_record(log: Path) -> dict[str, Any] | None:
     """The last whole record of ``log`` (a torn last line is ignored, a corrupted line is
-    a :class:`~amorgp.kernel_grammar.DataError` naming the file and line)."""
+    a :class:`~amorgp.core.errors.DataError` naming the file and line)."""
     return jsonlog.last_record(log)
 
 

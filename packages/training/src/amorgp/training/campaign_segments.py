@@ -22,8 +22,7 @@ from typing import Any
 
 import torch
 
-from amorgp.amortizer.errors import TrainingError
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.core.errors import OptionError, TrainingError
 from amorgp.training.campaign_plan import (
     SWA_MEMBERS,
     VALSET_SEED,

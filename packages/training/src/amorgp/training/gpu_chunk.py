@@ -44,9 +44,8 @@ from amorgp.amortizer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.jsonlog import last_record, write_text_atomic
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.core.errors import CheckpointError, OptionError
 
 __all__ = [
     "EXPORT_SHARD_BYTES",

@@ -32,8 +32,7 @@ from torch import nn
 
 from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.errors import CheckpointError, TrainingError
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.core.errors import CheckpointError, OptionError, TrainingError
 from amorgp.simulator import SimulatedBatch, SimulatorConfig, generate_fixed_set, read_fixed_set
 
 try:

@@ -27,9 +27,8 @@ from torch import nn
 
 from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.errors import CheckpointError
 from amorgp.amortizer.model import build_model
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.core.errors import CheckpointError, OptionError
 from amorgp.training.rundir import RunDirectory
 
 __all__ = ["Budget", "RunStart", "RunState", "config_differences", "start_run"]

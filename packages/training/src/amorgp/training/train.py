@@ -33,7 +33,7 @@ import torch
 
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.registry import SE_VOCABULARY
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.core.errors import OptionError
 from amorgp.training.runstate import Budget
 from amorgp.training.steps import (
     TrainResult,

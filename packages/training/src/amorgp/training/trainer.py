@@ -4,7 +4,7 @@
 it validates on the run's fixed set and writes a checkpoint (``last``, and
 ``best`` when the validation NLL is the lowest so far).  A step whose loss is not
 finite, whose weights become non-finite, or in which every dataset of the batch
-failed stops the run with :class:`~amorgp.amortizer.errors.TrainingError`,
+failed stops the run with :class:`~amorgp.core.errors.TrainingError`,
 as does a validation in which every dataset failed; no checkpoint is written
 then, so ``last`` keeps the newest finite one.
 
@@ -35,8 +35,7 @@ from torch import Tensor, nn
 
 from amorgp.amortizer.checkpoint import optimizer_from_tensors
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.errors import TrainingError
-from amorgp.kernel_grammar.errors import OptionError
+from amorgp.core.errors import OptionError, TrainingError
 from amorgp.simulator import SimulatedBatch, stream_seed
 from amorgp.training.rundir import RunDirectory
 from amorgp.training.runstate import Budget, RunStart, start_run

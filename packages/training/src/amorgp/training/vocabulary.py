@@ -25,7 +25,8 @@ import torch
 
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.model import AmortizedGP
-from amorgp.kernel_grammar import OptionError, Vocabulary, base_symbol, canonical_symbol_name
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import Vocabulary, base_symbol, canonical_symbol_name
 
 __all__ = ["extend_vocabulary", "stand_in_symbol"]
 

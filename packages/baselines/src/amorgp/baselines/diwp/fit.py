@@ -1,7 +1,7 @@
 """Training and prediction of a deep inverse Wishart process, and its place among the baselines.
 
 :func:`fit_diwp` validates and normalises the data (the contract of
-:class:`~amorgp.lazy_kernels.Normalizer`), picks ``P_i`` random training points as the
+:class:`~amorgp.core.data.Normalizer`), picks ``P_i`` random training points as the
 initial inducing inputs (their targets as the initial pseudo-data, with precisions
 ``n / (P_i sigma^2)``), and maximises the
 ELBO with Adam (``lr`` for ``iterations - late_iterations`` steps, then ``lr_late``).
@@ -15,7 +15,7 @@ generator seeded with 0 on every call (the same answer each time).
 deep-kernel model, not a kernel-structure method, so a kernel names the Gram-matrix
 kernel of every DIWP layer: ``SE`` or ``MAT52`` in every dimension, one addend
 (``MAT52`` needs a vocabulary that holds it, e.g. ``EXTENDED_VOCABULARY``); anything else
-is refused with an :class:`~amorgp.kernel_grammar.OptionError`.  The structure's reported
+is refused with an :class:`~amorgp.core.errors.OptionError`.  The structure's reported
 hyperparameters are the DIWP's ARD input lengthscales (the lengthscales of its first
 kernel) and, for dimension 0, the top kernel's variance (other dimensions' variances
 are 1); ``log_marginal_likelihood`` is the final ELBO (``objective="elbo"``), estimated
@@ -37,8 +37,9 @@ from torch import Tensor
 from amorgp.baselines.bayesian import mixture_log_density, mixture_moments
 from amorgp.baselines.diwp.model import DIWP, DIWPSettings
 from amorgp.baselines.results import FitResult
-from amorgp.kernel_grammar import DataError, DimWiseStructure, OptionError, base_symbol
-from amorgp.lazy_kernels import Normalizer, as_dataset, as_inputs
+from amorgp.core.data import Normalizer, as_dataset, as_inputs
+from amorgp.core.errors import DataError, OptionError
+from amorgp.kernel_grammar import DimWiseStructure, base_symbol
 
 __all__ = ["DIWPFit", "diwp_kernel", "diwp_results", "fit_diwp", "fit_diwp_normalized"]
 

@@ -59,8 +59,9 @@ from amorgp.baselines.diwp.layers import (
     sample_output,
 )
 from amorgp.baselines.gram_kernels import GramBlocks, GramKernel, gram_kernel
+from amorgp.core.errors import OptionError
 from amorgp.diff_linalg import robust_cholesky
-from amorgp.kernel_grammar import OptionError, ParamKind, positive, positive_inverse
+from amorgp.kernel_grammar import ParamKind, positive, positive_inverse
 
 __all__ = ["DIWP", "DIWPSettings", "InducingSample"]
 

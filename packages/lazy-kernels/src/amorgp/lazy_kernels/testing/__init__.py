@@ -8,7 +8,7 @@
   padding invariance, ...), run on every registered base symbol.
 * :mod:`.gpytorch_bridge` — the equivalent GPyTorch modules (an external oracle).
 * :mod:`.data` — the bad-data suite: every fitting entry point rejects the same bad
-  datasets with :class:`~amorgp.kernel_grammar.DataError` and a one-line message.
+  datasets with :class:`~amorgp.core.errors.DataError` and a one-line message.
 * :mod:`.devices` — the devices of device-parametrised tests.
 """
 

@@ -1,11 +1,11 @@
 """The bad-data suite: every fitting entry point rejects the same bad datasets with the one
-data error (:class:`~amorgp.kernel_grammar.DataError`, a ``ValueError``) and a one-line
+data error (:class:`~amorgp.core.errors.DataError`, a ``ValueError``) and a one-line
 message naming the problem.
 
 The datasets are built here, independently of the validation they test; the expected
 fragment of each message is the problem in words (``"NaN"``, ``"rows"``...).
 
->>> from amorgp.lazy_kernels import as_dataset, MIN_POINTS
+>>> from amorgp.core.data import MIN_POINTS, as_dataset
 >>> check_rejects_bad_data(lambda X, y: as_dataset(X, y, min_points=MIN_POINTS, training=True))
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from amorgp.kernel_grammar import DataError
+from amorgp.core.errors import DataError
 
 __all__ = ["BAD_DATASETS", "BadDataset", "bad_datasets", "check_rejects_bad_data"]
 

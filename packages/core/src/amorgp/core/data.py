@@ -15,28 +15,27 @@ density of ``n`` targets becomes one of the original targets by adding
 
 Hyperparameters are reported in normalised units, and in original units where
 the kernel in original units has the same parametric form
-(:meth:`Normalizer.to_original`):
+(:meth:`Normalizer.to_original`, by the parameter's :class:`~amorgp.core.units.Unit`):
 
-* lengthscales and periods of column ``d`` that carry input units
-  (:attr:`~amorgp.kernel_grammar.ElementaryKernel.input_scaled`): ``l = l~ r_d``
-  (``None`` for a constant column); the others, e.g. the lengthscale of a ``PER``
-  factor, which divides ``sin^2(pi r / p)``, are unit-free and keep their value;
+* lengths along input column ``d`` (``Unit.INPUT``): ``l = l~ r_d`` (``None`` for a
+  constant column); unit-free values (``Unit.FREE``) keep their value;
 * the noise variance: ``sigma^2 = sigma~^2 s_y^2`` (:meth:`Normalizer.noise_to_original`);
-* variances: the kernel is a product over dimensions, so the factor ``s_y^2``
-  belongs to the product, not to one factor.  By convention it is assigned to
+* variances (``Unit.VARIANCE``): the kernel is a product over dimensions, so the factor
+  ``s_y^2`` belongs to the product, not to one factor.  By convention it is assigned to
   input dimension 0: variances of dimension 0 are multiplied by ``s_y^2``, those
   of the other dimensions (unit-free factors) are unchanged.  The kernel built
   from the original-unit values is exactly the normalised one mapped back;
-* non-stationary factors (``LIN``, :attr:`~amorgp.kernel_grammar.ElementaryKernel.stationary`):
-  ``x~ x~' = (x - m)(x' - m) / r^2`` is not of the form ``a x x' + b`` unless the column
-  minimum is 0, so such a symbol's variance and offset have no exact original-unit
-  value (``None``).
+* values without an exact original-unit form (``Unit.INEXACT``, e.g. the variance and
+  offset of a non-stationary ``LIN`` factor) are ``None``.
+
+Which unit a kernel's parameter has is decided by the kernel grammar
+(``amorgp.kernel_grammar.param_unit``), not here.
 
 Extreme scales.  The mean and standard deviation of ``y`` are computed on ``y / max|y|``
 and rescaled, so no square over- or underflows.  Original-unit variances are
 ``s_y^2`` times normalised ones, so targets whose standard deviation lies outside
 ``[Y_STD_MIN, Y_STD_MAX]`` (their variances would not be normal float64 numbers) are
-refused with a :class:`~amorgp.kernel_grammar.DataError`, as are input columns whose range
+refused with a :class:`~amorgp.core.errors.DataError`, as are input columns whose range
 ``max - min`` overflows or is subnormal.  An original-unit value that would still not be
 finite is reported as ``None`` (no exact value), never as ``inf``.
 
@@ -54,8 +53,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from amorgp.kernel_grammar import ELEMENTARY, DataError, ParamKind, base_symbol
-from amorgp.kernel_grammar.warn import warn
+from amorgp.core.errors import DataError
+from amorgp.core.units import Unit
+from amorgp.core.warn import warn
 
 __all__ = [
     "MIN_POINTS",
@@ -356,39 +356,25 @@ class Normalizer:
         """The noise variance in original units, ``value * s_y^2``."""
         return value * self.y_std * self.y_std
 
-    def to_original(self, dim: int, symbol: str, slot: int, value: float) -> float | None:
+    def to_original(self, dim: int, unit: Unit, value: float) -> float | None:
         """One kernel hyperparameter in original units, or ``None`` where no exact map exists.
 
         Args:
             dim: input dimension of the parameter.
-            symbol: its base symbol (e.g. ``"SE*PER"``).
-            slot: its slot in ``base_symbol(symbol).params``.
+            unit: how it scales (for a kernel's parameter:
+                ``amorgp.kernel_grammar.param_unit(symbol, slot)``).
             value: the value in normalised units.
 
         See the module docstring for the rules; a value that would not be finite in
         original units is ``None`` too.
         """
-        out = self._to_original(dim, symbol, slot, value)
-        return out if out is None or math.isfinite(out) else None
-
-    def _to_original(self, dim: int, symbol: str, slot: int, value: float) -> float | None:
-        # the registry says which parameters carry input units (ElementaryKernel.input_scaled)
-        # and which kernels keep their form under the affine input map (stationary)
-        sym = base_symbol(symbol)
-        spec = sym.params[slot]
-        if spec.kind in (ParamKind.LENGTHSCALE, ParamKind.PERIOD):
-            factor, name = next(
-                (f, e)
-                for f in sym.factors
-                for e, n in sym.factor_param_names(f).items()
-                if n == spec.name
-            )
-            if name not in (ELEMENTARY[factor].input_scaled or ()):  # e.g. PER's lengthscale
-                return value
+        if unit is Unit.INPUT:
             r = float(self.x_range[dim])
-            return value * r if r > 0 else None
-        if not all(ELEMENTARY[f].stationary for f in sym.factors):
-            return None
-        if spec.kind is ParamKind.VARIANCE:
-            return value * self.y_std * self.y_std if dim == 0 else value
-        return None
+            out = value * r if r > 0 else None
+        elif unit is Unit.FREE:
+            out = value
+        elif unit is Unit.VARIANCE:
+            out = value * self.y_std * self.y_std if dim == 0 else value
+        else:
+            out = None
+        return out if out is None or math.isfinite(out) else None

@@ -9,8 +9,8 @@ import pytest
 import torch
 from sklearn.utils import check_array
 
-from amorgp.kernel_grammar import DataError
-from amorgp.lazy_kernels import as_dataset, as_inputs
+from amorgp.core.data import as_dataset, as_inputs
+from amorgp.core.errors import DataError
 
 CASES = {
     "numpy complex": np.array([[1.0 + 2.0j], [2.0], [3.0]]),

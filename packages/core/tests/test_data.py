@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from amorgp.kernel_grammar import DataError, DimWiseStructure
-from amorgp.lazy_kernels import Normalizer, as_dataset, as_inputs
+from amorgp.core.data import Normalizer, as_dataset, as_inputs
+from amorgp.core.errors import DataError
+from amorgp.core.units import Unit
 
 
 def test_normalizer_matches_numpy_formulas() -> None:
@@ -29,37 +30,6 @@ def test_normalizer_matches_numpy_formulas() -> None:
     )
     np.testing.assert_allclose(mean.numpy(), y, rtol=1e-12)
     np.testing.assert_allclose(var.numpy(), y.var(), rtol=1e-12)
-
-
-def test_original_units_reproduce_the_kernel() -> None:
-    """The kernel evaluated on original data with original-unit values equals s_y^2 times
-    the normalised kernel on normalised data (lengthscales, periods, variances)."""
-    rng = np.random.default_rng(1)
-    X = rng.uniform([10, -2], [30, 7], size=(15, 2))
-    y = rng.normal(100, 20, 15)
-    norm = Normalizer.fit(X, y)
-    s = DimWiseStructure.parse("(SE + PER)@0 * (SE*PER)@1")
-    params = rng.uniform(0.3, 2.0, size=(2, 2, 4))
-    orig = params.copy()
-    for pn in s.param_names():
-        value = norm.to_original(pn.dim, pn.symbol, pn.slot, params[pn.dim, pn.addend, pn.slot])
-        assert value is not None
-        orig[pn.dim, pn.addend, pn.slot] = value
-    Xn = norm.transform_x(torch.as_tensor(X)).numpy()
-    K_norm = s.reference(Xn, Xn, params)
-    K_orig = s.reference(X, X, orig)
-    np.testing.assert_allclose(K_orig, norm.y_std**2 * K_norm, rtol=1e-10)
-    assert norm.noise_to_original(0.5) == pytest.approx(0.5 * y.var())
-    assert norm.lml_offset(15) == pytest.approx(-15 * np.log(y.std()))
-
-
-def test_lin_and_constant_columns_have_no_original_units() -> None:
-    with pytest.warns(UserWarning, match="constant"):
-        norm = Normalizer.fit(torch.tensor([[1.0, 5.0], [2.0, 5.0], [4.0, 5.0]]), torch.ones(3))
-    assert norm.to_original(0, "LIN", 0, 1.0) is None
-    assert norm.to_original(0, "SE*LIN", 2, 1.0) is None  # lin_offset
-    assert norm.to_original(0, "SE*LIN", 1, 1.0) == 3.0  # its lengthscale still maps
-    assert norm.to_original(1, "SE", 1, 0.5) is None  # lengthscale of a constant column
 
 
 @pytest.mark.parametrize(
@@ -138,8 +108,8 @@ def test_input_range_that_overflows_is_refused() -> None:
     big = Normalizer.fit(np.array([[-1.7e307], [0.0], [1.7e307]]), [0.0, 1.0, 2.0])
     Xn = big.transform_x(torch.tensor([[-1.7e307], [1.7e307]], dtype=torch.float64))
     np.testing.assert_allclose(Xn.numpy()[:, 0], [0.0, 1.0])
-    assert big.to_original(0, "SE", 1, 0.5) == pytest.approx(1.7e307)
-    assert big.to_original(0, "SE", 1, 100.0) is None  # 3.4e309 is not finite: no value
+    assert big.to_original(0, Unit.INPUT, 0.5) == pytest.approx(1.7e307)
+    assert big.to_original(0, Unit.INPUT, 100.0) is None  # 3.4e309 is not finite: no value
     narrow = Normalizer.fit(np.array([[0.0], [1e-200], [2e-200]]), [0.0, 1.0, 2.0])
     with pytest.raises(DataError, match="overflows"):
         narrow.transform_x(torch.tensor([[1e200]], dtype=torch.float64))

@@ -1,0 +1,36 @@
+"""amorgp.core: the contracts every amorgp package shares.
+
+* :mod:`amorgp.core.errors`: every error amorgp raises on purpose, with its CLI exit code;
+* :mod:`amorgp.core.warn`: library warnings that name the caller's line;
+* :mod:`amorgp.core.units`: how a hyperparameter maps back to original units (its
+  :class:`~amorgp.core.units.Unit`);
+* :mod:`amorgp.core.data`: dataset validation (``as_dataset``, ``as_inputs``,
+  ``as_real``) and the normalisation (``Normalizer``), on torch tensors.
+
+Importing this package (or ``errors``, ``warn``, ``units``) does not load torch or numpy;
+only :mod:`amorgp.core.data` does, so the names here are the torch-free ones and the data
+contract is imported from its module.
+"""
+
+from amorgp.core.errors import (
+    AmorgpError,
+    CheckpointError,
+    DataError,
+    MissingExtraError,
+    OptionError,
+    TrainingError,
+)
+from amorgp.core.units import Unit
+from amorgp.core.warn import caller_stacklevel, warn
+
+__all__ = [
+    "AmorgpError",
+    "CheckpointError",
+    "DataError",
+    "MissingExtraError",
+    "OptionError",
+    "TrainingError",
+    "Unit",
+    "caller_stacklevel",
+    "warn",
+]
