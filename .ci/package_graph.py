@@ -41,12 +41,15 @@ class Package:
         siblings: the ``amorgp-*`` packages it declares directly.
         requires_torch: whether its own dependencies name ``torch``.
         extra_siblings: the siblings named only by its extras (a subset of ``siblings``).
+        extra_torch: whether one of its extras names ``torch`` (``amorgp-core[data]``): its
+            own tests need it, the packages that depend on it do not.
     """
 
     name: str
     siblings: tuple[str, ...]
     requires_torch: bool
     extra_siblings: tuple[str, ...] = ()
+    extra_torch: bool = False
 
 
 def _requirement_name(requirement: str) -> str:
@@ -77,7 +80,13 @@ def read_package(pyproject: Path) -> Package:
         )
     )
     hard = {d.removeprefix(PREFIX) for d in deps}
-    return Package(name, siblings, "torch" in deps, tuple(s for s in siblings if s not in hard))
+    return Package(
+        name,
+        siblings,
+        "torch" in deps,
+        tuple(s for s in siblings if s not in hard),
+        "torch" in extras,
+    )
 
 
 def topological_order(packages: dict[str, Package]) -> list[str]:
@@ -153,8 +162,10 @@ def read_packages(packages_dir: Path) -> dict[str, Package]:
 
 
 def needs_torch(packages: dict[str, Package], name: str) -> bool:
-    """Whether ``name`` or any sibling it needs, transitively, requires ``torch``."""
-    return any(packages[m].requires_torch for m in closure(packages, [name]))
+    """Whether ``name``'s tests need ``torch``: it or any sibling it needs, transitively,
+    requires it, or one of its own extras names it."""
+    own = packages[name].extra_torch
+    return own or any(packages[m].requires_torch for m in closure(packages, [name]))
 
 
 def has_marker(tests: Path, marker: str) -> bool:

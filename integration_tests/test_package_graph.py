@@ -36,9 +36,11 @@ def test_repository_graph_is_the_documented_one(graph: ModuleType) -> None:
     assert packages["kernel-grammar"].siblings == ("core",)
     # every package but diff-linalg (numerics that raise no amorgp error) builds on core
     assert {n for n in packages if "core" not in graph.closure(packages, [n])} == {"diff-linalg"}
-    # kernel-grammar never imports torch, but installs it through core's data contract
-    assert not packages["kernel-grammar"].requires_torch
+    # torch is core's extra (its data contract): core's tests install it, the grammar,
+    # which never imports torch, does not
+    assert not packages["core"].requires_torch
     assert graph.needs_torch(packages, "core")
+    assert not graph.needs_torch(packages, "kernel-grammar")
     assert graph.needs_torch(packages, "diff-linalg")
     assert {"simulator", "baselines"} <= graph.closure(packages, ["amortizer"])
     # amortizer[gpytorch] pulls amorgp-gpytorch, which requires the amortizer: not a sibling
@@ -62,6 +64,18 @@ def test_order_torch_and_closure_from_pyproject(graph: ModuleType, tmp_path: Pat
     assert graph.closure(packages, ["top"]) == {"top", "mid", "low"}
     assert graph.needs_torch(packages, "top")
     assert not graph.needs_torch(packages, "alone")
+
+
+def test_torch_in_an_extra_is_for_the_package_own_tests(graph: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "pyproject.toml").write_text(
+        '[project]\nname = "amorgp-base"\ndependencies = ["numpy"]\n'
+        '[project.optional-dependencies]\ndata = ["torch>=2.2"]\n'
+    )
+    _write(tmp_path, "user", ["amorgp-base"])
+    packages = graph.read_packages(tmp_path)
+    assert graph.needs_torch(packages, "base")
+    assert not graph.needs_torch(packages, "user")
 
 
 def test_an_extra_naming_a_dependent_package_is_not_a_sibling(

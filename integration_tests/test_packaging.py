@@ -100,7 +100,9 @@ def test_license_classifiers_and_torch_pin(folder: Path) -> None:
 def test_every_package_that_needs_torch_pins_it(folder: Path) -> None:
     project = _project(folder)["project"]
     deps = [_name(r)[0] for r in project["dependencies"]]
-    if folder.name != "kernel-grammar":  # numpy and amorgp-core only: it never imports torch
+    if folder.name == "core":  # torch only for the data contract: its "data" extra
+        assert project["optional-dependencies"]["data"] == [TORCH]
+    elif folder.name != "kernel-grammar":  # numpy and amorgp-core only: it never imports torch
         assert TORCH in project["dependencies"]
     assert len(deps) == len(set(deps))
 

@@ -50,10 +50,16 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from amorgp.core.errors import DataError
+from amorgp.core.errors import DataError, MissingExtraError
+
+try:
+    import torch
+    from torch import Tensor
+except ModuleNotFoundError as err:  # the contract returns torch tensors: core's extra
+    raise MissingExtraError(
+        "amorgp.core.data needs PyTorch: pip install 'amorgp-core[data]' (or torch)"
+    ) from err
 from amorgp.core.units import Unit
 from amorgp.core.warn import warn
 
