@@ -372,7 +372,7 @@ def _dsytrd_lwork(n: int) -> int:
     return max(int(lwork), 1) if info == 0 else max(n, 1)
 
 
-def _tridiagonal(Km: Tensor, y: Tensor) -> _Tridiagonal:
+def _tridiagonal(Km: Tensor, y: Tensor, overwrite: bool = False) -> _Tridiagonal:
     """:class:`_Tridiagonal` of CPU float64 matrices ``Km (B, n, n)`` and targets ``y (n,)``.
 
     One Householder reflection ``H = I - 2 v v^T`` (``H y = -sign(y_1) |y| e_1``), applied
@@ -389,7 +389,11 @@ def _tridiagonal(Km: Tensor, y: Tensor) -> _Tridiagonal:
     w = w - (w @ v)[:, None] * v
     B = Km.shape[0]
     vb = v.expand(B, n)
-    Kt = torch.baddbmm(Km, vb[:, :, None], w[:, None, :], alpha=-2.0)  # H K H, rank 2
+    # H K H, a rank-2 update (in the matrices' own memory where they may be overwritten)
+    if overwrite:
+        Kt = Km.baddbmm_(vb[:, :, None], w[:, None, :], alpha=-2.0)
+    else:
+        Kt = torch.baddbmm(Km, vb[:, :, None], w[:, None, :], alpha=-2.0)
     Kt.baddbmm_(w[:, :, None], vb[:, None, :], alpha=-2.0)
     a = torch.empty(Km.shape[:2], dtype=torch.float64)
     b = torch.empty((Km.shape[0], max(n - 1, 0)), dtype=torch.float64)
@@ -474,6 +478,7 @@ def calibrate(
     matrices: Tensor | None = None,
     method: str = "auto",
     noise_floor: float | None = None,
+    overwrite_matrices: bool = False,
 ) -> Calibration:
     """Exact Type-2 ML of the global scale and the noise of ``K`` kernels (module docstring).
 
@@ -490,7 +495,8 @@ def calibrate(
         matrices: the ``(K, n, n)`` float64 kernel matrices of ``params`` on all of
             ``Xn`` when already evaluated (e.g. by
             :func:`amorgp.amortizer.batched.kernel_matrices`; only without a subset,
-            ``n <=`` :data:`MAX_POINTS`); read, not modified.
+            ``n <=`` :data:`MAX_POINTS`); read, not modified unless
+            ``overwrite_matrices``.
         method: how the likelihoods are evaluated on the grid (:data:`METHODS`):
             ``"tridiagonal"`` (CPU only), ``"eigh"``, or ``"auto"`` (the first on the
             CPU, the second elsewhere).  Both are exact; they agree to rounding.
@@ -498,6 +504,8 @@ def calibrate(
             ``FLOORS["noise"]``); the calibrated noise stays at or above twice it, and the
             grid of ratios reaches as far below :data:`RATIO_RANGE` as the floor is below
             the transform's.
+        overwrite_matrices: ``matrices`` may be overwritten (the caller does not read
+            them again): the CPU's tridiagonal form is then computed in their memory.
 
     Returns:
         A :class:`Calibration`; a kernel whose eigendecomposition fails (non-finite
@@ -553,7 +561,7 @@ def calibrate(
             spec: _Eigen | _Tridiagonal
             if dev.type == "cpu" and method != "eigh":
                 # a direct reduction: its tridiagonal form is finite where the matrix is
-                spec = _tridiagonal(Km, y64)
+                spec = _tridiagonal(Km, y64, overwrite=matrices is None or overwrite_matrices)
                 finite = spec.finite
             else:
                 lo, hi = Km.flatten(1).aminmax(dim=1)  # one pass; NaN propagates

@@ -377,8 +377,9 @@ def multistart(
         cand_structures = pick(structures, every.tolist())
         Km = _matrices(Xc, sym[every], msk[every], cand, vocabulary)
         cal = calibrate(
-            Xc, yc, cand_structures, vocabulary, cand, cand_noise, seed=seed, matrices=Km
-        )
+            Xc, yc, cand_structures, vocabulary, cand, cand_noise, seed=seed, matrices=Km,
+            overwrite_matrices=True,
+        )  # fmt: skip
         score = cal.log_marginal_likelihood
         del Km
         if calibrated:  # the network's own starts, calibrated on all points: scored here
