@@ -372,39 +372,49 @@ def _dsytrd_lwork(n: int) -> int:
     return max(int(lwork), 1) if info == 0 else max(n, 1)
 
 
-def _tridiagonal(Km: Tensor, y: Tensor, overwrite: bool = False) -> _Tridiagonal:
-    """:class:`_Tridiagonal` of CPU float64 matrices ``Km (B, n, n)`` and targets ``y (n,)``.
+def tridiagonal_form(
+    Km: Tensor, Y: Tensor, overwrite: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(a, b2, yy)``: the diagonal ``(B, n)``, squared off-diagonal ``(B, n - 1)`` of the
+    tridiagonal form of ``H_b K_b H_b`` and ``|y_b|^2 (B,)``, for CPU float64 matrices
+    ``Km (B, n, n)`` and targets ``Y``, one ``(n,)`` for all or ``(B, n)`` each.
 
-    One Householder reflection ``H = I - 2 v v^T`` (``H y = -sign(y_1) |y| e_1``), applied
-    to every matrix at once, then LAPACK's ``dsytrd`` per matrix (``4/3 n^3`` flops, about
-    a third of ``eigh``'s time at ``n = 500``: no eigenvectors, no back-transformation)."""
+    One Householder reflection ``H = I - 2 v v^T`` per target (``H y = -sign(y_1) |y|
+    e_1``), applied to every matrix at once (a rank-2 update, in the matrices' own memory
+    where ``overwrite``), then LAPACK's ``dsytrd`` per matrix (``4/3 n^3`` flops, about a
+    third of ``eigh``'s time at ``n = 500``: no eigenvectors, no back-transformation)."""
     from scipy.linalg import lapack
 
-    n = y.shape[0]
-    yy = float(y @ y)
-    v = y.clone()
-    v[0] += math.copysign(math.sqrt(yy), float(y[0]))
-    v = v / v.norm()
-    w = Km @ v  # (B, n)
-    w = w - (w @ v)[:, None] * v
-    B = Km.shape[0]
-    vb = v.expand(B, n)
-    # H K H, a rank-2 update (in the matrices' own memory where they may be overwritten)
+    B, n = Km.shape[0], Km.shape[-1]
+    Yb = Y.expand(B, n)
+    yy = torch.einsum("bn,bn->b", Yb, Yb)
+    v = Yb.clone()
+    v[:, 0] += torch.copysign(yy.sqrt(), Yb[:, 0])
+    v = v / v.norm(dim=1, keepdim=True)
+    w = (Km @ v[..., None])[..., 0]  # (B, n)
+    w = w - (w * v).sum(1, keepdim=True) * v
     if overwrite:
-        Kt = Km.baddbmm_(vb[:, :, None], w[:, None, :], alpha=-2.0)
+        Kt = Km.baddbmm_(v[:, :, None], w[:, None, :], alpha=-2.0)  # H K H, rank 2
     else:
-        Kt = torch.baddbmm(Km, vb[:, :, None], w[:, None, :], alpha=-2.0)
-    Kt.baddbmm_(w[:, :, None], vb[:, None, :], alpha=-2.0)
-    a = torch.empty(Km.shape[:2], dtype=torch.float64)
-    b = torch.empty((Km.shape[0], max(n - 1, 0)), dtype=torch.float64)
+        Kt = torch.baddbmm(Km, v[:, :, None], w[:, None, :], alpha=-2.0)
+    Kt.baddbmm_(w[:, :, None], v[:, None, :], alpha=-2.0)
+    a = torch.empty((B, n), dtype=torch.float64)
+    b = torch.empty((B, max(n - 1, 0)), dtype=torch.float64)
     lwork = _dsytrd_lwork(n)
-    for i in range(Km.shape[0]):  # LAPACK has no batched tridiagonalisation
+    for i in range(B):  # LAPACK has no batched tridiagonalisation
         # the symmetric C-ordered matrix is its own Fortran-ordered transpose
         _, d, e, _, info = lapack.dsytrd(Kt[i].numpy().T, lower=1, overwrite_a=1, lwork=lwork)
         if info != 0:
             raise RuntimeError(f"dsytrd failed with info {info}")
         a[i], b[i] = torch.from_numpy(d), torch.from_numpy(e)
-    return _Tridiagonal(a, b * b, yy)
+    return a, b * b, yy
+
+
+def _tridiagonal(Km: Tensor, y: Tensor, overwrite: bool = False) -> _Tridiagonal:
+    """:class:`_Tridiagonal` of CPU float64 matrices ``Km (B, n, n)`` and targets ``y (n,)``
+    (:func:`tridiagonal_form`)."""
+    a, b2, yy = tridiagonal_form(Km, y, overwrite)
+    return _Tridiagonal(a, b2, float(yy[0]) if len(yy) else float(y @ y))
 
 
 def _best_ratio(

@@ -612,7 +612,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         dataset, in order, with its :class:`KernelResult` list (as :meth:`infer_many`) or
         its one-line error.  Options: ``refine``, ``calibrate``, ``starts``, ``noise_floor``,
         ``fixed``, ``bounds``, ``priors`` (as :meth:`infer_many`), ``budget``,
-        ``exact_network``, ``progress``; see :func:`amorgp.amortizer.many.infer_datasets`."""
+        ``exact_network``, ``progress``; see :func:`amorgp.amortizer.many.iter_datasets`."""
         from amorgp.amortizer.many import infer_datasets
 
         return infer_datasets(self, datasets, kernels, **options)

@@ -365,7 +365,25 @@ def iter_datasets(
     """:meth:`Amortizer.infer_datasets
     <amorgp.amortizer.inference.Amortizer.infer_datasets>` bucket by bucket: yields the
     :class:`DatasetFit` of each bucket (the datasets that failed validation first), in
-    no particular order of datasets (each fit carries its ``index``).  Arguments as there.
+    no particular order of datasets (each fit carries its ``index``).
+
+    Args:
+        amz: the amortizer (its network, device, seed, calibration and starts defaults).
+        datasets: ``[(X, y), ...]``: inputs ``(n, d)`` (or ``(n,)``) and targets ``(n,)``
+            per dataset, sizes and input counts free.
+        kernels: the kernels fitted to every dataset (expressions or structures).
+        refine, calibrate, starts, noise_floor, fixed, bounds, priors: as
+            :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`.  With a refinement,
+            or any of the last four away from its default, each dataset runs alone
+            through ``infer_many`` (not in batches; the results are its own).
+        budget: bytes of kernel matrices a bucket may hold (:func:`bucket_size`).
+        exact_network: run the network per dataset, for results equal to ``infer_many``'s
+            to rounding (default: one forward per bucket, equal to float32 rounding).
+        progress: called as ``progress("datasets", done, total)`` after each bucket.
+
+    Raises:
+        OptionError: ``kernels`` not a non-empty list, or an invalid option (bad data is
+            reported per dataset, never raised).
     """
     if isinstance(kernels, str | DimWiseStructure):
         raise OptionError("kernels must be a list of kernels, e.g. ['SE + PER']")
@@ -450,35 +468,12 @@ def infer_datasets(
     amz: Amortizer,
     datasets: Sequence[tuple[Any, Any]],
     kernels: Sequence[str | DimWiseStructure],
-    *,
-    refine: int | Literal["auto"] = 0,
-    calibrate: bool | None = None,
-    starts: int | None = None,
-    budget: float = BUDGET,
-    exact_network: bool = False,
-    progress: ManyProgress | None = None,
-    noise_floor: float | None = None,
-    fixed: Mapping[Name, float] | None = None,
-    bounds: Mapping[Name, tuple[float, float]] | None = None,
-    priors: bool = False,
+    **options: Any,
 ) -> list[DatasetFit]:
     """Hyperparameters of ``kernels`` on each of many datasets (module docstring), the
     logic of :meth:`Amortizer.infer_datasets
-    <amorgp.amortizer.inference.Amortizer.infer_datasets>`.
-
-    Args:
-        amz: the amortizer (its network, device, seed, calibration and starts defaults).
-        datasets: ``[(X, y), ...]``: inputs ``(n, d)`` (or ``(n,)``) and targets ``(n,)``
-            per dataset, sizes and input counts free.
-        kernels: the kernels fitted to every dataset (expressions or structures).
-        refine, calibrate, starts, noise_floor, fixed, bounds, priors: as
-            :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`.  With a refinement,
-            or any of the last four away from its default, each dataset runs alone
-            through ``infer_many`` (not in batches; the results are its own).
-        budget: bytes of kernel matrices a bucket may hold (:func:`bucket_size`).
-        exact_network: run the network per dataset, for results equal to ``infer_many``'s
-            to rounding (default: one forward per bucket, equal to float32 rounding).
-        progress: called as ``progress("datasets", done, total)`` after each bucket.
+    <amorgp.amortizer.inference.Amortizer.infer_datasets>`: :func:`iter_datasets`'
+    buckets collected in input order (arguments and options as there).
 
     Returns:
         One :class:`DatasetFit` per dataset, in input order: its results, or its error.
@@ -488,21 +483,7 @@ def infer_datasets(
             reported per dataset, never raised).
     """
     out: list[DatasetFit | None] = [None] * len(datasets)
-    for fits in iter_datasets(
-        amz,
-        datasets,
-        kernels,
-        refine=refine,
-        calibrate=calibrate,
-        starts=starts,
-        budget=budget,
-        exact_network=exact_network,
-        progress=progress,
-        noise_floor=noise_floor,
-        fixed=fixed,
-        bounds=bounds,
-        priors=priors,
-    ):
+    for fits in iter_datasets(amz, datasets, kernels, **options):
         for f in fits:
             out[f.index] = f
     return [f for f in out if f is not None]

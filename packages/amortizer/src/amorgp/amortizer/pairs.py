@@ -64,35 +64,15 @@ class TridiagonalRows(calibration._Tridiagonal):
     (``yy (P,)``: each row's ``|y|^2``)."""
 
     def __init__(self, a: Tensor, b2: Tensor, yy: Tensor) -> None:
-        self.a, self.b2 = a.numpy(), b2.numpy()
+        super().__init__(a, b2, 0.0)
         self.yy = yy.numpy()[:, None]  # type: ignore[assignment]
-        self.dtype = a.dtype
         self.mean_y2 = (yy / a.shape[1])[:, None]
 
 
 def tridiagonal_rows(Km: Tensor, Y: Tensor) -> TridiagonalRows:
     """:func:`amorgp.amortizer.calibrate._tridiagonal` for ``P`` matrices ``Km (P, n, n)``
-    and their own targets ``Y (P, n)`` (the reflection batched, LAPACK per matrix)."""
-    from scipy.linalg import lapack
-
-    P, n = Y.shape
-    yy = torch.einsum("pn,pn->p", Y, Y)
-    v = Y.clone()
-    v[:, 0] += torch.copysign(yy.sqrt(), Y[:, 0])
-    v = v / v.norm(dim=1, keepdim=True)
-    w = (Km @ v[..., None])[..., 0]  # (P, n)
-    w = w - (w * v).sum(1, keepdim=True) * v
-    Kt = torch.baddbmm(Km, v[:, :, None], w[:, None, :], alpha=-2.0)  # H K H, rank 2
-    Kt.baddbmm_(w[:, :, None], v[:, None, :], alpha=-2.0)
-    a = torch.empty((P, n), dtype=torch.float64)
-    b = torch.empty((P, max(n - 1, 0)), dtype=torch.float64)
-    lwork = calibration._dsytrd_lwork(n)
-    for i in range(P):  # LAPACK has no batched tridiagonalisation
-        _, d, e, _, info = lapack.dsytrd(Kt[i].numpy().T, lower=1, overwrite_a=1, lwork=lwork)
-        if info != 0:
-            raise RuntimeError(f"dsytrd failed with info {info}")
-        a[i], b[i] = torch.from_numpy(d), torch.from_numpy(e)
-    return TridiagonalRows(a, b * b, yy)
+    and their own targets ``Y (P, n)`` (:func:`~amorgp.amortizer.calibrate.tridiagonal_form`)."""
+    return TridiagonalRows(*calibration.tridiagonal_form(Km, Y))
 
 
 def calibrate_rows(
