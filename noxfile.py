@@ -99,7 +99,9 @@ def _install_packages(session: nox.Session, names: list[str], extra: str | None 
         old = os.environ.get("PYTHONPATH")
         session.env["PYTHONPATH"] = os.pathsep.join(paths + ([old] if old else []))
         return
-    if any(n in TORCH_PACKAGES for n in order):
+    # torch where a package under test needs it (needs_torch: its closure's hard
+    # requirements, or its own extras': amorgp-core's data contract)
+    if any(n in TORCH_PACKAGES for n in names):
         _install_torch(session)
     for name in order:
         target = f"packages/{name}"
