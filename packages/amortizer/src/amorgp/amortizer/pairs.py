@@ -116,16 +116,16 @@ def calibrate_rows(
         for start in range(0, P, per_chunk):
             sl = slice(start, min(P, start + per_chunk))
             K = Km[sl].to(torch.float64)
-            lo, hi = K.flatten(1).aminmax(dim=1)
-            finite = torch.isfinite(lo) & torch.isfinite(hi)
-            if dev.type != "cpu" or not bool(finite.all()):
-                eye = torch.eye(n, dtype=K.dtype, device=dev)
-                K = torch.where(finite[:, None, None], K, eye)
             y = Y[sl].to(torch.float64)
             spec: Any
-            if dev.type == "cpu":
+            if dev.type == "cpu":  # finite where its matrix is (calibrate's CPU route)
                 spec = tridiagonal_rows(K, y)
+                finite = spec.finite
             else:
+                lo, hi = K.flatten(1).aminmax(dim=1)
+                finite = torch.isfinite(lo) & torch.isfinite(hi)
+                eye = torch.eye(n, dtype=K.dtype, device=dev)
+                K = torch.where(finite[:, None, None], K, eye)
                 lam, Q = torch.linalg.eigh(K)
                 z2 = (Q.transpose(1, 2) @ y[..., None])[..., 0] ** 2
                 spec = calibration._Eigen(lam.clamp_min(0.0), z2)

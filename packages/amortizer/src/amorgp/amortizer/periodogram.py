@@ -47,9 +47,12 @@ def lomb_scargle(x: Tensor, y: Tensor, freqs: Tensor) -> Tensor:
     # G dividing B, signal b sampled at row b % G (period_candidates' layout)
     G = x.shape[0]
     wx = freqs[None, :, None] * x[:, None, :]  # (G, F, n)
-    tau2 = torch.atan2(torch.sin(2.0 * wx).sum(-1), torch.cos(2.0 * wx).sum(-1))  # 2 omega tau
-    arg = wx - 0.5 * tau2[..., None]
-    c, s = torch.cos(arg), torch.sin(arg)
+    # one sine and one cosine per entry; the others by the double-angle and difference
+    # formulas (the same values to rounding, half the transcendental work)
+    sw, cw = torch.sin(wx), torch.cos(wx)
+    tau2 = torch.atan2((2.0 * sw * cw).sum(-1), (cw * cw - sw * sw).sum(-1))  # 2 omega tau
+    st, ct = torch.sin(0.5 * tau2)[..., None], torch.cos(0.5 * tau2)[..., None]
+    c, s = cw * ct + sw * st, sw * ct - cw * st  # cos and sin of omega (x - tau)
     yg = y.reshape(B // G, G, n)
     yc = torch.einsum("rgn,gfn->rgf", yg, c).reshape(B, -1)
     ys = torch.einsum("rgn,gfn->rgf", yg, s).reshape(B, -1)
