@@ -409,9 +409,8 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 Xn, yn, structures, self.vocabulary, params, noise, starts, self.seed,
                 calibrated=not calibrate,
             )  # fmt: skip
-            if steps == "auto" and any(len(a) > 1 for a in ms.alternatives):
-                # the best few starts of each kernel refined for one round, the best kept
-                ms = refine_starts(Xn, yn, structures, self.vocabulary, ms)
+            # refine="auto": the best few starts of each kernel refined, the best kept
+            ms = refine_starts(Xn, yn, structures, self.vocabulary, ms, steps)
             params, noise, start = ms.params, ms.noise, ms.start
             params, noise = project(params, noise)
             # (the starts' calibration knows no constraints: with them, calibrated again)

@@ -264,9 +264,11 @@ def refine_starts(
     structures: Sequence[DimWiseStructure],
     vocabulary: Vocabulary,
     starts: MultiStart,
+    steps: int | Literal["auto"],
     iterations: int = STARTS_ROUND,
 ) -> MultiStart:
-    """The best start of each kernel after refinement, by successive halving.
+    """The best start of each kernel after refinement, by successive halving, where the
+    refinement asked for is ``steps == "auto"`` (else ``starts`` as they are).
 
     The best few starts of each kernel (``starts.alternatives``) are refined by
     ``iterations`` L-BFGS iterations each (log space), the better half of each kernel's
@@ -286,7 +288,7 @@ def refine_starts(
         if len(alt) > 1
         for name, p, nz in alt
     ]
-    if not flat:
+    if steps != "auto" or not flat:
         return starts
     new_params, new_noise = starts.params.clone(), starts.noise.clone()
     names, lmls = list(starts.start), starts.log_marginal_likelihood.clone()
