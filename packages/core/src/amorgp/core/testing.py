@@ -1,0 +1,38 @@
+"""Helpers for the packages' tests: the fenced code blocks of a README, and running one.
+
+Every package's ``tests/test_readme.py`` checks that its README's examples run as
+written; these helpers read and run the blocks the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["readme_blocks", "run_readme_block"]
+
+
+def readme_blocks(readme: Path, lang: str = "python", after: str | None = None) -> list[str]:
+    """The fenced ``lang`` code blocks of the Markdown file ``readme``, in order.
+
+    Args:
+        readme: the README's path.
+        lang: the fence's language (```` ```python ````, ```` ```text ````).
+        after: only the blocks after the first occurrence of this text (a heading).
+    """
+    text = readme.read_text(encoding="utf-8")
+    if after is not None:
+        text = text[text.index(after) :]
+    return re.findall(rf"```{lang}\n(.*?)```", text, re.S)
+
+
+def run_readme_block(readme: Path, after: str | None = None) -> dict[str, object]:
+    """Run the first Python block of ``readme`` (after ``after``) and return its namespace.
+
+    The code is compiled with the README's path as its file name, so a failing line is
+    reported at the README.
+    """
+    code = readme_blocks(readme, "python", after)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(code, str(readme), "exec"), namespace)
+    return namespace
