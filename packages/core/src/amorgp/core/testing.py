@@ -6,10 +6,12 @@ written; these helpers read and run the blocks the same way everywhere.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from pathlib import Path
 
-__all__ = ["readme_blocks", "run_readme_block"]
+__all__ = ["readme_blocks", "readme_output", "run_readme_block"]
 
 
 def readme_blocks(readme: Path, lang: str = "python", after: str | None = None) -> list[str]:
@@ -36,3 +38,14 @@ def run_readme_block(readme: Path, after: str | None = None) -> dict[str, object
     namespace: dict[str, object] = {}
     exec(compile(code, str(readme), "exec"), namespace)
     return namespace
+
+
+def readme_output(readme: Path) -> tuple[str, str]:
+    """Run the only Python block of ``readme``; return what it printed and the README's
+    only ``text`` block (what the README says it prints), both without trailing space."""
+    (code,) = readme_blocks(readme)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, str(readme), "exec"), {})
+    (expected,) = readme_blocks(readme, "text")
+    return printed.getvalue().rstrip(), expected.rstrip()
