@@ -1,4 +1,4 @@
-"""Helpers for the packages' tests: the fenced code blocks of a README, and running one.
+"""Helpers for the packages' tests: a module's public names, a README's code blocks.
 
 Every package's ``tests/test_readme.py`` checks that its README's examples run as
 written; these helpers read and run the blocks the same way everywhere.
@@ -10,8 +10,17 @@ import contextlib
 import io
 import re
 from pathlib import Path
+from types import ModuleType
 
-__all__ = ["readme_blocks", "readme_output", "run_readme_block"]
+__all__ = ["check_public_names", "readme_blocks", "readme_output", "run_readme_block"]
+
+
+def check_public_names(module: ModuleType) -> None:
+    """``module.__all__`` names each name once, and the module has every one of them."""
+    names = module.__all__
+    assert sorted(names) == sorted(set(names)), f"{module.__name__}.__all__ repeats a name"
+    for name in names:
+        assert hasattr(module, name), f"{module.__name__} has no {name!r}"
 
 
 def readme_blocks(readme: Path, lang: str = "python", after: str | None = None) -> list[str]:
