@@ -20,13 +20,13 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from amorgp.amortizer.jsonlog import write_text_atomic
 from amorgp.baselines import fit, fit_many, train_test_split
 from amorgp.baselines.testing import gpytorch_se_reference_fit
 from amorgp.kernel_grammar import DimWiseStructure, paper_evaluation_set
@@ -73,10 +73,7 @@ def gpytorch_se(X: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[float, fl
 
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
 
 
 def _kept_sections(path: Path) -> str:

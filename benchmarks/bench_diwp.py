@@ -51,7 +51,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from amorgp.amortizer.jsonlog import write_text_atomic
 from amorgp.baselines import fit
 from amorgp.baselines.diwp import DIWPSettings, fit_diwp
 
@@ -416,10 +416,7 @@ def write_section(path: Path, body: str, *, append: bool) -> None:
 
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
 
 
 def run_workers(argv: list[str], jobs: int) -> None:

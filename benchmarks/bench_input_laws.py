@@ -30,6 +30,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,20 +104,7 @@ def run_arm(
         device="cpu",
         progress=False,
     )
-    p2 = TrainConfig(
-        phase=2,
-        batch_size=16,
-        lr=3e-4,
-        warmup_steps=10,
-        n_max=250,
-        max_dims=8,
-        inputs=law,
-        size_buckets=4,
-        val_size=32,
-        val_every=100_000,
-        num_workers=0,
-        seed=seed + 1,
-    )
+    p2 = replace(p1, phase=2, lr=3e-4, warmup_steps=10, n_max=250, seed=seed + 1)
     train(
         work / f"{law}-p2",
         train_cfg=p2,

@@ -18,12 +18,9 @@ CONFIG = dataclasses.replace(PRESETS["tiny"].network, model="ahgp-se-ard")
 
 @pytest.fixture
 def model() -> AHGPSEARD:
-    torch.manual_seed(0)
-    m = AHGPSEARD(CONFIG).double()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return m.eval()
+    m = testing.random_model(CONFIG)
+    assert isinstance(m, AHGPSEARD)
+    return m
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer
+from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer, KernelResult
 from amorgp.amortizer.checkpoint import save_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model
@@ -20,6 +20,13 @@ from amorgp.amortizer.testing import oracle_log_marginal_likelihood as _oracle_l
 from amorgp.diff_linalg.testing import dense_gp_predictive, torch_settings
 from amorgp.kernel_grammar import DimWiseStructure, encode
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_NO_GRAPH, EVALUATOR_MATRICES_PER_TERM
+
+
+def _fit_oracle_lml(r: KernelResult, X: np.ndarray, y: np.ndarray) -> float:
+    """The dense oracle's log marginal likelihood of the fit ``r`` on its normalised data."""
+    norm = r.normalizer
+    Xn, yn = norm.transform_x(X).numpy(), norm.transform_y(y).numpy()
+    return _oracle_lml(Xn, yn, r.kernel, r.params.numpy(), r.noise)
 
 
 def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -144,13 +151,7 @@ def test_large_n_encoder_reads_a_seeded_subset(tiny_checkpoint: Path) -> None:
     assert read == 50
     torch.testing.assert_close(r.params, p_sub[0, :1, :1])
     # the GP conditions on all points
-    expect = _oracle_lml(
-        norm.transform_x(X).numpy(),
-        norm.transform_y(y).numpy(),
-        r.kernel,
-        r.params.numpy(),
-        r.noise,
-    )
+    expect = _fit_oracle_lml(r, X, y)
     assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-9)
 
 
@@ -168,10 +169,7 @@ def test_refine_improves_the_likelihood(amz: Amortizer) -> None:
     r0, r1 = amz.infer(X, y, "SE + PER"), amz.infer(X, y, "SE + PER", refine=15)
     assert r1.refine_steps == 15
     assert r1.log_marginal_likelihood > r0.log_marginal_likelihood
-    norm = r1.normalizer
-    expect = _oracle_lml(
-        norm.transform_x(X), norm.transform_y(y), r1.kernel, r1.params.numpy(), r1.noise
-    )
+    expect = _fit_oracle_lml(r1, X, y)
     assert r1.log_marginal_likelihood == pytest.approx(expect, rel=1e-9)
 
 
@@ -376,14 +374,7 @@ def test_cg_backend_above_the_memory_budget(tiny_checkpoint: Path) -> None:
     m, v = _oracle_predict(r, X, y, Xq)
     np.testing.assert_allclose(np.asarray(mean), m, rtol=1e-5, atol=1e-6 * np.abs(m).max())
     np.testing.assert_allclose(np.asarray(var), v, rtol=1e-4)
-    norm = r.normalizer
-    exact = _oracle_lml(
-        norm.transform_x(X).numpy(),
-        norm.transform_y(y).numpy(),
-        r.kernel,
-        r.params.numpy(),
-        r.noise,
-    )
+    exact = _fit_oracle_lml(r, X, y)
     assert r.log_marginal_likelihood == pytest.approx(exact, rel=0.05)
 
 

@@ -17,13 +17,7 @@ _FIELDS = ("X", "y", "point_mask", "dim_mask", "symbols", "symbol_mask")
 
 
 def _model(config: NetworkConfig = TINY, seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    model = build_model(config).double()
-    # randomise the head biases so that every slot depends on the network output
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return model.eval()
+    return testing.random_model(config, seed)
 
 
 @pytest.fixture

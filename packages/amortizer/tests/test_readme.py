@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from amorgp.core.testing import run_readme_block
 
 README = Path(__file__).parents[1] / "README.md"
 
 
 def test_quick_start_example_runs() -> None:
-    text = README.read_text()
-    section = text[text.index("## Quick start: amortized inference") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    namespace: dict[str, object] = {}
-    exec(compile(code.group(1), str(README), "exec"), namespace)
+    namespace = run_readme_block(README, after="## Quick start: amortized inference")
     mean, var = namespace["mean"], namespace["var"]
     assert mean.shape == (1,)  # type: ignore[attr-defined]
     assert float(var[0]) > 0  # type: ignore[index]

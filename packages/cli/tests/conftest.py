@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from amorgp.amortizer import testing
+from amorgp.cli import main
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +42,21 @@ def data_2d(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("d") / "two.csv"
     np.savetxt(path, np.column_stack([y, X]), delimiter=",", header="target,a,b", comments="")
     return path
+
+
+@pytest.fixture
+def refused_set(tmp_path: Path) -> Callable[[str, str], None]:
+    """``check(item, words)``: ``amorgp train --set ITEM`` is a usage error that names
+    ``--set`` and says ``words``, with no traceback and no run folder created."""
+
+    def check(item: str, words: str) -> None:
+        out = tmp_path / "run"
+        args = ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "1", "--set", item]
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2, res.output
+        assert words in res.output
+        assert "--set" in res.output
+        assert "Traceback" not in res.output
+        assert not out.exists()  # no .lock, no validation/
+
+    return check

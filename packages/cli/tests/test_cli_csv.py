@@ -35,6 +35,16 @@ def _infer(path: Path, ckpt: Path, *extra: str) -> Result:
     )
 
 
+def _refused(folder: Path, ckpt: Path, raw: bytes, message: str) -> Result:
+    """``infer --json`` on a file of the bytes ``raw``: exit status 1 and ``message``."""
+    path = folder / "bad.csv"
+    path.write_bytes(raw)
+    res = _infer(path, ckpt)
+    assert res.exit_code == 1, res.output
+    assert message in res.output
+    return res
+
+
 @pytest.fixture(scope="module")
 def oracle(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> list[dict[str, Any]]:
     path = tmp_path_factory.mktemp("csv") / "plain.csv"
@@ -106,11 +116,7 @@ def test_accepted_variants_give_the_plain_result(
 def test_refused_content_names_the_file_line(
     tmp_path: Path, tiny_checkpoint: Path, content: str, message: str
 ) -> None:
-    path = tmp_path / "bad.csv"
-    path.write_text(content)
-    res = _infer(path, tiny_checkpoint)
-    assert res.exit_code == 1, res.output
-    assert message in res.output
+    res = _refused(tmp_path, tiny_checkpoint, content.encode(), message)
     assert len(res.stderr.strip().splitlines()) == 1
     assert json.loads(res.stdout)["error"]["message"] in res.stderr  # --json: the error too
 
@@ -126,11 +132,7 @@ def test_refused_content_names_the_file_line(
 def test_undecodable_bytes_are_refused(
     tmp_path: Path, tiny_checkpoint: Path, raw: bytes, message: str
 ) -> None:
-    path = tmp_path / "bad.csv"
-    path.write_bytes(raw)
-    res = _infer(path, tiny_checkpoint)
-    assert res.exit_code == 1, res.output
-    assert message in res.output
+    _refused(tmp_path, tiny_checkpoint, raw, message)
 
 
 def test_a_folder_as_data_is_a_usage_error(tmp_path: Path, tiny_checkpoint: Path) -> None:

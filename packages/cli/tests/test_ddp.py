@@ -5,27 +5,25 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import PRESETS, TrainConfig
+from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model
+from amorgp.amortizer.testing import TINY_TRAIN
 from amorgp.training.train import make_stream, simulator_config, training_loss
 
 NET = PRESETS["tiny"].network
-TC = TrainConfig(
+TC = replace(
+    TINY_TRAIN,
     batch_size=8,
-    lr=1e-3,
-    warmup_steps=2,
-    n_min=5,
     n_max=12,
-    max_dims=2,
     val_size=4,
     val_every=2,
-    num_workers=0,
     size_buckets=2,  # several forward passes per step under DDP
 )
 STEPS = 3

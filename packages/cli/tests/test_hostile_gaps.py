@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,17 +82,9 @@ def test_a_full_disk_during_a_checkpoint_is_a_clean_error(
     ],
 )
 def test_training_options_are_bounded_before_anything_is_created(
-    tmp_path: Path, item: str, words: str
+    refused_set: Callable[[str, str], None], item: str, words: str
 ) -> None:
-    out = tmp_path / "run"
-    res = CliRunner().invoke(
-        main, ["train", "--preset", "tiny", "--out", str(out), "--max-steps", "1", "--set", item]
-    )
-    assert res.exit_code == 2, res.output
-    assert words in res.output
-    assert "--set" in res.output
-    assert "Traceback" not in res.output
-    assert not out.exists()  # no .lock, no validation/
+    refused_set(item, words)
 
 
 def test_set_on_top_of_from_is_validated_before_the_run_folder(

@@ -6,12 +6,11 @@ import subprocess
 import sys
 
 import amorgp.core as core
+from amorgp.core.testing import check_public_names
 
 
 def test_all_names_exist() -> None:
-    assert sorted(core.__all__) == sorted(set(core.__all__))
-    for name in core.__all__:
-        assert hasattr(core, name), name
+    check_public_names(core)
 
 
 def test_errors_warnings_and_units_do_not_load_torch_or_numpy() -> None:

@@ -50,14 +50,19 @@ def _mll_value(mll: ExactMarginalLogLikelihood) -> float:
         return float(mll(model(*model.train_inputs), model.train_targets))
 
 
-def _oracle(model: SingleTaskGP) -> float:
-    """The MLL BoTorch's ``fit_gpytorch_mll`` reaches from the same model."""
-    twin = copy.deepcopy(model)
-    mll = ExactMarginalLogLikelihood(twin.likelihood, twin)
+def _botorch_fit(model: SingleTaskGP) -> ExactMarginalLogLikelihood:
+    """Fit ``model`` in place with BoTorch's ``fit_gpytorch_mll`` (its warnings silenced);
+    returns the marginal log likelihood it fitted."""
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit_gpytorch_mll(mll)
-    return _mll_value(mll)
+    return mll
+
+
+def _oracle(model: SingleTaskGP) -> float:
+    """The MLL BoTorch's ``fit_gpytorch_mll`` reaches from the same model."""
+    return _mll_value(_botorch_fit(copy.deepcopy(model)))
 
 
 def _fixed(seed: int, d: int = 2, covar: gk.Kernel | None = None) -> SingleTaskGP:
@@ -173,9 +178,7 @@ def test_the_better_start_is_refined(amz: Amortizer, caplog: pytest.LogCaptureFi
     it); a model whose own start is poor gets the network's."""
     X, Y = _data(4, d=3)
     at_optimum = SingleTaskGP(X, Y)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(at_optimum.likelihood, at_optimum))
+    _botorch_fit(at_optimum)
     mll = ExactMarginalLogLikelihood(at_optimum.likelihood, at_optimum)
     optimum = _mll_value(mll)
     fit = AmortizedFit(refine_steps=0, amortizer=amz)
@@ -200,9 +203,7 @@ def test_the_model_start_is_what_the_lean_refine_from_it_reaches(amz: Amortizer)
     """Where the model's start wins, the fit is the lean refine from that start."""
     X, Y = _data(5, d=3)
     at_optimum = SingleTaskGP(X, Y)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(at_optimum.likelihood, at_optimum))
+    _botorch_fit(at_optimum)
     twin = copy.deepcopy(at_optimum)
     twin_mll = ExactMarginalLogLikelihood(twin.likelihood, twin)
     twin.train()
@@ -219,9 +220,7 @@ def test_the_model_start_is_what_the_lean_refine_from_it_reaches(amz: Amortizer)
 def test_the_network_start_alone_when_asked(amz: Amortizer) -> None:
     X, Y = _data(4, d=3)
     model = SingleTaskGP(X, Y)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    _botorch_fit(model)
     fit = AmortizedFit(refine_steps=0, amortizer=amz, model_start=False)
     fit(ExactMarginalLogLikelihood(model.likelihood, model))
     assert (fit.last_start, fit.model_starts) == ("network", 0)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from amorgp.core.testing import run_readme_block
 
 README = Path(__file__).parents[1] / "README.md"
 
@@ -14,12 +15,7 @@ def test_gpytorch_example_runs() -> None:
 
     pytest.importorskip("gpytorch")
     pytest.importorskip("botorch")
-    text = README.read_text()
-    section = text[text.index("## Quick start") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    namespace: dict[str, object] = {}
-    exec(compile(code.group(1), str(README), "exec"), namespace)
+    namespace = run_readme_block(README, after="## Quick start")
     mean, res = namespace["mean"], namespace["res"]
     ref, _ = res.predict(namespace["X"][:3], include_noise=False)  # type: ignore[attr-defined,index]
     assert float((mean[:, 0] - ref).abs().max()) < 1e-8  # type: ignore[index]

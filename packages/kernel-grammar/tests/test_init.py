@@ -6,12 +6,11 @@ import subprocess
 import sys
 
 import amorgp.kernel_grammar as kg
+from amorgp.core.testing import check_public_names
 
 
 def test_all_names_exist() -> None:
-    assert sorted(kg.__all__) == sorted(set(kg.__all__))
-    for name in kg.__all__:
-        assert hasattr(kg, name), name
+    check_public_names(kg)
 
 
 def test_import_does_not_load_torch() -> None:

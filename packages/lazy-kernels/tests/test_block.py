@@ -20,7 +20,7 @@ from amorgp.lazy_kernels import (
     kernel_operator,
 )
 from amorgp.lazy_kernels.block import block_rows
-from amorgp.lazy_kernels.testing import device_params, reference_structure
+from amorgp.lazy_kernels.testing import check_same_predictions, device_params, reference_structure
 
 DEVICES = device_params()
 STRUCTURE = DimWiseStructure.parse("(SE + PER*RQ)@0 * (LIN + MAT52*LIN)@1")
@@ -109,15 +109,9 @@ def test_block_gp_predicts_like_cholesky(device: str) -> None:
     block = Posterior.from_kernel(kernel, X, y, 0.05, backend="block", memory_budget=2**18)
     assert block.backend == "block"
     assert isinstance(block.operator, BlockKernelOperator)
-    m1, v1 = dense.predict(Xt)
-    m2, v2 = block.predict(Xt)
-    torch.testing.assert_close(m2, m1, rtol=1e-6, atol=1e-7)
-    assert v1 is not None
-    assert v2 is not None
-    torch.testing.assert_close(v2, v1, rtol=1e-5, atol=1e-7)
-    cov1 = dense.covariance(Xt)
-    cov2 = block.covariance(Xt)
-    torch.testing.assert_close(cov2, cov1, rtol=1e-5, atol=1e-7)
+    check_same_predictions(
+        dense, block, Xt, rtol=1e-6, atol=1e-7, var_rtol=1e-5, var_atol=1e-7, covariance=True
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -13,6 +13,7 @@ from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood
 from amorgp.kernel_grammar import DimWiseStructure, base_symbol
 from amorgp.lazy_kernels import DimWiseKernel, ExpressionKernel, Posterior
 from amorgp.lazy_kernels import solvers as solvers_module
+from amorgp.lazy_kernels.testing import check_same_predictions
 
 STRUCTURE = DimWiseStructure.parse("(SE + PER)@0 * LIN@1")
 PARAMS = [[[1.2, 0.3, 0.0], [0.4, 0.6, 0.7]], [[0.8, 0.5, 1.0], [1.0, 1.0, 1.0]]]
@@ -99,13 +100,9 @@ def test_chunked_equals_unchunked(method: str) -> None:
     Xs, _ = _data(23, 5)
     whole = Posterior(_kernel().operator(X), y, 0.05, method=method, chunk_size=10**6)  # type: ignore[arg-type]
     chunked = Posterior(_kernel().operator(X), y, 0.05, method=method, chunk_size=4)  # type: ignore[arg-type]
-    m1, v1 = whole.predict(Xs)
-    m2, v2 = chunked.predict(Xs)
-    torch.testing.assert_close(m2, m1, rtol=1e-12, atol=1e-13)
-    assert v1 is not None
-    assert v2 is not None
-    torch.testing.assert_close(v2, v1, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(chunked.covariance(Xs), whole.covariance(Xs), rtol=1e-9, atol=1e-12)
+    check_same_predictions(
+        whole, chunked, Xs, rtol=1e-12, atol=1e-13, var_rtol=1e-9, var_atol=1e-12, covariance=True
+    )
     assert chunked.factorizations == 1
 
 

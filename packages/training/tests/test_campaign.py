@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,19 +93,12 @@ def _valset(state: Path) -> list[Any]:
 
 
 def test_interrupted_segment_resumes_without_counting_twice(
-    tmp_path: Path, init: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    init: Path,
+    raise_in_training_loss: Callable[[int, type[BaseException]], Callable[[], None]],
 ) -> None:
     state, export = tmp_path / "state", tmp_path / "export"
-    real = trainer_module.training_loss
-    calls = {"n": 0}
-
-    def interrupted_at_second_step(*args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(trainer_module, "training_loss", interrupted_at_second_step)
+    restore_training_loss = raise_in_training_loss(2, KeyboardInterrupt)  # at the second step
     first = run_campaign(state, export, init=init, baseline=init, **FAST)
     assert first["stopped_by"] == "interrupted"
     assert first["datasets_total"] == 4  # one step of 4 datasets, checkpointed on Ctrl-C
@@ -113,7 +107,7 @@ def test_interrupted_segment_resumes_without_counting_twice(
     baseline_nll = json.loads((state / "campaign.json").read_text())["best_nll"]
     assert baseline_nll == pytest.approx(score_checkpoint(init, _valset(state))["nll"])
 
-    monkeypatch.setattr(trainer_module, "training_loss", real)
+    restore_training_loss()
     second = run_campaign(state, export, init=init, max_segments=1, **FAST)
     assert second["stopped_by"] == "max_datasets"
     assert (second["stage_datasets"], second["datasets_total"]) == (8, 8)

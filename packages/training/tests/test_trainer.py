@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -248,25 +249,17 @@ class _Killed(Exception):
 
 
 def test_killed_run_resumes_with_each_metrics_step_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    raise_in_training_loss: Callable[[int, type[BaseException]], Callable[[], None]],
 ) -> None:
     straight = tmp_path / "straight"
     train(straight, NET, TC, max_steps=6, progress=False, log_every=1)
     run = tmp_path / "run"
     train(run, NET, TC, max_steps=3, progress=False, log_every=1)
-    real = trainer_module.training_loss
-    calls = {"n": 0}
-
-    def killed_at_step_6(*args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise _Killed
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(trainer_module, "training_loss", killed_at_step_6)
+    restore_training_loss = raise_in_training_loss(3, _Killed)  # at step 6
     with pytest.raises(_Killed):
         train(run, resume=True, max_steps=6, progress=False, log_every=1)
-    monkeypatch.setattr(trainer_module, "training_loss", real)
+    restore_training_loss()
     steps = [r["step"] for r in _records(run) if r["kind"] == "train"]
     assert steps == [1, 2, 3, 4, 5]  # 4 and 5 were written after the checkpoint at 3
     with (run / "metrics.jsonl").open("a") as fh:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.registry import build_model
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 
@@ -38,6 +40,7 @@ __all__ = [
     "oracle_log_marginal_likelihood",
     "planted_period_1d",
     "python_without",
+    "random_model",
     "random_padded_batch",
     "seeded_checkpoint",
     "tiny_checkpoint",
@@ -83,10 +86,38 @@ def random_padded_batch(
     return PaddedBatch(X, y, point_mask, dim_mask, symbols, symbol_mask, vocab)
 
 
+def random_model(config: NetworkConfig, seed: int = 0) -> nn.Module:
+    """The network of ``config`` in float64 and eval mode, every weight and bias moved by
+    ``0.05 N(0, 1)`` (so that every output slot depends on the network), seeded by
+    ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    model = build_model(config).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
 def _close(a: Tensor, b: Tensor, what: str, atol: float) -> None:
     if not torch.allclose(a, b, rtol=1e-9, atol=atol):
         err = (a - b).abs().max().item()
         raise AssertionError(f"{what}: max abs difference {err:.3e} exceeds {atol:.1e}")
+
+
+def _assert_permuted(
+    model: nn.Module,
+    batch: PaddedBatch,
+    permuted: PaddedBatch,
+    permute_params: Callable[[Tensor], Tensor],
+    what: str,
+    atol: float,
+) -> None:
+    """On ``permuted`` (``batch`` after ``what``) the model predicts the same noise and its
+    parameters on ``batch`` permuted by ``permute_params``."""
+    ref = model(batch)
+    out = model(permuted)
+    _close(out.params, permute_params(ref.params), f"params after {what}", atol)
+    _close(out.noise, ref.noise, f"noise after {what}", atol)
 
 
 def assert_point_invariant(
@@ -94,10 +125,8 @@ def assert_point_invariant(
 ) -> None:
     """Shuffling the point axis (data and mask together) leaves the prediction unchanged."""
     perm = torch.randperm(batch.X.shape[1], generator=generator)
-    ref = model(batch)
-    out = model(batch.take_points(perm.expand(len(batch), -1)))
-    _close(out.params, ref.params, "params after shuffling points", atol)
-    _close(out.noise, ref.noise, "noise after shuffling points", atol)
+    permuted = batch.take_points(perm.expand(len(batch), -1))
+    _assert_permuted(model, batch, permuted, lambda p: p, "shuffling points", atol)
 
 
 def assert_dimension_equivariant(
@@ -105,18 +134,14 @@ def assert_dimension_equivariant(
 ) -> None:
     """Permuting dimensions of data and structure permutes the predicted parameters."""
     perm = torch.randperm(batch.X.shape[2], generator=generator)
-    ref = model(batch)
-    out = model(
-        replace(
-            batch,
-            X=batch.X[:, :, perm],
-            dim_mask=batch.dim_mask[:, perm],
-            symbols=batch.symbols[:, perm],
-            symbol_mask=batch.symbol_mask[:, perm],
-        )
+    permuted = replace(
+        batch,
+        X=batch.X[:, :, perm],
+        dim_mask=batch.dim_mask[:, perm],
+        symbols=batch.symbols[:, perm],
+        symbol_mask=batch.symbol_mask[:, perm],
     )
-    _close(out.params, ref.params[:, perm], "params after permuting dimensions", atol)
-    _close(out.noise, ref.noise, "noise after permuting dimensions", atol)
+    _assert_permuted(model, batch, permuted, lambda p: p[:, perm], "permuting dimensions", atol)
 
 
 def assert_addend_equivariant(
@@ -124,12 +149,10 @@ def assert_addend_equivariant(
 ) -> None:
     """Reordering the addend axis (symbols with their masks) reorders the parameters."""
     perm = torch.randperm(batch.symbols.shape[2], generator=generator)
-    ref = model(batch)
-    out = model(
-        replace(batch, symbols=batch.symbols[:, :, perm], symbol_mask=batch.symbol_mask[:, :, perm])
+    permuted = replace(
+        batch, symbols=batch.symbols[:, :, perm], symbol_mask=batch.symbol_mask[:, :, perm]
     )
-    _close(out.params, ref.params[:, :, perm], "params after reordering addends", atol)
-    _close(out.noise, ref.noise, "noise after reordering addends", atol)
+    _assert_permuted(model, batch, permuted, lambda p: p[:, :, perm], "reordering addends", atol)
 
 
 def crop(batch: PaddedBatch, b: int) -> PaddedBatch:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 import torch
@@ -75,6 +75,20 @@ Method = Literal[
     "advi-fullrank",
     "diwp",
 ]
+
+
+@dataclass(frozen=True)
+class _FitData:
+    """What :meth:`BaselineMethod.fit_many` hands to a method's ``_fit``: the shared
+    ``FitResult`` fields, the normalised data, their padded batch of ``(dataset, kernel)``
+    pairs, the structures and the random source."""
+
+    common: dict[str, Any]
+    Xn: Tensor
+    yn: Tensor
+    batch: PaddedBatch
+    structures: list[DimWiseStructure]
+    gen: torch.Generator
 
 
 class BaselineMethod:
@@ -126,21 +140,12 @@ class BaselineMethod:
             "n_points": Xt.shape[0],
             "call_time_s": math.nan,
         }
-        results = self._fit(common, Xn, yn, batch, structures, options, gen)
+        results = self._fit(_FitData(common, Xn, yn, batch, structures, gen), options)
         elapsed = time.perf_counter() - t0
         return [replace(r, call_time_s=elapsed) for r in results]
 
-    def _fit(
-        self,
-        common: dict[str, Any],
-        Xn: Tensor,
-        yn: Tensor,
-        batch: PaddedBatch,
-        structures: list[DimWiseStructure],
-        options: dict[str, Any],
-        gen: torch.Generator,
-    ) -> list[FitResult]:
-        """One result per structure on the normalised data (``common``: the shared fields)."""
+    def _fit(self, data: _FitData, options: dict[str, Any]) -> list[FitResult]:
+        """One result per structure of ``data`` (the normalised data and the shared fields)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement _fit")
 
     def __repr__(self) -> str:
@@ -159,33 +164,15 @@ class Type2MLMethod(BaselineMethod):
         """The preset overridden by ``options``."""
         return Type2MLSettings(**{**self.preset, **options})
 
-    def _fit(
-        self,
-        common: dict[str, Any],
-        Xn: Tensor,
-        yn: Tensor,
-        batch: PaddedBatch,
-        structures: list[DimWiseStructure],
-        options: dict[str, Any],
-        gen: torch.Generator,
-    ) -> list[FitResult]:
-        return _type2_results(common, batch, structures, self.settings(options), gen)
+    def _fit(self, data: _FitData, options: dict[str, Any]) -> list[FitResult]:
+        return _type2_results(data, self.settings(options))
 
 
 class SVGPMethod(BaselineMethod):
     """SVGP (:func:`~amorgp.baselines.svgp.fit_svgp_batch`), options: ``SVGPSettings``."""
 
-    def _fit(
-        self,
-        common: dict[str, Any],
-        Xn: Tensor,
-        yn: Tensor,
-        batch: PaddedBatch,
-        structures: list[DimWiseStructure],
-        options: dict[str, Any],
-        gen: torch.Generator,
-    ) -> list[FitResult]:
-        return _svgp_results(common, batch, structures, SVGPSettings(**options), gen)
+    def _fit(self, data: _FitData, options: dict[str, Any]) -> list[FitResult]:
+        return _svgp_results(data, SVGPSettings(**options))
 
 
 class ADVIMethod(BaselineMethod):
@@ -196,35 +183,17 @@ class ADVIMethod(BaselineMethod):
         super().__init__(name, description)
         self.family = family
 
-    def _fit(
-        self,
-        common: dict[str, Any],
-        Xn: Tensor,
-        yn: Tensor,
-        batch: PaddedBatch,
-        structures: list[DimWiseStructure],
-        options: dict[str, Any],
-        gen: torch.Generator,
-    ) -> list[FitResult]:
+    def _fit(self, data: _FitData, options: dict[str, Any]) -> list[FitResult]:
         settings = ADVISettings(**{"family": self.family, **options})
-        return _advi_results(common, batch, structures, settings, gen)
+        return _advi_results(data, settings)
 
 
 class DIWPMethod(BaselineMethod):
     """Deep inverse Wishart process (:mod:`amorgp.baselines.diwp`); options: ``DIWPSettings``
     (``quick=True``: its quick configuration)."""
 
-    def _fit(
-        self,
-        common: dict[str, Any],
-        Xn: Tensor,
-        yn: Tensor,
-        batch: PaddedBatch,
-        structures: list[DimWiseStructure],
-        options: dict[str, Any],
-        gen: torch.Generator,
-    ) -> list[FitResult]:
-        return diwp_results(common, Xn, yn, structures, options, gen)
+    def _fit(self, data: _FitData, options: dict[str, Any]) -> list[FitResult]:
+        return diwp_results(data.common, data.Xn, data.yn, data.structures, options, data.gen)
 
 
 _REGISTRY: dict[str, BaselineMethod] = {}
@@ -346,22 +315,16 @@ def _advi_predictors(post: GPPosterior, n_pred: int) -> tuple[Predictor, LogPred
     return predictor, log_pred
 
 
-def _advi_results(
-    common: dict[str, Any],
-    batch: PaddedBatch,
-    structures: list[DimWiseStructure],
-    settings: ADVISettings,
-    gen: torch.Generator,
-) -> list[FitResult]:
+def _advi_results(data: _FitData, settings: ADVISettings) -> list[FitResult]:
     out = []
-    for b, structure in enumerate(structures):
-        post = fit_advi_gp(batch.select(b), settings, generator=gen)
+    for b, structure in enumerate(data.structures):
+        post = fit_advi_gp(data.batch.select(b), settings, generator=data.gen)
         predictor, log_pred = _advi_predictors(post, settings.n_predictive_samples)
         res = post.result
         status = res.status if res.status in ("failed", "max_iters") else "converged"
         out.append(
             FitResult(
-                **common,
+                **data.common,
                 kernel=structure,
                 params=_cpu(post.median_params),
                 noise=float(post.median_noise),
@@ -385,21 +348,14 @@ def _svgp_predictor(fit: SVGPFit, one: PaddedBatch) -> Predictor:
     return predictor
 
 
-def _svgp_results(
-    common: dict[str, Any],
-    batch: PaddedBatch,
-    structures: list[DimWiseStructure],
-    settings: SVGPSettings,
-    gen: torch.Generator,
-) -> list[FitResult]:
-    sfit = fit_svgp_batch(batch, settings, generator=gen)
+def _svgp_results(data: _FitData, settings: SVGPSettings) -> list[FitResult]:
+    sfit = fit_svgp_batch(data.batch, settings, generator=data.gen)
     return _batch_results(
-        common,
-        structures,
+        data,
         sfit,
         "elbo",
         sfit.elbo,
-        lambda b: _svgp_predictor(_select_svgp(sfit, b), batch.select(b)),
+        lambda b: _svgp_predictor(_select_svgp(sfit, b), data.batch.select(b)),
     )
 
 
@@ -418,28 +374,22 @@ def _exact_predictor(one: PaddedBatch, params: Tensor, noise: Tensor) -> Predict
     return predictor
 
 
-def _type2_results(
-    common: dict[str, Any],
-    batch: PaddedBatch,
-    structures: list[DimWiseStructure],
-    settings: Type2MLSettings,
-    gen: torch.Generator,
-) -> list[FitResult]:
-    tfit = fit_type2ml_batch(batch, settings, generator=gen)
+def _type2_results(data: _FitData, settings: Type2MLSettings) -> list[FitResult]:
+    tfit = fit_type2ml_batch(data.batch, settings, generator=data.gen)
     return _batch_results(
-        common,
-        structures,
+        data,
         tfit,
         "lml",
         tfit.log_marginal_likelihood,
-        lambda b: _exact_predictor(batch.select(b), tfit.params[b : b + 1], tfit.noise[b : b + 1]),
+        lambda b: _exact_predictor(
+            data.batch.select(b), tfit.params[b : b + 1], tfit.noise[b : b + 1]
+        ),
         log_posterior=tfit.objective if settings.map else None,
     )
 
 
 def _batch_results(
-    common: dict[str, Any],
-    structures: list[DimWiseStructure],
+    data: _FitData,
     fit: SVGPFit | BatchFit,
     objective: str,
     values: Tensor,
@@ -448,10 +398,10 @@ def _batch_results(
 ) -> list[FitResult]:
     """One result per structure of a batched fit, each with its ``objective`` value
     ``values[b]``, its predictor ``predictor(b)`` and an even share of the batch time."""
-    B = len(structures)
+    B = len(data.structures)
     return [
         FitResult(
-            **common,
+            **data.common,
             kernel=structure,
             params=_cpu(fit.params[b]),
             noise=float(fit.noise[b]),
@@ -463,7 +413,7 @@ def _batch_results(
             log_posterior=math.nan if log_posterior is None else float(log_posterior[b]),
             _predictor=predictor(b),
         )
-        for b, structure in enumerate(structures)
+        for b, structure in enumerate(data.structures)
     ]
 
 

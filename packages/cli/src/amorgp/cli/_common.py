@@ -35,6 +35,7 @@ __all__ = [
     "running",
     "fmt",
     "inference_options",
+    "kernels_option",
     "load_amortizer",
     "run_inference",
 ]
@@ -53,6 +54,12 @@ starts_option = click.option(
     "with --no-calibrate]",
 )
 """The ``--starts`` option of the commands that infer (``amorgp.amortizer.multistart``)."""
+
+
+def kernels_option(help_text: str) -> Callable[[F], F]:
+    """The required, repeatable ``--kernel``/``-k`` option (parameter ``kernels``) of the
+    commands that fit the kernels they are given."""
+    return click.option("--kernel", "-k", "kernels", multiple=True, required=True, help=help_text)
 
 
 def _constraint_name(text: str, option: str) -> str | tuple[int, int, str]:

@@ -39,6 +39,7 @@ __all__ = [
     "is_stdout",
     "json_document",
     "json_option",
+    "plot_option",
     "json_text",
     "non_finite",
     "results_only_on_stdout",
@@ -186,6 +187,18 @@ def json_option(help_text: str = "") -> Callable[[Any], Any]:
         is_flag=True,
         help=help_text
         or "Print one JSON document (schema_version 1) on stdout; messages go to stderr.",
+    )
+
+
+def plot_option(help_text: str, **kwargs: Any) -> Callable[[Any], Any]:
+    """The ``--plot`` option (parameter ``plot_path``, a file path) of the commands that
+    draw a figure; ``kwargs`` go to :func:`click.option` (a default)."""
+    return click.option(
+        "--plot",
+        "plot_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=help_text,
+        **kwargs,
     )
 
 

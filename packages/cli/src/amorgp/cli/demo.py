@@ -36,7 +36,7 @@ from amorgp.cli._common import (
     run_inference,
 )
 from amorgp.cli._errors import AmorgpCommand
-from amorgp.cli._output import check_plot_path, emit, json_document, json_option
+from amorgp.cli._output import check_plot_path, emit, json_document, json_option, plot_option
 
 __all__ = ["DEMO_DATA", "DEMO_KERNELS", "PEER", "PEER_RESTARTS", "demo"]
 
@@ -161,13 +161,10 @@ def _report(
 
 
 @click.command("demo", cls=AmorgpCommand)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+@plot_option(
+    "Where to write the figure (format by extension; checked before the work).",
     default=Path("amorgp-demo.png"),
     show_default=True,
-    help="Where to write the figure (format by extension; checked before the work).",
 )
 @click.option("--no-plot", is_flag=True, help="Do not draw the figure.")
 @click.option(

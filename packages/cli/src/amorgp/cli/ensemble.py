@@ -37,7 +37,9 @@ from amorgp.cli._output import (
     check_plot_path,
     emit,
     json_document,
+    json_option,
     json_text,
+    plot_option,
 )
 from amorgp.cli._plots import plot_ensemble
 from amorgp.cli.predict import holdout_scores, split_mode_option, split_table
@@ -111,13 +113,8 @@ def _member_rows(ens: KernelEnsemble, test: Dataset | None) -> list[dict[str, An
     "by default, the last rows of the file with --split-mode last.",
 )
 @split_mode_option
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write a plot of the mixture and its top members (checked before the work).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON only on stdout.")
+@plot_option("Write a plot of the mixture and its top members (checked before the work).")
+@json_option("Print JSON only on stdout.")
 @inference_options
 def ensemble(
     data: Path,
@@ -285,7 +282,7 @@ def _generator(seed: int) -> Any:
     show_default=True,
     help="Structures listed per level; with --refine, the best ones refitted.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON only on stdout.")
+@json_option("Print JSON only on stdout.")
 @inference_options
 def search(
     data: Path,

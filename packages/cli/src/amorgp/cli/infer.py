@@ -21,12 +21,13 @@ from amorgp.cli._common import (
     constraint_options,
     fmt,
     inference_options,
+    kernels_option,
     load_amortizer,
     run_inference,
     starts_option,
 )
 from amorgp.cli._errors import AmorgpCommand
-from amorgp.cli._output import emit, json_document, json_text
+from amorgp.cli._output import emit, json_document, json_option, json_text
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import KernelResult
@@ -79,20 +80,10 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
 
 @click.command("infer", cls=AmorgpCommand)
 @click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--kernel",
-    "-k",
-    "kernels",
-    multiple=True,
-    required=True,
-    help="Kernel expression (repeatable), e.g. 'SE + PER'.",
-)
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print one JSON document (schema_version 1) instead of a table (stdout holds only "
-    "the JSON; messages go to stderr).",
+@kernels_option("Kernel expression (repeatable), e.g. 'SE + PER'.")
+@json_option(
+    "Print one JSON document (schema_version 1) instead of a table (stdout holds only "
+    "the JSON; messages go to stderr)."
 )
 @click.option(
     "--group-by",

@@ -31,6 +31,7 @@ from amorgp.cli._common import (
     check_finite,
     constraint_options,
     inference_options,
+    kernels_option,
     load_amortizer,
     run_inference,
     running,
@@ -45,7 +46,9 @@ from amorgp.cli._output import (
     is_stderr,
     is_stdout,
     json_document,
+    json_option,
     json_text,
+    plot_option,
 )
 
 if TYPE_CHECKING:
@@ -184,14 +187,7 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
 
 @click.command("predict", cls=AmorgpCommand)
 @click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--kernel",
-    "-k",
-    "kernels",
-    multiple=True,
-    required=True,
-    help="Kernel expression, e.g. 'SE*PER + LIN' (repeatable: predicts with each).",
-)
+@kernels_option("Kernel expression, e.g. 'SE*PER + LIN' (repeatable: predicts with each).")
 @click.option(
     "--test",
     "test_path",
@@ -205,11 +201,8 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     "default, the last rows of the file with --split-mode last.",
 )
 @split_mode_option
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write a plot here (format by extension: png, pdf, svg, ...); checked before the work.",
+@plot_option(
+    "Write a plot here (format by extension: png, pdf, svg, ...); checked before the work."
 )
 @click.option(
     "--output",
@@ -217,12 +210,7 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     help="Write test predictions (CSV, full float precision) here; replaced atomically; "
     "'-' or /dev/stdout: standard output.",
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print one JSON document (schema_version 1) on stdout; messages go to stderr.",
-)
+@json_option()
 @constraint_options
 @starts_option
 @inference_options

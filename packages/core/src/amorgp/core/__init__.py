@@ -5,7 +5,8 @@
 * :mod:`amorgp.core.units`: how a hyperparameter maps back to original units (its
   :class:`~amorgp.core.units.Unit`);
 * :mod:`amorgp.core.data`: dataset validation (``as_dataset``, ``as_inputs``,
-  ``as_real``) and the normalisation (``Normalizer``), on torch tensors.
+  ``as_real``) and the normalisation (``Normalizer``), on torch tensors;
+* :mod:`amorgp.core.testing`: helpers for the packages' tests (public names, a README's code blocks).
 
 Importing this package (or ``errors``, ``warn``, ``units``) does not load torch or numpy;
 only :mod:`amorgp.core.data` does, so the names here are the torch-free ones and the data

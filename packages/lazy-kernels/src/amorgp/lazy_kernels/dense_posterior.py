@@ -23,7 +23,8 @@ _LOG_2PI = math.log(2.0 * math.pi)
 
 class _DenseLML(torch.autograd.Function):
     """Batched ``-1/2 y^T alpha - sum log diag L`` from given factors; backward
-    ``Abar = 1/2 (alpha alpha^T - A^{-1}) g`` and ``ybar = -alpha g`` per element."""
+    ``Abar = 1/2 (alpha alpha^T - A^{-1}) g`` and ``ybar = -alpha g`` per element (any
+    batch shape, none included: the Cholesky solver's cached factor uses it too)."""
 
     @staticmethod
     def forward(ctx: Any, A: Tensor, y: Tensor, L: Tensor, alpha: Tensor) -> Tensor:

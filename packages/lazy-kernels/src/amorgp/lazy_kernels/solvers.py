@@ -48,6 +48,7 @@ from amorgp.lazy_kernels.cg import (
     pivoted_cholesky,
     slq_logdet,
 )
+from amorgp.lazy_kernels.dense_posterior import _DenseLML
 
 if TYPE_CHECKING:
     from amorgp.lazy_kernels.operators import KernelOperator
@@ -73,27 +74,6 @@ _LOG_2PI = math.log(2.0 * math.pi)
 
 
 # -- the solvers --------------------------------------------------------------------------
-
-
-class _CachedLML(torch.autograd.Function):
-    """``-1/2 y^T alpha - sum log diag L`` from a given factor; backward
-    ``Abar = 1/2 (alpha alpha^T - A^{-1}) g`` and ``ybar = -alpha g``."""
-
-    @staticmethod
-    def forward(ctx: Any, A: Tensor, y: Tensor, L: Tensor, alpha: Tensor) -> Tensor:
-        ctx.save_for_backward(L, alpha)
-        return -0.5 * (y * alpha).sum() - torch.log(torch.diagonal(L)).sum()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, g: Tensor) -> Any:
-        L, alpha = ctx.saved_tensors
-        gA = gy = None
-        if ctx.needs_input_grad[0]:
-            gA = (0.5 * g) * (alpha[:, None] * alpha[None, :] - torch.cholesky_inverse(L))
-        if ctx.needs_input_grad[1]:
-            gy = -g * alpha
-        return gA, gy, None, None
 
 
 def _is_int(value: object) -> bool:
@@ -322,7 +302,7 @@ class CholeskySolver(Solver):
             value = -0.5 * (self.y * alpha).sum() - torch.log(torch.diagonal(L)).sum()
         else:
             A = K + self.noise * torch.eye(n, dtype=K.dtype, device=K.device)
-            value = _CachedLML.apply(A, self.y, L, alpha)
+            value = _DenseLML.apply(A, self.y, L, alpha)
         return value - 0.5 * n * _LOG_2PI
 
     def quad_factors(self, Ks: Tensor) -> tuple[Tensor, Tensor]:

@@ -81,36 +81,36 @@ decay of the learning rate once the validation NLL of the constant-rate stage ha
 levelled off (0.4775 at 1.14 M datasets, 0.4749 at 1.29 M and 1.35 M)."""
 
 
-def stage_train_config(stage: CampaignStage, seed: int, batch_size: int) -> TrainConfig:
+def _campaign_config(phase: int, seed: int, batch_size: int, **fields: Any) -> TrainConfig:
+    """A recipe of the campaign: up to 8 dimensions, 4 size buckets, no worker processes."""
     return TrainConfig(
-        phase=1,
+        phase=phase,
         batch_size=batch_size,
+        max_dims=8,
+        size_buckets=4,
+        num_workers=0,
+        seed=seed,
+        **fields,
+    )
+
+
+def stage_train_config(stage: CampaignStage, seed: int, batch_size: int) -> TrainConfig:
+    return _campaign_config(
+        1,
+        seed,
+        batch_size,
         lr=stage.lr,
         warmup_steps=stage.warmup_steps,
         n_max=stage.n_max,
-        max_dims=8,
         encoder_points=0,
-        size_buckets=4,
         val_size=64,
         val_every=100,
-        num_workers=0,
-        seed=seed,
     )
 
 
 def finetune_config(seed: int, batch_size: int) -> TrainConfig:
-    return TrainConfig(
-        phase=2,
-        batch_size=batch_size,
-        lr=3e-4,
-        warmup_steps=10,
-        n_max=250,
-        max_dims=8,
-        size_buckets=4,
-        val_size=32,
-        val_every=10_000,
-        num_workers=0,
-        seed=seed,
+    return _campaign_config(
+        2, seed, batch_size, lr=3e-4, warmup_steps=10, n_max=250, val_size=32, val_every=10_000
     )
 
 

@@ -10,6 +10,7 @@
 * :mod:`.data` — the bad-data suite: every fitting entry point rejects the same bad
   datasets with :class:`~amorgp.core.errors.DataError` and a one-line message.
 * :mod:`.devices` — the devices of device-parametrised tests.
+* :mod:`.posteriors` — two ways to the same posterior predict alike.
 """
 
 from amorgp.lazy_kernels.testing.data import (
@@ -61,6 +62,7 @@ from amorgp.lazy_kernels.testing.operators import (
     run_operator_conformance,
     symbol_case,
 )
+from amorgp.lazy_kernels.testing.posteriors import check_same_predictions
 
 __all__ = [
     "BAD_DATASETS",
@@ -87,6 +89,7 @@ __all__ = [
     "check_padding_invariance",
     "check_psd",
     "check_rejects_bad_data",
+    "check_same_predictions",
     "check_reference",
     "check_symmetry",
     "dense_operator",
