@@ -407,7 +407,7 @@ def test_refine_needs_the_dense_backend(tiny_checkpoint: Path) -> None:
 
 
 def test_satisfies_the_inference_protocol(amz: Amortizer) -> None:
-    from amorgp.lazy_kernels import HyperparameterInference, KernelFit
+    from amorgp.core.fit import HyperparameterInference, KernelFit
 
     assert isinstance(amz, HyperparameterInference)
     X, y = _data(20, 1, seed=11)

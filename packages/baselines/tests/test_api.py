@@ -15,8 +15,8 @@ from amorgp.baselines.testing import (
 )
 from amorgp.core.data import Normalizer
 from amorgp.core.errors import DataError
+from amorgp.core.fit import KernelFit
 from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import KernelFit
 
 FAST = {
     "gp-ml": {"max_iters": 30},

@@ -10,7 +10,10 @@ from amorgp.core.testing import check_public_names
 
 
 def test_all_names_exist() -> None:
+    import amorgp.core.fit as fit
+
     check_public_names(core)
+    check_public_names(fit)
 
 
 def test_errors_warnings_and_units_do_not_load_torch_or_numpy() -> None:

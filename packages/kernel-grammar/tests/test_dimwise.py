@@ -315,3 +315,25 @@ def test_reference_errors() -> None:
         s.reference(X, X, bad)
     with pytest.raises(ValueError, match="must be finite"):
         s.reference(np.full((3, 2), np.nan), X, ok)
+
+
+def test_param_units_follow_param_names() -> None:
+    """Each parameter's unit under the normalisation, in the order of ``param_names``:
+    SE's lengthscale and PER's period are input lengths, PER's lengthscale is unit-free,
+    the variances of stationary kernels are variances and LIN's parameters have no exact
+    original value."""
+    from amorgp.core.units import Unit
+
+    s = DimWiseStructure.parse("(SE + PER)@0 * LIN@1", 2)
+    names = [(n.dim, n.symbol, n.param) for n in s.param_names()]
+    assert names == [
+        (0, "SE", "variance"),
+        (0, "SE", "lengthscale"),
+        (0, "PER", "variance"),
+        (0, "PER", "lengthscale"),
+        (0, "PER", "period"),
+        (1, "LIN", "variance"),
+        (1, "LIN", "offset"),
+    ]
+    V, L, F, X = Unit.VARIANCE, Unit.INPUT, Unit.FREE, Unit.INEXACT
+    assert s.param_units() == [V, L, V, F, L, X, X]

@@ -5,11 +5,11 @@ The front end in small modules, re-exported here:
 * :mod:`amorgp.amortizer.inference` — :class:`Amortizer` (loading, validation,
   warnings, the GP backend rule);
 * :mod:`amorgp.amortizer.results` — :class:`KernelResult` (extends the fit-result base
-  :class:`amorgp.lazy_kernels.KernelFit`) and the conditioned GP it keeps;
+  :class:`amorgp.core.fit.KernelFit`) and the conditioned GP it keeps;
 * :mod:`amorgp.amortizer.refine` — Type-2 ML refinement (``refine=k`` or ``"auto"``);
 * :mod:`amorgp.amortizer.forward` — the network forward for one dataset and many kernels;
 * :class:`Hyperparameter` — one row of a result's table (owned by
-  :mod:`amorgp.lazy_kernels.fit`).
+  :mod:`amorgp.core.fit`).
 
 Steps of :meth:`Amortizer.infer_many`:
 
@@ -49,7 +49,7 @@ from amorgp.amortizer.inference import (
     Progress,
 )
 from amorgp.amortizer.results import KernelResult
-from amorgp.lazy_kernels.fit import Hyperparameter
+from amorgp.core.fit import Hyperparameter
 
 __all__ = [
     "DEFAULT_ENCODER_POINTS",

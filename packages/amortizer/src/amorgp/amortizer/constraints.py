@@ -13,10 +13,10 @@
   ``logit((log theta - log low) / (log high - log low))``).
 
 Names are those of :attr:`KernelResult.hyperparameters
-<amorgp.lazy_kernels.KernelFit.hyperparameters>`: ``(dim, addend, name)``, e.g.
+<amorgp.core.fit.KernelFit.hyperparameters>`: ``(dim, addend, name)``, e.g.
 ``(0, 0, "lengthscale")`` or ``(0, 1, "per_period")``, and ``"noise"``.  Values are in
 the same normalised units as :attr:`KernelResult.noise
-<amorgp.lazy_kernels.KernelFit.noise>` and ``hyperparameters`` (inputs scaled to
+<amorgp.core.fit.KernelFit.noise>` and ``hyperparameters`` (inputs scaled to
 ``[0, 1]``, standardised targets).  With several kernels a name applies to each kernel
 that has it (and must exist in one).
 

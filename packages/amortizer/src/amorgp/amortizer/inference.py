@@ -580,7 +580,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
     ) -> list[KernelResult]:
         """:meth:`infer_many` under the name of the inference protocol
-        (:class:`amorgp.lazy_kernels.HyperparameterInference`) that model averaging and
+        (:class:`amorgp.core.fit.HyperparameterInference`) that model averaging and
         structure search consume, so the amortizer and the baselines are interchangeable."""
         return self.infer_many(X, y, kernels)
 

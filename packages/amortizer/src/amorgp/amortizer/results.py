@@ -1,6 +1,6 @@
 """The result of amortized inference for one kernel: :class:`KernelResult`.
 
-A :class:`KernelResult` extends the fit-result base :class:`amorgp.lazy_kernels.KernelFit`
+A :class:`KernelResult` extends the fit-result base :class:`amorgp.core.fit.KernelFit`
 (named hyperparameters in both units, ``predict``, ``log_predictive_density``,
 ``to_dict``) with what the amortizer adds: the points the dataset encoder read and the
 refinement that ran.  It holds :attr:`KernelResult.posterior`, the
@@ -22,8 +22,9 @@ from torch import Tensor
 
 from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR, KernelConstraints, Name
 from amorgp.core.data import Normalizer
+from amorgp.core.fit import KernelFit
 from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import DimWiseKernel, KernelFit, Posterior, SolverPlan
+from amorgp.lazy_kernels import DimWiseKernel, Posterior, SolverPlan
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def _predict(post: Posterior, Xn: Tensor, include_noise: bool) -> tuple[Tensor, 
 class KernelResult(KernelFit):
     """Amortized hyperparameters of one kernel on one dataset, with the GP they define.
 
-    Extends :class:`~amorgp.lazy_kernels.KernelFit`: ``kernel``, ``params (D, L, P)``,
+    Extends :class:`~amorgp.core.fit.KernelFit`: ``kernel``, ``params (D, L, P)``,
     ``noise``, ``normalizer``, ``n_points``, ``time_s`` (the call's time divided by its
     number of kernels), ``call_time_s``; ``table``, ``hyperparameters``,
     ``hyperparameters_original``, ``noise_original``, ``log_marginal_likelihood_original``,
@@ -210,7 +211,7 @@ class KernelResult(KernelFit):
 
     def predict(self, X_new: Any, *, include_noise: bool = True) -> tuple[Any, Any]:
         """GP predictive ``(mean (m,), variance (m,))`` at ``X_new (m, d)``, original units
-        (see :meth:`KernelFit.predict <amorgp.lazy_kernels.KernelFit.predict>`).
+        (see :meth:`KernelFit.predict <amorgp.core.fit.KernelFit.predict>`).
 
         Returns float64 CPU tensors for a tensor ``X_new``, float64 numpy arrays for
         anything else (a numpy array, a list).
@@ -227,7 +228,7 @@ class KernelResult(KernelFit):
         return _predict(self._posterior, Xn, include_noise)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary: the :class:`~amorgp.lazy_kernels.KernelFit` one plus the
+        """JSON-ready summary: the :class:`~amorgp.core.fit.KernelFit` one plus the
         encoder subset and the refinement."""
         return {
             **super().to_dict(),

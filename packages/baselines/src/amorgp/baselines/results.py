@@ -1,4 +1,4 @@
-"""The result of one baseline fit: :class:`FitResult`, a :class:`~amorgp.lazy_kernels.KernelFit`."""
+"""The result of one baseline fit: :class:`FitResult`, a :class:`~amorgp.core.fit.KernelFit`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
-from amorgp.lazy_kernels import KernelFit
+from amorgp.core.fit import KernelFit
 
 __all__ = ["FitResult", "LogPredictive", "Predictor"]
 
@@ -21,7 +21,7 @@ LogPredictive = Callable[[Tensor, Tensor], Tensor]
 class FitResult(KernelFit):
     """Hyperparameters of one kernel on one dataset by one baseline, with its predictive.
 
-    Extends :class:`~amorgp.lazy_kernels.KernelFit` (``kernel``, ``params``, ``noise``,
+    Extends :class:`~amorgp.core.fit.KernelFit` (``kernel``, ``params``, ``noise``,
     ``normalizer``, ``n_points``, ``time_s``, ``call_time_s``; ``hyperparameters`` and
     ``hyperparameters_original``, ``table``, ``predict``, ``log_predictive_density``).
 
@@ -60,7 +60,7 @@ class FitResult(KernelFit):
         return super()._log_predictive_normalized(Xn, yn)
 
     def to_dict(self) -> dict[str, Any]:
-        """The :class:`~amorgp.lazy_kernels.KernelFit` summary plus method, objective,
+        """The :class:`~amorgp.core.fit.KernelFit` summary plus method, objective,
         iterations and status."""
         lp = self.log_posterior
         return {

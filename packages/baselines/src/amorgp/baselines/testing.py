@@ -5,11 +5,11 @@
   :meth:`amorgp.kernel_grammar.DimWiseStructure.reference` and the dense GP oracles of
   :mod:`amorgp.diff_linalg.testing` (independent of the torch evaluator and of this
   package's GP code).
-* :func:`check_kernel_fit`: conformance of a :class:`~amorgp.lazy_kernels.KernelFit`
+* :func:`check_kernel_fit`: conformance of a :class:`~amorgp.core.fit.KernelFit`
   (keys, positivity, predictive shapes, non-negative variances, original units, a JSON
   summary without NaN/inf).
 * :func:`check_inference`: conformance of a
-  :class:`~amorgp.lazy_kernels.HyperparameterInference` implementation.
+  :class:`~amorgp.core.fit.HyperparameterInference` implementation.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from amorgp.core.fit import HyperparameterInference, KernelFit
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import DimWiseStructure
-from amorgp.lazy_kernels import HyperparameterInference, KernelFit
 
 __all__ = [
     "check_inference",

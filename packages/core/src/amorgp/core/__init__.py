@@ -6,11 +6,13 @@
   :class:`~amorgp.core.units.Unit`);
 * :mod:`amorgp.core.data`: dataset validation (``as_dataset``, ``as_inputs``,
   ``as_real``) and the normalisation (``Normalizer``), on torch tensors;
+* :mod:`amorgp.core.fit`: the fit protocol, the fit-result base ``KernelFit`` (with its
+  ``Hyperparameter`` rows) and the inference protocol ``HyperparameterInference``;
 * :mod:`amorgp.core.testing`: helpers for the packages' tests (public names, a README's code blocks).
 
 Importing this package (or ``errors``, ``warn``, ``units``) does not load torch or numpy;
-only :mod:`amorgp.core.data` does, so the names here are the torch-free ones and the data
-contract is imported from its module.
+only :mod:`amorgp.core.data` and :mod:`amorgp.core.fit` do, so the names here are the
+torch-free ones and the data contract and the fit protocol are imported from their modules.
 """
 
 from amorgp.core.errors import (

@@ -368,7 +368,7 @@ class Normalizer:
         Args:
             dim: input dimension of the parameter.
             unit: how it scales (for a kernel's parameter:
-                ``amorgp.kernel_grammar.param_unit(symbol, slot)``).
+                ``amorgp.kernel_grammar.BaseSymbol.param_units[slot]``).
             value: the value in normalised units.
 
         See the module docstring for the rules; a value that would not be finite in

@@ -32,12 +32,12 @@ from torch import Tensor
 
 from amorgp.core.data import MIN_POINTS, Normalizer, as_dataset
 from amorgp.core.errors import DataError, OptionError
+from amorgp.core.fit import HyperparameterInference, KernelFit
 from amorgp.core.warn import warn
 from amorgp.ensembles.batched import batched_member_predictive
 from amorgp.ensembles.mixture import GaussianMixture
 from amorgp.ensembles.weights import bma_weights, stacking_weights, uniform_weights
 from amorgp.kernel_grammar import DimWiseStructure, KernelSyntaxError, Vocabulary
-from amorgp.lazy_kernels import HyperparameterInference, KernelFit
 
 __all__ = [
     "FitLike",
@@ -53,9 +53,9 @@ Weighting = Literal["bma", "uniform", "stacking"]
 
 
 InferenceLike = HyperparameterInference
-"""The inference protocol consumed here (:class:`amorgp.lazy_kernels.HyperparameterInference`):
+"""The inference protocol consumed here (:class:`amorgp.core.fit.HyperparameterInference`):
 ``fit_many(X, y, kernels)`` returns one fit per kernel, in order.  Besides the project's
-:class:`~amorgp.lazy_kernels.KernelFit` results (amortizer, baselines), any fit with
+:class:`~amorgp.core.fit.KernelFit` results (amortizer, baselines), any fit with
 ``kernel``, ``noise``, ``log_marginal_likelihood`` and ``predict(X_new) -> (mean, var)``
 works."""
 

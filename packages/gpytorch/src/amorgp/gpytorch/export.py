@@ -10,9 +10,9 @@ from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 
 from amorgp.core.errors import DataError, OptionError
+from amorgp.core.fit import KernelFit
 from amorgp.gpytorch.kernels import build_kernel
 from amorgp.kernel_grammar import ELEMENTARY, ParamKind, base_symbol
-from amorgp.lazy_kernels import KernelFit
 from gpytorch.constraints import GreaterThan
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ConstantMean

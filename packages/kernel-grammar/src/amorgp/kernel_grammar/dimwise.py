@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from amorgp.core.units import Unit
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.parser import parse
 from amorgp.kernel_grammar.registry import (
@@ -279,6 +280,11 @@ class DimWiseStructure:
             for a, s in enumerate(addends)
             for j, p in enumerate(base_symbol(s).params)
         ]
+
+    def param_units(self) -> list[Unit]:
+        """Like :meth:`param_names`, the :class:`~amorgp.core.units.Unit` of each (how its
+        value maps to original units: :attr:`BaseSymbol.param_units`)."""
+        return [base_symbol(n.symbol).param_units[n.slot] for n in self.param_names()]
 
     def param_specs(self) -> list[tuple[ParamName, ParamSpec]]:
         """Like :meth:`param_names`, each with its :class:`ParamSpec` (kind and prior)."""

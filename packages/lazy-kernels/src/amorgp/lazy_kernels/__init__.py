@@ -1,5 +1,4 @@
-"""Kernel operators from amorgp grammar expressions (dense torch, torch by row blocks, KeOps), exact GPs at large n,
-and the fit-result base shared by every method."""
+"""Kernel operators from amorgp grammar expressions (dense torch, torch by row blocks, KeOps), exact GPs at large n."""
 
 from amorgp.lazy_kernels.backends import (
     CHOLESKY_MAX_N,
@@ -39,7 +38,6 @@ from amorgp.lazy_kernels.elementary import (
     torch_elementary,
 )
 from amorgp.lazy_kernels.factory import kernel_operator
-from amorgp.lazy_kernels.fit import Hyperparameter, HyperparameterInference, KernelFit
 from amorgp.lazy_kernels.keops import (
     KeOpsKernel,
     KeOpsOperator,
@@ -87,9 +85,6 @@ from amorgp.lazy_kernels.tables import (
 __all__ = [
     "CHUNK_BYTES",
     "MEMORY_BUDGET",
-    "Hyperparameter",
-    "HyperparameterInference",
-    "KernelFit",
     "PARAM_KINDS",
     "UNUSED_SLOT_VALUE",
     "PaddedBatch",

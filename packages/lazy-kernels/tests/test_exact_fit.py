@@ -1,4 +1,5 @@
-"""Tests of the fit-result base against dense numpy/scipy oracles in original units."""
+"""The fit-result base (`amorgp.core.fit.KernelFit`) on an exact GP of lazy-kernels' `Posterior`,
+against dense numpy/scipy oracles in original units."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from torch import Tensor
 
 from amorgp.core.data import Normalizer
 from amorgp.core.errors import DataError
+from amorgp.core.fit import HyperparameterInference, KernelFit
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import DimWiseStructure, base_symbol
-from amorgp.lazy_kernels import DimWiseKernel, HyperparameterInference, KernelFit, Posterior
+from amorgp.lazy_kernels import DimWiseKernel, Posterior
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

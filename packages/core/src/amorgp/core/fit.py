@@ -1,4 +1,4 @@
-"""One fit-result type and the inference protocol, shared by every method.
+"""The fit protocol: one fit-result type and the inference protocol, shared by every method.
 
 :class:`KernelFit` is the base of every "hyperparameters of one kernel on one dataset"
 result: the amortizer's ``KernelResult`` and the baselines' ``FitResult`` extend it.
@@ -13,6 +13,11 @@ normalised units (:meth:`KernelFit._predict_normalized`).
 :class:`HyperparameterInference` is the protocol that consumers (model averaging,
 structure search) type against: "given a dataset and a list of kernels, return one
 :class:`KernelFit` per kernel".
+
+A fit is typed by the kernel grammar's :class:`~amorgp.kernel_grammar.DimWiseStructure`
+(a type-only reference: this module imports nothing of the grammar at run time, and reads
+the structure through its own methods: ``param_specs``, ``param_units``, ``n_dims``), so
+the contract sits at the bottom of the package graph with the data contract it uses.
 """
 
 from __future__ import annotations
@@ -22,14 +27,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from amorgp.core.data import Normalizer, as_inputs, as_real
 from amorgp.core.errors import DataError
-from amorgp.kernel_grammar import DimWiseStructure, base_symbol
+
+if TYPE_CHECKING:
+    from amorgp.kernel_grammar import DimWiseStructure
 
 __all__ = ["Hyperparameter", "HyperparameterInference", "KernelFit"]
 
@@ -109,18 +116,19 @@ class KernelFit(ABC):
         """Every kernel hyperparameter as a :class:`Hyperparameter`, in the structure's order."""
         p, norm = self.params, self.normalizer
         out = []
-        for pn in self.kernel.param_names():
+        for (pn, spec), unit in zip(
+            self.kernel.param_specs(), self.kernel.param_units(), strict=True
+        ):
             value = float(p[pn.dim, pn.addend, pn.slot])
-            sym = base_symbol(pn.symbol)
             out.append(
                 Hyperparameter(
                     pn.dim,
                     pn.addend,
                     pn.symbol,
                     pn.param,
-                    sym.params[pn.slot].kind.value,
+                    spec.kind.value,
                     value,
-                    norm.to_original(pn.dim, sym.param_units[pn.slot], value),
+                    norm.to_original(pn.dim, unit, value),
                 )
             )
         return tuple(out)
