@@ -288,3 +288,29 @@ def test_a_non_finite_matrix_keeps_its_prediction(method: str) -> None:
     assert cal.scale[0] != 1.0
     torch.testing.assert_close(cal.params[0], alone.params[0], rtol=1e-12, atol=0)
     assert cal.noise[0] == pytest.approx(float(alone.noise[0]), rel=1e-12)
+
+
+def test_given_matrices_are_read_unless_they_may_be_overwritten() -> None:
+    """``matrices`` are left as they were (the default), or used as workspace with
+    ``overwrite_matrices=True``; the calibration is the same either way."""
+    from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    st = [DimWiseStructure.parse(k, 1, V) for k in ("SE", "SE + PER")]
+    g = torch.Generator().manual_seed(1)
+    X = torch.rand(30, 1, generator=g, dtype=torch.float64)
+    y = torch.sin(6 * X[:, 0]) + 0.1 * torch.randn(30, generator=g, dtype=torch.float64)
+    params = 0.3 + torch.rand(2, 1, 2, V.max_params, generator=g, dtype=torch.float64)
+    noise = torch.full((2,), 0.05, dtype=torch.float64)
+    from amorgp.amortizer.batched import kernel_matrices
+
+    Km = kernel_matrices(X, st, V, params)
+    before = Km.clone()
+    read = calibrate_module.calibrate(X, y, st, V, params, noise, matrices=Km)
+    torch.testing.assert_close(Km, before, rtol=0, atol=0)
+    work = calibrate_module.calibrate(
+        X, y, st, V, params, noise, matrices=Km, overwrite_matrices=True
+    )
+    assert not torch.equal(Km, before)  # its memory held the tridiagonal reduction
+    torch.testing.assert_close(work.params, read.params, rtol=1e-12, atol=0)
+    torch.testing.assert_close(work.noise, read.noise, rtol=1e-12, atol=0)
