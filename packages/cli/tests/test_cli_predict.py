@@ -276,3 +276,27 @@ def test_holdout_scores_do_not_overflow_near_the_float64_limit() -> None:
     assert rmse == pytest.approx(3e200, rel=1e-15)  # closed form: |y - m| = 3e200
     z2 = (3e200 / np.sqrt(4e300)) ** 2
     assert nll == pytest.approx(0.5 * np.log(2 * np.pi * 4e300) + 0.5 * z2, rel=1e-12)
+
+
+def test_predict_takes_the_constraint_flags(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """``--fixed`` and ``--noise-floor`` reach the fit behind the predictions: the
+    likelihood reported equals the API's fit of the same training rows with the same
+    constraints (``--split-mode last``: the first 80 % train)."""
+    import json
+
+    rng = np.random.default_rng(5)
+    x = np.sort(rng.uniform(0.0, 4.0, 50))
+    y = np.sin(2 * x) + 0.1 * rng.standard_normal(50)
+    csv = tmp_path / "d.csv"
+    np.savetxt(csv, np.c_[x, y], delimiter=",", header="x,y", comments="")
+    flags = ["--fixed", "noise=0.02", "--noise-floor", "1e-8", "--refine", "2"]
+    res = _run(["predict", str(csv), "-k", "SE", "--split", "0.2", "--split-mode", "last",
+                "--json", *flags], tiny_checkpoint)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output[res.output.index("{") :])["results"][0]
+    amz = Amortizer.from_pretrained(tiny_checkpoint)
+    want = amz.infer(x[:40], y[:40], "SE", refine=2, fixed={"noise": 0.02}, noise_floor=1e-8)
+    assert want.noise == 0.02
+    assert got["log_marginal_likelihood"] == pytest.approx(
+        want.log_marginal_likelihood_original, rel=1e-9
+    )
