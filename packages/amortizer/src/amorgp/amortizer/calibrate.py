@@ -309,12 +309,13 @@ class _Tridiagonal:
     both from the pivots ``g`` of the factorisation of ``T + r I`` from its last row:
     ``g_n = a_n + r``, ``g_i = a_i + r - b_i^2 / g_{i+1}``, then ``[(T + r I)^{-1}]_{11} =
     1 / g_1`` and ``log det = sum_i log g_i`` (``O(n)`` per ratio, no eigenvectors).
-    ``a (B, n)`` is the diagonal of ``T``, ``b2 (B, n - 1)`` its squared off-diagonal."""
+    ``a (B, n)`` is the diagonal of ``T``, ``b2 (B, n - 1)`` its squared off-diagonal,
+    ``yy (B,)`` each matrix's ``|y|^2`` (its targets, shared or its own)."""
 
-    def __init__(self, a: Tensor, b2: Tensor, yy: float) -> None:
-        self.a, self.b2, self.yy = a.numpy(), b2.numpy(), yy
+    def __init__(self, a: Tensor, b2: Tensor, yy: Tensor) -> None:
+        self.a, self.b2, self.yy = a.numpy(), b2.numpy(), yy.numpy()[:, None]
         self.dtype = a.dtype
-        self.mean_y2 = torch.full((a.shape[0], 1), yy / a.shape[1], dtype=a.dtype)
+        self.mean_y2 = (yy / a.shape[1])[:, None]
         self.finite = a.isfinite().all(1) & b2.isfinite().all(1)
         """``(B,)`` rows whose form is finite (those whose matrix is)."""
 
@@ -410,11 +411,10 @@ def tridiagonal_form(
     return a, b * b, yy
 
 
-def _tridiagonal(Km: Tensor, y: Tensor, overwrite: bool = False) -> _Tridiagonal:
-    """:class:`_Tridiagonal` of CPU float64 matrices ``Km (B, n, n)`` and targets ``y (n,)``
-    (:func:`tridiagonal_form`)."""
-    a, b2, yy = tridiagonal_form(Km, y, overwrite)
-    return _Tridiagonal(a, b2, float(yy[0]) if len(yy) else float(y @ y))
+def _tridiagonal(Km: Tensor, Y: Tensor, overwrite: bool = False) -> _Tridiagonal:
+    """:class:`_Tridiagonal` of CPU float64 matrices ``Km (B, n, n)`` and targets ``Y``,
+    ``(n,)`` for all or ``(B, n)`` each (:func:`tridiagonal_form`)."""
+    return _Tridiagonal(*tridiagonal_form(Km, Y, overwrite))
 
 
 def _best_ratio(
@@ -453,10 +453,11 @@ def _best_noise(
     return noise.gather(1, j)[:, 0], lml.gather(1, j)[:, 0]
 
 
-def _eigen(Km: Tensor, y: Tensor) -> _Eigen:
-    """:class:`_Eigen` of ``Km (B, n, n)`` and targets ``y (n,)``: one batched ``eigh``."""
+def _eigen(Km: Tensor, Y: Tensor) -> _Eigen:
+    """:class:`_Eigen` of ``Km (B, n, n)`` and targets ``Y``, ``(n,)`` for all or ``(B, n)``
+    each: one batched ``eigh``."""
     lam, Q = torch.linalg.eigh(Km)
-    z2 = (Q.transpose(1, 2) @ y[:, None])[..., 0] ** 2
+    z2 = (Q.transpose(1, 2) @ Y.expand(Km.shape[:2])[..., None])[..., 0] ** 2
     return _Eigen(lam.clamp_min(0.0), z2)
 
 
@@ -467,12 +468,43 @@ _SPECTRA: dict[str, Callable[[Tensor, Tensor], _Eigen | _Tridiagonal]] = {
 """The representation of the likelihoods by method name (:data:`METHODS` less ``auto``)."""
 
 
-def _spectrum(Km: Tensor, y: Tensor, method: str) -> _Eigen | _Tridiagonal:
-    """The likelihoods' representation of ``Km (B, n, n)`` by ``method`` (see
-    :data:`METHODS`; ``"auto"``: the tridiagonal form on the CPU, ``eigh`` elsewhere)."""
+def _spectrum(
+    Km: Tensor, Y: Tensor, method: str, overwrite: bool = False
+) -> tuple[_Eigen | _Tridiagonal, Tensor]:
+    """The likelihoods' representation of ``Km (B, n, n)`` and targets ``Y`` (``(n,)`` or
+    ``(B, n)``) by ``method`` (see :data:`METHODS`; ``"auto"``: the tridiagonal form on
+    the CPU, ``eigh`` elsewhere), and ``(B,)`` which matrices are finite (the others'
+    likelihoods are not numbers).  The tridiagonal form, a direct reduction, is finite
+    where its matrix is (``Km`` is its workspace where ``overwrite``); ``eigh`` gets the
+    identity in place of a matrix that is not finite."""
     if method == "auto":
         method = "tridiagonal" if Km.device.type == "cpu" else "eigh"
-    return _SPECTRA[method](Km, y)
+    if method == "tridiagonal":
+        spec = _tridiagonal(Km, Y, overwrite)
+        return spec, spec.finite
+    lo, hi = Km.flatten(1).aminmax(dim=1)  # one pass; NaN propagates
+    finite = torch.isfinite(lo) & torch.isfinite(hi)
+    if Km.device.type != "cpu" or not bool(finite.all()):  # no device to wait on the CPU
+        eye = torch.eye(Km.shape[-1], dtype=Km.dtype, device=Km.device)
+        Km = torch.where(finite[:, None, None], Km, eye)
+    return _SPECTRA[method](Km, Y), finite
+
+
+def _accept(
+    finite: Tensor, lml: Tensor, base: Tensor, s: Tensor, noise: Tensor, given: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(scale, noise, gain, reached)`` of a chunk: the calibrated scale ``s`` and
+    ``noise`` where their likelihood ``lml`` beats ``base`` (the ``given`` noise at scale
+    1), else those; ``reached`` is the likelihood kept (``-inf`` where the matrix is not
+    finite or the value not a number)."""
+    better = finite & torch.isfinite(lml) & (lml > base)
+    kept = torch.where(better, lml, base)
+    return (
+        torch.where(better, s, torch.ones_like(s)),
+        torch.where(better, noise, given),
+        torch.where(better, lml - base, torch.zeros_like(base)),
+        torch.where(finite & ~torch.isnan(kept), kept, torch.full_like(kept, -math.inf)),
+    )
 
 
 def calibrate(
@@ -568,19 +600,8 @@ def calibrate(
                     vocabulary,
                     validate=False,
                 )
-            spec: _Eigen | _Tridiagonal
-            if dev.type == "cpu" and method != "eigh":
-                # a direct reduction: its tridiagonal form is finite where the matrix is
-                spec = _tridiagonal(Km, y64, overwrite=matrices is None or overwrite_matrices)
-                finite = spec.finite
-            else:
-                lo, hi = Km.flatten(1).aminmax(dim=1)  # one pass; NaN propagates
-                finite = torch.isfinite(lo) & torch.isfinite(hi)
-                # on the CPU the copy is skipped when every matrix is finite
-                if dev.type != "cpu" or not bool(finite.all()):
-                    eye = torch.eye(n, dtype=Km.dtype, device=dev)
-                    Km = torch.where(finite[:, None, None], Km, eye)
-                spec = _spectrum(Km, y64, method)
+            own = matrices is None or overwrite_matrices
+            spec, finite = _spectrum(Km, y64, method, overwrite=own)
             like = Km[:, 0]  # (B, n): dtype, device and batch of the grids
             if scale:
                 log_r, s, lml, base = _best_ratio(spec, s_min[sl], like, n64[sl], noise_min)
@@ -589,12 +610,9 @@ def calibrate(
                 best_noise, lml = _best_noise(spec, like, noise_min)
                 s = torch.ones_like(best_noise)
                 base = spec.exact(n64[sl, None])[:, 0]
-            better = finite & torch.isfinite(lml) & (lml > base)
-            factors[sl] = torch.where(better, s, torch.ones_like(s))
-            new_noise[sl] = torch.where(better, best_noise, n64[sl])
-            gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
-            kept = torch.where(better, lml, base)
-            reached[sl] = torch.where(finite & ~torch.isnan(kept), kept, reached[sl])
+            factors[sl], new_noise[sl], gain[sl], reached[sl] = _accept(
+                finite, lml, base, s, best_noise, n64[sl]
+            )
 
     scaled = scaling.apply(p64, factors)
     out = params.detach().clone()

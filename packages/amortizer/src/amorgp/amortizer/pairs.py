@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -32,13 +31,11 @@ from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
 __all__ = [
     "RECURRENCE_BYTES",
-    "TridiagonalRows",
     "calibrate_rows",
     "log_likelihood_rows",
     "multistart_rows",
     "pair_matrices",
     "period_candidates_many",
-    "tridiagonal_rows",
 ]
 
 RECURRENCE_BYTES = 8 * 2**20
@@ -57,22 +54,6 @@ def pair_matrices(
     d, L = X.shape[-1], symbols.shape[-1]
     par = params.detach()[:, :d, :L].to(X.dtype)
     return kernel_matrix_dimwise(X, X, symbols, mask, par, vocab, validate=False)
-
-
-class TridiagonalRows(calibration._Tridiagonal):
-    """:class:`amorgp.amortizer.calibrate._Tridiagonal` whose rows have their own targets
-    (``yy (P,)``: each row's ``|y|^2``)."""
-
-    def __init__(self, a: Tensor, b2: Tensor, yy: Tensor) -> None:
-        super().__init__(a, b2, 0.0)
-        self.yy = yy.numpy()[:, None]  # type: ignore[assignment]
-        self.mean_y2 = (yy / a.shape[1])[:, None]
-
-
-def tridiagonal_rows(Km: Tensor, Y: Tensor) -> TridiagonalRows:
-    """:func:`amorgp.amortizer.calibrate._tridiagonal` for ``P`` matrices ``Km (P, n, n)``
-    and their own targets ``Y (P, n)`` (:func:`~amorgp.amortizer.calibrate.tridiagonal_form`)."""
-    return TridiagonalRows(*calibration.tridiagonal_form(Km, Y))
 
 
 def calibrate_rows(
@@ -116,27 +97,11 @@ def calibrate_rows(
         for start in range(0, P, per_chunk):
             sl = slice(start, min(P, start + per_chunk))
             K = Km[sl].to(torch.float64)
-            y = Y[sl].to(torch.float64)
-            spec: Any
-            if dev.type == "cpu":  # finite where its matrix is (calibrate's CPU route)
-                spec = tridiagonal_rows(K, y)
-                finite = spec.finite
-            else:
-                lo, hi = K.flatten(1).aminmax(dim=1)
-                finite = torch.isfinite(lo) & torch.isfinite(hi)
-                eye = torch.eye(n, dtype=K.dtype, device=dev)
-                K = torch.where(finite[:, None, None], K, eye)
-                lam, Q = torch.linalg.eigh(K)
-                z2 = (Q.transpose(1, 2) @ y[..., None])[..., 0] ** 2
-                spec = calibration._Eigen(lam.clamp_min(0.0), z2)
+            spec, finite = calibration._spectrum(K, Y[sl].to(torch.float64), "auto")
             log_r, s, lml, base = calibration._best_ratio(spec, s_min[sl], K[:, 0], n64[sl])
-            best_noise = s * log_r.exp()
-            better = finite & torch.isfinite(lml) & (lml > base)
-            factors[sl] = torch.where(better, s, torch.ones_like(s))
-            new_noise[sl] = torch.where(better, best_noise, n64[sl])
-            gain[sl] = torch.where(better, lml - base, torch.zeros_like(base))
-            best = torch.where(better, lml, base)
-            reached[sl] = torch.where(finite & ~torch.isnan(best), best, reached[sl])
+            factors[sl], new_noise[sl], gain[sl], reached[sl] = calibration._accept(
+                finite, lml, base, s, s * log_r.exp(), n64[sl]
+            )
     if scores is not None:
         scores.copy_(reached)
     scaled = scaling.apply(p64, factors)
