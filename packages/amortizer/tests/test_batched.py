@@ -13,8 +13,9 @@ from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import batched
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.calibrate import _Tridiagonal, _tridiagonal, calibrate
+from amorgp.amortizer.calibrate import calibrate
 from amorgp.amortizer.results import conditioned_posterior
+from amorgp.amortizer.spectra import _Tridiagonal, _tridiagonal
 from amorgp.amortizer.testing import oracle_log_marginal_likelihood as _oracle_lml
 from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import CholeskySolver, SolverPlan

@@ -14,7 +14,7 @@ from scipy.stats import multivariate_normal
 from amorgp.amortizer import AmortizedGPRegressor
 from amorgp.amortizer import calibrate as calibrate_module
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.calibrate import profile_log_likelihood
+from amorgp.amortizer.spectra import profile_log_likelihood
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import FLOORS, ParamKind
 

@@ -27,6 +27,7 @@ from amorgp.amortizer.multistart import (
 )
 from amorgp.amortizer.null_starts import NULL_RULES, NullNetwork
 from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle
+from amorgp.amortizer.spectra import _spectrum
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
 __all__ = [
@@ -97,7 +98,7 @@ def calibrate_rows(
         for start in range(0, P, per_chunk):
             sl = slice(start, min(P, start + per_chunk))
             K = Km[sl].to(torch.float64)
-            spec, finite = calibration._spectrum(K, Y[sl].to(torch.float64), "auto")
+            spec, finite = _spectrum(K, Y[sl].to(torch.float64), "auto")
             log_r, s, lml, base = calibration._best_ratio(spec, s_min[sl], K[:, 0], n64[sl])
             factors[sl], new_noise[sl], gain[sl], reached[sl] = calibration._accept(
                 finite, lml, base, s, s * log_r.exp(), n64[sl]
