@@ -18,6 +18,7 @@ from amorgp.amortizer.multistart import (
     lomb_scargle,
     period_candidates,
 )
+from amorgp.amortizer.periodogram import _uniform_blocks
 from amorgp.amortizer.testing import planted_period_1d
 from amorgp.core.errors import OptionError
 
@@ -117,6 +118,51 @@ def test_lomb_scargle_matches_scipy() -> None:
     want = lombscargle(x, y, w)
     got = lomb_scargle(torch.tensor(x)[None], torch.tensor(y)[None], torch.tensor(w))[0]
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-9, atol=1e-9 * want.max())
+
+
+def _uneven_signals(seed: int, G: int = 2, n: int = 80) -> tuple[np.ndarray, np.ndarray]:
+    """``G`` rows of uneven positions in ``[0, 1]`` and three centred noisy sinusoids per
+    row: ``y (3G, n)``, signal ``b`` sampled at row ``b % G``."""
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0, 1, (G, n)), axis=1)
+    phase = 2 * np.pi * np.tile(x, (3, 1)) / rng.uniform(0.03, 0.5, (3 * G, 1))
+    y = np.sin(phase + rng.uniform(0, 6, (3 * G, 1))) + 0.5 * rng.normal(size=(3 * G, n))
+    return x, y - y.mean(1, keepdims=True)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_lomb_scargle_grids_match_scipy(uniform: bool) -> None:
+    """A uniform grid (factored tables) and another (a table per frequency), up to 40
+    cycles per unit range, agree with scipy on signals that share their positions."""
+    x, y = _uneven_signals(11)
+    f = np.linspace(0.5, 40.0, 200) if uniform else np.geomspace(0.5, 40.0, 200)
+    w = 2 * np.pi * f
+    assert (_uniform_blocks(torch.tensor(w)) is not None) == uniform
+    got = lomb_scargle(torch.tensor(x), torch.tensor(y), torch.tensor(w)).numpy()
+    assert got.shape == (6, 200)
+    for b in range(6):
+        np.testing.assert_allclose(got[b], lombscargle(x[b % 2], y[b], w), rtol=1e-9)
+
+
+def test_lomb_scargle_degenerate_frequencies_stay_bounded() -> None:
+    """Where every sample sits at the same phase mod pi (a regular grid at its Nyquist
+    frequency, a two-valued input at half-integer cycles) the sine term is 0/0 up to
+    rounding: the power stays finite and within its Cauchy-Schwarz bound ``sum y^2``, and
+    matches scipy at the other frequencies."""
+    n = 40
+    x = np.stack([np.linspace(0, 1, n), (np.arange(n) % 3 == 0).astype(float)])
+    y = np.random.default_rng(12).normal(size=(2, n))
+    y -= y.mean(1, keepdims=True)
+    w = 2 * np.pi * np.linspace(1.5, 19.5, 91)  # half-integers every 5th, Nyquist last
+    got = lomb_scargle(torch.tensor(x), torch.tensor(y), torch.tensor(w)).numpy()
+    assert np.isfinite(got).all()
+    assert (got <= (1 + 1e-9) * (y**2).sum(1, keepdims=True)).all()
+    for b in range(2):
+        sine_sum = 0.5 * (n - np.abs(np.exp(2j * w[:, None] * x[b]).sum(-1)))
+        fine = sine_sum > 1e-6 * n
+        assert (~fine).sum() >= 1
+        want = lombscargle(x[b], y[b], w)
+        np.testing.assert_allclose(got[b, fine], want[fine], rtol=1e-9)
 
 
 def test_period_candidates_peak_at_the_planted_period_of_each_dimension() -> None:

@@ -7,7 +7,12 @@ import pytest
 import torch
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.null_starts import NULL_RULES, NullNetwork, null_parameters
+from amorgp.amortizer.null_starts import (
+    NULL_RULES,
+    NullNetwork,
+    _median_distance,
+    null_parameters,
+)
 from amorgp.amortizer.testing import oracle_log_marginal_likelihood
 from amorgp.kernel_grammar import NOISE, PAPER_VOCABULARY, DimWiseStructure, base_symbol
 
@@ -49,6 +54,29 @@ def test_heuristic_lengthscales_are_median_distances() -> None:
     np.testing.assert_allclose(params[0, :, 0, 1].numpy(), median, rtol=1e-6)  # SE lengthscale
     np.testing.assert_allclose(params[1, :, 0, 1].numpy(), median, rtol=1e-6)  # SE*LIN's
     np.testing.assert_allclose(params[0, :, 1, 1].numpy(), 2 / 3, rtol=1e-6)  # LIN offset
+
+
+def test_median_distance_matches_numpy_for_equal_and_different_counts() -> None:
+    """Per dataset and dimension, numpy's median over the pairs of present points: all
+    present (odd pair count), as many present everywhere at different places (even count,
+    with ties) and different counts."""
+    rng = np.random.default_rng(4)
+    X = rng.random((4, 30, 2))
+    X[1] = np.round(X[1] * 5) / 5  # ties
+    everywhere = np.ones((4, 30), dtype=bool)
+    equal = everywhere.copy()
+    for b in range(4):
+        equal[b, rng.choice(30, 6, replace=False)] = False
+    different = everywhere.copy()
+    different[0, 20:] = False
+    different[2, ::4] = False
+    for mask in (everywhere, equal, different):
+        got = _median_distance(torch.tensor(X), torch.tensor(mask)).numpy()
+        for b in range(4):
+            Xb = X[b][mask[b]]
+            i, j = np.triu_indices(len(Xb), k=1)
+            want = np.median(np.abs(Xb[i] - Xb[j]), axis=0)
+            np.testing.assert_allclose(got[b], want, rtol=1e-15, atol=0.0)
 
 
 def test_heuristic_period_on_a_sinusoid() -> None:

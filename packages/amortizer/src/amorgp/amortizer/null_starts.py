@@ -44,13 +44,38 @@ HEURISTIC_POINTS = 256
 
 
 def _median_distance(X: Tensor, mask: Tensor) -> Tensor:
-    """``(B, D)`` median of ``|x_i - x_j|`` over pairs ``i < j`` of present points."""
+    """``(B, D)`` median of ``|x_i - x_j|`` over pairs ``i < j`` of present points (``nan``
+    differences left out), as ``nanquantile(0.5)`` gives it."""
     X, mask = X[:, :HEURISTIC_POINTS], mask[:, :HEURISTIC_POINTS]
-    diff = (X[:, :, None, :] - X[:, None, :, :]).abs()  # (B, N, N, D)
-    n = X.shape[1]
-    upper = torch.triu(torch.ones(n, n, dtype=torch.bool, device=X.device), diagonal=1)
-    pair = (mask[:, :, None] & mask[:, None, :] & upper)[..., None]
-    return torch.where(pair, diff, torch.nan).flatten(1, 2).nanquantile(0.5, dim=1)
+    B, N, D = X.shape
+    if N < 2:
+        return torch.full((B, D), torch.nan, dtype=X.dtype, device=X.device)
+    i, j = torch.triu_indices(N, N, 1, device=X.device)
+    Xt = X.transpose(1, 2)  # (B, D, N)
+    diff = (Xt.index_select(-1, i) - Xt.index_select(-1, j)).abs()  # (B, D, N(N-1)/2)
+    pair = ~torch.isnan(diff)
+    if not bool(mask.all()):
+        pair &= (mask.index_select(1, i) & mask.index_select(1, j))[:, None, :]
+    elif bool(pair.all()):  # every pair counts (the common case)
+        return _middle(diff, diff.shape[-1])
+    count = pair.sum(-1)  # (B, D)
+    c = int(count.flatten()[0]) if count.numel() else 0
+    if c > 0 and bool((count == c).all()):  # as many pairs everywhere: the others sort last
+        return _middle(torch.where(pair, diff, torch.inf), c)
+    return torch.where(pair, diff, torch.nan).nanquantile(0.5, dim=-1)
+
+
+def _middle(d: Tensor, c: int) -> Tensor:
+    """The median of the ``c`` smallest values of each row of ``d (..., Q)``, interpolated
+    as ``torch.quantile``'s default (``"linear"``) does: its order statistics (0-based)
+    ``(c - 1) // 2`` and ``c // 2``."""
+    lo = (c - 1) // 2
+    below = d.kthvalue(lo + 1, -1).values
+    above = below
+    if c % 2 == 0:  # the next order statistic: below again if tied, else the next value
+        tied = (d <= below[..., None]).sum(-1) > lo + 1
+        above = torch.where(tied, below, torch.where(d > below[..., None], d, torch.inf).amin(-1))
+    return torch.lerp(below, above, 0.5 * (c - 1) - lo)
 
 
 class NullNetwork(AmortizationNetwork):

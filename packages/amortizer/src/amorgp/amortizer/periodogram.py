@@ -20,6 +20,19 @@ MAX_FREQUENCIES = 2000
 _OVERSAMPLE = 5
 
 
+def _uniform_blocks(freqs: Tensor) -> tuple[int, Tensor] | None:
+    """``(m, dw)`` when the ``F`` frequencies are a uniform grid to rounding (``freqs[b m +
+    a] = freqs[b m] + a dw`` within ``64`` ulps of the largest), ``m = ceil(sqrt(F))``;
+    ``None`` otherwise."""
+    F = freqs.shape[0]
+    m = math.isqrt(F - 1) + 1
+    dw = (freqs[-1] - freqs[0]) / max(F - 1, 1)
+    k = torch.arange(F, device=freqs.device)
+    rebuilt = freqs[k - k % m] + (k % m).to(freqs.dtype) * dw
+    tol = 64.0 * torch.finfo(freqs.dtype).eps * freqs.abs().max()
+    return None if bool(((rebuilt - freqs).abs() > tol).any()) else (m, dw)
+
+
 def lomb_scargle(x: Tensor, y: Tensor, freqs: Tensor) -> Tensor:
     """Classical Lomb-Scargle periodogram of ``B`` unevenly sampled signals.
 
@@ -33,6 +46,18 @@ def lomb_scargle(x: Tensor, y: Tensor, freqs: Tensor) -> Tensor:
     (``scipy.signal.lombscargle(x, y, freqs)`` with its defaults; ``y`` is used as given,
     centre it first).
 
+    Computed from the sums ``YC + i YS = sum_i y_i e^{i omega x_i}`` and ``C_2 + i S_2 =
+    sum_i e^{2 i omega x_i}``: with ``R = |C_2 + i S_2|``, the denominators are
+    ``n/2 +- R/2`` and the numerators ``cos(omega tau) YC + sin(omega tau) YS`` and
+    ``cos(omega tau) YS - sin(omega tau) YC``.  On a uniform grid ``omega_k = omega_0 + k
+    d omega`` (to rounding), ``k = b m + a`` with ``m = ceil(sqrt(F))``, the exponential
+    factors as ``e^{i omega_{bm} x} e^{i a d omega x}``, two tables of about ``sqrt(F)``
+    directly computed sines and cosines per sample, and the sums are matrix products
+    over the samples (``y`` and the squares of the tables folded in); other grids take one
+    table of all ``F``.  Where ``sum sin^2`` is under ``n/100`` (the closed form would
+    lose digits to cancellation, e.g. at the Nyquist frequency of a regular grid) the
+    sine term is summed directly.
+
     Args:
         x: ``(B, n)`` sample positions, or ``(G, n)`` with ``G`` dividing ``B`` where
             signal ``b`` is sampled at row ``b % G`` (its trigonometry computed once).
@@ -45,20 +70,56 @@ def lomb_scargle(x: Tensor, y: Tensor, freqs: Tensor) -> Tensor:
     B, n = y.shape
     # signals sharing their sample positions share the trigonometry: x (G, n) with
     # G dividing B, signal b sampled at row b % G (period_candidates' layout)
-    G = x.shape[0]
-    wx = freqs[None, :, None] * x[:, None, :]  # (G, F, n)
-    # one sine and one cosine per entry; the others by the double-angle and difference
-    # formulas (the same values to rounding, half the transcendental work)
-    sw, cw = torch.sin(wx), torch.cos(wx)
-    tau2 = torch.atan2((2.0 * sw * cw).sum(-1), (cw * cw - sw * sw).sum(-1))  # 2 omega tau
-    st, ct = torch.sin(0.5 * tau2)[..., None], torch.cos(0.5 * tau2)[..., None]
-    c, s = cw * ct + sw * st, sw * ct - cw * st  # cos and sin of omega (x - tau)
-    yg = y.reshape(B // G, G, n)
-    yc = torch.einsum("rgn,gfn->rgf", yg, c).reshape(B, -1)
-    ys = torch.einsum("rgn,gfn->rgf", yg, s).reshape(B, -1)
-    cc = (c * c).sum(-1).clamp_min(1e-300).repeat(B // G, 1)
-    ss = (s * s).sum(-1).clamp_min(1e-300).repeat(B // G, 1)
-    return 0.5 * (yc * yc / cc + ys * ys / ss)
+    G, F = x.shape[0], freqs.shape[0]
+    R = B // G
+    if F == 0:
+        return y.new_zeros(B, 0)
+    blocks = _uniform_blocks(freqs)
+    if blocks is not None:  # omega_{bm + a} = omega_{bm} + a d omega
+        m, dw = blocks
+        nb = -(-F // m)
+        coarse = freqs[::m][:, None] * x[:, None, :]  # (G, nb, n)
+        fine = (torch.arange(m, dtype=x.dtype, device=x.device) * dw)[:, None] * x[:, None, :]
+    else:  # every frequency its own block
+        m, nb = 1, F
+        coarse = freqs[:, None] * x[:, None, :]
+        fine = torch.zeros_like(x)[:, None, :]
+    P = nb * m  # the grid padded to whole blocks
+    T = torch.stack([torch.cos(coarse), torch.sin(coarse)], 1)  # (G, 2, nb, n)
+    fine = fine.transpose(1, 2)  # samples first
+    U = torch.stack([torch.cos(fine), torch.sin(fine)], 2)  # (G, n, 2, m)
+    yg = y.reshape(R, G, n).permute(1, 2, 0).contiguous()  # (G, n, R)
+    # sum_i y_i e^{i omega_{bm} x_i} e^{i a d omega x_i}: T against y U, per row of x
+    yU = (yg[..., None, None] * U[:, :, None]).reshape(G, n, R * 2 * m)
+    M = torch.bmm(T.view(G, 2 * nb, n), yU).view(G, 2, nb, R, 2, m)
+    YC = M[:, 0, :, :, 0] - M[:, 1, :, :, 1]  # (G, nb, R, m)
+    YS = M[:, 1, :, :, 0] + M[:, 0, :, :, 1]
+    # sum_i e^{2 i omega x_i}: the same with the tables squared (double angles)
+    tc, ts, uc, us = T[:, 0], T[:, 1], U[:, :, 0], U[:, :, 1]
+    T2 = torch.stack([(tc - ts) * (tc + ts), 2.0 * tc * ts], 1).view(G, 2 * nb, n)
+    U2 = torch.stack([(uc - us) * (uc + us), 2.0 * uc * us], 2).view(G, n, 2 * m)
+    M2 = torch.bmm(T2, U2).view(G, 2, nb, 1, 2, m)
+    C2 = M2[:, 0, :, :, 0] - M2[:, 1, :, :, 1]  # (G, nb, 1, m)
+    S2 = M2[:, 1, :, :, 0] + M2[:, 0, :, :, 1]
+    tau2 = torch.atan2(S2, C2)  # 2 omega tau
+    st, ct = torch.sin(0.5 * tau2), torch.cos(0.5 * tau2)
+    half = 0.5 * torch.sqrt(C2 * C2 + S2 * S2)
+    cc = 0.5 * n + half  # sum cos^2 omega (x - tau)
+    ss = 0.5 * n - half  # sum sin^2 omega (x - tau)
+    yc = ct * YC + st * YS
+    ys = ct * YS - st * YC
+    sine = ys * ys / ss.clamp_min(1e-300)
+    k = torch.arange(P, device=x.device).view(nb, 1, m)
+    gi, bi, _, ai = ((ss < 0.01 * n) & (k < F)).nonzero(as_tuple=True)
+    if len(gi):  # cancellation in n/2 - R/2: those sums directly
+        wx = freqs[bi * m + ai][:, None] * x[gi]  # (L, n)
+        sw, cw = torch.sin(wx), torch.cos(wx)
+        t2 = torch.atan2((2.0 * sw * cw).sum(-1), (cw * cw - sw * sw).sum(-1))[:, None]
+        s = sw * torch.cos(0.5 * t2) - cw * torch.sin(0.5 * t2)  # sin omega (x - tau)
+        ysd = torch.bmm(s[:, None, :], yg[gi])[:, 0]  # (L, R)
+        sine[gi, bi, :, ai] = ysd * ysd / (s * s).sum(-1, keepdim=True).clamp_min(1e-300)
+    power = 0.5 * (yc * yc / cc.clamp_min(1e-300) + sine)  # (G, nb, R, m)
+    return power.permute(2, 0, 1, 3).reshape(R, G, P)[..., :F].reshape(B, F)
 
 
 def _signals(X: Tensor, y: Tensor) -> Tensor:
