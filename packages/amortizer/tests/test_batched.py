@@ -268,3 +268,94 @@ def test_the_structures_are_encoded_once_per_call(
     assert torch.equal(sub.mask, mask[[2, 0]])
     assert list(sub) == [st[2], st[0]]
     assert batch[1:].structures == (st[1], st[2])
+
+
+def test_log_product_is_the_sum_of_the_logarithms() -> None:
+    """The log-determinant's blocks of pivots: the sum of the pivots' logarithms over
+    twelve decades, ``nan`` for a negative pivot and ``-inf`` for a zero one."""
+    from amorgp.amortizer.spectra import _log_product
+
+    rng = np.random.default_rng(5)
+    for n in (1, 7, 8, 30, 81):
+        g = 10.0 ** rng.uniform(-9, 3, size=(n, 4, 5))
+        np.testing.assert_allclose(_log_product(g), np.log(g).sum(0), rtol=1e-13, atol=1e-12)
+    g = 10.0 ** rng.uniform(-3, 3, size=(20, 3))
+    g[4, 0], g[5, 0] = -1.0, -2.0  # two negative pivots: their product is positive
+    g[7, 1] = 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = _log_product(g)
+    assert np.isnan(out[0])
+    assert out[1] == -np.inf
+    assert out[2] == pytest.approx(np.log(g[:, 2]).sum(), rel=1e-13)
+
+
+def test_the_coarse_to_fine_search_finds_the_best_grid_value() -> None:
+    """The grid search reads a quarter of the grid, then the values near its best: the
+    ratio it returns is at least as good as the best of the whole grid, the profile
+    computed from a dense eigendecomposition (kernels whose profiles peak at very
+    different ratios, some twice)."""
+    from amorgp.amortizer import calibrate as cal
+    from amorgp.amortizer.spectra import profile_log_likelihood
+
+    rng = np.random.default_rng(8)
+    n = 40
+    x = np.sort(rng.uniform(0, 1, n))
+    mats, ys = [], []
+    for ell, per, noise in [(0.05, 0.3, 1e-3), (0.3, 0.1, 0.1), (1.0, 0.5, 1.0), (0.1, 0.07, 1e-6)]:
+        K = np.exp(-0.5 * (x[:, None] - x[None]) ** 2 / ell**2)
+        K2 = np.exp(-2 * np.sin(np.pi * np.abs(x[:, None] - x[None]) / per) ** 2)
+        mats.append(K + 0.3 * K2)
+        f = rng.multivariate_normal(np.zeros(n), K + 1e-9 * np.eye(n))
+        ys.append(f + np.sqrt(noise) * rng.normal(size=n))
+    for y in ys:  # each target against every kernel: well and badly matched pairs
+        Km = torch.as_tensor(np.stack(mats))
+        yt = torch.as_tensor(y)
+        spec = _tridiagonal(Km, yt)
+        B = Km.shape[0]
+        s_min = torch.zeros(B, dtype=torch.float64)
+        like = torch.empty(B, 1, dtype=torch.float64)
+        log_r, _, lml, _ = cal._best_ratio(spec, s_min, like, torch.full((B,), 0.1))
+        lam, Q = torch.linalg.eigh(Km)
+        z2 = (Q.mT @ yt[:, None].expand(B, n, 1))[..., 0] ** 2
+        grid = cal._log_grid(like)
+        dense, s_dense = profile_log_likelihood(lam.clamp_min(0), z2, grid)
+        dense = cal._valid(dense, s_dense, grid, s_min)
+        best = dense.max(-1).values
+        assert bool((lml >= best - 1e-7 * best.abs()).all())
+        dense_at, _ = profile_log_likelihood(lam.clamp_min(0), z2, log_r[:, None])
+        torch.testing.assert_close(lml, dense_at[:, 0], rtol=1e-9, atol=1e-9)
+
+
+def test_rows_evaluated_and_calibrated_by_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pairs on their own points, evaluated and tridiagonalised a few at a time: each
+    pair's score is the dense likelihood of its calibrated kernel (its matrix from the
+    structure's numpy reference), and chunks of one or of all pairs agree."""
+    from amorgp.amortizer import pairs
+    from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+    from amorgp.kernel_grammar import encode
+
+    rng = np.random.default_rng(3)
+    st = [DimWiseStructure.parse(t, 1, V) for t in ("SE + PER", "SE*PER + LIN", "SE") * 3]
+    sym, msk = (torch.as_tensor(a) for a in encode(st, V))
+    P, n = len(st), 25
+    X = torch.as_tensor(np.sort(rng.uniform(0, 1, (P, n, 1)), axis=1))
+    Y = torch.as_tensor(np.sin(9 * X[..., 0].numpy()) + 0.1 * rng.normal(size=(P, n)))
+    params = torch.as_tensor(0.3 + rng.uniform(size=(P, 1, sym.shape[2], V.max_params)))
+    noise = torch.full((P,), 0.05, dtype=torch.float64)
+    got = {}
+    for chunk in (8 * n * n, 8 * n * n * P):
+        monkeypatch.setattr(pairs, "CACHE_BYTES", chunk)
+        score = torch.empty(P, dtype=torch.float64)
+        c = pairs.evaluate_and_calibrate(X, Y, sym, msk, params, noise, V, score)
+        got[chunk] = (c, score)
+        for p, structure in enumerate(st):
+            Xp = X[p].numpy()
+            K = structure.reference(Xp, Xp, c.params[p, :, : structure.max_addends].numpy())
+            cov = K + float(c.noise[p]) * np.eye(n)
+            expect = multivariate_normal(np.zeros(n), cov).logpdf(Y[p].numpy())
+            assert float(score[p]) == pytest.approx(expect, rel=1e-7)
+    (a, sa), (b, sb) = got.values()
+    # one matrix or a batch: the same arithmetic but BLAS kernels that round differently,
+    # which a smooth kernel at a small noise amplifies
+    torch.testing.assert_close(sa, sb, rtol=1e-7, atol=0)
+    torch.testing.assert_close(a.params, b.params, rtol=1e-7, atol=0)

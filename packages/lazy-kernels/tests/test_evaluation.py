@@ -138,3 +138,66 @@ def test_repeated_addends_on_shared_points_match_the_numpy_reference(cross: bool
         A, C = X[b].numpy(), X2[b].numpy()
         expect = structure.reference(A, C, P[b, :, : structure.max_addends].numpy())
         np.testing.assert_allclose(K[b].numpy(), expect, rtol=1e-12, atol=1e-14)
+
+
+def test_arithmetic_runs_of_pairs_are_sliced_not_gathered() -> None:
+    """The pairs of one symbol form an arithmetic run when kernels interleave their
+    addends (every ``L``-th pair): a strided slice, which reads the same rows."""
+    from amorgp.lazy_kernels.evaluation import _span
+
+    assert _span(torch.tensor([3, 5, 7, 9])) == (3, 10, 2)
+    assert _span(torch.tensor([0, 1, 2])) == (0, 3, 1)
+    assert _span(torch.tensor([4])) == (4, 5, 1)
+    assert _span(torch.tensor([], dtype=torch.long)) is None
+    assert _span(torch.tensor([1, 2, 4])) is None
+    assert _span(torch.tensor([5, 3, 1])) is None  # decreasing: gathered
+    a = torch.tensor([2, 5, 8, 11])
+    t = torch.arange(40.0).reshape(20, 2)
+    first, stop, step = _span(a)  # type: ignore[misc]
+    torch.testing.assert_close(t[first:stop:step], t.index_select(0, a), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_strided_pairs_match_the_numpy_reference(grad: bool) -> None:
+    """A batch of one product over two dimensions (each symbol's pairs every second
+    pair: strided slices and adds), on each element's own points, with and without a
+    graph for the parameters (finite differences of one parameter against the dense
+    reference)."""
+    from amorgp.lazy_kernels import evaluation
+
+    st = [DimWiseStructure.parse("SE@0 * (PER + LIN)@1", 2, V) for _ in range(6)]
+    s, m = (torch.as_tensor(a) for a in encode(st, V))
+    g = torch.Generator().manual_seed(11)
+    B, D, L = s.shape
+    X = torch.randn(B, 9, D, generator=g, dtype=torch.float64)
+    P = 0.5 + torch.rand(B, D, L, V.max_params, generator=g, dtype=torch.float64)
+    P.requires_grad_(grad)
+    spans: list[tuple[int, int, int] | None] = []
+    real = evaluation._span
+
+    def spy(a: torch.Tensor) -> tuple[int, int, int] | None:
+        out = real(a)
+        spans.append(out)
+        return out
+
+    evaluation._span = spy
+    try:
+        K = kernel_matrix_dimwise(X, X, s, m, P, V)
+    finally:
+        evaluation._span = real
+    assert any(sp is not None and sp[2] == 2 for sp in spans)
+    for b, structure in enumerate(st):
+        Xb = X[b].numpy()
+        expect = structure.reference(Xb, Xb, P[b, :, : structure.max_addends].detach().numpy())
+        np.testing.assert_allclose(K[b].detach().numpy(), expect, rtol=1e-12, atol=1e-14)
+    if grad:
+        K[4].sum().backward()
+        assert P.grad is not None
+        h = 1e-6
+        Pd = P.detach().numpy()
+        Xb = X[4].numpy()
+        up, down = Pd[4, :, :L].copy(), Pd[4, :, :L].copy()
+        up[1, 0, 0] += h
+        down[1, 0, 0] -= h
+        fd = (st[4].reference(Xb, Xb, up).sum() - st[4].reference(Xb, Xb, down).sum()) / (2 * h)
+        assert float(P.grad[4, 1, 0, 0]) == pytest.approx(fd, rel=1e-6)

@@ -73,6 +73,8 @@ from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind, Vocabulary
 
 __all__ = [
+    "COARSE_POINTS",
+    "COARSE_STEP",
     "GRID_POINTS",
     "METHODS",
     "check_calibrate",
@@ -85,6 +87,13 @@ __all__ = [
 
 GRID_POINTS = 241
 """Values of ``log r`` on the grid (0.05 decades apart over :data:`RATIO_RANGE`)."""
+
+COARSE_STEP = 4
+"""The grid search's first pass reads every ``COARSE_STEP``-th grid value (0.2 decades
+apart), its second the values within ``COARSE_STEP`` of the best (:func:`_best_ratio`)."""
+
+COARSE_POINTS = len(range(0, GRID_POINTS, COARSE_STEP))
+"""Values of the grid search's first pass."""
 
 RATIO_RANGE = (1e-8, 1e4)
 """Smallest and largest noise-to-signal ratio ``r = sigma^2 / s`` searched."""
@@ -266,10 +275,23 @@ def _best_ratio(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Grid search and parabolic refinement of ``log r``: ``(log_r, s, lml, base)``, each
     ``(B,)``, where ``base`` is the exact likelihood at scale 1 and ``noise (B,)`` (the
-    prediction), evaluated with the grid."""
-    grid = _log_grid(like, noise_min)
-    lml, s, base = spec.profile_and_exact(grid, noise[:, None])
-    cand = _candidates(grid, _valid(lml, s, grid, s_min, noise_min))
+    prediction), evaluated with the grid.
+
+    The search reads the grid coarse to fine: every :data:`COARSE_STEP`-th value first,
+    then the values within :data:`COARSE_STEP` of the best of those, then the parabola
+    through the best and its neighbours.  The profile is smooth on the grid's scale
+    (0.05 decades), so the fine search finds the grid's own best value at a quarter of
+    the evaluations."""
+    grid = _log_grid(like, noise_min)  # (B, G)
+    G = grid.shape[1]
+    coarse = grid[:, ::COARSE_STEP]
+    lml, s, base = spec.profile_and_exact(coarse, noise[:, None])
+    centre = _valid(lml, s, coarse, s_min, noise_min).argmax(-1) * COARSE_STEP  # (B,)
+    lo = (centre - COARSE_STEP).clamp(0, max(0, G - 1 - 2 * COARSE_STEP))
+    window = lo[:, None] + torch.arange(min(G, 2 * COARSE_STEP + 1), device=grid.device)
+    fine = grid.gather(1, window)
+    lml_f, s_f = spec.profile(fine)
+    cand = _candidates(fine, _valid(lml_f, s_f, fine, s_min, noise_min))
     lml_c, s_c = spec.profile(cand)
     lml_c = _valid(lml_c, s_c, cand, s_min, noise_min)
     j = lml_c.argmax(-1, keepdim=True)

@@ -8,7 +8,7 @@ every pair in one batch.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -27,7 +27,7 @@ from amorgp.amortizer.multistart import (
 )
 from amorgp.amortizer.null_starts import NULL_RULES, NullNetwork
 from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle
-from amorgp.amortizer.spectra import _spectrum
+from amorgp.amortizer.spectra import _Eigen, _spectrum, _Tridiagonal, tridiagonal_form
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
 __all__ = [
@@ -42,6 +42,10 @@ __all__ = [
 RECURRENCE_BYTES = 8 * 2**20
 """Bytes of the calibration's pivot recurrence per chunk of pairs (kept in cache: at 100
 points a chunk of 1,400 pairs streamed 270 MB per grid pass and took 4x longer)."""
+
+CACHE_BYTES = 2 * 2**20
+"""Bytes of kernel matrices evaluated and calibrated at once by
+:func:`evaluate_and_calibrate` on the CPU (about a core's share of the last-level cache)."""
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -76,6 +80,90 @@ def calibrate_rows(
     at its calibrated scale and noise (of the scaled matrix ``s K``), read from the same
     spectrum (``-inf`` where the matrix is not finite or the value is not a number)."""
     P, n = Y.shape
+    if Km.device.type == "cpu":
+        step = max(1, CACHE_BYTES // (8 * n * n))
+        forms = [
+            tridiagonal_form(Km[s : s + step].to(torch.float64), Y[s : s + step].to(torch.float64))
+            for s in range(0, P, step)
+        ]
+        return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary, scores)
+    per_chunk = max(1, calibration.CHUNK_ELEMENTS // (n * n))
+
+    def spectra() -> Iterator[tuple[slice, _Eigen | _Tridiagonal, Tensor]]:
+        for start in range(0, P, per_chunk):
+            sl = slice(start, min(P, start + per_chunk))
+            yield (sl, *_spectrum(Km[sl].to(torch.float64), Y[sl].to(torch.float64), "eigh"))
+
+    return _calibrate_spectra(spectra(), symbols, mask, params, noise, vocabulary, scores)
+
+
+def evaluate_and_calibrate(
+    X: Tensor,
+    Y: Tensor,
+    symbols: Tensor,
+    mask: Tensor,
+    params: Tensor,
+    noise: Tensor,
+    vocabulary: Vocabulary,
+    scores: Tensor | None = None,
+) -> calibration.Calibration:
+    """:func:`calibrate_rows` of the kernel matrices of ``P`` pairs on their own points
+    ``X (P, n, d)`` (:func:`pair_matrices`).  On the CPU the matrices are evaluated and
+    tridiagonalised by chunks of :data:`CACHE_BYTES` (each chunk's matrices are still in
+    cache when their tridiagonal form reads them, and the form is computed in their
+    memory), then the grid search runs on the forms of all pairs."""
+    P, n = Y.shape
+    if X.device.type != "cpu":
+        Km = pair_matrices(X, symbols, mask, params, vocabulary)
+        return calibrate_rows(Km, Y, symbols, mask, params, noise, vocabulary, scores)
+    step = max(1, CACHE_BYTES // (8 * n * n))
+    forms = []
+    with calibration._one_thread(X.device):  # one thread, BLAS included: see _one_thread
+        for s in range(0, P, step):
+            sl = slice(s, min(P, s + step))
+            Km = pair_matrices(X[sl], symbols[sl], mask[sl], params[sl], vocabulary)
+            forms.append(tridiagonal_form(Km, Y[sl].to(torch.float64), overwrite=True))
+    return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary, scores)
+
+
+def _calibrate_forms(
+    forms: Sequence[tuple[Tensor, Tensor, Tensor]],
+    symbols: Tensor,
+    mask: Tensor,
+    params: Tensor,
+    noise: Tensor,
+    vocabulary: Vocabulary,
+    scores: Tensor | None,
+) -> calibration.Calibration:
+    """:func:`_calibrate_spectra` of the tridiagonal forms ``(a, b2, yy)`` of consecutive
+    chunks of the pairs (:func:`~amorgp.amortizer.spectra.tridiagonal_form`), searched by
+    chunks of :data:`RECURRENCE_BYTES` of the pivot recurrence."""
+    a, b2, yy = (torch.cat(t) for t in zip(*forms))
+    P, n = a.shape
+    # the pivot recurrence streams (n, rows, grid) float64 arrays
+    per_chunk = max(1, RECURRENCE_BYTES // (8 * n * 2 * (calibration.COARSE_POINTS + 1)))
+
+    def spectra() -> Iterator[tuple[slice, _Eigen | _Tridiagonal, Tensor]]:
+        for start in range(0, P, per_chunk):
+            sl = slice(start, min(P, start + per_chunk))
+            spec = _Tridiagonal(a[sl], b2[sl], yy[sl])
+            yield sl, spec, spec.finite
+
+    return _calibrate_spectra(spectra(), symbols, mask, params, noise, vocabulary, scores)
+
+
+def _calibrate_spectra(
+    spectra: Iterable[tuple[slice, _Eigen | _Tridiagonal, Tensor]],
+    symbols: Tensor,
+    mask: Tensor,
+    params: Tensor,
+    noise: Tensor,
+    vocabulary: Vocabulary,
+    scores: Tensor | None,
+) -> calibration.Calibration:
+    """The calibration (:func:`calibrate_rows`) from the spectra of chunks of the pairs,
+    ``(rows, spectrum, finite)`` each."""
+    P = params.shape[0]
     d, L = symbols.shape[1], symbols.shape[2]
     dev = params.device
     p64 = params.detach().to(torch.float64)[:, :d, :L]
@@ -86,20 +174,10 @@ def calibrate_rows(
     new_noise = n64.clone()
     gain = torch.zeros(P, dtype=torch.float64, device=dev)
     reached = torch.full((P,), -math.inf, dtype=torch.float64, device=dev)
-    # the pivot recurrence streams (n, rows, grid) float64 arrays: chunks of RECURRENCE_BYTES
-    per_chunk = max(
-        1,
-        min(
-            calibration.CHUNK_ELEMENTS // (n * n),
-            RECURRENCE_BYTES // (8 * n * 2 * calibration.GRID_POINTS),
-        ),
-    )
     with calibration._one_thread(dev):  # one thread, BLAS included: see _one_thread
-        for start in range(0, P, per_chunk):
-            sl = slice(start, min(P, start + per_chunk))
-            K = Km[sl].to(torch.float64)
-            spec, finite = _spectrum(K, Y[sl].to(torch.float64), "auto")
-            log_r, s, lml, base = calibration._best_ratio(spec, s_min[sl], K[:, 0], n64[sl])
+        for sl, spec, finite in spectra:
+            like = p64.new_empty(sl.stop - sl.start, 1)  # dtype, device and batch of the grids
+            log_r, s, lml, base = calibration._best_ratio(spec, s_min[sl], like, n64[sl])
             factors[sl], new_noise[sl], gain[sl], reached[sl] = calibration._accept(
                 finite, lml, base, s, s * log_r.exp(), n64[sl]
             )
@@ -285,12 +363,10 @@ def multistart_rows(
     ds, ks = own // K, own % K
     alt_params = torch.cat(blocks)[torch.tensor(rows, dtype=torch.long, device=dev)]
     Xa, Ya, sa, ma = Xc[ds], Yc[ds], sym[ks], msk[ks]
-    Km = pair_matrices(Xa, sa, ma, alt_params, vocabulary)
     # each start's score, its exact likelihood once calibrated, comes with the calibration
     # (the calibrated matrix is the scale times the evaluated one)
     score = torch.empty(len(owner), dtype=torch.float64, device=dev)
-    cal = calibrate_rows(Km, Ya, sa, ma, alt_params, n64[own], vocabulary, scores=score)
-    del Km
+    cal = evaluate_and_calibrate(Xa, Ya, sa, ma, alt_params, n64[own], vocabulary, score)
     lml_alt = score.tolist()
     if not calibrated:
         best_of: dict[int, int] = {}

@@ -17,6 +17,7 @@ import functools
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -106,7 +107,7 @@ class _Tridiagonal:
                 np.divide(b2[i], g[i + 1], out=tmp)
                 np.subtract(g[i], tmp, out=g[i])
             quad = self.yy / g[0]
-            logdet = np.log(g).sum(0)
+            logdet = _log_product(g)
         return torch.from_numpy(quad), torch.from_numpy(logdet)
 
     def profile(self, log_r: Tensor) -> tuple[Tensor, Tensor]:
@@ -130,6 +131,26 @@ class _Tridiagonal:
         lml = -0.5 * (n * (s.log() + 1.0 + _LOG_2PI) + logdet[:, :G])
         exact = -0.5 * (quad[:, G:] + logdet[:, G:] + n * _LOG_2PI)
         return lml, s, exact
+
+
+LOG_BLOCK = 8
+"""Pivots multiplied together before one logarithm in :func:`_log_product`."""
+
+
+def _log_product(g: np.ndarray) -> np.ndarray:
+    """``sum_i log g_i`` over the first axis of the pivots ``g (n, ...)``, with one
+    logarithm per :data:`LOG_BLOCK` pivots (their product: the pivots of ``T + r I`` lie
+    between ``r`` and ``|T| + r``, so a block's product stays far inside the float64
+    range; the logarithms were most of the grid's time).  ``nan`` where a pivot is not
+    positive, as the sum of the logarithms would be (``-inf`` for a zero pivot)."""
+    n = g.shape[0]
+    full = n - n % LOG_BLOCK
+    prod = g[:full].reshape(full // LOG_BLOCK, LOG_BLOCK, *g.shape[1:]).prod(1)
+    out = np.log(prod).sum(0) + np.log(g[full:]).sum(0)
+    low = g.min(0)
+    out[low < 0] = np.nan
+    out[low == 0] = -np.inf
+    return out
 
 
 @functools.lru_cache(maxsize=64)

@@ -77,24 +77,32 @@ class _Owners(NamedTuple):
 
 class _Group(NamedTuple):
     """The tokens of one symbol id: their positions ``idx`` in the token list, their
-    pairs ``a`` (``span = (first, stop)`` when ``a`` is the consecutive run
-    ``first..stop - 1``: the sum starts or adds without a scatter) and the ``rows`` of the
-    per-pair quantities they read (``a``, or the dimension when every element shares its
-    points; ``row_span`` likewise: the quantities are then sliced, not gathered)."""
+    pairs ``a`` (``span = (first, stop, step)`` when ``a`` is the arithmetic run
+    ``first, first + step, ..., < stop``: the sum starts or adds into a strided view,
+    without a scatter) and the ``rows`` of the per-pair quantities they read (``a``, or
+    the dimension when every element shares its points; ``row_span`` likewise: the
+    quantities are then sliced, not gathered; kernels of several addends interleave
+    their symbols, every ``L``-th pair)."""
 
     sid: int
     idx: Tensor
     a: Tensor
-    span: tuple[int, int] | None
+    span: tuple[int, int, int] | None
     rows: Tensor
-    row_span: tuple[int, int] | None
+    row_span: tuple[int, int, int] | None
     inverse: Tensor | None = None
     """Where the group's distinct tokens are evaluated once (:func:`_distinct`): ``idx``
     and ``rows`` are theirs, and ``inverse (len(a),)`` maps each pair to its value."""
 
 
-def _span(a: Tensor) -> tuple[int, int] | None:
-    return (int(a[0]), int(a[-1]) + 1) if bool((a.diff() == 1).all()) else None
+def _span(a: Tensor) -> tuple[int, int, int] | None:
+    """``(first, stop, step)`` of an arithmetic run of indices (``step >= 1``), else None."""
+    if a.numel() < 2:
+        return (int(a[0]), int(a[0]) + 1, 1) if a.numel() else None
+    step = int(a[1] - a[0])
+    return (
+        (int(a[0]), int(a[-1]) + 1, step) if step >= 1 and bool((a.diff() == step).all()) else None
+    )
 
 
 def _plan(
@@ -249,7 +257,17 @@ def _rows(t: Tensor | None, g: _Group) -> Tensor | None:
     if t is None:
         return None
     span = g.row_span
-    return t[span[0] : span[1]] if span is not None else t.index_select(0, g.rows)
+    return t[span[0] : span[1] : span[2]] if span is not None else t.index_select(0, g.rows)
+
+
+def _add_rows_(total: Tensor, g: _Group, val: Tensor) -> Tensor:
+    """``total`` with ``val`` added to the rows ``g.a``: into a strided view for an
+    arithmetic run, else ``index_add_``."""
+    span = g.span
+    if span is None:
+        return total.index_add_(0, g.a, val)
+    total[span[0] : span[1] : span[2]].add_(val)
+    return total
 
 
 def _shared(u: Tensor, v: Tensor, needs: set[str]) -> tuple[Tensor | None, ...]:
@@ -313,16 +331,16 @@ def _sum_addends(
         if g.inverse is not None:  # each distinct token evaluated once: to its pairs
             val = val.index_select(0, g.inverse)
         # evaluate_symbol returns a fresh tensor of the full shape: it may become the sum
-        whole = g.span == (0, A) and val.shape[1:] == tail
+        whole = g.span == (0, A, 1) and val.shape[1:] == tail
         if total is None and whole:
             total, saved = val, val.requires_grad
         elif total is None:
             total = torch.zeros((A, *tail), dtype=par.dtype, device=par.device)
-            total = total.index_add_(0, g.a, val)
+            total = _add_rows_(total, g, val)
         elif saved:
             total, saved = (total + val if whole else total.index_add(0, g.a, val)), False
         else:  # neither add_ nor index_add_ needs ``total``'s values for backward
-            total = total.add_(val) if whole else total.index_add_(0, g.a, val)
+            total = total.add_(val) if whole else _add_rows_(total, g, val)
     assert total is not None
     return total
 
