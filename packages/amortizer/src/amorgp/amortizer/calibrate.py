@@ -13,9 +13,10 @@ noise only through the eigenvalues ``lambda_i`` of ``K`` and the projections
 
 maximised over ``s`` in closed form, ``s(r) = n^{-1} \\sum_i z_i^2 / (\\lambda_i + r)``
 (the *concentrated*, or profile, likelihood), which leaves a one-dimensional search over
-the noise-to-signal ratio ``r``.  :func:`calibrate` evaluates the profile on a grid of
+the noise-to-signal ratio ``r``.  :func:`calibrate` searches the profile on a grid of
 :data:`GRID_POINTS` values of ``log r`` spanning :data:`RATIO_RANGE` for every kernel at
-once, refines the best grid value by a parabola through its neighbours, and keeps the
+once (coarse to fine: every :data:`COARSE_STEP`-th value, then the values around the best
+of those), refines the best grid value by a parabola through its neighbours, and keeps the
 network's own
 ``(s = 1, sigma^2)`` if that is better still, so the log marginal likelihood never
 decreases.  The scale multiplies every addend by ``s^(1/D)`` in each of the ``D`` active
