@@ -82,10 +82,13 @@ def calibrate_rows(
     P, n = Y.shape
     if Km.device.type == "cpu":
         step = max(1, CACHE_BYTES // (8 * n * n))
-        forms = [
-            tridiagonal_form(Km[s : s + step].to(torch.float64), Y[s : s + step].to(torch.float64))
-            for s in range(0, P, step)
-        ]
+        with calibration._one_thread(Km.device):  # one thread, BLAS included: see _one_thread
+            forms = [
+                tridiagonal_form(
+                    Km[s : s + step].to(torch.float64), Y[s : s + step].to(torch.float64)
+                )
+                for s in range(0, P, step)
+            ]
         return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary, scores)
     per_chunk = max(1, calibration.CHUNK_ELEMENTS // (n * n))
 
