@@ -36,7 +36,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
-import json
 import math
 import platform
 import sys
@@ -49,7 +48,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "realdata-a"
 HALF_MIN = 48
 TOPS = (1, 2, 3, 4)
 
@@ -143,7 +141,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    import pandas as pd
+    from amorgp_experiments.realdata import load_corpus
 
     from amorgp.amortizer import Amortizer
     from amorgp.kernel_grammar import paper_evaluation_set
@@ -152,15 +150,13 @@ def main() -> None:
     from bench_many_datasets import KERNEL, fleet
 
     amz = Amortizer.from_pretrained(device="cpu")
-    manifest = json.loads((DATA / "manifest.json").read_text())
+    corpus = list(load_corpus())
     if args.quick:
-        manifest, args.series = manifest[:4], 100
+        corpus, args.series = corpus[:4], 100
     results = {}
     with Recorder() as real:
-        for m in manifest:
-            df = pd.read_csv(DATA / m["file"]).dropna()
-            X = df[m["inputs"]].to_numpy(float)[:500]
-            y = df[m["target"]].to_numpy(float)[:500]
+        for ds in corpus:
+            X, y = ds.X[:500], ds.y[:500]
             kernels = [t.broadcast(X.shape[1]) for t in paper_evaluation_set(0)]
             real.tag += 1
             amz.infer_datasets([(X, y)], kernels)
@@ -170,10 +166,10 @@ def main() -> None:
     with Recorder() as short:
         amz.infer_datasets(series, [KERNEL])
     results["fleet"] = short
-    write(args, manifest, results)
+    write(args, corpus, results)
 
 
-def write(args, manifest, results) -> None:
+def write(args, corpus, results) -> None:
     real, short = results["real"], results["fleet"]
     per = {
         k: 1e6 * v / max(short.time["starts"], 1) for k, v in short.time.items() if k != "starts"
@@ -197,7 +193,7 @@ def write(args, manifest, results) -> None:
         f"* **half the points**: each start calibrated and scored exactly on a seeded half of "
         f"the points (at least {HALF_MIN}).",
         "",
-        f"Pairs: the {len(manifest)} `realdata-a` datasets (first 500 rows) x the 24 paper kernels "
+        f"Pairs: the {len(corpus)} `realdata-a` datasets (first 500 rows) x the 24 paper kernels "
         f"({len(real.rows)} pairs with two starts or more, on the multi-start's scoring points, at "
         f"most 256), and {args.series} synthetic series of 80 points with `SE + SE*PER` "
         "(`bench_many_datasets.py`'s fleet).",
