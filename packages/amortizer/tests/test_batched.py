@@ -359,3 +359,22 @@ def test_rows_evaluated_and_calibrated_by_chunks(monkeypatch: pytest.MonkeyPatch
     # which a smooth kernel at a small noise amplifies
     torch.testing.assert_close(sa, sb, rtol=1e-7, atol=0)
     torch.testing.assert_close(a.params, b.params, rtol=1e-7, atol=0)
+
+
+def test_no_rows_calibrate_to_nothing() -> None:
+    """An empty batch of pairs gives an empty calibration (no chunk to concatenate)."""
+    from amorgp.amortizer import pairs
+    from amorgp.kernel_grammar import PAPER_VOCABULARY as V
+
+    sym = torch.ones(0, 1, 2, dtype=torch.long)
+    msk = torch.ones(0, 1, 2, dtype=torch.bool)
+    params = torch.ones(0, 1, 2, V.max_params, dtype=torch.float64)
+    noise = torch.ones(0, dtype=torch.float64)
+    X, Y = torch.zeros(0, 5, 1, dtype=torch.float64), torch.zeros(0, 5, dtype=torch.float64)
+    c = pairs.evaluate_and_calibrate(X, Y, sym, msk, params, noise, V)
+    assert c.params.shape == params.shape
+    assert c.noise.shape == (0,)
+    c = pairs.calibrate_rows(
+        torch.zeros(0, 5, 5, dtype=torch.float64), Y, sym, msk, params, noise, V
+    )
+    assert c.log_marginal_likelihood.shape == (0,)

@@ -141,6 +141,8 @@ def _calibrate_forms(
     """:func:`_calibrate_spectra` of the tridiagonal forms ``(a, b2, yy)`` of consecutive
     chunks of the pairs (:func:`~amorgp.amortizer.spectra.tridiagonal_form`), searched by
     chunks of :data:`RECURRENCE_BYTES` of the pivot recurrence."""
+    if not forms:  # no pairs
+        return _calibrate_spectra((), symbols, mask, params, noise, vocabulary, scores)
     a, b2, yy = (torch.cat(t) for t in zip(*forms))
     P, n = a.shape
     # the pivot recurrence streams (n, rows, grid) float64 arrays
