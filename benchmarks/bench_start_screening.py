@@ -86,14 +86,14 @@ class Recorder:
     def __exit__(self, *exc: object) -> None:
         self.pairs.evaluate_and_calibrate = self.exact_call
 
-    def __call__(self, X, Y, sym, msk, params, noise, vocab, scores=None):
+    def __call__(self, X, Y, sym, msk, params, noise, vocab):
         from amorgp.amortizer.forward import encoder_subset
 
         P, n = Y.shape
-        exact = torch.empty(P, dtype=torch.float64) if scores is None else scores
         t = time.process_time()
-        out = self.exact_call(X, Y, sym, msk, params, noise, vocab, exact)
+        out = self.exact_call(X, Y, sym, msk, params, noise, vocab)
         self.time["exact"] += time.process_time() - t
+        exact = out.log_marginal_likelihood
         t = time.process_time()
         step = max(1, self.pairs.CACHE_BYTES // (8 * n * n))  # in cache, as the exact path
         fixed = torch.cat(
@@ -108,10 +108,11 @@ class Recorder:
         )
         self.time["fixed ratio"] += time.process_time() - t
         sub = encoder_subset(n, max(HALF_MIN, n // 2), 0)
-        half = exact.clone()
+        half = exact
         if sub is not None:
             t = time.process_time()
-            self.exact_call(X[:, sub], Y[:, sub], sym, msk, params, noise, vocab, half)
+            half = self.exact_call(X[:, sub], Y[:, sub], sym, msk, params, noise, vocab)
+            half = half.log_marginal_likelihood
             self.time["half the points"] += time.process_time() - t
         self.time["starts"] += P
         for i in range(P):  # the starts of one pair share their targets and structure

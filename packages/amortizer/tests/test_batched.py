@@ -313,11 +313,11 @@ def test_the_coarse_to_fine_search_finds_the_best_grid_value() -> None:
         spec = _tridiagonal(Km, yt)
         B = Km.shape[0]
         s_min = torch.zeros(B, dtype=torch.float64)
-        like = torch.empty(B, 1, dtype=torch.float64)
-        log_r, _, lml, _ = cal._best_ratio(spec, s_min, like, torch.full((B,), 0.1))
+        noise = torch.full((B,), 0.1, dtype=torch.float64)
+        log_r, _, lml, _ = cal._best_ratio(spec, s_min, noise)
         lam, Q = torch.linalg.eigh(Km)
         z2 = (Q.mT @ yt[:, None].expand(B, n, 1))[..., 0] ** 2
-        grid = cal._log_grid(like)
+        grid = cal._log_grid(noise)
         dense, s_dense = profile_log_likelihood(lam.clamp_min(0), z2, grid)
         dense = cal._valid(dense, s_dense, grid, s_min)
         best = dense.max(-1).values
@@ -345,8 +345,8 @@ def test_rows_evaluated_and_calibrated_by_chunks(monkeypatch: pytest.MonkeyPatch
     got = {}
     for chunk in (8 * n * n, 8 * n * n * P):
         monkeypatch.setattr(pairs, "CACHE_BYTES", chunk)
-        score = torch.empty(P, dtype=torch.float64)
-        c = pairs.evaluate_and_calibrate(X, Y, sym, msk, params, noise, V, score)
+        c = pairs.evaluate_and_calibrate(X, Y, sym, msk, params, noise, V)
+        score = c.log_marginal_likelihood
         got[chunk] = (c, score)
         for p, structure in enumerate(st):
             Xp = X[p].numpy()

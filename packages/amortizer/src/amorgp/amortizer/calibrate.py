@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +84,7 @@ __all__ = [
     "Calibration",
     "Scaling",
     "calibrate",
+    "calibrate_spectra",
 ]
 
 GRID_POINTS = 241
@@ -234,7 +235,8 @@ class Calibration:
 
 def _log_grid(like: Tensor, noise_min: float = _NOISE_MIN) -> Tensor:
     """``(B, G)``: the :data:`GRID_POINTS` values of ``log r`` over :data:`RATIO_RANGE`,
-    its low end lowered as far as ``noise_min`` is below the default floor's."""
+    its low end lowered as far as ``noise_min`` is below the default floor's (``B``,
+    dtype and device those of ``like``)."""
     lo, hi = (math.log(v) for v in RATIO_RANGE)
     lo += min(0.0, math.log(noise_min / _NOISE_MIN))
     grid = torch.linspace(lo, hi, GRID_POINTS, dtype=like.dtype, device=like.device)
@@ -270,7 +272,6 @@ def _candidates(grid: Tensor, lml: Tensor) -> Tensor:
 def _best_ratio(
     spec: _Eigen | _Tridiagonal,
     s_min: Tensor,
-    like: Tensor,
     noise: Tensor,
     noise_min: float = _NOISE_MIN,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -283,7 +284,7 @@ def _best_ratio(
     through the best and its neighbours.  The profile is smooth on the grid's scale
     (0.05 decades), so the fine search finds the grid's own best value at a quarter of
     the evaluations."""
-    grid = _log_grid(like, noise_min)  # (B, G)
+    grid = _log_grid(noise, noise_min)  # (B, G)
     G = grid.shape[1]
     coarse = grid[:, ::COARSE_STEP]
     lml, s, base = spec.profile_and_exact(coarse, noise[:, None])
@@ -331,6 +332,49 @@ def _accept(
         torch.where(better, lml - base, torch.zeros_like(base)),
         torch.where(finite & ~torch.isnan(kept), kept, torch.full_like(kept, -math.inf)),
     )
+
+
+def calibrate_spectra(
+    spectra: Iterable[tuple[slice, _Eigen | _Tridiagonal, Tensor]],
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    params: Tensor,
+    noise: Tensor,
+    vocabulary: Vocabulary,
+    *,
+    scale: bool = True,
+    noise_min: float = _NOISE_MIN,
+) -> Calibration:
+    """The calibration of ``K`` kernels from the likelihoods' representations of chunks of
+    them, ``(rows, spectrum, finite)`` each (:func:`~amorgp.amortizer.spectra._spectrum`),
+    read in turn on one thread: ``symbols``/``symbol_mask (K, d, L)``, ``params (K, D, L,
+    P)``, ``noise (K,)``; ``scale`` and ``noise_min`` as in :func:`calibrate`."""
+    K = params.shape[0]
+    d, L = symbols.shape[1], symbols.shape[2]
+    dev = params.device
+    p64 = params.detach().to(torch.float64)[:, :d, :L]
+    n64 = noise.detach().to(torch.float64)
+    scaling = Scaling.of(vocabulary, symbols, symbol_mask, p64)
+    factors = torch.ones(K, dtype=torch.float64, device=dev)
+    new_noise = n64.clone()
+    gain = torch.zeros(K, dtype=torch.float64, device=dev)
+    reached = torch.full((K,), -math.inf, dtype=torch.float64, device=dev)
+    with _one_thread(dev):  # small, synchronisation-bound work: see _one_thread
+        for sl, spec, finite in spectra:
+            if scale:
+                log_r, s, lml, base = _best_ratio(spec, scaling.s_min[sl], n64[sl], noise_min)
+                best_noise = s * log_r.exp()
+            else:
+                best_noise, lml = _best_noise(spec, n64[sl], noise_min)
+                s = torch.ones_like(best_noise)
+                base = spec.exact(n64[sl, None])[:, 0]
+            factors[sl], new_noise[sl], gain[sl], reached[sl] = _accept(
+                finite, lml, base, s, best_noise, n64[sl]
+            )
+    scaled = scaling.apply(p64, factors)
+    out = params.detach().clone()
+    out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
+    return Calibration(out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain, reached)
 
 
 def calibrate(
@@ -398,19 +442,11 @@ def calibrate(
         X64, y64 = X64[idx.to(dev)], y64[idx.to(dev)]
     n, d = X64.shape
     p64 = params.detach().to(torch.float64)
-    n64 = noise.detach().to(torch.float64)
     symbols, symbol_mask = encoded(structures, vocabulary, dev)
-    L = symbols.shape[2]
-    p64 = p64[:, :d, :L]
-    scaling = Scaling.of(vocabulary, symbols, symbol_mask, p64)
-    s_min = scaling.s_min
-
-    factors = torch.ones(K, dtype=torch.float64, device=dev)
-    new_noise = n64.clone()
-    gain = torch.zeros(K, dtype=torch.float64, device=dev)
-    reached = torch.full((K,), -math.inf, dtype=torch.float64, device=dev)
+    p64 = p64[:, :d, : symbols.shape[2]]
     per_chunk = max(1, CHUNK_ELEMENTS // (n * n))
-    with _one_thread(dev):  # small, synchronisation-bound work: see _one_thread
+
+    def spectra() -> Iterator[tuple[slice, _Eigen | _Tridiagonal, Tensor]]:
         for start in range(0, K, per_chunk):  # chunks bound the memory of the kernel matrices
             sl = slice(start, min(K, start + per_chunk))
             B = sl.stop - sl.start
@@ -427,20 +463,9 @@ def calibrate(
                     validate=False,
                 )
             own = matrices is None or overwrite_matrices
-            spec, finite = _spectrum(Km, y64, method, overwrite=own)
-            like = Km[:, 0]  # (B, n): dtype, device and batch of the grids
-            if scale:
-                log_r, s, lml, base = _best_ratio(spec, s_min[sl], like, n64[sl], noise_min)
-                best_noise = s * log_r.exp()
-            else:
-                best_noise, lml = _best_noise(spec, like, noise_min)
-                s = torch.ones_like(best_noise)
-                base = spec.exact(n64[sl, None])[:, 0]
-            factors[sl], new_noise[sl], gain[sl], reached[sl] = _accept(
-                finite, lml, base, s, best_noise, n64[sl]
-            )
+            yield (sl, *_spectrum(Km, y64, method, overwrite=own))
 
-    scaled = scaling.apply(p64, factors)
-    out = params.detach().clone()
-    out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
-    return Calibration(out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain, reached)
+    return calibrate_spectra(
+        spectra(), symbols, symbol_mask, params, noise, vocabulary, scale=scale,
+        noise_min=noise_min,
+    )  # fmt: skip

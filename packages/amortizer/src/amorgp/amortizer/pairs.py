@@ -8,7 +8,7 @@ every pair in one batch.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -69,16 +69,14 @@ def calibrate_rows(
     params: Tensor,
     noise: Tensor,
     vocabulary: Vocabulary,
-    scores: Tensor | None = None,
 ) -> calibration.Calibration:
     """:func:`amorgp.amortizer.calibrate.calibrate` with precomputed matrices for ``P``
     pairs that each have their own targets: ``Km (P, n, n)`` (read, not modified),
     ``Y (P, n)``, ``symbols``/``mask (P, d, L)``, ``params (P, D, L, S)``, ``noise (P,)``.
-    The CPU's method (tridiagonal) on the CPU, ``eigh`` elsewhere.
-
-    ``scores (P,)``, where given, receives the exact log marginal likelihood of each pair
-    at its calibrated scale and noise (of the scaled matrix ``s K``), read from the same
-    spectrum (``-inf`` where the matrix is not finite or the value is not a number)."""
+    The CPU's method (tridiagonal) on the CPU, ``eigh`` elsewhere.  Each pair's
+    ``log_marginal_likelihood`` is its exact likelihood at its calibrated scale and noise
+    (of the scaled matrix ``s K``), read from the same spectrum (``-inf`` where the matrix
+    is not finite or the value is not a number)."""
     P, n = Y.shape
     if Km.device.type == "cpu":
         step = max(1, CACHE_BYTES // (8 * n * n))
@@ -89,7 +87,7 @@ def calibrate_rows(
                 )
                 for s in range(0, P, step)
             ]
-        return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary, scores)
+        return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary)
     per_chunk = max(1, calibration.CHUNK_ELEMENTS // (n * n))
 
     def spectra() -> Iterator[tuple[slice, _Eigen | _Tridiagonal, Tensor]]:
@@ -97,7 +95,7 @@ def calibrate_rows(
             sl = slice(start, min(P, start + per_chunk))
             yield (sl, *_spectrum(Km[sl].to(torch.float64), Y[sl].to(torch.float64), "eigh"))
 
-    return _calibrate_spectra(spectra(), symbols, mask, params, noise, vocabulary, scores)
+    return calibration.calibrate_spectra(spectra(), symbols, mask, params, noise, vocabulary)
 
 
 def evaluate_and_calibrate(
@@ -108,7 +106,6 @@ def evaluate_and_calibrate(
     params: Tensor,
     noise: Tensor,
     vocabulary: Vocabulary,
-    scores: Tensor | None = None,
 ) -> calibration.Calibration:
     """:func:`calibrate_rows` of the kernel matrices of ``P`` pairs on their own points
     ``X (P, n, d)`` (:func:`pair_matrices`).  On the CPU the matrices are evaluated and
@@ -118,7 +115,7 @@ def evaluate_and_calibrate(
     P, n = Y.shape
     if X.device.type != "cpu":
         Km = pair_matrices(X, symbols, mask, params, vocabulary)
-        return calibrate_rows(Km, Y, symbols, mask, params, noise, vocabulary, scores)
+        return calibrate_rows(Km, Y, symbols, mask, params, noise, vocabulary)
     step = max(1, CACHE_BYTES // (8 * n * n))
     forms = []
     with calibration._one_thread(X.device):  # one thread, BLAS included: see _one_thread
@@ -126,7 +123,7 @@ def evaluate_and_calibrate(
             sl = slice(s, min(P, s + step))
             Km = pair_matrices(X[sl], symbols[sl], mask[sl], params[sl], vocabulary)
             forms.append(tridiagonal_form(Km, Y[sl].to(torch.float64), overwrite=True))
-    return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary, scores)
+    return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary)
 
 
 def _calibrate_forms(
@@ -136,13 +133,13 @@ def _calibrate_forms(
     params: Tensor,
     noise: Tensor,
     vocabulary: Vocabulary,
-    scores: Tensor | None,
 ) -> calibration.Calibration:
-    """:func:`_calibrate_spectra` of the tridiagonal forms ``(a, b2, yy)`` of consecutive
-    chunks of the pairs (:func:`~amorgp.amortizer.spectra.tridiagonal_form`), searched by
-    chunks of :data:`RECURRENCE_BYTES` of the pivot recurrence."""
+    """:func:`~amorgp.amortizer.calibrate.calibrate_spectra` of the tridiagonal forms
+    ``(a, b2, yy)`` of consecutive chunks of the pairs
+    (:func:`~amorgp.amortizer.spectra.tridiagonal_form`), searched by chunks of
+    :data:`RECURRENCE_BYTES` of the pivot recurrence."""
     if not forms:  # no pairs
-        return _calibrate_spectra((), symbols, mask, params, noise, vocabulary, scores)
+        return calibration.calibrate_spectra((), symbols, mask, params, noise, vocabulary)
     a, b2, yy = (torch.cat(t) for t in zip(*forms))
     P, n = a.shape
     # the pivot recurrence streams (n, rows, grid) float64 arrays
@@ -154,46 +151,7 @@ def _calibrate_forms(
             spec = _Tridiagonal(a[sl], b2[sl], yy[sl])
             yield sl, spec, spec.finite
 
-    return _calibrate_spectra(spectra(), symbols, mask, params, noise, vocabulary, scores)
-
-
-def _calibrate_spectra(
-    spectra: Iterable[tuple[slice, _Eigen | _Tridiagonal, Tensor]],
-    symbols: Tensor,
-    mask: Tensor,
-    params: Tensor,
-    noise: Tensor,
-    vocabulary: Vocabulary,
-    scores: Tensor | None,
-) -> calibration.Calibration:
-    """The calibration (:func:`calibrate_rows`) from the spectra of chunks of the pairs,
-    ``(rows, spectrum, finite)`` each."""
-    P = params.shape[0]
-    d, L = symbols.shape[1], symbols.shape[2]
-    dev = params.device
-    p64 = params.detach().to(torch.float64)[:, :d, :L]
-    n64 = noise.detach().to(torch.float64)
-    scaling = calibration.Scaling.of(vocabulary, symbols, mask, p64)
-    s_min = scaling.s_min
-    factors = torch.ones(P, dtype=torch.float64, device=dev)
-    new_noise = n64.clone()
-    gain = torch.zeros(P, dtype=torch.float64, device=dev)
-    reached = torch.full((P,), -math.inf, dtype=torch.float64, device=dev)
-    with calibration._one_thread(dev):  # one thread, BLAS included: see _one_thread
-        for sl, spec, finite in spectra:
-            like = p64.new_empty(sl.stop - sl.start, 1)  # dtype, device and batch of the grids
-            log_r, s, lml, base = calibration._best_ratio(spec, s_min[sl], like, n64[sl])
-            factors[sl], new_noise[sl], gain[sl], reached[sl] = calibration._accept(
-                finite, lml, base, s, s * log_r.exp(), n64[sl]
-            )
-    if scores is not None:
-        scores.copy_(reached)
-    scaled = scaling.apply(p64, factors)
-    out = params.detach().clone()
-    out[:, :d, :L, : scaled.shape[-1]] = scaled.to(out.dtype)
-    return calibration.Calibration(
-        out, new_noise.to(noise.dtype), factors.to(noise.dtype), gain, reached
-    )
+    return calibration.calibrate_spectra(spectra(), symbols, mask, params, noise, vocabulary)
 
 
 def log_likelihood_rows(Km: Tensor, Y: Tensor, noise: Tensor) -> Tensor:
@@ -370,9 +328,8 @@ def multistart_rows(
     Xa, Ya, sa, ma = Xc[ds], Yc[ds], sym[ks], msk[ks]
     # each start's score, its exact likelihood once calibrated, comes with the calibration
     # (the calibrated matrix is the scale times the evaluated one)
-    score = torch.empty(len(owner), dtype=torch.float64, device=dev)
-    cal = evaluate_and_calibrate(Xa, Ya, sa, ma, alt_params, n64[own], vocabulary, score)
-    lml_alt = score.tolist()
+    cal = evaluate_and_calibrate(Xa, Ya, sa, ma, alt_params, n64[own], vocabulary)
+    lml_alt = cal.log_marginal_likelihood.tolist()
     if not calibrated:
         best_of: dict[int, int] = {}
         for i, p in enumerate(owner):  # bookkeeping: the first best start of each pair
