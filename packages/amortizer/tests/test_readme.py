@@ -17,3 +17,13 @@ def test_quick_start_example_runs() -> None:
     assert len(namespace["many"]) == 3  # type: ignore[arg-type]
     better, res = namespace["better"], namespace["res"]
     assert better.log_marginal_likelihood >= res.log_marginal_likelihood  # type: ignore[attr-defined]
+
+
+def test_many_datasets_example_runs() -> None:
+    namespace = run_readme_block(README, after="## Many datasets at once")
+    fits = namespace["fits"]
+    assert len(fits) == 21  # type: ignore[arg-type]
+    assert sum(f.ok for f in fits) == 20  # type: ignore[attr-defined,union-attr]
+    assert "DataError" in fits[-1].error  # type: ignore[index]
+    assert fits[-1].index == 20  # type: ignore[index]
+    assert float(namespace["var"][0]) > 0  # type: ignore[index]
