@@ -11,8 +11,7 @@ import torch
 
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.many import BUDGET, bucket_size
-from amorgp.amortizer.pairs import period_candidates_many
-from amorgp.amortizer.periodogram import period_candidates
+from amorgp.amortizer.periodogram import period_candidates, period_candidates_many
 from amorgp.core.errors import OptionError
 
 KERNELS = ["SE + PER", "LIN + SE*PER"]

@@ -15,11 +15,11 @@ every stage runs once per bucket on all its (dataset, kernel) pairs:
    batch (no padding: equal sizes), the kernel encoder-decoder and the heads decode the
    ``B K`` pairs;
 3. **multi-start** (with calibration and more than one start): the periodogram of all
-   datasets in one call (:func:`amorgp.amortizer.pairs.period_candidates_many`, the same peaks as
-   :func:`amorgp.amortizer.periodogram.period_candidates`), the starts of each pair, the
-   network's included (:mod:`amorgp.amortizer.multistart`), all calibrated on the
-   scoring points in one pass, scored by the calibration's exact likelihood (a batched
-   Cholesky for ``LIN`` addends), the best kept;
+   datasets in one call (:func:`amorgp.amortizer.periodogram.period_candidates_many`,
+   which :func:`~amorgp.amortizer.periodogram.period_candidates` also runs), the starts
+   of each pair, the network's included (:mod:`amorgp.amortizer.multistart`), all
+   calibrated on the scoring points in one pass, scored by the calibration's exact
+   likelihood, the best kept;
 4. **calibration** of every pair's winner on all its points in one pass: the kernel
    matrices of all pairs in one evaluator call, one Householder reflection per pair and
    LAPACK's tridiagonalisation per matrix, and the profile likelihood's pivot recurrence

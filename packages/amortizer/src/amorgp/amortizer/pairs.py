@@ -26,7 +26,7 @@ from amorgp.amortizer.multistart import (
     has_periodic,
 )
 from amorgp.amortizer.null_starts import NULL_RULES, NullNetwork
-from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle
+from amorgp.amortizer.periodogram import period_candidates_many
 from amorgp.amortizer.spectra import _Eigen, _spectrum, _Tridiagonal, tridiagonal_form
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
@@ -36,7 +36,6 @@ __all__ = [
     "log_likelihood_rows",
     "multistart_rows",
     "pair_matrices",
-    "period_candidates_many",
 ]
 
 RECURRENCE_BYTES = 8 * 2**20
@@ -174,72 +173,6 @@ def log_likelihood_rows(Km: Tensor, Y: Tensor, noise: Tensor) -> Tensor:
     )
     good = ok & (info == 0) & torch.isfinite(lml)
     return torch.where(good, lml, torch.full_like(lml, -math.inf))
-
-
-def period_candidates_many(
-    X: Tensor, Y: Tensor, peaks: int = PEAKS
-) -> list[list[tuple[int, float, float]]]:
-    """:func:`amorgp.amortizer.periodogram.period_candidates` of ``B`` datasets of equal
-    size at once: ``X (B, n, d)``, ``Y (B, n)``; one periodogram call for all of them (the
-    frequency grid of each dataset as there), then per dataset its strongest peaks."""
-    X = X.detach().to(torch.float64)
-    Y = Y.detach().to(torch.float64)
-    B, n, d = X.shape
-    if n < 4:
-        return [[] for _ in range(B)]
-    span = (X.amax(1) - X.amin(1)).clamp_min(1e-12)  # (B, d)
-    srt = X.sort(1).values
-    distinct = ((srt[:, 1:] != srt[:, :-1]).sum(1) + 1).amax(1).clamp_max(n)  # (B,)
-    out: list[list[tuple[int, float, float]]] = [[] for _ in range(B)]
-    # datasets with the same number of distinct inputs share a frequency grid
-    for m in torch.unique(distinct).tolist():  # a few groups at most
-        rows = (distinct == m).nonzero()[:, 0]
-        f_max = max(2.0, 0.5 * (m - 1))
-        f_lo, df = 1.5, 1.0 / 5
-        F = int(min(MAX_FREQUENCIES, max(8, (f_max - f_lo) / df)))
-        f = torch.linspace(f_lo, f_max, F, dtype=torch.float64, device=X.device)
-        G = len(rows)
-        sig = _signals_many(X[rows], Y[rows])  # (3, G, d, n)
-        xs = (X[rows] / span[rows][:, None, :]).transpose(1, 2).reshape(G * d, n)
-        power = lomb_scargle(xs, sig.reshape(3 * G * d, n), 2.0 * math.pi * f)
-        var = (sig.reshape(3 * G * d, n) ** 2).mean(-1).clamp_min(1e-300)
-        power = (2.0 * power / (n * var[:, None])).view(3, G, d, F).amax(0)  # (G, d, F)
-        inner = (power[..., 1:-1] > power[..., :-2]) & (power[..., 1:-1] >= power[..., 2:])
-        gi, dims, idx = inner.nonzero(as_tuple=True)
-        idx = idx + 1
-        left, mid = power[gi, dims, idx - 1], power[gi, dims, idx]
-        right = power[gi, dims, idx + 1]
-        curv = left - 2.0 * mid + right
-        shift = torch.where(curv < 0, 0.5 * (left - right) / curv, torch.zeros_like(curv))
-        freq = f[idx] + shift.clamp(-1.0, 1.0) * (f[1] - f[0])
-        period = (span[rows][gi, dims] / freq).tolist()
-        dl, ml = dims.tolist(), mid.tolist()
-        ends = torch.bincount(gi, minlength=G).cumsum(0).tolist()  # gi is sorted
-        for g, b in enumerate(rows.tolist()):  # bookkeeping: a few dozen peaks per dataset
-            mine = sorted(range(ends[g - 1] if g else 0, ends[g]), key=lambda i: -ml[i])
-            got = out[b]
-            for i in mine:
-                j, p = dl[i], period[i]
-                if any(j == j2 and abs(p / p2 - 1.0) < 0.1 for j2, p2, _ in got):
-                    continue
-                got.append((j, p, ml[i]))
-                if len(got) >= peaks:
-                    break
-    return out
-
-
-def _signals_many(X: Tensor, Y: Tensor) -> Tensor:
-    """:func:`amorgp.amortizer.periodogram._signals` of ``B`` datasets ``X (B, n, d)``,
-    ``Y (B, n)``: ``(3, B, d, n)`` (the least-squares fits batched)."""
-    B, n, d = X.shape
-    A = torch.cat([torch.ones(B, n, 1, dtype=X.dtype, device=X.device), X], 2)
-    lin = Y - (A @ torch.linalg.lstsq(A, Y[..., None]).solution)[..., 0]  # (B, n)
-    xc = X.transpose(1, 2) - 0.5  # (B, d, n)
-    V = torch.stack([torch.ones_like(xc), xc, xc**2, xc**3], -1)  # (B, d, n, 4)
-    coef = torch.linalg.lstsq(V, Y[:, None, :, None].expand(B, d, n, 1)).solution
-    cubic = Y[:, None, :] - (V @ coef)[..., 0]
-    sig = torch.stack([Y[:, None, :].expand(B, d, n), lin[:, None, :].expand(B, d, n), cubic])
-    return sig - sig.mean(-1, keepdim=True)
 
 
 def multistart_rows(

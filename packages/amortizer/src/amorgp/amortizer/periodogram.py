@@ -9,7 +9,13 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["MAX_FREQUENCIES", "PEAKS", "lomb_scargle", "period_candidates"]
+__all__ = [
+    "MAX_FREQUENCIES",
+    "PEAKS",
+    "lomb_scargle",
+    "period_candidates",
+    "period_candidates_many",
+]
 
 PEAKS = 4
 """Periodogram peaks proposed per kernel (the strongest over all dimensions and signals)."""
@@ -122,21 +128,6 @@ def lomb_scargle(x: Tensor, y: Tensor, freqs: Tensor) -> Tensor:
     return power.permute(2, 0, 1, 3).reshape(R, G, P)[..., :F].reshape(B, F)
 
 
-def _signals(X: Tensor, y: Tensor) -> Tensor:
-    """``(3, d, n)`` centred signals per input dimension: the targets, the residual of a
-    least-squares linear fit in all inputs, the residual of a cubic fit in that input."""
-    n, d = X.shape
-    ones = torch.ones(n, 1, dtype=X.dtype, device=X.device)
-    A = torch.cat([ones, X], 1)
-    lin = y - A @ torch.linalg.lstsq(A, y[:, None]).solution[:, 0]
-    xc = X.T - 0.5  # (d, n)
-    V = torch.stack([torch.ones_like(xc), xc, xc**2, xc**3], -1)  # (d, n, 4)
-    coef = torch.linalg.lstsq(V, y.expand(d, n)[..., None]).solution  # (d, 4, 1)
-    cubic = y - (V @ coef)[..., 0]
-    sig = torch.stack([y.expand(d, n), lin.expand(d, n), cubic])
-    return sig - sig.mean(-1, keepdim=True)
-
-
 def period_candidates(X: Tensor, y: Tensor, peaks: int = PEAKS) -> list[tuple[int, float, float]]:
     """Periods suggested by the data, strongest first.
 
@@ -157,36 +148,71 @@ def period_candidates(X: Tensor, y: Tensor, peaks: int = PEAKS) -> list[tuple[in
         ``[(dim, period, power)]``: at most ``peaks`` candidates, periods in the units of
         ``X``, at most ``2/3`` of the dimension's range.
     """
+    return period_candidates_many(X[None], y[None], peaks)[0]
+
+
+def period_candidates_many(
+    X: Tensor, Y: Tensor, peaks: int = PEAKS
+) -> list[list[tuple[int, float, float]]]:
+    """:func:`period_candidates` of ``B`` datasets of equal size at once: ``X (B, n, d)``,
+    ``Y (B, n)``; one periodogram call for the datasets that share a frequency grid (the
+    same number of distinct input values), then per dataset its strongest peaks."""
     X = X.detach().to(torch.float64)
-    y = y.detach().to(torch.float64)
-    n, d = X.shape
+    Y = Y.detach().to(torch.float64)
+    B, n, d = X.shape
     if n < 4:
-        return []
-    span = (X.max(0).values - X.min(0).values).clamp_min(1e-12)  # (d,)
-    distinct = min(n, int(max(len(torch.unique(X[:, j])) for j in range(d))))
-    f_max = max(2.0, 0.5 * (distinct - 1))
-    f_lo, df = 1.5, 1.0 / _OVERSAMPLE
-    F = int(min(MAX_FREQUENCIES, max(8, (f_max - f_lo) / df)))
-    f = torch.linspace(f_lo, f_max, F, dtype=torch.float64, device=X.device)  # cycles / range
-    sig = _signals(X, y)  # (3, d, n)
-    xs = (X / span).T  # (d, n): the three signals of a dimension share its positions
-    power = lomb_scargle(xs, sig.reshape(3 * d, n), 2.0 * math.pi * f)
-    var = (sig.reshape(3 * d, n) ** 2).mean(-1).clamp_min(1e-300)
-    power = (2.0 * power / (n * var[:, None])).view(3, d, F).amax(0)  # (d, F)
-    inner = (power[:, 1:-1] > power[:, :-2]) & (power[:, 1:-1] >= power[:, 2:])
-    dims, idx = inner.nonzero(as_tuple=True)
-    idx = idx + 1
-    left, mid, right = power[dims, idx - 1], power[dims, idx], power[dims, idx + 1]
-    curv = left - 2.0 * mid + right
-    shift = torch.where(curv < 0, 0.5 * (left - right) / curv, torch.zeros_like(curv))
-    freq = f[idx] + shift.clamp(-1.0, 1.0) * (f[1] - f[0])
-    order = torch.argsort(mid, descending=True)
-    out: list[tuple[int, float, float]] = []
-    for k in order.tolist():  # a few dozen peaks at most are read
-        j, period = int(dims[k]), float(span[dims[k]] / freq[k])
-        if any(j == j2 and abs(period / p2 - 1.0) < 0.1 for j2, p2, _ in out):
-            continue
-        out.append((j, period, float(mid[k])))
-        if len(out) >= peaks:
-            break
+        return [[] for _ in range(B)]
+    span = (X.amax(1) - X.amin(1)).clamp_min(1e-12)  # (B, d)
+    srt = X.sort(1).values
+    distinct = ((srt[:, 1:] != srt[:, :-1]).sum(1) + 1).amax(1).clamp_max(n)  # (B,)
+    out: list[list[tuple[int, float, float]]] = [[] for _ in range(B)]
+    # datasets with the same number of distinct inputs share a frequency grid
+    for m in torch.unique(distinct).tolist():  # a few groups at most
+        rows = (distinct == m).nonzero()[:, 0]
+        f_max = max(2.0, 0.5 * (m - 1))
+        f_lo, df = 1.5, 1.0 / _OVERSAMPLE
+        F = int(min(MAX_FREQUENCIES, max(8, (f_max - f_lo) / df)))
+        f = torch.linspace(f_lo, f_max, F, dtype=torch.float64, device=X.device)
+        G = len(rows)
+        sig = _signals(X[rows], Y[rows])  # (3, G, d, n)
+        xs = (X[rows] / span[rows][:, None, :]).transpose(1, 2).reshape(G * d, n)
+        power = lomb_scargle(xs, sig.reshape(3 * G * d, n), 2.0 * math.pi * f)
+        var = (sig.reshape(3 * G * d, n) ** 2).mean(-1).clamp_min(1e-300)
+        power = (2.0 * power / (n * var[:, None])).view(3, G, d, F).amax(0)  # (G, d, F)
+        inner = (power[..., 1:-1] > power[..., :-2]) & (power[..., 1:-1] >= power[..., 2:])
+        gi, dims, idx = inner.nonzero(as_tuple=True)
+        idx = idx + 1
+        left, mid = power[gi, dims, idx - 1], power[gi, dims, idx]
+        right = power[gi, dims, idx + 1]
+        curv = left - 2.0 * mid + right
+        shift = torch.where(curv < 0, 0.5 * (left - right) / curv, torch.zeros_like(curv))
+        freq = f[idx] + shift.clamp(-1.0, 1.0) * (f[1] - f[0])
+        period = (span[rows][gi, dims] / freq).tolist()
+        dl, ml = dims.tolist(), mid.tolist()
+        ends = torch.bincount(gi, minlength=G).cumsum(0).tolist()  # gi is sorted
+        for g, b in enumerate(rows.tolist()):  # bookkeeping: a few dozen peaks per dataset
+            mine = sorted(range(ends[g - 1] if g else 0, ends[g]), key=lambda i: -ml[i])
+            got = out[b]
+            for i in mine:
+                j, p = dl[i], period[i]
+                if any(j == j2 and abs(p / p2 - 1.0) < 0.1 for j2, p2, _ in got):
+                    continue
+                got.append((j, p, ml[i]))
+                if len(got) >= peaks:
+                    break
     return out
+
+
+def _signals(X: Tensor, Y: Tensor) -> Tensor:
+    """``(3, B, d, n)`` centred signals per dataset ``X (B, n, d)``, ``Y (B, n)`` and input
+    dimension: the targets, the residual of a least-squares linear fit in all inputs, the
+    residual of a cubic fit in that input (the fits batched)."""
+    B, n, d = X.shape
+    A = torch.cat([torch.ones(B, n, 1, dtype=X.dtype, device=X.device), X], 2)
+    lin = Y - (A @ torch.linalg.lstsq(A, Y[..., None]).solution)[..., 0]  # (B, n)
+    xc = X.transpose(1, 2) - 0.5  # (B, d, n)
+    V = torch.stack([torch.ones_like(xc), xc, xc**2, xc**3], -1)  # (B, d, n, 4)
+    coef = torch.linalg.lstsq(V, Y[:, None, :, None].expand(B, d, n, 1)).solution
+    cubic = Y[:, None, :] - (V @ coef)[..., 0]
+    sig = torch.stack([Y[:, None, :].expand(B, d, n), lin[:, None, :].expand(B, d, n), cubic])
+    return sig - sig.mean(-1, keepdim=True)
