@@ -229,6 +229,8 @@ def _data() -> tuple[np.ndarray, np.ndarray]:
         ({"gp_options": {"n_probes": 0}}, r"n_probes must be an integer >= 1, got 0"),
         ({"gp_options": {"precond_rank": -1}}, r"precond_rank must be an integer >= 0, got -1"),
         ({"gp_options": {"n_probes": 2.5}}, r"n_probes must be an integer >= 1, got 2.5"),
+        ({"gp_options": {"n_probes": 10**12}}, r"n_probes must be at most 10000, got 10{12}$"),
+        ({"gp_options": {"max_cg_iter": 10**9}}, r"max_cg_iter must be at most 100000, got"),
         ({"gp_options": {"tol": 1e-3}}, r"unknown gp_options \['tol'\]"),
         ({"encoder_points": 2.5}, r"encoder_points must be an integer >= 1, got 2.5"),
         ({"encoder_points": 0}, r"encoder_points must be an integer >= 1, got 0"),

@@ -43,6 +43,27 @@ def test_the_probe_timeout_must_be_finite_and_positive(
         probe_module._timeout()
 
 
+@pytest.mark.parametrize("value", ["3000000", "1e7", "1e300", "86400.5"])
+def test_a_probe_timeout_past_one_day_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """``subprocess.run`` raised ``OverflowError`` for timeouts past some 25 days."""
+    monkeypatch.setenv("AMORGP_KEOPS_PROBE_TIMEOUT", value)
+    with pytest.raises(OptionError, match=r"at most 86400 \(default 600\)"):
+        probe_module._timeout()
+    monkeypatch.setenv("AMORGP_KEOPS_PROBE_TIMEOUT", "86400")
+    assert probe_module._timeout() == 86400.0
+
+
+def test_a_long_probe_timeout_value_is_cut_in_the_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AMORGP_KEOPS_PROBE_TIMEOUT", "9" * 5000)
+    with pytest.raises(OptionError, match=r"\.\.\. \(5000 characters\)") as info:
+        probe_module._timeout()
+    assert len(str(info.value)) < 200
+
+
 def test_a_valid_probe_timeout_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AMORGP_KEOPS_PROBE_TIMEOUT", " 2.5 ")
     assert probe_module._timeout() == 2.5

@@ -49,6 +49,48 @@ def test_solver_options_out_of_their_domain_are_refused(
         Posterior.from_kernel(kernel, X, y, 0.05, backend=backend, **options)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"n_probes": 10**12}, r"n_probes must be at most 10000, got 1000000000000$"),
+        ({"max_cg_iter": 10**9}, r"max_cg_iter must be at most 100000, got 1000000000$"),
+        ({"precond_rank": 2**40}, r"precond_rank must be at most 100000, got 1099511627776$"),
+        ({"max_tries": 10**6}, r"max_tries must be at most 100, got 1000000$"),
+        ({"var_block": 2**31}, r"var_block must be at most 1073741824, got 2147483648$"),
+        ({"var_block": 0}, r"var_block must be an integer >= 1, got 0$"),
+    ],
+)
+@pytest.mark.parametrize("backend", ["cholesky", "cg"])
+def test_integer_sizes_past_their_maximum_are_refused_before_any_allocation(
+    options: dict[str, int], message: str, backend: str
+) -> None:
+    """``n_probes=10**12`` reached an (n, 10**12) allocation (88 TB at n = 10^4)."""
+    kernel, X, y = _problem()
+    with pytest.raises(OptionError, match=message):
+        Posterior.from_kernel(kernel, X, y, 0.05, backend=backend, **options)  # type: ignore[arg-type]
+
+
+def test_the_largest_accepted_sizes_pass_the_check() -> None:
+    from amorgp.lazy_kernels.solvers import MAX_SOLVER_SIZES, check_solver_options
+
+    assert MAX_SOLVER_SIZES["n_probes"] == 10_000
+    assert check_solver_options(n_probes=10_000, max_cg_iter=100_000) == {
+        "n_probes": 10_000,
+        "max_cg_iter": 100_000,
+    }
+
+
+def test_a_huge_option_value_is_cut_in_the_message() -> None:
+    from amorgp.lazy_kernels.solvers import check_solver_options
+
+    with pytest.raises(OptionError, match=r"got 1{80}\.\.\. \(4001 characters\)$") as info:
+        check_solver_options(n_probes=int("1" * 4001))
+    assert len(str(info.value)) < 200
+    with pytest.raises(OptionError, match=r"got <an integer of 16610 bits>$") as info:
+        check_solver_options(n_probes=10**5000)
+    assert len(str(info.value)) < 200
+
+
 @pytest.mark.parametrize("budget", [math.nan, 0.0, -1.0, "lots"])
 def test_a_memory_budget_must_be_a_positive_number(budget: object) -> None:
     kernel, X, y = _problem()

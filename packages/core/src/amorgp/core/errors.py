@@ -21,7 +21,9 @@ class                        raised for                                       CL
 ``MissingExtraError`` a ``ModuleNotFoundError``.  ``KernelSyntaxError`` stays with the
 parser, which adds the caret pointing at the offending character.
 
-This module imports nothing: the command line's ``--help`` loads it without torch.
+:func:`shorten` cuts input echoed in a message (a kernel string, a file's record) to a
+bounded length.  This module imports nothing: the command line's ``--help`` loads it
+without torch.
 """
 
 from __future__ import annotations
@@ -59,3 +61,21 @@ class TrainingError(AmorgpError, RuntimeError):
 class MissingExtraError(AmorgpError, ModuleNotFoundError):
     """An optional part (training, the paper's experiments) whose dependencies are not
     installed; the message says what to install."""
+
+
+def shorten(text: object, limit: int = 80) -> str:
+    """``text`` for an error message (a string as it is, anything else as its ``repr``):
+    whole when at most ``limit`` characters, else its first ``limit`` characters and
+    ``"... (N characters)"``, so a message never echoes unbounded input.  An integer too
+    long for ``repr`` (over 4300 digits) is described by its size."""
+    if isinstance(text, str):
+        shown = text
+    else:
+        try:
+            shown = repr(text)
+        except ValueError:  # int's digit limit
+            bits = text.bit_length() if isinstance(text, int) else 0
+            return f"<an integer of {bits} bits>"
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[:limit]}... ({len(shown)} characters)"

@@ -24,7 +24,8 @@ and CUDA version), so the probe runs once per environment, not once per process:
 ``AMORGP_KEOPS_PROBE_TIMEOUT``
     seconds the child may take (default 600: the first run compiles two formulas);
     a timeout counts as a failure for this process but is not written to disk.  A value
-    that is not a finite positive number is an :class:`~amorgp.core.errors.OptionError`.
+    that is not a finite positive number of at most :data:`MAX_PROBE_TIMEOUT_S` (one day)
+    is an :class:`~amorgp.core.errors.OptionError`.
 
 The cache file must be a regular file (or not exist yet) of at most
 :data:`MAX_CACHE_BYTES`; a folder there is an ``OptionError``, a device or an oversized
@@ -50,7 +51,7 @@ from pathlib import Path
 
 import torch
 
-from amorgp.core.errors import OptionError
+from amorgp.core.errors import OptionError, shorten
 from amorgp.core.warn import warn
 
 __all__ = [
@@ -63,6 +64,9 @@ __all__ = [
 ]
 
 PROBE_TIMEOUT_S = 600.0
+MAX_PROBE_TIMEOUT_S = 86400.0
+"""Longest probe timeout accepted (one day; the operating system's waits overflow near
+2**31 milliseconds, some 25 days)."""
 MAX_CACHE_BYTES = 2**20
 """Largest probe cache file read (an outcome is some 300 bytes)."""
 _OFF = ("0", "off", "false", "no")
@@ -162,7 +166,7 @@ def _timeout() -> float:
     """``AMORGP_KEOPS_PROBE_TIMEOUT`` in seconds (default :data:`PROBE_TIMEOUT_S`).
 
     Raises:
-        OptionError: not a finite positive number.
+        OptionError: not a finite positive number of at most :data:`MAX_PROBE_TIMEOUT_S`.
     """
     value = os.environ.get("AMORGP_KEOPS_PROBE_TIMEOUT", "").strip()
     if not value:
@@ -171,10 +175,10 @@ def _timeout() -> float:
         seconds = float(value)
     except ValueError:
         seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_PROBE_TIMEOUT_S):
         raise OptionError(
-            f"AMORGP_KEOPS_PROBE_TIMEOUT={value!r} must be a finite positive number of "
-            f"seconds (default {PROBE_TIMEOUT_S:g})"
+            f"AMORGP_KEOPS_PROBE_TIMEOUT={shorten(value, 40)!r} must be a finite positive number of "
+            f"seconds, at most {MAX_PROBE_TIMEOUT_S:g} (default {PROBE_TIMEOUT_S:g})"
         )
     return seconds
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 import torch
 from torch import Tensor
 
-from amorgp.core.errors import DataError, OptionError
+from amorgp.core.errors import DataError, OptionError, shorten
 from amorgp.diff_linalg import robust_cholesky
 from amorgp.lazy_kernels.cg import (
     PivotedCholeskyPreconditioner,
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from amorgp.lazy_kernels.operators import KernelOperator
 
 __all__ = [
+    "MAX_SOLVER_SIZES",
     "check_solver_options",
     "BlockSolver",
     "CGSolver",
@@ -84,26 +85,46 @@ def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+MAX_SOLVER_SIZES = {
+    "max_cg_iter": 100_000,
+    "n_probes": 10_000,
+    "precond_rank": 100_000,
+    "max_tries": 100,
+    "var_block": 2**30,
+}
+"""Largest value of each integer size option :func:`check_solver_options` accepts: far
+beyond any useful setting (the defaults are 1000 iterations, 15 probes, rank 64, 5 tries),
+and small enough that a typo (``n_probes=10**12``, an ``(n, n_probes)`` matrix of 88 TB
+at n = 10^4) is refused before anything is allocated."""
+
+
 def check_solver_options(**options: Any) -> dict[str, Any]:
     """Check the solver options a :class:`~amorgp.lazy_kernels.Posterior` passes on
-    (``cg_tol`` in (0, 1), ``max_cg_iter`` and ``n_probes`` >= 1, ``precond_rank`` >= 0,
-    ``jitter`` >= 0 finite, ``max_tries`` >= 1; others unchecked); returns them.
+    (``cg_tol`` in (0, 1), ``max_cg_iter``, ``n_probes`` and ``var_block`` >= 1,
+    ``precond_rank`` >= 0, ``jitter`` >= 0 finite, ``max_tries`` >= 1, each integer size
+    at most its :data:`MAX_SOLVER_SIZES` entry; others unchecked); returns them.
 
     Raises:
         OptionError: naming the option, its value and its domain.
     """
+
     rules = {
         "cg_tol": (lambda v: _is_real(v) and 0 < v < 1, "a number in (0, 1)"),
         "max_cg_iter": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
         "n_probes": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
         "max_tries": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
         "precond_rank": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+        "var_block": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
         "jitter": (lambda v: _is_real(v) and math.isfinite(v) and v >= 0, "a finite number >= 0"),
     }
     for name, value in options.items():
+        shown = shorten(repr(value) if isinstance(value, str) else value)
         rule = rules.get(name)
         if rule is not None and not rule[0](value):
-            raise OptionError(f"{name} must be {rule[1]}, got {value!r}")
+            raise OptionError(f"{name} must be {rule[1]}, got {shown}")
+        high = MAX_SOLVER_SIZES.get(name)
+        if high is not None and value > high:
+            raise OptionError(f"{name} must be at most {high}, got {shown}")
     return options
 
 
@@ -150,6 +171,7 @@ class Solver(ABC):
         generator: torch.Generator | None = None,
     ) -> None:
         check_solver_options(
+            **({} if var_block is None else {"var_block": var_block}),
             jitter=jitter,
             max_tries=max_tries,
             cg_tol=cg_tol,
