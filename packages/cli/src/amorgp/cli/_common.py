@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import click
 
 from amorgp.cli._output import non_finite
+from amorgp.core.errors import shorten
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import Amortizer, KernelResult
@@ -62,17 +63,29 @@ def kernels_option(help_text: str) -> Callable[[F], F]:
     return click.option("--kernel", "-k", "kernels", multiple=True, required=True, help=help_text)
 
 
+_INDEX_DIGITS = 6
+"""Most digits of a dimension or addend index in a hyperparameter name (a million
+dimensions is far beyond any kernel; a 5000-digit index is not even an ``int``)."""
+
+
+def _index(text: str) -> bool:
+    """Whether ``text`` is an index: ASCII digits only (``str.isdigit`` also accepts
+    superscripts such as ``²`` that ``int`` refuses), at most :data:`_INDEX_DIGITS`."""
+    return text.isascii() and text.isdigit() and len(text) <= _INDEX_DIGITS
+
+
 def _constraint_name(text: str, option: str) -> str | tuple[int, int, str]:
     """``noise`` or ``DIM.ADDEND.NAME`` (the ``--json`` hyperparameters' ``dim``,
     ``addend`` and ``name``) as a name of ``Amortizer.infer_many``'s ``fixed``/``bounds``."""
     if text == "noise":
         return "noise"
     parts = text.split(".")
-    if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() and parts[2]:
+    if len(parts) == 3 and _index(parts[0]) and _index(parts[1]) and parts[2]:
         return (int(parts[0]), int(parts[1]), parts[2])
     raise click.BadParameter(
-        f"{text!r} is not a hyperparameter name: 'noise' or DIM.ADDEND.NAME as in --json's "
-        "hyperparameters (e.g. 0.0.lengthscale)",
+        f"{shorten(text)!r} is not a hyperparameter name: 'noise' or DIM.ADDEND.NAME as in "
+        f"--json's hyperparameters, DIM and ADDEND of at most {_INDEX_DIGITS} digits 0-9 "
+        "(e.g. 0.0.lengthscale)",
         param_hint=option,
     )
 
