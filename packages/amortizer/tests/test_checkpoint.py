@@ -332,3 +332,44 @@ def test_bounded_build_counts_every_constructor() -> None:
     assert sum(p.numel() for p in built.parameters()) == count
     with pytest.raises(ValueError, match="needs more than"), _BoundedBuild(count // 2, Path("x")):
         build_model(NET)
+
+
+def _edit_meta(path: Path, edit: object) -> None:
+    meta = json.loads((path / "checkpoint.json").read_text())
+    edit(meta)  # type: ignore[operator]
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+
+
+def test_a_checkpoint_with_100000_vocabulary_symbols_gives_a_bounded_message(
+    tmp_path: Path,
+) -> None:
+    """The whole symbol list came back in the message: a 600 kB line."""
+    ckpt = testing.tiny_checkpoint(tmp_path)
+    _edit_meta(ckpt, lambda m: m["network"]["vocabulary"].update(symbols=["SE"] * 100_000))
+    with pytest.raises(CheckpointError, match=r"invalid network config: .*duplicate") as info:
+        load_checkpoint(ckpt)
+    message = str(info.value)
+    assert re.search(r"\.\.\. \(\d{6} characters\)$", message), message[-200:]
+    assert len(message) < len(str(ckpt)) + 400
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda m: m.update(format="x" * 100_000), "unsupported format 'xxx"),
+        (
+            lambda m: m["sha256"].update({"../" + "y" * 100_000: "0"}),
+            "names the tensor file '../yy",
+        ),
+    ],
+)
+def test_long_checkpoint_content_is_cut_in_the_message(
+    tmp_path: Path, edit: object, words: str
+) -> None:
+    ckpt = testing.tiny_checkpoint(tmp_path)
+    _edit_meta(ckpt, edit)
+    with pytest.raises(CheckpointError, match=re.escape(words)) as info:
+        load_checkpoint(ckpt)
+    assert "characters)" in str(info.value)
+    assert len(str(info.value)) < len(str(ckpt)) * 2 + 400

@@ -26,3 +26,9 @@ def test_the_limit_and_non_strings() -> None:
 
 def test_an_integer_past_the_digit_limit_is_described_by_its_size() -> None:
     assert shorten(2**20_000) == "<an integer of 20001 bits>"
+
+
+def test_quoted_strings() -> None:
+    assert shorten("SE", quote=True) == "'SE'"
+    assert shorten("ab" * 50, 4, quote=True) == "'abab'... (100 characters)"
+    assert shorten(12, quote=True) == "12"

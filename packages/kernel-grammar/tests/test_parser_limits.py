@@ -51,3 +51,24 @@ def test_unknown_name_hint_lists_only_the_vocabulary() -> None:
     assert "did you mean 'PER'" in info.value.hint
     assert "MAT52" not in info.value.hint
     assert "RQ" not in info.value.hint
+
+
+@pytest.mark.parametrize(
+    ("text", "token"),
+    [
+        ("SE*" + "1" * 100_000, "unexpected number '" + "1" * 40 + "'... (100000 characters)"),
+        ("SE " + "SE" * 50_000, "unexpected '" + "SE" * 20 + "'... (100000 characters)"),
+        ("(SE " + "A" * 100_000, "(found '" + "A" * 40 + "'... (100000 characters) instead)"),
+        ("Q" * 100_000, "unknown kernel '" + "Q" * 40 + "'... (100000 characters)"),
+        ("SEX" * 33_333 + "SE", "by spaces: '" + "SE x " * 14 + "SE'... (166667 characters)"),
+    ],
+)
+def test_a_100_kb_kernel_text_gives_a_bounded_message(text: str, token: str) -> None:
+    """The reason and hint once quoted a whole token: a 100 kB text came back as a
+    100 kB message."""
+    with pytest.raises(KernelSyntaxError) as info:
+        parse(text)
+    message = str(info.value)
+    assert token in message
+    assert len(message) < 500
+    assert len(message.splitlines()) <= 4

@@ -59,7 +59,7 @@ from torch.overrides import TorchFunctionMode
 
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.model import build_model
-from amorgp.core.errors import CheckpointError
+from amorgp.core.errors import CheckpointError, shorten
 
 __all__ = [
     "FORMAT",
@@ -186,10 +186,14 @@ def check_file_name(path: Path, name: str) -> None:
     )
     if not plain:
         raise CheckpointError(
-            f"checkpoint {path}: {META_FILE} names the tensor file {name!r}, which is not a "
+            f"checkpoint {path}: {META_FILE} names the tensor file {shorten(name, quote=True)}, "
+            "which is not a "
             "plain file name inside the checkpoint folder; refusing to read or copy it"
         )
 
+
+_ERR_SHOWN = 240
+"""Characters of a checkpoint's content (names, a reader's error) echoed in a message."""
 
 MAX_META_BYTES = 16 * 2**20
 """Largest ``checkpoint.json`` read (a bundled one is a few kB)."""
@@ -247,7 +251,9 @@ def check_weight_shapes(path: Path, names: list[str], network: NetworkConfig) ->
                 for key in fh.keys():  # noqa: SIM118 (safe_open has no __iter__)
                     stored[key] = tuple(fh.get_slice(key).get_shape())
         except (SafetensorError, OSError) as err:
-            raise CheckpointError(f"checkpoint {path}: cannot read {name}: {err}") from err
+            raise CheckpointError(
+                f"checkpoint {path}: cannot read {name}: {shorten(str(err), _ERR_SHOWN)}"
+            ) from err
     limit = sum(math.prod(shape) for shape in stored.values()) + BUILD_SLACK
     with _BoundedBuild(limit, path):
         skeleton = build_model(network)
@@ -270,7 +276,7 @@ def check_weight_shapes(path: Path, names: list[str], network: NetworkConfig) ->
         )
         raise CheckpointError(
             f"checkpoint {path}: the stored weights do not match the architecture in "
-            f"{META_FILE} ({detail}); refusing to build the network"
+            f"{META_FILE} ({shorten(detail, _ERR_SHOWN)}); refusing to build the network"
         )
     return skeleton
 
@@ -345,7 +351,7 @@ def check_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
         bad = int((~torch.isfinite(value)).sum())
         if bad:
             raise CheckpointError(
-                f"{what} is broken: tensor {name!r} holds {bad} non-finite value(s) "
+                f"{what} is broken: tensor {shorten(name, quote=True)} holds {bad} non-finite value(s) "
                 f"(NaN or inf) of {value.numel()}"
             )
 
@@ -398,7 +404,9 @@ def optimizer_from_tensors(
     try:
         optimizer.load_state_dict({"state": state, "param_groups": groups})
     except (ValueError, KeyError, RuntimeError) as err:
-        raise CheckpointError(f"optimizer state does not match the model: {err}") from err
+        raise CheckpointError(
+            f"optimizer state does not match the model: {shorten(str(err), _ERR_SHOWN)}"
+        ) from err
 
 
 def save_checkpoint(
@@ -550,10 +558,14 @@ def _read_meta(path: Path) -> dict[str, Any]:
         with meta_path.open("rb") as fh:
             meta = json.loads(fh.read(MAX_META_BYTES + 1).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise CheckpointError(f"{meta_path} is corrupted (invalid JSON: {err})") from err
+        raise CheckpointError(
+            f"{meta_path} is corrupted (invalid JSON: {shorten(str(err), _ERR_SHOWN)})"
+        ) from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise CheckpointError(f"{meta_path}: unsupported format {found!r}; expected {FORMAT!r}")
+        raise CheckpointError(
+            f"{meta_path}: unsupported format {shorten(found, quote=True)}; expected {FORMAT!r}"
+        )
     return meta
 
 
@@ -570,17 +582,20 @@ def _verify_checksums(path: Path, meta: dict[str, Any]) -> None:
     unlisted = sorted(expected - set(digests))
     if unlisted:
         raise CheckpointError(
-            f"checkpoint {path}: {META_FILE} holds no SHA-256 checksum of {', '.join(unlisted)}; "
+            f"checkpoint {path}: {META_FILE} holds no SHA-256 checksum of "
+            f"{shorten(', '.join(unlisted), _ERR_SHOWN)}; "
             "refusing to load unverified tensors (pass verify=False to load it anyway)"
         )
     for name, digest in digests.items():
         check_file_name(path, name)
         file = path / name
         if not file.exists():
-            raise CheckpointError(f"checkpoint {path} is missing {name}")
+            raise CheckpointError(f"checkpoint {path} is missing {shorten(name)}")
         check_regular_file(path, name)
         if _sha256(file) != digest:
-            raise CheckpointError(f"checkpoint {path}: {name} is corrupted (SHA-256 mismatch)")
+            raise CheckpointError(
+                f"checkpoint {path}: {shorten(name)} is corrupted (SHA-256 mismatch)"
+            )
 
 
 def _load_tensors(path: Path, names: list[str]) -> dict[str, torch.Tensor]:
@@ -591,11 +606,15 @@ def _load_tensors(path: Path, names: list[str]) -> dict[str, torch.Tensor]:
         try:
             part = load_file(str(path / name))
         except (SafetensorError, OSError) as err:
-            raise CheckpointError(f"checkpoint {path}: cannot read {name}: {err}") from err
+            raise CheckpointError(
+                f"checkpoint {path}: cannot read {name}: {shorten(str(err), _ERR_SHOWN)}"
+            ) from err
         check_finite(part, f"checkpoint {path} ({name})")
         twice = sorted(set(part) & set(tensors))
         if twice:
-            raise CheckpointError(f"checkpoint {path}: {name} repeats tensor(s) {twice[:3]}")
+            raise CheckpointError(
+                f"checkpoint {path}: {name} repeats tensor(s) {shorten(twice[:3], _ERR_SHOWN)}"
+            )
         tensors.update(part)
     return tensors
 
@@ -638,10 +657,14 @@ def load_checkpoint(
     try:
         network = NetworkConfig.from_dict(meta["network"])
     except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(f"checkpoint {path}: invalid network config: {err}") from err
+        raise CheckpointError(
+            f"checkpoint {path}: invalid network config: {shorten(str(err), _ERR_SHOWN)}"
+        ) from err
     if expect_network is not None and expect_network != network:
         raise CheckpointError(
-            f"checkpoint {path} holds a different architecture: {network} != expected {expect_network}"
+            f"checkpoint {path} holds a different architecture: "
+            f"{shorten(str(network), _ERR_SHOWN)} != expected "
+            f"{shorten(str(expect_network), _ERR_SHOWN)}"
         )
     model_files = tensor_files(path, meta, MODEL_FILE) or [MODEL_FILE]
     model = check_weight_shapes(path, model_files, network)
@@ -650,7 +673,8 @@ def load_checkpoint(
         model.load_state_dict(weights, strict=True)
     except RuntimeError as err:
         raise CheckpointError(
-            f"checkpoint {path}: weights do not match the architecture: {err}"
+            f"checkpoint {path}: weights do not match the architecture: "
+            f"{shorten(str(err), _ERR_SHOWN)}"
         ) from err
     opt: dict[str, torch.Tensor] = {}
     opt_files = tensor_files(path, meta, OPTIMIZER_FILE)

@@ -63,11 +63,12 @@ class MissingExtraError(AmorgpError, ModuleNotFoundError):
     installed; the message says what to install."""
 
 
-def shorten(text: object, limit: int = 80) -> str:
+def shorten(text: object, limit: int = 80, *, quote: bool = False) -> str:
     """``text`` for an error message (a string as it is, anything else as its ``repr``):
     whole when at most ``limit`` characters, else its first ``limit`` characters and
-    ``"... (N characters)"``, so a message never echoes unbounded input.  An integer too
-    long for ``repr`` (over 4300 digits) is described by its size."""
+    ``"... (N characters)"``, so a message never echoes unbounded input.  ``quote``: the
+    kept part of a string in quotes, as ``repr`` writes it (``'SE+SE'... (N characters)``).
+    An integer too long for ``repr`` (over 4300 digits) is described by its size."""
     if isinstance(text, str):
         shown = text
     else:
@@ -76,6 +77,8 @@ def shorten(text: object, limit: int = 80) -> str:
         except ValueError:  # int's digit limit
             bits = text.bit_length() if isinstance(text, int) else 0
             return f"<an integer of {bits} bits>"
+        quote = False
     if len(shown) <= limit:
-        return shown
-    return f"{shown[:limit]}... ({len(shown)} characters)"
+        return repr(shown) if quote else shown
+    head = repr(shown[:limit]) if quote else shown[:limit]
+    return f"{head}... ({len(shown)} characters)"

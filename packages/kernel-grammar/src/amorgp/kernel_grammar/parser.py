@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from amorgp.core.errors import OptionError
+from amorgp.core.errors import OptionError, shorten
 from amorgp.kernel_grammar.expressions import Atom, Expr, Product, Sum
 from amorgp.kernel_grammar.registry import ALIASES, ELEMENTARY, Vocabulary
 
@@ -94,6 +94,8 @@ class KernelSyntaxError(OptionError):
 
 _SHOWN = 72
 """Characters of a long kernel text shown in an error (a window around the problem)."""
+_NAME_SHOWN = 40
+"""Characters of one token (a name, a number) quoted in an error's reason or hint."""
 _MAX_INDEX_DIGITS = 9
 """Most digits of an ``@k`` index (a longer one is refused before ``int()`` reads it)."""
 
@@ -152,7 +154,7 @@ def _known(vocabulary: Vocabulary | None) -> list[str]:
 def _unknown_name_hint(name: str, vocabulary: Vocabulary | None = None) -> str:
     upper = name.upper()
     known_list = _known(vocabulary)
-    known = ", ".join(known_list)
+    known = shorten(", ".join(known_list), _SHOWN * 2)
     if _MATERN_OTHER.match(upper):
         if "MAT52" in known_list:
             return (
@@ -170,7 +172,7 @@ def _unknown_name_hint(name: str, vocabulary: Vocabulary | None = None) -> str:
     if "X" in upper:
         parts = upper.split("X")
         if len(parts) > 1 and all(p in ELEMENTARY or p in ALIASES for p in parts):
-            return f"separate the product operator by spaces: '{' x '.join(parts)}'"
+            return f"separate the product operator by spaces: {shorten(' x '.join(parts), _SHOWN, quote=True)}"
     close = difflib.get_close_matches(upper, known_list, n=1, cutoff=0.4)
     if close:
         return f"did you mean '{close[0]}'? known kernels: {known}"
@@ -207,7 +209,7 @@ class _Parser:
             )
         if self.tok.kind != "END":
             self.error(
-                f"unexpected {self.tok.text!r}",
+                f"unexpected {shorten(self.tok.text, _NAME_SHOWN, quote=True)}",
                 self.tok,
                 "combine kernels with '+' or '*'",
             )
@@ -293,7 +295,7 @@ class _Parser:
             name = ALIASES.get(name, name)
             if name not in ELEMENTARY:
                 self.error(
-                    f"unknown kernel {tok.text[:40]!r}{'...' if len(tok.text) > 40 else ''}",
+                    f"unknown kernel {shorten(tok.text, _NAME_SHOWN, quote=True)}",
                     tok,
                     _unknown_name_hint(tok.text, self.vocabulary),
                 )
@@ -314,7 +316,7 @@ class _Parser:
                 self.error(
                     "unbalanced parentheses: '(' is never closed",
                     tok,
-                    f"add a ')' (found {self.tok.text!r} instead)"
+                    f"add a ')' (found {shorten(self.tok.text, _NAME_SHOWN, quote=True)} instead)"
                     if self.tok.kind != "END"
                     else "add a ')' at the end of the group",
                 )
@@ -328,11 +330,15 @@ class _Parser:
             )
         if tok.kind == "INT":
             self.error(
-                f"unexpected number {tok.text!r}",
+                f"unexpected number {shorten(tok.text, _NAME_SHOWN, quote=True)}",
                 tok,
                 "input dimensions are written after '@', e.g. 'SE@1'",
             )
-        self.error(f"unexpected {tok.text!r}", tok, "a kernel name or '(' must come here")
+        self.error(
+            f"unexpected {shorten(tok.text, _NAME_SHOWN, quote=True)}",
+            tok,
+            "a kernel name or '(' must come here",
+        )
         raise AssertionError("unreachable")
 
 
