@@ -21,7 +21,13 @@ the ``by`` column(s)           the group's key
                                (``LIN`` terms)
 ``mean@<x>``, ``sd@<x>``       with ``predict_at``: the predictive mean and standard
                                deviation (noise included) at each requested point
+                               (``<x>``: its coordinates' shortest round-trip texts,
+                               joined by ``;``: ``mean@1000001``, ``sd@0.5;2``)
 =============================  ==========================================================
+
+A group column named like a result column (``kernel``, ``noise``, a hyperparameter's
+column...) is refused, as are repeated ``predict_at`` points; kernels, ``fixed`` and
+``bounds`` names are checked against the input columns before any group is fitted.
 
 A group that fails (too few rows, a constant target, non-numeric values...) keeps its
 rows with its ``error``; nothing is dropped.  pandas is optional for the package:
@@ -38,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from amorgp.amortizer.io import PANDAS_HINT, require_pandas
-from amorgp.core.errors import OptionError
+from amorgp.core.errors import DataError, OptionError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,6 +57,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FIXED_COLUMNS",
     "PANDAS_HINT",
+    "check_frame",
+    "check_kernels",
     "fit_groups",
     "group_datasets",
     "kernel_label",
@@ -64,10 +72,78 @@ FIXED_COLUMNS = ("kernel", "n_points", "log_marginal_likelihood", "noise", "star
 
 
 def _keys(by: str | Sequence[str]) -> list[str]:
-    keys = [by] if isinstance(by, str) else list(by)
+    """The group column names of ``by`` (a name or a list of names)."""
+    if isinstance(by, str):
+        keys = [by]
+    elif isinstance(by, Sequence) and all(isinstance(k, str) for k in by):
+        keys = list(by)
+    else:
+        raise OptionError(
+            f"by must be a column name or a list of column names, got {_short(by)} "
+            f"({type(by).__name__})"
+        )
     if not keys:
         raise OptionError("by names no column")
+    if len(set(keys)) != len(keys):
+        raise OptionError(f"by names a column twice: {keys}")
     return keys
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_frame(df: Any, what: str = "df") -> None:
+    """Raise :class:`OptionError` (one line) where ``df`` is not a pandas DataFrame."""
+    pd = require_pandas()
+    if not isinstance(df, pd.DataFrame):
+        raise OptionError(f"{what} must be a pandas DataFrame, got {type(df).__name__}")
+
+
+def check_kernels(
+    kernels: Sequence[str | DimWiseStructure],
+    d: int,
+    key_names: Sequence[str],
+    points: np.ndarray | None = None,
+    amortizer: Amortizer | None = None,
+    constraints: Mapping[str, Any] | None = None,
+) -> list[DimWiseStructure]:
+    """Every kernel parsed for ``d`` inputs (against ``amortizer``'s network where given),
+    ``constraints`` (``fixed``, ``bounds``, ``noise_floor``, ``priors``) checked against
+    them, and no group column named like a result column: the checks of
+    :func:`fit_groups` before any work.
+
+    Raises:
+        OptionError: (or its :class:`~amorgp.kernel_grammar.KernelSyntaxError`) one line
+            naming the kernel, the constraint or the group column.
+    """
+    from amorgp.amortizer.constraints import check_constraints
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    structures = []
+    for k in kernels:
+        if not isinstance(k, str | DimWiseStructure):
+            raise OptionError(
+                f"a kernel is an expression (text) or a DimWiseStructure, got {type(k).__name__}"
+            )
+        try:
+            s = DimWiseStructure.coerce(k, d) if amortizer is None else amortizer.structure(k, d)
+        except OptionError:
+            raise
+        except ValueError as err:
+            raise OptionError(f"kernel {str(k)!r}: {err}") from None
+        structures.append(s)
+    check_constraints(**dict(constraints or {})).resolve(structures)
+    taken = set(output_columns([], structures, d, points))
+    clash = [k for k in key_names if k in taken]
+    if clash:
+        raise OptionError(
+            f"the group column {clash[0]!r} has the name of a result column; rename it "
+            f"(the result columns: {', '.join(FIXED_COLUMNS)}, the hyperparameters, "
+            "mean@<x> and sd@<x>)"
+        )
+    return structures
 
 
 def _columns(
@@ -76,6 +152,9 @@ def _columns(
     """The input columns and the target column (default: the last column that is not a
     key; inputs: every other column)."""
     names = [str(c) for c in df.columns]
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:
+        raise DataError(f"the table has duplicate column names: {_short(twice)}")
     missing = [k for k in keys if k not in names]
     if missing:
         raise OptionError(f"no group column {missing[0]!r}; the table has {names}")
@@ -178,7 +257,14 @@ def output_columns(
 
 
 def _point_label(x: np.ndarray) -> str:
-    return ";".join(f"{v:g}" for v in x.tolist())
+    """``x``'s coordinates joined by ``;``, each its shortest round-trip text (``6``,
+    ``1000001``, ``0.1``, ``1e-300``): distinct points get distinct labels."""
+    return ";".join(_number(v) for v in x.tolist())
+
+
+def _number(v: float) -> str:
+    text = repr(float(v))
+    return text[:-2] if text.endswith(".0") else text
 
 
 def _points(predict_at: Any, d: int | None) -> np.ndarray | None:
@@ -193,6 +279,11 @@ def _points(predict_at: Any, d: int | None) -> np.ndarray | None:
         )
     if d is not None and P.shape[1] != d:
         raise OptionError(f"predict_at has {P.shape[1]} input value(s) per point, the data {d}")
+    seen: set[tuple[float, ...]] = set()
+    for x in P.tolist():
+        if tuple(x) in seen:
+            raise OptionError(f"predict_at repeats the point {_point_label(np.asarray(x))}")
+        seen.add(tuple(x))
     return P
 
 
@@ -310,22 +401,30 @@ def fit_groups(
 
     Raises:
         MissingExtraError: pandas is not installed.
-        OptionError: a column that does not exist, bad ``predict_at`` or options.
+        OptionError: before any work: ``df`` not a DataFrame, a column that does not
+            exist, a group column named like a result column (``kernel``, ``noise``, a
+            hyperparameter's...), bad or repeated ``predict_at`` points, a kernel that
+            does not parse or fit the input columns, a ``fixed``/``bounds`` name no kernel
+            has, or bad options.
+        DataError: the table has duplicate column names.
     """
     from amorgp.amortizer.many import BUDGET, iter_datasets
 
-    require_pandas()
+    check_frame(df)
     kernels = [kernel] if isinstance(kernel, str) or not isinstance(kernel, Sequence) else kernel
     kernels = list(kernels)
     if not kernels:
         raise OptionError("kernel names no kernel")
     key_names = _keys(by)
-    keys, data, inputs_used, _ = group_datasets(df, key_names, inputs, target)
-    points = _points(predict_at, len(inputs_used))
+    d = len(_columns(df, key_names, inputs, target)[0])
+    points = _points(predict_at, d)
     if amortizer is None:
         from amorgp.amortizer.inference import Amortizer
 
         amortizer = Amortizer.from_pretrained()
+    constraints = {"fixed": fixed, "bounds": bounds, "noise_floor": noise_floor, "priors": priors}
+    check_kernels(kernels, d, key_names, points, amortizer, constraints)
+    keys, data, inputs_used, _ = group_datasets(df, key_names, inputs, target)
     texts = [kernel_label(k, len(inputs_used)) for k in kernels]
     rows: list[dict[str, Any]] = []
     order: list[int] = []

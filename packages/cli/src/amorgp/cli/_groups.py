@@ -6,12 +6,23 @@ The table (CSV, or Parquet by its extension ``.parquet``/``.pq``; read by
 The output has one row per group and kernel (the columns of
 :mod:`amorgp.amortizer.tables`), written to ``--output`` as CSV, Parquet or JSON Lines by
 its extension (``.csv``, ``.parquet``/``.pq``, ``.jsonl``/``.ndjson``), or to stdout
-(CSV; JSON Lines with ``--json``).  A group that fails keeps its rows with its ``error``;
-the command then says how many failed on stderr (exit 0: the others are fitted).
+(CSV; JSON Lines with ``--json``); every float is written so that it reads back exactly.
+A group that fails keeps its rows with its ``error``; the command then says how many
+failed on stderr (exit 0: the others are fitted).  Where no group was fitted (all
+failed, or a table without rows) it writes nothing and exits 1.
+
+Checked before any work, as the plain ``amorgp infer``: the output path (never the input
+table), the table's header (at most :data:`~amorgp.amortizer.io.MAX_COLUMNS` columns, no
+duplicate names), ``--predict-at`` (distinct points), the kernels, ``--fixed`` and
+``--bounds`` names against the input columns, and group columns named like a result
+column (``kernel``, ``noise``...): usage errors exit 2.
 """
 
 from __future__ import annotations
 
+import io
+import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,9 +35,7 @@ from amorgp.cli._output import atomic_write, check_output_path, emit, is_stdout
 if TYPE_CHECKING:
     import pandas as pd
 
-    from amorgp.amortizer.api import Amortizer
-
-__all__ = ["FORMATS", "output_format", "run_groups"]
+__all__ = ["FORMATS", "check_header", "jsonl_text", "output_format", "run_groups"]
 
 FORMATS = {
     ".csv": "csv",
@@ -53,9 +62,11 @@ def output_format(path: Path | None, as_json: bool) -> str:
 
 
 def _write(frame: pd.DataFrame, fmt: str, path: Path | None) -> None:
+    """``frame`` as CSV, Parquet or JSON Lines to ``path`` (atomically) or stdout; every
+    float reads back exactly (CSV and JSON Lines: its shortest round-trip text)."""
     if path is None or is_stdout(path):
         if fmt == "jsonl":
-            emit(frame.to_json(orient="records", lines=True).rstrip("\n"))
+            emit(jsonl_text(frame).rstrip("\n"))
         else:
             emit(frame.to_csv(index=False).rstrip("\n"))
         return
@@ -64,11 +75,41 @@ def _write(frame: pd.DataFrame, fmt: str, path: Path | None) -> None:
         if fmt == "parquet":
             frame.to_parquet(tmp, index=False)
         elif fmt == "jsonl":
-            frame.to_json(tmp, orient="records", lines=True)
+            tmp.write_text(jsonl_text(frame), encoding="utf-8")
         else:
             frame.to_csv(tmp, index=False)
 
     atomic_write(path, write)
+
+
+def jsonl_text(frame: pd.DataFrame) -> str:
+    """One JSON object per row (a line each): floats as their shortest round-trip text
+    (``json``'s, not pandas' ``to_json``, which rounds to 10 decimals), NaN and infinities
+    as ``null``, dates and times in ISO 8601."""
+    columns = [str(c) for c in frame.columns]
+    lines = []
+    for row in frame.itertuples(index=False, name=None):
+        record = {c: _json_value(v) for c, v in zip(columns, row, strict=True)}
+        lines.append(json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n")
+    return "".join(lines)
+
+
+def _json_value(v: Any) -> Any:
+    """``v`` as a JSON value (see :func:`jsonl_text`)."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or v is pd.NaT or v is pd.NA:
+        return None
+    if isinstance(v, bool | int | str):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return str(v)
 
 
 def _points(values: Sequence[str]) -> list[list[float]] | None:
@@ -88,8 +129,48 @@ def _points(values: Sequence[str]) -> list[list[float]] | None:
     return out
 
 
+def check_header(path: Path) -> None:
+    """The header of the table ``path``, checked before it is read whole, as
+    :func:`~amorgp.amortizer.io.read_csv` checks a plain table's: at most
+    :data:`~amorgp.amortizer.io.MAX_COLUMNS` columns, no name twice (pandas would rename
+    the second ``x`` to ``x.1``).  A file that cannot be read is left to the reader.
+
+    Raises:
+        DataError: too many columns, or a duplicate column name.
+    """
+    import csv
+
+    from amorgp.amortizer.io import MAX_COLUMNS, _decode, _names
+    from amorgp.core.errors import DataError
+
+    where = str(path)
+    if not path.exists():
+        return
+    if where.lower().endswith((".parquet", ".pq")):
+        try:
+            import pyarrow.parquet as pq
+
+            names = list(pq.read_schema(where).names)
+        except (ImportError, OSError, ValueError):
+            return  # the reader says why
+        names = [n for n in names if not n.startswith("__index_level_")]
+    else:
+        text = _decode(where)
+        first = next((ln for ln in text.splitlines() if ln.strip()), "")
+        sep = "," if "," in first else ";" if ";" in first else "\t" if "\t" in first else ","
+        try:
+            reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+            names = next((r for r in reader if r and any(c.strip() for c in r)), [])
+        except csv.Error:
+            return  # the reader says why
+    if len(names) > MAX_COLUMNS:
+        raise DataError(f"{where}: {len(names)} columns; at most {MAX_COLUMNS} are supported")
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise DataError(f"{where}: duplicate column names in the header {_names(twice)}")
+
+
 def run_groups(
-    amz: Amortizer,
     data: Path,
     group_by: Sequence[str],
     kernels: Sequence[str],
@@ -99,20 +180,39 @@ def run_groups(
     output: Path | None,
     as_json: bool,
     refine: Any,
+    seed: int,
+    starts: int | None,
     **constraints: Any,
 ) -> None:
-    """Read, fit every group, write (see the module docstring); ``constraints``:
-    ``noise_floor``, ``fixed``, ``bounds`` as :func:`~amorgp.amortizer.tables.fit_groups`."""
+    """Check, read, fit every group, write (see the module docstring); ``constraints``:
+    ``noise_floor``, ``fixed``, ``bounds`` as :func:`~amorgp.amortizer.tables.fit_groups`.
+
+    Before any work: the output path (never the input table, as ``amorgp predict``), the
+    points, the table's header; then, with the network loaded, the kernels and
+    constraints against the input columns (:func:`~amorgp.amortizer.tables.fit_groups`).
+
+    Raises:
+        DataError: a table without rows, or no group fitted (nothing is written).
+    """
     from tqdm import tqdm
 
     from amorgp.amortizer.io import read_table
     from amorgp.amortizer.tables import fit_groups
+    from amorgp.cli._common import load_amortizer
+    from amorgp.cli.predict import _check_paths
+    from amorgp.core.errors import DataError
 
     fmt = output_format(output, as_json)
     if output is not None and not is_stdout(output):
+        _check_paths([data], output, None)  # never the input table
         check_output_path(output, "--output")
     points = _points(predict_at)
+    check_header(data)
     frame = read_table(data)
+    if len(frame) == 0:
+        raise DataError(f"{data} has a header but no data rows")
+    amz = load_amortizer(seed)
+    amz.starts = starts
     bar = tqdm(desc="groups", unit="group", disable=None, file=sys.stderr, leave=False)
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -135,10 +235,15 @@ def run_groups(
         )
     finally:
         bar.close()
+    bad = result["error"].notna()
+    failed = result.loc[bad, list(group_by)].drop_duplicates()
+    first = result.loc[bad, "error"].iloc[0] if bad.any() else None
+    if bad.all():
+        raise DataError(
+            f"no group was fitted: all {len(failed)} group(s) failed, e.g. {first}; nothing written"
+        )
     _write(result, fmt, output)
-    failed = result.loc[result["error"].notna(), list(group_by)].drop_duplicates()
     if len(failed):
-        first = result.loc[result["error"].notna(), "error"].iloc[0]
         click.echo(
             f"Warning: {len(failed)} group(s) failed (their rows hold the error), e.g. {first}",
             err=True,

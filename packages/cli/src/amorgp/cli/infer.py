@@ -144,11 +144,9 @@ def infer(
     if group_by:
         from amorgp.cli._groups import run_groups
 
-        amz = load_amortizer(seed)
-        amz.starts = starts
         run_groups(
-            amz, data, group_by, kernels, target, inputs, predict_at, output, as_json, refine,
-            noise_floor=noise_floor, fixed=fixed, bounds=bounds,
+            data, group_by, kernels, target, inputs, predict_at, output, as_json, refine,
+            seed, starts, noise_floor=noise_floor, fixed=fixed, bounds=bounds,
         )  # fmt: skip
         return
     for name, given in (("--input", inputs), ("--predict-at", predict_at), ("--output", output)):
