@@ -133,8 +133,9 @@ class LogMarginalLikelihood:
             self.bounded = ~torch.isnan(low)
             self.log_low, self.log_width = low.log(), high.log() - low.log()
         dims = sorted({j for j, _, _ in self.terms})
-        self.r = {j: X[:, j, None] - X[None, :, j] for j in dims}
-        self.xx = {j: X[:, j, None] * X[None, :, j] for j in dims}
+        xi, xj = X[..., :, None, :], X[..., None, :, :]  # (..., n, 1, d), (..., 1, n, d)
+        self.r = {j: xi[..., j] - xj[..., j] for j in dims}
+        self.xx = {j: xi[..., j] * xj[..., j] for j in dims}
         self.r2 = {j: r.square() for j, r in self.r.items()}
 
     def flat(self, params: Tensor, noise: Tensor) -> Tensor:
@@ -263,14 +264,22 @@ class LogMarginalLikelihood:
             return lml, grad
 
     def _addend_and_grads(
-        self, j: int, b: BaseSymbol, v: Tensor, first: int
+        self,
+        j: int,
+        b: BaseSymbol,
+        v: Tensor,
+        first: int,
+        rows: Tensor | None = None,
     ) -> tuple[Tensor, list[tuple[int, Tensor]]]:
         """One addend's kernel and its derivatives ``[(index in theta, dk / d theta)]``
-        (an ``int`` derivative is a constant: ``1``)."""
+        (an ``int`` derivative is a constant: ``1``).  ``v``: its parameters, ``(k,)`` or
+        ``(k, B, 1, 1)`` for a batch of datasets; ``rows``: which datasets of a batch."""
         names = list(b.param_names)
         values = dict(zip(names, v, strict=True))
         at = {name: first + i for i, name in enumerate(names)}
         r, r2, xx = self.r[j], self.r2[j], self.xx[j]
+        if rows is not None:
+            r, r2, xx = r[rows], r2[rows], xx[rows]
         var = values["variance"]
         if len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all:
             # alone: s^2 g + c, whose unit factor is kt = g + c with c its first parameter
