@@ -314,3 +314,20 @@ def test_without_the_training_package_the_command_names_it(
     assert f"amorgp {command} needs amorgp-training" in "\n".join(lines)
     assert "pip install 'amorgp-cli[train]'" in "\n".join(lines)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("source", ["preset", "from"])
+def test_n_max_past_the_step_memory_is_a_usage_error_and_creates_nothing(
+    tmp_path: Path, tiny_checkpoint: Path, source: str
+) -> None:
+    """``--set n_max=20000 --set n_min=20000`` passed the linear size check, allocated
+    gigabytes of kernel matrices and left ``run/.lock``."""
+    out = tmp_path / "run"
+    start = ["--preset", "tiny"] if source == "preset" else ["--from", str(tiny_checkpoint)]
+    args = ["train", *start, "--out", str(out), "--max-steps", "1"]
+    res = CliRunner().invoke(main, [*args, "--set", "n_max=20000", "--set", "n_min=20000"])
+    assert res.exit_code == 2, res.output
+    assert "n_max=20000: a step holds" in res.output
+    assert "GB, more than the 4.29 GB (4 GiB) a step may use" in res.output
+    assert "Traceback" not in res.output
+    assert not out.exists()

@@ -94,3 +94,128 @@ def test_a_full_disk_when_a_run_starts_names_the_run_and_leaves_nothing(
         f"cannot start the run in {out}: no space left on device; {out} was removed"
     )
     assert not out.exists()
+
+
+def test_the_quadratic_memory_of_a_step_is_bounded() -> None:
+    """``batch_size * n_max`` passed the linear bound while the step's float64 kernel
+    matrices (``n_max^2 x 8`` bytes each) took gigabytes."""
+    from amorgp.amortizer.config import TrainConfig
+    from amorgp.core.errors import OptionError
+    from amorgp.training.runstate import MAX_KERNEL_BYTES, check_step_memory
+
+    assert MAX_KERNEL_BYTES == 4 * 2**30
+    check_step_memory(TrainConfig(batch_size=128, n_max=250))  # the paper's: 64 MB
+    check_step_memory(TrainConfig(batch_size=1, n_max=23_170, val_size=1))  # 4.2948e9 B
+    with pytest.raises(OptionError) as info:
+        check_step_memory(TrainConfig(batch_size=1, n_max=23_171, val_size=1))
+    assert "1 x 23171^2 x 8 = 4.3 GB, more than the 4.29 GB (4 GiB)" in str(info.value)
+    with pytest.raises(OptionError) as info:  # 2 x 20000^2 x 8 bytes = 6.4 GB
+        check_step_memory(TrainConfig(batch_size=2, n_min=20_000, n_max=20_000, val_size=1))
+    assert str(info.value) == (
+        "batch_size=2, val_size=1, n_max=20000: a step holds 2 float64 kernel matrices of "
+        "n_max^2 x 8 bytes, 2 x 20000^2 x 8 = 6.4 GB, more than the 4.29 GB (4 GiB) a step "
+        "may use; lower n_max (at most 16384 with these batch sizes) or batch_size and "
+        "val_size"
+    )
+    with pytest.raises(OptionError, match=r"a step holds 64 float64 kernel matrices"):
+        check_step_memory(TrainConfig(batch_size=1, n_max=3000, val_size=500))
+
+
+def test_a_run_past_the_memory_bound_is_refused_and_leaves_no_folder(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    from amorgp.core.errors import OptionError
+    from amorgp.training.train import train
+
+    out = tmp_path / "run"
+    with pytest.raises(OptionError, match=r"n_max=20000: .* GB, more than the 4.29 GB"):
+        train(
+            out,
+            init_from=tiny_checkpoint,
+            train_overrides={"n_min": 20_000, "n_max": 20_000},
+            max_steps=1,
+        )
+    assert not out.exists()  # no .lock
+
+
+def _no_space(*args: object, **kwargs: object) -> None:
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_writing_the_lock_leaves_no_lock(
+    tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder's line failed to flush, then failed again when the cleanup closed the
+    lock: ``run/.lock`` stayed and the ``OSError`` was a traceback."""
+    import os
+
+    from amorgp.core.errors import TrainingError
+    from amorgp.training import rundir
+    from amorgp.training.train import train
+
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if data.startswith(b"pid "):
+            _no_space()
+        return real_write(fd, data)
+
+    monkeypatch.setattr(rundir.os, "write", write)
+    out = tmp_path / "run"
+    with pytest.raises(TrainingError) as info:
+        train(out, init_from=tiny_checkpoint, max_steps=1)
+    assert str(info.value) == (
+        f"cannot start the run in {out}: no space left on device; {out} was removed"
+    )
+    assert not out.exists()
+
+
+class _FailingClose:
+    """A file whose close fails like a full disk's flush (the file is closed anyway)."""
+
+    def __init__(self, handle: object) -> None:
+        self.handle = handle
+
+    def close(self) -> None:
+        self.handle.close()  # type: ignore[attr-defined]
+        _no_space()
+
+
+def test_a_failing_close_still_releases_the_lock_and_removes_a_new_run(
+    tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amorgp.core.errors import TrainingError
+    from amorgp.training import trainer
+    from amorgp.training.rundir import RunDirectory
+    from amorgp.training.train import train
+
+    real_lock = RunDirectory.lock
+
+    def lock(self: RunDirectory) -> None:
+        real_lock(self)
+        self._lock = _FailingClose(self._lock)  # type: ignore[assignment]
+
+    monkeypatch.setattr(RunDirectory, "lock", lock)
+    monkeypatch.setattr(trainer, "start_run", _no_space)
+    out = tmp_path / "run"
+    with pytest.raises(TrainingError, match=r"no space left on device; .* was removed$"):
+        train(out, init_from=tiny_checkpoint, max_steps=1)
+    assert not out.exists()
+
+
+def test_closing_a_run_releases_the_lock_when_the_metrics_log_fails(tmp_path: Path) -> None:
+    from amorgp.training.rundir import RunDirectory
+
+    run = RunDirectory(tmp_path / "run")
+    run.lock()
+    run.log({"step": 1})
+    run._metrics = _FailingClose(run._metrics)  # type: ignore[assignment]
+    with pytest.raises(OSError, match="No space left"):
+        run.close()
+    assert not run.locked
+    other = RunDirectory(tmp_path / "run")
+    other.lock()  # the flock is free again
+    assert (tmp_path / "run" / ".lock").read_text().startswith(f"pid {__import__('os').getpid()}")
+    other.close()

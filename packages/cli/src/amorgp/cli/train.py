@@ -109,8 +109,10 @@ def _check_init_overrides(init_from: Path, extra: dict[str, Any], phase: int) ->
         base = TrainConfig.from_dict(stored).to_dict()
     except (OSError, KeyError, TypeError, ValueError):
         return  # the run reports an unreadable checkpoint itself
+    from amorgp.training.runstate import check_step_memory
+
     try:
-        TrainConfig.from_dict({**base, **extra, "phase": phase})
+        check_step_memory(TrainConfig.from_dict({**base, **extra, "phase": phase}))
     except (TypeError, ValueError) as err:
         raise click.BadParameter(str(err), param_hint="--set") from None
 
@@ -182,8 +184,11 @@ def _configs(
     preset_name: str, model: str, phase: int, extra: dict[str, Any]
 ) -> tuple[NetworkConfig, TrainConfig]:
     """The network and the recipe of a new run (checked before any work)."""
+    from amorgp.training.runstate import check_step_memory
+
     try:
         chosen = preset(preset_name, phase=phase, **extra)
+        check_step_memory(chosen.train)  # the quadratic memory of n_max
     except ValueError as err:  # a --set value outside its domain
         raise click.BadParameter(str(err), param_hint="--set") from None
     return network_spec(model).configure(chosen.network), chosen.train

@@ -88,10 +88,10 @@ class RunDirectory:
                     f"{self.path} is in use: {holder} is training in it; wait for it to "
                     "finish or choose another directory"
                 ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        handle.flush()
+        # the holder's line goes straight to the file (no buffer): on a full disk the
+        # write fails here, and closing the lock has nothing left to flush
+        os.ftruncate(handle.fileno(), 0)
+        os.write(handle.fileno(), f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
         self._lock = handle
 
     @property
@@ -100,13 +100,20 @@ class RunDirectory:
         return self._lock is not None
 
     def close(self) -> None:
-        """Close the metrics log and release the lock."""
-        if self._metrics is not None:
-            self._metrics.close()
-            self._metrics = None
-        if self._lock is not None:
-            self._lock.close()  # closing the file releases the flock
-            self._lock = None
+        """Close the metrics log and release the lock, both whatever happens.
+
+        Raises:
+            OSError: closing the metrics log or the lock failed (a full disk flushing
+                the log's last record); both are closed and the lock released anyway.
+        """
+        metrics, self._metrics = self._metrics, None
+        lock, self._lock = self._lock, None
+        try:
+            if metrics is not None:
+                metrics.close()
+        finally:
+            if lock is not None:
+                lock.close()  # closing the file releases the flock, even if it raises
 
     def clean_stale(self, before: float) -> list[Path]:
         """Remove temporaries of killed writers modified before ``before`` (Unix time)."""

@@ -31,7 +31,49 @@ from amorgp.amortizer.model import build_model
 from amorgp.core.errors import CheckpointError, OptionError
 from amorgp.training.rundir import RunDirectory
 
-__all__ = ["Budget", "RunStart", "RunState", "config_differences", "start_run"]
+__all__ = [
+    "MAX_KERNEL_BYTES",
+    "Budget",
+    "RunStart",
+    "RunState",
+    "check_step_memory",
+    "config_differences",
+    "start_run",
+]
+
+MAX_KERNEL_BYTES = 4 * 2**30
+"""Largest float64 kernel-matrix memory of one step, ``datasets x n_max^2 x 8`` bytes,
+with ``datasets`` the larger of ``batch_size`` and a validation batch (``val_size``, at
+most 64): 4 GiB, 64 times the paper's recipe (128 x 250^2 x 8 bytes = 64 MB).  The
+loss, its Cholesky factors and the simulator hold a few such matrices at once."""
+
+
+def step_kernel_bytes(cfg: TrainConfig) -> int:
+    """Bytes of the float64 ``n_max x n_max`` kernel matrices of one step of ``cfg``
+    (the training batch or a validation batch, whichever is larger)."""
+    return max(cfg.batch_size, min(cfg.val_size, 64)) * cfg.n_max**2 * 8
+
+
+def check_step_memory(cfg: TrainConfig) -> None:
+    """Refuse a recipe whose kernel matrices would pass :data:`MAX_KERNEL_BYTES`: the
+    linear bound of :class:`~amorgp.amortizer.config.TrainConfig` (``batch_size *
+    n_max`` points) lets ``n_max=20000`` through, whose matrices are 3.2 GB each.
+
+    Raises:
+        OptionError: naming the options and the memory the step would need.
+    """
+    need = step_kernel_bytes(cfg)
+    if need <= MAX_KERNEL_BYTES:
+        return
+    datasets = max(cfg.batch_size, min(cfg.val_size, 64))
+    largest = math.isqrt(MAX_KERNEL_BYTES // (8 * datasets))
+    raise OptionError(
+        f"batch_size={cfg.batch_size}, val_size={cfg.val_size}, n_max={cfg.n_max}: a step "
+        f"holds {datasets} float64 kernel matrices of n_max^2 x 8 bytes, "
+        f"{datasets} x {cfg.n_max}^2 x 8 = {need / 1e9:.3g} GB, more than the "
+        f"{MAX_KERNEL_BYTES / 1e9:.3g} GB ({MAX_KERNEL_BYTES // 2**30} GiB) a step may use; "
+        f"lower n_max (at most {largest} with these batch sizes) or batch_size and val_size"
+    )
 
 
 @dataclass

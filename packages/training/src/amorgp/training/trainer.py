@@ -18,6 +18,7 @@ the CPU (and in a multi-process run) every step is read back at once.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -38,7 +39,7 @@ from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.core.errors import OptionError, TrainingError
 from amorgp.simulator import SimulatedBatch, stream_seed
 from amorgp.training.rundir import RunDirectory
-from amorgp.training.runstate import Budget, RunStart, start_run
+from amorgp.training.runstate import Budget, RunStart, check_step_memory, start_run
 from amorgp.training.runtime import (
     ActiveClock,
     Distributed,
@@ -409,19 +410,28 @@ def run_training(
             start = start_run(
                 run, network, train_cfg, resume=resume, init_from=init_from, overrides=overrides
             )
+            check_step_memory(start.train_cfg)
             budget.check_reachable(start.state, out)
         except BaseException as err:
             # refused or failed before any work: leave no half-created run (.lock) behind,
-            # unless another process holds the folder
+            # unless another process holds the folder; releasing the lock may fail too
+            # on a full disk, which must not keep the folder
             removed = fresh and (run.locked or not isinstance(err, TrainingError))
             if removed:
-                run.close()
+                with contextlib.suppress(OSError):
+                    run.close()
                 shutil.rmtree(out, ignore_errors=True)
             if isinstance(err, OSError):
                 raise TrainingError(_start_error(out, err, removed)) from err
             raise
         trainer = Trainer(run, start, budget, dev, ddp, progress=progress, log_every=log_every)
         return trainer.run_all()
+    except BaseException:
+        with contextlib.suppress(OSError):  # the error in flight is the one to report
+            run.close()
+        raise
     finally:
-        run.close()
-        ddp.close()
+        try:
+            run.close()  # releases the lock even when closing the metrics log fails
+        finally:
+            ddp.close()
