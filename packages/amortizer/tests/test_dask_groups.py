@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from amorgp.amortizer import dask_groups  # noqa: E402
 from amorgp.amortizer.api import Amortizer  # noqa: E402
 from amorgp.amortizer.dask_groups import fit_groups_dask, worker_amortizer  # noqa: E402
 from amorgp.amortizer.tables import fit_groups  # noqa: E402
-from amorgp.core.errors import OptionError  # noqa: E402
+from amorgp.core.errors import DataError, OptionError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +120,39 @@ def test_options(long: pd.DataFrame) -> None:
         fit_groups_dask(long, "nope", "SE", client=object())
     with pytest.raises(OptionError, match="dask or pandas DataFrame"):
         fit_groups_dask([1, 2], "key", "SE", client=object())
+
+
+def test_partitioned_data_split_across_partitions_is_an_error(
+    client, long: pd.DataFrame, tiny_checkpoint: Path
+) -> None:
+    """``partitioned=True`` on data not partitioned by group used to fit each piece as its
+    own group (duplicate keys, silently)."""
+    ddf = dd.from_pandas(long, npartitions=2)  # rows 0-63 and 64-127: group 4 in both
+    keys = ddf.map_partitions(lambda p: p[["key"]].drop_duplicates()).compute()["key"]
+    assert keys.duplicated().any()  # the premise: a group in two partitions
+    opts = {"client": client, "checkpoint": tiny_checkpoint, "amortizer_options": {"device": "cpu"}}
+    with pytest.raises(DataError, match=r"^the group key=4 spans 2 partitions \(1 group\(s\) split\): "
+                       "partitioned=True, but the data are not partitioned"):  # fmt: skip
+        fit_groups_dask(ddf, "key", "SE", partitioned=True, **opts)
+    whole = dd.from_pandas(long.set_index("key"), npartitions=3, sort=True).reset_index()
+    out = fit_groups_dask(whole, "key", "SE", partitioned=True, **opts)  # whole groups: fine
+    assert sorted(out["key"]) == sorted(long["key"].unique())
+
+
+@pytest.mark.parametrize("n_workers", [0, -1, True, 1.5, "2"])
+def test_n_workers_is_checked_before_any_work(long: pd.DataFrame, n_workers) -> None:
+    """``n_workers=0`` used to hang (a cluster without workers)."""
+    with pytest.raises(OptionError, match=r"^n_workers must be a positive integer, got "):
+        fit_groups_dask(long, "key", "SE", n_workers=n_workers)
+
+
+@pytest.mark.parametrize(
+    ("kernels", "words"),
+    [(["SE", "FOO"], "unknown kernel 'FOO'"), (["SE@3"], "dimension index 3 out of range")],
+)
+def test_kernels_are_checked_before_any_work(long: pd.DataFrame, kernels, words: str) -> None:
+    """``["SE", "FOO"]`` used to fail every group on the workers (SE's results lost)."""
+    with pytest.raises(OptionError, match=re.escape(words)):
+        fit_groups_dask(long, "key", kernels, client=object())
+    with pytest.raises(OptionError, match="the group column 'noise' has the name"):
+        fit_groups_dask(long.rename(columns={"key": "noise"}), "noise", "SE", client=object())

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 
 import numpy as np
 import pytest
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.core.errors import MissingExtraError, OptionError
+from amorgp.core.errors import DataError, MissingExtraError, OptionError
 
 pd = pytest.importorskip("pandas")
 
@@ -118,3 +119,78 @@ def test_read_table(tmp_path) -> None:
     (tmp_path / "empty.csv").write_text("\n\n")
     with pytest.raises(DataError, match="is empty"):
         read_table(tmp_path / "empty.csv")
+
+
+# -- checks before any work ------------------------------------------------------------------
+def _small() -> pd.DataFrame:
+    rng = np.random.default_rng(3)
+    t = rng.uniform(0, 5, 24)
+    y = np.sin(2 * t) + 0.1 * rng.standard_normal(24)
+    return pd.DataFrame({"id": ["a"] * 12 + ["b"] * 12, "t": t, "y": y})
+
+
+def test_predict_at_labels_are_distinct_and_repeats_refused(amz: Amortizer) -> None:
+    """``%g`` labels made 1000001 and 1000004 one column (``mean@1e+06``)."""
+    points = [1000001.0, 1000004.0, 0.1, 1e-300]
+    out = fit_groups(_small(), "id", "SE", amortizer=amz, predict_at=points)
+    labels = ["1000001", "1000004", "0.1", "1e-300"]
+    assert [c for c in out.columns if c.startswith("mean@")] == [f"mean@{x}" for x in labels]
+    ref = amz.infer(_small()[lambda f: f["id"] == "a"][["t"]].to_numpy(),
+                    _small()[lambda f: f["id"] == "a"]["y"].to_numpy(), "SE")  # fmt: skip
+    mean, _ = ref.predict(np.array(points)[:, None])
+    np.testing.assert_allclose(out.loc[0, [f"mean@{x}" for x in labels]].to_numpy(float), mean,
+                               rtol=1e-4)  # fmt: skip
+    two = fit_groups(_small().assign(u=1.0), "id", "SE", amortizer=amz, predict_at=[[0.5, 2.0]])
+    assert "sd@0.5;2" in two.columns
+    with pytest.raises(OptionError, match=r"predict_at repeats the point 1000001$"):
+        fit_groups(_small(), "id", "SE", amortizer=amz, predict_at=[1000001.0, 1000001])
+
+
+@pytest.mark.parametrize("name", ["kernel", "noise", "n_points", "error", "SE@0[0].variance"])
+def test_group_column_named_like_a_result_column_is_refused(amz: Amortizer, name: str) -> None:
+    df = _small().rename(columns={"id": name})
+    with pytest.raises(OptionError, match=f"the group column '{re.escape(name)}' has the name"):
+        fit_groups(df, name, "SE", amortizer=amz)
+
+
+def test_predict_label_clash_is_refused(amz: Amortizer) -> None:
+    df = _small().rename(columns={"id": "mean@6"})
+    with pytest.raises(OptionError, match="the group column 'mean@6'"):
+        fit_groups(df, "mean@6", "SE", amortizer=amz, predict_at=[6.0])
+
+
+@pytest.mark.parametrize(
+    ("kernels", "words"),
+    [
+        (["SE", "FOO"], "unknown kernel 'FOO'"),
+        (["SE@3"], "dimension index 3 out of range"),
+        ([3], "a kernel is an expression"),
+    ],
+)
+def test_kernels_checked_once_before_any_fit(
+    amz: Amortizer, kernels: list, words: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``["SE", "FOO"]`` used to fail every group, SE's results lost."""
+    from amorgp.amortizer import many
+
+    def no_fit(*a, **k):
+        raise AssertionError("fitted before the checks")
+
+    monkeypatch.setattr(many, "iter_datasets", no_fit)
+    with pytest.raises(OptionError, match=re.escape(words)):
+        fit_groups(_small(), "id", kernels, amortizer=amz)
+    with pytest.raises(OptionError, match="a hyperparameter of none of the kernels"):
+        fit_groups(_small(), "id", "SE", amortizer=amz, fixed={(0, 1, "lengthscale"): 1.0})
+
+
+def test_bad_arguments_are_one_line_errors(amz: Amortizer) -> None:
+    with pytest.raises(OptionError, match=r"^df must be a pandas DataFrame, got list$"):
+        fit_groups([[1, 2]], "id", "SE", amortizer=amz)  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match=r"^by must be a column name or a list .* got 0 \(int\)$"):
+        fit_groups(_small(), 0, "SE", amortizer=amz)  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="by names a column twice"):
+        fit_groups(_small(), ["id", "id"], "SE", amortizer=amz)
+    df = _small()
+    df.columns = ["id", "t", "t"]
+    with pytest.raises(DataError, match="duplicate column names: \\['t'\\]"):
+        fit_groups(df, "id", "SE", amortizer=amz)

@@ -21,12 +21,13 @@ Running on a real cluster: ``docs/guide/many-datasets.md``.
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from amorgp.core.errors import MissingExtraError, OptionError
+from amorgp.core.errors import DataError, MissingExtraError, OptionError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -181,10 +182,12 @@ def fit_groups_dask(
             ``None``: a ``distributed.LocalCluster`` of ``n_workers`` processes (one thread
             each, loopback), closed when done (spawned processes: a script needs the
             ``if __name__ == "__main__":`` guard).
-        n_workers: workers of the default local cluster.
+        n_workers: workers of the default local cluster (a positive integer).
         npartitions: partitions after the shuffle (default: as many as the input has, and
             for a pandas table ``4 n_workers``).
-        partitioned: the groups are already whole in their partitions (no shuffle).
+        partitioned: the groups are already whole in their partitions (no shuffle); a
+            group found in several partitions is an error once computed (with
+            ``compute=False`` the caller computes and checks).
         checkpoint, amortizer_options: the network each worker loads once
             (:func:`worker_amortizer`; default the bundled one).
         refine, calibrate, starts, budget, exact_network, noise_floor, fixed, bounds, priors:
@@ -199,12 +202,16 @@ def fit_groups_dask(
 
     Raises:
         MissingExtraError: Dask is not installed.
-        OptionError: a column that does not exist, or bad options.
+        OptionError: before any work: a column that does not exist, a kernel that does
+            not parse or fit the input columns, a group column named like a result column,
+            or bad options (``n_workers`` not a positive integer...).
+        DataError: with ``partitioned=True``, a group spread over several partitions.
     """
     from amorgp.amortizer.tables import (
         _columns,
         _keys,
         _points,
+        check_kernels,
         output_columns,
         require_pandas,
         rows_frame,
@@ -218,18 +225,29 @@ def fit_groups_dask(
         raise OptionError("kernel names no kernel")
     if not compute and client is None:
         raise OptionError("compute=False needs a client that stays open")
+    if isinstance(n_workers, bool) or not isinstance(n_workers, numbers.Integral) or n_workers < 1:
+        raise OptionError(f"n_workers must be a positive integer, got {n_workers!r}")
+    n_workers = int(n_workers)
+    if npartitions is not None and (
+        isinstance(npartitions, bool)
+        or not isinstance(npartitions, numbers.Integral)
+        or npartitions < 1
+    ):
+        raise OptionError(f"npartitions must be a positive integer or None, got {npartitions!r}")
     from amorgp.amortizer.constraints import check_constraints
     from amorgp.amortizer.refine import check_refine
 
     check_constraints(fixed, bounds, noise_floor, priors).check_refine(check_refine(refine))
     if isinstance(ddf, pd.DataFrame):
-        ddf = dd.from_pandas(ddf, npartitions=npartitions or 4 * max(1, n_workers))
+        ddf = dd.from_pandas(ddf, npartitions=npartitions or 4 * n_workers)
     if not isinstance(ddf, dd.DataFrame):
         raise OptionError(f"ddf must be a dask or pandas DataFrame, got {type(ddf).__name__}")
     keys = _keys(by)
     inputs_used, target_used = _columns(ddf._meta, keys, inputs, target)
     points = _points(predict_at, len(inputs_used))
     d = len(inputs_used)
+    constraints = {"fixed": fixed, "bounds": bounds, "noise_floor": noise_floor, "priors": priors}
+    check_kernels(kernels, d, keys, points, None, constraints)
     columns = output_columns(keys, kernels, d, points)
     meta = rows_frame([], keys, columns)
     for k in keys:
@@ -267,7 +285,7 @@ def fit_groups_dask(
         own = isinstance(client, str)
         c = distributed.Client(client) if own else client
         try:
-            return _tidy(c.compute(out).result())
+            return _tidy(c.compute(out).result(), keys, len(kernels), partitioned)
         finally:
             if own:
                 c.close()
@@ -281,13 +299,36 @@ def fit_groups_dask(
         ) as cluster,
         distributed.Client(cluster) as c,
     ):
-        return _tidy(c.compute(out).result())
+        return _tidy(c.compute(out).result(), keys, len(kernels), partitioned)
 
 
-def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
+def _tidy(frame: pd.DataFrame, keys: list[str], n_kernels: int, partitioned: bool) -> pd.DataFrame:
     """The computed result with a fresh index and ``None`` (not NaN) in empty text cells,
-    as :func:`~amorgp.amortizer.tables.fit_groups` writes them."""
+    as :func:`~amorgp.amortizer.tables.fit_groups` writes them.
+
+    Raises:
+        DataError: a group with more than ``n_kernels`` rows: with ``partitioned=True``,
+            a group spread over several partitions (fitted as several groups).
+    """
+    import numpy as np
+
     frame = frame.reset_index(drop=True)
+    sizes = frame.groupby(keys, sort=False, dropna=False, observed=True).size()
+    split = sizes[sizes > n_kernels]
+    if len(split):
+        first = split.index[0]
+        values = first if isinstance(first, tuple) else (first,)
+        plain = [v.item() if isinstance(v, np.generic) else v for v in values]
+        key = ", ".join(f"{k}={v!r}" for k, v in zip(keys, plain, strict=True))
+        where = (
+            "partitioned=True, but the data are not partitioned by the group column(s)"
+            if partitioned
+            else "the shuffle did not keep the group in one partition"
+        )
+        raise DataError(
+            f"the group {key} spans {int(split.iloc[0]) // n_kernels} partitions ({len(split)} "
+            f"group(s) split): {where}; pass partitioned=False to shuffle by group"
+        )
     for c in ("kernel", "start", "error"):
         col = frame[c].astype("object")
         frame[c] = col.where(col.notna(), None)
