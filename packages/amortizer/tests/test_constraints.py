@@ -278,8 +278,9 @@ def test_the_estimator_takes_the_options() -> None:
     assert clone(reg).get_params()["noise_floor"] == 1e-10
     x, y = _sine(noise=0.05)
     reg.fit(x[:, None], y)
-    assert reg.result_.noise == 1e-3
-    assert reg.hyperparameters_["noise"] == 1e-3
+    # the estimator's values are in the data's units: the noise in units of y^2
+    assert reg.result_.noise == pytest.approx(1e-3 / np.var(y), rel=1e-12)
+    assert reg.hyperparameters_original_["noise"] == pytest.approx(1e-3, rel=1e-12)
     with pytest.raises(OptionError, match="low < high"):
         reg.set_params(fixed=None, bounds={LS: (1.0, 0.1)}).fit(x[:, None], y)
 

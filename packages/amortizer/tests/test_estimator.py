@@ -39,8 +39,19 @@ def _estimators() -> list[AmortizedGPRegressor]:
     return [AmortizedGPRegressor(kernel="SE", checkpoint=str(path))]
 
 
+# sample weights other than a constant are refused (the GP is unweighted)
+_REFUSED_WEIGHTS = "sample_weight other than a constant is refused with an OptionError"
+
+
 @pytest.mark.filterwarnings("ignore:the data have")
-@parametrize_with_checks(_estimators())
+@pytest.mark.filterwarnings("ignore:y takes only 2 distinct values")
+@parametrize_with_checks(
+    _estimators(),
+    expected_failed_checks=lambda est: {
+        "check_sample_weights_not_overwritten": _REFUSED_WEIGHTS,
+        "check_sample_weight_equivalence_on_dense_data": _REFUSED_WEIGHTS,
+    },
+)
 def test_sklearn_estimator_checks(estimator: AmortizedGPRegressor, check: object) -> None:
     """Every applicable check of sklearn.utils.estimator_checks (pandas/array-API checks skip
     themselves when those libraries are missing)."""

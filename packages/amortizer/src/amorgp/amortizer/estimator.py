@@ -24,17 +24,24 @@ import functools
 import inspect
 import logging
 import math
+import numbers
+import warnings
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR, Name, check_constraints
 from amorgp.amortizer.fitted_kernel import FittedKernel
 from amorgp.amortizer.inference import Amortizer
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.options import check_seed
 from amorgp.amortizer.results import KernelResult
-from amorgp.core.data import as_dataset, as_real
+from amorgp.core.data import Normalizer, as_dataset, as_real
+from amorgp.core.errors import DataError, OptionError
+from amorgp.core.units import Unit
+from amorgp.kernel_grammar import FLOORS, DimWiseStructure, base_symbol
 from amorgp.lazy_kernels import MEMORY_BUDGET, DimWiseKernel, check_backend
 from amorgp.lazy_kernels.block import check_memory_budget
 
@@ -114,14 +121,14 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             checkpoint's training range).
         seed: seed of the encoder subset of large datasets.
         noise_floor: the smallest noise variance of the fit, in normalised units (the
-            targets standardised); ``None``: ``1e-6``.  Lower it (e.g. ``1e-10``, with
-            ``refine="auto"``) for near-noiseless data; a fit that ends at the floor warns
+            targets standardised, so ``noise_floor * y.var()`` in units of ``y^2``);
+            ``None``: ``1e-6``.  Lower it (e.g. ``1e-10``, with ``refine="auto"``) for
+            near-noiseless data; a fit that ends at the floor warns
             (:class:`~amorgp.amortizer.constraints.NoiseFloorWarning`).
-        fixed: ``{name: value}`` held fixed, names as ``result_.hyperparameters``
-            (``(dim, addend, name)``) or ``"noise"``, normalised units (scikit-learn's
-            ``*_bounds="fixed"``).
+        fixed: ``{name: value}`` held fixed (scikit-learn's ``*_bounds="fixed"``), in the
+            user's units (see *Constraints* below).
         bounds: ``{name: (low, high)}`` within which ``refine`` optimises (scikit-learn's
-            ``*_bounds``), same names and units.
+            ``*_bounds``; the start is clipped into them), same names and units.
         priors: ``True``: ``refine`` fits the MAP hyperparameters under the grammar's
             priors (normalised units) instead of Type-2 ML; needs ``refine``.
         backend: the GP solver: ``"auto"`` (the memory rule: dense Cholesky, dense CG,
@@ -130,10 +137,55 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         memory_budget: bytes the dense GP backends may use (``None``: 4 GiB); beyond it
             ``"auto"`` turns to the lazy solvers.
 
+        alpha: scikit-learn's noise added to the kernel's diagonal: ``None`` (the default:
+            the noise variance is fitted, ``noise_floor`` below it) or a number, a lower
+            bound of the fitted noise variance in normalised units (it raises
+            ``noise_floor``; scikit-learn's fitted ``WhiteKernel`` plus ``alpha`` is at
+            least ``alpha`` too).  An array, per-point noise, is refused with an
+            :class:`~amorgp.core.errors.OptionError` at ``fit`` (hold a known noise with
+            ``fixed={"noise": v}``, in units of ``y^2``).
+
+    Constraints (``fixed``, ``bounds``) take scikit-learn's semantics: values in the
+    units of the data, converted exactly to the normalised units the model works in
+    (each input column min-max scaled to ``[0, 1]``, ``y`` standardised; the inverse of
+    the map of ``result_.hyperparameters_original``):
+
+    * lengthscales and periods in the units of their input column (divided by its
+      range ``max - min`` internally); ``PER``'s lengthscale is unit-free;
+    * the variances of column 0 in units of ``y^2`` (divided by ``y.var()``, the
+      population variance); the variances of other columns are unit-free factors of the
+      product (unchanged), as in ``result_.hyperparameters_original``;
+    * ``"noise"`` in units of ``y^2``;
+    * a ``LIN`` factor's variance and offset have no exact original-unit form: refused
+      (constrain them in normalised units with ``Amortizer.infer``).
+
+    Names: every name the estimator prints is accepted back: the keys of
+    ``hyperparameters_`` and ``hyperparameters_original_`` (``"d0.0.SE.lengthscale"``,
+    ``"noise"``), ``kernel_.hyperparameter_names`` (``"noise_level"`` is the noise; a
+    ``weight`` of a multi-column ``kernel_`` is relative to another variance and is
+    refused), the command line's ``"0.0.lengthscale"``, the result's
+    ``"d0.0.lengthscale"`` and the tuples ``(0, 0, "lengthscale")`` of
+    ``result_.hyperparameters``.  ``kernel_.bounds`` shows the bounds (a fixed value:
+    ``(v, v)``) in ``kernel_``'s units: lengthscales and periods as given, variances and
+    the noise level of the standardised targets (the given ones divided by ``y.var()``);
+    an entry of a multi-column ``kernel_`` that folds several variances keeps the default
+    bounds.  An unknown name, a bad value or one below its kind's floor (converted to
+    the user's units in the message) is a one-line
+    :class:`~amorgp.core.errors.OptionError`.
+
+    Not supported, refused with a one-line error at ``fit``: ``sample_weight`` other
+    than ``None`` or a constant (a constant weight changes nothing: the noise is
+    fitted; repeat points to weight them); a ``y`` of several columns (multi-output:
+    fit one estimator per column, e.g. ``sklearn.multioutput.MultiOutputRegressor``);
+    per-point noise (an ``alpha`` array).  A ``y`` of two distinct values warns: GP regression
+    treats it as continuous (use a classifier for class labels).
+
     Attributes (after ``fit``):
         result_: the :class:`~amorgp.amortizer.results.KernelResult`.
         hyperparameters_: ``"d<dim>.<addend>.<symbol>.<name>" -> value`` in
             normalised units, plus ``"noise"`` (see ``result_.table`` for original units).
+        hyperparameters_original_: the same names in the user's units, those of
+            ``fixed`` and ``bounds`` (``None`` where no exact value exists).
         log_marginal_likelihood_: log marginal likelihood of the training targets
             in original units.
         log_marginal_likelihood_value_: the same (scikit-learn's name).
@@ -168,6 +220,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         backend: str = "auto",
         memory_budget: float | None = None,
         priors: bool = False,
+        alpha: Any = None,
     ) -> None:
         self.kernel = kernel
         self.refine = refine
@@ -183,6 +236,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self.backend = backend
         self.memory_budget = memory_budget
         self.priors = priors
+        self.alpha = alpha
 
     def _amortizer(self) -> Amortizer:
         budget = MEMORY_BUDGET if self.memory_budget is None else self.memory_budget
@@ -195,17 +249,30 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             float(check_memory_budget(budget)),
         )
 
-    def fit(self, X: Any, y: Any) -> AmortizedGPRegressor:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> AmortizedGPRegressor:
         """Predict the hyperparameters of ``kernel`` for ``X (n, d)``, ``y (n,)``.
 
+        Args:
+            X: ``(n, d)`` inputs.
+            y: ``(n,)`` targets (a single column; a binary ``y`` warns).
+            sample_weight: ``None``, or a constant (which changes nothing); anything else
+                is refused.
+
         Raises:
-            ValueError: invalid data (see :func:`~amorgp.core.data.as_dataset`) or
-                a kernel that does not parse or match the data's dimension.
+            ValueError: invalid data (see :func:`~amorgp.core.data.as_dataset`), a ``y``
+                of several columns, or a kernel that does not parse or match the data's
+                dimension.
+            OptionError: bad ``fixed``/``bounds`` (see *Constraints*), an ``alpha`` or a
+                non-constant ``sample_weight``.
         """
+        noise_floor = _noise_floor(self.noise_floor, self.alpha)
+        _check_multi_output(y)
         if _validate_data is not None:  # sklearn's messages and conversions when available
             X, y = _validate_data(self, X, y, ensure_min_samples=MIN_POINTS, y_numeric=True)
         Xa, ya = as_dataset(_as_2d(X), _host(y), min_points=MIN_POINTS, training=True)
+        _check_sample_weight(sample_weight, Xa.shape[0])
         amz = self._amortizer()
+        fixed, bounds = self._constraints(amz, Xa, ya, noise_floor)
         result = amz.infer(
             Xa,
             ya,
@@ -213,17 +280,26 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             refine=self.refine,
             calibrate=self.calibrate,
             starts=self.starts,
-            noise_floor=self.noise_floor,
-            fixed=self.fixed,
-            bounds=self.bounds,
+            noise_floor=noise_floor,
+            fixed=fixed,
+            bounds=bounds,
             priors=self.priors,
         )
         self.result_: KernelResult = result
         self.n_features_in_ = Xa.shape[1]
         self.X_train_: np.ndarray = Xa.numpy().copy()
-        self.kernel_ = FittedKernel(result.kernel, result.params, result.noise, result.normalizer)
+        limits: dict[Any, tuple[float, float]] = {n: (v, v) for n, v in result.fixed.items()}
+        limits.update(result.bounds)
+        self.kernel_ = FittedKernel(
+            result.kernel, result.params, result.noise, result.normalizer, limits
+        )
         hyper = {f"d{h.dim}.{h.addend}.{h.symbol}.{h.name}": h.value for h in result.table}
         self.hyperparameters_: dict[str, float] = {**hyper, "noise": result.noise}
+        original = {f"d{h.dim}.{h.addend}.{h.symbol}.{h.name}": h.original for h in result.table}
+        self.hyperparameters_original_: dict[str, float | None] = {
+            **original,
+            "noise": result.noise_original,
+        }
         logger.info(
             "fitted %s on n = %d, d = %d: log marginal likelihood %.6g (original units), %.3f s",
             result.kernel_text,
@@ -233,6 +309,37 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             result.call_time_s,
         )
         return self
+
+    def _constraints(
+        self, amz: Amortizer, X: torch.Tensor, y: torch.Tensor, noise_floor: Any
+    ) -> tuple[dict[Name, float] | None, dict[Name, tuple[float, float]] | None]:
+        """``fixed`` and ``bounds`` in normalised units, from the user's names and units
+        (see *Constraints* in the class docstring)."""
+        if not self.fixed and not self.bounds:
+            return self.fixed, self.bounds
+        for option, mapping in (("fixed", self.fixed), ("bounds", self.bounds)):
+            if mapping is not None and not isinstance(mapping, Mapping):
+                raise OptionError(f"{option} must be a mapping of names to values, got {mapping!r}")
+        structure = amz.structure(self.kernel, X.shape[1])
+        fixed = {_name(k, "fixed", structure): v for k, v in (self.fixed or {}).items()}
+        bounds = {_name(k, "bounds", structure): v for k, v in (self.bounds or {}).items()}
+        given = check_constraints(fixed, bounds, noise_floor)  # values checked
+        with warnings.catch_warnings():  # the fit warns about the data itself
+            warnings.simplefilter("ignore")
+            norm = Normalizer.fit(X, y)
+        units = {(pn.dim, pn.addend, pn.param): (pn, u) for pn, u in _units(structure)}
+        floor = given.noise_floor
+        out_fixed = {
+            n: _to_normalised(n, v, "fixed", units, norm, floor) for n, v in given.fixed.items()
+        }
+        out_bounds = {
+            n: (
+                _to_normalised(n, lo, "bounds", units, norm, floor),
+                _to_normalised(n, hi, "bounds", units, norm, floor),
+            )
+            for n, (lo, hi) in given.bounds.items()
+        }
+        return out_fixed, out_bounds
 
     @property
     def log_marginal_likelihood_(self) -> float:
@@ -398,6 +505,184 @@ def _check_random_state(seed: Any) -> np.random.RandomState:
             return seed
         return np.random.RandomState(seed)
     return check_random_state(seed)
+
+
+_NAME_FORMS = (
+    "'noise' (or 'noise_level'), a printed name 'd<dim>.<addend>.<symbol>.<name>' (keys of "
+    "hyperparameters_, e.g. 'd0.0.SE.lengthscale'), 'DIM.ADDEND.NAME' (e.g. "
+    "'0.0.lengthscale') or (dim, addend, name)"
+)
+
+
+def _name(key: Any, option: str, structure: DimWiseStructure) -> Name:
+    """A ``fixed``/``bounds`` key in any of the printed forms as ``(dim, addend, name)`` or
+    ``"noise"``, checked against ``structure``.
+
+    Raises:
+        OptionError: not a name, a symbol that is not the one at that place, a folded
+            ``weight`` or a hyperparameter the structure does not have.
+    """
+    symbol = None
+    if isinstance(key, str):
+        text = key.strip()
+        if text in ("noise", "noise_level"):
+            return "noise"
+        parts = text.split(".")
+        if parts[0][:1] == "d":
+            parts[0] = parts[0][1:]
+        if not (len(parts) in (3, 4) and parts[0].isdigit() and parts[1].isdigit() and parts[-1]):
+            raise OptionError(f"{option} key {key!r} is not a hyperparameter name: {_NAME_FORMS}")
+        name: tuple[int, int, str] = (int(parts[0]), int(parts[1]), parts[-1])
+        symbol = parts[2] if len(parts) == 4 else None
+    elif (
+        isinstance(key, tuple)
+        and len(key) == 3
+        and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in key[:2])
+        and isinstance(key[2], str)
+    ):
+        name = (int(key[0]), int(key[1]), key[2])
+    else:
+        raise OptionError(f"{option} key {key!r} is not a hyperparameter name: {_NAME_FORMS}")
+    dim, addend, param = name
+    here = (
+        structure.dims[dim][addend]
+        if dim < len(structure.dims) and addend < len(structure.dims[dim])
+        else None
+    )
+    if param == "weight":
+        raise OptionError(
+            f"{option} key {key!r} is a weight of kernel_, relative to its column's first "
+            f"variance; constrain the variance itself, 'd{dim}.{addend}.{here}.variance' as "
+            "in hyperparameters_"
+        )
+    if here is None or param not in base_symbol(here).param_names:
+        known = ", ".join(
+            f"'d{pn.dim}.{pn.addend}.{pn.symbol}.{pn.param}'" for pn in structure.param_names()
+        )
+        raise OptionError(
+            f"{option} names {key!r}, not a hyperparameter of {structure}; known: 'noise', {known}"
+        )
+    if symbol is not None and symbol != here:
+        raise OptionError(
+            f"{option} key {key!r}: addend {addend} of column {dim} is {here}, not {symbol}"
+        )
+    return name
+
+
+def _units(structure: DimWiseStructure) -> list[tuple[Any, Unit]]:
+    return list(zip(structure.param_names(), structure.param_units(), strict=True))
+
+
+def _to_normalised(
+    name: Name,
+    value: float,
+    option: str,
+    units: dict[tuple[int, int, str], tuple[Any, Unit]],
+    norm: Normalizer,
+    noise_floor: float,
+) -> float:
+    """One constraint value from the user's units to normalised ones (the inverse of
+    :meth:`~amorgp.core.data.Normalizer.to_original`), checked against its floor.
+
+    Raises:
+        OptionError: a parameter without an exact original-unit form (``LIN``), a
+            lengthscale of a constant column, or a value below its kind's floor.
+    """
+    var_y = norm.y_std * norm.y_std
+    if name == "noise":
+        factor, floor = var_y, noise_floor
+        what = "the noise"
+    else:
+        assert isinstance(name, tuple)
+        pn, unit = units[name]
+        floor = FLOORS[base_symbol(pn.symbol).params[pn.slot].kind]
+        what = f"d{pn.dim}.{pn.addend}.{pn.symbol}.{pn.param}"
+        if unit is Unit.INPUT:
+            factor = float(norm.x_range[pn.dim])
+            if factor <= 0:
+                raise OptionError(
+                    f"{option}[{what!r}]: input column {pn.dim + 1} is constant, so its "
+                    "lengths have no value in its units; drop the column or the constraint"
+                )
+        elif unit is Unit.FREE:
+            factor = 1.0
+        elif unit is Unit.VARIANCE:
+            factor = var_y if pn.dim == 0 else 1.0
+        else:
+            raise OptionError(
+                f"{option}[{what!r}]: {pn.symbol}'s {pn.param} has no exact value in the data's "
+                "units (an affine input map changes its form); constrain it in normalised "
+                "units with Amortizer.infer"
+            )
+    out = float(value) / factor
+    if not math.isfinite(out) or out <= 0.0:
+        raise OptionError(
+            f"{option}[{what!r}] = {value:g} is not representable in normalised units "
+            f"(divided by {factor:g})"
+        )
+    if out < floor:
+        raise OptionError(
+            f"{option}[{what!r}] = {value:g} is below the floor {floor * factor:g} in the "
+            f"data's units ({floor:g} normalised"
+            + ("; lower noise_floor too)" if name == "noise" else ")")
+        )
+    return out
+
+
+def _noise_floor(noise_floor: Any, alpha: Any) -> Any:
+    """``noise_floor`` with scikit-learn's ``alpha``: ``None`` leaves it, a number raises
+    it to ``alpha`` (normalised units), an array (per-point noise) is refused."""
+    if alpha is None:
+        return noise_floor
+    if np.ndim(alpha) != 0 or isinstance(alpha, bool):
+        raise OptionError(
+            "alpha as an array (per-point noise) is not supported: the noise variance is "
+            "fitted, one value for every point; pass a number or None (fixed={'noise': v} "
+            "holds a known noise, units of y^2)"
+        )
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise OptionError(f"alpha must be a number or None, got {alpha!r}") from None
+    base = DEFAULT_NOISE_FLOOR if noise_floor is None else noise_floor
+    return a if isinstance(base, numbers.Real) and a > base else base
+
+
+def _check_multi_output(y: Any) -> None:
+    shape = getattr(y, "shape", None)
+    if shape is None:
+        try:
+            shape = np.asarray(y).shape
+        except (TypeError, ValueError):  # ragged or odd input: left to the validation
+            return
+    if len(shape) == 2 and shape[1] > 1:
+        raise DataError(
+            f"y has {shape[1]} columns: multi-output regression is not supported; fit one "
+            "estimator per column (e.g. sklearn.multioutput.MultiOutputRegressor)"
+        )
+
+
+def _check_sample_weight(sample_weight: Any, n: int) -> None:
+    """Accept ``None`` or a constant positive weight (it changes nothing: the noise is
+    fitted); refuse anything else."""
+    if sample_weight is None:
+        return
+    try:
+        w = np.asarray(_host(sample_weight), dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise OptionError(f"sample_weight must be numeric: {err}") from None
+    w = np.broadcast_to(w, (n,)) if w.ndim == 0 else w
+    if w.shape != (n,):
+        raise OptionError(f"sample_weight has shape {w.shape}, expected ({n},) for {n} samples")
+    if not np.isfinite(w).all() or (w <= 0).any():
+        raise OptionError(
+            "sample_weight must hold positive finite weights (zero or negative weights are refused)"
+        )
+    if not (w == w[0]).all():
+        raise OptionError(
+            "sample_weight is not supported: the GP is unweighted (a constant weight changes "
+            "nothing); pass sample_weight=None, or repeat points to weight them"
+        )
 
 
 @functools.lru_cache(maxsize=8)

@@ -55,7 +55,11 @@ folded ``theta`` back to a full parameter set (each other column's first varianc
 ``theta`` is the log of every hyperparameter above in this order: the structure's
 parameters by (column, addend, slot), then the noise level (scikit-learn's convention: log
 space).  ``bounds`` are scikit-learn's default ``(1e-5, 1e5)``, widened to hold the value
-where it lies outside (the noise level's floor is ``1e-6``).
+where it lies outside (the noise level's floor is ``1e-6``), except where the fit was
+constrained (``limits``: the estimator's ``fixed``/``bounds``): an entry that is one
+constrained parameter times its unit factor (every entry of a one-column structure; the
+lengthscales, periods and noise of any) shows its bounds in kernel units, a fixed one
+``(value, value)`` (its :attr:`FittedKernel.hyperparameters` entry ``fixed``).
 
 Mapping to scikit-learn's kernels (:meth:`FittedKernel.to_sklearn`; every hyperparameter
 free, with the same bounds, so ``to_sklearn().theta`` has the entries of ``theta``).  Each
@@ -88,7 +92,7 @@ scikit-learn's kernels act on every column, so only a one-column structure, or o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -306,6 +310,9 @@ class FittedKernel:
         params: ``(D, L, P)`` parameters, normalised units.
         noise: noise variance, normalised units.
         normalizer: the data normalisation of the fit.
+        limits: ``{name: (low, high)}`` of the fit's constraints, normalised units (names
+            ``(dim, addend, param)`` or ``"noise"``; a fixed value is ``(value, value)``):
+            shown by :attr:`bounds` and :attr:`hyperparameters` (see the module docstring).
 
     Attributes:
         kernel: the tree ``Sum(Product(Sum(...) per column), WhiteNoise)``.
@@ -313,10 +320,16 @@ class FittedKernel:
     """
 
     def __init__(
-        self, structure: DimWiseStructure, params: Tensor, noise: float, normalizer: Normalizer
+        self,
+        structure: DimWiseStructure,
+        params: Tensor,
+        noise: float,
+        normalizer: Normalizer,
+        limits: Mapping[Any, tuple[float, float]] | None = None,
     ) -> None:
         self.structure = structure
         self.normalizer = normalizer
+        self.limits = dict(limits or {})
         self.folding = Folding(structure)
         self._params = params.detach().to("cpu", torch.float64).clone()
         self._noise = float(noise)
@@ -351,6 +364,26 @@ class FittedKernel:
             )
             columns.append(Sum(terms))
         self.kernel = Sum((Product(tuple(columns)), WhiteNoise(float(self._values[-1]))))
+        self._limits = self._kernel_limits(names)
+
+    def _kernel_limits(self, names: Sequence[Any]) -> list[tuple[float, float] | None]:
+        """Per entry of :attr:`theta`, the constrained ``(low, high)`` in kernel units, or
+        ``None``: an entry that folds other parameters in keeps the default bounds."""
+        out: list[tuple[float, float] | None] = []
+        factor = self._factor.tolist()
+        for i, times, over in self.folding._rules:
+            n = names[i]
+            lim = self.limits.get((n.dim, n.addend, n.param))
+            out.append(
+                None if lim is None or times or over is not None else _scaled(lim, factor[i])
+            )
+        noise = self.limits.get("noise")
+        out.append(None if noise is None else _scaled(noise, 1.0))
+        return out
+
+    def _bounds_at(self, i: int) -> tuple[float, float]:
+        lim = self._limits[i]
+        return _bounds(float(self._values[i])) if lim is None else lim
 
     def _range(self, d: int) -> float:
         r = float(self.normalizer.x_range[d])
@@ -383,8 +416,9 @@ class FittedKernel:
     @property
     def bounds(self) -> np.ndarray:
         """Log-space bounds ``(n, 2)`` of ``theta``: scikit-learn's default ``(1e-5, 1e5)``,
-        widened to hold the value."""
-        return np.log(np.array([_bounds(float(v)) for v in self._values]).reshape(-1, 2))
+        widened to hold the value, or the fit's own bounds (a fixed value: ``(log v, log
+        v)``) in kernel units where it was constrained (see the module docstring)."""
+        return np.log(np.array([self._bounds_at(i) for i in range(self._values.size)]))
 
     @property
     def hyperparameter_names(self) -> list[str]:
@@ -395,11 +429,13 @@ class FittedKernel:
     @property
     def hyperparameters(self) -> list[KernelHyperparameter]:
         """One :class:`KernelHyperparameter` per entry of :attr:`theta` (bounds in kernel
-        units, as scikit-learn's)."""
-        return [
-            KernelHyperparameter(name, "numeric", np.array(_bounds(float(v))), 1, False)
-            for name, v in zip(self._names, self._values, strict=True)
-        ]
+        units, as scikit-learn's; ``fixed`` where the fit held it fixed)."""
+        out = []
+        for i, name in enumerate(self._names):
+            low, high = self._bounds_at(i)
+            fixed = self._limits[i] is not None and low == high
+            out.append(KernelHyperparameter(name, "numeric", np.array((low, high)), 1, fixed))
+        return out
 
     def get_params(self, deep: bool = True) -> dict[str, float]:
         """Every hyperparameter by name (see :attr:`hyperparameter_names`), kernel units."""
@@ -410,7 +446,7 @@ class FittedKernel:
         ``clone_with_theta``; ``k.clone_with_theta(t).theta == t``)."""
         th = torch.as_tensor(np.asarray(theta, dtype=np.float64))
         params, noise = self.params_from_theta(th)
-        return FittedKernel(self.structure, params, float(noise), self.normalizer)
+        return FittedKernel(self.structure, params, float(noise), self.normalizer, self.limits)
 
     def __repr__(self) -> str:
         return repr(self.kernel)
@@ -440,7 +476,8 @@ class FittedKernel:
     def to_sklearn(self) -> Any:
         """The same kernel (with ``WhiteKernel`` noise) as a scikit-learn kernel.
 
-        Every hyperparameter is free, with the bounds of :attr:`bounds`, so the result's
+        Every hyperparameter is free, with scikit-learn's default bounds widened to hold the
+        value (those of :attr:`bounds` for an unconstrained fit), so the result's
         ``theta`` has the entries of :attr:`theta` (equal to it for ``SE``, ARD ``SE``,
         ``MAT52`` and ``RQ``; see the module docstring for ``PER`` and ``LIN``).
         ``GaussianProcessRegressor(kernel=k.to_sklearn(), normalize_y=True, optimizer=None,
@@ -487,6 +524,10 @@ class FittedKernel:
             "every column, so only one-column structures or one ARD-capable kernel (SE) per "
             "column convert"
         )
+
+
+def _scaled(limit: tuple[float, float], factor: float) -> tuple[float, float]:
+    return (float(limit[0]) * factor, float(limit[1]) * factor)
 
 
 def _names(sym: Any, factor: str) -> list[tuple[str, str]]:

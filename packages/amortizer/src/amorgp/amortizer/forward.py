@@ -36,16 +36,29 @@ __all__ = [
     "encoder_subset",
     "network_parameters",
     "traced_forward",
+    "warn_binary_target",
     "warn_outside_training",
 ]
 
 
 def warn_outside_training(
-    d: int, structures: Sequence[DimWiseStructure], max_dims: int | None, max_addends: int
+    d: int,
+    structures: Sequence[DimWiseStructure],
+    max_dims: int | None,
+    max_addends: int,
+    refine: int | str | None = None,
 ) -> None:
     """Warn (``UserWarning``) about inputs the network never saw in training: more input
-    dimensions than ``max_dims`` or more addends in one dimension than ``max_addends``."""
-    hint = "its predictions may be poor (consider refine='auto')"
+    dimensions than ``max_dims`` or more addends in one dimension than ``max_addends``.
+    The advice depends on ``refine`` (the call's, as checked; ``None``: unknown):
+    ``refine='auto'`` is recommended only where it is not already set."""
+    if refine == "auto":
+        hint = (
+            "its start may be poor; refine='auto' already refines it by Type-2 ML (more "
+            "starts= may find a better optimum)"
+        )
+    else:
+        hint = "its predictions may be poor (consider refine='auto')"
     if max_dims is not None and d > max_dims:
         warn(
             f"the data have {d} input dimensions but the network was trained on at most "
@@ -57,6 +70,19 @@ def warn_outside_training(
         warn(
             f"a kernel has {most} addends in one dimension but the network was trained "
             f"with at most {max_addends} per dimension; {hint}",
+            UserWarning,
+        )
+
+
+def warn_binary_target(y: Tensor) -> None:
+    """Warn (``UserWarning``) when the targets ``y (n,)`` take two distinct values only:
+    GP regression treats them as continuous."""
+    others = y[y != y[0]]
+    if others.numel() and bool((others == others[0]).all()):
+        warn(
+            "y takes only 2 distinct values (a binary target?): GP regression treats it as "
+            "continuous and predicts real values, not classes or probabilities; for class "
+            "labels use a classifier (e.g. sklearn's GaussianProcessClassifier)",
             UserWarning,
         )
 

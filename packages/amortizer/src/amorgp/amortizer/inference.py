@@ -29,7 +29,7 @@ from amorgp.amortizer.constraints import (
     project_all,
     warn_at_noise_floor,
 )
-from amorgp.amortizer.forward import warn_outside_training
+from amorgp.amortizer.forward import warn_binary_target, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
 from amorgp.amortizer.network import AmortizationNetwork
@@ -375,7 +375,7 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         calibrate = self.calibrate if calibrate is None else check_calibrate(calibrate)
         cons = check_constraints(fixed, bounds, noise_floor, priors)
         cons.check_refine(steps)
-        norm, Xn, yn, parsed = self._prepare(X, y, kernels)
+        norm, Xn, yn, parsed = self._prepare(X, y, kernels, steps)
         structures = batched.KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         kcons = cons.resolve(structures)
         params, noise, n_enc, chosen = self._predict(Xn, yn, structures)
@@ -495,14 +495,19 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         ]
 
     def _prepare(
-        self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
+        self,
+        X: Any,
+        y: Any,
+        kernels: Sequence[str | DimWiseStructure],
+        refine: int | str | None = None,
     ) -> tuple[Normalizer, Tensor, Tensor, list[DimWiseStructure]]:
         """Validated, normalised data on the device and the checked structures (warns
-        about inputs outside the training range)."""
+        about inputs outside the training range, advice by ``refine``, and binary targets)."""
         Xa, ya = as_dataset(X, y, min_points=MIN_POINTS, training=True)
         d = Xa.shape[1]
         structures = [self.structure(k, d) for k in kernels]
-        warn_outside_training(d, structures, self.max_dims, self.max_addends)
+        warn_outside_training(d, structures, self.max_dims, self.max_addends, refine)
+        warn_binary_target(ya)
         norm = Normalizer.fit(Xa, ya)
         Xn = norm.transform_x(Xa).to(self.device, self.dtype)
         yn = norm.transform_y(ya).to(self.device, self.dtype)
