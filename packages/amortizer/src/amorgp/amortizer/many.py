@@ -69,6 +69,7 @@ memory for any number of datasets.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -98,7 +99,7 @@ from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
 from amorgp.core.data import Normalizer, as_dataset
 from amorgp.core.errors import CheckpointError, OptionError
-from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.kernel_grammar import DimWiseStructure, parse
 from amorgp.lazy_kernels import PaddedBatch
 
 if TYPE_CHECKING:
@@ -346,6 +347,35 @@ def _rows(X: Any) -> int:
         return 0
 
 
+def _check_datasets(datasets: Any) -> None:
+    if isinstance(datasets, str | bytes) or not isinstance(datasets, Sequence):
+        raise OptionError(
+            "datasets must be a sequence (list or tuple) of (X, y) pairs, got "
+            f"{type(datasets).__name__}"
+            + (" (pass list(...))" if hasattr(datasets, "__next__") else "")
+        )
+
+
+def _check_kernel(amz: Amortizer, kernel: Any) -> None:
+    """``kernel`` parsed and checked against the network where no data are needed (a
+    dimension-free kernel as for one input, an indexed one for the inputs it names)."""
+    if isinstance(kernel, DimWiseStructure):
+        n_dims = kernel.n_dims
+    elif isinstance(kernel, str):
+        expr = parse(kernel, None, amz.vocabulary)
+        n_dims = max(d for d in expr.dims if d is not None) + 1 if expr.is_indexed else 1
+    else:
+        raise OptionError(
+            f"a kernel is an expression (text) or a DimWiseStructure, got {type(kernel).__name__}"
+        )
+    try:
+        amz.structure(kernel, n_dims)
+    except OptionError:
+        raise
+    except ValueError as err:
+        raise OptionError(f"kernel {str(kernel)!r}: {err}") from None
+
+
 def iter_datasets(
     amz: Amortizer,
     datasets: Sequence[tuple[Any, Any]],
@@ -385,10 +415,13 @@ def iter_datasets(
         OptionError: ``kernels`` not a non-empty list, or an invalid option (bad data is
             reported per dataset, never raised).
     """
-    if isinstance(kernels, str | DimWiseStructure):
+    _check_datasets(datasets)
+    if isinstance(kernels, str | DimWiseStructure) or not isinstance(kernels, Sequence):
         raise OptionError("kernels must be a list of kernels, e.g. ['SE + PER']")
     if len(kernels) == 0:
         raise OptionError("kernels is empty")
+    for k in kernels:  # what needs no data, checked once (the input count: per dataset)
+        _check_kernel(amz, k)
     steps = check_refine(refine)
     cal = amz.calibrate if calibrate is None else check_calibrate(calibrate)
     n_starts = resolve_starts(starts, amz.starts, cal)
@@ -396,8 +429,10 @@ def iter_datasets(
     cons.check_refine(steps)
     if not isinstance(exact_network, bool):
         raise OptionError(f"exact_network must be True or False, got {exact_network!r}")
-    if not (isinstance(budget, int | float) and budget > 0):
-        raise OptionError(f"budget must be a positive number of bytes, got {budget!r}")
+    if isinstance(budget, bool) or not (
+        isinstance(budget, int | float) and math.isfinite(budget) and budget > 0
+    ):
+        raise OptionError(f"budget must be a positive finite number of bytes, got {budget!r}")
     total = len(datasets)
     done = 0
 
@@ -482,6 +517,7 @@ def infer_datasets(
         OptionError: ``kernels`` not a non-empty list, or an invalid option (bad data is
             reported per dataset, never raised).
     """
+    _check_datasets(datasets)
     out: list[DatasetFit | None] = [None] * len(datasets)
     for fits in iter_datasets(amz, datasets, kernels, **options):
         for f in fits:
