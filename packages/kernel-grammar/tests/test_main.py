@@ -44,7 +44,7 @@ def test_extended_vocabulary(capsys: pytest.CaptureFixture[str]) -> None:
         (["SE + PRE"], "hint: did you mean 'PER'?"),
         (["SE@2", "--dims", "2"], "dimension index 2 out of range"),
         (["SE@0 + PER@1"], "inside a sum"),
-        (["SE*MAT52"], "hint: try --vocabulary extended"),
+        (["SE*MAT52", "--vocabulary", "paper"], "hint: --vocabulary extended (or the default"),
         (["SE", "--dims", "0"], "--dims must be a positive integer"),
     ],
 )
@@ -62,3 +62,21 @@ def test_caret_in_error(capsys: pytest.CaptureFixture[str]) -> None:
     lines = capsys.readouterr().err.splitlines()
     assert lines[1] == "  SE + PRE"
     assert lines[2] == "       ^^^"
+
+
+def test_the_default_vocabulary_takes_every_registered_base_kernel(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``amorgp-grammar "SE + MAT52"`` works without options (the extended vocabulary's
+    ids); a paper-vocabulary expression keeps the paper's ids."""
+    from amorgp.kernel_grammar import EXTENDED_VOCABULARY
+
+    assert main(["SE + MAT52"]) == 0
+    out = capsys.readouterr().out
+    assert "vocabulary       : extended" in out
+    symbols, _ = encode(
+        [DimWiseStructure.parse("SE + MAT52", 1, EXTENDED_VOCABULARY)], EXTENDED_VOCABULARY
+    )
+    assert str(symbols[0]).splitlines()[0] in out
+    assert main(["SE + PER"]) == 0
+    assert "vocabulary       : paper" in capsys.readouterr().out

@@ -55,9 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--vocabulary",
-        choices=sorted(VOCABULARIES),
-        default="paper",
-        help="symbol vocabulary giving the integer ids (default: paper)",
+        choices=[*sorted(VOCABULARIES), "auto"],
+        default="auto",
+        help="symbol vocabulary giving the integer ids (default: auto, the paper vocabulary "
+        "where the expression fits it, else the extended one: every registered base kernel, "
+        "MAT52 and RQ included, and their products)",
     )
     p.add_argument("--tree", action="store_true", help="also print the expression tree as parsed")
     return p
@@ -136,21 +138,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         0 on success; 2 for a text that does not parse or is not in the space.
     """
     args = _parser().parse_args(argv)
-    vocab = VOCABULARIES[args.vocabulary]
+    names = ["paper", "extended"] if args.vocabulary == "auto" else [args.vocabulary]
     if args.dims is not None and args.dims < 1:
         print(f"error: --dims must be a positive integer, got {args.dims}", file=sys.stderr)
         return 2
     try:
         expr = parse(args.expression, args.dims)
         n_dims = args.dims if args.dims is not None or expr.is_indexed else 1
-        structure = DimWiseStructure.from_expr(expr, n_dims, vocab)
+        for i, name in enumerate(names):  # auto: the first vocabulary that has every symbol
+            vocab = VOCABULARIES[name]
+            try:
+                structure = DimWiseStructure.from_expr(expr, n_dims, vocab)
+                break
+            except ValueError as err:
+                if "not in vocabulary" not in str(err) or i == len(names) - 1:
+                    raise
     except KernelSyntaxError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        if "not in vocabulary" in str(err) and args.vocabulary != "extended":
-            print("hint: try --vocabulary extended", file=sys.stderr)
+        if "not in vocabulary" in str(err) and args.vocabulary == "paper":
+            print(
+                "hint: --vocabulary extended (or the default, auto) allows every registered "
+                "base kernel, MAT52 and RQ included",
+                file=sys.stderr,
+            )
         return 2
     print(report(expr, structure, vocab, show_tree=args.tree))
     return 0
