@@ -137,7 +137,8 @@ def infer(
     A progress bar on stderr (on a terminal) follows long runs; -v logs the size and
     the GP backend.  A result that is not a finite number is refused (exit 1).  With
     --group-by, DATA (CSV or Parquet) holds many datasets, one per group, fitted in
-    batches; a group that fails keeps its rows with its error.
+    batches; a group that fails keeps its rows with its error, and a run that fits no
+    group writes nothing (exit 1).
     """
     from amorgp.amortizer.io import read_csv
 
