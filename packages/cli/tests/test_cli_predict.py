@@ -300,3 +300,26 @@ def test_predict_takes_the_constraint_flags(tiny_checkpoint: Path, tmp_path: Pat
     assert got["log_marginal_likelihood"] == pytest.approx(
         want.log_marginal_likelihood_original, rel=1e-9
     )
+
+
+def test_predict_test_file_prints_the_predictions_by_default(
+    data_1d: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """``--test`` without ``--output``: the predictions CSV on standard output (the same
+    as ``--output -``), the summary on standard error; ``--split`` without ``--output``
+    says how to get them."""
+    test = tmp_path / "test.csv"
+    test.write_text("time\n0.25\n0.75\n")
+    res = _run(["predict", str(data_1d), "-k", "SE", "--test", str(test)], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    explicit = _run(
+        ["predict", str(data_1d), "-k", "SE", "--test", str(test), "--output", "-"],
+        tiny_checkpoint,
+    )
+    assert res.stdout == explicit.stdout
+    rows = res.stdout.strip().splitlines()
+    assert len(rows) == 3  # header and one row per test point
+    assert "kernel SE" in res.stderr
+    split = _run(["predict", str(data_1d), "-k", "SE", "--split", "0.2"], tiny_checkpoint)
+    assert split.exit_code == 0, split.output
+    assert "predictions not written: --output FILE" in split.stdout

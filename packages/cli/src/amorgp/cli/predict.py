@@ -9,7 +9,9 @@ Examples::
 Several ``--kernel`` options predict with every kernel (one result block each; the
 CSV gets ``mean``/``std`` columns per kernel, suffixed ``[KERNEL]``).  ``--output -``
 or ``--output /dev/stdout`` writes the CSV to standard output (the summary lines go
-to stderr then).
+to stderr then).  With ``--test`` (new points to predict) that is the default: without
+``--output`` or ``--json`` the predictions go to standard output.  With ``--split`` (an
+evaluation) the summary says how to get them when no ``--output`` is given.
 """
 
 from __future__ import annotations
@@ -192,7 +194,9 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     "--test",
     "test_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="CSV of test inputs (targets optional).",
+    help="CSV of test inputs (targets optional).  Without --output or --json the "
+    "predictions (CSV: inputs, mean, std) go to standard output and the summary to "
+    "standard error.",
 )
 @click.option(
     "--split",
@@ -208,7 +212,8 @@ def _check_paths(inputs: list[Path], output: Path | None, plot_path: Path | None
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write test predictions (CSV, full float precision) here; replaced atomically; "
-    "'-' or /dev/stdout: standard output.",
+    "'-' or /dev/stdout: standard output (the default with --test; with --split the "
+    "predictions are written only when asked).",
 )
 @json_option()
 @constraint_options
@@ -247,6 +252,8 @@ def predict(
         raise click.BadParameter(
             "--json already writes standard output: give --output a file", param_hint="--output"
         )
+    if output is None and test_path is not None and not as_json:
+        output = Path("-")  # predicting new points: the predictions are the answer
     _check_paths([data] + ([test_path] if test_path else []), output, plot_path)
     table = read_csv(data, target)
     if split is not None:
@@ -293,6 +300,11 @@ def predict(
             )
         if not is_stdout(output):
             say(f"predictions written to {output}")
+    elif not as_json:
+        say(
+            "predictions not written: --output FILE (CSV), --output - (standard output) or "
+            "--json (mean and std) writes them"
+        )
     if plot_path is not None:
         from amorgp.cli._plots import plot_prediction
 
