@@ -219,3 +219,134 @@ def test_closing_a_run_releases_the_lock_when_the_metrics_log_fails(tmp_path: Pa
     other.lock()  # the flock is free again
     assert (tmp_path / "run" / ".lock").read_text().startswith(f"pid {__import__('os').getpid()}")
     other.close()
+
+
+_COUNTERS = {"stage_datasets": 5, "datasets_total": 5, "seed": 1}
+_STATE = {"stage_offset": 0, "total_offset": 0, "seed": 1, "best_nll": None, "minutes_offset": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        (_COUNTERS, "has no 'stage'"),
+        ({**_COUNTERS, "stage": -5}, "has stage=-5, not an integer >= 0"),
+        ({**_COUNTERS, "stage": "1"}, 'has stage="1", not an integer >= 0'),
+        ({**_COUNTERS, "stage": True}, "has stage=true, not an integer >= 0"),
+        ({**_COUNTERS, "stage": 0, "datasets_total": None}, "has datasets_total=null"),
+        ({**_COUNTERS, "stage": 0, "minutes_total": "x"}, "not a finite number >= 0"),
+    ],
+)
+def test_a_campaign_log_record_of_the_wrong_shape_is_one_data_error(
+    tmp_path: Path, record: dict[str, object], problem: str
+) -> None:
+    """A valid JSON record without ``stage`` (or a negative one) gave a KeyError or an
+    IndexError traceback."""
+    import json
+
+    from amorgp.training.campaign import _initial_status
+    from amorgp.training.campaign_plan import CAMPAIGN_STAGES
+
+    log = tmp_path / "campaign.jsonl"
+    log.write_text(json.dumps(record) + "\n")
+    with pytest.raises(DataError) as info:
+        _initial_status(log, CAMPAIGN_STAGES)
+    message = str(info.value)
+    assert message.startswith(f"{log}, last record: the record {{")
+    assert problem in message
+    assert message.endswith("; repair or remove that line")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("state", "problem"),
+    [
+        ({"stage": 0}, "has no 'stage_offset'"),
+        ({**_STATE, "stage": -5}, "has stage=-5"),
+        ({**_STATE, "stage": 0, "best_nll": "low"}, 'has best_nll="low", not a finite number'),
+    ],
+)
+def test_a_campaign_state_of_the_wrong_shape_is_one_data_error(
+    tmp_path: Path, state: dict[str, object], problem: str
+) -> None:
+    import json
+
+    from amorgp.training.campaign import _read_status
+
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps(state))
+    with pytest.raises(DataError) as info:
+        _read_status(path)
+    assert str(info.value).startswith(f"{path}: the record {{")
+    assert problem in str(info.value)
+    assert str(info.value).endswith("remove it to rebuild the campaign state from the log")
+    full = {**_STATE, "stage": 1, "stage_offset": 3, "best_nll": 0.5, "minutes_offset": 1.5}
+    path.write_text(json.dumps(full))
+    assert _read_status(path) == full
+
+
+def test_logs_and_states_that_are_not_regular_files_are_refused_unread(tmp_path: Path) -> None:
+    """A log symlinked to ``/dev/zero`` was read without end; a named pipe blocks."""
+    import os
+
+    from amorgp.training import gpu_chunk
+    from amorgp.training.campaign_plan import append_record, last_record, read_json
+
+    zero = tmp_path / "campaign.jsonl"
+    zero.symlink_to("/dev/zero")
+    pipe = tmp_path / "pipe.jsonl"
+    os.mkfifo(pipe)
+    for path in (zero, pipe):
+        kind = "a device or socket" if path == zero else "a named pipe"
+        refused = rf"{path} is {kind}, not a regular file; refusing to read it"
+        with pytest.raises(DataError, match=refused):
+            last_record(path)
+        with pytest.raises(DataError, match=refused):
+            read_json(path, {})
+        with pytest.raises(DataError, match=refused):
+            gpu_chunk._whole_lines(path)
+        with pytest.raises(DataError, match=refused):
+            append_record(path, {"stage": 0})
+
+
+def test_a_log_larger_than_the_bound_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amorgp.amortizer import jsonlog
+    from amorgp.training.campaign_plan import last_record
+
+    assert jsonlog.MAX_LOG_BYTES == 256 * 2**20
+    monkeypatch.setattr(jsonlog, "MAX_LOG_BYTES", 100)
+    log = tmp_path / "campaign.jsonl"
+    log.write_text('{"stage": 0}\n' * 10)  # 130 bytes
+    with pytest.raises(DataError, match=rf"{log} holds more than 100 bytes"):
+        last_record(log)
+    log.write_text('{"stage": 0}\n' * 7)  # 91 bytes
+    assert last_record(log) == {"stage": 0}
+
+
+def test_a_torn_tail_cut_inside_a_utf8_character_is_ignored(tmp_path: Path) -> None:
+    """``gpu_chunk`` decoded the whole log, torn tail included: UnicodeDecodeError."""
+    from amorgp.training import gpu_chunk
+
+    log = tmp_path / "campaign.jsonl"
+    log.write_bytes('{"datasets_total": 5, "device": "é"}\n{"device": "'.encode() + b"\xc3")
+    with pytest.warns(UserWarning, match="torn last line"):
+        assert gpu_chunk._last_record(log) == {"datasets_total": 5, "device": "é"}
+    assert gpu_chunk._whole_lines(log) == '{"datasets_total": 5, "device": "é"}\n'
+    log.write_bytes(b'{"datasets_total": 5}\n{"a": "\xff"}\n')
+    with pytest.raises(DataError, match=rf"{log}, line 2: not UTF-8 text"):
+        gpu_chunk._whole_lines(log)
+
+
+@pytest.mark.parametrize("total", [-1, "5", None, 2.5, True])
+def test_a_gpu_chunk_log_record_with_a_bad_total_names_the_file(
+    tmp_path: Path, total: object
+) -> None:
+    import json
+
+    from amorgp.training import gpu_chunk
+
+    log = tmp_path / "campaign.jsonl"
+    log.write_text(json.dumps({"datasets_total": total}) + "\n")
+    with pytest.raises(DataError, match=rf"^{log}: the last record has datasets_total="):
+        gpu_chunk._last_record(log)

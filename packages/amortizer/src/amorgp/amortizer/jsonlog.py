@@ -8,6 +8,10 @@ warning) before it appends, so the new record starts a line of its own and
 an interruption: :func:`read_records` raises :class:`~amorgp.core.errors.DataError`
 naming the file and the line (``strict=False`` skips such lines with one warning).
 
+Reads are bounded: a log must be a regular file (a symbolic link to ``/dev/zero`` or a
+named pipe would be read without end) of at most :data:`MAX_LOG_BYTES`
+(:func:`read_bounded`); anything else is a ``DataError`` naming the file.
+
 Used by the training campaign (``export/campaign.jsonl``), the GPU chunk export and the
 paper runner's ``runs.jsonl``.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import warnings
 from pathlib import Path
@@ -23,7 +28,53 @@ from typing import Any
 
 from amorgp.core.errors import DataError
 
-__all__ = ["append_record", "last_record", "read_records", "write_text_atomic"]
+__all__ = [
+    "MAX_LOG_BYTES",
+    "append_record",
+    "last_record",
+    "read_bounded",
+    "read_records",
+    "whole_lines",
+    "write_text_atomic",
+]
+
+MAX_LOG_BYTES = 256 * 2**20
+"""Largest log (or small JSON state file) read: 256 MiB, some 100,000 times a campaign
+record; a larger file is refused, never read into memory."""
+
+
+def _check_regular(path: Path, info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = (
+            "a folder"
+            if stat.S_ISDIR(info.st_mode)
+            else "a named pipe"
+            if stat.S_ISFIFO(info.st_mode)
+            else "a device or socket"
+        )
+        raise DataError(f"{path} is {kind}, not a regular file; refusing to read it")
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The bytes of ``path``, a regular file (a symbolic link to one is fine) of at most
+    ``limit`` bytes (default :data:`MAX_LOG_BYTES`).
+
+    Raises:
+        DataError: ``path`` is a folder, a device (``/dev/zero``), a named pipe or a
+            socket, or larger than ``limit`` (also if it grows past it while read).
+        OSError: it cannot be read (missing, no permission).
+    """
+    path = Path(path)
+    limit = MAX_LOG_BYTES if limit is None else limit
+    _check_regular(path, path.stat())  # before opening: a named pipe would block the open
+    with open(path, "rb") as fh:
+        _check_regular(path, os.fstat(fh.fileno()))  # the file opened is the one checked
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise DataError(
+            f"{path} holds more than {limit} bytes, more than a log may hold; refusing to read it"
+        )
+    return data
 
 
 def _torn_tail(data: bytes) -> int:
@@ -46,7 +97,7 @@ def read_records(
     path = Path(path)
     if not path.exists():
         return []
-    data = path.read_bytes()
+    data = read_bounded(path)
     whole = _torn_tail(data)
     if whole < len(data):
         warnings.warn(
@@ -89,12 +140,44 @@ def last_record(path: str | os.PathLike[str], *, strict: bool = True) -> dict[st
     return records[-1] if records else None
 
 
+def whole_lines(path: str | os.PathLike[str] | None) -> str:
+    """The text of the log ``path`` up to its last newline (``""`` if there is none): a
+    torn last line is left out, also one cut inside a multi-byte UTF-8 character.
+
+    Raises:
+        DataError: a whole line is not UTF-8, or the file is not a regular file of at
+            most :data:`MAX_LOG_BYTES` (see :func:`read_bounded`).
+    """
+    if path is None or not Path(path).exists():
+        return ""
+    data = read_bounded(path)
+    whole = data[: _torn_tail(data)]
+    try:
+        return whole.decode("utf-8")
+    except UnicodeDecodeError as err:
+        number = whole.count(b"\n", 0, err.start) + 1
+        raise DataError(
+            f"{path}, line {number}: not UTF-8 text (a corrupted log line); repair or "
+            "remove that line"
+        ) from None
+
+
 def append_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
     """Append ``record`` as one line (one ``write``, then ``fsync``), first cutting off a
-    torn last line left by an interrupted writer (with a warning)."""
+    torn last line left by an interrupted writer (with a warning).
+
+    Raises:
+        DataError: ``path`` exists and is not a regular file (a device, a named pipe).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        pass
+    else:
+        _check_regular(path, info)  # before opening: a named pipe would block the open
     with open(path, "a+b") as fh:
         size = fh.seek(0, os.SEEK_END)
         if size:

@@ -51,11 +51,15 @@ from amorgp.amortizer.config import NetworkConfig, preset
 from amorgp.amortizer.model import build_model
 from amorgp.training.campaign_plan import (
     CAMPAIGN_STAGES,
+    RECORD_FIELDS,
+    RECORD_OPTIONAL,
+    STATE_FIELDS,
     SWA_MEMBERS,
     VALSET_BATCHES,
     VALSET_SEED,
     CampaignStage,
     campaign_validation_set,
+    check_fields,
     heldout_pairs,
     last_record,
     read_json,
@@ -92,6 +96,9 @@ def _initial_status(log: Path, stages: Sequence[CampaignStage]) -> dict[str, Any
             "best_nll": None,
             "minutes_offset": 0.0,
         }
+    optional = {k: v for k, v in RECORD_OPTIONAL.items() if k in previous}
+    fields = {**RECORD_FIELDS, **optional}
+    check_fields(f"{log}, last record", previous, fields, "repair or remove that line")
     k, done = int(previous["stage"]), int(previous["stage_datasets"])
     total, minutes = int(previous["datasets_total"]), float(previous.get("minutes_total", 0.0))
     if stage_ended(stages, k, done):
@@ -104,6 +111,20 @@ def _initial_status(log: Path, stages: Sequence[CampaignStage]) -> dict[str, Any
         "best_nll": previous.get("best_nll"),
         "minutes_offset": minutes,
     }
+
+
+def _read_status(path: Path) -> dict[str, Any]:
+    """The campaign state in ``path`` (``{}`` if there is none), its fields checked.
+
+    Raises:
+        DataError: not a JSON object, or a field missing or of the wrong kind (named).
+    """
+    status = read_json(path, {})
+    if status:
+        check_fields(
+            str(path), status, STATE_FIELDS, "remove it to rebuild the campaign state from the log"
+        )
+    return status
 
 
 def run_campaign(
@@ -172,7 +193,7 @@ def run_campaign(
     campaign: CampaignSegments | None = None
     with interruptible():
         try:
-            status = read_json(state_dir / "campaign.json", {}) or _initial_status(log, stages)
+            status = _read_status(state_dir / "campaign.json") or _initial_status(log, stages)
             write_json(state_dir / "campaign.json", status)
             if init is None or not Path(init).exists():
                 init = _fresh_init(state_dir, network or preset(preset_name).network)

@@ -18,7 +18,7 @@ from amorgp.amortizer import jsonlog
 from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.jsonlog import write_text_atomic
-from amorgp.core.errors import CheckpointError, DataError
+from amorgp.core.errors import CheckpointError, DataError, shorten
 from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
 from amorgp.training.train import validate
 
@@ -276,15 +276,71 @@ def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
     if not path.exists():
         return dict(default)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(jsonlog.read_bounded(path).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise DataError(
-            f"{path} is corrupted (invalid JSON: {err}); remove it to rebuild the campaign "
-            "state from the log"
+            f"{path} is corrupted (invalid JSON: {shorten(str(err))}); remove it to rebuild "
+            "the campaign state from the log"
         ) from None
     if not isinstance(data, dict):
         raise DataError(f"{path} is corrupted: it holds no JSON object")
     return data
+
+
+_KINDS = {
+    "count": "an integer >= 0",
+    "minutes": "a finite number >= 0",
+    "nll": "a finite number or null",
+}
+
+
+def _fits(value: object, kind: str) -> bool:
+    if isinstance(value, bool):
+        return False
+    if kind == "count":
+        return isinstance(value, int) and value >= 0
+    if kind == "nll" and value is None:
+        return True
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return kind == "nll" or value >= 0
+
+
+def check_fields(where: str, record: dict[str, Any], fields: dict[str, str], fix: str) -> None:
+    """Check that ``record`` (a campaign state or log record read from ``where``) holds
+    each of ``fields`` (name -> ``"count"``, ``"minutes"`` or ``"nll"``) with a value of
+    that kind.
+
+    Raises:
+        DataError: one line naming ``where``, the field, its value and the record (cut
+            short), and ``fix``.
+    """
+    for name, kind in fields.items():
+        if name not in record:
+            problem = f"has no {name!r}"
+        elif not _fits(record[name], kind):
+            value = json.dumps(record[name], default=str)
+            problem = f"has {name}={shorten(value, 40)}, not {_KINDS[kind]}"
+        else:
+            continue
+        shown = shorten(json.dumps(record, sort_keys=True, default=str))
+        raise DataError(f"{where}: the record {shown} {problem}; {fix}")
+
+
+STATE_FIELDS = {
+    "stage": "count",
+    "stage_offset": "count",
+    "total_offset": "count",
+    "seed": "count",
+    "best_nll": "nll",
+    "minutes_offset": "minutes",
+}
+"""The fields of the campaign state ``STATE/campaign.json`` and their kinds."""
+
+RECORD_FIELDS = {"stage": "count", "stage_datasets": "count", "datasets_total": "count"}
+"""The fields of a campaign log record that a new campaign state continues from."""
+RECORD_OPTIONAL = {"seed": "count", "minutes_total": "minutes"}
+"""Fields of a campaign log record that older records may lack, checked where present."""
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

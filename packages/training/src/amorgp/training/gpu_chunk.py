@@ -44,8 +44,8 @@ from amorgp.amortizer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from amorgp.amortizer.jsonlog import last_record, write_text_atomic
-from amorgp.core.errors import CheckpointError, OptionError
+from amorgp.amortizer.jsonlog import last_record, whole_lines, write_text_atomic
+from amorgp.core.errors import CheckpointError, DataError, OptionError, shorten
 
 __all__ = [
     "EXPORT_SHARD_BYTES",
@@ -166,6 +166,27 @@ def device_name(device: str) -> str:
     return f"{device}: {platform.processor() or platform.machine()}"
 
 
+def _previous_total(
+    previous: dict[str, Any] | None, source: str = "the campaign log"
+) -> int | None:
+    """``datasets_total`` of the log's last record (``None`` without one).
+
+    Raises:
+        DataError: the record holds one that is not an integer >= 0.
+    """
+    if not previous or "datasets_total" not in previous:
+        return None
+    total = previous["datasets_total"]
+    if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+        raise DataError(
+            f"{source}: the last record has datasets_total={shorten(json.dumps(total), 40)}, "
+            "not an "
+            f"integer >= 0 ({shorten(json.dumps(previous, sort_keys=True))}); repair or "
+            "remove that line"
+        )
+    return total
+
+
 def chunk_record(
     phase1: Path,
     phase2: Path | None,
@@ -191,7 +212,7 @@ def chunk_record(
     m2 = _read_meta(phase2) if phase2 is not None else None
     final = m2 if m2 is not None else m1
     total = phase1_datasets(final)
-    before = int(previous["datasets_total"]) if previous and "datasets_total" in previous else None
+    before = _previous_total(previous)
     p1 = _phase_summary(m1)
     p2 = _phase_summary(m2) if m2 is not None else None
     return {
@@ -212,16 +233,18 @@ def chunk_record(
 
 def _last_record(log: Path) -> dict[str, Any] | None:
     """The last whole record of ``log`` (a torn last line ignored, with a warning; a
-    corrupted line is a ``DataError`` naming the file and line)."""
-    return last_record(log)
+    corrupted line, or a ``datasets_total`` that is not a count, is a ``DataError``
+    naming the file)."""
+    record = last_record(log)
+    _previous_total(record, str(log))
+    return record
 
 
 def _whole_lines(log: Path | None) -> str:
-    """The text of ``log`` up to its last newline (a torn last line left out)."""
-    if log is None or not log.exists():
-        return ""
-    text = log.read_text(encoding="utf-8")
-    return text[: text.rfind("\n") + 1]
+    """The text of ``log`` up to its last newline (a torn last line left out, also one
+    cut inside a UTF-8 character; the read is bounded, see
+    :func:`~amorgp.amortizer.jsonlog.whole_lines`)."""
+    return whole_lines(log)
 
 
 def finish_chunk(
