@@ -99,8 +99,8 @@ def test_a_batch_equals_its_rows_one_at_a_time() -> None:
         r = fisher_refine(one, params[b : b + 1], noise[b : b + 1], 15)
         assert r.status[0] == whole.status[b]
         assert int(r.iterations[0]) == int(whole.iterations[b])
-        torch.testing.assert_close(r.params[0], whole.params[b], rtol=1e-7, atol=1e-10)
-        torch.testing.assert_close(r.noise[0], whole.noise[b], rtol=1e-7, atol=1e-10)
+        torch.testing.assert_close(r.params[0], whole.params[b], rtol=1e-5, atol=1e-9)
+        torch.testing.assert_close(r.noise[0], whole.noise[b], rtol=1e-5, atol=1e-9)
 
 
 def _scipy_optimum(f, z: np.ndarray) -> tuple[np.ndarray, float]:

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from amorgp.amortizer.api import Amortizer
+from amorgp.amortizer.fisher import GAIN_TOL
 from amorgp.amortizer.many import BUDGET, bucket_size
+from amorgp.amortizer.objective import LogMarginalLikelihood
 from amorgp.amortizer.periodogram import period_candidates, period_candidates_many
 from amorgp.core.errors import OptionError
 
@@ -85,12 +87,41 @@ def test_without_calibration_and_starts(amz: Amortizer, fleet) -> None:
     _compare(fits, fleet[:2], amz, rtol=1e-8, lml_atol=1e-8, starts=1)
 
 
-def test_refine_runs_each_dataset_alone(amz: Amortizer, fleet) -> None:
-    fits = amz.infer_datasets(fleet[:1], KERNELS[:1], refine=2)
-    assert not any(f.batched for f in fits)
-    ref = amz.infer(*fleet[0], KERNELS[0], refine=2)
-    assert fits[0].results[0].log_marginal_likelihood == ref.log_marginal_likelihood
-    torch.testing.assert_close(fits[0].results[0].params, ref.params, rtol=0.0, atol=0.0)
+def test_refinement_is_batched_and_each_dataset_is_its_own(amz: Amortizer, fleet) -> None:
+    """``refine=k`` runs in the buckets (Fisher scoring, fisher.py): a dataset's result
+    does not depend on the others of its bucket, never lowers the likelihood of the
+    unrefined fit, and says how it ended."""
+    fits = amz.infer_datasets(fleet[:3], KERNELS, refine=3, exact_network=True)
+    plain = amz.infer_datasets(fleet[:3], KERNELS, exact_network=True)
+    assert all(f.batched for f in fits)
+    for i, (f, p) in enumerate(zip(fits, plain, strict=True)):
+        (alone,) = amz.infer_datasets([fleet[i]], KERNELS, refine=3, exact_network=True)
+        for got, one, start in zip(f.results, alone.results, p.results, strict=True):
+            torch.testing.assert_close(got.params, one.params, rtol=1e-7, atol=1e-12)
+            assert got.log_marginal_likelihood >= start.log_marginal_likelihood - 1e-9
+            assert 0 <= got.refine_steps <= 3
+            assert got.refine_status in {"converged", "max_iters", "stalled"}
+            assert math.isfinite(got.refine_gain)
+            assert got.refine_gain >= 0.0
+            if got.refine_status == "converged":
+                assert got.refine_gain < GAIN_TOL
+
+
+def test_auto_refinement_stops_at_an_optimum(amz: Amortizer, fleet) -> None:
+    """``refine="auto"`` in the buckets stops on the predicted gain: from a pair marked
+    converged, many more L-BFGS iterations (the oracle) gain less than a few tenths."""
+    fits = amz.infer_datasets(fleet[:2], KERNELS[:1], refine="auto")
+    for f, (X, y) in zip(fits, fleet[:2], strict=True):
+        (r,) = f.results
+        assert r.refine_status == "converged", r.refine_status
+        assert r.refine_gain < GAIN_TOL
+        Xn, yn = (torch.as_tensor(r.normalizer.transform_x(torch.as_tensor(X)), dtype=torch.float64),
+                  torch.as_tensor(r.normalizer.transform_y(torch.as_tensor(y)), dtype=torch.float64))  # fmt: skip
+        obj = LogMarginalLikelihood(Xn, yn, r.kernel)
+        z = obj.to_log(r.params, torch.tensor(r.noise, dtype=torch.float64))
+        _, best, _, _ = obj.maximise(z, 300)
+        assert best - r.log_marginal_likelihood < 0.1
+        assert best - r.log_marginal_likelihood > -1e-6
 
 
 def test_errors_stay_per_dataset(amz: Amortizer, fleet) -> None:
@@ -190,21 +221,29 @@ def test_options_are_checked(amz: Amortizer, fleet) -> None:
 
 
 def test_constraints_reach_every_dataset(amz: Amortizer, fleet) -> None:
-    """``fixed``, ``bounds`` and ``noise_floor`` hold on every dataset (a fixed value is
-    returned exactly, a bounded one stays inside), as with ``infer_many`` per dataset."""
+    """``fixed``, ``bounds`` and ``noise_floor`` hold on every dataset of a bucket (a
+    fixed value is returned exactly, a bounded one stays inside); without a refinement
+    the buckets give ``infer_many``'s results."""
     fixed = {"noise": 0.05}
     bounds = {(0, 0, "lengthscale"): (0.05, 0.2)}
     opts = {"fixed": fixed, "bounds": bounds, "noise_floor": 1e-8, "refine": 2}
     fits = amz.infer_datasets(fleet[:2], KERNELS[:1], **opts)
-    assert not any(f.batched for f in fits)  # each dataset alone, as the docstring says
+    assert all(f.batched for f in fits)
     for f in fits:
         assert f.ok, f.error
         (r,) = f.results
         assert r.noise == 0.05
         assert 0.05 <= r.hyperparameters[(0, 0, "lengthscale")] <= 0.2
+        assert r.fixed == fixed
+        assert r.bounds == bounds
+        assert r.noise_floor == 1e-8
+    plain = {"fixed": fixed, "bounds": bounds}
+    fits = amz.infer_datasets(fleet[:2], KERNELS[:1], exact_network=True, **plain)
+    assert all(f.batched for f in fits)
     for f, (X, y) in zip(fits, fleet[:2], strict=True):
-        (want,) = amz.infer_many(X, y, KERNELS[:1], **opts)
+        (want,) = amz.infer_many(X, y, KERNELS[:1], **plain)
         torch.testing.assert_close(f.results[0].params, want.params, rtol=1e-8, atol=0.0)
+        assert f.results[0].noise == want.noise == 0.05
 
 
 def test_constraint_options_are_checked(amz: Amortizer, fleet) -> None:

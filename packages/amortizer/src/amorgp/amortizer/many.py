@@ -82,7 +82,15 @@ from torch import Tensor
 from amorgp.amortizer import batched
 from amorgp.amortizer import calibrate as calibration
 from amorgp.amortizer.calibrate import check_calibrate
-from amorgp.amortizer.constraints import Constraints, Name, check_constraints
+from amorgp.amortizer.constraints import (
+    DEFAULT_NOISE_FLOOR,
+    Constraints,
+    KernelConstraints,
+    Name,
+    check_constraints,
+    project_all,
+)
+from amorgp.amortizer.fisher import PairRefinement, refine_pairs
 from amorgp.amortizer.forward import encode_structures, encoder_subset, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import (
@@ -222,8 +230,12 @@ def _fit_bucket(
     calibrate: bool,
     starts: int,
     exact_network: bool,
+    steps: int | Literal["auto"] = 0,
+    kcons: Sequence[KernelConstraints] | None = None,
 ) -> list[DatasetFit]:
-    """The batched stages (module docstring) for datasets of equal ``n`` and ``d``."""
+    """The batched stages (module docstring) for datasets of equal ``n`` and ``d``;
+    ``steps``: the refinement (:func:`amorgp.amortizer.fisher.refine_pairs`), with the
+    constraints ``kcons`` of each structure (``None``: none)."""
     t0 = time.perf_counter()
     B, K = len(items), len(structures)
     P = B * K
@@ -237,6 +249,12 @@ def _fit_bucket(
     symp, mskp = sym.repeat(B, 1, 1), msk.repeat(B, 1, 1)
     start = ["network"] * P
     with torch.no_grad():
+        pair_cons = None if kcons is None else [c for _ in range(B) for c in kcons]
+
+        def project(p: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+            return (p, v) if pair_cons is None else project_all(pair_cons, p, v)
+
+        params, noise = project(params, noise)  # a fixed value replaces the prediction
         scored, calibrate_all = False, calibrate
         if calibrate and starts > 1:
             # every start, the network's included, calibrated and scored on the scoring
@@ -247,11 +265,18 @@ def _fit_bucket(
             )  # fmt: skip
             scored = True
             calibrate_all = encoder_subset(n, SCORE_POINTS, amz.seed) is not None
+            if pair_cons is not None:  # the starts' calibration knows no constraints
+                params, noise = project(params, noise)
+                calibrate_all = True
         Km = pair_matrices(Xp, symp, mskp, params, vocab)
         scale = torch.ones(P, dtype=Km.dtype, device=Km.device)
         if calibrate_all:
             cal = calibrate_rows(Km, Yp, symp, mskp, params, noise, vocab)
             params, noise, scale = cal.params, cal.noise, cal.scale.to(Km.dtype)
+            if pair_cons is not None:  # fixed values and bounds hold after calibration
+                params, noise = project(params, noise)
+                Km = pair_matrices(Xp, symp, mskp, params, vocab)
+                scale = torch.ones_like(scale)
         f = batched.factor(Km, Yp, noise, scale)
         del Km
         moved: list[int] = []
@@ -271,6 +296,16 @@ def _fit_bucket(
             again = g.failed.tolist()
             for i, p in enumerate(moved):
                 factors[p] = None if again[i] else (g.L[i], g.alpha[i], g.jitter[i], g.lml[i])
+        refined: PairRefinement | None = None
+        if steps != 0:  # every pair from its winner, batched per structure, then factored
+            cons_k = None if kcons is None else list(kcons)
+            refined = refine_pairs(X, Y, list(structures), params, noise, steps, cons_k)
+            params, noise = refined.params, refined.noise
+            f = batched.factor(pair_matrices(Xp, symp, mskp, params, vocab), Yp, noise)
+            failed = f.failed.tolist()
+            factors = [
+                None if failed[p] else (f.L[p], f.alpha[p], f.jitter[p], f.lml[p]) for p in range(P)
+            ]
     elapsed = time.perf_counter() - t0
     noises = noise.tolist()
     n_enc = min(n, amz.encoder_points)
@@ -308,12 +343,35 @@ def _fit_bucket(
                         calibrated=calibrate,
                         network=amz.name,
                         start=start[p],
+                        **_refinement_fields(refined, p, kcons[k] if kcons else None),
                         _posterior=post,
                     )
                 )
             out.append(DatasetFit(it.index, results, None, n, True))
         except Exception as err:  # one dataset's failure stays its own
             out.append(DatasetFit(it.index, [], _one_line(err), n, True))
+    return out
+
+
+def _refinement_fields(
+    refined: PairRefinement | None, p: int, cons: KernelConstraints | None
+) -> dict[str, Any]:
+    """A result's fields of pair ``p``'s refinement and constraints."""
+    out: dict[str, Any] = {}
+    if refined is not None:
+        out.update(
+            refine_steps=refined.iterations[p],
+            refine_status=refined.status[p],
+            refine_gain=refined.gain[p],
+            grad_norm=refined.grad_norm[p],
+        )
+    if cons is not None:
+        out.update(
+            noise_floor=cons.noise_floor,
+            fixed=dict(cons.fixed),
+            bounds=dict(cons.bounds),
+            priors=cons.priors,
+        )
     return out
 
 
@@ -467,12 +525,19 @@ def iter_datasets(
         tick(len(failed))
     for (n, d), items in groups.items():
         structures = structs[d]
+        try:
+            kcons = None if cons.trivial else cons.resolve(structures)
+        except OptionError as err:  # a name of no kernel on these inputs: their error
+            yield [DatasetFit(it.index, [], _one_line(err), n, False) for it in items]
+            tick(len(items))
+            continue
         terms = max(sum(len(a) for a in s.dims) for s in structures)
         plan = amz.solver_plan(n, terms, graph=False)
+        # constraints batch with the calibration (fixed values and bounds are projected
+        # after it, as infer_many does), a noise floor of its own with the refinement only
         fast = (
             amz.dtype == torch.float64
-            and steps == 0
-            and cons.trivial
+            and (cons.trivial or (cal and (steps != 0 or cons.noise_floor == DEFAULT_NOISE_FLOOR)))
             and not amz.candidates
             and n <= calibration.MAX_POINTS
             and 8 * n * n <= plan.chunk_bytes
@@ -489,7 +554,9 @@ def iter_datasets(
             try:
                 with warnings.catch_warnings(), calibration._one_thread(amz.device):
                     warnings.simplefilter("ignore", UserWarning)  # warned once per d above
-                    fits = _fit_bucket(amz, chunk, structures, cal, n_starts, exact_network)
+                    fits = _fit_bucket(
+                        amz, chunk, structures, cal, n_starts, exact_network, steps, kcons
+                    )
             except Exception:  # pin the error on its dataset: each one alone
                 fits = [
                     _fit_alone(amz, it.index, *it.raw, kernels, refine, cal, n_starts, cons)

@@ -13,6 +13,7 @@ marginal likelihood and every prediction.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,12 +138,22 @@ class KernelResult(KernelFit):
 
     Attributes:
         encoder_points: points the dataset encoder read.
-        refine_steps: L-BFGS iterations of Type-2 ML actually run after the network (0:
-            no refinement).
+        refine_steps: iterations of Type-2 ML actually run after the network (0: no
+            refinement): L-BFGS iterations for one dataset, Fisher-scoring evaluations
+            for many datasets at once (:mod:`amorgp.amortizer.fisher`).
         refine_status: why the refinement stopped: ``"none"`` (not asked for),
             ``"converged"`` (L-BFGS's own tolerances, or with ``refine="auto"`` the
-            objective stopped improving), ``"max_iters"`` (the iteration budget ran out)
-            or ``"failed"`` (non-finite objective; the last finite iterate is kept).
+            objective stopped improving; Fisher scoring: the predicted gain fell below
+            :data:`~amorgp.amortizer.fisher.GAIN_TOL`), ``"max_iters"`` (the iteration
+            budget ran out), ``"stalled"`` (Fisher scoring's steps kept failing before
+            the predicted gain was small) or ``"failed"`` (non-finite objective; the last
+            finite iterate is kept).
+        refine_gain: the log marginal likelihood (nats) that one more Fisher-scoring step
+            is predicted to gain at the reported hyperparameters (``g^T F^-1 g / 2``;
+            :mod:`amorgp.amortizer.fisher`): below a tenth of a nat the fit is at an
+            optimum; NaN where it was not computed.
+        grad_norm: the norm of the log marginal likelihood's gradient in the log
+            parameters there (NaN where not computed).
         calibrated: the global scale and the noise were set to their exact Type-2 ML
             values after the network (``calibrate=True``; :mod:`amorgp.amortizer.calibrate`).
         network: the name of the network whose prediction this is (the amortizer's
@@ -169,6 +180,8 @@ class KernelResult(KernelFit):
     encoder_points: int
     refine_steps: int = 0
     refine_status: str = "none"
+    refine_gain: float = math.nan
+    grad_norm: float = math.nan
     calibrated: bool = False
     network: str = "primary"
     start: str = "network"
@@ -234,6 +247,8 @@ class KernelResult(KernelFit):
             **super().to_dict(),
             "refine_steps": self.refine_steps,
             "refine_status": self.refine_status,
+            "refine_gain": None if math.isnan(self.refine_gain) else self.refine_gain,
+            "grad_norm": None if math.isnan(self.grad_norm) else self.grad_norm,
             "calibrated": self.calibrated,
             "encoder_points": self.encoder_points,
             "network": self.network,
