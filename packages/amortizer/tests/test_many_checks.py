@@ -54,3 +54,14 @@ def test_datasets_and_budget_are_checked(amz: Amortizer, pair) -> None:
     for budget in (math.inf, math.nan, -1.0, True):
         with pytest.raises(OptionError, match=r"^budget must be a positive finite number"):
             amz.infer_datasets(pair, ["SE"], budget=budget)
+
+
+def test_a_binary_target_warns_once_per_call(amz: Amortizer, pair) -> None:
+    """Datasets whose targets take two values are regressed as continuous, with one
+    warning for the call that counts them."""
+    X, _ = pair[0]
+    binary = (X[:, 0] > np.median(X[:, 0])).astype(float)
+    with pytest.warns(UserWarning, match=r"2 dataset\(s\) \(the first: dataset 1\)") as rec:
+        fits = amz.infer_datasets([pair[0], (X, binary), (X, 1.0 - binary)], ["SE"])
+    assert all(f.ok for f in fits)
+    assert sum("distinct values" in str(w.message) for w in rec) == 1

@@ -497,3 +497,15 @@ def test_fixed_and_bounds_flags(tiny_checkpoint: Path, tmp_path: Path) -> None:
         res = _run([*args, *bad], tiny_checkpoint)
         assert res.exit_code == 2, (bad, res.output)
         assert words in res.output, (bad, res.output)
+
+
+@pytest.mark.parametrize("value", ["²", "١", "9" * 5000])
+def test_refine_refuses_non_ascii_digits_and_huge_counts(tmp_path, value: str) -> None:
+    """``str.isdigit`` accepts superscripts and other scripts' digits, and a 5,000-digit
+    count overflowed later: both are one usage line, exit 2, the value cut short."""
+    data = tmp_path / "d.csv"
+    data.write_text("x,y\n" + "".join(f"{i},{(i * 7) % 5}\n" for i in range(12)))
+    res = CliRunner().invoke(main, ["infer", str(data), "-k", "SE", "--refine", value])
+    assert res.exit_code == 2, res.output
+    assert "neither a non-negative integer nor 'auto'" in res.output
+    assert len(res.output) < 600

@@ -507,6 +507,12 @@ def _check_random_state(seed: Any) -> np.random.RandomState:
     return check_random_state(seed)
 
 
+def _is_index(text: str) -> bool:
+    """Whether ``text`` is a dimension or addend index: ASCII digits, at most six
+    (``str.isdigit`` alone accepts superscripts and other scripts' digits)."""
+    return text.isascii() and text.isdigit() and len(text) <= 6
+
+
 _NAME_FORMS = (
     "'noise' (or 'noise_level'), a printed name 'd<dim>.<addend>.<symbol>.<name>' (keys of "
     "hyperparameters_, e.g. 'd0.0.SE.lengthscale'), 'DIM.ADDEND.NAME' (e.g. "
@@ -530,7 +536,7 @@ def _name(key: Any, option: str, structure: DimWiseStructure) -> Name:
         parts = text.split(".")
         if parts[0][:1] == "d":
             parts[0] = parts[0][1:]
-        if not (len(parts) in (3, 4) and parts[0].isdigit() and parts[1].isdigit() and parts[-1]):
+        if not (len(parts) in (3, 4) and _is_index(parts[0]) and _is_index(parts[1]) and parts[-1]):
             raise OptionError(f"{option} key {key!r} is not a hyperparameter name: {_NAME_FORMS}")
         name: tuple[int, int, str] = (int(parts[0]), int(parts[1]), parts[-1])
         symbol = parts[2] if len(parts) == 4 else None

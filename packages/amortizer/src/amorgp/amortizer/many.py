@@ -107,6 +107,7 @@ from amorgp.amortizer.refine import check_refine
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
 from amorgp.core.data import Normalizer, as_dataset
 from amorgp.core.errors import CheckpointError, OptionError
+from amorgp.core.warn import warn
 from amorgp.kernel_grammar import DimWiseStructure, parse
 from amorgp.lazy_kernels import PaddedBatch
 
@@ -503,6 +504,7 @@ def iter_datasets(
     groups: dict[tuple[int, int], list[_Prepared]] = {}
     structs: dict[int, list[DimWiseStructure]] = {}
     failed: list[DatasetFit] = []
+    binary: list[int] = []
     for i, item in enumerate(datasets):  # validation per dataset; a failure stays its own
         try:
             if not (isinstance(item, tuple | list) and len(item) == 2):
@@ -512,6 +514,9 @@ def iter_datasets(
             if d not in structs:
                 structs[d] = [amz.structure(k, d) for k in kernels]
                 warn_outside_training(d, structs[d], amz.max_dims, amz.max_addends)
+            others = ya[ya != ya[0]]
+            if others.numel() and bool((others == others[0]).all()):
+                binary.append(i)
             norm = Normalizer.fit(Xa, ya)
             Xn = norm.transform_x(Xa).to(amz.device, amz.dtype)
             yn = norm.transform_y(ya).to(amz.device, amz.dtype)
@@ -520,6 +525,13 @@ def iter_datasets(
             failed.append(DatasetFit(i, [], _one_line(err), rows, False))
             continue
         groups.setdefault((n, d), []).append(_Prepared(i, norm, Xn, yn, (item[0], item[1])))
+    if binary:  # one warning for the call, not one per dataset
+        warn(
+            f"{len(binary)} dataset(s) (the first: dataset {binary[0]}) have targets with "
+            "only 2 distinct values (binary?): GP regression treats them as continuous and "
+            "predicts real values, not classes or probabilities",
+            UserWarning,
+        )
     if failed:
         yield failed
         tick(len(failed))

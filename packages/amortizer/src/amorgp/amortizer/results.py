@@ -150,8 +150,9 @@ class KernelResult(KernelFit):
             finite iterate is kept).
         refine_gain: the log marginal likelihood (nats) that one more Fisher-scoring step
             is predicted to gain at the reported hyperparameters (``g^T F^-1 g / 2``;
-            :mod:`amorgp.amortizer.fisher`): below a tenth of a nat the fit is at an
-            optimum; NaN where it was not computed.
+            :mod:`amorgp.amortizer.fisher`): below
+            :data:`~amorgp.amortizer.fisher.GAIN_TOL` the fit is at an optimum; NaN
+            where it was not computed.
         grad_norm: the norm of the log marginal likelihood's gradient in the log
             parameters there (NaN where not computed).
         calibrated: the global scale and the noise were set to their exact Type-2 ML

@@ -265,9 +265,14 @@ class RefineType(click.ParamType):
         text = str(value).strip().lower()
         if text == "auto":
             return "auto"
-        if text.isdigit():
+        if text.isascii() and text.isdigit() and len(text) <= 9:
             return int(text)
-        self.fail(f"{value!r} is neither a non-negative integer nor 'auto'", param, ctx)
+        self.fail(
+            f"{shorten(str(value), quote=True)} is neither a non-negative integer nor "
+            "'auto' (at most 9 ASCII digits)",
+            param,
+            ctx,
+        )
 
 
 class _ProgressBars:
