@@ -275,9 +275,11 @@ def _fit_bucket(
             cal = calibrate_rows(Km, Yp, symp, mskp, params, noise, vocab)
             params, noise, scale = cal.params, cal.noise, cal.scale.to(Km.dtype)
             if pair_cons is not None:  # fixed values and bounds hold after calibration
+                calibrated = params
                 params, noise = project(params, noise)
-                Km = pair_matrices(Xp, symp, mskp, params, vocab)
-                scale = torch.ones_like(scale)
+                if not torch.equal(params, calibrated):  # else only the noise moved
+                    Km = pair_matrices(Xp, symp, mskp, params, vocab)
+                    scale = torch.ones_like(scale)
         f = batched.factor(Km, Yp, noise, scale)
         del Km
         moved: list[int] = []
