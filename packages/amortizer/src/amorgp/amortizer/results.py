@@ -236,6 +236,20 @@ class KernelResult(KernelFit):
             return mean, var
         return mean.numpy(), var.numpy()
 
+    def predict_mean(self, X_new: Any) -> Any:
+        """The predictive mean alone at ``X_new (m, d)``, original units: ``K(X*, X) alpha``
+        with the posterior's cached ``alpha = (K + sigma^2 I)^{-1} y``, one cross-kernel
+        product per chunk of test points (a KeOps reduction on that backend) and no solve
+        after the first.  Same types as :meth:`predict`."""
+        if self._posterior is None:
+            raise ValueError("this result holds no data to condition on")
+        post = self._posterior
+        Xn = torch.as_tensor(self._x(X_new), dtype=post.X.dtype, device=post.X.device)
+        with torch.inference_mode():
+            mean = post.mean(Xn)
+        mean = mean.to("cpu", torch.float64) * self.normalizer.y_std + self.normalizer.y_mean
+        return mean if isinstance(X_new, Tensor) else mean.numpy()
+
     def _predict_normalized(self, Xn: Tensor, include_noise: bool) -> tuple[Tensor, Tensor]:
         if self._posterior is None:
             raise ValueError("this result holds no data to condition on")

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["PivotedCholeskyPreconditioner", "pcg", "pivoted_cholesky", "slq_logdet"]
+__all__ = [
+    "PivotedCholeskyPreconditioner",
+    "pcg",
+    "pcg_residual",
+    "pivoted_cholesky",
+    "slq_logdet",
+]
 
 
 def pivoted_cholesky(
@@ -128,6 +134,34 @@ def pcg(
         direction coefficients of every iteration (0 once a column has converged),
         from which :func:`slq_logdet` rebuilds the Lanczos tridiagonal matrices.
     """
+    X, _, alphas, betas = _pcg(matvec, B, precond, tol, max_iter)
+    return X, torch.stack(alphas), torch.stack(betas), len(alphas)
+
+
+def pcg_residual(
+    matvec: Callable[[Tensor], Tensor],
+    B: Tensor,
+    precond: Callable[[Tensor], Tensor],
+    tol: float = 1e-8,
+    max_iter: int = 1000,
+) -> tuple[Tensor, Tensor, int]:
+    """:func:`pcg`'s solution with its residual: ``(X (n, k), R = B - A X (n, k), it)``.
+
+    The residual is CG's own recurrence (no extra matvec); with it a symmetric form
+    ``B^T A^{-1} B`` is estimated to second order in the error of ``X``:
+    ``B^T X + X^T R`` (``= X^T B + B^T X - X^T A X``)."""
+    X, R, alphas, _ = _pcg(matvec, B, precond, tol, max_iter)
+    return X, R, len(alphas)
+
+
+def _pcg(
+    matvec: Callable[[Tensor], Tensor],
+    B: Tensor,
+    precond: Callable[[Tensor], Tensor],
+    tol: float,
+    max_iter: int,
+) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
+    """The CG iteration of :func:`pcg`: ``(X, R, alphas, betas)``."""
     X = torch.zeros_like(B)
     R = B.clone()
     Z = precond(R)
@@ -153,7 +187,7 @@ def pcg(
         active = active & (R.norm(dim=0) > tol * bnorm)
         if not bool(active.any()):
             break
-    return X, torch.stack(alphas), torch.stack(betas), len(alphas)
+    return X, R, alphas, betas
 
 
 def slq_logdet(alphas: Tensor, betas: Tensor, weights: Tensor) -> Tensor:

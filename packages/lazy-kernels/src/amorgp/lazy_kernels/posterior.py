@@ -37,9 +37,10 @@ from amorgp.core.errors import DataError, OptionError
 from amorgp.lazy_kernels.backends import Backend, SolverPlan, backend_plan, check_data
 from amorgp.lazy_kernels.block import check_memory_budget
 from amorgp.lazy_kernels.budgets import CHUNK_BYTES, MEMORY_BUDGET
+from amorgp.lazy_kernels.cg import pcg_residual
 from amorgp.lazy_kernels.dense_posterior import DensePosterior
 from amorgp.lazy_kernels.operators import DenseKernel, KernelOperator
-from amorgp.lazy_kernels.solvers import CholeskySolver, Solver, solver_type
+from amorgp.lazy_kernels.solvers import CGSolver, CholeskySolver, Solver, solver_type
 
 __all__ = ["DensePosterior", "Posterior"]
 
@@ -149,6 +150,7 @@ class Posterior:
         self.chunk_size = chunk_size or max(1, int(memory_budget // per_point))
         self.solver = kind(operator, self.y, noise, **options)
         self._lml: Tensor | None = None
+        self._basis: tuple[Tensor, Tensor, Tensor] | None = None
 
     @classmethod
     def from_kernel(
@@ -329,7 +331,12 @@ class Posterior:
 
     def predict(self, X_star: Tensor, return_var: bool = True) -> tuple[Tensor, Tensor | None]:
         """Predictive mean ``(m,)`` and, if asked, the latent variance ``(m,)`` (>= 0),
-        sharing each chunk's cross-covariance block."""
+        sharing each chunk's cross-covariance block.
+
+        The mean is ``K(X*, X) alpha`` with the cached ``alpha``: one cross-kernel product
+        per chunk (a lazy reduction for the lazy operators when the variance is not asked
+        for).  The variance of the CG solvers is :meth:`_cg_variance`: a fixed number of
+        batched solves whatever the number of test points."""
         X_star = self._check(X_star)
         means, variances = [], []
         with torch.no_grad():
@@ -341,12 +348,74 @@ class Posterior:
                 Ks = self.operator.on(self.X, Xc).dense()  # (n, b)
                 means.append(Ks.T @ alpha)
                 kss = self.operator.on(Xc).diag()
-                left, right = self.solver.quad_factors(Ks)
-                variances.append((kss - (left * right).sum(0)).clamp_min(0))
+                if isinstance(self.solver, CGSolver):
+                    quad = self._cg_quad(Ks, kss)
+                else:
+                    left, right = self.solver.quad_factors(Ks)
+                    quad = (left * right).sum(0)
+                del Ks
+                variances.append((kss - quad).clamp_min(0))
         mean = torch.cat(means) if means else X_star.new_zeros(0)
         if not return_var:
             return mean, None
         return mean, torch.cat(variances) if variances else mean.clone()
+
+    # -- the variance of the CG solvers ----------------------------------------------------
+    def _variance_basis(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``(Q, W, G)`` of the CG solvers' variance, built once: ``Q (n, r)`` an orthonormal
+        basis of the range of the preconditioner's low-rank factor (``K ~ L L^T``),
+        ``W = A^{-1} Q`` (one batched CG solve with the solver's preconditioner) and
+        ``G ~ Q^T A^{-1} Q`` from the solve and its residual ``R``, ``Q^T W + W^T R``
+        (second order in the error of ``W``; symmetrised)."""
+        if self._basis is None:
+            solver = self.solver
+            assert isinstance(solver, CGSolver)
+            precond = solver.preconditioner()
+            L = precond.L
+            Q = torch.linalg.qr(L, mode="reduced").Q if L.shape[1] else L
+            noise = self.noise.detach()
+
+            def matvec(V: Tensor) -> Tensor:
+                return self.operator.matmul(V) + noise * V
+
+            if Q.shape[1]:
+                W, R, it = pcg_residual(matvec, Q, precond.solve, solver.cg_tol, solver.max_cg_iter)
+                solver.last_cg_iterations = it
+                G = Q.T @ W + W.T @ R
+            else:
+                W, G = Q, Q.new_zeros(0, 0)
+            self._basis = (Q, W, 0.5 * (G + G.T))
+        return self._basis
+
+    def _cg_quad(self, Ks: Tensor, kss: Tensor) -> Tensor:
+        """``diag(K_*^T A^{-1} K_*)`` ``(b,)`` of a chunk ``Ks (n, b)`` for the CG solvers.
+
+        Each column splits as ``k = Q c + e`` with ``c = Q^T k`` (:meth:`_variance_basis`),
+        so ``k^T A^{-1} k = c^T G c + 2 e^T W c + e^T A^{-1} e`` exactly; the cross-kernel
+        columns of a smooth kernel lie almost in the preconditioner's range, so ``e`` is
+        small.  The last term is taken from the preconditioner, ``e^T P^{-1} e``, where its
+        error is provably below ``cg_tol * k_**``: both ``A`` and ``P`` are ``>= sigma^2 I``
+        and ``||A - P|| <= delta`` (the trace of the diagonal the low-rank factor leaves
+        out, plus its largest entry), so the error is at most
+        ``||e||^2 min(1 / sigma^2, delta / sigma^4)``.  The other columns get it from one
+        batched CG solve.  A chunk thus costs dense products and at most one solve."""
+        Q, W, G = self._variance_basis()
+        C = Q.T @ Ks  # (r, b)
+        E = Ks - Q @ C
+        quad = (C * (G @ C)).sum(0) + 2.0 * (E * (W @ C)).sum(0)
+        precond = self.solver.preconditioner()  # type: ignore[attr-defined]
+        tail = (E * precond.solve(E)).sum(0)
+        s2 = float(self.noise.detach())
+        gap = 1.0 / s2
+        if precond.residual is not None:
+            res = precond.residual.abs()
+            delta = float(res.sum() + res.max()) if res.numel() else 0.0
+            gap = min(gap, delta / s2**2)
+        exact = (E * E).sum(0) * gap > self.solver.cg_tol * kss.abs()
+        if bool(exact.any()):
+            left, right = self.solver.quad_factors(E[:, exact])
+            tail[exact] = (left * right).sum(0)
+        return quad + tail
 
     def mean(self, X_star: Tensor) -> Tensor:
         """Predictive mean ``K(X*, X) alpha``, ``(m,)``."""
@@ -389,6 +458,15 @@ class Posterior:
         root = Q * evals.clamp_min(0).sqrt()
         e = torch.randn(X_star.shape[0], n, generator=generator, dtype=mean.dtype)
         return mean[None, :] + (root @ e.to(mean.device)).T
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_basis"] = None  # O(n r): rebuilt on first use, like the solver's factor
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_basis", None)
 
     def __repr__(self) -> str:
         kind = type(self.solver).__name__
