@@ -258,3 +258,20 @@ def test_constraint_options_are_checked(amz: Amortizer, fleet) -> None:
     assert [f.ok for f in fits] == [False] * 4 + [True]
     assert "a hyperparameter of none of the kernels" in (fits[0].error or "")
     assert fits[4].results[0].hyperparameters[(1, 0, "lengthscale")] == 0.3
+
+
+@pytest.mark.parametrize("refine", [3, "auto"])
+def test_batched_and_per_dataset_refinement_agree(amz: Amortizer, fleet, refine) -> None:
+    """``infer_many`` refines by the same Fisher scoring as the buckets (n <= 1000): a
+    fleet's results equal each dataset's own call (``refine="auto"`` per dataset also
+    refines its best few starts first, so there the per-dataset fit is no worse, to the
+    stopping rule's resolution)."""
+    fits = amz.infer_datasets(fleet[:3], KERNELS, refine=refine, exact_network=True)
+    for f, (X, y) in zip(fits, fleet[:3], strict=True):
+        for got, want in zip(f.results, amz.infer_many(X, y, KERNELS, refine=refine), strict=True):
+            if refine == "auto":
+                assert got.log_marginal_likelihood <= want.log_marginal_likelihood + 10 * GAIN_TOL
+                continue
+            torch.testing.assert_close(got.params, want.params, rtol=1e-6, atol=1e-9)
+            assert got.refine_steps == want.refine_steps
+            assert got.refine_gain == pytest.approx(want.refine_gain, rel=1e-4, abs=1e-9)

@@ -46,6 +46,7 @@ batch (the tests compare a batch with its rows one at a time).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -232,9 +233,11 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                         other = S if other is None else other * S
                 for _, grads in lst:
                     for idx, dk in grads:
-                        if idx in slot and other is None:
+                        if idx not in slot:
+                            continue
+                        if other is None:
                             dK[:, slot[idx]] = dk
-                        elif idx in slot:
+                        else:
                             torch.mul(dk, other, out=dK[:, slot[idx]])
             if m - 1 in slot:
                 dK[:, slot[m - 1]] = eye
@@ -497,6 +500,20 @@ class PairRefinement:
     log_marginal_likelihood: list[float]
 
 
+MAX_POINTS = 1000
+"""Most points of a dataset refined by Fisher scoring (:func:`fisher_applies`): its
+``m`` products of ``n x n`` matrices per Fisher evaluation cost about ``m`` times an
+L-BFGS evaluation, which larger datasets refine by (:mod:`amorgp.amortizer.refine`)."""
+
+
+def fisher_applies(n: int, terms: Sequence[int], dtype: torch.dtype, budget: float) -> bool:
+    """Whether datasets of ``n`` points with kernels of ``terms`` addends are refined by
+    Fisher scoring: float64, at most :data:`MAX_POINTS` points, and one row's derivative
+    matrices (about three per addend) within the memory ``budget`` (bytes)."""
+    per_row = 8.0 * n * n * (3 * max(terms, default=1) + 3)
+    return dtype == torch.float64 and n <= MAX_POINTS and per_row <= budget
+
+
 def refine_pairs(
     X: Tensor,
     Y: Tensor,
@@ -506,6 +523,7 @@ def refine_pairs(
     steps: int | str,
     constraints: list[KernelConstraints] | None = None,
     tol: float = GAIN_TOL,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> PairRefinement:
     """Fisher scoring of the ``B K`` pairs of ``B`` datasets ``X (B, n, d)``, ``Y (B, n)``
     and ``K`` structures (pair ``b K + k``) from ``params (B K, D, L, P)`` and
@@ -523,6 +541,8 @@ def refine_pairs(
     iterations, status = [0] * P, ["none"] * P
     gain, grad_norm, lml = [math.nan] * P, [math.nan] * P, [math.nan] * P
     X64, Y64 = X.detach().to("cpu", torch.float64), Y.detach().to("cpu", torch.float64)
+    if progress is not None:
+        progress("refine", 0, K)
     for k, s in enumerate(structures):  # a few structures; each batched over datasets
         obj = BatchLogMarginalLikelihood(
             X64, Y64, s, None if constraints is None else constraints[k]
@@ -542,4 +562,6 @@ def refine_pairs(
             gain[p] = float(ref.gain[i])
             grad_norm[p] = float(ref.grad_norm[i])
             lml[p] = float(ref.log_marginal_likelihood[i])
+        if progress is not None:
+            progress("refine", k + 1, K)
     return PairRefinement(out_p, out_n, iterations, status, gain, grad_norm, lml)

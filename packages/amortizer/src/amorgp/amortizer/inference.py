@@ -6,6 +6,7 @@ The steps of :meth:`Amortizer.infer_many` are described in :mod:`amorgp.amortize
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from amorgp.amortizer.constraints import (
     project_all,
     warn_at_noise_floor,
 )
+from amorgp.amortizer.fisher import fisher_applies, refine_pairs
 from amorgp.amortizer.forward import warn_binary_target, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
@@ -433,8 +435,25 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
             pending = False
         # 3. refinement (refine.py), within the memory budget by groups of kernels
         iterations, status = [0] * K, ["none"] * K
-        if steps != 0:
-            groups = self.refine_groups(n, terms, steps)
+        gains, grad_norms = [math.nan] * K, [math.nan] * K
+        groups = self.refine_groups(n, terms, steps) if steps != 0 else []  # dense, or refused
+        if steps != 0 and fisher_applies(n, terms, self.dtype, plan.chunk_bytes):
+            # dense and at most calibrate.MAX_POINTS points: the batched Fisher scoring of
+            # infer_datasets, a batch of one dataset
+            fr = refine_pairs(
+                Xn[None],
+                yn[None],
+                list(structures),
+                params,
+                noise,
+                steps,
+                None if cons.trivial else kcons,
+                progress=progress,
+            )
+            params, noise = fr.params, fr.noise
+            iterations, status = fr.iterations, fr.status
+            gains, grad_norms = fr.gain, fr.grad_norm
+        elif steps != 0:
             ref = refine_in_groups(
                 Xn,
                 yn,
@@ -482,6 +501,8 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 encoder_points=n_enc,
                 refine_steps=iterations[i],
                 refine_status=status[i],
+                refine_gain=gains[i],
+                grad_norm=grad_norms[i],
                 calibrated=calibrate,
                 network=chosen[i],
                 start=start[i],

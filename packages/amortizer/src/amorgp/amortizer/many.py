@@ -90,7 +90,7 @@ from amorgp.amortizer.constraints import (
     check_constraints,
     project_all,
 )
-from amorgp.amortizer.fisher import PairRefinement, refine_pairs
+from amorgp.amortizer.fisher import PairRefinement, fisher_applies, refine_pairs
 from amorgp.amortizer.forward import encode_structures, encoder_subset, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import (
@@ -552,6 +552,7 @@ def iter_datasets(
         fast = (
             amz.dtype == torch.float64
             and (cons.trivial or (cal and (steps != 0 or cons.noise_floor == DEFAULT_NOISE_FLOOR)))
+            and (steps == 0 or fisher_applies(n, [terms], amz.dtype, plan.chunk_bytes))
             and not amz.candidates
             and n <= calibration.MAX_POINTS
             and 8 * n * n <= plan.chunk_bytes
