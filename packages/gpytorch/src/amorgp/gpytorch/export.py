@@ -9,6 +9,7 @@ from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 
+from amorgp.core.data import as_real
 from amorgp.core.errors import DataError, OptionError
 from amorgp.core.fit import KernelFit
 from amorgp.gpytorch.kernels import build_kernel
@@ -48,8 +49,9 @@ def to_gpytorch(result: KernelFit, train_X: Any = None, train_Y: Any = None) -> 
         A ``SingleTaskGP`` in train mode holding the training data.
 
     Raises:
-        OptionError: ``result`` is not a fit.
-        DataError: no training data given or held, or data of the wrong shape.
+        OptionError: ``result`` is not a fit, or only one of ``train_X`` and ``train_Y``.
+        DataError: no training data given or held; data of the wrong shape, complex,
+            NaN or infinite; fewer than 2 points; constant targets.
     """
     if not isinstance(result, KernelFit):
         raise OptionError(
@@ -62,7 +64,14 @@ def to_gpytorch(result: KernelFit, train_X: Any = None, train_Y: Any = None) -> 
         raise DataError(
             f"train_X {tuple(X.shape)} and train_Y {tuple(y.shape)} do not match the fit"
         )
+    if n < 2:
+        raise DataError(f"to_gpytorch needs at least 2 training points, got {n}")
     s_b = float(y.std())
+    if not s_b > 0:
+        raise DataError(
+            "train_Y is constant: BoTorch's Standardize of the exported model needs "
+            "targets that vary"
+        )
     r = (norm.y_std / s_b) ** 2
     params = result.params.detach().to("cpu", torch.float64).clone()
     params = params[: result.kernel.n_dims, : result.kernel.max_addends]
@@ -100,7 +109,7 @@ def _training_data(
     result: KernelFit, train_X: Any, train_Y: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     norm = result.normalizer
-    if train_X is None or train_Y is None:
+    if train_X is None and train_Y is None:
         try:
             gp = result.posterior  # type: ignore[attr-defined]
         except (AttributeError, ValueError):  # not an amortized result, or one without data
@@ -110,6 +119,10 @@ def _training_data(
         X = norm.x_min + Xn * norm.x_range
         y = norm.y_mean + yn * norm.y_std
         return X, y
-    X = torch.as_tensor(train_X, dtype=torch.float64)
+    if train_X is None or train_Y is None:
+        raise OptionError("pass both train_X and train_Y, or neither (the result's own data)")
+    X = as_real(train_X, "train_X", finite=True)
     X = X[:, None] if X.ndim == 1 else X
-    return X, torch.as_tensor(train_Y, dtype=torch.float64).reshape(-1)
+    if X.ndim != 2:
+        raise DataError(f"train_X must have shape (n, d), got {tuple(X.shape)}")
+    return X, as_real(train_Y, "train_Y", finite=True).reshape(-1)

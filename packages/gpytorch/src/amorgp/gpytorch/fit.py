@@ -25,7 +25,11 @@ from amorgp.gpytorch.kernels import _assign, read_kernel
 from amorgp.gpytorch.lean import LeanObjective, fixed_noise
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.likelihoods.noise_models import HomoskedasticNoise
-from gpytorch.mlls import ExactMarginalLogLikelihood, SumMarginalLogLikelihood
+from gpytorch.mlls import (
+    ExactMarginalLogLikelihood,
+    MarginalLogLikelihood,
+    SumMarginalLogLikelihood,
+)
 
 __all__ = [
     "REFINE_STEPS",
@@ -337,7 +341,16 @@ class AmortizedFit:
     last_error: str = ""
 
     def __call__(self, mll: Any, **kwargs: Any) -> Any:
-        """Fit ``mll``'s model; ``kwargs`` go to the fallback ``fit_gpytorch_mll``."""
+        """Fit ``mll``'s model; ``kwargs`` go to the fallback ``fit_gpytorch_mll``.
+
+        Raises:
+            OptionError: ``mll`` is not a GPyTorch marginal log likelihood.
+        """
+        if not isinstance(mll, MarginalLogLikelihood):
+            raise OptionError(
+                "the amortized fit takes a GPyTorch marginal log likelihood "
+                f"(ExactMarginalLogLikelihood), got {type(mll).__name__}"
+            )
         if isinstance(mll, SumMarginalLogLikelihood) and isinstance(mll.model, ModelListGP):
             mll.train()
             for sub in mll.mlls:
