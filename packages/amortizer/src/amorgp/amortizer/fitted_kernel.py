@@ -466,8 +466,8 @@ class FittedKernel:
 
     def __call__(self, X: Any, Y: Any = None) -> np.ndarray:
         """Covariance ``(n, m)`` of the kernel alone (no noise) on original-unit inputs."""
-        Xn = self.normalizer.transform_x(as_real(X, "X"))
-        Yn = None if Y is None else self.normalizer.transform_x(as_real(Y, "Y"))
+        Xn = self.normalizer.transform_x(as_real(X, "X", finite=True))
+        Yn = None if Y is None else self.normalizer.transform_x(as_real(Y, "Y", finite=True))
         k = DimWiseKernel(self.structure, self._params)
         with torch.no_grad():
             return k(Xn, Yn).numpy()
