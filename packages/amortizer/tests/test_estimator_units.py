@@ -60,7 +60,9 @@ def test_a_bound_in_user_units_binds_in_user_units() -> None:
     ls = reg.hyperparameters_original_[LS]
     assert ls is not None
     assert 2.5 * (1 - 1e-12) <= ls <= 4.0 * (1 + 1e-12)
-    assert ls == pytest.approx(2.5, rel=1e-4)  # the optimum lies below: the bound binds
+    # the optimum lies below: the bound binds (to the resolution of the stopping rule,
+    # 0.01 nats of predicted gain, which the logit of a bound approaches slowly)
+    assert ls == pytest.approx(2.5, rel=2e-3)
     # kernel_ shows the user's bounds (lengthscales are in the data's units there)
     i = reg.kernel_.hyperparameter_names.index(LS)
     np.testing.assert_allclose(np.exp(reg.kernel_.bounds[i]), [2.5, 4.0], rtol=1e-12)

@@ -42,11 +42,16 @@ carry through: a few ``1e-6`` relative in the reported hyperparameters and a few
 :meth:`~amorgp.amortizer.inference.Amortizer.infer_many` runs) and keeps the batched
 float64 stages, for results equal to ``infer_many``'s to rounding.
 
-The batched path covers the default settings: float64, ``refine=0``, at most
-:data:`~amorgp.amortizer.calibrate.MAX_POINTS` points per dataset, the primary network
-only.  Anything else (refinement, float32 GP algebra, candidate networks, larger
-datasets) runs :meth:`~amorgp.amortizer.inference.Amortizer.infer_many` per dataset, with
-the same per-dataset error reporting.  Datasets of different sizes form different
+The batched path covers float64 on at most :data:`~amorgp.amortizer.calibrate.MAX_POINTS`
+points with the primary network, and every option there: a refinement
+(:func:`amorgp.amortizer.fisher.refine_pairs`, Fisher scoring of all pairs of a structure
+at once after step 5, then factored again; the same steps as ``infer_many`` takes for
+one dataset), ``fixed`` and ``bounds`` (projected after the starts and after the
+calibration, as ``infer_many`` does) and ``priors``.  A ``noise_floor`` of its own
+without a refinement (the batched calibration searches the default floor's grid),
+float32 GP algebra, candidate networks and larger datasets run
+:meth:`~amorgp.amortizer.inference.Amortizer.infer_many` per dataset, with the same
+per-dataset error reporting.  Datasets of different sizes form different
 buckets (a padded batch would change the network's float32 rounding and the GP algebra
 needs equal ``n`` to batch); the speed-up comes from many datasets of equal size, the
 common case of regularly sampled series.
@@ -464,9 +469,9 @@ def iter_datasets(
             per dataset, sizes and input counts free.
         kernels: the kernels fitted to every dataset (expressions or structures).
         refine, calibrate, starts, noise_floor, fixed, bounds, priors: as
-            :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`.  With a refinement,
-            or any of the last four away from its default, each dataset runs alone
-            through ``infer_many`` (not in batches; the results are its own).
+            :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`, batched (module
+            docstring: a ``noise_floor`` of its own without a refinement runs each
+            dataset alone through ``infer_many``).
         budget: bytes of kernel matrices a bucket may hold (:func:`bucket_size`).
         exact_network: run the network per dataset, for results equal to ``infer_many``'s
             to rounding (default: one forward per bucket, equal to float32 rounding).
