@@ -251,3 +251,43 @@ def test_above_the_scoring_subset_the_winner_is_calibrated_on_all_points(amz: Am
 
     best = minimize(nll, [0.0, np.log(r.noise)], method="L-BFGS-B")
     assert -nll(np.array([0.0, np.log(r.noise)])) == pytest.approx(-best.fun, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("symbol", "decay"),
+    [
+        ("SE*PER", "se_lengthscale"),
+        ("PER*MAT52", "mat52_lengthscale"),
+        ("PER*RQ", "rq_lengthscale"),
+        ("LIN*PER", None),
+        ("PER", None),
+    ],
+)
+def test_every_periodic_product_gets_its_decay_floor(symbol: str, decay: str | None) -> None:
+    """The starts read the registry's parameter roles, not names: the lengthscale of the
+    factor without the period is the decay, raised to DECAY_PERIODS periods in every
+    periodogram start, whatever the kernel (SE*PER, MAT52*PER and RQ*PER alike)."""
+    from amorgp.amortizer.multistart import (
+        DECAY_PERIODS,
+        PERIODIC_LENGTHSCALE,
+        _slot_tables,
+        _starts_of,
+    )
+    from amorgp.kernel_grammar import Vocabulary, base_symbol
+
+    vocab = Vocabulary.with_products(("SE", "LIN", "PER", "MAT52", "RQ"), "all")
+    names = list(base_symbol(symbol).param_names)
+    sid = vocab.symbols.index(symbol) + 1
+    tables = _slot_tables(vocab)
+    assert int(tables[2][sid]) == (names.index(decay) if decay else -1)
+    params = torch.full((1, 1, 5), 0.01, dtype=torch.float64)  # every lengthscale tiny
+    symbols = torch.tensor([[sid]])
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    starts = dict(_starts_of(params, symbols, mask, tables, [(0, 0.3, 1.0)], 4))
+    got = starts["periodogram"][0, 0]
+    period = names.index("per_period" if "per_period" in names else "period")
+    assert float(got[period]) == pytest.approx(0.3)
+    per_ls = names.index("per_lengthscale" if "per_lengthscale" in names else "lengthscale")
+    assert float(got[per_ls]) == PERIODIC_LENGTHSCALE
+    if decay is not None:
+        assert float(got[names.index(decay)]) >= DECAY_PERIODS * 0.3

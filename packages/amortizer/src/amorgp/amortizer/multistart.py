@@ -65,7 +65,14 @@ from amorgp.amortizer.batched import encoded, pick
 from amorgp.amortizer.null_starts import NULL_RULES, null_parameters
 from amorgp.amortizer.periodogram import MAX_FREQUENCIES, PEAKS, lomb_scargle, period_candidates
 from amorgp.core.errors import OptionError
-from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind, Vocabulary, base_symbol
+from amorgp.kernel_grammar import (
+    ELEMENTARY,
+    FLOORS,
+    DimWiseStructure,
+    ParamKind,
+    Vocabulary,
+    base_symbol,
+)
 
 __all__ = [
     "DECAY_PERIODS",
@@ -183,12 +190,21 @@ def _slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor, Tensor
             trend.append(kinds.index(ls) if ls in kinds else -1)
             continue
         trend.append(-1)
-        per_ls.append(
-            names.index("per_lengthscale")
-            if "per_lengthscale" in names
-            else names.index("lengthscale")
-        )
-        decay.append(names.index("se_lengthscale") if "se_lengthscale" in names else -1)
+        # by role, not by name: the lengthscale of the factor with the period is the
+        # periodic one; a lengthscale of another factor (SE, MAT52, RQ...) is the decay
+        p_ls = d_ls = -1
+        for f in spec.factors:
+            full = spec.factor_param_names(f)
+            params = ELEMENTARY[f].params
+            periodic = any(q.kind == ParamKind.PERIOD for q in params)
+            for q in params:
+                if q.kind == ParamKind.LENGTHSCALE:
+                    if periodic:
+                        p_ls = names.index(full[q.name])
+                    else:
+                        d_ls = names.index(full[q.name])
+        per_ls.append(p_ls)
+        decay.append(d_ls)
     return tuple(torch.tensor(t) for t in (period, per_ls, decay, trend))  # type: ignore[return-value]
 
 
