@@ -275,3 +275,19 @@ def test_batched_and_per_dataset_refinement_agree(amz: Amortizer, fleet, refine)
             torch.testing.assert_close(got.params, want.params, rtol=1e-6, atol=1e-9)
             assert got.refine_steps == want.refine_steps
             assert got.refine_gain == pytest.approx(want.refine_gain, rel=1e-4, abs=1e-9)
+
+
+def test_a_noise_floor_of_its_own_is_batched(amz: Amortizer, fleet) -> None:
+    """A lower noise floor without a refinement runs in the buckets: the batched
+    calibration searches down to it, as infer_many's does (equal results)."""
+    x = np.linspace(0.0, 6.0, 24)[:, None]
+    data = [*fleet[:2], (x, np.sin(x[:, 0])), (x, np.cos(2 * x[:, 0]))]  # noiseless too
+    fits = amz.infer_datasets(data, KERNELS, noise_floor=1e-9, exact_network=True)
+    assert all(f.batched for f in fits)
+    assert min(r.noise for f in fits for r in f.results) < 2e-6  # below the default's reach
+    for f, (X, y) in zip(fits, data, strict=True):
+        want = amz.infer_many(X, y, KERNELS, noise_floor=1e-9)
+        for got, w in zip(f.results, want, strict=True):
+            torch.testing.assert_close(got.params, w.params, rtol=1e-7, atol=0.0)
+            assert got.noise == pytest.approx(w.noise, rel=1e-7)
+            assert got.noise_floor == 1e-9

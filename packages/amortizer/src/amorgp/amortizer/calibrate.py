@@ -233,6 +233,12 @@ class Calibration:
     log_marginal_likelihood: Tensor
 
 
+def min_noise(noise_floor: float | None) -> float:
+    """The smallest noise variance the calibration returns for a noise floor (``None``:
+    the transform's, ``FLOORS["noise"]``): twice the floor."""
+    return _NOISE_MIN if noise_floor is None else 2.0 * noise_floor
+
+
 def _log_grid(like: Tensor, noise_min: float = _NOISE_MIN) -> Tensor:
     """``(B, G)``: the :data:`GRID_POINTS` values of ``log r`` over :data:`RATIO_RANGE`,
     its low end lowered as far as ``noise_min`` is below the default floor's (``B``,
@@ -430,7 +436,7 @@ def calibrate(
         raise OptionError(f"method must be one of {METHODS}, got {method!r}")
     K = len(structures)
     dev = params.device
-    noise_min = _NOISE_MIN if noise_floor is None else 2.0 * noise_floor
+    floor = min_noise(noise_floor)
     if method == "tridiagonal" and dev.type != "cpu":
         raise OptionError(f"the tridiagonal method runs on the CPU, not {dev}")
     X64 = Xn.detach().to(dev, torch.float64)
@@ -467,5 +473,5 @@ def calibrate(
 
     return calibrate_spectra(
         spectra(), symbols, symbol_mask, params, noise, vocabulary, scale=scale,
-        noise_min=noise_min,
+        noise_min=floor,
     )  # fmt: skip

@@ -47,9 +47,8 @@ points with the primary network, and every option there: a refinement
 (:func:`amorgp.amortizer.fisher.refine_pairs`, Fisher scoring of all pairs of a structure
 at once after step 5, then factored again; the same steps as ``infer_many`` takes for
 one dataset), ``fixed`` and ``bounds`` (projected after the starts and after the
-calibration, as ``infer_many`` does) and ``priors``.  A ``noise_floor`` of its own
-without a refinement (the batched calibration searches the default floor's grid),
-float32 GP algebra, candidate networks and larger datasets run
+calibration, as ``infer_many`` does), ``noise_floor`` (the calibration's) and
+``priors``.  Float32 GP algebra, candidate networks and larger datasets run
 :meth:`~amorgp.amortizer.inference.Amortizer.infer_many` per dataset, with the same
 per-dataset error reporting.  Datasets of different sizes form different
 buckets (a padded batch would change the network's float32 rounding and the GP algebra
@@ -88,7 +87,6 @@ from amorgp.amortizer import batched
 from amorgp.amortizer import calibrate as calibration
 from amorgp.amortizer.calibrate import check_calibrate
 from amorgp.amortizer.constraints import (
-    DEFAULT_NOISE_FLOOR,
     Constraints,
     KernelConstraints,
     Name,
@@ -277,7 +275,8 @@ def _fit_bucket(
         Km = pair_matrices(Xp, symp, mskp, params, vocab)
         scale = torch.ones(P, dtype=Km.dtype, device=Km.device)
         if calibrate_all:
-            cal = calibrate_rows(Km, Yp, symp, mskp, params, noise, vocab)
+            floor = None if kcons is None else kcons[0].noise_floor
+            cal = calibrate_rows(Km, Yp, symp, mskp, params, noise, vocab, floor)
             params, noise, scale = cal.params, cal.noise, cal.scale.to(Km.dtype)
             if pair_cons is not None:  # fixed values and bounds hold after calibration
                 calibrated = params
@@ -469,9 +468,7 @@ def iter_datasets(
             per dataset, sizes and input counts free.
         kernels: the kernels fitted to every dataset (expressions or structures).
         refine, calibrate, starts, noise_floor, fixed, bounds, priors: as
-            :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`, batched (module
-            docstring: a ``noise_floor`` of its own without a refinement runs each
-            dataset alone through ``infer_many``).
+            :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`, batched.
         budget: bytes of kernel matrices a bucket may hold (:func:`bucket_size`).
         exact_network: run the network per dataset, for results equal to ``infer_many``'s
             to rounding (default: one forward per bucket, equal to float32 rounding).
@@ -553,10 +550,10 @@ def iter_datasets(
         terms = max(sum(len(a) for a in s.dims) for s in structures)
         plan = amz.solver_plan(n, terms, graph=False)
         # constraints batch with the calibration (fixed values and bounds are projected
-        # after it, as infer_many does), a noise floor of its own with the refinement only
+        # after it, the noise floor is the calibration's, as infer_many does)
         fast = (
             amz.dtype == torch.float64
-            and (cons.trivial or (cal and (steps != 0 or cons.noise_floor == DEFAULT_NOISE_FLOOR)))
+            and (cons.trivial or cal)
             and (steps == 0 or fisher_applies(n, [terms], amz.dtype, plan.chunk_bytes))
             and not amz.candidates
             and n <= calibration.MAX_POINTS

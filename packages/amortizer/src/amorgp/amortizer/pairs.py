@@ -68,10 +68,12 @@ def calibrate_rows(
     params: Tensor,
     noise: Tensor,
     vocabulary: Vocabulary,
+    noise_floor: float | None = None,
 ) -> calibration.Calibration:
     """:func:`amorgp.amortizer.calibrate.calibrate` with precomputed matrices for ``P``
     pairs that each have their own targets: ``Km (P, n, n)`` (read, not modified),
-    ``Y (P, n)``, ``symbols``/``mask (P, d, L)``, ``params (P, D, L, S)``, ``noise (P,)``.
+    ``Y (P, n)``, ``symbols``/``mask (P, d, L)``, ``params (P, D, L, S)``, ``noise (P,)``;
+    ``noise_floor`` as there.
     The CPU's method (tridiagonal) on the CPU, ``eigh`` elsewhere.  Each pair's
     ``log_marginal_likelihood`` is its exact likelihood at its calibrated scale and noise
     (of the scaled matrix ``s K``), read from the same spectrum (``-inf`` where the matrix
@@ -86,7 +88,7 @@ def calibrate_rows(
                 )
                 for s in range(0, P, step)
             ]
-        return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary)
+        return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary, noise_floor)
     per_chunk = max(1, calibration.CHUNK_ELEMENTS // (n * n))
 
     def spectra() -> Iterator[tuple[slice, _Eigen | _Tridiagonal, Tensor]]:
@@ -94,7 +96,10 @@ def calibrate_rows(
             sl = slice(start, min(P, start + per_chunk))
             yield (sl, *_spectrum(Km[sl].to(torch.float64), Y[sl].to(torch.float64), "eigh"))
 
-    return calibration.calibrate_spectra(spectra(), symbols, mask, params, noise, vocabulary)
+    return calibration.calibrate_spectra(
+        spectra(), symbols, mask, params, noise, vocabulary,
+        noise_min=calibration.min_noise(noise_floor),
+    )  # fmt: skip
 
 
 def evaluate_and_calibrate(
@@ -132,13 +137,17 @@ def _calibrate_forms(
     params: Tensor,
     noise: Tensor,
     vocabulary: Vocabulary,
+    noise_floor: float | None = None,
 ) -> calibration.Calibration:
     """:func:`~amorgp.amortizer.calibrate.calibrate_spectra` of the tridiagonal forms
     ``(a, b2, yy)`` of consecutive chunks of the pairs
     (:func:`~amorgp.amortizer.spectra.tridiagonal_form`), searched by chunks of
     :data:`RECURRENCE_BYTES` of the pivot recurrence."""
+    noise_min = calibration.min_noise(noise_floor)
     if not forms:  # no pairs
-        return calibration.calibrate_spectra((), symbols, mask, params, noise, vocabulary)
+        return calibration.calibrate_spectra(
+            (), symbols, mask, params, noise, vocabulary, noise_min=noise_min
+        )
     a, b2, yy = (torch.cat(t) for t in zip(*forms))
     P, n = a.shape
     # the pivot recurrence streams (n, rows, grid) float64 arrays
@@ -150,7 +159,9 @@ def _calibrate_forms(
             spec = _Tridiagonal(a[sl], b2[sl], yy[sl])
             yield sl, spec, spec.finite
 
-    return calibration.calibrate_spectra(spectra(), symbols, mask, params, noise, vocabulary)
+    return calibration.calibrate_spectra(
+        spectra(), symbols, mask, params, noise, vocabulary, noise_min=noise_min
+    )
 
 
 def log_likelihood_rows(Km: Tensor, Y: Tensor, noise: Tensor) -> Tensor:
