@@ -8,20 +8,27 @@ refinement that ran.  It holds :attr:`KernelResult.posterior`, the
 (:func:`conditioned_posterior`): its one factor of ``K + sigma^2 I`` (adopted from the
 batched factorisation of :mod:`amorgp.amortizer.batched` where that ran) serves the log
 marginal likelihood and every prediction.
+
+Every result says how it got there: the start that won (:attr:`KernelResult.start`), the
+refinement's iterations and why it stopped, and whether it is at an optimum of the log
+marginal likelihood (:meth:`KernelResult.optimality`, :attr:`KernelResult.at_optimum`:
+the Fisher-scoring test of :mod:`amorgp.amortizer.fisher`, the refinement's own or
+evaluated on demand).  :meth:`KernelResult.untouched` names the hyperparameters that are
+still a start's constant (:func:`start_constants`), not moved by the data.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR, KernelConstraints, Name
+from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR, KernelConstraints, Name, _key
 from amorgp.core.data import Normalizer
 from amorgp.core.fit import KernelFit
 from amorgp.kernel_grammar import DimWiseStructure
@@ -29,7 +36,14 @@ from amorgp.lazy_kernels import DimWiseKernel, Posterior, SolverPlan
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KernelResult", "conditioned_posterior"]
+__all__ = [
+    "UNTOUCHED_RTOL",
+    "KernelResult",
+    "Optimality",
+    "conditioned_posterior",
+    "evaluate_optimality",
+    "start_constants",
+]
 
 
 Factor = tuple[Tensor, Tensor, Tensor | float, Tensor | float]
@@ -126,6 +140,178 @@ def _predict(post: Posterior, Xn: Tensor, include_noise: bool) -> tuple[Tensor, 
     return mean, var + float(post.noise) if include_noise else var
 
 
+UNTOUCHED_RTOL = 1e-6
+"""Relative tolerance within which a hyperparameter equals a start's constant
+(:meth:`KernelResult.untouched`): the starts pass their constants through float32
+(rounding ``6e-8``) and the network's dtype; a value the data moved does not land
+within a millionth of a constant."""
+
+
+@dataclass(frozen=True)
+class Optimality:
+    """Whether a result's hyperparameters are at an optimum of the log marginal likelihood
+    (:meth:`KernelResult.optimality`).
+
+    Attributes:
+        gain: the log marginal likelihood (nats) that one more Fisher-scoring step is
+            predicted to gain there (:func:`~amorgp.amortizer.fisher.predicted_gain`,
+            ``g^T F^-1 g / 2`` near an interior optimum; the log prior's gradient
+            included with ``priors``); NaN where unknown.
+        grad_norm: the norm of the gradient in the refinement's log parameters
+            (``log(theta - floor)``; fixed ones left out); NaN where unknown.
+        source: where the numbers come from: ``"refinement"`` (the Fisher scoring that
+            produced the result), ``"evaluated"`` (one Fisher evaluation at the result,
+            on demand), or why they are unknown (``"not evaluated: n = 5000 > 1000
+            points"``, ``"the covariance could not be factored"``...).
+    """
+
+    gain: float
+    grad_norm: float
+    source: str
+
+    @property
+    def at_optimum(self) -> bool | None:
+        """``gain < GAIN_TOL`` (:data:`amorgp.amortizer.fisher.GAIN_TOL`, 0.01 nats);
+        ``None`` where the gain is unknown."""
+        from amorgp.amortizer.fisher import GAIN_TOL
+
+        return None if math.isnan(self.gain) else bool(self.gain < GAIN_TOL)
+
+
+def start_constants(
+    structure: DimWiseStructure, params: Tensor, start: str
+) -> dict[tuple[int, int, int], tuple[float, ...]]:
+    """The constants a start set each hyperparameter to, per slot ``(dim, addend, slot)``
+    of ``structure`` (slots a start sets from the data or leaves to the network are
+    absent); ``params (D, L, P)`` are the result's (an ``SE*PER`` decay depends on its
+    period).
+
+    * ``"prior-mean"`` (:mod:`amorgp.amortizer.null_starts`): every slot at its prior
+      mean (``ParamSpec.prior.mean``);
+    * ``"heuristic"``: the prior mean, except the lengthscales in input units (the median
+      pairwise distance: data, unless raised to the floor) and the periods (the
+      periodogram's peak where one exists, raised to the floor; else the prior mean);
+    * ``"periodogram"``, ``"periodogram 2"``... (:mod:`amorgp.amortizer.multistart`): the
+      periodic lengthscale at :data:`~amorgp.amortizer.multistart.PERIODIC_LENGTHSCALE`
+      (times 0.5 or 2 for ``"..., lengthscale x0.5"``/``"x2"``), an ``SE*PER`` decay
+      lengthscale raised to ``max(DECAY_PERIODS * period, TREND_LENGTHSCALE)``, the
+      lengthscale of every addend without a period raised to
+      :data:`~amorgp.amortizer.multistart.TREND_LENGTHSCALE` (a value the network gave
+      above these stays the network's; the period is the periodogram's peak: data);
+    * anything else (``"network"``, ``"harmonic x2"``...): no constants.
+
+    Calibration then multiplies the variances (and a lone ``LIN``'s offset) by the
+    global scale: those rarely keep their constant, and count only where they do.
+    """
+    from amorgp.amortizer.multistart import (
+        DECAY_PERIODS,
+        PERIODIC_LENGTHSCALE,
+        TREND_LENGTHSCALE,
+        _slot_tables,
+    )
+    from amorgp.core.units import Unit
+    from amorgp.kernel_grammar import FLOORS, ParamKind, Vocabulary, base_symbol
+
+    out: dict[tuple[int, int, int], tuple[float, ...]] = {}
+    if start in ("prior-mean", "heuristic"):
+        for pn in structure.param_names():
+            sym = base_symbol(pn.symbol)
+            spec = sym.params[pn.slot]
+            floor = FLOORS[spec.kind]
+            input_ls = spec.kind is ParamKind.LENGTHSCALE and sym.param_units[pn.slot] is Unit.INPUT
+            if start == "heuristic" and input_ls:  # the median distance, or its floor
+                out[(pn.dim, pn.addend, pn.slot)] = (floor,)
+                continue
+            if start == "heuristic" and spec.kind is ParamKind.PERIOD:
+                out[(pn.dim, pn.addend, pn.slot)] = (spec.prior.mean, floor)
+                continue
+            out[(pn.dim, pn.addend, pn.slot)] = (spec.prior.mean,)
+        return out
+    if not start.startswith("periodogram"):
+        return out
+    factor = 0.5 if start.endswith("x0.5") else 2.0 if start.endswith("x2") else 1.0
+    names = tuple(sorted({s for dim in structure.dims for s in dim}))
+    vocab = Vocabulary(names)
+    period_t, per_ls_t, decay_t, trend_t = (t.tolist() for t in _slot_tables(vocab))
+    for j, addends in enumerate(structure.dims):
+        for a, s in enumerate(addends):
+            i = names.index(s) + 1  # vocabulary id (0: padding)
+            if per_ls_t[i] >= 0:
+                out[(j, a, per_ls_t[i])] = (PERIODIC_LENGTHSCALE * factor,)
+            if decay_t[i] >= 0 and period_t[i] >= 0:
+                period = float(params[j, a, period_t[i]])
+                out[(j, a, decay_t[i])] = (max(DECAY_PERIODS * period, TREND_LENGTHSCALE),)
+            if trend_t[i] >= 0:
+                out[(j, a, trend_t[i])] = (TREND_LENGTHSCALE,)
+    return out
+
+
+def _unknown(reason: str) -> Optimality:
+    return Optimality(math.nan, math.nan, reason)
+
+
+def _stored_optimality(r: KernelResult) -> Optimality | None:
+    """The refinement's numbers where it computed them (Fisher scoring that did not fail)."""
+    if math.isnan(r.refine_gain) or r.refine_status == "failed":
+        return None
+    return Optimality(r.refine_gain, r.grad_norm, "refinement")
+
+
+def evaluate_optimality(results: Sequence[KernelResult]) -> None:
+    """Compute :meth:`KernelResult.optimality` of many results at once: those of the same
+    structure, size and constraints in one batched Fisher evaluation
+    (:class:`~amorgp.amortizer.fisher.BatchLogMarginalLikelihood`; rows are independent,
+    so each result gets what it would get alone).  Results that know theirs already,
+    hold no data or have more than :data:`~amorgp.amortizer.fisher.MAX_POINTS` points
+    are left to :meth:`KernelResult.optimality`."""
+    from amorgp.amortizer.fisher import MAX_POINTS
+
+    groups: dict[tuple[Any, ...], list[KernelResult]] = {}
+    for r in results:
+        if r._optimality_cache is not None or _stored_optimality(r) is not None:
+            continue
+        if r._posterior is None or r.n_points > MAX_POINTS:
+            continue
+        key = (
+            r.kernel,
+            r.n_points,
+            tuple(r.params.shape),
+            r.noise_floor,
+            tuple(sorted(r.fixed.items(), key=repr)),
+            tuple(sorted(r.bounds.items(), key=repr)),
+            r.priors,
+        )
+        groups.setdefault(key, []).append(r)
+    for rows in groups.values():
+        for r, opt in zip(rows, _evaluate(rows), strict=True):
+            object.__setattr__(r, "_optimality_cache", opt)
+
+
+def _evaluate(rows: Sequence[KernelResult]) -> list[Optimality]:
+    """One batched Fisher evaluation of results of one structure, size and constraints."""
+    from amorgp.amortizer.fisher import BatchLogMarginalLikelihood, predicted_gain
+
+    first = rows[0]
+    with torch.inference_mode(False), torch.no_grad():
+        X = torch.stack([r.posterior.X.detach().to("cpu", torch.float64) for r in rows])
+        y = torch.stack([r.posterior.y.detach().to("cpu", torch.float64) for r in rows])
+        params = torch.stack([r.params.detach().to("cpu", torch.float64) for r in rows])
+        noise = torch.tensor([r.noise for r in rows], dtype=torch.float64)
+        cons = KernelConstraints(
+            first.kernel, first.noise_floor, first.fixed, first.bounds, first.priors
+        )
+        obj = BatchLogMarginalLikelihood(X, y, first.kernel, None if cons.trivial else cons)
+        lml, grad, fisher = obj.evaluate(obj.to_log_rows(params, noise))
+        gain = predicted_gain(fisher, grad).tolist()
+        norm = grad.norm(dim=-1).tolist()
+    return [
+        Optimality(gain[i], norm[i], "evaluated")
+        if math.isfinite(float(lml[i]))
+        else _unknown("the covariance could not be factored")
+        for i in range(len(rows))
+    ]
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class KernelResult(KernelFit):
     """Amortized hyperparameters of one kernel on one dataset, with the GP they define.
@@ -152,7 +338,7 @@ class KernelResult(KernelFit):
             is predicted to gain at the reported hyperparameters (``g^T F^-1 g / 2``;
             :mod:`amorgp.amortizer.fisher`): below
             :data:`~amorgp.amortizer.fisher.GAIN_TOL` the fit is at an optimum; NaN
-            where it was not computed.
+            where it was not computed (:meth:`optimality` then evaluates it on demand).
         grad_norm: the norm of the log marginal likelihood's gradient in the log
             parameters there (NaN where not computed).
         calibrated: the global scale and the noise were set to their exact Type-2 ML
@@ -161,7 +347,8 @@ class KernelResult(KernelFit):
             primary network, or the candidate with the highest log marginal likelihood;
             see :mod:`amorgp.amortizer.selection`).
         start: which start won (:mod:`amorgp.amortizer.multistart`): ``"network"``,
-            ``"periodogram"``, ``"harmonic x2"``...
+            ``"periodogram"``, ``"harmonic x2"``, ``"prior-mean"``, ``"heuristic"``...
+            Without refinement the constants it set stay (:meth:`untouched`).
         noise_floor: the smallest noise variance the fit could return (normalised units;
             ``noise_floor=`` of :meth:`Amortizer.infer_many
             <amorgp.amortizer.inference.Amortizer.infer_many>`).
@@ -191,6 +378,70 @@ class KernelResult(KernelFit):
     bounds: Mapping[Name, tuple[float, float]] = field(default_factory=dict)
     priors: bool = False
     _posterior: Posterior | None = field(default=None, repr=False)
+    _optimality_cache: ClassVar[Optimality | None] = None  # set per instance on first use
+
+    def optimality(self) -> Optimality:
+        """Whether the hyperparameters are at an optimum of the log marginal likelihood:
+        the predicted gain of one more Fisher-scoring step and the gradient norm
+        (:class:`Optimality`).
+
+        The refinement's own numbers where Fisher scoring produced the result
+        (:attr:`refine_gain`, :attr:`grad_norm`), else one Fisher evaluation at the result
+        on its normalised data (about ``m`` products of ``n x n`` matrices for ``m``
+        hyperparameters; the constraints and priors of the fit), computed on first call
+        and kept.  Above :data:`~amorgp.amortizer.fisher.MAX_POINTS` points it is not
+        evaluated: NaN, and :attr:`Optimality.source` says so.  Many results at once:
+        :func:`evaluate_optimality`.
+        """
+        cached = self._optimality_cache
+        if cached is not None:
+            return cached
+        from amorgp.amortizer.fisher import MAX_POINTS
+
+        out = _stored_optimality(self)
+        if out is None:
+            if self._posterior is None:
+                out = _unknown("no data")
+            elif self.n_points > MAX_POINTS:
+                out = _unknown(f"not evaluated: n = {self.n_points} > {MAX_POINTS} points")
+            else:
+                out = _evaluate([self])[0]
+        object.__setattr__(self, "_optimality_cache", out)
+        return out
+
+    @property
+    def at_optimum(self) -> bool | None:
+        """Whether the fit is at an optimum: the predicted gain of one more Fisher-scoring
+        step is below :data:`~amorgp.amortizer.fisher.GAIN_TOL` (0.01 nats); ``None``
+        where unknown (above :data:`~amorgp.amortizer.fisher.MAX_POINTS` points, or a
+        covariance that cannot be factored).  See :meth:`optimality`."""
+        return self.optimality().at_optimum
+
+    def untouched(self) -> tuple[tuple[int, int, str], ...]:
+        """The hyperparameters (names as :attr:`hyperparameters`) that are a start's
+        constant, not moved by the data: where the winning :attr:`start` set a constant
+        (:func:`start_constants`: every hyperparameter of ``"prior-mean"``, the periodic
+        lengthscale ``1.0`` and the trend lengthscale ``0.5`` of a periodogram start...)
+        and the value still equals it (to :data:`UNTOUCHED_RTOL`), with no refinement
+        step after.  Empty for a refined result (:attr:`refine_steps` > 0, or a
+        refinement that found the start at an optimum already) and for the network's and
+        the harmonics' starts; a hyperparameter the user fixed is :attr:`fixed`, not
+        listed here.  ``refine="auto"`` fits them."""
+        if self.refine_steps > 0 or self.refine_status == "converged":
+            return ()
+        constants = start_constants(self.kernel, self.params, self.start)
+        out = []
+        for pn in self.kernel.param_names():
+            name = (pn.dim, pn.addend, pn.param)
+            if name in self.fixed:
+                continue
+            value = float(self.params[pn.dim, pn.addend, pn.slot])
+            if any(
+                math.isclose(value, c, rel_tol=UNTOUCHED_RTOL, abs_tol=0.0)
+                for c in constants.get((pn.dim, pn.addend, pn.slot), ())
+            ):
+                out.append(name)
+        return tuple(out)
 
     @property
     def log_marginal_likelihood(self) -> float:
@@ -257,13 +508,22 @@ class KernelResult(KernelFit):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: the :class:`~amorgp.core.fit.KernelFit` one plus the
-        encoder subset and the refinement."""
+        encoder subset, the start and the refinement, and how the fit ended:
+        ``refine_gain`` and ``grad_norm`` are :meth:`optimality`'s (the refinement's, or
+        evaluated at the result up to :data:`~amorgp.amortizer.fisher.MAX_POINTS`
+        points; ``None`` where unknown), ``at_optimum`` (``true``, ``false`` or
+        ``null``), ``optimality`` (where the gain comes from) and ``untouched``
+        (:meth:`untouched`, named ``"d<dim>.<addend>.<name>"`` as ``fixed``)."""
+        opt = self.optimality()
         return {
             **super().to_dict(),
             "refine_steps": self.refine_steps,
             "refine_status": self.refine_status,
-            "refine_gain": None if math.isnan(self.refine_gain) else self.refine_gain,
-            "grad_norm": None if math.isnan(self.grad_norm) else self.grad_norm,
+            "refine_gain": None if math.isnan(opt.gain) else opt.gain,
+            "grad_norm": None if math.isnan(opt.grad_norm) else opt.grad_norm,
+            "at_optimum": opt.at_optimum,
+            "optimality": opt.source,
+            "untouched": [_key(name) for name in self.untouched()],
             "calibrated": self.calibrated,
             "encoder_points": self.encoder_points,
             "network": self.network,

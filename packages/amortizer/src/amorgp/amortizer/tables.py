@@ -15,6 +15,18 @@ the ``by`` column(s)           the group's key
 ``noise``                      the noise variance in original units
 ``start``                      the start that won (:mod:`amorgp.amortizer.multistart`)
 ``error``                      empty, or why the group failed (one line; its numbers empty)
+``refine_steps``               refinement iterations run (0: none)
+``refine_status``              why the refinement stopped (``none``, ``converged``,
+                               ``max_iters``, ``stalled``, ``failed``)
+``at_optimum``                 whether the fit is at an optimum of the log marginal
+                               likelihood (``True``/``False``; empty where unknown: above
+                               1000 points); ``KernelResult.at_optimum``
+``refine_gain``                the log marginal likelihood (nats) one more Fisher-scoring
+                               step is predicted to gain (below 0.01: at an optimum); the
+                               refinement's, else evaluated at the result
+``untouched``                  the hyperparameters still at a start's constant, not fitted
+                               (their column names joined by ``;``; empty when none):
+                               ``KernelResult.untouched``; ``refine="auto"`` fits them
 ``<symbol>@<dim>[<addend>].<name>``  each hyperparameter in original units (e.g.
                                ``SE*PER@0[1].per_period``); empty where the kernel has no
                                such parameter or where no exact original-unit value exists
@@ -55,6 +67,7 @@ if TYPE_CHECKING:
     from amorgp.kernel_grammar import DimWiseStructure
 
 __all__ = [
+    "DIAGNOSTIC_COLUMNS",
     "FIXED_COLUMNS",
     "PANDAS_HINT",
     "check_frame",
@@ -68,7 +81,11 @@ __all__ = [
 ]
 
 FIXED_COLUMNS = ("kernel", "n_points", "log_marginal_likelihood", "noise", "start", "error")
-"""The columns after the group key(s), before the hyperparameters."""
+"""The columns after the group key(s), before :data:`DIAGNOSTIC_COLUMNS`."""
+
+DIAGNOSTIC_COLUMNS = ("refine_steps", "refine_status", "at_optimum", "refine_gain", "untouched")
+"""How each fit ended (after :data:`FIXED_COLUMNS`, before the hyperparameters): the
+refinement, whether it is at an optimum, and the hyperparameters not fitted."""
 
 
 def _keys(by: str | Sequence[str]) -> list[str]:
@@ -140,7 +157,8 @@ def check_kernels(
     if clash:
         raise OptionError(
             f"the group column {clash[0]!r} has the name of a result column; rename it "
-            f"(the result columns: {', '.join(FIXED_COLUMNS)}, the hyperparameters, "
+            f"(the result columns: {', '.join(FIXED_COLUMNS + DIAGNOSTIC_COLUMNS)}, the "
+            "hyperparameters, "
             "mean@<x> and sd@<x>)"
         )
     return structures
@@ -238,10 +256,11 @@ def output_columns(
     predict_at: np.ndarray | None = None,
 ) -> list[str]:
     """Every column of :func:`fit_groups`' result for ``kernels`` on ``d`` inputs, in
-    order: the keys, :data:`FIXED_COLUMNS`, each kernel's hyperparameters, predictions."""
+    order: the keys, :data:`FIXED_COLUMNS`, :data:`DIAGNOSTIC_COLUMNS`, each kernel's
+    hyperparameters, predictions."""
     from amorgp.kernel_grammar import DimWiseStructure
 
-    cols = [*key_names, *FIXED_COLUMNS]
+    cols = [*key_names, *FIXED_COLUMNS, *DIAGNOSTIC_COLUMNS]
     for k in kernels:
         try:
             names = DimWiseStructure.coerce(k, d).param_names()
@@ -295,7 +314,14 @@ def result_rows(
     predict_at: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
     """One row (a dict, see the module docstring) per fitted dataset and kernel;
-    ``fits[i].index`` is the position of its key in ``keys``."""
+    ``fits[i].index`` is the position of its key in ``keys``.  ``at_optimum`` and
+    ``refine_gain`` cost one Fisher evaluation per result the refinement did not check
+    (batched over results of one structure and size: :func:`~amorgp.amortizer.results.
+    evaluate_optimality`)."""
+    from amorgp.amortizer.results import evaluate_optimality
+
+    fits = list(fits)
+    evaluate_optimality([r for f in fits if f.ok for r in f.results])
     labels = [] if predict_at is None else [_point_label(x) for x in predict_at]
     rows = []
     for f in fits:
@@ -313,6 +339,7 @@ def result_rows(
                 "noise": r.noise_original,
                 "start": r.start,
                 "error": None,
+                **_diagnostics(r),
             }
             for h in r.table:
                 value = h.original
@@ -329,15 +356,30 @@ def result_rows(
     return rows
 
 
+def _diagnostics(r: Any) -> dict[str, Any]:
+    """The :data:`DIAGNOSTIC_COLUMNS` of one result (a ``KernelResult``)."""
+    opt = r.optimality()
+    symbols = {(h.dim, h.addend, h.name): h.symbol for h in r.table}
+    untouched = [f"{symbols[n]}@{n[0]}[{n[1]}].{n[2]}" for n in r.untouched()]
+    return {
+        "refine_steps": r.refine_steps,
+        "refine_status": r.refine_status,
+        "at_optimum": opt.at_optimum,
+        "refine_gain": opt.gain,
+        "untouched": ";".join(untouched),
+    }
+
+
 def rows_frame(
     rows: list[dict[str, Any]], key_names: Sequence[str], columns: Sequence[str] = ()
 ) -> pd.DataFrame:
-    """The rows as a DataFrame: ``columns`` (default: the key columns and
-    :data:`FIXED_COLUMNS`), then any other column in order of first appearance; numbers
-    as float64 (NaN where empty), ``n_points`` as int64, text as objects (``None`` where
-    empty)."""
+    """The rows as a DataFrame: ``columns`` (default: the key columns,
+    :data:`FIXED_COLUMNS` and :data:`DIAGNOSTIC_COLUMNS`), then any other column in
+    order of first appearance; numbers as float64 (NaN where empty), ``n_points`` and
+    ``refine_steps`` as int64 (0 where empty), ``at_optimum`` as pandas' nullable
+    ``boolean``, text as objects (``None`` where empty)."""
     pd = require_pandas()
-    cols = list(columns) or [*key_names, *FIXED_COLUMNS]
+    cols = list(columns) or [*key_names, *FIXED_COLUMNS, *DIAGNOSTIC_COLUMNS]
     seen = set(cols)
     for r in rows:
         for c in r:
@@ -345,15 +387,17 @@ def rows_frame(
                 seen.add(c)
                 cols.append(c)
     frame = pd.DataFrame.from_records(rows, columns=cols)
-    frame["n_points"] = frame["n_points"].fillna(0).astype("int64")
-    for c in ("kernel", "start", "error"):
+    for c in ("n_points", "refine_steps"):
+        frame[c] = frame[c].fillna(0).astype("int64")
+    for c in ("kernel", "start", "error", "refine_status", "untouched"):
         col = frame[c].astype("object")
         frame[c] = col.where(col.notna(), None)
-    keys = set(key_names) | set(FIXED_COLUMNS)
+    frame["at_optimum"] = frame["at_optimum"].astype("boolean")
+    keys = set(key_names) | set(FIXED_COLUMNS) | set(DIAGNOSTIC_COLUMNS)
     for c in cols:
         if c not in keys:
             frame[c] = frame[c].astype("float64")
-    for c in ("log_marginal_likelihood", "noise"):
+    for c in ("log_marginal_likelihood", "noise", "refine_gain"):
         frame[c] = frame[c].astype("float64")
     return frame
 
@@ -409,6 +453,7 @@ def fit_groups(
         DataError: the table has duplicate column names.
     """
     from amorgp.amortizer.many import BUDGET, iter_datasets
+    from amorgp.amortizer.results import evaluate_optimality
 
     check_frame(df)
     kernels = [kernel] if isinstance(kernel, str) or not isinstance(kernel, Sequence) else kernel
@@ -443,6 +488,7 @@ def fit_groups(
         bounds=bounds,
         priors=priors,
     ):  # bucket by bucket: only numbers are kept
+        evaluate_optimality([r for f in fits if f.ok for r in f.results])  # one batch
         for f in fits:
             part = result_rows([f], keys, key_names, texts, points)
             rows.extend(part)

@@ -4,7 +4,9 @@ The table (CSV, or Parquet by its extension ``.parquet``/``.pq``; read by
 :func:`amorgp.amortizer.io.read_table`) holds one row per observation; every group of ``--group-by`` is one dataset, fitted by
 :func:`amorgp.amortizer.tables.fit_groups` (groups of equal size share batched work).
 The output has one row per group and kernel (the columns of
-:mod:`amorgp.amortizer.tables`), written to ``--output`` as CSV, Parquet or JSON Lines by
+:mod:`amorgp.amortizer.tables`: after ``error``, how each fit ended, ``refine_steps``,
+``refine_status``, ``at_optimum``, ``refine_gain`` and ``untouched``, the hyperparameters
+still at a start's constant), written to ``--output`` as CSV, Parquet or JSON Lines by
 its extension (``.csv``, ``.parquet``/``.pq``, ``.jsonl``/``.ndjson``), or to stdout
 (CSV; JSON Lines with ``--json``); every float is written so that it reads back exactly.
 A group that fails keeps its rows with its ``error``; the command then says how many

@@ -36,39 +36,66 @@ if TYPE_CHECKING:
 __all__ = ["infer"]
 
 
-def _table(results: Sequence[KernelResult], data: Dataset) -> str:
-    """One block per kernel: its folded hyperparameters (one output scale per product
-    term, as ``AmortizedGPRegressor.kernel_``), normalised and in original units."""
-    from amorgp.amortizer.fitted_kernel import Folding
+UNTOUCHED_NOTE = "* a start's constant, not fitted: use --refine auto"
+"""The footnote of the marked hyperparameters (:meth:`KernelResult.untouched`)."""
 
+
+def _optimum(r: KernelResult) -> str:
+    """``yes (gain 0.003 nats)``, ``no (gain 2.3 nats)`` or ``unknown (why)``: whether the
+    fit is at an optimum of the log marginal likelihood (:meth:`KernelResult.optimality`)."""
+    opt = r.optimality()
+    if opt.at_optimum is None:
+        return f"unknown ({opt.source})"
+    return f"{'yes' if opt.at_optimum else 'no'} (gain {opt.gain:.3g} nats)"
+
+
+def _how(r: KernelResult) -> str:
+    """The line saying how a kernel's fit got there: start, refinement, optimum."""
+    steps = "step" if r.refine_steps == 1 else "steps"
+    return (
+        f"  start {r.start}   refinement {r.refine_status} ({r.refine_steps} {steps})   "
+        f"optimum: {_optimum(r)}"
+    )
+
+
+def _table(results: Sequence[KernelResult], data: Dataset) -> str:
+    """One block per kernel: how the fit got there (the start that won, the refinement,
+    whether it is at an optimum), then its folded hyperparameters (one output scale per
+    product term, as ``AmortizedGPRegressor.kernel_``), normalised and in original units;
+    a hyperparameter still at a start's constant is marked ``*`` (:data:`UNTOUCHED_NOTE`)."""
+    from amorgp.amortizer.fitted_kernel import Folding
+    from amorgp.amortizer.results import evaluate_optimality
+
+    evaluate_optimality(results)
     lines = []
+    marked = False
     for r in results:
         lines.append(
             f"kernel {r.kernel_text}   log marginal likelihood {r.log_marginal_likelihood_original:.2f} "
             f"(normalised {r.log_marginal_likelihood:.2f})   noise {fmt(r.noise_original)} "
             f"(normalised {fmt(r.noise)})   network {r.network}"
             + ("   scale and noise calibrated" if r.calibrated else "")
-            + (f"   start: {r.start}" if r.start != "network" else "")
-            + (
-                f"   refined: {r.refine_steps} L-BFGS iterations"
-                if r.refine_status != "none"
-                else ""
-            )
         )
+        lines.append(_how(r))
         lines.append(
             f"  {'dim':<12} {'symbol':<8} {'parameter':<16} {'normalised':>11} {'original':>11}"
         )
         folding = Folding(r.kernel)
         normalised = folding.fold([h.value for h in r.table])
         original = folding.fold([h.original for h in r.table])
+        untouched = set(r.untouched())
         for n, v, o in zip(folding.names, normalised, original, strict=True):
             col = data.feature_names[n.dim] if n.dim < len(data.feature_names) else str(n.dim)
-            lines.append(f"  {col:<12} {n.symbol:<8} {n.param:<16} {fmt(v):>11} {fmt(o):>11}")
+            mark = " *" if (n.dim, n.addend, n.param) in untouched else ""
+            marked = marked or bool(mark)
+            lines.append(f"  {col:<12} {n.symbol:<8} {n.param:<16} {fmt(v):>11} {fmt(o):>11}{mark}")
     t = results[0].call_time_s
     lines.append(
         f"{len(results)} kernel(s), n = {results[0].n_points} (encoder read {results[0].encoder_points}), "
         f"{1e3 * t:.1f} ms in total; '-' = no exact original-unit value (LIN terms)"
     )
+    if marked:
+        lines.append(UNTOUCHED_NOTE)
     if any(r.kernel.n_dims > 1 for r in results):
         lines.append(
             "several columns: the variances of the first column are the output scales of the "
