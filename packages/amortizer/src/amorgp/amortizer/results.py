@@ -506,15 +506,20 @@ class KernelResult(KernelFit):
             raise ValueError("this result holds no data to condition on")
         return _predict(self._posterior, Xn, include_noise)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, optimality: bool = True) -> dict[str, Any]:
         """JSON-ready summary: the :class:`~amorgp.core.fit.KernelFit` one plus the
         encoder subset, the start and the refinement, and how the fit ended:
         ``refine_gain`` and ``grad_norm`` are :meth:`optimality`'s (the refinement's, or
         evaluated at the result up to :data:`~amorgp.amortizer.fisher.MAX_POINTS`
         points; ``None`` where unknown), ``at_optimum`` (``true``, ``false`` or
         ``null``), ``optimality`` (where the gain comes from) and ``untouched``
-        (:meth:`untouched`, named ``"d<dim>.<addend>.<name>"`` as ``fixed``)."""
-        opt = self.optimality()
+        (:meth:`untouched`, named ``"d<dim>.<addend>.<name>"`` as ``fixed``).
+        ``optimality=False``: the refinement's numbers only, nothing evaluated (a Fisher
+        evaluation costs about one ``n x n`` product per hyperparameter)."""
+        opt = self.optimality() if optimality else self._optimality_cache
+        opt = opt or _stored_optimality(self)
+        if opt is None:
+            opt = _unknown("not evaluated")
         return {
             **super().to_dict(),
             "refine_steps": self.refine_steps,

@@ -627,7 +627,7 @@ def running(stage: str) -> Iterator[None]:
 def check_finite(results: Sequence[KernelResult]) -> None:
     """Refuse to report NaN or infinite numbers as a result (exit 1, naming them)."""
     for r in results:
-        bad = non_finite(r.to_dict())
+        bad = non_finite(r.to_dict(optimality=False))  # the numbers, not the diagnostics
         if bad:
             raise click.ClickException(
                 f"kernel {r.kernel_text}: the result is not finite ({'; '.join(bad)}); "
