@@ -99,6 +99,17 @@ class PivotedCholeskyPreconditioner:
         w = torch.cholesky_solve(self.L.T @ Vd, self._chol)
         return Vd - (self.L @ w) / self._d[:, None]
 
+    def quad(self, V: Tensor) -> Tensor:
+        """``diag(V^T P^{-1} V)`` ``(k,)`` for ``V (n, k)``, with one ``(n, k)`` temporary:
+        ``sum V^2 / D - ||C^{-1} L^T D^-1 V||^2`` (``C C^T = I + L^T D^-1 L``)."""
+        Vd = V / self._d[:, None]
+        U = self.L.T @ Vd
+        out = Vd.mul_(V).sum(0)
+        if self.L.shape[1] == 0:
+            return out
+        S = torch.linalg.solve_triangular(self._chol, U, upper=False)
+        return out - (S * S).sum(0)
+
     def logdet(self) -> Tensor:
         """``log det P = sum log D + log det(I + L^T D^-1 L)``."""
         return torch.log(self._d).sum() + 2.0 * torch.log(torch.diagonal(self._chol)).sum()

@@ -398,20 +398,21 @@ class Posterior:
         and ``||A - P|| <= delta`` (the trace of the diagonal the low-rank factor leaves
         out, plus its largest entry), so the error is at most
         ``||e||^2 min(1 / sigma^2, delta / sigma^4)``.  The other columns get it from one
-        batched CG solve.  A chunk thus costs dense products and at most one solve."""
+        batched CG solve.  A chunk thus costs dense products and at most one solve.
+        ``Ks`` is overwritten (by ``e``)."""
         Q, W, G = self._variance_basis()
         C = Q.T @ Ks  # (r, b)
-        E = Ks - Q @ C
-        quad = (C * (G @ C)).sum(0) + 2.0 * (E * (W @ C)).sum(0)
+        E = Ks.addmm_(Q, C, alpha=-1.0)  # in place: a few passes over (n, b) in all
+        quad = (C * (G @ C + 2.0 * (W.T @ E))).sum(0)
         precond = self.solver.preconditioner()  # type: ignore[attr-defined]
-        tail = (E * precond.solve(E)).sum(0)
+        tail = precond.quad(E)
         s2 = float(self.noise.detach())
         gap = 1.0 / s2
         if precond.residual is not None:
             res = precond.residual.abs()
             delta = float(res.sum() + res.max()) if res.numel() else 0.0
             gap = min(gap, delta / s2**2)
-        exact = (E * E).sum(0) * gap > self.solver.cg_tol * kss.abs()
+        exact = torch.linalg.vector_norm(E, dim=0) ** 2 * gap > self.solver.cg_tol * kss.abs()
         if bool(exact.any()):
             left, right = self.solver.quad_factors(E[:, exact])
             tail[exact] = (left * right).sum(0)
