@@ -114,10 +114,15 @@ def test_many_test_points_cost_a_bounded_number_of_solves(
     assert var is not None
     assert mean.shape == var.shape == (5000,)
     rank = post.solver.preconditioner().L.shape[1]  # type: ignore[attr-defined]
-    assert calls == [1, rank]  # alpha, then the basis W = A^{-1} Q
+    assert calls == [1 + rank]  # alpha and the basis W = A^{-1} Q in one CG run
     post.predict(Xs[:1234])
     post.mean(Xs)
-    assert calls == [1, rank]
+    assert calls == [1 + rank]
+    again = Posterior.from_kernel(_kernel(), X, y, NOISE, backend="cg", precond_rank=64)
+    again.mean(Xs[:3])  # alpha first, then the basis alone
+    again.predict(Xs[:3])
+    assert calls == [1 + rank, 1, rank]
+    torch.testing.assert_close(again.predict(Xs)[1], var, rtol=1e-9, atol=1e-12)
     ref_mean, ref_var = _oracle(X, y, Xs[:50], 0.3)
     torch.testing.assert_close(mean[:50], ref_mean, rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(var[:50], ref_var, rtol=1e-6, atol=1e-10)

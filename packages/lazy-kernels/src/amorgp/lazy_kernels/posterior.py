@@ -21,7 +21,9 @@ factorisation).
 
 Test points are processed in chunks of :attr:`Posterior.chunk_size` points whose
 cross-covariance block ``K(X, X*_c)`` and its working memory fit ``memory_budget``; every
-chunk reuses the same factor. :attr:`Posterior.factorizations` counts the factorisations
+chunk reuses the same factor.  With the CG solvers the variance costs no solve per test
+point: one batched solve against the preconditioner's low-rank basis, made on first use,
+serves every chunk (see :meth:`Posterior._cg_quad`). :attr:`Posterior.factorizations` counts the factorisations
 (Cholesky or preconditioner) of ``A``: one for the life of the object.
 """
 
@@ -335,11 +337,14 @@ class Posterior:
 
         The mean is ``K(X*, X) alpha`` with the cached ``alpha``: one cross-kernel product
         per chunk (a lazy reduction for the lazy operators when the variance is not asked
-        for).  The variance of the CG solvers is :meth:`_cg_variance`: a fixed number of
-        batched solves whatever the number of test points."""
+        for).  The variance of the CG solvers is :meth:`_cg_quad`: one batched solve made
+        once (:meth:`_variance_basis`), then dense products per chunk (a batched solve only
+        for columns the basis does not hold), whatever the number of test points."""
         X_star = self._check(X_star)
         means, variances = [], []
         with torch.no_grad():
+            if return_var and isinstance(self.solver, CGSolver) and X_star.shape[0]:
+                self._variance_basis()  # solves alpha in the same CG run if not done yet
             alpha = self.alpha()
             for Xc in self._chunks(X_star):
                 if not return_var:
@@ -364,7 +369,8 @@ class Posterior:
     def _variance_basis(self) -> tuple[Tensor, Tensor, Tensor]:
         """``(Q, W, G)`` of the CG solvers' variance, built once: ``Q (n, r)`` an orthonormal
         basis of the range of the preconditioner's low-rank factor (``K ~ L L^T``),
-        ``W = A^{-1} Q`` (one batched CG solve with the solver's preconditioner) and
+        ``W = A^{-1} Q`` (one batched CG solve with the solver's preconditioner, which
+        also solves the solver's ``alpha`` if that is not known yet) and
         ``G ~ Q^T A^{-1} Q`` from the solve and its residual ``R``, ``Q^T W + W^T R``
         (second order in the error of ``W``; symmetrised)."""
         if self._basis is None:
@@ -379,8 +385,14 @@ class Posterior:
                 return self.operator.matmul(V) + noise * V
 
             if Q.shape[1]:
-                W, R, it = pcg_residual(matvec, Q, precond.solve, solver.cg_tol, solver.max_cg_iter)
+                # alpha not solved yet: one CG run for both (a lazy matvec costs about the
+                # same for 1 and for 16 right-hand sides); columns converge independently
+                with_alpha = solver._alpha is None
+                B = torch.cat([self.y.detach()[:, None], Q], 1) if with_alpha else Q
+                W, R, it = pcg_residual(matvec, B, precond.solve, solver.cg_tol, solver.max_cg_iter)
                 solver.last_cg_iterations = it
+                if with_alpha:
+                    solver._alpha, W, R = W[:, 0], W[:, 1:], R[:, 1:]
                 G = Q.T @ W + W.T @ R
             else:
                 W, G = Q, Q.new_zeros(0, 0)
