@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.config import PRESETS
 from amorgp.amortizer.model import build_model
 from amorgp.core.errors import TrainingError
+from amorgp.training import campaign_plan, campaign_segments
 from amorgp.training import trainer as trainer_module
 from amorgp.training.campaign import CampaignStage, run_campaign, score_checkpoint
 
@@ -34,10 +38,75 @@ FAST: dict[str, Any] = {
 }
 
 
+def _init_checkpoint(folder: Path) -> Path:
+    torch.manual_seed(0)
+    return save_checkpoint(folder / "init", build_model(NET), NET)
+
+
 @pytest.fixture
 def init(tmp_path: Path) -> Path:
-    torch.manual_seed(0)
-    return save_checkpoint(tmp_path / "init", build_model(NET), NET)
+    return _init_checkpoint(tmp_path)
+
+
+@contextmanager
+def _evaluation_at_test_scale() -> Iterator[None]:
+    """The campaign's evaluation at test scale: a validation set of 8 datasets (not 32),
+    stage runs validated on 8 datasets (not 64), a phase-2 copy drawn with ``n <= 24`` and
+    validated on 8 (not ``n <= 250`` and 32).  Every other field of the recipes is the
+    campaign's own; :func:`test_segment_records_real_data_scores` runs a segment at the
+    production sizes."""
+    stage_config, finetune_config = (
+        campaign_segments.stage_train_config,
+        campaign_segments.finetune_config,
+    )
+
+    def small_stage(*args: Any) -> Any:
+        return dataclasses.replace(stage_config(*args), val_size=8)
+
+    def small_finetune(*args: Any) -> Any:
+        return dataclasses.replace(finetune_config(*args), n_max=24, val_size=8)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(campaign_plan, "VALSET_BATCH_SIZE", 8)
+        mp.setattr(campaign_segments, "stage_train_config", small_stage)
+        mp.setattr(campaign_segments, "finetune_config", small_finetune)
+        yield
+
+
+@pytest.fixture
+def small_evaluation() -> Iterator[None]:
+    with _evaluation_at_test_scale():
+        yield
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstSegment:
+    """One segment from :func:`init` whose result beats the status's ``best_nll`` of 1e9
+    (so it exports): the folders are shared, read them only (or :meth:`copy` them)."""
+
+    init: Path
+    state: Path
+    export: Path
+    record: dict[str, Any]
+
+    def copy(self, to: Path) -> tuple[Path, Path]:
+        """The state and export folders copied under ``to`` (to run further segments)."""
+        state, export = to / "state", to / "export"
+        shutil.copytree(self.state, state, symlinks=True)
+        shutil.copytree(self.export, export, symlinks=True)
+        return state, export
+
+
+@pytest.fixture(scope="module")
+def first_segment(tmp_path_factory: pytest.TempPathFactory) -> FirstSegment:
+    folder = tmp_path_factory.mktemp("first-segment")
+    init = _init_checkpoint(folder)
+    state, export = folder / "state", folder / "export"
+    state.mkdir()
+    _status(state, best_nll=1e9)  # anything beats it: the first segment exports
+    with _evaluation_at_test_scale():
+        record = run_campaign(state, export, init=init, max_segments=1, **FAST)
+    return FirstSegment(init, state, export, record)
 
 
 def _log(export: Path) -> list[dict[str, Any]]:
@@ -49,11 +118,12 @@ def _status(state: Path, **values: Any) -> None:
     (state / "campaign.json").write_text(json.dumps({**status, **values}))
 
 
-def test_segments_advance_stages_and_export_only_when_improved(tmp_path: Path, init: Path) -> None:
-    state, export = tmp_path / "state", tmp_path / "export"
-    state.mkdir()
-    _status(state, best_nll=1e9)  # anything beats it: the first segment exports
-    first = run_campaign(state, export, init=init, max_segments=1, **FAST)
+@pytest.mark.usefixtures("small_evaluation")
+def test_segments_advance_stages_and_export_only_when_improved(
+    tmp_path: Path, first_segment: FirstSegment
+) -> None:
+    state, export = first_segment.copy(tmp_path)
+    init, first = first_segment.init, first_segment.record
     assert first["stopped_by"] == "max_datasets"
     assert first["improved"] is True
     assert (first["stage"], first["stage_datasets"], first["datasets_total"]) == (0, 8, 8)
@@ -92,6 +162,7 @@ def _valset(state: Path) -> list[Any]:
     return list(read_fixed_set(state / "valset").batches)
 
 
+@pytest.mark.usefixtures("small_evaluation")
 def test_interrupted_segment_resumes_without_counting_twice(
     tmp_path: Path,
     init: Path,
@@ -123,6 +194,7 @@ def test_interrupted_segment_resumes_without_counting_twice(
     assert [r["stopped_by"] for r in _log(export)] == ["interrupted", "max_datasets"]
 
 
+@pytest.mark.usefixtures("small_evaluation")
 def test_diverging_segment_logs_a_failure_and_raises(
     tmp_path: Path, init: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,6 +234,8 @@ def test_real_data_scores_beat_the_constant_predictor(tmp_path: Path) -> None:
 
 
 def test_segment_records_real_data_scores(tmp_path: Path, init: Path) -> None:
+    """A segment at the production evaluation sizes (the other segment tests shrink them)
+    scores its copy on a folder of real datasets too."""
     import numpy as np
 
     data = tmp_path / "data"
@@ -199,6 +273,7 @@ def test_average_weights_is_the_mean_of_the_state_dicts(tmp_path: Path) -> None:
         average_weights([paths[0], tmp_path / "other"], tmp_path / "bad", {})
 
 
+@pytest.mark.usefixtures("small_evaluation")
 def test_segments_evaluate_the_average_of_the_last_segment_ends(tmp_path: Path, init: Path) -> None:
     """From the second segment on, the phase-2 copy starts from the average of the kept
     segment ends (at most ``swa_members``), whose phase-1 score is logged."""
@@ -219,20 +294,17 @@ def test_segments_evaluate_the_average_of_the_last_segment_ends(tmp_path: Path, 
     assert ft[-1]["from"] == str(state / "swa-average")
 
 
-def test_segments_log_held_out_predictive_quality(tmp_path: Path, init: Path) -> None:
+def test_segments_log_held_out_predictive_quality(first_segment: FirstSegment) -> None:
     """Each evaluated copy's median test NLL and RMSE on held-out simulated pairs are
     logged, equal to a recomputation from the exported weights."""
     from amorgp.training.campaign_plan import heldout_pairs, heldout_scores
 
-    state, export = tmp_path / "state", tmp_path / "export"
-    state.mkdir()
-    _status(state, best_nll=1e9)
-    record = run_campaign(state, export, init=init, max_segments=1, **FAST)
-    held = record["heldout"]
+    assert first_segment.record["improved"] is True  # exported
+    held = first_segment.record["heldout"]
     assert 0 < held["pairs"] <= 6
     assert held["rmse"] > 0
     assert math.isfinite(held["nll"])
-    again = heldout_scores(export / "best", heldout_pairs(NET, 6))
+    again = heldout_scores(first_segment.export / "best", heldout_pairs(NET, 6))
     assert again == pytest.approx(held, rel=1e-12)
 
 
@@ -268,13 +340,13 @@ def test_compare_on_heldout_is_paired_over_the_same_pairs(tmp_path: Path) -> Non
     assert same["sign_test_p"] == 1.0
 
 
-def _segment_on(device: str, tmp_path: Path, init: Path) -> tuple[dict[str, Any], Path, Path]:
-    """One segment on this machine, then one on ``device`` with a new state directory
-    (another machine: a lent GPU) over the same export folder."""
-    here, there, export = tmp_path / "here", tmp_path / "there", tmp_path / "export"
-    here.mkdir()
-    _status(here, best_nll=1e9)
-    first = run_campaign(here, export, init=init, max_segments=1, **FAST)
+def _segment_on(
+    device: str, tmp_path: Path, first_segment: FirstSegment
+) -> tuple[dict[str, Any], Path, Path]:
+    """One segment on this machine (``first_segment``), then one on ``device`` with a new
+    state directory (another machine: a lent GPU) over the same export folder."""
+    _, export = first_segment.copy(tmp_path)
+    there, init, first = tmp_path / "there", first_segment.init, first_segment.record
     phase1 = load_checkpoint(export / "phase1-latest").model.state_dict()
     second = run_campaign(there, export, init=init, max_segments=1, device=device, **FAST)
     assert (first["datasets_total"], second["datasets_total"]) == (8, 16)
@@ -290,16 +362,20 @@ def _segment_on(device: str, tmp_path: Path, init: Path) -> tuple[dict[str, Any]
     return second, there, export
 
 
-def test_a_new_state_directory_continues_from_the_export(tmp_path: Path, init: Path) -> None:
-    second, there, _ = _segment_on("cpu", tmp_path, init)
+@pytest.mark.usefixtures("small_evaluation")
+def test_a_new_state_directory_continues_from_the_export(
+    tmp_path: Path, first_segment: FirstSegment
+) -> None:
+    second, there, _ = _segment_on("cpu", tmp_path, first_segment)
     assert math.isfinite(second["validation"]["nll"])
     assert load_checkpoint(there / "stage-1" / "last").meta["progress"]["device"] == "cpu"
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_campaign_segments_train_on_cuda(tmp_path: Path, init: Path) -> None:
-    second, there, _ = _segment_on("cuda", tmp_path, init)
+@pytest.mark.usefixtures("small_evaluation")
+def test_campaign_segments_train_on_cuda(tmp_path: Path, first_segment: FirstSegment) -> None:
+    second, there, _ = _segment_on("cuda", tmp_path, first_segment)
     assert math.isfinite(second["validation"]["nll"])
     assert load_checkpoint(there / "stage-1" / "last").meta["progress"]["device"] == "cuda"
 

@@ -13,7 +13,7 @@ import pytest
 CHILD = textwrap.dedent(
     """
     import os, signal, time
-    from amorgp.training.runtime import interruptible
+    from amorgp.training.runtime import ActiveClock, interruptible
 
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # like a background job
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -25,22 +25,55 @@ CHILD = textwrap.dedent(
         except KeyboardInterrupt:
             print("interrupted", sig.name)
     print("restored", signal.getsignal(signal.SIGINT) is signal.SIG_IGN,
-          signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+          signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)
+
+    # the parent stops this process with SIGSTOP for STOPPED seconds during the sleep
+    with ActiveClock(tick=0.05, slack=0.5) as clock:
+        a, w = clock.now(), time.monotonic()
+        print("ready", flush=True)
+        time.sleep(SLEEP)
+        print(round(clock.now() - a, 3), round(time.monotonic() - w, 3), flush=True)
     """
 )
+SLEEP, STOPPED = 2.8, 1.5  # the stop starts 0.3 s into the sleep: 1 s to spare
+
+
+@pytest.fixture(scope="module")
+def child() -> dict[str, object]:
+    """One child process (started with SIGINT ignored, as a shell starts a background
+    job) for both signal tests: its ``interruptible`` lines, then the active and wall
+    seconds of an ``ActiveClock`` across a sleep that this process pauses with SIGSTOP."""
+    code = CHILD.replace("SLEEP", repr(SLEEP))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert proc.stdout is not None
+    try:
+        lines = [proc.stdout.readline().strip() for _ in range(3)]
+        ready = proc.stdout.readline().strip()
+        if ready == "ready":
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(STOPPED)
+            proc.send_signal(signal.SIGCONT)
+        clocks = proc.stdout.readline().split()
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    return {"lines": lines, "ready": ready, "clocks": clocks, "rc": proc.returncode, "err": stderr}
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_interruptible_honours_sigint_ignored_by_the_shell_and_sigterm() -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:3] == [
+def test_interruptible_honours_sigint_ignored_by_the_shell_and_sigterm(
+    child: dict[str, object],
+) -> None:
+    assert child["rc"] == 0, child["err"]
+    assert child["lines"] == [
         "interrupted SIGINT",
         "interrupted SIGTERM",
         "restored True True",
@@ -63,27 +96,10 @@ def test_active_clock_leaves_out_gaps_longer_than_a_tick_plus_slack() -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_active_clock_does_not_count_a_sigstop_pause() -> None:
-    """A real process stopped for 3 s: its active clock advances by the running time only."""
-    code = textwrap.dedent(
-        """
-        import time
-        from amorgp.training.runtime import ActiveClock
-        with ActiveClock(tick=0.05, slack=0.5) as clock:
-            a, w = clock.now(), time.monotonic()
-            print("ready", flush=True)
-            time.sleep(4.5)
-            print(round(clock.now() - a, 3), round(time.monotonic() - w, 3), flush=True)
-        """
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGSTOP)
-    time.sleep(3.0)
-    proc.send_signal(signal.SIGCONT)
-    active, wall = (float(v) for v in proc.stdout.readline().split())
-    assert proc.wait(timeout=30) == 0
-    assert wall >= 4.5
-    assert active == pytest.approx(wall - 3.0, abs=0.6)
+def test_active_clock_does_not_count_a_sigstop_pause(child: dict[str, object]) -> None:
+    """A real process stopped for 1.5 s: its active clock advances by the running time only."""
+    assert child["rc"] == 0, child["err"]
+    assert child["ready"] == "ready"
+    active, wall = (float(v) for v in child["clocks"])  # type: ignore[attr-defined]
+    assert wall >= SLEEP
+    assert active == pytest.approx(wall - STOPPED, abs=0.6)
