@@ -64,7 +64,16 @@ def _data(B: int, n: int, d: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
     return X, (y - y.mean(1, keepdim=True)) / y.std(1, keepdim=True)
 
 
-@pytest.mark.parametrize(("kernel", "d"), [("SE + SE*PER", 1), ("SE*LIN + MAT52", 2)])
+@pytest.mark.parametrize(
+    ("kernel", "d"),
+    [
+        ("SE + SE*PER", 1),
+        ("SE*LIN + MAT52", 2),
+        ("SE", 3),
+        ("LIN", 2),
+        ("(SE*PER)@0 * (SE + LIN)@1", 2),
+    ],
+)
 def test_value_gradient_and_fisher_match_dense_oracles(kernel: str, d: int) -> None:
     X, y = _data(3, 25, d, 0)
     s = _structure(kernel, d)

@@ -14,7 +14,7 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.fisher import GAIN_TOL, MAX_POINTS, predicted_gain
+from amorgp.amortizer.fisher import CHECK_POINTS, GAIN_TOL, predicted_gain
 from amorgp.amortizer.results import KernelResult, evaluate_optimality
 
 # floors of the refinement's log parameters z = log(theta - floor), in the flat order
@@ -128,12 +128,12 @@ def test_refined_result_is_at_an_optimum(
 
 
 def test_optimality_is_unknown_above_the_dense_limit(plain: KernelResult) -> None:
-    big = dataclasses.replace(plain, n_points=MAX_POINTS + 1)
+    big = dataclasses.replace(plain, n_points=CHECK_POINTS + 1)
     opt = big.optimality()
     assert math.isnan(opt.gain)
     assert math.isnan(opt.grad_norm)
     assert big.at_optimum is None
-    assert f"> {MAX_POINTS} points" in opt.source
+    assert f"> {CHECK_POINTS} points" in opt.source
     d = big.to_dict()
     assert d["at_optimum"] is None
     assert d["refine_gain"] is None

@@ -47,17 +47,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from amorgp.amortizer.objective import LogMarginalLikelihood
-from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure
 
 if TYPE_CHECKING:
     from amorgp.amortizer.constraints import KernelConstraints
+    from amorgp.amortizer.multistart import MultiStart
 
 __all__ = [
     "GAIN_TOL",
@@ -112,6 +113,17 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         self.index = (
             torch.arange(self.floors.numel()) if self.plain else torch.nonzero(self.free).flatten()
         )
+        # the variances whose derivative is K / variance: an addend alone in its dimension
+        # whose variance scales all of it (not LIN alone, s^2 x x' + c^2); their Fisher
+        # terms share one product A^-1 K (an ARD kernel's d variances cost one product)
+        alone = {j for j, dim in enumerate(structure.dims) if len(dim) == 1}
+        self.scales_k: set[int] = set()
+        i = 0
+        for j, _, b in self.terms:
+            lin_alone = len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all
+            if j in alone and not lin_alone and "variance" in b.param_names:
+                self.scales_k.add(i + list(b.param_names).index("variance"))
+            i += len(b.params)
 
     def flat_rows(self, params: Tensor, noise: Tensor) -> Tensor:
         """``theta (B, m)`` of ``params (B, D, L, P)`` and ``noise (B,)``."""
@@ -224,8 +236,11 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             W = 0.5 * (alpha[:, :, None] * alpha[:, None, :] - Ainv)
             m = theta.shape[1]
             free = self.index.tolist()
-            slot = {a: i for i, a in enumerate(free)}
-            dK = theta.new_empty(B, len(free), n, n)  # every free parameter's dK / d theta
+            # each free parameter's dK / d theta is a matrix of its own ("general"), K
+            # divided by it (self.scales_k) or the identity (the noise)
+            general = [a for a in free if a != m - 1 and a not in self.scales_k]
+            slot = {a: i for i, a in enumerate(general)}
+            U = theta.new_empty(B, len(general), n, n)
             for j, lst in parts.items():  # dimensions
                 other = None
                 for i2, S in sums.items():
@@ -236,19 +251,39 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                         if idx not in slot:
                             continue
                         if other is None:
-                            dK[:, slot[idx]] = dk
+                            U[:, slot[idx]] = dk
                         else:
-                            torch.mul(dk, other, out=dK[:, slot[idx]])
-            if m - 1 in slot:
-                dK[:, slot[m - 1]] = eye
-            grad = (dK.flatten(2) @ W.reshape(B, n * n, 1))[..., 0]
-            if with_fisher:
-                M = Ainv[:, None] @ dK  # (B, m_free, n, n): A^-1 dK_a
+                            torch.mul(dk, other, out=U[:, slot[idx]])
+            Kb = K.expand(B, n, n)
+            g_general = (U.flatten(2) @ W.reshape(B, n * n, 1))[..., 0]
+            g_k = (W * Kb).sum((-2, -1))
+            g_noise = W.diagonal(dim1=-2, dim2=-1).sum(-1)
+            # per free parameter: its column among the distinct matrices and its factor
+            u_k, u_noise = len(general), len(general) + 1
+            col, coef = [], []
+            for a in free:
+                if a == m - 1:
+                    col.append(u_noise)
+                    coef.append(torch.ones_like(theta[:, a]))
+                elif a in self.scales_k:
+                    col.append(u_k)
+                    coef.append(1.0 / theta[:, a])
+                else:
+                    col.append(slot[a])
+                    coef.append(torch.ones_like(theta[:, a]))
+            c = torch.stack(coef, 1) if free else theta.new_zeros(B, 0)
+            g_all = torch.cat([g_general, g_k[:, None], g_noise[:, None]], 1)
+            grad = g_all[:, col] * c
+            if with_fisher and free:
+                M = torch.cat(
+                    [Ainv[:, None] @ U, (Ainv @ Kb)[:, None], Ainv[:, None]], 1
+                )  # (B, u + 2, n, n): A^-1 times each distinct derivative
                 Mt = M.transpose(-2, -1).flatten(2)
-                fisher = 0.5 * (M.flatten(2) @ Mt.transpose(1, 2))
-                fisher = 0.5 * (fisher + fisher.transpose(1, 2))
+                Fu = 0.5 * (M.flatten(2) @ Mt.transpose(1, 2))
+                Fu = 0.5 * (Fu + Fu.transpose(1, 2))
+                fisher = Fu[:, col][:, :, col] * c[:, :, None] * c[:, None, :]
             else:
-                fisher = theta.new_zeros(B, 0, 0)
+                fisher = theta.new_zeros(B, len(free), len(free))
             if self.priors is not None:
                 with torch.enable_grad():
                     t = theta.detach().clone().requires_grad_(True)
@@ -261,7 +296,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             lml = torch.where(good, lml, torch.full_like(lml, math.nan))
             grad = torch.where(good[:, None], grad, torch.zeros_like(grad))
             if not with_fisher:
-                return lml, grad, fisher
+                return lml, grad, theta.new_zeros(B, 0, 0)
             fisher = fisher * dtheta[:, :, None] * dtheta[:, None, :]
             good &= torch.isfinite(fisher).flatten(1).all(1)
             lml = torch.where(good, lml, torch.full_like(lml, math.nan))
@@ -500,18 +535,36 @@ class PairRefinement:
     log_marginal_likelihood: list[float]
 
 
-MAX_POINTS = 1000
-"""Most points of a dataset refined by Fisher scoring (:func:`fisher_applies`): its
-``m`` products of ``n x n`` matrices per Fisher evaluation cost about ``m`` times an
-L-BFGS evaluation, which larger datasets refine by (:mod:`amorgp.amortizer.refine`)."""
+MAX_POINTS = 2000
+"""Most points of a dataset refined by Fisher scoring (:func:`fisher_applies`).  Its
+Fisher evaluations cost about twice an L-BFGS evaluation (``m`` products of ``n x n``
+matrices on top of the factorisation), its other evaluations about one, and it stops on
+the predicted gain: measured in ``docs/benchmarks/refine-stop.md``.  Larger datasets
+refine by L-BFGS (:mod:`amorgp.amortizer.refine`)."""
+
+
+CHECK_POINTS = 1000
+"""Most points at which a result's optimality is evaluated on demand, after the fit
+(:meth:`amorgp.amortizer.results.KernelResult.optimality`): one evaluation with the
+Fisher information, about a second or two at this size for a few hyperparameters."""
+
+
+def fisher_bytes(n: int, terms: int) -> float:
+    """Peak bytes of one row's evaluation with the Fisher information on ``n`` points, for
+    a kernel of ``terms`` addends: the pairwise differences of each input (three ``n x n``
+    matrices per input), a derivative matrix and its product with ``A^-1`` (and that
+    product's transpose) per hyperparameter (at most four per addend and the noise), and
+    about ten more for the covariance, its factor and inverse and the kernel's parts."""
+    m = 4 * terms + 1
+    return 8.0 * n * n * (3 * terms + 3 * m + 10)
 
 
 def fisher_applies(n: int, terms: Sequence[int], dtype: torch.dtype, budget: float) -> bool:
     """Whether datasets of ``n`` points with kernels of ``terms`` addends are refined by
-    Fisher scoring: float64, at most :data:`MAX_POINTS` points, and one row's derivative
-    matrices (about three per addend) within the memory ``budget`` (bytes)."""
-    per_row = 8.0 * n * n * (3 * max(terms, default=1) + 3)
-    return dtype == torch.float64 and n <= MAX_POINTS and per_row <= budget
+    Fisher scoring: float64, at most :data:`MAX_POINTS` points, and one row's evaluation
+    (:func:`fisher_bytes`) within the memory ``budget`` (bytes)."""
+    need = fisher_bytes(n, max(terms, default=1))
+    return dtype == torch.float64 and n <= MAX_POINTS and need <= budget
 
 
 def refine_pairs(
@@ -565,3 +618,61 @@ def refine_pairs(
         if progress is not None:
             progress("refine", k + 1, K)
     return PairRefinement(out_p, out_n, iterations, status, gain, grad_norm, lml)
+
+
+def halve_starts(
+    X: Tensor,
+    y: Tensor,
+    structures: Sequence[DimWiseStructure],
+    starts: MultiStart,
+    iterations: int,
+) -> tuple[MultiStart, list[int]]:
+    """:func:`amorgp.amortizer.refine.refine_starts` by Fisher scoring: the best few starts
+    of each kernel (``starts.alternatives``) of one dataset ``X (n, d)``, ``y (n,)`` are
+    refined together, ``iterations`` evaluations a round (:func:`fisher_refine`, the
+    starts of a kernel as the rows of one batch), the better half by exact log marginal
+    likelihood kept after each round, until two are left, of which the better wins.  A
+    kernel with one start is left as it is.  Also returns, per kernel, the evaluations
+    spent on its winner's path (0 where it had one start)."""
+    new_params, new_noise = starts.params.clone(), starts.noise.clone()
+    names, lmls = list(starts.start), starts.log_marginal_likelihood.clone()
+    X64, y64 = X.detach().to("cpu", torch.float64), y.detach().to("cpu", torch.float64)
+    spent = [0] * len(starts.alternatives)
+    for k, alt in enumerate(starts.alternatives):  # a few kernels
+        if len(alt) < 2:
+            continue
+        s = structures[k]
+        D, L = s.n_dims, s.max_addends
+        P = max(p.shape[-1] for _, p, _ in alt)
+        cand = [(name, p[:D, :L], nz, 0) for name, p, nz in alt]
+        while True:
+            S = len(cand)
+            params = torch.ones(S, D, L, P, dtype=torch.float64)
+            for i, (_, p, _, _) in enumerate(cand):
+                params[i, : p.shape[0], : p.shape[1], : p.shape[2]] = p.to(torch.float64)
+            noise = torch.stack([torch.as_tensor(c[2], dtype=torch.float64) for c in cand])
+            obj = BatchLogMarginalLikelihood(
+                X64.expand(S, *X64.shape), y64.expand(S, *y64.shape), s
+            )
+            ref = fisher_refine(obj, params, noise, iterations)
+            score = torch.nan_to_num(ref.log_marginal_likelihood, nan=-math.inf)
+            order = torch.argsort(score, descending=True).tolist()
+            keep = (S + 1) // 2
+            runs = [c[3] + int(ref.iterations[i]) for i, c in enumerate(cand)]
+            if S > 2 and math.isfinite(float(score[order[1]])):
+                cand = [(cand[i][0], ref.params[i], ref.noise[i], runs[i]) for i in order[:keep]]
+                continue
+            best = order[0]
+            if math.isfinite(float(score[best])):
+                p = ref.params[best]
+                new_params[k] = 1.0
+                new_params[k, : p.shape[0], : p.shape[1], : p.shape[2]] = p.to(new_params)
+                new_noise[k] = ref.noise[best].to(new_noise)
+                names[k] = cand[best][0]
+                lmls[k] = float(score[best])
+                spent[k] = runs[best]
+            break
+    out = replace(
+        starts, params=new_params, noise=new_noise, start=names, log_marginal_likelihood=lmls
+    )
+    return out, spent

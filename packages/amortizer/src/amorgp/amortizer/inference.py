@@ -30,14 +30,14 @@ from amorgp.amortizer.constraints import (
     project_all,
     warn_at_noise_floor,
 )
-from amorgp.amortizer.fisher import fisher_applies, refine_pairs
+from amorgp.amortizer.fisher import fisher_applies, halve_starts, refine_pairs
 from amorgp.amortizer.forward import warn_binary_target, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
 from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.options import check_device, check_inference_options
 from amorgp.amortizer.prediction import NetworkPrediction
-from amorgp.amortizer.refine import check_refine, refine_in_groups, refine_starts
+from amorgp.amortizer.refine import STARTS_ROUND, check_refine, refine_in_groups, refine_starts
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
 from amorgp.amortizer.selection import (
     any_structure,
@@ -406,13 +406,17 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         # scored on the scoring points in one batched pass (multistart.py); the winners'
         # calibration on all points is left to stage 2
         pending = calibrate  # the calibration on all points is still to run
+        halving = [0] * len(structures)  # evaluations of the starts' successive halving
         if starts > 1:
             ms = multistart(
                 Xn, yn, structures, self.vocabulary, params, noise, starts, self.seed,
                 calibrated=not calibrate,
             )  # fmt: skip
             # refine="auto": the best few starts of each kernel refined, the best kept
-            ms = refine_starts(Xn, yn, structures, self.vocabulary, ms, steps)
+            if steps == "auto" and fisher_applies(n, terms, self.dtype, plan.memory_budget):
+                ms, halving = halve_starts(Xn, yn, structures, ms, STARTS_ROUND)
+            else:
+                ms = refine_starts(Xn, yn, structures, self.vocabulary, ms, steps)
             params, noise, start = ms.params, ms.noise, ms.start
             params, noise = project(params, noise)
             # (the starts' calibration knows no constraints: with them, calibrated again)
@@ -437,8 +441,8 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         iterations, status = [0] * K, ["none"] * K
         gains, grad_norms = [math.nan] * K, [math.nan] * K
         groups = self.refine_groups(n, terms, steps) if steps != 0 else []  # dense, or refused
-        if steps != 0 and fisher_applies(n, terms, self.dtype, plan.chunk_bytes):
-            # dense and at most calibrate.MAX_POINTS points: the batched Fisher scoring of
+        if steps != 0 and fisher_applies(n, terms, self.dtype, plan.memory_budget):
+            # dense float64 on at most fisher.MAX_POINTS points: the batched Fisher scoring of
             # infer_datasets, a batch of one dataset
             fr = refine_pairs(
                 Xn[None],
@@ -451,7 +455,8 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
                 progress=progress,
             )
             params, noise = fr.params, fr.noise
-            iterations, status = fr.iterations, fr.status
+            iterations = [i + h for i, h in zip(fr.iterations, halving, strict=True)]
+            status = fr.status
             gains, grad_norms = fr.gain, fr.grad_norm
         elif steps != 0:
             ref = refine_in_groups(

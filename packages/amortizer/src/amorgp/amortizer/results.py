@@ -262,15 +262,15 @@ def evaluate_optimality(results: Sequence[KernelResult]) -> None:
     structure, size and constraints in one batched Fisher evaluation
     (:class:`~amorgp.amortizer.fisher.BatchLogMarginalLikelihood`; rows are independent,
     so each result gets what it would get alone).  Results that know theirs already,
-    hold no data or have more than :data:`~amorgp.amortizer.fisher.MAX_POINTS` points
+    hold no data or have more than :data:`~amorgp.amortizer.fisher.CHECK_POINTS` points
     are left to :meth:`KernelResult.optimality`."""
-    from amorgp.amortizer.fisher import MAX_POINTS
+    from amorgp.amortizer.fisher import CHECK_POINTS
 
     groups: dict[tuple[Any, ...], list[KernelResult]] = {}
     for r in results:
         if r._optimality_cache is not None or _stored_optimality(r) is not None:
             continue
-        if r._posterior is None or r.n_points > MAX_POINTS:
+        if r._posterior is None or r.n_points > CHECK_POINTS:
             continue
         key = (
             r.kernel,
@@ -389,21 +389,21 @@ class KernelResult(KernelFit):
         (:attr:`refine_gain`, :attr:`grad_norm`), else one Fisher evaluation at the result
         on its normalised data (about ``m`` products of ``n x n`` matrices for ``m``
         hyperparameters; the constraints and priors of the fit), computed on first call
-        and kept.  Above :data:`~amorgp.amortizer.fisher.MAX_POINTS` points it is not
+        and kept.  Above :data:`~amorgp.amortizer.fisher.CHECK_POINTS` points it is not
         evaluated: NaN, and :attr:`Optimality.source` says so.  Many results at once:
         :func:`evaluate_optimality`.
         """
         cached = self._optimality_cache
         if cached is not None:
             return cached
-        from amorgp.amortizer.fisher import MAX_POINTS
+        from amorgp.amortizer.fisher import CHECK_POINTS
 
         out = _stored_optimality(self)
         if out is None:
             if self._posterior is None:
                 out = _unknown("no data")
-            elif self.n_points > MAX_POINTS:
-                out = _unknown(f"not evaluated: n = {self.n_points} > {MAX_POINTS} points")
+            elif self.n_points > CHECK_POINTS:
+                out = _unknown(f"not evaluated: n = {self.n_points} > {CHECK_POINTS} points")
             else:
                 out = _evaluate([self])[0]
         object.__setattr__(self, "_optimality_cache", out)
@@ -413,7 +413,7 @@ class KernelResult(KernelFit):
     def at_optimum(self) -> bool | None:
         """Whether the fit is at an optimum: the predicted gain of one more Fisher-scoring
         step is below :data:`~amorgp.amortizer.fisher.GAIN_TOL` (0.01 nats); ``None``
-        where unknown (above :data:`~amorgp.amortizer.fisher.MAX_POINTS` points, or a
+        where unknown (above :data:`~amorgp.amortizer.fisher.CHECK_POINTS` points, or a
         covariance that cannot be factored).  See :meth:`optimality`."""
         return self.optimality().at_optimum
 
@@ -510,7 +510,7 @@ class KernelResult(KernelFit):
         """JSON-ready summary: the :class:`~amorgp.core.fit.KernelFit` one plus the
         encoder subset, the start and the refinement, and how the fit ended:
         ``refine_gain`` and ``grad_norm`` are :meth:`optimality`'s (the refinement's, or
-        evaluated at the result up to :data:`~amorgp.amortizer.fisher.MAX_POINTS`
+        evaluated at the result up to :data:`~amorgp.amortizer.fisher.CHECK_POINTS`
         points; ``None`` where unknown), ``at_optimum`` (``true``, ``false`` or
         ``null``), ``optimality`` (where the gain comes from) and ``untouched``
         (:meth:`untouched`, named ``"d<dim>.<addend>.<name>"`` as ``fixed``).
