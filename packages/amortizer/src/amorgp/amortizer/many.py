@@ -554,7 +554,7 @@ def iter_datasets(
         fast = (
             amz.dtype == torch.float64
             and (cons.trivial or cal)
-            and (steps == 0 or fisher_applies(n, [terms], amz.dtype, plan.chunk_bytes))
+            and (steps == 0 or fisher_applies(n, [terms], amz.dtype, plan.memory_budget))
             and not amz.candidates
             and n <= calibration.MAX_POINTS
             and 8 * n * n <= plan.chunk_bytes
