@@ -291,28 +291,30 @@ def test_kill_9_then_resume_and_a_truncated_last(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("blocked", ["amorgp.training", "amorgp.simulator"])
-@pytest.mark.parametrize("command", ["train", "campaign"])
-def test_without_the_training_package_the_command_names_it(
-    tmp_path: Path, blocked: str, command: str
-) -> None:
+def test_without_the_training_package_the_command_names_it(tmp_path: Path, blocked: str) -> None:
+    """``amorgp train`` and ``amorgp campaign`` in one Python without ``blocked``."""
     from amorgp.amortizer.testing import python_without
 
-    args = ["train", "--out", str(tmp_path / "run"), "--max-steps", "1"]
-    if command == "campaign":
-        args = ["campaign", "--state", str(tmp_path / "state.json")]
+    commands = {
+        "train": ["train", "--out", str(tmp_path / "run"), "--max-steps", "1"],
+        "campaign": ["campaign", "--state", str(tmp_path / "state.json")],
+    }
     code = (
+        "import json\n"
         "from click.testing import CliRunner\n"
         "from amorgp.cli import main\n"
-        f"r = CliRunner().invoke(main, {args!r})\n"
-        "print(r.exit_code)\n"
-        "print(r.output)\n"
+        f"for command, args in {commands!r}.items():\n"
+        "    r = CliRunner().invoke(main, args)\n"
+        "    print(json.dumps([command, r.exit_code, r.output]))\n"
     )
     out = python_without(code, blocked=(blocked,))
     assert out.returncode == 0, out.stderr
-    exit_code, *lines = out.stdout.strip().splitlines()
-    assert exit_code != "0"
-    assert f"amorgp {command} needs amorgp-training" in "\n".join(lines)
-    assert "pip install 'amorgp-cli[train]'" in "\n".join(lines)
+    results = [json.loads(line) for line in out.stdout.strip().splitlines()]
+    assert [command for command, _, _ in results] == ["train", "campaign"]
+    for command, exit_code, output in results:
+        assert exit_code != 0, output
+        assert f"amorgp {command} needs amorgp-training" in output
+        assert "pip install 'amorgp-cli[train]'" in output
     assert not (tmp_path / "run").exists()
 
 
