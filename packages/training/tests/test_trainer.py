@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -39,6 +40,29 @@ def _assert_same_weights(a: Path, b: Path) -> None:
     wa, wb = _weights(a), _weights(b)
     for name in wa:
         torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.fixture(scope="module")
+def three_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of 3 steps (validated and checkpointed at step 3), shared: read it, or
+    :func:`_copy` it to resume or damage it."""
+    run = tmp_path_factory.mktemp("three-steps") / "run"
+    train(run, NET, TC, max_steps=3, progress=False)
+    return run
+
+
+@pytest.fixture(scope="module")
+def six_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of 6 steps without interruption, every step logged (shared: read it only)."""
+    run = tmp_path_factory.mktemp("six-steps") / "run"
+    train(run, NET, TC, max_steps=6, progress=False, log_every=1)
+    return run
+
+
+def _copy(run: Path, to: Path) -> Path:
+    """A copy of the run directory ``run`` at ``to`` (its links stay relative)."""
+    shutil.copytree(run, to, symlinks=True)
+    return to
 
 
 def _poison_loss_from_call(monkeypatch: pytest.MonkeyPatch, first_bad: int) -> None:
@@ -190,9 +214,8 @@ def test_invalid_budgets_are_rejected_before_any_work(
     assert not (tmp_path / "run").exists()
 
 
-def test_resume_past_the_budget_is_rejected(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    train(run, NET, TC, max_steps=3, progress=False)
+def test_resume_past_the_budget_is_rejected(tmp_path: Path, three_steps: Path) -> None:
+    run = _copy(three_steps, tmp_path / "run")
     before = (run / "metrics.jsonl").read_text()
     for budget in ({"max_steps": 2}, {"max_steps": 3}, {"max_datasets": 12}):
         with pytest.raises(OptionError, match="already at"):
@@ -202,9 +225,10 @@ def test_resume_past_the_budget_is_rejected(tmp_path: Path) -> None:
 
 
 # -- configuration on resume ------------------------------------------------------------
-def test_resume_rejects_a_different_configuration_listing_the_fields(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    train(run, NET, TC, max_steps=3, progress=False)
+def test_resume_rejects_a_different_configuration_listing_the_fields(
+    tmp_path: Path, three_steps: Path
+) -> None:
+    run = _copy(three_steps, tmp_path / "run")
     other_net = dataclasses.replace(NET, d_data=32, d_kernel=32)
     cases: list[tuple[dict[str, Any], str]] = [
         ({"train_cfg": dataclasses.replace(TC, lr=1e6)}, r"lr: given 1000000\.0, stored 0\.001"),
@@ -250,10 +274,10 @@ class _Killed(Exception):
 
 def test_killed_run_resumes_with_each_metrics_step_once(
     tmp_path: Path,
+    six_steps: Path,
     raise_in_training_loss: Callable[[int, type[BaseException]], Callable[[], None]],
 ) -> None:
-    straight = tmp_path / "straight"
-    train(straight, NET, TC, max_steps=6, progress=False, log_every=1)
+    straight = six_steps
     run = tmp_path / "run"
     train(run, NET, TC, max_steps=3, progress=False, log_every=1)
     restore_training_loss = raise_in_training_loss(3, _Killed)  # at step 6
@@ -273,9 +297,8 @@ def test_killed_run_resumes_with_each_metrics_step_once(
     _assert_same_weights(straight / "last", run / "last")
 
 
-def test_stale_temporaries_are_removed_on_start(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    train(run, NET, TC, max_steps=3, progress=False)
+def test_stale_temporaries_are_removed_on_start(tmp_path: Path, three_steps: Path) -> None:
+    run = _copy(three_steps, tmp_path / "run")
     stale = run / ".step-00000006.k1ll3d"
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(b"half")
@@ -295,12 +318,11 @@ def test_stale_temporaries_are_removed_on_start(tmp_path: Path) -> None:
 
 
 def test_corrupted_last_falls_back_to_the_newest_intact_checkpoint(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, six_steps: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     straight = tmp_path / "straight"
     train(straight, NET, TC, max_steps=9, progress=False)
-    run = tmp_path / "run"
-    train(run, NET, TC, max_steps=6, progress=False)
+    run = _copy(six_steps, tmp_path / "run")
     weights = run / "step-00000006" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
     with pytest.raises(CheckpointError, match="corrupted"):
@@ -316,17 +338,17 @@ def test_corrupted_last_falls_back_to_the_newest_intact_checkpoint(
     assert val_steps == [3, 6, 9]
 
 
-def test_no_intact_checkpoint_lists_the_problems(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    train(run, NET, TC, max_steps=3, progress=False)
+def test_no_intact_checkpoint_lists_the_problems(tmp_path: Path, three_steps: Path) -> None:
+    run = _copy(three_steps, tmp_path / "run")
     (run / "step-00000003" / "model.safetensors").write_bytes(b"")
     with pytest.raises(CheckpointError, match="no intact checkpoint to resume"):
         train(run, resume=True, max_steps=6, progress=False)
 
 
-def test_a_second_process_cannot_train_in_a_locked_directory(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    train(run, NET, TC, max_steps=3, progress=False)
+def test_a_second_process_cannot_train_in_a_locked_directory(
+    tmp_path: Path, three_steps: Path
+) -> None:
+    run = _copy(three_steps, tmp_path / "run")
     holder = RunDirectory(run)
     holder.lock()
     try:
@@ -348,7 +370,7 @@ def test_rewind_metrics_drops_late_and_torn_records(tmp_path: Path) -> None:
 
 
 def test_stale_validation_set_of_other_settings_is_drawn_again(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, three_steps: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A validation set left by a killed run with other settings is not reused silently."""
     train(tmp_path / "other", NET, dataclasses.replace(TC, n_max=30), max_steps=3, progress=False)
@@ -358,8 +380,7 @@ def test_stale_validation_set_of_other_settings_is_drawn_again(
     with caplog.at_level(logging.WARNING, logger="amorgp.training.rundir"):
         train(run, NET, TC, max_steps=3, progress=False)
     assert "drawn with other settings" in caplog.text
-    reference = tmp_path / "reference"
-    train(reference, NET, TC, max_steps=3, progress=False)
+    reference = three_steps  # the same run with its own validation set
     scores = [
         [r["nll"] for r in _records(d) if r["kind"] == "validation"] for d in (run, reference)
     ]
@@ -367,13 +388,12 @@ def test_stale_validation_set_of_other_settings_is_drawn_again(
 
 
 def test_ctrl_c_stops_at_a_step_boundary_and_resumes_exactly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, six_steps: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first Ctrl-C finishes the step, validates and checkpoints; resuming is exact."""
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         pytest.skip("SIGINT is handled by the test runner here")
-    straight = tmp_path / "straight"
-    train(straight, NET, TC, max_steps=6, progress=False)
+    straight = six_steps  # logged every step: the weights are the same
     real = trainer_module.training_loss
     calls = {"n": 0}
 
