@@ -52,6 +52,11 @@ __all__ = [
     "score",
 ]
 
+Factor = tuple[Tensor, Tensor, Tensor | float, Tensor | float]
+"""One kernel's dense factorisation ``(L, alpha, jitter, lml)``: the lower Cholesky factor
+of ``K + sigma^2 I + jitter I``, ``alpha = (K + sigma^2 I)^{-1} y``, the absolute jitter
+it needed and the 0-d log marginal likelihood (one element of :func:`factor`)."""
+
 """Most bytes of kernel matrices (and as much again for their factors) held at once."""
 
 JITTER = 1e-8

@@ -46,9 +46,16 @@ from amorgp.core.warn import warn
 from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind, Vocabulary, base_symbol
 
 if TYPE_CHECKING:
-    from amorgp.amortizer.results import Factor
+    from amorgp.amortizer.batched import Factor
+
+START_GAP = 1e-3
+"""A start closer to a floor than this fraction of it starts there instead (in
+``log(theta - floor)`` a start at the floor has no gradient and would never move); a
+bounded start is kept this fraction of its log-width inside its bounds, for the same
+reason in the logit."""
 
 __all__ = [
+    "START_GAP",
     "DEFAULT_NOISE_FLOOR",
     "FLOOR_RTOL",
     "MIN_NOISE_FLOOR",
@@ -417,11 +424,10 @@ def warn_at_noise_floor(
     and ``alpha = A^{-1} y``, is negative.  It reads the kernel's batched factor where
     there is one, else factors ``A`` for such kernels only (at most
     :data:`~amorgp.amortizer.calibrate.MAX_POINTS` points).  Above that size the noise
-    must be within :data:`~amorgp.amortizer.objective.START_GAP` of the floor, where only a
+    must be within :data:`START_GAP` of the floor, where only a
     refinement towards it ends."""
     from amorgp.amortizer import batched
     from amorgp.amortizer.calibrate import MAX_POINTS
-    from amorgp.amortizer.objective import START_GAP
 
     noises = noise.tolist()
     for k, c in enumerate(constraints):

@@ -133,7 +133,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
     def to_log_rows(self, params: Tensor, noise: Tensor) -> Tensor:
         """``z (B, m_free)`` of ``params (B, D, L, P)`` and ``noise (B,)`` (as
         :meth:`~amorgp.amortizer.objective.LogMarginalLikelihood.to_log`, row by row)."""
-        from amorgp.amortizer.objective import START_GAP
+        from amorgp.amortizer.constraints import START_GAP
 
         flat = self.flat_rows(params, noise)
         z = (flat - self.floors).clamp_min(START_GAP * self.floors).log()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.constraints import START_GAP
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import (
     ELEMENTARY,
@@ -32,12 +33,6 @@ EVALS_PER_ITERATION = 25
 """Objective evaluations allowed per L-BFGS iteration (the strong-Wolfe line search's own
 limit); ``torch.optim.LBFGS``'s default budget of ``1.25 x`` the iterations would end a
 short refinement after two or three iterations whose line searches needed several."""
-
-START_GAP = 1e-3
-"""A start closer to a floor than this fraction of it starts there instead (in
-``log(theta - floor)`` a start at the floor has no gradient and would never move); a
-bounded start is kept this fraction of its log-width inside its bounds, for the same
-reason in the logit."""
 
 
 def _unit_and_grads(

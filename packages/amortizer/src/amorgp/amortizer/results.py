@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.batched import Factor
 from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR, KernelConstraints, Name, _key
 from amorgp.core.data import Normalizer
 from amorgp.core.fit import KernelFit
@@ -44,13 +45,6 @@ __all__ = [
     "evaluate_optimality",
     "start_constants",
 ]
-
-
-Factor = tuple[Tensor, Tensor, Tensor | float, Tensor | float]
-"""One kernel's dense factorisation ``(L, alpha, jitter, lml)``: the lower Cholesky factor
-of ``K + sigma^2 I + jitter I``, ``alpha = (K + sigma^2 I)^{-1} y``, the absolute jitter
-it needed and the 0-d log marginal likelihood (one element of
-:func:`amorgp.amortizer.batched.factor`)."""
 
 
 def conditioned_posterior(
