@@ -478,7 +478,7 @@ def main() -> None:
         if args.full
         else {"num_restarts": 4, "raw_samples": 64}
     )
-    default_amortizer()  # load the network once, outside the timings
+    default_amortizer()  # load the network and prepare its forward once, outside the timings
     probs = problems()
     names = args.problems.split(",")
     methods = [m for m in METHODS if m in args.methods.split(",")]

@@ -223,11 +223,11 @@ def _neg(mll: ExactMarginalLogLikelihood) -> float:
 
 
 class _Broken:
-    """An amortizer whose forward pass fails."""
+    """An amortizer whose every use (its forward pass included) fails."""
 
     calibrate = True
 
-    def infer(self, *args, **kwargs):
+    def __getattr__(self, name: str) -> None:
         raise RuntimeError("network failed")
 
 

@@ -48,7 +48,7 @@ class _Buggy:
 
     calibrate = True
 
-    def infer(self, *args: object, **kwargs: object) -> None:
+    def __getattr__(self, name: str) -> None:
         raise TypeError("a bug in the caller")
 
 

@@ -30,6 +30,7 @@ from amorgp.gpytorch.fit import (
     fit_amortized,
     initialize_gpytorch,
     model_data,
+    warm_up,
 )
 from amorgp.gpytorch.kernels import KernelMap, build_kernel, read_kernel
 from amorgp.gpytorch.lean import LeanObjective, LeanResult
@@ -47,4 +48,5 @@ __all__ = [
     "model_data",
     "read_kernel",
     "to_gpytorch",
+    "warm_up",
 ]

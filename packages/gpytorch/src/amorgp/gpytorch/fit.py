@@ -5,8 +5,11 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import re
+import time
 import warnings
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +42,7 @@ __all__ = [
     "fit_amortized",
     "initialize_gpytorch",
     "model_data",
+    "warm_up",
 ]
 
 _log = logging.getLogger(__name__)
@@ -46,11 +50,43 @@ _log = logging.getLogger(__name__)
 
 @functools.lru_cache(maxsize=1)
 def default_amortizer() -> Amortizer:
-    """The bundled pretrained :class:`~amorgp.amortizer.Amortizer` (loaded once), its own
-    network only: the fits here refine the start with L-BFGS, so a candidate network's
-    second forward and likelihood selection would cost more (a few ms of a fit of
-    about 7) than they can improve; pass ``amortizer=`` to use another."""
-    return Amortizer.from_pretrained(candidates=())
+    """The bundled pretrained :class:`~amorgp.amortizer.Amortizer` (loaded once, its
+    forward prepared by :func:`warm_up`), its own network only: the fits here refine the
+    start with L-BFGS, so a candidate network's second forward and likelihood selection
+    would cost more than they can improve; pass ``amortizer=`` to use another."""
+    return warm_up(Amortizer.from_pretrained(candidates=()))
+
+
+_WARM: weakref.WeakSet[Amortizer] = weakref.WeakSet()
+"""Amortizers whose forward :func:`warm_up` prepared."""
+
+
+def warm_up(amortizer: Amortizer) -> Amortizer:
+    """Prepare ``amortizer``'s network forward for repeated fits, once per amortizer.
+
+    On the CPU the amortizer traces its network's forward on the second use and
+    TorchScript optimises the traced graph on its second run
+    (:func:`amorgp.amortizer.forward.traced_forward`): without this, the second and third
+    fits of a loop pay that preparation.  Here three forwards on a small synthetic
+    dataset pay it up front, so every fit of a Bayesian-optimisation loop costs the same
+    from the first one and its network forward runs the same graph (the traced graph has
+    no shape constants: other ``n`` and ``d`` reuse it).  Nothing to do on other devices
+    or with ``AMORGP_JIT=0``.  :func:`initialize_gpytorch` and :class:`AmortizedFit` call
+    it on the amortizer they use.  Returns ``amortizer``.
+    """
+    if amortizer in _WARM:
+        return amortizer
+    if amortizer.device.type != "cpu" or os.environ.get("AMORGP_JIT", "1") == "0":
+        _WARM.add(amortizer)
+        return amortizer
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(8, 2, generator=g, dtype=torch.float64)
+    y = torch.randn(8, generator=g, dtype=torch.float64)
+    structure = amortizer.structure(amortizer.vocabulary.symbols[0], 2)
+    for _ in range(3):  # eager, traced (profiling run), optimised
+        amortizer.predict_parameters(X, y, [structure])
+    _WARM.add(amortizer)
+    return amortizer
 
 
 def model_data(model: Any, train_X: Any = None, train_Y: Any = None) -> tuple[Tensor, Tensor]:
@@ -146,6 +182,25 @@ def initialize_gpytorch(
         OptionError: a kernel outside the vocabulary, a multi-output model, or a
             likelihood other than these two.
     """
+    amz = warm_up(amortizer if amortizer is not None else default_amortizer())
+    return _initialize(model, train_X, train_Y, amz, refine, calibrate, full=True)
+
+
+def _initialize(
+    model: Any,
+    train_X: Any,
+    train_Y: Any,
+    amz: Amortizer,
+    refine: int,
+    calibrate: bool | None,
+    *,
+    full: bool,
+) -> KernelResult:
+    """:func:`initialize_gpytorch`; ``full=False`` (:class:`AmortizedFit`): where the
+    amortizer's pipeline would add nothing to the start (no refinement, no periodic
+    multi-start, no candidate networks) the network's prediction comes from
+    :func:`_network_start`, which returns a result without the posterior the fit would
+    discard."""
     lik = getattr(model, "likelihood", None)
     fixed = fixed_noise(lik) is not None
     if not fixed and not (
@@ -158,12 +213,15 @@ def initialize_gpytorch(
         )
     X, y = model_data(model, train_X, train_Y)
     kmap = read_kernel(model.covar_module, X.shape[1])
-    amz = amortizer if amortizer is not None else default_amortizer()
     calibrate = amz.calibrate if calibrate is None else calibrate
+    lean = not full and refine == 0 and not amz.candidates
     if fixed:
-        res = amz.infer(
-            X, y, kmap.structure, refine=refine, calibrate=False, evaluate_lml=False, starts=1
-        )
+        if lean:
+            res = _network_start(amz, X, y, kmap.structure, scaled=False)
+        else:
+            res = amz.infer(
+                X, y, kmap.structure, refine=refine, calibrate=False, evaluate_lml=False, starts=1
+            )
         kmap.write(_model_units(res))
         return res
     # a tree that cannot hold a global scale (BoTorch's default RBF) gets the noise alone
@@ -172,10 +230,19 @@ def initialize_gpytorch(
     # the null starts of the multi-start are left out here: the model's own start plays
     # their part (AmortizedFit scores it beside the network's); periodic kernels keep
     # their periodogram starts
-    starts = None if has_periodic(kmap.structure) else 1
-    res = amz.infer(
-        X, y, kmap.structure, refine=refine, calibrate=scaled, evaluate_lml=False, starts=starts
-    )
+    periodic = has_periodic(kmap.structure)
+    if lean and not periodic:
+        res = _network_start(amz, X, y, kmap.structure, scaled=scaled)
+    else:
+        res = amz.infer(
+            X,
+            y,
+            kmap.structure,
+            refine=refine,
+            calibrate=scaled,
+            evaluate_lml=False,
+            starts=None if periodic else 1,
+        )
     want = _model_units(res)
     kmap.write(want)
     noise = res.noise_original
@@ -192,6 +259,51 @@ def initialize_gpytorch(
         res = replace(res, calibrated=True)
     _assign(model.likelihood.noise_covar, "noise", noise)
     return res
+
+
+def _network_start(
+    amz: Amortizer, X: Tensor, y: Tensor, structure: Any, *, scaled: bool
+) -> KernelResult:
+    """The result ``amz.infer(X, y, structure, calibrate=scaled, evaluate_lml=False,
+    starts=1)`` returns (the same validation, warnings, normalisation, network forward and
+    calibration, so the same hyperparameters and noise), without conditioning its
+    posterior: the result holds no data (no likelihood, no predictions), which
+    :class:`AmortizedFit` does not read.  For an amortizer without candidate networks."""
+    from amorgp.amortizer.batched import KernelBatch
+    from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
+    from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR
+
+    t0 = time.perf_counter()
+    norm, Xn, yn, parsed = amz._prepare(X, y, [structure], 0)
+    structures = KernelBatch(parsed, amz.vocabulary, amz.device)
+    params, noise, n_enc, names = amz._predict(Xn, yn, structures)
+    if scaled:
+        cal = calibrate_scale_noise(
+            Xn,
+            yn,
+            structures,
+            amz.vocabulary,
+            params,
+            noise,
+            seed=amz.seed,
+            noise_floor=DEFAULT_NOISE_FLOOR,
+        )
+        params, noise = cal.params, cal.noise
+    s = parsed[0]
+    elapsed = time.perf_counter() - t0
+    return KernelResult(
+        kernel=s,
+        params=params[0, : s.n_dims, : s.max_addends].detach().to("cpu", torch.float64),
+        noise=float(noise[0]),
+        normalizer=norm,
+        n_points=int(Xn.shape[0]),
+        time_s=elapsed,
+        call_time_s=elapsed,
+        encoder_points=n_enc,
+        calibrated=scaled,
+        network=names[0],
+        noise_floor=DEFAULT_NOISE_FLOOR,
+    )
 
 
 def _holds(structure: Any, held: Tensor, want: Tensor) -> bool:
@@ -390,7 +502,8 @@ class AmortizedFit:
         except OptionError:
             objective = None
         own = None if objective is None else objective.x0()
-        initialize_gpytorch(model, amortizer=self.amortizer, calibrate=self.calibrate)
+        amz = warm_up(self.amortizer if self.amortizer is not None else default_amortizer())
+        _initialize(model, None, None, amz, 0, self.calibrate, full=False)
         self.last_start = "network"
         if not self.model_start:
             return objective
@@ -408,7 +521,7 @@ class AmortizedFit:
                 mll.load_state_dict(ours)
         if model_wins:
             if objective is not None:
-                mll.load_state_dict(state)
+                _restore_parameters(mll, state)
             self.model_starts += 1
             self.last_start = "model"
         _log.debug(
@@ -438,6 +551,15 @@ class AmortizedFit:
             type(mll.model).forward is SingleTaskGP.forward
         )
         return res.mll, trusted
+
+
+def _restore_parameters(mll: ExactMarginalLogLikelihood, state: dict[str, Tensor]) -> None:
+    """Copy every parameter of ``mll`` back from ``state`` (its ``state_dict`` taken
+    before the start was written; the start writes parameters only, so this restores
+    what ``load_state_dict`` would, without its per-module traversal)."""
+    with torch.no_grad():
+        for name, p in mll.named_parameters():
+            p.copy_(state[name])
 
 
 def _check(mll: ExactMarginalLogLikelihood, lean: float | None) -> None:

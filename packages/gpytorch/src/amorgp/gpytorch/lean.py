@@ -168,6 +168,13 @@ class LeanObjective:
         """The model's trainable raw parameters, flattened (float64)."""
         return torch.cat([p.detach().reshape(-1) for p in self.params]).to(torch.float64).numpy()
 
+    def write(self, theta: np.ndarray) -> None:
+        """Write the flat raw parameters ``theta`` to the model."""
+        with torch.no_grad():
+            values = self._unflatten(torch.from_numpy(np.asarray(theta, dtype=np.float64)))
+            for p, v in zip(self.params, values.values(), strict=True):
+                p.copy_(v.to(p))
+
     def _unflatten(self, theta: Tensor) -> Values:
         vals, i = {}, 0
         for p in self.params:
@@ -250,11 +257,7 @@ class LeanObjective:
         x, fun = np.clip(np.where(logc, np.exp(out.x), out.x), lo, hi), float(out.fun)
         if not (np.isfinite(fun) and np.isfinite(x).all()):
             raise FloatingPointError(f"non-finite objective {fun} in the L-BFGS refine")
-        with torch.no_grad():
-            for p, v in zip(
-                self.params, self._unflatten(torch.from_numpy(x)).values(), strict=True
-            ):
-                p.copy_(v.to(p))
+        self.write(x)
         return LeanResult(-fun, int(out.nit), int(out.nfev), str(out.message), int(out.status))
 
 
