@@ -127,51 +127,20 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
 
     def flat_rows(self, params: Tensor, noise: Tensor) -> Tensor:
         """``theta (B, m)`` of ``params (B, D, L, P)`` and ``noise (B,)``."""
-        theta = [params[:, j, a, : len(b.params)] for j, a, b in self.terms]
-        return torch.cat([*theta, noise.reshape(-1, 1)], dim=1)
+        return self.flat(params, noise)
 
     def to_log_rows(self, params: Tensor, noise: Tensor) -> Tensor:
         """``z (B, m_free)`` of ``params (B, D, L, P)`` and ``noise (B,)`` (as
         :meth:`~amorgp.amortizer.objective.LogMarginalLikelihood.to_log`, row by row)."""
-        from amorgp.amortizer.constraints import START_GAP
-
-        flat = self.flat_rows(params, noise)
-        z = (flat - self.floors).clamp_min(START_GAP * self.floors).log()
-        if self.plain:
-            return z
-        u = ((flat.log() - self.log_low) / self.log_width).clamp(START_GAP, 1.0 - START_GAP)
-        z = torch.where(self.bounded, u.logit(), z)
-        return z[:, self.free]
+        return self.to_log(params, noise)
 
     def theta_rows(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """``(theta (B, m), d theta / d z (B, m_free))`` of ``z (B, m_free)``."""
-        if self.plain:
-            theta = self.floors + z.exp()
-            return theta, theta - self.floors
-        floors = self.floors[self.free]
-        free = floors + z.exp()
-        dfree = free - floors
-        u = torch.sigmoid(z)
-        log_low, width = self.log_low[self.free], self.log_width[self.free]
-        boxed = (log_low + width * u).exp()
-        bounded = self.bounded[self.free]
-        free = torch.where(bounded, boxed, free)
-        dfree = torch.where(bounded, boxed * width * u * (1.0 - u), dfree)
-        theta = self.fixed.expand(z.shape[0], -1).clone()
-        theta[:, self.free] = free
-        return theta, dfree
+        return self.theta(z)
 
     def from_log_rows(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """``(params (B, D, L, P), noise (B,))`` of ``z (B, m_free)`` (unused slots 1)."""
-        theta = self.theta_rows(z.detach())[0]
-        D, L = self.structure.n_dims, self.structure.max_addends
-        P = max(len(b.params) for _, _, b in self.terms)
-        params = torch.ones(z.shape[0], D, L, P, dtype=torch.float64)
-        i = 0
-        for j, a, b in self.terms:  # a few addends
-            params[:, j, a, : len(b.params)] = theta[:, i : i + len(b.params)]
-            i += len(b.params)
-        return params, theta[:, -1]
+        return self.from_log(z)
 
     def evaluate(
         self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True

@@ -134,25 +134,28 @@ class LogMarginalLikelihood:
         self.r2 = {j: r.square() for j, r in self.r.items()}
 
     def flat(self, params: Tensor, noise: Tensor) -> Tensor:
-        """``theta (m,)``: ``params (D, L, P)`` (the structure's slots) and ``noise``."""
-        theta = [params[j, a, : len(b.params)] for j, a, b in self.terms]
-        return torch.cat([*theta, noise.reshape(1)])
+        """``theta (..., m)``: ``params (..., D, L, P)`` (the structure's slots) and
+        ``noise (...)`` (leading dimensions: rows of a batch, or none)."""
+        theta = [params[..., j, a, : len(b.params)] for j, a, b in self.terms]
+        return torch.cat([*theta, noise.reshape(*params.shape[:-3], 1)], dim=-1)
 
     def to_log(self, params: Tensor, noise: Tensor) -> Tensor:
-        """``z`` of ``params (D, L, P)`` (the structure's slots) and ``noise``: ``(m,)``, or
-        the free parameters' only with fixed ones (see the class docstring; a start within
-        :data:`START_GAP` of a floor or bound is moved that far inside)."""
+        """``z`` of ``params (..., D, L, P)`` (the structure's slots) and ``noise (...)``:
+        ``(..., m)``, or the free parameters' only with fixed ones (see the class
+        docstring; a start within :data:`START_GAP` of a floor or bound is moved that far
+        inside)."""
         flat = self.flat(params, noise)
         z = (flat - self.floors).clamp_min(START_GAP * self.floors).log()
         if self.plain:
             return z
         u = ((flat.log() - self.log_low) / self.log_width).clamp(START_GAP, 1.0 - START_GAP)
         z = torch.where(self.bounded, u.logit(), z)
-        return z[self.free]
+        return z[..., self.free]
 
     def theta(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        """``(theta (m,), d theta / d z)`` of ``z``: every parameter, the fixed ones
-        included, and the derivative of the free ones (in the order of ``z``)."""
+        """``(theta (..., m), d theta / d z)`` of ``z (..., m_free)``: every parameter,
+        the fixed ones included, and the derivative of the free ones (in the order of
+        ``z``)."""
         if self.plain:
             theta = self.floors + z.exp()
             return theta, theta - self.floors
@@ -164,21 +167,22 @@ class LogMarginalLikelihood:
         bounded = self.bounded[self.free]
         free = torch.where(bounded, boxed, free)
         dfree = torch.where(bounded, boxed * width * u * (1.0 - u), dfree)
-        theta = self.fixed.clone()
-        theta[self.free] = free
+        theta = self.fixed.expand(*z.shape[:-1], -1).clone()
+        theta[..., self.free] = free
         return theta, dfree
 
     def from_log(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        """``(params (D, L, P), noise)`` of ``z`` (unused slots 1)."""
+        """``(params (..., D, L, P), noise (...))`` of ``z (..., m_free)`` (unused slots
+        1)."""
         theta = self.theta(z.detach())[0]
         D, L = self.structure.n_dims, self.structure.max_addends
         P = max(len(b.params) for _, _, b in self.terms)
-        params = torch.ones(D, L, P, dtype=torch.float64)
+        params = torch.ones(*theta.shape[:-1], D, L, P, dtype=torch.float64)
         i = 0
         for j, a, b in self.terms:  # a few addends
-            params[j, a, : len(b.params)] = theta[i : i + len(b.params)]
+            params[..., j, a, : len(b.params)] = theta[..., i : i + len(b.params)]
             i += len(b.params)
-        return params, theta[-1]
+        return params, theta[..., -1]
 
     def value(self, z: Tensor) -> Tensor:
         """The objective (the log marginal likelihood, plus the log prior with ``priors``)
