@@ -274,12 +274,14 @@ def test_average_weights_is_the_mean_of_the_state_dicts(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("small_evaluation")
-def test_segments_evaluate_the_average_of_the_last_segment_ends(tmp_path: Path, init: Path) -> None:
+def test_segments_evaluate_the_average_of_the_last_segment_ends(
+    tmp_path: Path, first_segment: FirstSegment
+) -> None:
     """From the second segment on, the phase-2 copy starts from the average of the kept
     segment ends (at most ``swa_members``), whose phase-1 score is logged."""
-    state, export = tmp_path / "state", tmp_path / "export"
-    for _ in range(3):
-        run_campaign(state, export, init=init, max_segments=1, swa_members=2, **FAST)
+    state, export = first_segment.copy(tmp_path)  # one segment end kept: no average yet
+    for _ in range(2):
+        run_campaign(state, export, init=first_segment.init, max_segments=1, swa_members=2, **FAST)
     log = _log(export)
     assert "swa" not in log[0]  # one segment end: the latest weights themselves
     assert log[1]["swa"]["members"] == [8, 16]
