@@ -42,13 +42,21 @@ def _chunk(tmp: Path, start: Path | None, name: str) -> tuple[Path, Path]:
     return p1, p2
 
 
+@pytest.fixture(scope="module")
+def scratch_chunk(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """:func:`_chunk` from a fresh network, shared: its run directories are read only."""
+    return _chunk(tmp_path_factory.mktemp("scratch-chunk"), None, "a")
+
+
 def _last_validation(run: Path) -> float:
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
     return float([x for x in lines if x.get("kind") == "validation"][-1]["nll"])
 
 
-def test_two_chunks_export_bf16_and_log_the_datasets_they_add(tmp_path: Path) -> None:
-    p1, p2 = _chunk(tmp_path, None, "a")
+def test_two_chunks_export_bf16_and_log_the_datasets_they_add(
+    tmp_path: Path, scratch_chunk: tuple[Path, Path]
+) -> None:
+    p1, p2 = scratch_chunk
     rec = finish_chunk(p1, p2, tmp_path / "out1" / "medium", start="scratch", device="cpu",
                        revision="abc")  # fmt: skip
     out = tmp_path / "out1" / "medium"
@@ -86,8 +94,10 @@ def test_two_chunks_export_bf16_and_log_the_datasets_they_add(tmp_path: Path) ->
     assert len(files) <= 8
 
 
-def test_without_phase_2_the_phase_1_weights_are_exported_with_a_warning(tmp_path: Path) -> None:
-    p1, _ = _chunk(tmp_path, None, "a")
+def test_without_phase_2_the_phase_1_weights_are_exported_with_a_warning(
+    tmp_path: Path, scratch_chunk: tuple[Path, Path]
+) -> None:
+    p1, _ = scratch_chunk
     with pytest.warns(UserWarning, match="did not finish: exporting the phase-1 weights"):
         rec = finish_chunk(p1, None, tmp_path / "out", start="x", device="cpu", revision="r")
     assert rec["phase2"] is None
@@ -120,10 +130,10 @@ def test_medium_export_fits_the_transfer_limits(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_chunk_script_smoke_run(tmp_path: Path) -> None:
+def test_chunk_script_smoke_run(tmp_path: Path, scratch_chunk: tuple[Path, Path]) -> None:
     """``tools/gpu_chunk.sh`` with ``AMORGP_CHUNK_SMOKE=1`` on the CPU: phase 1 and 2 of
     two steps each from a tiny checkpoint, the export and the log line."""
-    _p1, p2 = _chunk(tmp_path, None, "start")
+    _p1, p2 = scratch_chunk
     env = {
         **os.environ,
         "AMORGP_CHUNK_SMOKE": "1",
