@@ -68,7 +68,8 @@ def warm_up(amortizer: Amortizer) -> Amortizer:
     TorchScript optimises the traced graph on its second run
     (:func:`amorgp.amortizer.forward.traced_forward`): without this, the second and third
     fits of a loop pay that preparation.  Here three forwards on a small synthetic
-    dataset pay it up front, so every fit of a Bayesian-optimisation loop costs the same
+    dataset pay it up front (and, where the amortizer calibrates, one calibration: its
+    first call scans the BLAS libraries once per process), so every fit of a Bayesian-optimisation loop costs the same
     from the first one and its network forward runs the same graph (the traced graph has
     no shape constants: other ``n`` and ``d`` reuse it).  Nothing to do on other devices
     or with ``AMORGP_JIT=0``.  :func:`initialize_gpytorch` and :class:`AmortizedFit` call
@@ -84,7 +85,11 @@ def warm_up(amortizer: Amortizer) -> Amortizer:
     y = torch.randn(8, generator=g, dtype=torch.float64)
     structure = amortizer.structure(amortizer.vocabulary.symbols[0], 2)
     for _ in range(3):  # eager, traced (profiling run), optimised
-        amortizer.predict_parameters(X, y, [structure])
+        params, noise, _ = amortizer.predict_parameters(X, y, [structure])
+    if amortizer.calibrate:  # the calibration's one-off scan of the BLAS libraries
+        from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
+
+        calibrate_scale_noise(X, y, [structure], amortizer.vocabulary, params, noise, scale=False)
     _WARM.add(amortizer)
     return amortizer
 
