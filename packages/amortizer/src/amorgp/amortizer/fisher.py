@@ -601,14 +601,17 @@ def halve_starts(
     refined together, ``iterations`` evaluations a round (:func:`fisher_refine`, the
     starts of a kernel as the rows of one batch), the better half by exact log marginal
     likelihood kept after each round, until two are left, of which the better wins.  A
-    kernel with one start is left as it is.  Also returns, per kernel, the evaluations
+    kernel with one start, or without a periodic addend (whose alternatives are the null
+    starts, rarely in another basin, at several times the cost), is left as it is.  Also returns, per kernel, the evaluations
     spent on its winner's path (0 where it had one start)."""
     new_params, new_noise = starts.params.clone(), starts.noise.clone()
     names, lmls = list(starts.start), starts.log_marginal_likelihood.clone()
     X64, y64 = X.detach().to("cpu", torch.float64), y.detach().to("cpu", torch.float64)
     spent = [0] * len(starts.alternatives)
+    from amorgp.amortizer.multistart import has_periodic
+
     for k, alt in enumerate(starts.alternatives):  # a few kernels
-        if len(alt) < 2:
+        if len(alt) < 2 or not has_periodic(structures[k]):
             continue
         s = structures[k]
         D, L = s.n_dims, s.max_addends
