@@ -51,3 +51,18 @@ def test_the_command_line_gives_one_usage_line(flags: list[str], tmp_path: Path)
     assert "is not a hyperparameter name" in res.output
     assert "Traceback" not in res.output
     assert len(res.output) < 1500
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("noise", "noise"),
+        ("noise_level", "noise"),
+        ("0.0.lengthscale", (0, 0, "lengthscale")),
+        ("d0.0.lengthscale", (0, 0, "lengthscale")),
+        ("d1.2.SE.lengthscale", (1, 2, "lengthscale")),
+    ],
+)
+def test_the_estimators_printed_names_are_read_too(text: str, name: object) -> None:
+    """One naming scheme: what the estimator prints is accepted on the command line."""
+    assert _constraint_name(text, "--fixed") == name

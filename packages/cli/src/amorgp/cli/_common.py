@@ -76,16 +76,22 @@ def _index(text: str) -> bool:
 
 def _constraint_name(text: str, option: str) -> str | tuple[int, int, str]:
     """``noise`` or ``DIM.ADDEND.NAME`` (the ``--json`` hyperparameters' ``dim``,
-    ``addend`` and ``name``) as a name of ``Amortizer.infer_many``'s ``fixed``/``bounds``."""
-    if text == "noise":
+    ``addend`` and ``name``) as a name of ``Amortizer.infer_many``'s ``fixed``/``bounds``;
+    the estimator's printed forms are read too (``noise_level``, ``d0.0.lengthscale``,
+    ``d0.0.SE.lengthscale``: one naming scheme everywhere)."""
+    if text in ("noise", "noise_level"):
         return "noise"
     parts = text.split(".")
+    if parts[0][:1] == "d":
+        parts[0] = parts[0][1:]
+    if len(parts) == 4 and parts[2]:  # DIM.ADDEND.SYMBOL.NAME: the symbol is a label
+        parts = [parts[0], parts[1], parts[3]]
     if len(parts) == 3 and _index(parts[0]) and _index(parts[1]) and parts[2]:
         return (int(parts[0]), int(parts[1]), parts[2])
     raise click.BadParameter(
         f"{shorten(text)!r} is not a hyperparameter name: 'noise' or DIM.ADDEND.NAME as in "
         f"--json's hyperparameters, DIM and ADDEND of at most {_INDEX_DIGITS} digits 0-9 "
-        "(e.g. 0.0.lengthscale)",
+        "(e.g. 0.0.lengthscale; the estimator's d0.0.SE.lengthscale is read too)",
         param_hint=option,
     )
 
