@@ -243,8 +243,8 @@ def test_non_finite_results_are_refused_never_printed(
 ) -> None:
     to_dict = KernelResult.to_dict
 
-    def overflowing(self: KernelResult) -> dict[str, object]:
-        return {**to_dict(self), "noise_original": math.inf}
+    def overflowing(self: KernelResult, **kwargs: bool) -> dict[str, object]:
+        return {**to_dict(self, **kwargs), "noise_original": math.inf}
 
     monkeypatch.setattr(KernelResult, "to_dict", overflowing)
     for extra in (["--json"], []):
