@@ -137,3 +137,26 @@ def test_model_start_restores_every_parameter() -> None:
     assert fit.last_start == "model"
     after = _params(mll)
     assert all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_warm_up_runs_once_per_amortizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three forwards (eager, traced, optimised) the first time, none after; none with
+    AMORGP_JIT=0 (the forward then stays eager)."""
+    calls: list[int] = []
+    real = Amortizer.predict_parameters
+
+    def counting(self: Amortizer, *args: object, **kwargs: object) -> object:
+        calls.append(id(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Amortizer, "predict_parameters", counting)
+    amz = Amortizer.from_pretrained(candidates=())
+    assert fit_module.warm_up(amz) is amz
+    assert calls == [id(amz)] * 3
+    fit_module.warm_up(amz)
+    assert len(calls) == 3
+    monkeypatch.setenv("AMORGP_JIT", "0")
+    eager = Amortizer.from_pretrained(candidates=())
+    fit_module.warm_up(eager)
+    assert id(eager) not in calls
+    assert eager.model not in forward._TRACES
