@@ -339,7 +339,8 @@ def test_priors_give_the_map_optimum(amz: Amortizer) -> None:
         key=lambda o: o.fun,
     )
     ours = np.log([float(r.params[0, 0, 0]), float(r.params[0, 0, 1]), r.noise])
-    assert -objective(ours) >= -best.fun - 1e-3
+    # within the stopping rule's resolution: a predicted gain below 0.01 nats (fisher.py)
+    assert -objective(ours) >= -best.fun - 0.01
     np.testing.assert_allclose(ours, best.x, atol=5e-2)
     with pytest.raises(ValueError, match="priors=True acts through the refinement"):
         amz.infer(x, y, "SE", priors=True)

@@ -98,7 +98,9 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         y: ``(B, n)`` targets.
         structure: the kernel structure of every row.
         constraints: its fixed values, bounds and noise floor (``None``: none).  With
-            ``priors`` the log prior's gradient is added, not its curvature.
+            ``priors`` the log prior is added, with its gradient, and its curvature where
+            it curves down (the diagonal: the priors are independent) to the Fisher
+            information.
     """
 
     def __init__(
@@ -253,19 +255,25 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 fisher = Fu[:, col][:, :, col] * c[:, :, None] * c[:, None, :]
             else:
                 fisher = theta.new_zeros(B, len(free), len(free))
+            prior_curv = None
             if self.priors is not None:
                 with torch.enable_grad():
                     t = theta.detach().clone().requires_grad_(True)
                     lp = torch.stack([p.log_prob(t[:, i]) for i, p in enumerate(self.priors)])
-                    (dlp,) = torch.autograd.grad(lp.sum(), t)
+                    (dlp,) = torch.autograd.grad(lp.sum(), t, create_graph=with_fisher)
+                    if with_fisher:  # independent priors: the second derivatives' diagonal
+                        (d2,) = torch.autograd.grad(dlp.sum(), t)
+                        prior_curv = (-d2[:, self.index]).clamp_min(0.0).detach()
                 lml = lml + lp.detach().sum(0)
-                grad = grad + dlp[:, self.index]
+                grad = grad + dlp.detach()[:, self.index]
             grad = grad * dtheta
             good = ok & torch.isfinite(lml) & torch.isfinite(grad).all(1)
             lml = torch.where(good, lml, torch.full_like(lml, math.nan))
             grad = torch.where(good[:, None], grad, torch.zeros_like(grad))
             if not with_fisher:
                 return lml, grad, theta.new_zeros(B, 0, 0)
+            if prior_curv is not None:  # the log prior's curvature, where it curves down
+                fisher = fisher + torch.diag_embed(prior_curv)
             fisher = fisher * dtheta[:, :, None] * dtheta[:, None, :]
             good &= torch.isfinite(fisher).flatten(1).all(1)
             lml = torch.where(good, lml, torch.full_like(lml, math.nan))
