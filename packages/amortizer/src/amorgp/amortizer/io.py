@@ -29,6 +29,7 @@ from amorgp.core.errors import DataError, OptionError
 
 __all__ = [
     "MAX_COLUMNS",
+    "check_table_header",
     "MAX_CSV_BYTES",
     "MIN_POINTS",
     "PANDAS_HINT",
@@ -320,3 +321,38 @@ def read_table(path: str | os.PathLike[str]) -> Any:
             raise
         text = " ".join(str(err).split())
         raise DataError(f"cannot read {where} as a table: {text}") from None
+
+
+def check_table_header(path: str | os.PathLike[str]) -> None:
+    """The header of the table ``path``, checked before it is read whole, as
+    :func:`read_csv` checks a plain table's: at most :data:`MAX_COLUMNS` columns, no name twice (pandas would rename
+    the second ``x`` to ``x.1``).  A file that cannot be read is left to the reader.
+
+    Raises:
+        DataError: too many columns, or a duplicate column name.
+    """
+    where = str(path)
+    if not os.path.exists(where):
+        return
+    if where.lower().endswith((".parquet", ".pq")):
+        try:
+            import pyarrow.parquet as pq
+
+            names = list(pq.read_schema(where).names)
+        except (ImportError, OSError, ValueError):
+            return  # the reader says why
+        names = [n for n in names if not n.startswith("__index_level_")]
+    else:
+        text = _decode(where)
+        first = next((ln for ln in text.splitlines() if ln.strip()), "")
+        sep = "," if "," in first else ";" if ";" in first else "\t" if "\t" in first else ","
+        try:
+            reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+            names = next((r for r in reader if r and any(c.strip() for c in r)), [])
+        except csv.Error:
+            return  # the reader says why
+    if len(names) > MAX_COLUMNS:
+        raise DataError(f"{where}: {len(names)} columns; at most {MAX_COLUMNS} are supported")
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise DataError(f"{where}: duplicate column names in the header {_names(twice)}")

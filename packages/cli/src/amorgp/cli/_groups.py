@@ -22,7 +22,6 @@ column (``kernel``, ``noise``...): usage errors exit 2.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import sys
@@ -37,7 +36,7 @@ from amorgp.cli._output import atomic_write, check_output_path, emit, is_stdout
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["FORMATS", "check_header", "jsonl_text", "output_format", "run_groups"]
+__all__ = ["FORMATS", "jsonl_text", "output_format", "run_groups"]
 
 FORMATS = {
     ".csv": "csv",
@@ -131,47 +130,6 @@ def _points(values: Sequence[str]) -> list[list[float]] | None:
     return out
 
 
-def check_header(path: Path) -> None:
-    """The header of the table ``path``, checked before it is read whole, as
-    :func:`~amorgp.amortizer.io.read_csv` checks a plain table's: at most
-    :data:`~amorgp.amortizer.io.MAX_COLUMNS` columns, no name twice (pandas would rename
-    the second ``x`` to ``x.1``).  A file that cannot be read is left to the reader.
-
-    Raises:
-        DataError: too many columns, or a duplicate column name.
-    """
-    import csv
-
-    from amorgp.amortizer.io import MAX_COLUMNS, _decode, _names
-    from amorgp.core.errors import DataError
-
-    where = str(path)
-    if not path.exists():
-        return
-    if where.lower().endswith((".parquet", ".pq")):
-        try:
-            import pyarrow.parquet as pq
-
-            names = list(pq.read_schema(where).names)
-        except (ImportError, OSError, ValueError):
-            return  # the reader says why
-        names = [n for n in names if not n.startswith("__index_level_")]
-    else:
-        text = _decode(where)
-        first = next((ln for ln in text.splitlines() if ln.strip()), "")
-        sep = "," if "," in first else ";" if ";" in first else "\t" if "\t" in first else ","
-        try:
-            reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
-            names = next((r for r in reader if r and any(c.strip() for c in r)), [])
-        except csv.Error:
-            return  # the reader says why
-    if len(names) > MAX_COLUMNS:
-        raise DataError(f"{where}: {len(names)} columns; at most {MAX_COLUMNS} are supported")
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise DataError(f"{where}: duplicate column names in the header {_names(twice)}")
-
-
 def run_groups(
     data: Path,
     group_by: Sequence[str],
@@ -198,7 +156,7 @@ def run_groups(
     """
     from tqdm import tqdm
 
-    from amorgp.amortizer.io import read_table
+    from amorgp.amortizer.io import check_table_header, read_table
     from amorgp.amortizer.tables import fit_groups
     from amorgp.cli._common import load_amortizer
     from amorgp.cli.predict import _check_paths
@@ -209,7 +167,7 @@ def run_groups(
         _check_paths([data], output, None)  # never the input table
         check_output_path(output, "--output")
     points = _points(predict_at)
-    check_header(data)
+    check_table_header(data)
     frame = read_table(data)
     if len(frame) == 0:
         raise DataError(f"{data} has a header but no data rows")
