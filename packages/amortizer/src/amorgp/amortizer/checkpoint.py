@@ -44,7 +44,6 @@ import logging
 import math
 import os
 import shutil
-import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.jsonlog import irregular_kind
 from amorgp.amortizer.model import build_model
 from amorgp.core.errors import CheckpointError, shorten
 
@@ -214,14 +214,8 @@ def check_regular_file(path: Path, name: str) -> int:
         raise CheckpointError(
             f"checkpoint {path}: cannot read {name}: {err.strerror or err}"
         ) from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = (
-            "a folder"
-            if stat.S_ISDIR(info.st_mode)
-            else "a named pipe"
-            if stat.S_ISFIFO(info.st_mode)
-            else "a device or socket"
-        )
+    kind = irregular_kind(info)
+    if kind is not None:
         raise CheckpointError(
             f"checkpoint {path}: {name} is {kind}, not a regular file; refusing to read it"
         )

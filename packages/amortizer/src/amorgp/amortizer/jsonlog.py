@@ -31,6 +31,7 @@ from amorgp.core.errors import DataError
 __all__ = [
     "MAX_LOG_BYTES",
     "append_record",
+    "irregular_kind",
     "last_record",
     "read_bounded",
     "read_records",
@@ -43,15 +44,19 @@ MAX_LOG_BYTES = 256 * 2**20
 record; a larger file is refused, never read into memory."""
 
 
+def irregular_kind(info: os.stat_result) -> str | None:
+    """What a file that is not a regular file is (``"a folder"``, ``"a named pipe"``,
+    ``"a device or socket"``), for an error message; ``None`` for a regular file."""
+    if stat.S_ISREG(info.st_mode):
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return "a folder"
+    return "a named pipe" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+
+
 def _check_regular(path: Path, info: os.stat_result) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        kind = (
-            "a folder"
-            if stat.S_ISDIR(info.st_mode)
-            else "a named pipe"
-            if stat.S_ISFIFO(info.st_mode)
-            else "a device or socket"
-        )
+    kind = irregular_kind(info)
+    if kind is not None:
         raise DataError(f"{path} is {kind}, not a regular file; refusing to read it")
 
 
