@@ -20,27 +20,12 @@ from amorgp.amortizer.fisher import (
     predicted_gain,
     refine_pairs,
 )
-from amorgp.kernel_grammar import DimWiseStructure, base_symbol
+from amorgp.amortizer.testing import oracle_covariance
+from amorgp.kernel_grammar import DimWiseStructure
 
 
 def _structure(text: str, d: int) -> DimWiseStructure:
     return DimWiseStructure.coerce(text, d)
-
-
-def _cov(X: np.ndarray, s: DimWiseStructure, theta: np.ndarray) -> np.ndarray:
-    """``prod_j sum_l k_jl + noise I`` from the registry's numpy references."""
-    n = X.shape[0]
-    K = np.ones((n, n))
-    i = 0
-    for j, dim in enumerate(s.dims):
-        S = np.zeros_like(K)
-        for sym in dim:
-            b = base_symbol(sym)
-            p = dict(zip(b.param_names, theta[i : i + len(b.params)], strict=True))
-            S += b.reference(X[:, j], X[:, j], p)
-            i += len(b.params)
-        K *= S
-    return K + theta[-1] * np.eye(n)
 
 
 def _oracle(X: np.ndarray, y: np.ndarray, s: DimWiseStructure, floors: np.ndarray):
@@ -48,7 +33,7 @@ def _oracle(X: np.ndarray, y: np.ndarray, s: DimWiseStructure, floors: np.ndarra
     covariance as one."""
 
     def cov(z: np.ndarray) -> np.ndarray:
-        return _cov(X, s, floors + np.exp(z))
+        return oracle_covariance(X, s, floors + np.exp(z))
 
     def lml(z: np.ndarray) -> float:
         return float(multivariate_normal(np.zeros(len(y)), cov(z)).logpdf(y))
@@ -186,7 +171,7 @@ def test_constraints_fixed_and_bounded_parameters() -> None:
 
         def f(v: np.ndarray, b: int = b) -> float:
             theta = np.array([0.8, v[0], v[1]])
-            cov = _cov(X[b].numpy(), s, theta)
+            cov = oracle_covariance(X[b].numpy(), s, theta)
             return float(multivariate_normal(np.zeros(30), cov).logpdf(y[b].numpy()))
 
         res = minimize(

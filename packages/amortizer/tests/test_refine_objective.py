@@ -9,22 +9,13 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.objective import LogMarginalLikelihood
-from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind, base_symbol
+from amorgp.amortizer.testing import oracle_covariance
+from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind
 
 
 def _dense_lml(X: np.ndarray, y: np.ndarray, s: DimWiseStructure, theta: np.ndarray) -> float:
-    """``prod_j sum_l k_jl`` from the registry's numpy references, then scipy's logpdf."""
-    K = np.ones((len(y), len(y)))
-    i = 0
-    for j, dim in enumerate(s.dims):
-        S = np.zeros_like(K)
-        for sym in dim:
-            b = base_symbol(sym)
-            p = dict(zip(b.param_names, theta[i : i + len(b.params)], strict=True))
-            S += b.reference(X[:, j], X[:, j], p)
-            i += len(b.params)
-        K *= S
-    cov = K + theta[-1] * np.eye(len(y))
+    """The registry's numpy reference covariance, then scipy's logpdf."""
+    cov = oracle_covariance(X, s, theta)
     return float(multivariate_normal(np.zeros(len(y)), cov).logpdf(y))
 
 

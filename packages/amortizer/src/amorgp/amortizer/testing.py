@@ -285,3 +285,24 @@ def oracle_log_marginal_likelihood(
 
     K = s.reference(X, X, params) + noise * np.eye(len(y))
     return float(multivariate_normal(np.zeros(len(y)), K).logpdf(y))
+
+
+def oracle_covariance(X: np.ndarray, s: DimWiseStructure, theta: np.ndarray) -> np.ndarray:
+    """``prod_j sum_l k_jl + noise I`` of a structure at its flat parameters ``theta (m,)``
+    (each addend's parameters in the order of the structure's terms, the noise last), from
+    the registry's numpy reference kernels (a test oracle independent of the torch
+    evaluators and of the refinement's parameter maps)."""
+    from amorgp.kernel_grammar import base_symbol
+
+    n = X.shape[0]
+    K = np.ones((n, n))
+    i = 0
+    for j, dim in enumerate(s.dims):
+        S = np.zeros_like(K)
+        for sym in dim:
+            b = base_symbol(sym)
+            p = dict(zip(b.param_names, theta[i : i + len(b.params)], strict=True))
+            S += b.reference(X[:, j], X[:, j], p)
+            i += len(b.params)
+        K *= S
+    return K + theta[-1] * np.eye(n)
