@@ -284,35 +284,35 @@ def _fit_bucket(
                 if not torch.equal(params, calibrated):  # else only the noise moved
                     Km = pair_matrices(Xp, symp, mskp, params, vocab)
                     scale = torch.ones_like(scale)
-        f = batched.factor(Km, Yp, noise, scale)
+        factors: list[Factor | None] = []
+        if steps == 0 or not scored:  # a refinement factors its own end point below
+            f = batched.factor(Km, Yp, noise, scale)
+            moved: list[int] = []
+            if starts > 1 and not scored:  # the starts scored by that factorisation
+                params, noise, start, moved = multistart_rows(
+                    X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed, f.lml
+                )
+            factors = _factors(f)
+            if moved:  # the pairs whose winner is another start: factored again at it
+                at = torch.tensor(moved, device=X.device)
+                g = _factors(
+                    batched.factor(
+                        pair_matrices(Xp[at], symp[at], mskp[at], params[at], vocab),
+                        Yp[at],
+                        noise[at],
+                    )
+                )
+                for i, p in enumerate(moved):
+                    factors[p] = g[i]
         del Km
-        moved: list[int] = []
-        if starts > 1 and not scored:  # the starts scored by that factorisation
-            params, noise, start, moved = multistart_rows(
-                X, Y, structures, vocab, sym, msk, params, noise, starts, amz.seed, f.lml
-            )
-        failed = f.failed.tolist()
-        factors: list[Factor | None] = [
-            None if failed[p] else (f.L[p], f.alpha[p], f.jitter[p], f.lml[p]) for p in range(P)
-        ]
-        if moved:  # the pairs whose winner is another start: factored again at it
-            at = torch.tensor(moved, device=X.device)
-            g = batched.factor(
-                pair_matrices(Xp[at], symp[at], mskp[at], params[at], vocab), Yp[at], noise[at]
-            )
-            again = g.failed.tolist()
-            for i, p in enumerate(moved):
-                factors[p] = None if again[i] else (g.L[i], g.alpha[i], g.jitter[i], g.lml[i])
         refined: PairRefinement | None = None
         if steps != 0:  # every pair from its winner, batched per structure, then factored
             cons_k = None if kcons is None else list(kcons)
             refined = refine_pairs(X, Y, list(structures), params, noise, steps, cons_k)
             params, noise = refined.params, refined.noise
-            f = batched.factor(pair_matrices(Xp, symp, mskp, params, vocab), Yp, noise)
-            failed = f.failed.tolist()
-            factors = [
-                None if failed[p] else (f.L[p], f.alpha[p], f.jitter[p], f.lml[p]) for p in range(P)
-            ]
+            factors = _factors(
+                batched.factor(pair_matrices(Xp, symp, mskp, params, vocab), Yp, noise)
+            )
     elapsed = time.perf_counter() - t0
     noises = noise.tolist()
     n_enc = min(n, amz.encoder_points)
@@ -358,6 +358,15 @@ def _fit_bucket(
         except Exception as err:  # one dataset's failure stays its own
             out.append(DatasetFit(it.index, [], _one_line(err), n, True))
     return out
+
+
+def _factors(f: batched.Factors) -> list[Factor | None]:
+    """Each pair's element of a batched factorisation (``None`` where it failed)."""
+    failed = f.failed.tolist()
+    return [
+        None if failed[p] else (f.L[p], f.alpha[p], f.jitter[p], f.lml[p])
+        for p in range(len(failed))
+    ]
 
 
 def _refinement_fields(
