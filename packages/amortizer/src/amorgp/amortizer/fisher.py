@@ -586,12 +586,16 @@ def refine_pairs(
         S = ref.params.shape[-1]
         out_p[rows, :D, :L, :S] = ref.params.to(out_p)
         out_n[rows] = ref.noise.to(out_n)
-        for i, p in enumerate(rows.tolist()):
-            iterations[p] = int(ref.iterations[i])
-            status[p] = ref.status[i]
-            gain[p] = float(ref.gain[i])
-            grad_norm[p] = float(ref.grad_norm[i])
-            lml[p] = float(ref.log_marginal_likelihood[i])
+        at = rows.tolist()
+        for out, got in (
+            (iterations, ref.iterations.tolist()),
+            (status, ref.status),
+            (gain, ref.gain.tolist()),
+            (grad_norm, ref.grad_norm.tolist()),
+            (lml, ref.log_marginal_likelihood.tolist()),
+        ):
+            for p, v in zip(at, got, strict=True):
+                out[p] = v
         if progress is not None:
             progress("refine", k + 1, K)
     return PairRefinement(out_p, out_n, iterations, status, gain, grad_norm, lml)
