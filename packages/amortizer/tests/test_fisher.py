@@ -18,8 +18,8 @@ from amorgp.amortizer.fisher import (
     BatchLogMarginalLikelihood,
     fisher_refine,
     predicted_gain,
-    refine_pairs,
 )
+from amorgp.amortizer.refine_rows import refine_pairs
 from amorgp.amortizer.testing import oracle_covariance
 from amorgp.kernel_grammar import DimWiseStructure
 

@@ -30,7 +30,7 @@ from amorgp.amortizer.constraints import (
     project_all,
     warn_at_noise_floor,
 )
-from amorgp.amortizer.fisher import fisher_applies, halve_starts, refine_pairs
+from amorgp.amortizer.fisher import fisher_applies
 from amorgp.amortizer.forward import warn_binary_target, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
@@ -38,6 +38,7 @@ from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.options import check_device, check_inference_options
 from amorgp.amortizer.prediction import NetworkPrediction
 from amorgp.amortizer.refine import STARTS_ROUND, check_refine, refine_in_groups, refine_starts
+from amorgp.amortizer.refine_rows import halve_starts, refine_pairs
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
 from amorgp.amortizer.selection import (
     any_structure,

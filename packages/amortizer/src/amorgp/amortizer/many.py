@@ -44,7 +44,7 @@ float64 stages, for results equal to ``infer_many``'s to rounding.
 
 The batched path covers float64 on at most :data:`~amorgp.amortizer.calibrate.MAX_POINTS`
 points with the primary network, and every option there: a refinement
-(:func:`amorgp.amortizer.fisher.refine_pairs`, Fisher scoring of all pairs of a structure
+(:func:`amorgp.amortizer.refine_rows.refine_pairs`, Fisher scoring of all pairs of a structure
 at once after step 5, then factored again; the same steps as ``infer_many`` takes for
 one dataset), ``fixed`` and ``bounds`` (projected after the starts and after the
 calibration, as ``infer_many`` does), ``noise_floor`` (the calibration's) and
@@ -93,7 +93,7 @@ from amorgp.amortizer.constraints import (
     check_constraints,
     project_all,
 )
-from amorgp.amortizer.fisher import PairRefinement, fisher_applies, refine_pairs
+from amorgp.amortizer.fisher import fisher_applies
 from amorgp.amortizer.forward import encode_structures, encoder_subset, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
 from amorgp.amortizer.multistart import (
@@ -107,6 +107,7 @@ from amorgp.amortizer.pairs import (
     pair_matrices,
 )
 from amorgp.amortizer.refine import check_refine
+from amorgp.amortizer.refine_rows import PairRefinement, refine_pairs
 from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
 from amorgp.core.data import Normalizer, as_dataset
 from amorgp.core.errors import CheckpointError, OptionError
@@ -238,7 +239,7 @@ def _fit_bucket(
     kcons: Sequence[KernelConstraints] | None = None,
 ) -> list[DatasetFit]:
     """The batched stages (module docstring) for datasets of equal ``n`` and ``d``;
-    ``steps``: the refinement (:func:`amorgp.amortizer.fisher.refine_pairs`), with the
+    ``steps``: the refinement (:func:`amorgp.amortizer.refine_rows.refine_pairs`), with the
     constraints ``kcons`` of each structure (``None``: none)."""
     t0 = time.perf_counter()
     B, K = len(items), len(structures)
