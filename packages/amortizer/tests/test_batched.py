@@ -51,7 +51,7 @@ def test_batched_path_matches_the_per_kernel_dense_reference(
     Xt = _data(15, 2, seed=3)[0]
     fast = amz.infer_many(X, y, KERNELS, calibrate=calibrated, starts=1)
     norm, Xn, yn, st = amz._prepare(X, y, KERNELS)
-    params, noise, _, _ = amz._predict(Xn, yn, st)
+    params, noise, _, _ = amz.predict_networks(Xn, yn, st)
     if calibrated:
         cal = calibrate(Xn, yn, st, amz.vocabulary, params, noise, method="eigh")
         params, noise = cal.params, cal.noise
@@ -161,7 +161,7 @@ def test_tridiagonal_profile_matches_the_closed_form() -> None:
 def test_tridiagonal_and_eigh_calibrations_agree(amz: Amortizer) -> None:
     X, y = _data(80, 2, seed=4)
     _norm, Xn, yn, st = amz._prepare(X, y, KERNELS)
-    params, noise, _, _ = amz._predict(Xn, yn, st)
+    params, noise, _, _ = amz.predict_networks(Xn, yn, st)
     a = calibrate(Xn, yn, st, amz.vocabulary, params, noise, method="tridiagonal")
     b = calibrate(Xn, yn, st, amz.vocabulary, params, noise, method="eigh")
     torch.testing.assert_close(a.scale, b.scale, rtol=1e-7, atol=0)

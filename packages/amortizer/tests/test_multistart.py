@@ -87,7 +87,7 @@ def test_starts_one_is_the_network_and_calibration_alone(amz: Amortizer) -> None
     kernels = ["SE + PER", "LIN + SE*PER"]
     got = amz.infer_many(x, y, kernels, starts=1)
     _, Xn, yn, structures = amz._prepare(x, y, kernels)
-    params, noise, _, _ = amz._predict(Xn, yn, structures)
+    params, noise, _, _ = amz.predict_networks(Xn, yn, structures)
     cal = calibrate(Xn, yn, structures, amz.vocabulary, params, noise, seed=amz.seed)
     for i, r in enumerate(got):
         s = structures[i]

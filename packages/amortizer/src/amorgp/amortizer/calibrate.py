@@ -182,7 +182,7 @@ def _blas_controller() -> Any:
 
 
 @contextmanager
-def _one_thread(device: torch.device) -> Iterator[None]:
+def one_thread(device: torch.device) -> Iterator[None]:
     """One intra-op thread on the CPU inside the block (restored after).
 
     The symmetric eigensolver synchronises its threads many times per matrix: on a
@@ -365,7 +365,7 @@ def calibrate_spectra(
     new_noise = n64.clone()
     gain = torch.zeros(K, dtype=torch.float64, device=dev)
     reached = torch.full((K,), -math.inf, dtype=torch.float64, device=dev)
-    with _one_thread(dev):  # small, synchronisation-bound work: see _one_thread
+    with one_thread(dev):  # small, synchronisation-bound work: see one_thread
         for sl, spec, finite in spectra:
             if scale:
                 log_r, s, lml, base = _best_ratio(spec, scaling.s_min[sl], n64[sl], noise_min)

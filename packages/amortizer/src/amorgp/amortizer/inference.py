@@ -6,7 +6,6 @@ The steps of :meth:`Amortizer.infer_many` are described in :mod:`amorgp.amortize
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,29 +16,22 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from amorgp.amortizer import batched
-from amorgp.amortizer import calibrate as calibration
-from amorgp.amortizer.backends import GPBackendSizing
+from amorgp.amortizer import batched, pipeline
 from amorgp.amortizer.bundled import PRETRAINED_DIR, resolve_checkpoint
-from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
 from amorgp.amortizer.calibrate import check_calibrate
 from amorgp.amortizer.config import NetworkConfig
 from amorgp.amortizer.constraints import (
     Name,
     check_constraints,
-    project_all,
     warn_at_noise_floor,
 )
-from amorgp.amortizer.fisher import fisher_applies
 from amorgp.amortizer.forward import warn_binary_target, warn_outside_training
 from amorgp.amortizer.io import MIN_POINTS
-from amorgp.amortizer.multistart import check_starts, multistart, resolve_starts
+from amorgp.amortizer.multistart import check_starts, resolve_starts
 from amorgp.amortizer.network import AmortizationNetwork
 from amorgp.amortizer.options import check_device, check_inference_options
-from amorgp.amortizer.prediction import NetworkPrediction
-from amorgp.amortizer.refine import STARTS_ROUND, check_refine, refine_in_groups, refine_starts
-from amorgp.amortizer.refine_rows import halve_starts, refine_pairs
-from amorgp.amortizer.results import Factor, KernelResult, conditioned_posterior
+from amorgp.amortizer.refine import check_refine
+from amorgp.amortizer.results import KernelResult
 from amorgp.amortizer.selection import (
     any_structure,
     check_candidates,
@@ -49,7 +41,7 @@ from amorgp.amortizer.selection import (
 from amorgp.core.data import Normalizer, as_dataset
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
-from amorgp.lazy_kernels import MEMORY_BUDGET, Posterior, SolverPlan, check_backend
+from amorgp.lazy_kernels import MEMORY_BUDGET, check_backend
 
 __all__ = [
     "AmortizedMethod",
@@ -82,7 +74,7 @@ Progress = Callable[[str, int, int], None]
 logger = logging.getLogger(__name__)
 
 
-class Amortizer(NetworkPrediction, GPBackendSizing):
+class Amortizer(pipeline.Fitter):
     """Amortized GP hyperparameter inference with a trained network.
 
     Args:
@@ -380,146 +372,31 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         cons.check_refine(steps)
         norm, Xn, yn, parsed = self._prepare(X, y, kernels, steps)
         structures = batched.KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
-        kcons = cons.resolve(structures)
-        params, noise, n_enc, chosen = self._predict(Xn, yn, structures)
-        if not cons.trivial:  # a fixed value replaces the prediction, bounds clip it
-            params, noise = project_all(kcons, params, noise)
-        if progress is not None:
-            progress("network", 1, 1)
-        starts = resolve_starts(starts, self.starts, calibrate)
-        start = ["network"] * len(structures)
         n, K = Xn.shape[0], len(structures)
         terms = [sum(len(a) for a in s.dims) for s in structures]
-        plan = self.solver_plan(n, max(terms), graph=False)  # every posterior's solver
-        # the dense factors of all kernels in batched chunks (batched.py) where one matrix
-        # fits the plan's chunk; else each posterior factors itself (lazy solvers, large n)
-        batched_factors = (
-            plan.dense
-            and self.dtype == torch.float64
-            and 8 * n * n <= plan.chunk_bytes
-            and evaluate_lml is not False
+        opts = pipeline.FitOptions(
+            steps=steps,
+            calibrate=calibrate,
+            starts=resolve_starts(starts, self.starts, calibrate),
+            constraints=cons,
+            kernel_constraints=cons.resolve(structures),
+            groups=self.refine_groups(n, terms, steps) if steps != 0 else [],  # or refused
+            evaluate_lml=evaluate_lml,
+            progress=progress,
         )
-
-        def project(p: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-            return (p, v) if cons.trivial else project_all(kcons, p, v)
-
-        # 1. starts: every start of every kernel, the network's included, calibrated and
-        # scored on the scoring points in one batched pass (multistart.py); the winners'
-        # calibration on all points is left to stage 2
-        pending = calibrate  # the calibration on all points is still to run
-        halving = [0] * len(structures)  # evaluations of the starts' successive halving
-        if starts > 1:
-            ms = multistart(
-                Xn, yn, structures, self.vocabulary, params, noise, starts, self.seed,
-                calibrated=not calibrate,
-            )  # fmt: skip
-            # refine="auto": the best few starts of each kernel refined, the best kept
-            if steps == "auto" and fisher_applies(n, terms, self.dtype, plan.memory_budget):
-                ms, halving = halve_starts(Xn, yn, structures, ms, STARTS_ROUND)
-            else:
-                ms = refine_starts(Xn, yn, structures, self.vocabulary, ms, steps)
-            params, noise, start = ms.params, ms.noise, ms.start
-            params, noise = project(params, noise)
-            # (the starts' calibration knows no constraints: with them, calibrated again)
-            pending = calibrate and (not ms.calibrated_on_all or not cons.trivial)
-        # 2. calibration on all points: with the factorisation of stage 4 (the same kernel
-        # matrices) where nothing comes between, else here
-        fused = batched_factors and steps == 0 and n <= calibration.MAX_POINTS and cons.trivial
-        if pending and not fused:
-            cal = calibrate_scale_noise(
-                Xn,
-                yn,
-                structures,
-                self.vocabulary,
-                params,
-                noise,
-                seed=self.seed,
-                noise_floor=cons.noise_floor,
-            )
-            params, noise = project(cal.params, cal.noise)
-            pending = False
-        # 3. refinement (refine.py), within the memory budget by groups of kernels
-        iterations, status = [0] * K, ["none"] * K
-        gains, grad_norms = [math.nan] * K, [math.nan] * K
-        groups = self.refine_groups(n, terms, steps) if steps != 0 else []  # dense, or refused
-        if steps != 0 and fisher_applies(n, terms, self.dtype, plan.memory_budget):
-            # dense float64 on at most fisher.MAX_POINTS points: the batched Fisher scoring of
-            # infer_datasets, a batch of one dataset
-            fr = refine_pairs(
-                Xn[None],
-                yn[None],
-                list(structures),
-                params,
-                noise,
-                steps,
-                None if cons.trivial else kcons,
-                progress=progress,
-            )
-            params, noise = fr.params, fr.noise
-            iterations = [i + h for i, h in zip(fr.iterations, halving, strict=True)]
-            status = fr.status
-            gains, grad_norms = fr.gain, fr.grad_norm
-        elif steps != 0:
-            ref = refine_in_groups(
-                Xn,
-                yn,
-                structures,
-                self.vocabulary,
-                params,
-                noise,
-                steps,
-                groups,
-                progress,
-                None if cons.trivial else kcons,
-            )
-            params, noise = ref.params, ref.noise
-            iterations, status = ref.iterations, ref.status
-        # 4. the dense factors, batched (with the pending calibration)
-        factors: list[Factor | None] | None = None
-        if batched_factors:
-            params, noise, factors = self._calibrate_and_factor(
-                Xn, yn, structures, params, noise, pending
-            )
-        # 5. conditioning: one posterior per kernel, solved by the plan
-        posteriors = self._condition(structures, params, noise, Xn, yn, factors, plan)
-        if evaluate_lml or (plan.dense and evaluate_lml is None):
-            for i, post in enumerate(posteriors):  # per kernel: its posterior's factor, kept
-                with torch.inference_mode():
-                    post.log_marginal_likelihood()
-                if progress is not None:
-                    progress("likelihood", i + 1, K)
+        batch = pipeline.run(self, pipeline.new_batch(self, Xn[None], yn[None], structures), opts)
         elapsed = time.perf_counter() - t0
+        evaluate = bool(evaluate_lml) or (batch.plan.dense and evaluate_lml is None)
+        results = pipeline.kernel_results(self, batch, 0, norm, opts, elapsed, evaluate)
         logger.info(
             "%d kernel(s) on n = %d points: %.3f s (calibrate=%s, starts=%d, refine=%s)",
-            K, n, elapsed, calibrate, starts, refine,
+            K, n, elapsed, calibrate, opts.starts, refine,
         )  # fmt: skip
-        noises = noise.tolist()
-        warn_at_noise_floor(Xn, yn, kcons, params, noise, factors, self.vocabulary)
-        return [
-            KernelResult(
-                kernel=s,
-                params=params[i, : s.n_dims, : s.max_addends].detach().to("cpu", torch.float64),
-                noise=noises[i],
-                normalizer=norm,
-                n_points=n,
-                time_s=elapsed / K,
-                call_time_s=elapsed,
-                encoder_points=n_enc,
-                refine_steps=iterations[i],
-                refine_status=status[i],
-                refine_gain=gains[i],
-                grad_norm=grad_norms[i],
-                calibrated=calibrate,
-                network=chosen[i],
-                start=start[i],
-                noise_floor=cons.noise_floor,
-                fixed=dict(kcons[i].fixed),
-                bounds=dict(kcons[i].bounds),
-                priors=cons.priors,
-                _posterior=posteriors[i],
-            )
-            for i, s in enumerate(structures)
-        ]
+        warn_at_noise_floor(
+            Xn, yn, opts.kernel_constraints, batch.params, batch.noise, batch.factors,
+            self.vocabulary,
+        )  # fmt: skip
+        return results
 
     def _prepare(
         self,
@@ -539,74 +416,6 @@ class Amortizer(NetworkPrediction, GPBackendSizing):
         Xn = norm.transform_x(Xa).to(self.device, self.dtype)
         yn = norm.transform_y(ya).to(self.device, self.dtype)
         return norm, Xn, yn, structures
-
-    def _condition(
-        self,
-        structures: Sequence[DimWiseStructure],
-        params: Tensor,
-        noise: Tensor,
-        Xn: Tensor,
-        yn: Tensor,
-        factors: Sequence[Factor | None] | None = None,
-        plan: SolverPlan | None = None,
-    ) -> list[Posterior]:
-        """One :class:`~amorgp.lazy_kernels.Posterior` per kernel
-        (:func:`~amorgp.amortizer.results.conditioned_posterior`, adopting its precomputed
-        factor where given), solved by ``plan`` (default: :meth:`solver_plan` for the
-        largest kernel, without a graph)."""
-        if plan is None:
-            terms = max(sum(len(a) for a in s.dims) for s in structures)
-            plan = self.solver_plan(Xn.shape[0], terms, graph=False)
-        noises = noise.tolist()
-        return [
-            conditioned_posterior(
-                s,
-                params[i],
-                noises[i],
-                Xn,
-                yn,
-                plan=plan,
-                options=self.gp_options,
-                factor=None if factors is None else factors[i],
-            )
-            for i, s in enumerate(structures)
-        ]
-
-    def _calibrate_and_factor(
-        self,
-        Xn: Tensor,
-        yn: Tensor,
-        structures: Sequence[DimWiseStructure],
-        params: Tensor,
-        noise: Tensor,
-        calibrate: bool,
-    ) -> tuple[Tensor, Tensor, list[Factor | None]]:
-        """Calibration (when asked) and the dense factors of ``K`` kernels, by chunks of
-        :data:`~amorgp.amortizer.batched.CHUNK_BYTES`: each chunk's kernel matrices are
-        evaluated once (one evaluator call), calibrated on (the calibrated matrix is the
-        scale times the network's, exactly: only variances change) and factored in one
-        batched Cholesky.  Needs ``n <=`` :data:`~amorgp.amortizer.calibrate.MAX_POINTS`
-        when calibrating (no subset)."""
-        params, noise = params.clone(), noise.clone()
-        out: list[Factor | None] = []
-        for sl in batched.chunks(len(structures), Xn.shape[0]):
-            with torch.no_grad():
-                Km = batched.kernel_matrices(Xn, structures[sl], self.vocabulary, params[sl])
-                scale = None
-                if calibrate:
-                    cal = calibrate_scale_noise(
-                        Xn,
-                        yn,
-                        structures[sl],
-                        self.vocabulary,
-                        params[sl],
-                        noise[sl],
-                        seed=self.seed,
-                        matrices=Km,
-                    )
-                    params[sl], noise[sl], scale = cal.params, cal.noise, cal.scale
-                out.extend(_split(batched.factor(Km, yn, noise[sl], scale)))
-        return params, noise, out
 
     def fit_many(
         self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]
@@ -672,16 +481,6 @@ class AmortizedMethod:
         return self.amortizer.infer_many(
             X, y, kernels, refine=self.refine, calibrate=self.calibrate
         )
-
-
-def _split(f: batched.Factors) -> list[Factor | None]:
-    """Per kernel ``(L, alpha, jitter, lml)``, ``None`` where the factorisation failed (the
-    kernel's lazy posterior then raises the usual error on use)."""
-    failed = f.failed.tolist()
-    return [
-        None if failed[i] else (f.L[i], f.alpha[i], f.jitter[i], f.lml[i])
-        for i in range(len(failed))
-    ]
 
 
 def _section(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -31,6 +31,7 @@ from amorgp.amortizer.spectra import _Eigen, _spectrum, _Tridiagonal, tridiagona
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
 __all__ = [
+    "Alternatives",
     "RECURRENCE_BYTES",
     "calibrate_rows",
     "log_likelihood_rows",
@@ -81,7 +82,7 @@ def calibrate_rows(
     P, n = Y.shape
     if Km.device.type == "cpu":
         step = max(1, CACHE_BYTES // (8 * n * n))
-        with calibration._one_thread(Km.device):  # one thread, BLAS included: see _one_thread
+        with calibration.one_thread(Km.device):  # one thread, BLAS included: see one_thread
             forms = [
                 tridiagonal_form(
                     Km[s : s + step].to(torch.float64), Y[s : s + step].to(torch.float64)
@@ -122,7 +123,7 @@ def evaluate_and_calibrate(
         return calibrate_rows(Km, Y, symbols, mask, params, noise, vocabulary)
     step = max(1, CACHE_BYTES // (8 * n * n))
     forms = []
-    with calibration._one_thread(X.device):  # one thread, BLAS included: see _one_thread
+    with calibration.one_thread(X.device):  # one thread, BLAS included: see one_thread
         for s in range(0, P, step):
             sl = slice(s, min(P, s + step))
             Km = pair_matrices(X[sl], symbols[sl], mask[sl], params[sl], vocabulary)
@@ -199,7 +200,8 @@ def multistart_rows(
     seed: int,
     net_lml: Tensor | None = None,
     calibrated: bool = True,
-) -> tuple[Tensor, Tensor, list[str], list[int]]:
+    keep: int = 1,
+) -> tuple[Tensor, Tensor, list[str], list[int], list[Alternatives]]:
     """:func:`amorgp.amortizer.multistart.multistart` (``refine=0``) of the ``B K`` pairs of
     ``B`` datasets ``X (B, n, d)``, ``Y (B, n)`` (``n <= MAX_POINTS``) and ``K`` structures:
     the starts of every pair calibrated and scored in one batch.  Returns the winners'
@@ -213,7 +215,11 @@ def multistart_rows(
     ``calibrated=False`` (as :func:`~amorgp.amortizer.multistart.multistart`'s): the
     network's starts are calibrated and scored on the scoring points with the others,
     and every pair's winner is returned calibrated there (on all points with at most
-    :data:`~amorgp.amortizer.multistart.SCORE_POINTS`); every pair is listed as moved."""
+    :data:`~amorgp.amortizer.multistart.SCORE_POINTS`); every pair is listed as moved.
+
+    ``keep > 1``: also each pair's best ``keep`` starts, best first (as
+    :attr:`~amorgp.amortizer.multistart.MultiStart.alternatives`: what ``refine="auto"``
+    halves, :func:`amorgp.amortizer.refine_rows.halve_rows`); else an empty list."""
     B, n, d = X.shape
     K = len(structures)
     P = B * K
@@ -224,7 +230,7 @@ def multistart_rows(
     names_out = ["network"] * P
     periodic = [has_periodic(s) for s in structures]
     if starts <= 1:
-        return params, noise, names_out, []
+        return params, noise, names_out, [], []
     tables = tuple(t.to(dev) for t in _slot_tables(vocabulary))
     cands = period_candidates_many(X, Y)
     sub = encoder_subset(n, SCORE_POINTS, seed)
@@ -265,7 +271,7 @@ def multistart_rows(
             blocks.append(pred.params.to(torch.float64)[:, :d, :L])
             offset += B
     if not owner:
-        return params, noise, names_out, []
+        return params, noise, names_out, [], []
     own = torch.tensor(owner, dtype=torch.long, device=dev)
     ds, ks = own // K, own % K
     alt_params = torch.cat(blocks)[torch.tensor(rows, dtype=torch.long, device=dev)]
@@ -287,6 +293,7 @@ def multistart_rows(
             cal.noise[won].to(noise.dtype),
             [names[best_of[p]] for p in range(P)],
             list(range(P)),
+            _ranked(P, owner, names, lml_alt, cal.params, cal.noise, keep),
         )
     heads = sorted(set(owner))
     at_h = torch.tensor(heads, dtype=torch.long, device=dev)
@@ -302,8 +309,19 @@ def multistart_rows(
         if cur is None or lml_alt[i] > lml_alt[cur]:
             best[p] = i
     moved = sorted(p for p, i in best.items() if lml_alt[i] > lml_net[p])
+    alternatives: list[Alternatives] = []
+    if keep > 1:  # the network's start first (ties keep it), then the others
+        alternatives = _ranked(
+            P,
+            list(range(P)) + owner,
+            ["network"] * P + names,
+            [lml_net.get(p, math.nan) for p in range(P)] + lml_alt,
+            torch.cat([p64, cal.params]),
+            torch.cat([n64, cal.noise]),
+            keep,
+        )
     if not moved:
-        return params, noise, names_out, []
+        return params, noise, names_out, [], alternatives
     won = torch.tensor([best[p] for p in moved], dtype=torch.long, device=dev)
     at_m = torch.tensor(moved, dtype=torch.long, device=dev)
     new_p, new_n = cal.params[won], cal.noise[won]
@@ -319,7 +337,36 @@ def multistart_rows(
     out_noise[at_m] = new_n.to(out_noise.dtype)
     for p in moved:
         names_out[p] = names[best[p]]
-    return out, out_noise, names_out, moved
+    return out, out_noise, names_out, moved, alternatives
+
+
+Alternatives = list[tuple[str, Tensor, Tensor]]
+"""A pair's best starts, best first: ``(name, params (d, L, S), noise)`` each."""
+
+
+def _ranked(
+    P: int,
+    owner: Sequence[int],
+    names: Sequence[str],
+    score: Sequence[float],
+    params: Tensor,
+    noise: Tensor,
+    keep: int,
+) -> list[Alternatives]:
+    """Each of ``P`` pairs' best ``keep`` starts with a finite score, best first (ties in
+    listed order; at least the first listed), from the starts ``i`` of pair ``owner[i]``;
+    an empty list for ``keep <= 1``."""
+    if keep <= 1:
+        return []
+    mine: list[list[int]] = [[] for _ in range(P)]
+    for i, p in enumerate(owner):  # bookkeeping: the starts of each pair
+        mine[p].append(i)
+    out: list[Alternatives] = []
+    for rows in mine:
+        ranked = sorted(rows, key=lambda i: -score[i] if math.isfinite(score[i]) else math.inf)
+        kept = [i for i in ranked if math.isfinite(score[i])][:keep] or rows[:1]
+        out.append([(names[i], params[i], noise[i]) for i in kept])
+    return out
 
 
 def _set_many(params: Tensor, slots: Tensor, where: Tensor, value: Tensor | float) -> Tensor:

@@ -62,10 +62,10 @@ class NetworkPrediction:
         Raises:
             CheckpointError: the network's output is not finite (broken weights).
         """
-        params, noise, n_enc, _ = self._predict(Xn, yn, structures)
+        params, noise, n_enc, _ = self.predict_networks(Xn, yn, structures)
         return params, noise, n_enc
 
-    def _predict(
+    def predict_networks(
         self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
     ) -> tuple[Tensor, Tensor, int, list[str]]:
         """:meth:`predict_parameters` and the name of the winning network per kernel."""

@@ -1,14 +1,14 @@
 """The refinement stage over rows: Fisher scoring (:mod:`amorgp.amortizer.fisher`)
 applied to the (dataset, kernel) pairs of a bucket (:func:`refine_pairs`: the pairs of
 each structure in one batch; ``infer_many`` is a bucket of one dataset) and to the best
-starts of a kernel (:func:`halve_starts`: the successive halving of ``refine="auto"``).
+starts of every row (:func:`halve_rows`: the successive halving of ``refine="auto"``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -19,9 +19,8 @@ from amorgp.kernel_grammar import DimWiseStructure
 
 if TYPE_CHECKING:
     from amorgp.amortizer.constraints import KernelConstraints
-    from amorgp.amortizer.multistart import MultiStart
 
-__all__ = ["AUTO_MAX_ITERS", "PairRefinement", "halve_starts", "refine_pairs"]
+__all__ = ["AUTO_MAX_ITERS", "PairRefinement", "halve_rows", "refine_pairs"]
 
 AUTO_MAX_ITERS = 100
 """Most evaluations ``refine="auto"`` runs per row in :func:`refine_pairs`."""
@@ -98,62 +97,79 @@ def refine_pairs(
     return PairRefinement(out_p, out_n, iterations, status, gain, grad_norm, lml)
 
 
-def halve_starts(
+def halve_rows(
     X: Tensor,
-    y: Tensor,
+    Y: Tensor,
     structures: Sequence[DimWiseStructure],
-    starts: MultiStart,
+    alternatives: Sequence[Sequence[tuple[str, Tensor, Tensor]]],
+    params: Tensor,
+    noise: Tensor,
+    start: Sequence[str],
     iterations: int,
-) -> tuple[MultiStart, list[int]]:
-    """:func:`amorgp.amortizer.refine.refine_starts` by Fisher scoring: the best few starts
-    of each kernel (``starts.alternatives``) of one dataset ``X (n, d)``, ``y (n,)`` are
-    refined together, ``iterations`` evaluations a round (:func:`fisher_refine`, the
-    starts of a kernel as the rows of one batch), the better half by exact log marginal
-    likelihood kept after each round, until two are left, of which the better wins.  A
-    kernel with one start, or without a periodic addend (whose alternatives are the null
-    starts, rarely in another basin, at several times the cost), is left as it is.  Also returns, per kernel, the evaluations
-    spent on its winner's path (0 where it had one start)."""
-    new_params, new_noise = starts.params.clone(), starts.noise.clone()
-    names, lmls = list(starts.start), starts.log_marginal_likelihood.clone()
-    X64, y64 = X.detach().to("cpu", torch.float64), y.detach().to("cpu", torch.float64)
-    spent = [0] * len(starts.alternatives)
+) -> tuple[Tensor, Tensor, list[str], list[int]]:
+    """The successive halving of ``refine="auto"`` over the best few starts of every row
+    (dataset ``b``, kernel ``k``: row ``b K + k``) of ``B`` datasets ``X (B, n, d)``,
+    ``Y (B, n)`` and ``K`` structures.
+
+    ``alternatives[p]``: row ``p``'s best starts, best first (``(name, params, noise)``;
+    :attr:`amorgp.amortizer.multistart.MultiStart.alternatives`,
+    :func:`amorgp.amortizer.pairs.multistart_rows`).  Each round refines the live starts
+    of all rows of a structure in one batch, ``iterations`` evaluations each
+    (:func:`fisher_refine`), and keeps the better half of each row's starts by exact log
+    marginal likelihood, until two are left, of which the better wins.  A row with one
+    start, or of a kernel without a periodic addend (whose alternatives are the null
+    starts, rarely in another basin, at several times the cost), is left as it is.
+
+    Returns the rows' ``params``, ``noise`` and start names, and per row the evaluations
+    spent on its winner's path (0 where it was left as it is).
+    """
     from amorgp.amortizer.multistart import has_periodic
 
-    for k, alt in enumerate(starts.alternatives):  # a few kernels
-        if len(alt) < 2 or not has_periodic(structures[k]):
+    K = len(structures)
+    P = params.shape[0]
+    out_p, out_n, names = params.detach().clone(), noise.detach().clone(), list(start)
+    spent = [0] * P
+    X64, Y64 = X.detach().to("cpu", torch.float64), Y.detach().to("cpu", torch.float64)
+    for k, s in enumerate(structures):  # a few structures; each batched over rows
+        if not has_periodic(s):
             continue
-        s = structures[k]
         D, L = s.n_dims, s.max_addends
-        P = max(p.shape[-1] for _, p, _ in alt)
-        cand = [(name, p[:D, :L], nz, 0) for name, p, nz in alt]
-        while True:
-            S = len(cand)
-            params = torch.ones(S, D, L, P, dtype=torch.float64)
-            for i, (_, p, _, _) in enumerate(cand):
-                params[i, : p.shape[0], : p.shape[1], : p.shape[2]] = p.to(torch.float64)
-            noise = torch.stack([torch.as_tensor(c[2], dtype=torch.float64) for c in cand])
-            obj = BatchLogMarginalLikelihood(
-                X64.expand(S, *X64.shape), y64.expand(S, *y64.shape), s
-            )
-            ref = fisher_refine(obj, params, noise, iterations)
-            score = torch.nan_to_num(ref.log_marginal_likelihood, nan=-math.inf)
-            order = torch.argsort(score, descending=True).tolist()
-            keep = (S + 1) // 2
-            runs = [c[3] + int(ref.iterations[i]) for i, c in enumerate(cand)]
-            if S > 2 and math.isfinite(float(score[order[1]])):
-                cand = [(cand[i][0], ref.params[i], ref.noise[i], runs[i]) for i in order[:keep]]
-                continue
-            best = order[0]
-            if math.isfinite(float(score[best])):
-                p = ref.params[best]
-                new_params[k] = 1.0
-                new_params[k, : p.shape[0], : p.shape[1], : p.shape[2]] = p.to(new_params)
-                new_noise[k] = ref.noise[best].to(new_noise)
-                names[k] = cand[best][0]
-                lmls[k] = float(score[best])
-                spent[k] = runs[best]
-            break
-    out = replace(
-        starts, params=new_params, noise=new_noise, start=names, log_marginal_likelihood=lmls
-    )
-    return out, spent
+        live = {
+            p: [(name, prm[:D, :L], nz, 0) for name, prm, nz in alternatives[p]]
+            for p in range(k, P, K)
+            if len(alternatives[p]) > 1
+        }
+        while live:
+            flat = [(p, c) for p, cands in live.items() for c in cands]
+            S = max(c[1].shape[-1] for _, c in flat)
+            rows = torch.ones(len(flat), D, L, S, dtype=torch.float64)
+            for i, (_, c) in enumerate(flat):  # a few starts per row
+                rows[i, : c[1].shape[0], : c[1].shape[1], : c[1].shape[2]] = c[1].to(rows)
+            nz = torch.stack([torch.as_tensor(c[2], dtype=torch.float64) for _, c in flat])
+            at = torch.tensor([p // K for p, _ in flat])
+            obj = BatchLogMarginalLikelihood(X64[at], Y64[at], s)
+            ref = fisher_refine(obj, rows, nz, iterations)
+            score = torch.nan_to_num(ref.log_marginal_likelihood, nan=-math.inf).tolist()
+            its = ref.iterations.tolist()
+            survivors: dict[int, list[tuple[str, Tensor, Tensor, int]]] = {}
+            first = 0
+            for p, cands in live.items():  # bookkeeping per row: the better half kept
+                mine = sorted(range(first, first + len(cands)), key=lambda i: -score[i])
+                runs = {i: flat[i][1][3] + int(its[i]) for i in mine}
+                first += len(cands)
+                if len(mine) > 2 and math.isfinite(score[mine[1]]):
+                    survivors[p] = [
+                        (flat[i][1][0], ref.params[i], ref.noise[i], runs[i])
+                        for i in mine[: (len(mine) + 1) // 2]
+                    ]
+                    continue
+                best = mine[0]
+                if math.isfinite(score[best]):
+                    prm = ref.params[best]
+                    out_p[p] = 1.0
+                    out_p[p, : prm.shape[0], : prm.shape[1], : prm.shape[2]] = prm.to(out_p)
+                    out_n[p] = ref.noise[best].to(out_n)
+                    names[p] = flat[best][1][0]
+                    spent[p] = runs[best]
+            live = survivors
+    return out_p, out_n, names, spent

@@ -30,14 +30,12 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from amorgp.kernel_grammar import Vocabulary
 
 if TYPE_CHECKING:
     from torch import nn
-
-    from amorgp.amortizer.config import NetworkConfig
 
 __all__ = [
     "SE_VOCABULARY",
@@ -52,6 +50,20 @@ SE_VOCABULARY = Vocabulary(("SE",), "se")
 """Vocabulary of the AHGP-SE-ARD model (one SE per dimension)."""
 
 _C = TypeVar("_C")
+
+
+class _Network(Protocol):
+    """What a spec reads of a network configuration
+    (:class:`~amorgp.amortizer.config.NetworkConfig`, which reads this registry)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def vocabulary(self) -> Vocabulary: ...
+
+
+_N = TypeVar("_N", bound=_Network)
 
 
 @dataclass(frozen=True)
@@ -103,10 +115,10 @@ class NetworkSpec:
                 f"{list(self.training_vocabulary.symbols)}, got {list(vocab.symbols)}"
             )
 
-    def configure(self, network: NetworkConfig) -> NetworkConfig:
+    def configure(self, network: _N) -> _N:
         """``network`` switched to this model (and to its training vocabulary, if any)."""
         vocab = self.training_vocabulary or network.vocabulary
-        return dataclasses.replace(network, model=self.name, vocabulary=vocab)
+        return dataclasses.replace(network, model=self.name, vocabulary=vocab)  # type: ignore[type-var]
 
     def adjust_simulator(self, config: _C) -> _C:
         """``config`` (a ``SimulatorConfig``) with this network's overrides applied."""
@@ -114,7 +126,7 @@ class NetworkSpec:
             return config
         return dataclasses.replace(config, **self.simulator)  # type: ignore[type-var]
 
-    def build(self, config: NetworkConfig) -> nn.Module:
+    def build(self, config: _Network) -> nn.Module:
         """A freshly initialised network for ``config``."""
         return self.network_class()(config)
 
@@ -154,7 +166,7 @@ def network_spec(name: str) -> NetworkSpec:
         raise ValueError(f"unknown model {name!r}; use one of {known}") from None
 
 
-def build_model(config: NetworkConfig) -> nn.Module:
+def build_model(config: _Network) -> nn.Module:
     """Instantiate the network named by ``config.model``."""
     return network_spec(config.model).build(config)
 

@@ -286,7 +286,7 @@ def _network_start(
     t0 = time.perf_counter()
     norm, Xn, yn, parsed = amz._prepare(X, y, [structure], 0)
     structures = KernelBatch(parsed, amz.vocabulary, amz.device)
-    params, noise, n_enc, names = amz._predict(Xn, yn, structures)
+    params, noise, n_enc, names = amz.predict_networks(Xn, yn, structures)
     if scaled:
         cal = calibrate_scale_noise(
             Xn,
