@@ -273,7 +273,6 @@ def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree:
     assert values[1] >= values[0] - 1e-6
     # one calibration per start: with the scale where the tree holds one, else the noise
     import amorgp.amortizer.calibrate as cal_module
-    import amorgp.amortizer.inference as inference_module
 
     calls: list[bool] = []
 
@@ -281,10 +280,17 @@ def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree:
         calls.append(bool(kwargs.get("scale", True)))
         return real(*args, **kwargs)
 
+    import amorgp.amortizer.pipeline as pipeline_module
+
+    def counted_rows(*args: object, **kwargs: object) -> object:
+        calls.append(True)  # the pipeline's batched calibration of scale and noise
+        return real_rows(*args, **kwargs)
+
     real = cal_module.calibrate
+    real_rows = pipeline_module.calibrate_rows
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cal_module, "calibrate", counted)
-        mp.setattr(inference_module, "calibrate_scale_noise", counted)
+        mp.setattr(pipeline_module, "calibrate_rows", counted_rows)
         model = SingleTaskGP(
             X, y[:, None], covar_module=_tree(tree), input_transform=Normalize(2)
         ).double()

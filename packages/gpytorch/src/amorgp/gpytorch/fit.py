@@ -279,26 +279,27 @@ def _network_start(
     calibration, so the same hyperparameters and noise), without conditioning its
     posterior: the result holds no data (no likelihood, no predictions), which
     :class:`AmortizedFit` does not read.  For an amortizer without candidate networks."""
+    from amorgp.amortizer import pipeline
     from amorgp.amortizer.batched import KernelBatch
-    from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
-    from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR
+    from amorgp.amortizer.constraints import check_constraints
 
     t0 = time.perf_counter()
     norm, Xn, yn, parsed = amz._prepare(X, y, [structure], 0)
     structures = KernelBatch(parsed, amz.vocabulary, amz.device)
-    params, noise, n_enc, names = amz.predict_networks(Xn, yn, structures)
-    if scaled:
-        cal = calibrate_scale_noise(
-            Xn,
-            yn,
-            structures,
-            amz.vocabulary,
-            params,
-            noise,
-            seed=amz.seed,
-            noise_floor=DEFAULT_NOISE_FLOOR,
-        )
-        params, noise = cal.params, cal.noise
+    cons = check_constraints(None, None, None, False)
+    opts = pipeline.FitOptions(
+        steps=0,
+        calibrate=scaled,
+        starts=1,
+        constraints=cons,
+        kernel_constraints=cons.resolve(structures),
+        groups=[],
+        evaluate_lml=False,
+    )
+    # the pipeline's first stages on a batch of one (infer's), without its posterior
+    batch = pipeline.new_batch(amz, Xn[None], yn[None], structures)
+    batch = pipeline.calibrate(amz, pipeline.predict(amz, batch, opts), opts)
+    params, noise, n_enc, names = batch.params, batch.noise, batch.encoder_points, batch.network
     s = parsed[0]
     elapsed = time.perf_counter() - t0
     return KernelResult(
@@ -312,7 +313,7 @@ def _network_start(
         encoder_points=n_enc,
         calibrated=scaled,
         network=names[0],
-        noise_floor=DEFAULT_NOISE_FLOOR,
+        noise_floor=cons.noise_floor,
     )
 
 
