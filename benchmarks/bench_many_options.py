@@ -180,7 +180,6 @@ def write(args, rows) -> None:
         "as a loop of `infer_many` (1.0x with `refine=5`, 1.1x with fixed noise, measured "
         "on 120 series). Before the one pipeline, the buckets refined only each series' "
         'winning start with `refine="auto"`, while the loop also halved its best starts.',
-
         "",
     ]
     args.out.write_text("\n".join(lines))
