@@ -252,8 +252,10 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             g_all = torch.cat([g_general, g_k[:, None], g_noise[:, None]], 1)
             grad = g_all[:, col] * c
             if with_fisher and free:
+                # A^-1 K = I - noise A^-1 (A = K + noise I): no product for the scales
+                AK = eye - theta[:, -1, None, None] * Ainv
                 M = torch.cat(
-                    [Ainv[:, None] @ U, (Ainv @ Kb)[:, None], Ainv[:, None]], 1
+                    [Ainv[:, None] @ U, AK[:, None], Ainv[:, None]], 1
                 )  # (B, u + 2, n, n): A^-1 times each distinct derivative
                 Mt = M.transpose(-2, -1).flatten(2)
                 Fu = 0.5 * (M.flatten(2) @ Mt.transpose(1, 2))
