@@ -167,7 +167,7 @@ def run_one(
                 "offset": r.normalizer.lml_offset(X.shape[0]),
             }
         if sk:  # original inputs (its initial period 1 in their units), standardised targets
-            norm = amz._prepare(X, y, [kernel])[0]
+            norm = amz.prepare(X, y, [kernel])[0]
             yn = norm.transform_y(y).numpy()
             lml, period, dt = sklearn_fit(np.asarray(X, float).reshape(len(yn), -1), yn, kernel)
             span = float(norm.x_range[dim])
@@ -191,7 +191,7 @@ def refine_timing(amz: Amortizer, repeats: int) -> dict[str, float]:
     rng = np.random.default_rng(5)
     x = np.sort(rng.uniform(0, 10, 500))
     y = np.sin(2 * np.pi * x / 2.3) + 0.1 * x + 0.2 * rng.normal(size=500)
-    _, Xn, yn, st = amz._prepare(x, y, ["SE + PER"])
+    _, Xn, yn, st = amz.prepare(x, y, ["SE + PER"])
     r = amz.infer(x, y, "SE + PER")
     params = r.params[None]
     noise = torch.tensor([r.noise], dtype=torch.float64)
@@ -417,7 +417,7 @@ def airline(amz: Amortizer, cache: dict, repeats: int) -> dict[str, Any]:
     assert y is not None
     kernel = "SE + SE*PER"
     out = run_one(amz, X, y, kernel, 0, sk=True, repeats=repeats)
-    norm = amz._prepare(X, y, [kernel])[0]
+    norm = amz.prepare(X, y, [kernel])[0]
     offset = norm.lml_offset(X.shape[0])
     span = float(norm.x_range[0])
     ref = cached_reference(cache, "airline", lambda: reference_fit(X, y, kernel, 0, amz))

@@ -167,7 +167,7 @@ def _refine_airline(amz: Any, repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     reps = max(1, repeats // 3)
     for k in REFINE_KERNELS:
-        offset = amz._prepare(X, y, [k])[0].lml_offset(X.shape[0])
+        offset = amz.prepare(X, y, [k])[0].lml_offset(X.shape[0])
         got: dict[str, float] = {}
 
         def ours(k: str = k, got: dict[str, float] = got) -> None:
@@ -202,7 +202,7 @@ def _floor(amz: Any, X: Any, y: Any) -> dict[str, float]:
     from amorgp.amortizer.forward import _OneDataset, encode_structures
     from amorgp.kernel_grammar import DimWiseStructure
 
-    _, Xn, yn, _ = amz._prepare(X, y, ["SE"])
+    _, Xn, yn, _ = amz.prepare(X, y, ["SE"])
     idx = amz.encoder_subset(Xn.shape[0])
     Xe, ye = (Xn, yn) if idx is None else (Xn[idx], yn[idx])
     d = X.shape[1]

@@ -15,7 +15,7 @@ from amorgp.amortizer import batched
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.calibrate import calibrate
 from amorgp.amortizer.results import conditioned_posterior
-from amorgp.amortizer.spectra import _Tridiagonal, _tridiagonal
+from amorgp.amortizer.spectra import Tridiagonal, _tridiagonal
 from amorgp.amortizer.testing import oracle_log_marginal_likelihood as _oracle_lml
 from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import CholeskySolver, SolverPlan
@@ -50,7 +50,7 @@ def test_batched_path_matches_the_per_kernel_dense_reference(
     X, y = _data(60, 2)
     Xt = _data(15, 2, seed=3)[0]
     fast = amz.infer_many(X, y, KERNELS, calibrate=calibrated, starts=1)
-    norm, Xn, yn, st = amz._prepare(X, y, KERNELS)
+    norm, Xn, yn, st = amz.prepare(X, y, KERNELS)
     params, noise, _, _ = amz.predict_networks(Xn, yn, st)
     if calibrated:
         cal = calibrate(Xn, yn, st, amz.vocabulary, params, noise, method="eigh")
@@ -81,7 +81,7 @@ def test_multistart_winners_are_factored_once_at_their_own_parameters(amz: Amort
     X, y = _data(60, 2)
     Xt = _data(15, 2, seed=3)[0]
     fits = amz.infer_many(X, y, KERNELS)
-    norm, Xn, yn, st = amz._prepare(X, y, KERNELS)
+    norm, Xn, yn, st = amz.prepare(X, y, KERNELS)
     for s, r in zip(st, fits, strict=True):
         expect = _oracle_lml(Xn.numpy(), yn.numpy(), s, r.params.numpy(), r.noise)
         assert r.log_marginal_likelihood == pytest.approx(expect, rel=1e-8)
@@ -138,7 +138,7 @@ def test_tridiagonal_profile_matches_the_closed_form() -> None:
     )
     y = rng.normal(size=n)
     spec = _tridiagonal(torch.as_tensor(Ks), torch.as_tensor(y))
-    assert isinstance(spec, _Tridiagonal)
+    assert isinstance(spec, Tridiagonal)
     log_r = torch.tensor([[-6.0, -1.0, 2.0], [-3.0, 0.0, 4.0]], dtype=torch.float64)
     lml, s = spec.profile(log_r)
     for b in range(2):
@@ -160,7 +160,7 @@ def test_tridiagonal_profile_matches_the_closed_form() -> None:
 
 def test_tridiagonal_and_eigh_calibrations_agree(amz: Amortizer) -> None:
     X, y = _data(80, 2, seed=4)
-    _norm, Xn, yn, st = amz._prepare(X, y, KERNELS)
+    _norm, Xn, yn, st = amz.prepare(X, y, KERNELS)
     params, noise, _, _ = amz.predict_networks(Xn, yn, st)
     a = calibrate(Xn, yn, st, amz.vocabulary, params, noise, method="tridiagonal")
     b = calibrate(Xn, yn, st, amz.vocabulary, params, noise, method="eigh")
@@ -209,7 +209,7 @@ def test_result_holds_a_posterior_equal_to_the_exact_gp_path(
     budget = 4 * 2**30 if path == "batched" else (EVALUATOR_MATRICES_NO_GRAPH + 1) * 8 * n * n
     a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", memory_budget=budget)
     fits = a.infer_many(X, y, KERNELS[:3], starts=1)
-    norm, Xn, yn, st = a._prepare(X, y, KERNELS[:3])
+    norm, Xn, yn, st = a.prepare(X, y, KERNELS[:3])
     Xq = norm.transform_x(torch.as_tensor(_data(12, 2, seed=6)[0])).to(Xn)
     for s, r in zip(st, fits, strict=True):
         assert isinstance(r.posterior, Posterior)

@@ -86,7 +86,7 @@ def test_starts_one_is_the_network_and_calibration_alone(amz: Amortizer) -> None
     x, y = planted_period_1d(n=60, seed=5)
     kernels = ["SE + PER", "LIN + SE*PER"]
     got = amz.infer_many(x, y, kernels, starts=1)
-    _, Xn, yn, structures = amz._prepare(x, y, kernels)
+    _, Xn, yn, structures = amz.prepare(x, y, kernels)
     params, noise, _, _ = amz.predict_networks(Xn, yn, structures)
     cal = calibrate(Xn, yn, structures, amz.vocabulary, params, noise, seed=amz.seed)
     for i, r in enumerate(got):
@@ -270,15 +270,15 @@ def test_every_periodic_product_gets_its_decay_floor(symbol: str, decay: str | N
     from amorgp.amortizer.multistart import (
         DECAY_PERIODS,
         PERIODIC_LENGTHSCALE,
-        _slot_tables,
         _starts_of,
+        slot_tables,
     )
     from amorgp.kernel_grammar import Vocabulary, base_symbol
 
     vocab = Vocabulary.with_products(("SE", "LIN", "PER", "MAT52", "RQ"), "all")
     names = list(base_symbol(symbol).param_names)
     sid = vocab.symbols.index(symbol) + 1
-    tables = _slot_tables(vocab)
+    tables = slot_tables(vocab)
     assert int(tables[2][sid]) == (names.index(decay) if decay else -1)
     params = torch.full((1, 1, 5), 0.01, dtype=torch.float64)  # every lengthscale tiny
     symbols = torch.tensor([[sid]])

@@ -66,9 +66,9 @@ from torch import Tensor
 
 from amorgp.amortizer.batched import encoded
 from amorgp.amortizer.spectra import (
-    _Eigen,
-    _spectrum,
-    _Tridiagonal,
+    Eigen,
+    Tridiagonal,
+    spectrum,
 )
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind, Vocabulary
@@ -276,7 +276,7 @@ def _candidates(grid: Tensor, lml: Tensor) -> Tensor:
 
 
 def _best_ratio(
-    spec: _Eigen | _Tridiagonal,
+    spec: Eigen | Tridiagonal,
     s_min: Tensor,
     noise: Tensor,
     noise_min: float = _NOISE_MIN,
@@ -307,7 +307,7 @@ def _best_ratio(
 
 
 def _best_noise(
-    spec: _Eigen | _Tridiagonal, like: Tensor, noise_min: float = _NOISE_MIN
+    spec: Eigen | Tridiagonal, like: Tensor, noise_min: float = _NOISE_MIN
 ) -> tuple[Tensor, Tensor]:
     """Grid search and parabolic refinement of the noise alone at scale 1: ``(noise,
     lml)``, each ``(B,)``.
@@ -341,7 +341,7 @@ def _accept(
 
 
 def calibrate_spectra(
-    spectra: Iterable[tuple[slice, _Eigen | _Tridiagonal, Tensor]],
+    spectra: Iterable[tuple[slice, Eigen | Tridiagonal, Tensor]],
     symbols: Tensor,
     symbol_mask: Tensor,
     params: Tensor,
@@ -352,7 +352,7 @@ def calibrate_spectra(
     noise_min: float = _NOISE_MIN,
 ) -> Calibration:
     """The calibration of ``K`` kernels from the likelihoods' representations of chunks of
-    them, ``(rows, spectrum, finite)`` each (:func:`~amorgp.amortizer.spectra._spectrum`),
+    them, ``(rows, spectrum, finite)`` each (:func:`~amorgp.amortizer.spectra.spectrum`),
     read in turn on one thread: ``symbols``/``symbol_mask (K, d, L)``, ``params (K, D, L,
     P)``, ``noise (K,)``; ``scale`` and ``noise_min`` as in :func:`calibrate`."""
     K = params.shape[0]
@@ -452,7 +452,7 @@ def calibrate(
     p64 = p64[:, :d, : symbols.shape[2]]
     per_chunk = max(1, CHUNK_ELEMENTS // (n * n))
 
-    def spectra() -> Iterator[tuple[slice, _Eigen | _Tridiagonal, Tensor]]:
+    def spectra() -> Iterator[tuple[slice, Eigen | Tridiagonal, Tensor]]:
         for start in range(0, K, per_chunk):  # chunks bound the memory of the kernel matrices
             sl = slice(start, min(K, start + per_chunk))
             B = sl.stop - sl.start
@@ -469,7 +469,7 @@ def calibrate(
                     validate=False,
                 )
             own = matrices is None or overwrite_matrices
-            yield (sl, *_spectrum(Km, y64, method, overwrite=own))
+            yield (sl, *spectrum(Km, y64, method, overwrite=own))
 
     return calibrate_spectra(
         spectra(), symbols, symbol_mask, params, noise, vocabulary, scale=scale,

@@ -350,13 +350,13 @@ class KernelConstraints:
         text."""
         return {
             "noise_floor": self.noise_floor,
-            "fixed": {_key(n): v for n, v in self.fixed.items()},
-            "bounds": {_key(n): list(b) for n, b in self.bounds.items()},
+            "fixed": {name_key(n): v for n, v in self.fixed.items()},
+            "bounds": {name_key(n): list(b) for n, b in self.bounds.items()},
             "priors": self.priors,
         }
 
 
-def _key(name: Name) -> str:
+def name_key(name: Name) -> str:
     """``"noise"`` or ``"d<dim>.<addend>.<name>"`` (JSON keys are text)."""
     if not isinstance(name, tuple):
         return "noise"

@@ -208,11 +208,11 @@ def fit_groups_dask(
         DataError: with ``partitioned=True``, a group spread over several partitions.
     """
     from amorgp.amortizer.tables import (
-        _columns,
-        _keys,
-        _points,
         check_kernels,
+        data_columns,
+        group_keys,
         output_columns,
+        prediction_points,
         require_pandas,
         rows_frame,
     )
@@ -242,9 +242,9 @@ def fit_groups_dask(
         ddf = dd.from_pandas(ddf, npartitions=npartitions or 4 * n_workers)
     if not isinstance(ddf, dd.DataFrame):
         raise OptionError(f"ddf must be a dask or pandas DataFrame, got {type(ddf).__name__}")
-    keys = _keys(by)
-    inputs_used, target_used = _columns(ddf._meta, keys, inputs, target)
-    points = _points(predict_at, len(inputs_used))
+    keys = group_keys(by)
+    inputs_used, target_used = data_columns(ddf._meta, keys, inputs, target)
+    points = prediction_points(predict_at, len(inputs_used))
     d = len(inputs_used)
     constraints = {"fixed": fixed, "bounds": bounds, "noise_floor": noise_floor, "priors": priors}
     check_kernels(kernels, d, keys, points, None, constraints)

@@ -370,7 +370,7 @@ class Amortizer(pipeline.Fitter):
         calibrate = self.calibrate if calibrate is None else check_calibrate(calibrate)
         cons = check_constraints(fixed, bounds, noise_floor, priors)
         cons.check_refine(steps)
-        norm, Xn, yn, parsed = self._prepare(X, y, kernels, steps)
+        norm, Xn, yn, parsed = self.prepare(X, y, kernels, steps)
         structures = batched.KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         n, K = Xn.shape[0], len(structures)
         terms = [sum(len(a) for a in s.dims) for s in structures]
@@ -398,7 +398,7 @@ class Amortizer(pipeline.Fitter):
         )  # fmt: skip
         return results
 
-    def _prepare(
+    def prepare(
         self,
         X: Any,
         y: Any,

@@ -122,7 +122,7 @@ periodogram start (normalised units: half the input range): the periodic term ex
 the oscillation the network may have given a short lengthscale, and in a product over
 dimensions a short lengthscale elsewhere would decorrelate the periodic one."""
 
-_PERIOD_FLOOR = 2.0 * FLOORS[ParamKind.PERIOD]
+PERIOD_FLOOR = 2.0 * FLOORS[ParamKind.PERIOD]
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -172,7 +172,7 @@ class MultiStart:
 
 
 # -- starts ----------------------------------------------------------------------------------
-def _slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per vocabulary id (0 = padding): the slot of the period, of the periodic lengthscale,
     of the decay (SE) lengthscale of a periodic product, and of the lengthscale of an
     addend without a period (a trend), ``-1`` where absent."""
@@ -245,7 +245,7 @@ def _starts_of(
         if j >= D or not bool(periodic[j].any()):
             continue
         in_dim = periodic & (torch.arange(D, device=params.device) == j)[:, None]
-        p = _set(params, p_slot, in_dim, torch.tensor(max(period, _PERIOD_FLOOR)))
+        p = _set(params, p_slot, in_dim, torch.tensor(max(period, PERIOD_FLOOR)))
         p = _set(p, l_slot, in_dim, torch.tensor(PERIODIC_LENGTHSCALE))
         decay = in_dim & (s_slot >= 0)
         least = max(DECAY_PERIODS * period, TREND_LENGTHSCALE)
@@ -258,7 +258,7 @@ def _starts_of(
     harmonics = [
         (
             f"harmonic {name}",
-            _set(params, p_slot, periodic, (net_period * f).clamp_min(_PERIOD_FLOOR)),
+            _set(params, p_slot, periodic, (net_period * f).clamp_min(PERIOD_FLOOR)),
         )
         for f, name in HARMONICS
     ]
@@ -362,7 +362,7 @@ def multistart(
     L = sym.shape[2]
     p64 = params.detach().to(torch.float64)[:, :d, :L]
     n64 = noise.detach().to(torch.float64)
-    tables = tuple(t.to(dev) for t in _slot_tables(vocabulary))
+    tables = tuple(t.to(dev) for t in slot_tables(vocabulary))
     periodic = [has_periodic(s) for s in structures]
     cands = period_candidates(Xs, ys) if starts > 1 and any(periodic) else []
     owner, names, alt = [], [], []

@@ -16,18 +16,18 @@ from torch import Tensor
 from amorgp.amortizer import calibrate as calibration
 from amorgp.amortizer.forward import encoder_subset
 from amorgp.amortizer.multistart import (
-    _PERIOD_FLOOR,
     DECAY_PERIODS,
     HARMONICS,
+    PERIOD_FLOOR,
     PERIODIC_LENGTHSCALE,
     SCORE_POINTS,
     TREND_LENGTHSCALE,
-    _slot_tables,
     has_periodic,
+    slot_tables,
 )
 from amorgp.amortizer.null_starts import NULL_RULES, NullNetwork
 from amorgp.amortizer.periodogram import period_candidates_many
-from amorgp.amortizer.spectra import _Eigen, _spectrum, _Tridiagonal, tridiagonal_form
+from amorgp.amortizer.spectra import Eigen, Tridiagonal, spectrum, tridiagonal_form
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
 __all__ = [
@@ -92,10 +92,10 @@ def calibrate_rows(
         return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary, noise_floor)
     per_chunk = max(1, calibration.CHUNK_ELEMENTS // (n * n))
 
-    def spectra() -> Iterator[tuple[slice, _Eigen | _Tridiagonal, Tensor]]:
+    def spectra() -> Iterator[tuple[slice, Eigen | Tridiagonal, Tensor]]:
         for start in range(0, P, per_chunk):
             sl = slice(start, min(P, start + per_chunk))
-            yield (sl, *_spectrum(Km[sl].to(torch.float64), Y[sl].to(torch.float64), "eigh"))
+            yield (sl, *spectrum(Km[sl].to(torch.float64), Y[sl].to(torch.float64), "eigh"))
 
     return calibration.calibrate_spectra(
         spectra(), symbols, mask, params, noise, vocabulary,
@@ -154,10 +154,10 @@ def _calibrate_forms(
     # the pivot recurrence streams (n, rows, grid) float64 arrays
     per_chunk = max(1, RECURRENCE_BYTES // (8 * n * 2 * (calibration.COARSE_POINTS + 1)))
 
-    def spectra() -> Iterator[tuple[slice, _Eigen | _Tridiagonal, Tensor]]:
+    def spectra() -> Iterator[tuple[slice, Eigen | Tridiagonal, Tensor]]:
         for start in range(0, P, per_chunk):
             sl = slice(start, min(P, start + per_chunk))
-            spec = _Tridiagonal(a[sl], b2[sl], yy[sl])
+            spec = Tridiagonal(a[sl], b2[sl], yy[sl])
             yield sl, spec, spec.finite
 
     return calibration.calibrate_spectra(
@@ -231,7 +231,7 @@ def multistart_rows(
     periodic = [has_periodic(s) for s in structures]
     if starts <= 1:
         return params, noise, names_out, [], []
-    tables = tuple(t.to(dev) for t in _slot_tables(vocabulary))
+    tables = tuple(t.to(dev) for t in slot_tables(vocabulary))
     cands = period_candidates_many(X, Y)
     sub = encoder_subset(n, SCORE_POINTS, seed)
     Xc, Yc = (X, Y) if sub is None else (X[:, sub.to(dev)], Y[:, sub.to(dev)])
@@ -421,7 +421,7 @@ def _starts_many(
     J, PER = J.to(dev), PER.to(dev)
     in_dim = periodic & (torch.arange(D, device=dev) == J[..., None])[..., None]  # (B, C, D, L)
     # the period as _starts_of sets it: a float32 tensor of the Python float
-    per32 = PER.clamp_min(_PERIOD_FLOOR).to(torch.float32).to(params.dtype)[..., None, None]
+    per32 = PER.clamp_min(PERIOD_FLOOR).to(torch.float32).to(params.dtype)[..., None, None]
     pg = _set_many(params[:, None].expand(B, C, *params.shape[1:]), p_slot, in_dim, per32)
     pg = _set_many(pg, l_slot, in_dim, PERIODIC_LENGTHSCALE)
     least = (DECAY_PERIODS * PER).clamp_min(TREND_LENGTHSCALE)[..., None, None]
@@ -433,7 +433,7 @@ def _starts_many(
     harm = torch.stack(
         [
             _set_many(
-                params, p_slot, periodic.expand(B, D, -1), (net_period * f).clamp_min(_PERIOD_FLOOR)
+                params, p_slot, periodic.expand(B, D, -1), (net_period * f).clamp_min(PERIOD_FLOOR)
             )
             for f, _ in HARMONICS
         ],

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.batched import Factor
-from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR, KernelConstraints, Name, _key
+from amorgp.amortizer.constraints import DEFAULT_NOISE_FLOOR, KernelConstraints, Name, name_key
 from amorgp.core.data import Normalizer
 from amorgp.core.fit import KernelFit
 from amorgp.kernel_grammar import DimWiseStructure
@@ -201,7 +201,7 @@ def start_constants(
         DECAY_PERIODS,
         PERIODIC_LENGTHSCALE,
         TREND_LENGTHSCALE,
-        _slot_tables,
+        slot_tables,
     )
     from amorgp.core.units import Unit
     from amorgp.kernel_grammar import FLOORS, ParamKind, Vocabulary, base_symbol
@@ -226,7 +226,7 @@ def start_constants(
     factor = 0.5 if start.endswith("x0.5") else 2.0 if start.endswith("x2") else 1.0
     names = tuple(sorted({s for dim in structure.dims for s in dim}))
     vocab = Vocabulary(names)
-    period_t, per_ls_t, decay_t, trend_t = (t.tolist() for t in _slot_tables(vocab))
+    period_t, per_ls_t, decay_t, trend_t = (t.tolist() for t in slot_tables(vocab))
     for j, addends in enumerate(structure.dims):
         for a, s in enumerate(addends):
             i = names.index(s) + 1  # vocabulary id (0: padding)
@@ -522,7 +522,7 @@ class KernelResult(KernelFit):
             "grad_norm": None if math.isnan(opt.grad_norm) else opt.grad_norm,
             "at_optimum": opt.at_optimum,
             "optimality": opt.source,
-            "untouched": [_key(name) for name in self.untouched()],
+            "untouched": [name_key(name) for name in self.untouched()],
             "calibrated": self.calibrated,
             "encoder_points": self.encoder_points,
             "network": self.network,

@@ -2,9 +2,9 @@
 ``s`` and the noise-to-signal ratio ``r = sigma^2 / s``, for a batch of kernel matrices
 ``K``: the representations the calibration (:mod:`amorgp.amortizer.calibrate`) searches.
 
-* :class:`_Eigen`: eigenvalues ``lambda_i`` and projections ``z_i = q_i^T y`` (one batched
+* :class:`Eigen`: eigenvalues ``lambda_i`` and projections ``z_i = q_i^T y`` (one batched
   ``eigh``, any device); ``O(n)`` per ratio;
-* :class:`_Tridiagonal` (the CPU's): one Householder reflection mapping ``y`` to
+* :class:`Tridiagonal` (the CPU's): one Householder reflection mapping ``y`` to
   ``|y| e_1`` and LAPACK's tridiagonalisation per matrix, then an ``O(n)`` pivot
   recurrence per ratio; no eigenvectors.
 
@@ -52,7 +52,7 @@ def _exact_log_likelihood(lam: Tensor, z2: Tensor, noise: Tensor) -> Tensor:
     return -0.5 * ((z2[:, None, :] / denom).sum(-1) + denom.log().sum(-1) + n * _LOG_2PI)
 
 
-class _Eigen:
+class Eigen:
     """The likelihoods from eigenvalues ``lam (B, n)`` (clamped at 0) and squared
     projections ``z2 (B, n)`` of the targets."""
 
@@ -71,7 +71,7 @@ class _Eigen:
         return (*self.profile(log_r), self.exact(noise))
 
 
-class _Tridiagonal:
+class Tridiagonal:
     """The likelihoods from the tridiagonal form of ``H K H^T`` where ``H`` is orthogonal
     and ``H y = |y| e_1``: with ``T = Q^T H K H^T Q`` (Householder tridiagonalisation,
     whose ``Q`` leaves ``e_1`` fixed),
@@ -204,30 +204,30 @@ def tridiagonal_form(
     return a, b * b, yy
 
 
-def _tridiagonal(Km: Tensor, Y: Tensor, overwrite: bool = False) -> _Tridiagonal:
-    """:class:`_Tridiagonal` of CPU float64 matrices ``Km (B, n, n)`` and targets ``Y``,
+def _tridiagonal(Km: Tensor, Y: Tensor, overwrite: bool = False) -> Tridiagonal:
+    """:class:`Tridiagonal` of CPU float64 matrices ``Km (B, n, n)`` and targets ``Y``,
     ``(n,)`` for all or ``(B, n)`` each (:func:`tridiagonal_form`)."""
-    return _Tridiagonal(*tridiagonal_form(Km, Y, overwrite))
+    return Tridiagonal(*tridiagonal_form(Km, Y, overwrite))
 
 
-def _eigen(Km: Tensor, Y: Tensor) -> _Eigen:
-    """:class:`_Eigen` of ``Km (B, n, n)`` and targets ``Y``, ``(n,)`` for all or ``(B, n)``
+def _eigen(Km: Tensor, Y: Tensor) -> Eigen:
+    """:class:`Eigen` of ``Km (B, n, n)`` and targets ``Y``, ``(n,)`` for all or ``(B, n)``
     each: one batched ``eigh``."""
     lam, Q = torch.linalg.eigh(Km)
     z2 = (Q.transpose(1, 2) @ Y.expand(Km.shape[:2])[..., None])[..., 0] ** 2
-    return _Eigen(lam.clamp_min(0.0), z2)
+    return Eigen(lam.clamp_min(0.0), z2)
 
 
-_SPECTRA: dict[str, Callable[[Tensor, Tensor], _Eigen | _Tridiagonal]] = {
+_SPECTRA: dict[str, Callable[[Tensor, Tensor], Eigen | Tridiagonal]] = {
     "tridiagonal": _tridiagonal,
     "eigh": _eigen,
 }
 """The representation of the likelihoods by method name (:data:`METHODS` less ``auto``)."""
 
 
-def _spectrum(
+def spectrum(
     Km: Tensor, Y: Tensor, method: str, overwrite: bool = False
-) -> tuple[_Eigen | _Tridiagonal, Tensor]:
+) -> tuple[Eigen | Tridiagonal, Tensor]:
     """The likelihoods' representation of ``Km (B, n, n)`` and targets ``Y`` (``(n,)`` or
     ``(B, n)``) by ``method`` (see :data:`METHODS`; ``"auto"``: the tridiagonal form on
     the CPU, ``eigh`` elsewhere), and ``(B,)`` which matrices are finite (the others'

@@ -88,7 +88,7 @@ DIAGNOSTIC_COLUMNS = ("refine_steps", "refine_status", "at_optimum", "refine_gai
 refinement, whether it is at an optimum, and the hyperparameters not fitted."""
 
 
-def _keys(by: str | Sequence[str]) -> list[str]:
+def group_keys(by: str | Sequence[str]) -> list[str]:
     """The group column names of ``by`` (a name or a list of names)."""
     if isinstance(by, str):
         keys = [by]
@@ -164,7 +164,7 @@ def check_kernels(
     return structures
 
 
-def _columns(
+def data_columns(
     df: pd.DataFrame, keys: list[str], inputs: Sequence[str] | None, target: str | None
 ) -> tuple[list[str], str]:
     """The input columns and the target column (default: the last column that is not a
@@ -214,8 +214,8 @@ def group_datasets(
         OptionError: a column that does not exist, or no input column.
     """
     pd = require_pandas()
-    keys = _keys(by)
-    inputs, target = _columns(df, keys, inputs, target)
+    keys = group_keys(by)
+    inputs, target = data_columns(df, keys, inputs, target)
     if len(df) == 0:
         return [], [], inputs, target
     codes = df.groupby(keys, sort=False, dropna=False, observed=True).ngroup().to_numpy()
@@ -286,7 +286,7 @@ def _number(v: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def _points(predict_at: Any, d: int | None) -> np.ndarray | None:
+def prediction_points(predict_at: Any, d: int | None) -> np.ndarray | None:
     if predict_at is None:
         return None
     P = np.asarray(predict_at, dtype=np.float64)
@@ -460,9 +460,9 @@ def fit_groups(
     kernels = list(kernels)
     if not kernels:
         raise OptionError("kernel names no kernel")
-    key_names = _keys(by)
-    d = len(_columns(df, key_names, inputs, target)[0])
-    points = _points(predict_at, d)
+    key_names = group_keys(by)
+    d = len(data_columns(df, key_names, inputs, target)[0])
+    points = prediction_points(predict_at, d)
     if amortizer is None:
         from amorgp.amortizer.inference import Amortizer
 

@@ -284,7 +284,7 @@ def _network_start(
     from amorgp.amortizer.constraints import check_constraints
 
     t0 = time.perf_counter()
-    norm, Xn, yn, parsed = amz._prepare(X, y, [structure], 0)
+    norm, Xn, yn, parsed = amz.prepare(X, y, [structure], 0)
     structures = KernelBatch(parsed, amz.vocabulary, amz.device)
     cons = check_constraints(None, None, None, False)
     opts = pipeline.FitOptions(
