@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from amorgp.amortizer import Amortizer
-from amorgp.amortizer.io import read_csv
+from amorgp.amortizer.frontends.io import read_csv
 from amorgp.baselines import fit_many
 
 ROOT = Path(__file__).resolve().parents[1]

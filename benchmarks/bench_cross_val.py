@@ -40,7 +40,7 @@ KERNEL = "SE + PER"
 
 def _data(name: str) -> tuple[np.ndarray, np.ndarray]:
     if name == "airline":
-        from amorgp.amortizer.io import read_csv
+        from amorgp.amortizer.frontends.io import read_csv
 
         table = read_csv(ROOT / "data" / "airline.csv")
         assert table.y is not None

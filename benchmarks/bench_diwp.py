@@ -80,7 +80,7 @@ BEGIN, END = "<!-- diwp:begin -->", "<!-- diwp:end -->"
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:
     """A bundled dataset, read by the library's CSV reader (last column the target)."""
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.io import read_csv
 
     table = read_csv(DATA / f"{name}.csv")
     assert table.y is not None

@@ -39,9 +39,9 @@ import torch
 
 from amorgp.amortizer import Amortizer
 from amorgp.amortizer.api import PRETRAINED_DIR
-from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import TrainConfig
-from amorgp.amortizer.io import read_csv
+from amorgp.amortizer.frontends.io import read_csv
+from amorgp.amortizer.networks.checkpoint import load_checkpoint
+from amorgp.amortizer.networks.config import TrainConfig
 from amorgp.training.campaign import campaign_validation_set, score_checkpoint
 from amorgp.training.train import train
 

@@ -8,9 +8,9 @@ input range; several noise levels; linear or quadratic trends):
 * ``amortized, 1 start``: the network and calibration (``starts=1``, the behaviour before
   multi-start);
 * ``amortized, multi-start``: the library default (``starts=8``,
-  :mod:`amorgp.amortizer.multistart`);
+  :mod:`amorgp.amortizer.stages.multistart`);
 * ``amortized, multi-start, refine=auto``: the same, the best starts refined by L-BFGS
-  (:func:`amorgp.amortizer.refine.refine_starts`);
+  (:func:`amorgp.amortizer.stages.refine.refine_starts`);
 * ``scikit-learn, 3 restarts``: ``GaussianProcessRegressor`` with the same kernel
   (``C*RBF + C*ExpSineSquared + White``...), ``n_restarts_optimizer=3``, on the same
   normalised data (1-D cases and airline: scikit-learn has no per-dimension kernels);
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from amorgp.amortizer import Amortizer
-from amorgp.amortizer.io import read_csv
+from amorgp.amortizer.frontends.io import read_csv
 from amorgp.amortizer.jsonlog import write_text_atomic
 from amorgp.baselines import fit_many
 
@@ -184,7 +184,7 @@ def refine_timing(amz: Amortizer, repeats: int) -> dict[str, float]:
     """Seconds for 20 refinement iterations at ``n = 500`` (``SE + PER``, 1-D): the
     refinement's objective (closed-form gradient) and the baselines' L-BFGS Type-2 ML
     objective it used before (autograd through the batched evaluator), same iterates."""
-    from amorgp.amortizer.refine import refine
+    from amorgp.amortizer.stages.refine import refine
     from amorgp.baselines import Type2MLSettings, fit_type2ml_batch
     from amorgp.lazy_kernels import PaddedBatch
 
@@ -295,7 +295,7 @@ def report(res: dict[str, Any], out: Path) -> None:
         "prediction, calibrated: the behaviour before multi-start), with the default "
         "multi-start (`starts=8`: the network, periodogram peaks, harmonics and lengthscale "
         "rescalings, each calibrated, the best by exact log marginal likelihood; "
-        '`amorgp.amortizer.multistart`), and with multi-start and `refine="auto"` (the '
+        '`amorgp.amortizer.stages.multistart`), and with multi-start and `refine="auto"` (the '
         "best 3 starts refined 5 L-BFGS iterations each, then the best refined until the "
         "likelihood stops improving); scikit-learn's `GaussianProcessRegressor` with the "
         "same kernel (`C*RBF + C*ExpSineSquared + White`, `C*RBF*ExpSineSquared` for "

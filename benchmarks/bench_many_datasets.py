@@ -117,7 +117,7 @@ def main() -> None:
     import pandas as pd
 
     from amorgp.amortizer import Amortizer
-    from amorgp.amortizer.tables import fit_groups
+    from amorgp.amortizer.frontends.tables import fit_groups
 
     load0 = os.getloadavg()
     N, M = args.series, min(args.sample, args.series)
@@ -224,7 +224,7 @@ def main() -> None:
         import dask.dataframe as dd
         import distributed
 
-        from amorgp.amortizer.dask_groups import fit_groups_dask
+        from amorgp.amortizer.frontends.dask_groups import fit_groups_dask
 
         parts = 8
         ddf = dd.from_pandas(long.set_index(long["series"].rename("sid")), npartitions=parts)

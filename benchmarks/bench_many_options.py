@@ -9,7 +9,7 @@ otherwise (calibrated, 8 starts).  For each option set, side by side in one run 
 thread; BLAS one thread):
 
 * **batched**: one ``infer_datasets`` call on the whole fleet (its refinement is
-  Fisher scoring batched over the series, :mod:`amorgp.amortizer.fisher`);
+  Fisher scoring batched over the series, :mod:`amorgp.amortizer.stages.fisher`);
 * **loop**: ``infer_many`` one series at a time (the same Fisher scoring, batch of
   one), timed on the first ``--sample`` series (before and after the batched call, the
   faster kept) and scaled to the fleet.
@@ -72,7 +72,7 @@ def fleet(count: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def optimum(result, x: np.ndarray, y: np.ndarray) -> float:
     """The log marginal likelihood after 300 L-BFGS iterations from ``result``'s point."""
-    from amorgp.amortizer.objective import LogMarginalLikelihood
+    from amorgp.amortizer.stages.objective import LogMarginalLikelihood
 
     Xn = result.normalizer.transform_x(torch.as_tensor(x)).double()
     yn = result.normalizer.transform_y(torch.as_tensor(y)).double()
@@ -151,7 +151,7 @@ def write(args, rows) -> None:
         "other jobs); both methods timed in the same run. The loop (`infer_many` per series) "
         f"is timed on the first {args.sample} series and scaled.",
         "",
-        "Both run the same pipeline (`amorgp.amortizer.pipeline`): the batched call on "
+        "Both run the same pipeline (`amorgp.amortizer.stages.pipeline`): the batched call on "
         "all series of a bucket at once, the loop on a batch of one series, so their "
         "results agree (the network's float32 rounding aside). The loop is timed before and "
         "after the batched call, the faster kept. Within 1 nat: share of the sample "

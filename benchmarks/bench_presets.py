@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from amorgp.amortizer.config import preset
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks.config import preset
+from amorgp.amortizer.networks.model import build_model
 from amorgp.training.campaign_plan import (
     CAMPAIGN_STAGES,
     campaign_validation_set,

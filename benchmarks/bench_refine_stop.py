@@ -108,7 +108,7 @@ def rmse(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def run_amorgp(amz, X, y, Xt, yt, kernel, refine, lbfgs: bool) -> dict[str, Any]:
-    import amorgp.amortizer.fisher as fisher
+    import amorgp.amortizer.stages.fisher as fisher
 
     saved = fisher.MAX_POINTS
     if lbfgs:

@@ -154,7 +154,7 @@ def _refine_airline(amz: Any, repeats: int) -> dict[str, Any]:
     from sklearn.gaussian_process.kernels import RBF, DotProduct, ExpSineSquared, WhiteKernel
     from sklearn.gaussian_process.kernels import ConstantKernel as C
 
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.io import read_csv
 
     table = read_csv(ROOT / "data" / "airline.csv", None)
     X, y = table.X, table.y
@@ -199,7 +199,7 @@ def _floor(amz: Any, X: Any, y: Any) -> dict[str, float]:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from amorgp.amortizer.forward import _OneDataset, encode_structures
+    from amorgp.amortizer.networks.forward import _OneDataset, encode_structures
     from amorgp.kernel_grammar import DimWiseStructure
 
     _, Xn, yn, _ = amz.prepare(X, y, ["SE"])
@@ -369,7 +369,7 @@ def _markdown(r: dict[str, Any]) -> str:
         "Process CPU time, minimum over repeated calls after a warm-up and over two "
         "processes per side run alternately.",
         "",
-        "What the path does (`amorgp.amortizer.batched`): the network's encoder runs once "
+        "What the path does (`amorgp.amortizer.stages.batched`): the network's encoder runs once "
         "for all kernels; the kernel matrices of all kernels come from one call of the "
         "dimension-wise evaluator; the calibration works on those matrices (on the CPU one "
         "Householder tridiagonalisation per kernel and an `O(n)` recurrence per noise ratio, "
@@ -385,7 +385,7 @@ def _markdown(r: dict[str, Any]) -> str:
         f"| 24 paper kernels, calibrated, one start each: `infer_many` | {b['many'] * ms:.0f} ms "
         f"| {a['many'] * ms:.0f} ms | {b['many'] / a['many']:.2f}x faster |",
         f"| 24 kernels / one kernel | {b['many'] / b['one']:.1f} | {a['many'] / a['one']:.1f} | |",
-        f"| 24 paper kernels, calibrated, default multi-start (`amorgp.amortizer.multistart`; "
+        f"| 24 paper kernels, calibrated, default multi-start (`amorgp.amortizer.stages.multistart`; "
         f"8 starts for each of the 20 kernels with a periodic term) | | {a['many_default'] * ms:.0f} ms "
         f"| {a['many_default'] / a['many']:.2f}x one start |",
         f"| scikit-learn single start (`C * RBF(ARD) + White`): fit + predict "

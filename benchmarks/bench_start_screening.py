@@ -1,6 +1,6 @@
 """Cheaper starts, measured: would a cheap screen of the multi-start keep its winner?
 
-The multi-start (:mod:`amorgp.amortizer.multistart`) calibrates and scores every start
+The multi-start (:mod:`amorgp.amortizer.stages.multistart`) calibrates and scores every start
 exactly: per start a kernel matrix, its tridiagonal form and the search of the noise
 ratio.  At 80 points that is most of a batched fit's time (``many-datasets.md``).  Two
 cheaper screens are compared with it, start by start, on the starts the library's
@@ -20,7 +20,7 @@ screen's cost per start against the exact score's.
 Data: the 32 ``realdata-a`` datasets (first 500 rows, the 24 paper kernels each, scored
 on the multi-start's scoring points) and a fleet of synthetic series
 (``bench_many_datasets.fleet``: ``SE + SE*PER`` on 80 points).  The starts are read where
-the batched path scores them (``amorgp.amortizer.pairs.evaluate_and_calibrate``, wrapped
+the batched path scores them (``amorgp.amortizer.stages.pairs.evaluate_and_calibrate``, wrapped
 here).
 
 Writes ``docs/benchmarks/start-screening.md``.
@@ -69,7 +69,7 @@ class Recorder:
     """Wraps ``pairs.evaluate_and_calibrate``: every start's exact score and both screens."""
 
     def __init__(self) -> None:
-        from amorgp.amortizer import pairs
+        from amorgp.amortizer.stages import pairs
 
         self.pairs = pairs
         self.exact_call = pairs.evaluate_and_calibrate
@@ -87,7 +87,7 @@ class Recorder:
         self.pairs.evaluate_and_calibrate = self.exact_call
 
     def __call__(self, X, Y, sym, msk, params, noise, vocab):
-        from amorgp.amortizer.forward import encoder_subset
+        from amorgp.amortizer.networks.forward import encoder_subset
 
         P, n = Y.shape
         t = time.process_time()

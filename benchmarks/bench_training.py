@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from amorgp.amortizer.config import preset
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks.config import preset
+from amorgp.amortizer.networks.model import build_model
 from amorgp.training.train import make_stream, simulator_config, training_loss
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -177,7 +177,7 @@ def test_refinement_differentiates_the_new_kernel(
     """The amortizer's refinement objective needs no code for the new kernel: its gradient
     (the registration's closed form, or forward mode through lazy-kernels' form without
     one) equals central differences."""
-    from amorgp.amortizer.objective import LogMarginalLikelihood
+    from amorgp.amortizer.stages.objective import LogMarginalLikelihood
     from amorgp.kernel_grammar import DimWiseStructure
 
     if grads == "forward mode":
@@ -202,7 +202,7 @@ def test_refinement_differentiates_the_new_kernel(
 
 def _fitted(structure_text: str, X: torch.Tensor, seed: int) -> Any:
     """A FittedKernel of ``structure_text`` with random parameters on data ``X``."""
-    from amorgp.amortizer.fitted_kernel import FittedKernel
+    from amorgp.amortizer.frontends.fitted_kernel import FittedKernel
     from amorgp.kernel_grammar import DimWiseStructure
 
     structure = DimWiseStructure.parse(structure_text)

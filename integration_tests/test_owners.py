@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CSV_READER = "packages/amortizer/src/amorgp/amortizer/io.py"
+CSV_READER = "packages/amortizer/src/amorgp/amortizer/frontends/io.py"
 OTHER_CSV_READERS: set[str] = set()
 _PARSES_CSV = re.compile(r"np\.loadtxt|np\.genfromtxt|csv\.reader|csv\.DictReader|pd\.read_csv")
 

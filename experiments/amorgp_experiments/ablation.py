@@ -5,7 +5,7 @@ calibration, exact likelihood and optional L-BFGS refinement; one start, no mult
 on real datasets the networks never saw:
 
 * ``network``: the checkpoint's prediction;
-* ``prior-mean``, ``heuristic``: the null networks of :mod:`amorgp.amortizer.null_starts`;
+* ``prior-mean``, ``heuristic``: the null networks of :mod:`amorgp.amortizer.stages.null_starts`;
 * ``defaults``: the network with the library's defaults (multi-start with the null
   starts, ``refine=0``);
 * ``type2ml``: the reference, Type-2 maximum likelihood by 30 L-BFGS iterations from each
@@ -157,7 +157,7 @@ def reference_rows(
     same optimum.
     """
     from amorgp.amortizer import Amortizer
-    from amorgp.amortizer.null_starts import NULL_RULES, NullNetwork
+    from amorgp.amortizer.stages.null_starts import NULL_RULES, NullNetwork
 
     known: dict[str, dict[str, Any]] = {}
     if cache is not None and cache.exists():
@@ -404,7 +404,7 @@ def write_report(
 
 def main(argv: Sequence[str] | None = None) -> None:
     from amorgp.amortizer import Amortizer
-    from amorgp.amortizer.null_starts import NullNetwork
+    from amorgp.amortizer.stages.null_starts import NullNetwork
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(

@@ -121,7 +121,7 @@ def load_entry(entry: dict[str, Any]) -> RealDataset:
 
 def paper_datasets(root: Path | None = None) -> list[RealDataset]:
     """The paper's five datasets (the bundled CSVs; the last column is the target)."""
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.io import read_csv
 
     if root is None:
         import amorgp.amortizer

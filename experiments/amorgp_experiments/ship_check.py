@@ -150,7 +150,7 @@ def overall(base: Cells, cand: Cells) -> dict[str, Any]:
 def with_candidates(primary: str, candidates: list[str], work: Path) -> Path:
     """A checkpoint folder in ``work``: ``primary``'s weights (linked) and its
     ``checkpoint.json`` naming ``candidates``."""
-    from amorgp.amortizer.bundled import resolve_checkpoint
+    from amorgp.amortizer.networks.bundled import resolve_checkpoint
 
     source = resolve_checkpoint(primary).resolve()
     meta = json.loads((source / "checkpoint.json").read_text())
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     total = overall(base, cand)
     heldout = None
     if a.heldout > 0:
-        from amorgp.amortizer.bundled import resolve_checkpoint
+        from amorgp.amortizer.networks.bundled import resolve_checkpoint
         from amorgp.training.campaign_plan import compare_on_heldout
 
         heldout = compare_on_heldout(

@@ -43,7 +43,7 @@ FIG3_METHODS = (
 """Methods of Fig. 3 (``amorgp.baselines`` names; ``sklearn``: scikit-learn's GPR on
 the kernels it can express: SE-ARD, and every kernel of one-input data;
 ``amortized+calibrate``: the network, then the exact Type-2 ML scale and noise,
-:mod:`amorgp.amortizer.calibrate`)."""
+:mod:`amorgp.amortizer.stages.calibrate`)."""
 
 AMORTIZED_METHOD = re.compile(r"amortized(\+calibrate)?(\+refine(\d+))?")
 """``amortized``, ``amortized+calibrate``, ``amortized+refineK``,
@@ -210,7 +210,7 @@ def model_identity(name: str) -> str:
     Raises:
         CheckpointError: no such bundled model or directory.
     """
-    from amorgp.amortizer.bundled import resolve_checkpoint
+    from amorgp.amortizer.networks.bundled import resolve_checkpoint
 
     path = resolve_checkpoint(name) / "checkpoint.json"
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]

@@ -79,7 +79,7 @@ class RunContext:
         if key not in self._models:
             import numpy as np
 
-            from amorgp.amortizer.inference import Amortizer
+            from amorgp.amortizer.frontends.inference import Amortizer
 
             extra: dict[str, Any] = {"candidates": ()} if solo else {}
             amz = Amortizer.from_pretrained(
@@ -95,8 +95,8 @@ class RunContext:
         """The raw network of a checkpoint (also fixed-kernel ones such as AHGP-SE-ARD)."""
         key = f"network:{model}"
         if key not in self._models:
-            from amorgp.amortizer.bundled import resolve_checkpoint
-            from amorgp.amortizer.checkpoint import load_checkpoint
+            from amorgp.amortizer.networks.bundled import resolve_checkpoint
+            from amorgp.amortizer.networks.checkpoint import load_checkpoint
 
             self._models[key] = load_checkpoint(resolve_checkpoint(model), device="cpu").model
         return self._models[key]

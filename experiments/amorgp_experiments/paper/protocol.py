@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from amorgp.amortizer.bundled import DATA_DIR as BUNDLED_DATA_DIR
+from amorgp.amortizer.networks.bundled import DATA_DIR as BUNDLED_DATA_DIR
 from amorgp.core.errors import DataError
 
 __all__ = [
@@ -62,7 +62,7 @@ def bundled_datasets() -> dict[str, Path]:
 def load_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Inputs ``(n, d)`` and targets ``(n,)`` of a CSV with a header (last column the target).
 
-    The file is read by the library's one CSV reader, :func:`amorgp.amortizer.io.read_csv`;
+    The file is read by the library's one CSV reader, :func:`amorgp.amortizer.frontends.io.read_csv`;
     the paper's protocol asks for at least 12 rows on top.
 
     Raises:
@@ -70,7 +70,7 @@ def load_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
             NaN/infinite values or a constant target.
         OSError: the file cannot be read.
     """
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.io import read_csv
     from amorgp.core.data import as_dataset
 
     table = read_csv(path)
@@ -186,7 +186,7 @@ def amortized_predictions(
 
     The paper's amortized methods start from the network's prediction alone (``starts=1``),
     optionally calibrated and refined; the library's default multi-start for periodic
-    kernels (``amorgp.amortizer.multistart``) is compared with it on the same protocol in
+    kernels (``amorgp.amortizer.stages.multistart``) is compared with it on the same protocol in
     ``docs/benchmarks/local-optima.md``.
     """
     t0 = time.perf_counter()

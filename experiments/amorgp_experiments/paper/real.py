@@ -109,7 +109,7 @@ def _baseline(
 
 def _ahgp(ctx: RunContext, model: str, sp: Split) -> tuple[list[Prediction], float]:
     """SE-ARD predictions of a fixed-kernel network (one forward pass, exact GP)."""
-    from amorgp.amortizer.forward import encode_structures, network_parameters
+    from amorgp.amortizer.networks.forward import encode_structures, network_parameters
     from amorgp.baselines import exact_predictive
     from amorgp.core.data import Normalizer
     from amorgp.kernel_grammar import DimWiseStructure

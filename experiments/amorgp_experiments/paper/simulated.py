@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.selection import select_by_likelihood
+from amorgp.amortizer.networks.selection import select_by_likelihood
 from amorgp.lazy_kernels import PaddedBatch
 from amorgp.training.heldout import (
     gp_batches,
@@ -99,9 +99,9 @@ def in_vocabulary(batch: PaddedBatch, vocab: Any) -> PaddedBatch:
 
 
 def calibrate_pairs(batch: PaddedBatch, params: Tensor, noise: Tensor) -> Params:
-    """:func:`~amorgp.amortizer.calibrate.calibrate` of every pair of ``batch`` (each its
+    """:func:`~amorgp.amortizer.stages.calibrate.calibrate` of every pair of ``batch`` (each its
     own dataset and structure; ``params (B, D, L, P)``, ``noise (B,)``)."""
-    from amorgp.amortizer.calibrate import calibrate
+    from amorgp.amortizer.stages.calibrate import calibrate
 
     params, noise = params.clone(), noise.clone()
     structures = batch.structures()

@@ -29,7 +29,7 @@ REFERENCE = "gp-ml-lbfgs"
 
 def _network_kind(ctx: RunContext, model: str) -> str | None:
     """``"structured"``, ``"ahgp"`` (a fixed SE-ARD network) or ``None`` (not available)."""
-    from amorgp.amortizer.bundled import resolve_checkpoint
+    from amorgp.amortizer.networks.bundled import resolve_checkpoint
 
     if ctx.identity(model) is None:
         return None
@@ -43,7 +43,7 @@ def _methods(ctx: RunContext) -> dict[str, str]:
     for model in ctx.config.table1_models:
         kind = _network_kind(ctx, model)
         if kind is None:
-            from amorgp.amortizer.bundled import pretrained_names
+            from amorgp.amortizer.networks.bundled import pretrained_names
 
             ctx.note(
                 "table1",

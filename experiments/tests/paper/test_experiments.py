@@ -14,7 +14,7 @@ import torch
 from amorgp_experiments.paper import PaperConfig, run_paper
 from amorgp_experiments.paper.simulated import predictive_metrics
 
-from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.networks.config import PRESETS
 from amorgp.amortizer.testing import seeded_checkpoint
 from amorgp.diff_linalg.testing import dense_gp_log_marginal_likelihood, dense_gp_predictive
 from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure, base_symbol

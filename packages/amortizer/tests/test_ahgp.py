@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from amorgp.amortizer import testing
-from amorgp.amortizer.ahgp import AHGPSEARD
-from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.networks.ahgp import AHGPSEARD
+from amorgp.amortizer.networks.config import PRESETS
 from amorgp.kernel_grammar import PAPER_VOCABULARY, base_symbol
 from amorgp.lazy_kernels import PaddedBatch
 

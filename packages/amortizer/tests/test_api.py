@@ -13,9 +13,9 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.api import PRETRAINED_DIR, Amortizer, KernelResult
-from amorgp.amortizer.checkpoint import save_checkpoint
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks.checkpoint import save_checkpoint
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.model import build_model
 from amorgp.amortizer.testing import oracle_log_marginal_likelihood as _oracle_lml
 from amorgp.diff_linalg.testing import dense_gp_predictive, torch_settings
 from amorgp.kernel_grammar import DimWiseStructure, encode
@@ -278,8 +278,8 @@ def test_fixed_kernel_model_serves_its_kernel_only(tmp_path: Path) -> None:
     network's raw outputs (baselines' dense predictive); other kernels get a clear error."""
     from dataclasses import replace
 
-    from amorgp.amortizer.forward import encode_structures, network_parameters
-    from amorgp.amortizer.registry import SE_VOCABULARY
+    from amorgp.amortizer.networks.forward import encode_structures, network_parameters
+    from amorgp.amortizer.networks.registry import SE_VOCABULARY
     from amorgp.baselines import exact_predictive
     from amorgp.core.data import Normalizer
     from amorgp.core.errors import OptionError

@@ -11,11 +11,12 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-from amorgp.amortizer import batched
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.calibrate import calibrate
-from amorgp.amortizer.results import conditioned_posterior
-from amorgp.amortizer.spectra import Tridiagonal, _tridiagonal
+from amorgp.amortizer.networks.structures import KernelBatch
+from amorgp.amortizer.stages import batched
+from amorgp.amortizer.stages.calibrate import calibrate
+from amorgp.amortizer.stages.results import conditioned_posterior
+from amorgp.amortizer.stages.spectra import Tridiagonal, _tridiagonal
 from amorgp.amortizer.testing import oracle_log_marginal_likelihood as _oracle_lml
 from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import CholeskySolver, SolverPlan
@@ -242,18 +243,19 @@ def test_the_structures_are_encoded_once_per_call(
 ) -> None:
     """``infer_many`` encodes its kernels once (a ``KernelBatch``); every stage reads that
     encoding, and a sub-batch is the rows of the grammar's own encoding of the whole."""
-    from amorgp.amortizer import calibrate as calibration
-    from amorgp.amortizer import forward, multistart, null_starts
+    from amorgp.amortizer.networks import forward, structures
+    from amorgp.amortizer.stages import calibrate as calibration
+    from amorgp.amortizer.stages import multistart, null_starts, pipeline
     from amorgp.kernel_grammar import PAPER_VOCABULARY, encode
 
     calls: list[int] = []
-    real = batched.encode
+    real = structures.encode
 
     def counting(structures, *args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(len(structures))
         return real(structures, *args, **kwargs)
 
-    for module in (batched, forward, calibration, multistart, null_starts):
+    for module in (structures, batched, forward, calibration, multistart, null_starts, pipeline):
         if hasattr(module, "encode"):
             monkeypatch.setattr(module, "encode", counting)
     X, y = _data(60, 1)
@@ -261,7 +263,7 @@ def test_the_structures_are_encoded_once_per_call(
     amz.infer_many(X, y, kernels, refine=2)
     assert calls == [3]
     st = [DimWiseStructure.coerce(k, 1, PAPER_VOCABULARY) for k in kernels]
-    batch = batched.KernelBatch(st, PAPER_VOCABULARY)
+    batch = KernelBatch(st, PAPER_VOCABULARY)
     sub = batch[[2, 0]]
     sym, mask = (torch.as_tensor(a) for a in encode(st, PAPER_VOCABULARY))
     assert torch.equal(sub.symbols, sym[[2, 0]])
@@ -273,7 +275,7 @@ def test_the_structures_are_encoded_once_per_call(
 def test_log_product_is_the_sum_of_the_logarithms() -> None:
     """The log-determinant's blocks of pivots: the sum of the pivots' logarithms over
     twelve decades, ``nan`` for a negative pivot and ``-inf`` for a zero one."""
-    from amorgp.amortizer.spectra import _log_product
+    from amorgp.amortizer.stages.spectra import _log_product
 
     rng = np.random.default_rng(5)
     for n in (1, 7, 8, 30, 81):
@@ -294,8 +296,8 @@ def test_the_coarse_to_fine_search_finds_the_best_grid_value() -> None:
     ratio it returns is at least as good as the best of the whole grid, the profile
     computed from a dense eigendecomposition (kernels whose profiles peak at very
     different ratios, some twice)."""
-    from amorgp.amortizer import calibrate as cal
-    from amorgp.amortizer.spectra import profile_log_likelihood
+    from amorgp.amortizer.stages import calibrate as cal
+    from amorgp.amortizer.stages.spectra import profile_log_likelihood
 
     rng = np.random.default_rng(8)
     n = 40
@@ -330,7 +332,7 @@ def test_rows_evaluated_and_calibrated_by_chunks(monkeypatch: pytest.MonkeyPatch
     """Pairs on their own points, evaluated and tridiagonalised a few at a time: each
     pair's score is the dense likelihood of its calibrated kernel (its matrix from the
     structure's numpy reference), and chunks of one or of all pairs agree."""
-    from amorgp.amortizer import pairs
+    from amorgp.amortizer.stages import pairs
     from amorgp.kernel_grammar import PAPER_VOCABULARY as V
     from amorgp.kernel_grammar import encode
 
@@ -363,7 +365,7 @@ def test_rows_evaluated_and_calibrated_by_chunks(monkeypatch: pytest.MonkeyPatch
 
 def test_no_rows_calibrate_to_nothing() -> None:
     """An empty batch of pairs gives an empty calibration (no chunk to concatenate)."""
-    from amorgp.amortizer import pairs
+    from amorgp.amortizer.stages import pairs
     from amorgp.kernel_grammar import PAPER_VOCABULARY as V
 
     sym = torch.ones(0, 1, 2, dtype=torch.long)

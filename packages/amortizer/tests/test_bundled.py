@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from amorgp.amortizer import Amortizer, pretrained_names, resolve_checkpoint
-from amorgp.amortizer.bundled import PRETRAINED_DIR, PRETRAINED_ROOT
+from amorgp.amortizer.networks.bundled import PRETRAINED_DIR, PRETRAINED_ROOT
 from amorgp.core.errors import CheckpointError
 
 
@@ -32,8 +32,8 @@ def test_a_path_wins_and_unknown_names_list_the_bundled_ones(tmp_path: Path) -> 
 def test_ship_model_copies_weights_and_records_provenance(tmp_path: Path) -> None:
     import json
 
-    from amorgp.amortizer.bundled import ship_model
-    from amorgp.amortizer.checkpoint import load_checkpoint
+    from amorgp.amortizer.networks.bundled import ship_model
+    from amorgp.amortizer.networks.checkpoint import load_checkpoint
 
     target = ship_model(
         PRETRAINED_DIR,
@@ -64,8 +64,8 @@ def test_ship_model_copies_every_shard_of_a_sharded_checkpoint(tmp_path: Path) -
 
     import torch
 
-    from amorgp.amortizer.bundled import ship_model
-    from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
+    from amorgp.amortizer.networks.bundled import ship_model
+    from amorgp.amortizer.networks.checkpoint import load_checkpoint, save_checkpoint
 
     src = load_checkpoint(PRETRAINED_DIR)
     opt = torch.optim.RAdam(src.model.parameters())

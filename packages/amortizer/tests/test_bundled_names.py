@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from amorgp.amortizer import Amortizer
-from amorgp.amortizer.bundled import (
+from amorgp.amortizer.networks.bundled import (
     PRETRAINED_ROOT,
     REPOSITORY_MODELS,
     pretrained_names,

@@ -12,9 +12,9 @@ from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import AmortizedGPRegressor
-from amorgp.amortizer import calibrate as calibrate_module
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.spectra import profile_log_likelihood
+from amorgp.amortizer.stages import calibrate as calibrate_module
+from amorgp.amortizer.stages.spectra import profile_log_likelihood
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import FLOORS, ParamKind
 
@@ -223,7 +223,7 @@ def test_noise_only_mode_is_the_dense_optimum_over_the_noise(amz: Amortizer) -> 
     """``scale=False`` keeps the kernel and finds the best noise (scipy, bounded)."""
     from scipy.optimize import minimize_scalar
 
-    from amorgp.amortizer.calibrate import calibrate
+    from amorgp.amortizer.stages.calibrate import calibrate
 
     X, y = _data(n=35)
     r0 = amz.infer(X, y, "SE + PER", calibrate=False)
@@ -302,7 +302,7 @@ def test_given_matrices_are_read_unless_they_may_be_overwritten() -> None:
     y = torch.sin(6 * X[:, 0]) + 0.1 * torch.randn(30, generator=g, dtype=torch.float64)
     params = 0.3 + torch.rand(2, 1, 2, V.max_params, generator=g, dtype=torch.float64)
     noise = torch.full((2,), 0.05, dtype=torch.float64)
-    from amorgp.amortizer.batched import kernel_matrices
+    from amorgp.amortizer.stages.batched import kernel_matrices
 
     Km = kernel_matrices(X, st, V, params)
     before = Km.clone()

@@ -13,15 +13,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from amorgp.amortizer import testing
-from amorgp.amortizer.checkpoint import (
+from amorgp.amortizer.networks.checkpoint import (
     FORMAT,
     load_checkpoint,
     optimizer_from_tensors,
     optimizer_to_tensors,
     save_checkpoint,
 )
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.model import build_model
 from amorgp.core.errors import CheckpointError
 from amorgp.kernel_grammar import PAPER_VOCABULARY
 
@@ -323,8 +323,8 @@ def test_an_architecture_larger_than_its_weights_is_refused_before_it_is_built(
 def test_bounded_build_counts_every_constructor() -> None:
     """The bound is exact: the network builds under its own parameter count plus the
     slack, and is refused under a smaller one."""
-    from amorgp.amortizer.checkpoint import BUILD_SLACK, _BoundedBuild
-    from amorgp.amortizer.model import build_model
+    from amorgp.amortizer.networks.checkpoint import BUILD_SLACK, _BoundedBuild
+    from amorgp.amortizer.networks.model import build_model
 
     count = sum(p.numel() for p in build_model(NET).parameters())
     with _BoundedBuild(count + BUILD_SLACK, Path("x")):

@@ -13,12 +13,12 @@ import torch
 from scipy.optimize import minimize
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.constraints import (
+from amorgp.amortizer.stages.constraints import (
     DEFAULT_NOISE_FLOOR,
     NoiseFloorWarning,
     check_constraints,
 )
-from amorgp.amortizer.objective import LogMarginalLikelihood
+from amorgp.amortizer.stages.objective import LogMarginalLikelihood
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import DimWiseStructure
 
@@ -272,7 +272,7 @@ def test_bad_constraints_are_one_line_option_errors(
 def test_the_estimator_takes_the_options() -> None:
     from sklearn.base import clone
 
-    from amorgp.amortizer.estimator import AmortizedGPRegressor
+    from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 
     reg = AmortizedGPRegressor("SE", noise_floor=1e-10, fixed={"noise": 1e-3})
     assert clone(reg).get_params()["noise_floor"] == 1e-10
@@ -290,7 +290,7 @@ def test_the_noise_slope_is_the_likelihood_s_derivative() -> None:
     dense float64 log marginal likelihood (scipy's multivariate normal) in the noise."""
     from scipy.stats import multivariate_normal
 
-    from amorgp.amortizer.constraints import noise_slope
+    from amorgp.amortizer.stages.constraints import noise_slope
 
     rng = np.random.default_rng(4)
     x = np.sort(rng.uniform(0.0, 1.0, 25))

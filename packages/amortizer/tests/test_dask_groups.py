@@ -12,10 +12,10 @@ pd = pytest.importorskip("pandas")
 dd = pytest.importorskip("dask.dataframe")
 distributed = pytest.importorskip("distributed")
 
-from amorgp.amortizer import dask_groups  # noqa: E402
 from amorgp.amortizer.api import Amortizer  # noqa: E402
-from amorgp.amortizer.dask_groups import fit_groups_dask, worker_amortizer  # noqa: E402
-from amorgp.amortizer.tables import fit_groups  # noqa: E402
+from amorgp.amortizer.frontends import dask_groups  # noqa: E402
+from amorgp.amortizer.frontends.dask_groups import fit_groups_dask, worker_amortizer  # noqa: E402
+from amorgp.amortizer.frontends.tables import fit_groups  # noqa: E402
 from amorgp.core.errors import DataError, OptionError  # noqa: E402
 
 

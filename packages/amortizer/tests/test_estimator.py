@@ -13,7 +13,7 @@ from sklearn.metrics import r2_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.estimator import AmortizedGPRegressor
+from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 
 AIRLINE = Path(__file__).parents[1] / "src/amorgp/amortizer/data/airline.csv"
 
@@ -24,9 +24,9 @@ def _estimators() -> list[AmortizedGPRegressor]:
 
     import torch
 
-    from amorgp.amortizer.checkpoint import save_checkpoint
-    from amorgp.amortizer.config import PRESETS
-    from amorgp.amortizer.model import build_model
+    from amorgp.amortizer.networks.checkpoint import save_checkpoint
+    from amorgp.amortizer.networks.config import PRESETS
+    from amorgp.amortizer.networks.model import build_model
 
     path = Path(tempfile.gettempdir()) / "amorgp-estimator-checks" / "tiny"  # stable test ids
     network = PRESETS["tiny"].network

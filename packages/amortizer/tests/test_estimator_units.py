@@ -11,8 +11,8 @@ import warnings
 import numpy as np
 import pytest
 
-from amorgp.amortizer.constraints import NoiseFloorWarning
-from amorgp.amortizer.estimator import AmortizedGPRegressor
+from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
+from amorgp.amortizer.stages.constraints import NoiseFloorWarning
 from amorgp.core.errors import DataError, OptionError
 
 LS = "d0.0.SE.lengthscale"
@@ -179,7 +179,7 @@ def test_a_binary_target_warns_that_it_is_treated_as_continuous() -> None:
 def test_the_wide_input_warning_recommends_refine_auto_only_when_not_set(
     refine: int | str,
 ) -> None:
-    from amorgp.amortizer.forward import warn_outside_training
+    from amorgp.amortizer.networks.forward import warn_outside_training
     from amorgp.kernel_grammar import DimWiseStructure
 
     s = DimWiseStructure.coerce("SE", 10)

@@ -12,14 +12,14 @@ import torch
 from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
 
-from amorgp.amortizer.constraints import KernelConstraints
-from amorgp.amortizer.fisher import (
+from amorgp.amortizer.stages.constraints import KernelConstraints
+from amorgp.amortizer.stages.fisher import (
     GAIN_TOL,
     BatchLogMarginalLikelihood,
     fisher_refine,
     predicted_gain,
 )
-from amorgp.amortizer.refine_rows import refine_pairs
+from amorgp.amortizer.stages.refine_rows import refine_pairs
 from amorgp.amortizer.testing import oracle_covariance
 from amorgp.kernel_grammar import DimWiseStructure
 

@@ -15,8 +15,8 @@ import torch
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Product, Sum, WhiteKernel
 
-from amorgp.amortizer.estimator import AmortizedGPRegressor
-from amorgp.amortizer.fitted_kernel import FittedKernel, Folding
+from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
+from amorgp.amortizer.frontends.fitted_kernel import FittedKernel, Folding
 from amorgp.kernel_grammar import DimWiseStructure
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from amorgp.amortizer.estimator import AmortizedGPRegressor
+from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 from amorgp.core.errors import DataError
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from amorgp.amortizer import forward
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.forward import encode_structures, network_parameters, traced_forward
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks import forward
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.forward import encode_structures, network_parameters, traced_forward
+from amorgp.amortizer.networks.model import build_model
 from amorgp.kernel_grammar import PAPER_VOCABULARY, DimWiseStructure
 
 

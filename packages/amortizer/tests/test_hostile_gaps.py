@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.checkpoint import load_checkpoint
+from amorgp.amortizer.networks.checkpoint import load_checkpoint
 from amorgp.amortizer.testing import edited_checkpoint
 from amorgp.core.errors import CheckpointError, DataError
 
@@ -23,7 +23,7 @@ from amorgp.core.errors import CheckpointError, DataError
 def test_shard_names_must_be_plain_file_names(
     tmp_path: Path, tiny_checkpoint: Path, name: str
 ) -> None:
-    from amorgp.amortizer.bundled import ship_model
+    from amorgp.amortizer.networks.bundled import ship_model
 
     ckpt = edited_checkpoint(tiny_checkpoint, tmp_path / "ck", {"shards": {"model": [name]}})
     meta = json.loads((ckpt / "checkpoint.json").read_text())

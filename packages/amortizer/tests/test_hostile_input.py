@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amorgp.amortizer import io as amz_io
-from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import NetworkConfig
+from amorgp.amortizer.frontends import io as amz_io
+from amorgp.amortizer.networks.checkpoint import load_checkpoint
+from amorgp.amortizer.networks.config import NetworkConfig
 from amorgp.amortizer.testing import edited_checkpoint
 from amorgp.core.errors import CheckpointError, DataError, OptionError
 
@@ -43,7 +43,7 @@ def test_an_architecture_beyond_the_bounds_is_refused_before_building(
 
 
 def test_the_bounds_admit_the_presets() -> None:
-    from amorgp.amortizer.config import PRESETS
+    from amorgp.amortizer.networks.config import PRESETS
 
     for p in PRESETS.values():
         assert NetworkConfig.from_dict(p.network.to_dict()) == p.network
@@ -77,7 +77,7 @@ def test_tensor_files_must_be_regular_files(
 def test_checkpoint_json_must_be_a_bounded_regular_file(
     tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from amorgp.amortizer import checkpoint
+    from amorgp.amortizer.networks import checkpoint
 
     ckpt = tmp_path / "ck"
     shutil.copytree(tiny_checkpoint, ckpt)
@@ -150,7 +150,7 @@ def test_column_lists_in_messages_are_short(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../x", "/abs", "a/b", ".hidden", "x\0"])
 def test_ship_model_checks_the_name_first(tmp_path: Path, tiny_checkpoint: Path, name: str) -> None:
-    from amorgp.amortizer.bundled import ship_model
+    from amorgp.amortizer.networks.bundled import ship_model
 
     root = tmp_path / "pretrained"
     root.mkdir()
@@ -258,7 +258,7 @@ def test_amortizer_options_are_checked_before_any_work(
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
 def test_a_device_this_machine_lacks_is_one_clean_error(tiny_checkpoint: Path) -> None:
     from amorgp.amortizer.api import Amortizer
-    from amorgp.amortizer.estimator import AmortizedGPRegressor
+    from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 
     with pytest.raises(OptionError, match=r"^device 'cuda': no CUDA device is available; use cpu$"):
         Amortizer.from_pretrained(tiny_checkpoint, device="cuda")
@@ -289,7 +289,7 @@ def test_valid_options_and_an_unlimited_memory_budget_work(tiny_checkpoint: Path
 
 
 def test_points_per_step_are_bounded_across_options() -> None:
-    from amorgp.amortizer.config import MAX_POINTS_PER_STEP, PRESETS, TrainConfig
+    from amorgp.amortizer.networks.config import MAX_POINTS_PER_STEP, PRESETS, TrainConfig
 
     with pytest.raises(ValueError, match=r"batch_size x n_max = 4096 x 20000 = 81920000 points"):
         TrainConfig(batch_size=4096, n_min=20000, n_max=20000)
@@ -303,7 +303,7 @@ def test_complex_and_nan_values_after_the_fit_are_refused(tiny_checkpoint: Path)
 
     import torch
 
-    from amorgp.amortizer.estimator import AmortizedGPRegressor
+    from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 
     X, y = _data()
     est = AmortizedGPRegressor(checkpoint=str(tiny_checkpoint)).fit(X, y)
@@ -333,7 +333,7 @@ def test_library_warnings_name_the_callers_line(tiny_checkpoint: Path) -> None:
     import warnings
 
     from amorgp.amortizer.api import Amortizer
-    from amorgp.amortizer.estimator import AmortizedGPRegressor
+    from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 
     X, y = _data()
     X2 = np.column_stack([X[:, 0], np.ones(len(y))])  # a constant column warns
@@ -361,7 +361,7 @@ def test_the_python_api_logs_each_stage_under_amorgp(
     import logging
 
     from amorgp.amortizer.api import Amortizer
-    from amorgp.amortizer.estimator import AmortizedGPRegressor
+    from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 
     X, y = _data()
     with caplog.at_level(logging.DEBUG, logger="amorgp"):
@@ -371,16 +371,16 @@ def test_the_python_api_logs_each_stage_under_amorgp(
         AmortizedGPRegressor(checkpoint=str(tiny_checkpoint), kernel="SE", seed=1).fit(X, y)
     ours = [r for r in caplog.records if r.name.startswith("amorgp")]
     by_stage = {(r.name, r.levelname): r.getMessage() for r in ours}
-    assert by_stage[("amorgp.amortizer.checkpoint", "INFO")].startswith(
+    assert by_stage[("amorgp.amortizer.networks.checkpoint", "INFO")].startswith(
         f"loaded checkpoint {tiny_checkpoint} (structured network, "
     )
-    network = by_stage[("amorgp.amortizer.prediction", "DEBUG")]
+    network = by_stage[("amorgp.amortizer.networks.prediction", "DEBUG")]
     assert network.startswith(f"network: 1 kernel(s), the encoder read {len(y)} of {len(y)} points")
     assert any(r.getMessage().startswith("posterior of (SE + PER)@0 on n = 24: ") for r in ours)
     assert any(r.getMessage() == "prediction of SE + PER at 4 point(s)" for r in ours)
-    summary = by_stage[("amorgp.amortizer.inference", "INFO")]
+    summary = by_stage[("amorgp.amortizer.frontends.inference", "INFO")]
     assert summary.startswith("1 kernel(s) on n = 24 points: ")
-    fit = by_stage[("amorgp.amortizer.estimator", "INFO")]
+    fit = by_stage[("amorgp.amortizer.frontends.estimator", "INFO")]
     assert fit.startswith("fitted SE on n = 24, d = 1: log marginal likelihood ")
     assert all(r.levelno <= logging.INFO for r in ours)  # a plain call never logs louder
     caplog.clear()
@@ -401,7 +401,7 @@ def test_the_python_api_logs_each_stage_under_amorgp(
 def test_the_estimator_checks_its_options_at_fit(
     tiny_checkpoint: Path, params: dict[str, object], message: str
 ) -> None:
-    from amorgp.amortizer.estimator import AmortizedGPRegressor
+    from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 
     X, y = _data()
     est = AmortizedGPRegressor(checkpoint=str(tiny_checkpoint), **params)  # type: ignore[arg-type]

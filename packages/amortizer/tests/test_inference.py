@@ -162,7 +162,7 @@ def test_cg_likelihood_with_the_default_preconditioner_is_near_exact() -> None:
     """Above the dense limit the CG backend's LML (SLQ log-determinant) matches the exact
     Cholesky LML of the same hyperparameters; the default preconditioner rank makes the
     preconditioned system nearly the identity (rank 64 missed by ~0.8 nats here)."""
-    from amorgp.amortizer.inference import DEFAULT_PRECOND_RANK
+    from amorgp.amortizer.frontends.inference import DEFAULT_PRECOND_RANK
 
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 10, 400)

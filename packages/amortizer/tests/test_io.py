@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amorgp.amortizer.io import read_csv
+from amorgp.amortizer.frontends.io import read_csv
 from amorgp.core.errors import DataError
 
 

@@ -1,4 +1,4 @@
-"""Many datasets per call (amorgp.amortizer.many): results against per-dataset infer_many,
+"""Many datasets per call (amorgp.amortizer.frontends.many): results against per-dataset infer_many,
 per-dataset errors, the fallback path, buckets and progress."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.fisher import GAIN_TOL
-from amorgp.amortizer.many import BUDGET, bucket_size
-from amorgp.amortizer.objective import LogMarginalLikelihood
-from amorgp.amortizer.periodogram import period_candidates, period_candidates_many
+from amorgp.amortizer.frontends.many import BUDGET, bucket_size
+from amorgp.amortizer.stages.fisher import GAIN_TOL
+from amorgp.amortizer.stages.objective import LogMarginalLikelihood
+from amorgp.amortizer.stages.periodogram import period_candidates, period_candidates_many
 from amorgp.core.errors import OptionError
 
 KERNELS = ["SE + PER", "LIN + SE*PER"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.many import iter_datasets
+from amorgp.amortizer.frontends.many import iter_datasets
 from amorgp.core.errors import OptionError
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from amorgp.amortizer import testing
-from amorgp.amortizer.config import PRESETS, NetworkConfig
-from amorgp.amortizer.model import AmortizedGP, build_model, count_parameters
+from amorgp.amortizer.networks.config import PRESETS, NetworkConfig
+from amorgp.amortizer.networks.model import AmortizedGP, build_model, count_parameters
 from amorgp.kernel_grammar import EXTENDED_VOCABULARY, PAPER_VOCABULARY, base_symbol
 
 TINY = PRESETS["tiny"].network

@@ -1,4 +1,4 @@
-"""Amortized multi-start (:mod:`amorgp.amortizer.multistart`) against independent oracles:
+"""Amortized multi-start (:mod:`amorgp.amortizer.stages.multistart`) against independent oracles:
 planted periods, dense float64 likelihoods, scipy's Lomb-Scargle periodogram."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from scipy.signal import lombscargle
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import Amortizer
-from amorgp.amortizer.calibrate import calibrate
-from amorgp.amortizer.multistart import (
+from amorgp.amortizer.stages.calibrate import calibrate
+from amorgp.amortizer.stages.multistart import (
     DEFAULT_STARTS,
     check_starts,
     has_periodic,
     lomb_scargle,
     period_candidates,
 )
-from amorgp.amortizer.periodogram import _uniform_blocks
+from amorgp.amortizer.stages.periodogram import _uniform_blocks
 from amorgp.amortizer.testing import planted_period_1d
 from amorgp.core.errors import OptionError
 
@@ -220,7 +220,7 @@ def test_invalid_starts() -> None:
 
 
 def test_estimator_starts(amz: Amortizer) -> None:
-    from amorgp.amortizer.estimator import AmortizedGPRegressor
+    from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 
     x, y = planted_period_1d(n=80, seed=13)
     one = AmortizedGPRegressor("SE + PER", starts=1, device="cpu").fit(x[:, None], y)
@@ -235,7 +235,7 @@ def test_above_the_scoring_subset_the_winner_is_calibrated_on_all_points(amz: Am
     scale and noise are then the exact Type-2 ML ones on all points (scipy, dense)."""
     from scipy.optimize import minimize
 
-    from amorgp.amortizer.multistart import SCORE_POINTS
+    from amorgp.amortizer.stages.multistart import SCORE_POINTS
 
     x, y = planted_period_1d(n=SCORE_POINTS + 144, seed=14)
     r = amz.infer(x, y, "SE + PER")
@@ -267,7 +267,7 @@ def test_every_periodic_product_gets_its_decay_floor(symbol: str, decay: str | N
     """The starts read the registry's parameter roles, not names: the lengthscale of the
     factor without the period is the decay, raised to DECAY_PERIODS periods in every
     periodogram start, whatever the kernel (SE*PER, MAT52*PER and RQ*PER alike)."""
-    from amorgp.amortizer.multistart import (
+    from amorgp.amortizer.stages.multistart import (
         DECAY_PERIODS,
         PERIODIC_LENGTHSCALE,
         _starts_of,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.null_starts import (
+from amorgp.amortizer.stages.null_starts import (
     NULL_RULES,
     NullNetwork,
     _median_distance,

@@ -10,8 +10,8 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.fisher import GAIN_TOL
-from amorgp.amortizer.refine import AUTO_MAX_ITERS, check_refine, dense_groups
+from amorgp.amortizer.stages.fisher import GAIN_TOL
+from amorgp.amortizer.stages.refine import AUTO_MAX_ITERS, check_refine, dense_groups
 from amorgp.core.errors import OptionError
 from amorgp.lazy_kernels import EVALUATOR_MATRICES_PER_TERM
 

@@ -1,4 +1,4 @@
-"""The refinement's objective (:class:`amorgp.amortizer.objective.LogMarginalLikelihood`)
+"""The refinement's objective (:class:`amorgp.amortizer.stages.objective.LogMarginalLikelihood`)
 against a dense numpy float64 oracle: values, and gradients by central differences."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-from amorgp.amortizer.objective import LogMarginalLikelihood
+from amorgp.amortizer.stages.objective import LogMarginalLikelihood
 from amorgp.amortizer.testing import oracle_covariance
 from amorgp.kernel_grammar import FLOORS, DimWiseStructure, ParamKind
 

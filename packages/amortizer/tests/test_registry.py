@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from amorgp.amortizer import testing
-from amorgp.amortizer.ahgp import AHGPSEARD
-from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import PRESETS, NetworkConfig
-from amorgp.amortizer.model import AmortizedGP
-from amorgp.amortizer.network import AmortizationNetwork, DatasetEncoding, Prediction
-from amorgp.amortizer.registry import (
+from amorgp.amortizer.networks.ahgp import AHGPSEARD
+from amorgp.amortizer.networks.checkpoint import load_checkpoint
+from amorgp.amortizer.networks.config import PRESETS, NetworkConfig
+from amorgp.amortizer.networks.model import AmortizedGP
+from amorgp.amortizer.networks.network import AmortizationNetwork, DatasetEncoding, Prediction
+from amorgp.amortizer.networks.registry import (
     _REGISTRY,
     SE_VOCABULARY,
     NetworkSpec,

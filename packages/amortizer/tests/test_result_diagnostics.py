@@ -14,8 +14,8 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.fisher import CHECK_POINTS, GAIN_TOL, predicted_gain
-from amorgp.amortizer.results import KernelResult, evaluate_optimality
+from amorgp.amortizer.stages.fisher import CHECK_POINTS, GAIN_TOL, predicted_gain
+from amorgp.amortizer.stages.results import KernelResult, evaluate_optimality
 
 # floors of the refinement's log parameters z = log(theta - floor), in the flat order
 # (variance, lengthscale | variance, lengthscale, period | noise) of "SE + PER"
@@ -264,7 +264,7 @@ def test_rescaled_periodogram_starts_and_the_decay_lengthscale(
 # -- grouped tables -------------------------------------------------------------------------
 def test_fit_groups_diagnostic_columns(amz: Amortizer) -> None:
     pd = pytest.importorskip("pandas")
-    from amorgp.amortizer.tables import DIAGNOSTIC_COLUMNS, FIXED_COLUMNS, fit_groups
+    from amorgp.amortizer.frontends.tables import DIAGNOSTIC_COLUMNS, FIXED_COLUMNS, fit_groups
 
     parts = []
     sets = {"a": _smooth(60, 1), "c": _smooth(), "bad": _smooth(2, 3)}

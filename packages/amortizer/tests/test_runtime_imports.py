@@ -22,7 +22,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith(("amorgp", "sklea
     out = _python(code)
     assert out.returncode == 0, out.stderr
     modules = json.loads(out.stdout.strip().splitlines()[-1])
-    assert "amorgp.amortizer.inference" in modules  # the probe saw the runtime
+    assert "amorgp.amortizer.frontends.inference" in modules  # the probe saw the runtime
     assert not [m for m in modules if m.startswith("amorgp.simulator")]
     assert not [m for m in modules if m.startswith("amorgp.amortizer.train")]
     assert not [m for m in modules if m.startswith("amorgp_experiments")]

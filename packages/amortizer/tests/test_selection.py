@@ -17,8 +17,8 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import Amortizer
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.selection import select_by_likelihood
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.selection import select_by_likelihood
 from amorgp.amortizer.testing import seeded_checkpoint
 from amorgp.core.errors import CheckpointError, OptionError
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
@@ -134,7 +134,7 @@ def test_candidates_from_the_checkpoint_and_bad_candidates(
 
 @pytest.mark.parametrize("name", ["default", "small-d8-c376k"])
 def test_bundled_checkpoints_load_the_candidates_they_name(name: str) -> None:
-    from amorgp.amortizer.bundled import resolve_checkpoint
+    from amorgp.amortizer.networks.bundled import resolve_checkpoint
 
     meta = json.loads((resolve_checkpoint(name) / "checkpoint.json").read_text())
     amz = Amortizer.from_pretrained(name, device="cpu")

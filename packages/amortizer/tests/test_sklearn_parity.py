@@ -19,8 +19,8 @@ from sklearn.gaussian_process.kernels import ExpSineSquared
 from sklearn.model_selection import KFold, cross_val_score
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.estimator import AmortizedGPRegressor
-from amorgp.amortizer.fitted_kernel import FittedKernel
+from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
+from amorgp.amortizer.frontends.fitted_kernel import FittedKernel
 
 
 def _data_1d(n: int = 40) -> tuple[np.ndarray, np.ndarray]:

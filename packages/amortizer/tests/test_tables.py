@@ -1,4 +1,4 @@
-"""Grouped tables (amorgp.amortizer.tables.fit_groups) against per-group infer_many."""
+"""Grouped tables (amorgp.amortizer.frontends.tables.fit_groups) against per-group infer_many."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from amorgp.core.errors import DataError, MissingExtraError, OptionError
 
 pd = pytest.importorskip("pandas")
 
-from amorgp.amortizer.tables import FIXED_COLUMNS, fit_groups  # noqa: E402
+from amorgp.amortizer.frontends.tables import FIXED_COLUMNS, fit_groups  # noqa: E402
 
 KERNELS = ["SE + PER", "LIN"]
 
@@ -103,7 +103,7 @@ def test_without_pandas(monkeypatch: pytest.MonkeyPatch, amz: Amortizer) -> None
 
 
 def test_read_table(tmp_path) -> None:
-    from amorgp.amortizer.io import read_table
+    from amorgp.amortizer.frontends.io import read_table
     from amorgp.core.errors import DataError
 
     path = tmp_path / "semi.csv"
@@ -171,7 +171,7 @@ def test_kernels_checked_once_before_any_fit(
     amz: Amortizer, kernels: list, words: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``["SE", "FOO"]`` used to fail every group, SE's results lost."""
-    from amorgp.amortizer import many
+    from amorgp.amortizer.frontends import many
 
     def no_fit(*a, **k):
         raise AssertionError("fitted before the checks")

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from amorgp.amortizer.bundled import PRETRAINED_ROOT, pretrained_names
+from amorgp.amortizer.networks.bundled import PRETRAINED_ROOT, pretrained_names
 from amorgp.kernel_grammar import (
     ELEMENTARY,
     PAPER_VOCABULARY,

@@ -7,7 +7,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from amorgp.amortizer.bundled import PRETRAINED_ROOT, pretrained_names, repository_model_names
+from amorgp.amortizer.networks.bundled import (
+    PRETRAINED_ROOT,
+    pretrained_names,
+    repository_model_names,
+)
 from amorgp.cli import main
 
 AIRLINE = PRETRAINED_ROOT.parent / "data" / "airline.csv"

@@ -232,7 +232,7 @@ def test_large_n_says_the_backend_and_an_estimate_and_logs_every_stage(
 
 
 def test_time_estimate_scales_as_the_flop_counts() -> None:
-    from amorgp.amortizer.calibrate import MAX_POINTS
+    from amorgp.amortizer.stages.calibrate import MAX_POINTS
     from amorgp.cli._common import estimate_seconds
 
     units = {"cholesky": 1.0, "eigh": 2.0, "matmul": 4.0}

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from amorgp.amortizer.io import read_csv
+from amorgp.amortizer.frontends.io import read_csv
 from amorgp.cli import main
 from amorgp.cli._output import atomic_write, check_output_path
 from amorgp.core.errors import DataError

@@ -70,7 +70,7 @@ def test_demo_json_is_one_versioned_document_with_original_unit_likelihoods() ->
     import numpy as np
     from click.testing import CliRunner
 
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.io import read_csv
     from amorgp.cli import main
     from amorgp.cli.demo import DEMO_DATA
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from amorgp.amortizer.bundled import DATA_DIR
+from amorgp.amortizer.networks.bundled import DATA_DIR
 from amorgp.cli import main
 
 AIRLINE = DATA_DIR / "airline.csv"

@@ -16,7 +16,7 @@ from amorgp.cli import main
 
 pd = pytest.importorskip("pandas")
 
-from amorgp.amortizer.tables import fit_groups  # noqa: E402
+from amorgp.amortizer.frontends.tables import fit_groups  # noqa: E402
 
 
 def _run(args: list[str], ckpt: Path) -> Result:

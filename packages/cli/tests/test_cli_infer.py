@@ -51,7 +51,7 @@ def test_infer_names_the_winning_network(
     data_1d: Path, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     """With a candidate network, each kernel's row names the network the API picked."""
-    from amorgp.amortizer.config import PRESETS
+    from amorgp.amortizer.networks.config import PRESETS
     from amorgp.amortizer.testing import seeded_checkpoint
 
     other = seeded_checkpoint(tmp_path / "other", PRESETS["tiny"].network, seed=5)
@@ -433,7 +433,7 @@ def test_backend_and_memory_budget_options(
     """``--backend`` and ``--memory-budget`` reach the amortizer's solver plan: CG gives
     the dense Cholesky's likelihood (the float64 oracle) to CG's tolerance; an unknown
     backend is a usage error naming the choices."""
-    from amorgp.amortizer import inference
+    from amorgp.amortizer.frontends import inference
 
     seen: list[tuple[str, float]] = []
     real = inference.Amortizer.solver_plan

@@ -13,9 +13,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.model import build_model, count_parameters
+from amorgp.amortizer.networks.checkpoint import load_checkpoint
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.model import build_model, count_parameters
 from amorgp.cli import main
 from amorgp.cli.train import parse_overrides
 from amorgp.training.rundir import LOCK

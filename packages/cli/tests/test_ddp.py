@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks.checkpoint import load_checkpoint
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.model import build_model
 from amorgp.amortizer.testing import TINY_TRAIN
 from amorgp.training.train import make_stream, simulator_config, training_loss
 

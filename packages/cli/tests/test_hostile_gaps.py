@@ -14,8 +14,8 @@ import torch
 from click.testing import CliRunner
 from safetensors import SafetensorError
 
-import amorgp.amortizer.checkpoint as checkpoint_module
-from amorgp.amortizer.checkpoint import load_checkpoint
+import amorgp.amortizer.networks.checkpoint as checkpoint_module
+from amorgp.amortizer.networks.checkpoint import load_checkpoint
 from amorgp.amortizer.testing import edited_checkpoint
 from amorgp.cli import main
 from amorgp.core.errors import CheckpointError

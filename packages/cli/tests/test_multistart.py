@@ -1,5 +1,5 @@
 """``amorgp infer --starts``: the command's multi-start is the library's
-(:mod:`amorgp.amortizer.multistart`)."""
+(:mod:`amorgp.amortizer.stages.multistart`)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ def _data() -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def fitted(tiny_checkpoint: Path) -> tuple[object, object]:
-    from amorgp.amortizer.estimator import AmortizedGPRegressor
+    from amorgp.amortizer.frontends.estimator import AmortizedGPRegressor
 
     X, y = _data()
     reg = AmortizedGPRegressor(checkpoint=str(tiny_checkpoint), kernel="SE").fit(X, y)

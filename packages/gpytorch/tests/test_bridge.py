@@ -272,7 +272,7 @@ def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree:
         values.append(_likelihood_term(model))
     assert values[1] >= values[0] - 1e-6
     # one calibration per start: with the scale where the tree holds one, else the noise
-    import amorgp.amortizer.calibrate as cal_module
+    import amorgp.amortizer.stages.calibrate as cal_module
 
     calls: list[bool] = []
 
@@ -280,7 +280,7 @@ def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree:
         calls.append(bool(kwargs.get("scale", True)))
         return real(*args, **kwargs)
 
-    import amorgp.amortizer.pipeline as pipeline_module
+    import amorgp.amortizer.stages.pipeline as pipeline_module
 
     def counted_rows(*args: object, **kwargs: object) -> object:
         calls.append(True)  # the pipeline's batched calibration of scale and noise

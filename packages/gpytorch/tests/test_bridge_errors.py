@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.results import KernelResult
+from amorgp.amortizer.stages.results import KernelResult
 from amorgp.core.errors import DataError, OptionError
 from amorgp.gpytorch import AmortizedFit, fit_amortized, to_gpytorch
 

@@ -13,7 +13,7 @@ from botorch.models import SingleTaskGP
 from gpytorch.kernels import RBFKernel, ScaleKernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
-import amorgp.amortizer.forward as forward
+import amorgp.amortizer.networks.forward as forward
 import amorgp.gpytorch.fit as fit_module
 from amorgp.amortizer import Amortizer
 from amorgp.gpytorch import AmortizedFit, initialize_gpytorch, model_data, read_kernel

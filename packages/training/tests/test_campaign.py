@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks.checkpoint import load_checkpoint, save_checkpoint
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.model import build_model
 from amorgp.core.errors import TrainingError
 from amorgp.training import campaign_plan, campaign_segments
 from amorgp.training import trainer as trainer_module
@@ -220,8 +220,8 @@ def test_real_data_scores_beat_the_constant_predictor(tmp_path: Path) -> None:
     far better than the training mean (RMSE 1 in standardised units)."""
     import shutil
 
-    from amorgp.amortizer.bundled import DATA_DIR
-    from amorgp.amortizer.inference import PRETRAINED_DIR
+    from amorgp.amortizer.frontends.inference import PRETRAINED_DIR
+    from amorgp.amortizer.networks.bundled import DATA_DIR
     from amorgp.training.campaign_plan import real_data_scores
 
     data = tmp_path / "data"

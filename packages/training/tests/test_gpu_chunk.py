@@ -17,9 +17,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks.checkpoint import load_checkpoint, save_checkpoint
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.model import build_model
 from amorgp.core.errors import CheckpointError, OptionError
 from amorgp.training import train
 from amorgp.training.gpu_chunk import LOG_FILE, export_compact, finish_chunk

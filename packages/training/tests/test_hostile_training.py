@@ -99,7 +99,7 @@ def test_a_full_disk_when_a_run_starts_names_the_run_and_leaves_nothing(
 def test_the_quadratic_memory_of_a_step_is_bounded() -> None:
     """``batch_size * n_max`` passed the linear bound while the step's float64 kernel
     matrices (``n_max^2 x 8`` bytes each) took gigabytes."""
-    from amorgp.amortizer.config import TrainConfig
+    from amorgp.amortizer.networks.config import TrainConfig
     from amorgp.core.errors import OptionError
     from amorgp.training.runstate import MAX_KERNEL_BYTES, check_step_memory
 

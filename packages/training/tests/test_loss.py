@@ -8,8 +8,8 @@ import torch
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer import testing
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.model import Prediction, build_model
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.model import Prediction, build_model
 from amorgp.kernel_grammar import PAPER_VOCABULARY
 from amorgp.lazy_kernels import PaddedBatch
 from amorgp.simulator.testing import dense_covariance, structure_of

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig
-from amorgp.amortizer.registry import (
+from amorgp.amortizer.networks.config import PRESETS, NetworkConfig, TrainConfig
+from amorgp.amortizer.networks.registry import (
     _REGISTRY,
     SE_VOCABULARY,
     NetworkSpec,

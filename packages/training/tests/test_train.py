@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import PRESETS
+from amorgp.amortizer.networks.checkpoint import load_checkpoint
+from amorgp.amortizer.networks.config import PRESETS
 from amorgp.amortizer.testing import TINY_TRAIN
 from amorgp.simulator import Simulator
 from amorgp.training.train import SE_VOCABULARY, encoder_view, simulator_config, train
@@ -116,7 +116,7 @@ def test_encoder_view_subsamples_present_points_only() -> None:
 
 def test_size_buckets_give_the_same_prediction_and_gradient() -> None:
     """Bucketing by n is exact: same predictions and gradients as one padded batch."""
-    from amorgp.amortizer.model import build_model
+    from amorgp.amortizer.networks.model import build_model
     from amorgp.training.train import predict_bucketed, training_loss
 
     sim = Simulator(simulator_config(NET, dataclasses.replace(TC, n_min=3, n_max=16, max_dims=3)))
@@ -140,7 +140,7 @@ def test_size_buckets_give_the_same_prediction_and_gradient() -> None:
 
 def test_size_buckets_apply_on_the_cpu_only() -> None:
     """The CPU step runs one encoder pass per bucket; a GPU step runs one pass in all."""
-    from amorgp.amortizer.model import build_model
+    from amorgp.amortizer.networks.model import build_model
     from amorgp.training.train import effective_size_buckets, training_loss
 
     cfg = dataclasses.replace(TC, n_min=3, n_max=16, max_dims=3, size_buckets=3)

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from amorgp.amortizer.checkpoint import load_checkpoint
-from amorgp.amortizer.config import PRESETS, preset
+from amorgp.amortizer.networks.checkpoint import load_checkpoint
+from amorgp.amortizer.networks.config import PRESETS, preset
 from amorgp.amortizer.testing import TINY_TRAIN
 from amorgp.core.errors import CheckpointError, OptionError, TrainingError
 from amorgp.training import trainer as trainer_module

@@ -59,8 +59,8 @@ def test_grown_network_predicts_as_before(tiny_checkpoint: Path) -> None:
 
 def test_vocabulary_must_extend() -> None:
     small = Vocabulary.with_products(("SE", "LIN"), "small")
-    from amorgp.amortizer.config import PRESETS
-    from amorgp.amortizer.model import AmortizedGP
+    from amorgp.amortizer.networks.config import PRESETS
+    from amorgp.amortizer.networks.model import AmortizedGP
 
     cfg = PRESETS["tiny"].network
     with pytest.raises(OptionError, match="drops"):

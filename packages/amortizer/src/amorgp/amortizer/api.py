@@ -2,12 +2,12 @@
 
 The front end in small modules, re-exported here:
 
-* :mod:`amorgp.amortizer.inference` — :class:`Amortizer` (loading, validation,
+* :mod:`amorgp.amortizer.frontends.inference` — :class:`Amortizer` (loading, validation,
   warnings, the GP backend rule);
-* :mod:`amorgp.amortizer.results` — :class:`KernelResult` (extends the fit-result base
+* :mod:`amorgp.amortizer.stages.results` — :class:`KernelResult` (extends the fit-result base
   :class:`amorgp.core.fit.KernelFit`) and the conditioned GP it keeps;
-* :mod:`amorgp.amortizer.refine` — Type-2 ML refinement (``refine=k`` or ``"auto"``);
-* :mod:`amorgp.amortizer.forward` — the network forward for one dataset and many kernels;
+* :mod:`amorgp.amortizer.stages.refine` — Type-2 ML refinement (``refine=k`` or ``"auto"``);
+* :mod:`amorgp.amortizer.networks.forward` — the network forward for one dataset and many kernels;
 * :class:`Hyperparameter` — one row of a result's table (owned by
   :mod:`amorgp.core.fit`).
 
@@ -33,7 +33,7 @@ Steps of :meth:`Amortizer.infer_many`:
    likelihood is computed on first access to :attr:`KernelResult.log_marginal_likelihood`
    unless ``evaluate_lml=True`` (predictions do not need it);
 5. optionally ``refine``: L-BFGS iterations of Type-2 ML started from the amortized
-   hyperparameters (:mod:`amorgp.amortizer.refine`; dense, so only where the dense
+   hyperparameters (:mod:`amorgp.amortizer.stages.refine`; dense, so only where the dense
    backend applies).
 
 Everything runs under ``torch.inference_mode`` (except the refinement, which
@@ -41,14 +41,14 @@ needs gradients) on the chosen device; the network in float32, the GP algebra
 in ``dtype`` (float64 by default).
 """
 
-from amorgp.amortizer.inference import (
+from amorgp.amortizer.frontends.inference import (
     DEFAULT_ENCODER_POINTS,
     DEFAULT_MAX_ADDENDS,
     PRETRAINED_DIR,
     Amortizer,
     Progress,
 )
-from amorgp.amortizer.results import KernelResult
+from amorgp.amortizer.stages.results import KernelResult
 from amorgp.core.fit import Hyperparameter
 
 __all__ = [

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.registry import build_model
+from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.networks.registry import build_model
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 
@@ -192,9 +192,9 @@ def seeded_checkpoint(directory: Path, network: NetworkConfig, seed: int = 0) ->
     """A checkpoint of ``network`` with weights drawn from ``torch.manual_seed(seed)``
     (the global RNG state is left as it was), with the ``tiny`` preset's recipe as its
     training metadata: a real, loadable network for tests that need one."""
-    from amorgp.amortizer.checkpoint import save_checkpoint
-    from amorgp.amortizer.config import PRESETS
-    from amorgp.amortizer.model import build_model
+    from amorgp.amortizer.networks.checkpoint import save_checkpoint
+    from amorgp.amortizer.networks.config import PRESETS
+    from amorgp.amortizer.networks.model import build_model
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -206,7 +206,7 @@ def seeded_checkpoint(directory: Path, network: NetworkConfig, seed: int = 0) ->
 def tiny_checkpoint(directory: Path) -> Path:
     """A ``tiny``-preset checkpoint with seeded random weights (trained range n <= 40,
     d <= 3) in ``directory / "tiny"``: the checkpoint of the test suites' fixtures."""
-    from amorgp.amortizer.config import PRESETS
+    from amorgp.amortizer.networks.config import PRESETS
 
     return seeded_checkpoint(directory / "tiny", PRESETS["tiny"].network)
 

@@ -24,7 +24,7 @@ from amorgp.core.errors import shorten
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import Amortizer, KernelResult
-    from amorgp.amortizer.io import Dataset
+    from amorgp.amortizer.frontends.io import Dataset
     from amorgp.kernel_grammar import DimWiseStructure
 
 __all__ = [
@@ -54,7 +54,7 @@ starts_option = click.option(
     "best by likelihood wins); 1: the network's prediction alone.  [default: 8, or 1 "
     "with --no-calibrate]",
 )
-"""The ``--starts`` option of the commands that infer (``amorgp.amortizer.multistart``)."""
+"""The ``--starts`` option of the commands that infer (``amorgp.amortizer.stages.multistart``)."""
 
 
 def kernels_option(help_text: str) -> Callable[[F], F]:
@@ -282,7 +282,7 @@ class RefineType(click.ParamType):
 
 
 class _ProgressBars:
-    """A :data:`~amorgp.amortizer.inference.Progress` hook: one tqdm bar per stage on
+    """A :data:`~amorgp.amortizer.frontends.inference.Progress` hook: one tqdm bar per stage on
     stderr (only on a terminal), and with ``-v`` one log line per stage on any stderr.
 
     The library reports the network pass, each refinement round and each kernel's log
@@ -407,7 +407,7 @@ def estimate_seconds(
     product's work per point pair), and the refinement (``refine`` L-BFGS iterations of
     about 2 evaluations, each a Cholesky and an inverse, 3 Choleskys; ``auto``: at least
     20 iterations)."""
-    from amorgp.amortizer.calibrate import MAX_POINTS
+    from amorgp.amortizer.stages.calibrate import MAX_POINTS
 
     k = len(terms)
     scale = (n / _PROBE) ** 3
@@ -421,7 +421,7 @@ def estimate_seconds(
     else:  # one product ~ n^3 flops; one kernel mat-vec ~ 20 n^2 per addend
         per_pair = units["matmul"] / _PROBE**3
         out["posterior"] = sum(30 * 20 * t for t in terms) * n**2 * per_pair
-    from amorgp.amortizer.refine import typical_iterations
+    from amorgp.amortizer.stages.refine import typical_iterations
 
     steps = typical_iterations(refine)
     if steps:
@@ -468,8 +468,8 @@ NOTE_SECONDS = 5.0
 def cubic_work(n: int, terms: Sequence[int], refine: Refine) -> float:
     """The cubic work of a call in units of one ``512 x 512`` Cholesky, without timing:
     per kernel a posterior and a calibration, and ``6`` factorisations per refinement
-    iteration (``auto``: :func:`amorgp.amortizer.refine.typical_iterations`)."""
-    from amorgp.amortizer.refine import typical_iterations
+    iteration (``auto``: :func:`amorgp.amortizer.stages.refine.typical_iterations`)."""
+    from amorgp.amortizer.stages.refine import typical_iterations
 
     steps = typical_iterations(refine)
     return len(terms) * (n / _PROBE) ** 3 * (2 + 6 * steps)
@@ -586,7 +586,7 @@ def run_inference(
     each on stderr; progress bars on stderr (only on a terminal) follow the network
     pass, the refinement and each kernel's log marginal likelihood (the slow part for
     large ``n``); ``-v`` logs the size and the GP backend first.  ``noise_floor``,
-    ``fixed``, ``bounds``: as :meth:`~amorgp.amortizer.inference.Amortizer.infer_many`'s
+    ``fixed``, ``bounds``: as :meth:`~amorgp.amortizer.frontends.inference.Amortizer.infer_many`'s
     (``None``: its defaults; :func:`constraint_options`).
     """
     assert data.y is not None

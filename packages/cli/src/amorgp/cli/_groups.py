@@ -1,10 +1,10 @@
 """``amorgp infer TABLE --group-by COLUMN``: one fit per group of a long table.
 
 The table (CSV, or Parquet by its extension ``.parquet``/``.pq``; read by
-:func:`amorgp.amortizer.io.read_table`) holds one row per observation; every group of ``--group-by`` is one dataset, fitted by
-:func:`amorgp.amortizer.tables.fit_groups` (groups of equal size share batched work).
+:func:`amorgp.amortizer.frontends.io.read_table`) holds one row per observation; every group of ``--group-by`` is one dataset, fitted by
+:func:`amorgp.amortizer.frontends.tables.fit_groups` (groups of equal size share batched work).
 The output has one row per group and kernel (the columns of
-:mod:`amorgp.amortizer.tables`: after ``error``, how each fit ended, ``refine_steps``,
+:mod:`amorgp.amortizer.frontends.tables`: after ``error``, how each fit ended, ``refine_steps``,
 ``refine_status``, ``at_optimum``, ``refine_gain`` and ``untouched``, the hyperparameters
 still at a start's constant), written to ``--output`` as CSV, Parquet or JSON Lines by
 its extension (``.csv``, ``.parquet``/``.pq``, ``.jsonl``/``.ndjson``), or to stdout
@@ -14,7 +14,7 @@ failed on stderr (exit 0: the others are fitted).  Where no group was fitted (al
 failed, or a table without rows) it writes nothing and exits 1.
 
 Checked before any work, as the plain ``amorgp infer``: the output path (never the input
-table), the table's header (at most :data:`~amorgp.amortizer.io.MAX_COLUMNS` columns, no
+table), the table's header (at most :data:`~amorgp.amortizer.frontends.io.MAX_COLUMNS` columns, no
 duplicate names), ``--predict-at`` (distinct points), the kernels, ``--fixed`` and
 ``--bounds`` names against the input columns, and group columns named like a result
 column (``kernel``, ``noise``...): usage errors exit 2.
@@ -145,19 +145,19 @@ def run_groups(
     **constraints: Any,
 ) -> None:
     """Check, read, fit every group, write (see the module docstring); ``constraints``:
-    ``noise_floor``, ``fixed``, ``bounds`` as :func:`~amorgp.amortizer.tables.fit_groups`.
+    ``noise_floor``, ``fixed``, ``bounds`` as :func:`~amorgp.amortizer.frontends.tables.fit_groups`.
 
     Before any work: the output path (never the input table, as ``amorgp predict``), the
     points, the table's header; then, with the network loaded, the kernels and
-    constraints against the input columns (:func:`~amorgp.amortizer.tables.fit_groups`).
+    constraints against the input columns (:func:`~amorgp.amortizer.frontends.tables.fit_groups`).
 
     Raises:
         DataError: a table without rows, or no group fitted (nothing is written).
     """
     from tqdm import tqdm
 
-    from amorgp.amortizer.io import check_table_header, read_table
-    from amorgp.amortizer.tables import fit_groups
+    from amorgp.amortizer.frontends.io import check_table_header, read_table
+    from amorgp.amortizer.frontends.tables import fit_groups
     from amorgp.cli._common import load_amortizer
     from amorgp.cli.predict import _check_paths
     from amorgp.core.errors import DataError

@@ -14,7 +14,7 @@ from amorgp.cli._output import atomic_write
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import KernelResult
-    from amorgp.amortizer.io import Dataset
+    from amorgp.amortizer.frontends.io import Dataset
     from amorgp.ensembles import KernelEnsemble
 
 __all__ = ["plot_demo", "plot_ensemble", "plot_prediction"]

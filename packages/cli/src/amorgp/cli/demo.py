@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import click
 
-from amorgp.amortizer.bundled import DATA_DIR
+from amorgp.amortizer.networks.bundled import DATA_DIR
 from amorgp.amortizer.strictjson import json_text
 from amorgp.cli._common import (
     Refine,
@@ -195,7 +195,7 @@ def demo(
     """Airline passengers 1949-1960: amortized hyperparameters of several kernels next to
     Type-2 ML by L-BFGS with 3 starts per kernel, and to the amortized fit with
     --refine auto."""
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.io import read_csv
 
     if not no_plot:
         try:

@@ -46,7 +46,7 @@ from amorgp.cli.predict import holdout_scores, split_mode_option, split_table
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import Amortizer
-    from amorgp.amortizer.io import Dataset
+    from amorgp.amortizer.frontends.io import Dataset
     from amorgp.ensembles import KernelEnsemble, SearchResult
 
 __all__ = ["ensemble", "search"]
@@ -181,7 +181,7 @@ def _prepare(
     split_mode: str = "random",
 ) -> tuple[Dataset, Dataset | None]:
     """Check the options, read DATA and hold out ``split`` of it (before any inference)."""
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.io import read_csv
 
     if not 0.0 <= split < 1.0:
         raise click.BadParameter(f"must lie in [0, 1), got {split}", param_hint="--split")
@@ -299,7 +299,7 @@ def search(
     """Greedy/beam search for the kernel structure of the table DATA, scored by the
     amortized log marginal likelihood (or BIC; after the exact scale and noise unless
     --no-calibrate); --refine k refits the best --top structures with k L-BFGS iterations."""
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.io import read_csv
     from amorgp.ensembles import describe_structure, format_description
 
     table = read_csv(data, target)

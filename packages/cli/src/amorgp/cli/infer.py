@@ -31,7 +31,7 @@ from amorgp.cli._output import emit, json_document, json_option, json_text
 
 if TYPE_CHECKING:
     from amorgp.amortizer.api import KernelResult
-    from amorgp.amortizer.io import Dataset
+    from amorgp.amortizer.frontends.io import Dataset
 
 __all__ = ["infer"]
 
@@ -63,8 +63,8 @@ def _table(results: Sequence[KernelResult], data: Dataset) -> str:
     whether it is at an optimum), then its folded hyperparameters (one output scale per
     product term, as ``AmortizedGPRegressor.kernel_``), normalised and in original units;
     a hyperparameter still at a start's constant is marked ``*`` (:data:`UNTOUCHED_NOTE`)."""
-    from amorgp.amortizer.fitted_kernel import Folding
-    from amorgp.amortizer.results import evaluate_optimality
+    from amorgp.amortizer.frontends.fitted_kernel import Folding
+    from amorgp.amortizer.stages.results import evaluate_optimality
 
     evaluate_optimality(results)
     lines = []
@@ -167,7 +167,7 @@ def infer(
     batches; a group that fails keeps its rows with its error, and a run that fits no
     group writes nothing (exit 1).
     """
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.io import read_csv
 
     if group_by:
         from amorgp.cli._groups import run_groups

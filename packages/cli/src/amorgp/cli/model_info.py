@@ -15,8 +15,8 @@ from typing import Any
 import click
 from torch import nn
 
-from amorgp.amortizer.config import PRESETS
-from amorgp.amortizer.registry import network_names, network_spec
+from amorgp.amortizer.networks.config import PRESETS
+from amorgp.amortizer.networks.registry import network_names, network_spec
 from amorgp.cli._errors import AmorgpCommand
 from amorgp.cli._output import emit, json_document, json_option, json_text
 
@@ -46,9 +46,9 @@ def component_counts(model: nn.Module) -> list[tuple[str, int]]:
 def model_info(preset_name: str | None, model: str, checkpoint: Path | None, as_json: bool) -> None:
     """Parameter counts of a preset (default: all presets) or of a CHECKPOINT (a checkpoint
     directory or the name of a bundled model, e.g. default)."""
-    from amorgp.amortizer.bundled import resolve_checkpoint
-    from amorgp.amortizer.checkpoint import load_checkpoint
-    from amorgp.amortizer.model import build_model
+    from amorgp.amortizer.networks.bundled import resolve_checkpoint
+    from amorgp.amortizer.networks.checkpoint import load_checkpoint
+    from amorgp.amortizer.networks.model import build_model
 
     if checkpoint is not None and preset_name is not None:
         raise click.UsageError("give either --preset or CHECKPOINT, not both")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 import numpy as np
 
-from amorgp.amortizer.io import Dataset, read_csv
+from amorgp.amortizer.frontends.io import Dataset, read_csv
 from amorgp.cli._common import (
     Refine,
     check_finite,

@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from amorgp.amortizer.config import PRESETS, NetworkConfig, TrainConfig, preset
-from amorgp.amortizer.registry import network_names, network_spec
+from amorgp.amortizer.networks.config import PRESETS, NetworkConfig, TrainConfig, preset
+from amorgp.amortizer.networks.registry import network_names, network_spec
 from amorgp.cli._common import check_device, require_training
 from amorgp.cli._errors import AmorgpCommand
 from amorgp.cli._output import SCHEMA_VERSION, emit, json_option, json_text
@@ -119,7 +119,7 @@ def _check_init_overrides(init_from: Path, extra: dict[str, Any], phase: int) ->
 
 def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
     """``("lr=1e-4", "batch_size=64")`` -> ``{"lr": 1e-4, "batch_size": 64}``, each value
-    parsed by the type of its :class:`~amorgp.amortizer.config.TrainConfig` field.
+    parsed by the type of its :class:`~amorgp.amortizer.networks.config.TrainConfig` field.
 
     Raises:
         click.BadParameter: not ``KEY=VALUE``, an unknown key, ``phase`` (use

@@ -20,9 +20,9 @@ from botorch.models import ModelListGP, SingleTaskGP
 from botorch.optim.fit import fit_gpytorch_mll_scipy
 from torch import Tensor
 
-from amorgp.amortizer.inference import Amortizer
-from amorgp.amortizer.multistart import has_periodic
-from amorgp.amortizer.results import KernelResult
+from amorgp.amortizer.frontends.inference import Amortizer
+from amorgp.amortizer.stages.multistart import has_periodic
+from amorgp.amortizer.stages.results import KernelResult
 from amorgp.core.errors import OptionError
 from amorgp.gpytorch.kernels import _assign, read_kernel
 from amorgp.gpytorch.lean import LeanObjective, fixed_noise
@@ -66,7 +66,7 @@ def warm_up(amortizer: Amortizer) -> Amortizer:
 
     On the CPU the amortizer traces its network's forward on the second use and
     TorchScript optimises the traced graph on its second run
-    (:func:`amorgp.amortizer.forward.traced_forward`): without this, the second and third
+    (:func:`amorgp.amortizer.networks.forward.traced_forward`): without this, the second and third
     fits of a loop pay that preparation.  Here three forwards on a small synthetic
     dataset pay it up front (and, where the amortizer calibrates, one calibration: its
     first call scans the BLAS libraries once per process), so every fit of a Bayesian-optimisation loop costs the same
@@ -92,7 +92,7 @@ def warm_up(amortizer: Amortizer) -> Amortizer:
     for _ in range(3):  # eager, traced (profiling run), optimised
         params, noise, _ = amortizer.predict_parameters(X, y, [structure])
     if amortizer.calibrate:  # the calibration's one-off scan of the BLAS libraries
-        from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
+        from amorgp.amortizer.stages.calibrate import calibrate as calibrate_scale_noise
 
         calibrate_scale_noise(X, y, [structure], amortizer.vocabulary, params, noise, scale=False)
     _WARM.add(amortizer)
@@ -178,7 +178,7 @@ def initialize_gpytorch(
         amortizer: the network (default: :func:`default_amortizer`).
         refine: L-BFGS steps of amorgp's Type-2 ML after the network.
         calibrate: set the kernel's global scale and the noise to their exact Type-2 ML
-            values after the network (:mod:`amorgp.amortizer.calibrate`); where the
+            values after the network (:mod:`amorgp.amortizer.stages.calibrate`); where the
             model cannot hold the scale (a kernel without ``ScaleKernel``, as BoTorch's
             default), the noise alone, exact for the kernel it holds.  ``None``: the
             amortizer's own setting (on for the bundled default).
@@ -260,7 +260,7 @@ def _initialize(
     if calibrate and not (scaled and _holds(kmap.structure, held, want)):
         # the model does not hold the calibrated scale (no holder, clamped variances):
         # the noise alone, exact for the kernel the model holds
-        from amorgp.amortizer.calibrate import calibrate as calibrate_scale_noise
+        from amorgp.amortizer.stages.calibrate import calibrate as calibrate_scale_noise
 
         cal = calibrate_scale_noise(
             X, y, [kmap.structure], amz.vocabulary, held[None], torch.tensor([noise]), scale=False
@@ -279,9 +279,9 @@ def _network_start(
     calibration, so the same hyperparameters and noise), without conditioning its
     posterior: the result holds no data (no likelihood, no predictions), which
     :class:`AmortizedFit` does not read.  For an amortizer without candidate networks."""
-    from amorgp.amortizer import pipeline
-    from amorgp.amortizer.batched import KernelBatch
-    from amorgp.amortizer.constraints import check_constraints
+    from amorgp.amortizer.networks.structures import KernelBatch
+    from amorgp.amortizer.stages import pipeline
+    from amorgp.amortizer.stages.constraints import check_constraints
 
     t0 = time.perf_counter()
     norm, Xn, yn, parsed = amz.prepare(X, y, [structure], 0)

@@ -9,8 +9,8 @@ the mean and ``y`` the (outcome-transformed) targets,
     A = K + sigma^2 I,  r = y - m.
 
 Through GPyTorch every evaluation pays for lazy kernel tensors, linear operators, the
-multivariate normal and ``torch.distributions`` priors (about 1.5 ms at n <= 60 on one CPU
-thread, against a few tens of microseconds for the dense algebra).  :class:`LeanObjective`
+multivariate normal and ``torch.distributions`` priors, far more than the dense algebra
+costs at the sizes of Bayesian optimisation (``docs/benchmarks/botorch.md``).  :class:`LeanObjective`
 reads the model once (kernel tree, mean, noise, priors, parameter constraints and the
 bounds BoTorch's scipy fit uses) and evaluates the same number and its gradient with
 respect to the raw parameters directly; :meth:`LeanObjective.minimize` runs scipy's

@@ -52,8 +52,8 @@ CHUNK_ELEMENTS = 1 << 18
 BLOCKWISE_MIN_ELEMENTS = 8 * CHUNK_ELEMENTS
 """Values (over all active pairs) from which a graph for the parameters only is recorded
 block by block (:class:`_BlockwiseProduct`): below it the whole-matrix graph stays in
-cache, and rebuilding it block by block costs more than it saves (one thread: equal at
-about 3 blocks, 10% slower at 4 on training batches, 3x faster from 12 on)."""
+cache, and rebuilding it block by block costs more than it saves (on training batches
+the two break even at a few blocks; ``benchmarks/bench_evaluator_speed.py``)."""
 
 
 def blockwise_graph(n: int) -> bool:
@@ -378,7 +378,7 @@ def _reduce(vals: Tensor, owners: _Owners, op: str) -> Tensor:
 
     With as many active pairs in every element, one reduction of a view; else
     ``index_add_`` / ``index_reduce``, both several times faster than ``segment_reduce``
-    on the CPU (0.04 against 0.25-0.37 ms for 144 pairs of 1,500 values)."""
+    on the CPU."""
     tail = vals.shape[1:]
     if owners.uniform is not None:
         grouped = vals.reshape(owners.B, owners.uniform, *tail)
@@ -520,7 +520,7 @@ def _se_ard(
     ``cdist`` over all dimensions (differences, not the matrix-product expansion, so no
     cancellation: the values equal the dimension-wise ones to rounding, symmetric with an
     exact diagonal), and one ``exp`` per entry, instead of per-dimension temporaries
-    (500 points, 6 dimensions: 1.5 ms against 8.3 ms of CPU time).  Used from two active
+    (``docs/benchmarks/se-ard-speed.md``).  Used from two active
     dimensions on; with one, the symmetric packing evaluates half the pairs."""
     if torch.is_grad_enabled() and (X1.requires_grad or X2.requires_grad or params.requires_grad):
         return None

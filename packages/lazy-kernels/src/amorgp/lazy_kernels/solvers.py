@@ -422,8 +422,8 @@ class CGSolver(Solver):
 class LazyCGSolver(CGSolver):
     """:class:`CGSolver` on a lazy operator (``K`` never formed): a matvec costs one
     evaluation of ``K`` whatever the number of right-hand sides, so the variance of a whole
-    chunk of test points is one batched CG solve (8x faster variances at n = 2000 on the
-    CPU than blocks of 16, ``docs/benchmarks/gpu.md``)."""
+    chunk of test points is one batched CG solve (faster than blocks of right-hand sides:
+    ``docs/benchmarks/gpu.md``)."""
 
     default_var_block = 2**30
 

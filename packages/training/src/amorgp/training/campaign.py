@@ -46,9 +46,9 @@ from typing import Any
 
 import torch
 
-from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
-from amorgp.amortizer.config import NetworkConfig, preset
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks.checkpoint import load_checkpoint, save_checkpoint
+from amorgp.amortizer.networks.config import NetworkConfig, preset
+from amorgp.amortizer.networks.model import build_model
 from amorgp.training.campaign_plan import (
     CAMPAIGN_STAGES,
     RECORD_FIELDS,

@@ -15,9 +15,9 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer import jsonlog
-from amorgp.amortizer.checkpoint import load_checkpoint, save_checkpoint
-from amorgp.amortizer.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.jsonlog import write_text_atomic
+from amorgp.amortizer.networks.checkpoint import load_checkpoint, save_checkpoint
+from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
 from amorgp.core.errors import CheckpointError, DataError, shorten
 from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
 from amorgp.training.train import validate
@@ -238,8 +238,8 @@ def real_data_scores(
 
     import numpy as np
 
-    from amorgp.amortizer.inference import Amortizer
-    from amorgp.amortizer.io import read_csv
+    from amorgp.amortizer.frontends.inference import Amortizer
+    from amorgp.amortizer.frontends.io import read_csv
     from amorgp.kernel_grammar import paper_evaluation_set
 
     amz = Amortizer.from_pretrained(checkpoint, device="cpu", calibrate=False)

@@ -37,14 +37,14 @@ from typing import Any
 
 import torch
 
-from amorgp.amortizer.checkpoint import (
+from amorgp.amortizer.jsonlog import last_record, whole_lines, write_text_atomic
+from amorgp.amortizer.networks.checkpoint import (
     META_FILE,
     SHARD_BYTES,
     WEIGHT_DTYPES,
     load_checkpoint,
     save_checkpoint,
 )
-from amorgp.amortizer.jsonlog import last_record, whole_lines, write_text_atomic
 from amorgp.core.errors import CheckpointError, DataError, OptionError, shorten
 
 __all__ = [

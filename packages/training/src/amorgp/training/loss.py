@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.network import Prediction
+from amorgp.amortizer.networks.network import Prediction
 from amorgp.diff_linalg import gp_log_marginal_likelihood
 from amorgp.lazy_kernels import PaddedBatch, kernel_matrix_dimwise
 

@@ -6,7 +6,7 @@ Layout::
       .lock                  held (flock) by the process training in the directory
       metrics.jsonl          one JSON record per logged step, per validation, per failure
       validation/            the fixed validation set (simulator fixed-set format)
-      step-00000200/         checkpoints (see :mod:`amorgp.amortizer.checkpoint`)
+      step-00000200/         checkpoints (see :mod:`amorgp.amortizer.networks.checkpoint`)
       last -> step-00000200  the newest checkpoint (symlink, swapped atomically)
       best -> step-00000100  the checkpoint with the lowest validation NLL so far
 
@@ -30,8 +30,8 @@ from typing import IO, Any
 import torch
 from torch import nn
 
-from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from amorgp.amortizer.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.networks.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
 from amorgp.core.errors import CheckpointError, OptionError, TrainingError
 from amorgp.simulator import SimulatedBatch, SimulatorConfig, generate_fixed_set, read_fixed_set
 

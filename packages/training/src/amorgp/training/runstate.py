@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from amorgp.amortizer.checkpoint import Checkpoint, load_checkpoint
-from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.model import build_model
+from amorgp.amortizer.networks.checkpoint import Checkpoint, load_checkpoint
+from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.networks.model import build_model
 from amorgp.core.errors import CheckpointError, OptionError
 from amorgp.training.rundir import RunDirectory
 
@@ -56,7 +56,7 @@ def step_kernel_bytes(cfg: TrainConfig) -> int:
 
 def check_step_memory(cfg: TrainConfig) -> None:
     """Refuse a recipe whose kernel matrices would pass :data:`MAX_KERNEL_BYTES`: the
-    linear bound of :class:`~amorgp.amortizer.config.TrainConfig` (``batch_size *
+    linear bound of :class:`~amorgp.amortizer.networks.config.TrainConfig` (``batch_size *
     n_max`` points) lets ``n_max=20000`` through, whose matrices are 3.2 GB each.
 
     Raises:

@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.network import Prediction
-from amorgp.amortizer.registry import SE_VOCABULARY, network_spec
+from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.networks.network import Prediction
+from amorgp.amortizer.networks.registry import SE_VOCABULARY, network_spec
 from amorgp.kernel_grammar import Vocabulary
 from amorgp.lazy_kernels import PaddedBatch
 from amorgp.simulator import SimulatedBatch, SimulatorConfig, SimulatorStream, stream_seed

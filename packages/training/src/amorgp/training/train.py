@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from amorgp.amortizer.config import NetworkConfig, TrainConfig
-from amorgp.amortizer.registry import SE_VOCABULARY
+from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.networks.registry import SE_VOCABULARY
 from amorgp.core.errors import OptionError
 from amorgp.training.runstate import Budget
 from amorgp.training.steps import (

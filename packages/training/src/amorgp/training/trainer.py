@@ -34,8 +34,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from amorgp.amortizer.checkpoint import optimizer_from_tensors
-from amorgp.amortizer.config import NetworkConfig, TrainConfig
+from amorgp.amortizer.networks.checkpoint import optimizer_from_tensors
+from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
 from amorgp.core.errors import OptionError, TrainingError
 from amorgp.simulator import SimulatedBatch, stream_seed
 from amorgp.training.rundir import RunDirectory

@@ -1,6 +1,6 @@
 """Grow a trained network's vocabulary: new base kernels start from a stand-in's weights.
 
-A structured network (:class:`~amorgp.amortizer.model.AmortizedGP`) knows its symbols
+A structured network (:class:`~amorgp.amortizer.networks.model.AmortizedGP`) knows its symbols
 through four vocabulary-indexed tensors: the kernel encoder's symbol embedding
 ``(V + 1, K)`` (row 0 is padding) and the symbol heads ``w1 (K, V * H)``, ``b1 (V, H)``,
 ``w2 (V, H, P)`` and ``b2 (V, P)``.  Every other weight is shared by all symbols.
@@ -23,8 +23,8 @@ from dataclasses import replace
 
 import torch
 
-from amorgp.amortizer.config import NetworkConfig
-from amorgp.amortizer.model import AmortizedGP
+from amorgp.amortizer.networks.config import NetworkConfig
+from amorgp.amortizer.networks.model import AmortizedGP
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import Vocabulary, base_symbol, canonical_symbol_name
 

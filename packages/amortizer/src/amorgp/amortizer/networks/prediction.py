@@ -1,0 +1,97 @@
+"""The network's side of an :class:`~amorgp.amortizer.Amortizer`: which points the dataset
+encoder reads, and the hyperparameters its network (and any candidate networks, per
+kernel the one of highest likelihood) predicts for normalised data."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from amorgp.amortizer.networks.forward import encode_structures, encoder_subset
+from amorgp.amortizer.networks.network import AmortizationNetwork
+from amorgp.amortizer.networks.selection import predict_with
+from amorgp.kernel_grammar import DimWiseStructure
+
+__all__ = ["NetworkPrediction"]
+
+logger = logging.getLogger(__name__)
+
+
+class NetworkPrediction:
+    """Network prediction for a class with a primary network ``model`` named ``name``,
+    ``candidates`` (``{name: network}``), ``device``, ``dtype``, ``encoder_points`` and
+    ``seed``."""
+
+    model: AmortizationNetwork
+    name: str
+    candidates: dict[str, AmortizationNetwork]
+    device: torch.device
+    dtype: torch.dtype
+    encoder_points: int
+    seed: int
+
+    def encoder_subset(self, n: int) -> Tensor | None:
+        """Indices of the points the dataset encoder reads, or ``None`` for all of them
+        (see :func:`amorgp.amortizer.networks.forward.encoder_subset`; seeded by ``seed``)."""
+        return encoder_subset(n, self.encoder_points, self.seed)
+
+    def predict_parameters(
+        self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
+    ) -> tuple[Tensor, Tensor, int]:
+        """The network's prediction for normalised data and ``K`` structures.
+
+        The dataset encoder runs once (on :meth:`encoder_subset` of the points); the
+        kernel encoder-decoder, the symbol heads and the noise head run on all ``K``
+        structures in one padded batch.  With candidate networks each of them does the
+        same, and each kernel keeps the prediction of highest log marginal likelihood on
+        the encoder's points.
+
+        Args:
+            Xn: ``(n, d)`` normalised inputs.
+            yn: ``(n,)`` standardised targets.
+            structures: ``K`` structures with ``d`` dimensions each.
+
+        Returns:
+            ``params (K, d, L, P)`` and ``noise (K,)`` in ``self.dtype`` and the number
+            of points the encoder read.
+
+        Raises:
+            CheckpointError: the network's output is not finite (broken weights).
+        """
+        params, noise, n_enc, _ = self.predict_networks(Xn, yn, structures)
+        return params, noise, n_enc
+
+    def predict_networks(
+        self, Xn: Tensor, yn: Tensor, structures: Sequence[DimWiseStructure]
+    ) -> tuple[Tensor, Tensor, int, list[str]]:
+        """:meth:`predict_parameters` and the name of the winning network per kernel."""
+        t0 = time.perf_counter()
+        n, d = Xn.shape
+        idx = self.encoder_subset(n)
+        Xe, ye = (Xn, yn) if idx is None else (Xn[idx.to(Xn.device)], yn[idx.to(yn.device)])
+        encoded = encode_structures(structures, self.model.vocabulary, d, self.device)
+        networks = [(self.name, self.model), *self.candidates.items()]
+        params, noise, index = predict_with(
+            networks, Xe, ye, structures, encoded, self.model.vocabulary, self.dtype
+        )
+        names = self.network_names
+        logger.debug(
+            "network: %d kernel(s), the encoder read %d of %d points (d = %d), %d network(s), "
+            "%.1f ms",
+            len(structures),
+            Xe.shape[0],
+            n,
+            d,
+            len(networks),
+            1e3 * (time.perf_counter() - t0),
+        )
+        return params.clone(), noise.clone(), int(Xe.shape[0]), [names[i] for i in index]
+
+    @property
+    def network_names(self) -> list[str]:
+        """The primary network's name, then the candidates' (``KernelResult.network``)."""
+        return [self.name, *self.candidates]

@@ -1,0 +1,351 @@
+"""The objective of the refinement: the exact log marginal likelihood of one kernel
+structure on fixed data as a function of its log parameters, with its gradient in closed
+form (:class:`LogMarginalLikelihood`; see :mod:`amorgp.amortizer.stages.refine` for the
+optimiser that maximises it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from amorgp.amortizer.stages.constraints import START_GAP
+from amorgp.core.errors import OptionError
+from amorgp.kernel_grammar import (
+    ELEMENTARY,
+    FLOORS,
+    NOISE,
+    BaseSymbol,
+    DimWiseStructure,
+    ParamKind,
+    base_symbol,
+)
+
+if TYPE_CHECKING:
+    from amorgp.amortizer.stages.constraints import KernelConstraints
+
+__all__ = ["EVALS_PER_ITERATION", "START_GAP", "LogMarginalLikelihood"]
+
+EVALS_PER_ITERATION = 25
+"""Objective evaluations allowed per L-BFGS iteration (the strong-Wolfe line search's own
+limit); ``torch.optim.LBFGS``'s default budget of ``1.25 x`` the iterations would end a
+short refinement after two or three iterations whose line searches needed several."""
+
+
+def _unit_and_grads(
+    factor: str, p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor]]]:
+    """The unit factor ``kt`` of an elementary kernel and its derivatives ``[(elementary
+    parameter name, dkt / d theta)]``: in closed form where its lazy-kernels registration
+    has one (:attr:`amorgp.lazy_kernels.TorchElementary.unit_and_grads`), else by
+    forward-mode differentiation of its torch form (:func:`amorgp.lazy_kernels.torch_elementary`):
+    a new base kernel needs no code here.  ``r``, ``r2``, ``xx``: the ``(n, n)``
+    differences, squares and products.
+    """
+    from amorgp.lazy_kernels import torch_elementary
+
+    form = torch_elementary(factor)
+    if form.unit_and_grads is not None:
+        return form.unit_and_grads(p, r, r2, xx)
+    names = [q.name for q in ELEMENTARY[factor].params]
+
+    def unit(theta: Tensor) -> Tensor:
+        if form.log_unit_r is not None:
+            return form.log_unit_r(r, theta).exp()
+        if form.log_unit_r2 is not None:
+            return form.log_unit_r2(r2, theta).exp()
+        if form.unit_xx is not None:
+            return form.unit_xx(xx, theta)
+        raise OptionError(
+            f"refinement needs elementary kernel {factor!r} as a function of r, r^2 or x x' "
+            "(log_unit_r, log_unit_r2 or unit_xx of its TorchElementary), or its "
+            "unit_and_grads"
+        )
+
+    theta = torch.stack([p[n] for n in names])
+    jac = torch.func.jacfwd(unit)(theta)  # (n, n, k)
+    return unit(theta), [(n, jac[..., i]) for i, n in enumerate(names)]
+
+
+class LogMarginalLikelihood:
+    """The exact log marginal likelihood of one kernel structure on fixed data, as a
+    function of its log parameters ``z = log(theta - floor)`` (the transform's floors), for
+    L-BFGS.
+
+    With ``constraints`` (:class:`~amorgp.amortizer.stages.constraints.KernelConstraints`) the
+    noise's floor is their ``noise_floor``, a fixed parameter is not among ``z`` (its value
+    is inserted as given) and a parameter bounded by ``(low, high)`` moves as
+    ``theta = exp(log low + (log high - log low) sigmoid(z))`` (GPyTorch's ``Interval``,
+    in log space).
+
+    The same objective as :func:`amorgp.baselines.fit_type2ml_batch` with ``space="log"``
+    (which :func:`refine` used before), evaluated with less work per step: the pairwise
+    differences of every input dimension are computed once, each addend's kernel and its
+    derivatives are a few element-wise operations on them (each elementary kernel's
+    ``unit_and_grads`` in its lazy-kernels registration, forward-mode differentiation of
+    its torch form where it has none), and the gradient is in closed form
+    (:meth:`value_and_grad`), one Cholesky and one inverse per evaluation.
+
+    Args:
+        X: ``(n, d)`` normalised inputs (float64).
+        y: ``(n,)`` targets.
+        structure: the kernel structure.
+        constraints: its fixed values, bounds and noise floor (``None``: none).
+    """
+
+    def __init__(
+        self,
+        X: Tensor,
+        y: Tensor,
+        structure: DimWiseStructure,
+        constraints: KernelConstraints | None = None,
+    ) -> None:
+        self.X, self.y, self.structure = X, y, structure
+        self.terms: list[tuple[int, int, BaseSymbol]] = [
+            (j, l, base_symbol(sym))
+            for j, dim in enumerate(structure.dims)
+            for l, sym in enumerate(dim)  # noqa: E741
+        ]
+        self.floors = torch.tensor(
+            [FLOORS[kind] for _, _, b in self.terms for kind in b.param_kinds]
+            + [FLOORS[ParamKind.NOISE]],
+            dtype=torch.float64,
+        )
+        self.plain = constraints is None or (not constraints.fixed and not constraints.bounds)
+        # MAP: the grammar's prior of every parameter, in the flat order of ``theta``
+        self.priors = (
+            [p.prior for _, _, b in self.terms for p in b.params] + [NOISE.prior]
+            if constraints is not None and constraints.priors
+            else None
+        )
+        if constraints is not None:
+            self.floors, fixed, low, high = constraints.vectors()
+            self.fixed = fixed
+            self.free = torch.isnan(fixed)
+            self.bounded = ~torch.isnan(low)
+            self.log_low, self.log_width = low.log(), high.log() - low.log()
+        dims = sorted({j for j, _, _ in self.terms})
+        xi, xj = X[..., :, None, :], X[..., None, :, :]  # (..., n, 1, d), (..., 1, n, d)
+        self.r = {j: xi[..., j] - xj[..., j] for j in dims}
+        self.xx = {j: xi[..., j] * xj[..., j] for j in dims}
+        self.r2 = {j: r.square() for j, r in self.r.items()}
+
+    def flat(self, params: Tensor, noise: Tensor) -> Tensor:
+        """``theta (..., m)``: ``params (..., D, L, P)`` (the structure's slots) and
+        ``noise (...)`` (leading dimensions: rows of a batch, or none)."""
+        theta = [params[..., j, a, : len(b.params)] for j, a, b in self.terms]
+        return torch.cat([*theta, noise.reshape(*params.shape[:-3], 1)], dim=-1)
+
+    def to_log(self, params: Tensor, noise: Tensor) -> Tensor:
+        """``z`` of ``params (..., D, L, P)`` (the structure's slots) and ``noise (...)``:
+        ``(..., m)``, or the free parameters' only with fixed ones (see the class
+        docstring; a start within :data:`START_GAP` of a floor or bound is moved that far
+        inside)."""
+        flat = self.flat(params, noise)
+        z = (flat - self.floors).clamp_min(START_GAP * self.floors).log()
+        if self.plain:
+            return z
+        u = ((flat.log() - self.log_low) / self.log_width).clamp(START_GAP, 1.0 - START_GAP)
+        z = torch.where(self.bounded, u.logit(), z)
+        return z[..., self.free]
+
+    def theta(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """``(theta (..., m), d theta / d z)`` of ``z (..., m_free)``: every parameter,
+        the fixed ones included, and the derivative of the free ones (in the order of
+        ``z``)."""
+        if self.plain:
+            theta = self.floors + z.exp()
+            return theta, theta - self.floors
+        free = self.floors[self.free] + z.exp()
+        dfree = free - self.floors[self.free]
+        u = torch.sigmoid(z)
+        log_low, width = self.log_low[self.free], self.log_width[self.free]
+        boxed = (log_low + width * u).exp()
+        bounded = self.bounded[self.free]
+        free = torch.where(bounded, boxed, free)
+        dfree = torch.where(bounded, boxed * width * u * (1.0 - u), dfree)
+        theta = self.fixed.expand(*z.shape[:-1], -1).clone()
+        theta[..., self.free] = free
+        return theta, dfree
+
+    def from_log(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """``(params (..., D, L, P), noise (...))`` of ``z (..., m_free)`` (unused slots
+        1)."""
+        theta = self.theta(z.detach())[0]
+        D, L = self.structure.n_dims, self.structure.max_addends
+        P = max(len(b.params) for _, _, b in self.terms)
+        params = torch.ones(*theta.shape[:-1], D, L, P, dtype=torch.float64)
+        i = 0
+        for j, a, b in self.terms:  # a few addends
+            params[..., j, a, : len(b.params)] = theta[..., i : i + len(b.params)]
+            i += len(b.params)
+        return params, theta[..., -1]
+
+    def value(self, z: Tensor) -> Tensor:
+        """The objective (the log marginal likelihood, plus the log prior with ``priors``)
+        at ``z (m,)``, differentiable with respect to ``z``
+        (gradient in closed form, see :meth:`value_and_grad`; NaN on failure)."""
+        return _LogMarginalLikelihoodFn.apply(z, self)
+
+    def value_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """The log marginal likelihood at ``z (m,)`` and its gradient ``(m,)``.
+
+        With ``A = K + sigma^2 I``, ``alpha = A^-1 y`` and ``W = (alpha alpha^T - A^-1) / 2``,
+        ``d LML / d theta = sum(W * dK / d theta)`` (``trace W`` for the noise); ``K`` is
+        the product over dimensions of the sums ``S_j`` of their addends, so an addend of
+        dimension ``j`` contributes ``sum(W * prod_{i != j} S_i * dk / d theta)``; each
+        ``dk / d theta`` is element-wise (``SE``: ``k r^2 / l^3``; ``PER``: ``k s^2 / l^3``
+        and ``k s cos(pi r / p) pi r / (p^2 l^2)`` with ``s = sin(pi r / p)``...).
+        ``d theta / d z = theta - floor`` (bounded and fixed parameters: see the class
+        docstring).  Float64; one Cholesky and one inverse.
+        """
+        with torch.no_grad():
+            theta, dtheta = self.theta(z.detach())
+            lml, grad = self.value_and_theta_grad(theta)
+            if self.priors is not None:
+                lp, dlp = self.log_prior(theta)
+                lml, grad = lml + lp, grad + dlp
+            return lml, (grad if self.plain else grad[self.free]) * dtheta
+
+    def log_prior(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """The log density of the grammar's priors at ``theta (m,)`` and its gradient
+        (with ``priors``; autograd through each prior's ``log_prob``)."""
+        assert self.priors is not None
+        with torch.enable_grad():
+            t = theta.detach().clone().requires_grad_(True)
+            lp = torch.stack([p.log_prob(t[i]) for i, p in enumerate(self.priors)]).sum()
+            (g,) = torch.autograd.grad(lp, t)
+        return lp.detach(), g
+
+    def value_and_theta_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """The log marginal likelihood at ``theta (m,)`` and its gradient with respect to
+        ``theta`` (see :meth:`value_and_grad`; NaN on failure)."""
+        with torch.no_grad():
+            parts: dict[int, list[tuple[Tensor, list[tuple[int, Tensor]]]]] = {}
+            i = 0
+            for j, _, b in self.terms:  # a few addends
+                k, grads = self._addend_and_grads(j, b, theta[i : i + len(b.params)], i)
+                parts.setdefault(j, []).append((k, grads))
+                i += len(b.params)
+            sums = {j: sum(k for k, _ in lst[1:]) + lst[0][0] for j, lst in parts.items()}
+            K = None
+            for S in sums.values():
+                K = S if K is None else K * S
+            assert K is not None
+            nan = torch.full_like(theta, math.nan)
+            n = K.shape[0]
+            A = K + theta[-1] * torch.eye(n, dtype=K.dtype)
+            if not bool(torch.isfinite(A).all()):
+                return theta.new_tensor(math.nan), nan
+            Lc, info = torch.linalg.cholesky_ex(A)
+            if int(info) != 0:
+                return theta.new_tensor(math.nan), nan
+            alpha = torch.cholesky_solve(self.y[:, None], Lc)[:, 0]
+            lml = -0.5 * (
+                (self.y * alpha).sum()
+                + 2.0 * Lc.diagonal().log().sum()
+                + n * math.log(2.0 * math.pi)
+            )
+            W = 0.5 * (alpha[:, None] * alpha[None, :] - torch.cholesky_inverse(Lc))
+            grad = torch.zeros_like(theta)
+            for j, lst in parts.items():  # dimensions
+                Wj = W
+                for i2, S in sums.items():
+                    if i2 != j:
+                        Wj = Wj * S
+                for _, grads in lst:
+                    for idx, dk in grads:
+                        grad[idx] = torch.dot(Wj.reshape(-1), dk.reshape(-1))
+            grad[-1] = W.diagonal().sum()
+            return lml, grad
+
+    def _addend_and_grads(
+        self,
+        j: int,
+        b: BaseSymbol,
+        v: Tensor,
+        first: int,
+        rows: Tensor | None = None,
+    ) -> tuple[Tensor, list[tuple[int, Tensor]]]:
+        """One addend's kernel and its derivatives ``[(index in theta, dk / d theta)]``
+        (an ``int`` derivative is a constant: ``1``).  ``v``: its parameters, ``(k,)`` or
+        ``(k, B, 1, 1)`` for a batch of datasets; ``rows``: which datasets of a batch."""
+        names = list(b.param_names)
+        values = dict(zip(names, v, strict=True))
+        at = {name: first + i for i, name in enumerate(names)}
+        r, r2, xx = self.r[j], self.r2[j], self.xx[j]
+        if rows is not None:
+            r, r2, xx = r[rows], r2[rows], xx[rows]
+        var = values["variance"]
+        if len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all:
+            # alone: s^2 g + c, whose unit factor is kt = g + c with c its first parameter
+            # (LIN: s^2 x x' + c^2; the registry's variance_scales_all); g = kt at c = 0
+            f = b.factors[0]
+            full = b.factor_param_names(f)
+            p = {name: values[fn] for name, fn in full.items()}
+            lead = ELEMENTARY[f].params[0].name
+            p[lead] = torch.zeros_like(p[lead])
+            g, d = _unit_and_grads(f, p, r, r2, xx)
+            grads = [(at["variance"], g), (at[full[lead]], torch.ones_like(g))]
+            grads.extend((at[full[name]], var * dt) for name, dt in d if name != lead)
+            return var * g + values[full[lead]], grads
+        units: list[Tensor] = []
+        dunits: list[list[tuple[str, Tensor]]] = []
+        for f in b.factors:
+            full = b.factor_param_names(f)
+            p = {name: values[fn] for name, fn in full.items()}
+            t, d = _unit_and_grads(f, p, r, r2, xx)
+            units.append(t)
+            dunits.append([(full[name], dt) for name, dt in d])
+        unit = units[0] if len(units) == 1 else units[0] * units[1]
+        grads = [(at["variance"], unit)]
+        for fi, d in enumerate(dunits):
+            other = var if len(units) == 1 else var * units[1 - fi]
+            grads.extend((at[name], other * dt) for name, dt in d)
+        return var * unit, grads
+
+    def maximise(self, z: Tensor, iterations: int) -> tuple[Tensor, float, int, str]:
+        """At most ``iterations`` L-BFGS iterations (strong Wolfe, up to
+        :data:`EVALS_PER_ITERATION` evaluations each) from ``z``: ``(z, lml, iterations
+        run, status)``, status ``"converged"``, ``"max_iters"`` or ``"failed"`` (the last
+        finite iterate is kept)."""
+        from amorgp.diff_linalg.optim import lbfgs
+
+        if z.numel() == 0:  # every parameter fixed: nothing to optimise
+            with torch.no_grad():
+                lml = float(self.value(z))
+            return z, lml, 0, "converged" if math.isfinite(lml) else "failed"
+        res = lbfgs(
+            [z],
+            lambda p: -self.value(p[0]),
+            max_iters=iterations,
+            max_evals=iterations * EVALS_PER_ITERATION,
+        )
+        z_new = res.params[0].detach()
+        with torch.no_grad():
+            lml = float(self.value(z_new))
+        failed = res.failed or not math.isfinite(lml)
+        if failed and not math.isfinite(lml):
+            z_new = z
+            with torch.no_grad():
+                lml = float(self.value(z))
+        status = "failed" if failed else ("converged" if res.converged else "max_iters")
+        return z_new, lml, int(res.iterations), status
+
+
+class _LogMarginalLikelihoodFn(torch.autograd.Function):
+    """:meth:`LogMarginalLikelihood.value_and_grad` as an autograd function of ``z``."""
+
+    @staticmethod
+    def forward(ctx: Any, z: Tensor, objective: LogMarginalLikelihood) -> Tensor:
+        value, grad = objective.value_and_grad(z)
+        ctx.save_for_backward(grad)
+        return value
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None]:
+        (grad,) = ctx.saved_tensors
+        return grad_out * grad, None

@@ -1,0 +1,544 @@
+"""The candidate-batch pipeline: the one sequence of stages behind every amortized fit.
+
+:meth:`~amorgp.amortizer.frontends.inference.Amortizer.infer_many` (one dataset),
+:meth:`~amorgp.amortizer.frontends.inference.Amortizer.infer_datasets`,
+:func:`~amorgp.amortizer.frontends.tables.fit_groups` and the Dask front end (many datasets) build a
+:class:`CandidateBatch` and call :func:`run`; one dataset is a batch of one.
+
+A batch holds ``B`` datasets of equal size (``n`` points, ``d`` inputs, normalised) and
+``K`` kernel structures.  Its *rows* are the (dataset, kernel) pairs, row ``b K + k``,
+each with its hyperparameters, noise, start name, refinement record and (at the end) its
+dense factor.  The stages are functions from batch to batch, in this order:
+
+1. :func:`predict`: the network's hyperparameters of every row (one forward for the
+   batch; per dataset where candidate networks compete or ``exact_network`` asks);
+   fixed values replace the prediction, bounds clip it;
+2. :func:`propose_starts`: with more than one start, every row's starts (the
+   periodogram's periods and the null starts, :mod:`amorgp.amortizer.stages.multistart`)
+   calibrated and scored together, the best kept; ``refine="auto"`` refines the best few
+   of each row by successive halving (:func:`~amorgp.amortizer.stages.refine_rows.halve_rows`);
+3. :func:`calibrate`: each row's global scale and noise at their exact Type-2 ML values
+   (:mod:`amorgp.amortizer.stages.calibrate`); with no refinement to follow, this is left to
+   stage 5, which evaluates the same kernel matrices;
+4. :func:`refine`: Type-2 ML from each row's point, the rows of a structure in one
+   batch (Fisher scoring, :func:`~amorgp.amortizer.stages.refine_rows.refine_pairs`), or L-BFGS
+   per dataset where Fisher scoring does not apply
+   (:func:`~amorgp.amortizer.stages.fisher.fisher_applies`);
+5. :func:`factor`: the dense factor of every row in one batched Cholesky
+   (:func:`amorgp.amortizer.stages.batched.factor`) by chunks within the memory budget, with the
+   calibration left by stage 3.
+
+The front ends then condition each row's posterior on its factor
+(:func:`kernel_results`).
+
+**Routes.**  Which implementation a stage runs is decided once per batch, from the solver
+plan (:attr:`CandidateBatch.dense_rows`): *dense rows* (float64, a dense solver, at most
+:data:`~amorgp.amortizer.stages.calibrate.MAX_POINTS` points, the likelihood wanted) run every
+stage batched over all rows; otherwise (float32, lazy solvers, larger ``n``) the starts
+and the calibration run per dataset on their point subsets, and each posterior factors
+itself with the plan's solver.  The refinement's choice (Fisher scoring or L-BFGS) is
+its own (:func:`~amorgp.amortizer.stages.fisher.fisher_applies`), the same on both routes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import Tensor
+
+from amorgp.amortizer.networks.forward import encode_structures, encoder_subset
+from amorgp.amortizer.networks.network import DatasetEncoding
+from amorgp.amortizer.networks.prediction import NetworkPrediction
+from amorgp.amortizer.stages import batched
+from amorgp.amortizer.stages import calibrate as calibration
+from amorgp.amortizer.stages.backends import GPBackendSizing
+from amorgp.amortizer.stages.constraints import Constraints, KernelConstraints, project_all
+from amorgp.amortizer.stages.fisher import fisher_applies
+from amorgp.amortizer.stages.multistart import SCORE_POINTS, multistart
+from amorgp.amortizer.stages.pairs import calibrate_rows, multistart_rows, pair_matrices
+from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups
+from amorgp.amortizer.stages.refine_rows import halve_rows, refine_pairs
+from amorgp.amortizer.stages.results import Factor, KernelResult, conditioned_posterior
+from amorgp.core.errors import CheckpointError
+from amorgp.lazy_kernels import PaddedBatch, SolverPlan
+
+if TYPE_CHECKING:
+    from amorgp.core.data import Normalizer
+    from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
+
+__all__ = [
+    "CandidateBatch",
+    "FitOptions",
+    "Fitter",
+    "calibrate",
+    "factor",
+    "kernel_results",
+    "predict",
+    "propose_starts",
+    "refine",
+    "run",
+]
+
+Progress = Callable[[str, int, int], None]
+
+
+class Fitter(NetworkPrediction, GPBackendSizing):
+    """What the stages read of an amortizer (:class:`~amorgp.amortizer.frontends.inference.Amortizer`
+    is one): its networks (:class:`~amorgp.amortizer.networks.prediction.NetworkPrediction`), its
+    solver plan (:class:`~amorgp.amortizer.stages.backends.GPBackendSizing`), the posteriors'
+    solver options, the vocabulary, the defaults of ``calibrate`` and ``starts``, the
+    training range and how kernels are parsed."""
+
+    gp_options: dict[str, Any]
+    calibrate: bool
+    starts: int | None
+    max_dims: int | None
+    max_addends: int
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The base symbols the network knows."""
+        raise NotImplementedError
+
+    def structure(self, kernel: str | DimWiseStructure, n_dims: int) -> DimWiseStructure:
+        """``kernel`` as a structure on ``n_dims`` inputs, checked against the network."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """The checked options of one fit (:meth:`Amortizer.infer_many
+    <amorgp.amortizer.frontends.inference.Amortizer.infer_many>` documents each).
+
+    ``constraints``: the call's; ``kernel_constraints``: resolved per structure.
+    ``groups``: the kernels L-BFGS refines together (the dense limit's groups; empty
+    without a refinement).  ``evaluate_lml``: ``False`` leaves the factorisation to each
+    posterior (no batched factors).  ``exact_network``: one network forward per dataset.
+    """
+
+    steps: int | Literal["auto"]
+    calibrate: bool
+    starts: int
+    constraints: Constraints
+    kernel_constraints: list[KernelConstraints]
+    groups: list[list[int]]
+    evaluate_lml: bool | None = None
+    exact_network: bool = False
+    progress: Progress | None = None
+
+
+@dataclass
+class CandidateBatch:
+    """The rows of ``B`` datasets of equal size and ``K`` structures (module docstring).
+
+    Attributes:
+        X, Y: ``(B, n, d)`` and ``(B, n)`` normalised data on the amortizer's device.
+        structures: the ``K`` structures.
+        vocabulary: the symbol vocabulary of their parameter layout.
+        plan: the solver plan of every posterior (one per batch).
+        params, noise: ``(B K, d, L, S)`` and ``(B K,)``: each row's current point.
+        start: each row's start name (``"network"`` until a start wins).
+        network: each row's network name (candidates compete per kernel and dataset).
+        encoder_points: points the dataset encoder read per dataset.
+        iterations, status, gain, grad_norm: each row's refinement record
+            (:class:`~amorgp.amortizer.stages.results.KernelResult`'s ``refine_*`` fields).
+        pending: the calibration on all points is still to run (stage 5 runs it).
+        factors: each row's dense factor after stage 5 (``None``: the posterior factors
+            itself; an element ``None``: that row's factorisation failed).
+    """
+
+    X: Tensor
+    Y: Tensor
+    structures: Sequence[DimWiseStructure]
+    vocabulary: Vocabulary
+    plan: SolverPlan
+    params: Tensor = field(default_factory=lambda: torch.empty(0))
+    noise: Tensor = field(default_factory=lambda: torch.empty(0))
+    start: list[str] = field(default_factory=list)
+    network: list[str] = field(default_factory=list)
+    encoder_points: int = 0
+    iterations: list[int] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)
+    gain: list[float] = field(default_factory=list)
+    grad_norm: list[float] = field(default_factory=list)
+    pending: bool = False
+    factors: list[Factor | None] | None = None
+
+    @property
+    def B(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def K(self) -> int:
+        return len(self.structures)
+
+    @property
+    def P(self) -> int:
+        return self.B * self.K
+
+    @property
+    def terms(self) -> list[int]:
+        """Addends per structure."""
+        return [sum(len(a) for a in s.dims) for s in self.structures]
+
+    @property
+    def dense_rows(self) -> bool:
+        """Whether every stage runs batched over all rows (the module's *dense rows*)."""
+        n = self.X.shape[1]
+        return (
+            self.plan.dense
+            and self.X.dtype == torch.float64
+            and n <= calibration.MAX_POINTS
+            and 8 * n * n <= self.plan.chunk_bytes
+        )
+
+    def rows(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Each row's ``X (P, n, d)``, ``Y (P, n)``, ``symbols`` and ``mask (P, d, L)``."""
+        sym, msk = encode_structures(
+            self.structures, self.vocabulary, self.X.shape[2], self.X.device
+        )
+        K, B = self.K, self.B
+        return (
+            self.X.repeat_interleave(K, 0),
+            self.Y.repeat_interleave(K, 0),
+            sym.repeat(B, 1, 1),
+            msk.repeat(B, 1, 1),
+        )
+
+
+def new_batch(
+    amz: Fitter, X: Tensor, Y: Tensor, structures: Sequence[DimWiseStructure]
+) -> CandidateBatch:
+    """An empty batch of the datasets ``X (B, n, d)``, ``Y (B, n)`` (normalised, on the
+    amortizer's device and dtype) and ``structures``, with the amortizer's solver plan."""
+    terms = max(sum(len(a) for a in s.dims) for s in structures)
+    plan = amz.solver_plan(X.shape[1], terms, graph=False)
+    return CandidateBatch(X, Y, structures, amz.vocabulary, plan)
+
+
+def run(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
+    """Every stage in order (module docstring)."""
+    batch = predict(amz, batch, opts)
+    if opts.progress is not None:
+        opts.progress("network", 1, 1)
+    batch = propose_starts(amz, batch, opts)
+    batch = calibrate(amz, batch, opts)
+    batch = refine(amz, batch, opts)
+    return factor(amz, batch, opts)
+
+
+def _project(batch: CandidateBatch, opts: FitOptions, params: Tensor, noise: Tensor) -> Any:
+    if opts.constraints.trivial:
+        return params, noise
+    return project_all(opts.kernel_constraints * batch.B, params, noise)
+
+
+def predict(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
+    """Stage 1: the network's ``params`` and ``noise`` of every row, fixed values and
+    bounds applied: one forward for the batch's datasets, or one per dataset (a batch of
+    one, candidate networks, ``exact_network``)."""
+    B, n = batch.X.shape[:2]
+    K = batch.K
+    if B == 1 or opts.exact_network or amz.candidates:
+        outs = [amz.predict_networks(batch.X[b], batch.Y[b], batch.structures) for b in range(B)]
+        params = torch.cat([o[0] for o in outs])
+        noise = torch.cat([o[1] for o in outs])
+        batch.network = [name for o in outs for name in o[3]]
+        batch.encoder_points = outs[0][2]
+    else:
+        params, noise = _forward(amz, batch)
+        batch.network = [amz.name] * (B * K)
+        batch.encoder_points = min(n, amz.encoder_points)
+    batch.params, batch.noise = _project(batch, opts, params, noise)
+    P = B * K
+    batch.start = ["network"] * P
+    batch.iterations, batch.status = [0] * P, ["none"] * P
+    batch.gain, batch.grad_norm = [math.nan] * P, [math.nan] * P
+    batch.pending = opts.calibrate
+    return batch
+
+
+def _forward(amz: Fitter, batch: CandidateBatch) -> tuple[Tensor, Tensor]:
+    """The primary network's ``params (B K, d, L, S)`` and ``noise (B K,)`` of the batch in
+    one forward: the dataset encoder reads the ``B`` datasets as one batch, the kernel
+    encoder-decoder and the heads decode the ``B K`` rows."""
+    X, Y = batch.X, batch.Y
+    B, n, d = X.shape
+    K = batch.K
+    net = amz.model
+    sym, msk = encode_structures(batch.structures, amz.vocabulary, d, amz.device)
+    idx = amz.encoder_subset(n)
+    Xe, Ye = (X, Y) if idx is None else (X[:, idx.to(X.device)], Y[:, idx.to(Y.device)])
+    m = Xe.shape[1]
+    net_dtype = next(net.parameters()).dtype
+    with torch.inference_mode():
+        padded = PaddedBatch(
+            Xe.to(net_dtype),
+            Ye.to(net_dtype),
+            torch.ones(B, m, dtype=torch.bool, device=X.device),
+            torch.ones(B, d, dtype=torch.bool, device=X.device),
+            sym[:1].expand(B, -1, -1),
+            msk[:1].expand(B, -1, -1),
+            net.vocabulary,
+        )
+        enc = net.encode_dataset(padded)
+        pairs = DatasetEncoding(enc.h.repeat_interleave(K, 0), enc.dim_mask.repeat_interleave(K, 0))
+        pred = net.decode(pairs, sym.repeat(B, 1, 1), msk.repeat(B, 1, 1))
+    params, noise = pred.params.to(amz.dtype).clone(), pred.noise.to(amz.dtype).clone()
+    if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
+        raise CheckpointError(
+            f"the network {amz.name!r} predicted non-finite hyperparameters for normalised "
+            "data: its weights are broken (e.g. a diverged training run); use another checkpoint"
+        )
+    return params, noise
+
+
+def _auto_halving(batch: CandidateBatch, opts: FitOptions, amz: Fitter) -> bool:
+    return opts.steps == "auto" and fisher_applies(
+        batch.X.shape[1], batch.terms, amz.dtype, batch.plan.memory_budget
+    )
+
+
+def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
+    """Stage 2: with ``opts.starts > 1``, each row's best start (module docstring)."""
+    if opts.starts <= 1:
+        return batch
+    halving = _auto_halving(batch, opts, amz)
+    K = batch.K
+    if batch.dense_rows:
+        sym, msk = encode_structures(batch.structures, amz.vocabulary, batch.X.shape[2], amz.device)
+        keep = _keep() if halving else 1
+        params, noise, start, _, alternatives = multistart_rows(
+            batch.X, batch.Y, batch.structures, amz.vocabulary, sym, msk, batch.params,
+            batch.noise, opts.starts, amz.seed, calibrated=not opts.calibrate, keep=keep,
+        )  # fmt: skip
+        on_all = (
+            not opts.calibrate or encoder_subset(batch.X.shape[1], SCORE_POINTS, amz.seed) is None
+        )
+        if halving:
+            params, noise, start, spent = halve_rows(
+                batch.X, batch.Y, batch.structures, alternatives, params, noise, start,
+                STARTS_ROUND,
+            )  # fmt: skip
+            batch.iterations = spent
+    else:  # per dataset, on its point subsets (multistart.py)
+        params, noise = batch.params.clone(), batch.noise.clone()
+        start, on_all = [], True
+        spent = []
+        for b in range(batch.B):
+            rows = slice(b * K, (b + 1) * K)
+            ms = multistart(
+                batch.X[b], batch.Y[b], batch.structures, amz.vocabulary, batch.params[rows],
+                batch.noise[rows], opts.starts, amz.seed, calibrated=not opts.calibrate,
+            )  # fmt: skip
+            p, v, names = ms.params, ms.noise, list(ms.start)
+            if halving:
+                p, v, names, used = halve_rows(
+                    batch.X[b : b + 1], batch.Y[b : b + 1], batch.structures,
+                    ms.alternatives, p, v, names, STARTS_ROUND,
+                )  # fmt: skip
+                spent += used
+            elif opts.steps == "auto":  # above the Fisher scoring's limits: L-BFGS
+                from amorgp.amortizer.stages.refine import refine_starts
+
+                ms = refine_starts(
+                    batch.X[b], batch.Y[b], batch.structures, amz.vocabulary, ms, "auto"
+                )
+                p, v, names = ms.params, ms.noise, list(ms.start)
+            params[rows], noise[rows] = p, v
+            start += names
+            on_all = on_all and ms.calibrated_on_all
+        if spent:
+            batch.iterations = spent
+    batch.params, batch.noise = _project(batch, opts, params, noise)
+    batch.start = start
+    # the starts' calibration knows no constraints: with them, calibrated again
+    batch.pending = opts.calibrate and (not on_all or not opts.constraints.trivial)
+    return batch
+
+
+def _keep() -> int:
+    from amorgp.amortizer.stages.multistart import REFINE_STARTS
+
+    return REFINE_STARTS
+
+
+def calibrate(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
+    """Stage 3: the pending calibration on all points, unless :func:`factor` runs it on
+    its own kernel matrices (dense rows, no refinement in between)."""
+    if not batch.pending or (opts.steps == 0 and _factored(batch, opts)):
+        return batch
+    floor = opts.constraints.noise_floor
+    if batch.dense_rows:
+        Xp, Yp, symp, mskp = batch.rows()
+        Km = pair_matrices(Xp, symp, mskp, batch.params, amz.vocabulary)
+        cal = calibrate_rows(Km, Yp, symp, mskp, batch.params, batch.noise, amz.vocabulary, floor)
+        del Km
+        params, noise = cal.params, cal.noise
+    else:
+        K = batch.K
+        params, noise = batch.params.clone(), batch.noise.clone()
+        for b in range(batch.B):  # on each dataset's calibration subset
+            rows = slice(b * K, (b + 1) * K)
+            cal = calibration.calibrate(
+                batch.X[b], batch.Y[b], batch.structures, amz.vocabulary,
+                batch.params[rows], batch.noise[rows], seed=amz.seed, noise_floor=floor,
+            )  # fmt: skip
+            params[rows], noise[rows] = cal.params, cal.noise
+    batch.params, batch.noise = _project(batch, opts, params, noise)
+    batch.pending = False
+    return batch
+
+
+def refine(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
+    """Stage 4: Type-2 ML from each row's point: Fisher scoring of the rows of each
+    structure in one batch where it applies, else L-BFGS per dataset by the dense limit's
+    groups of kernels."""
+    if opts.steps == 0:
+        return batch
+    cons = None if opts.constraints.trivial else list(opts.kernel_constraints)
+    halving = batch.iterations
+    if fisher_applies(batch.X.shape[1], batch.terms, amz.dtype, batch.plan.memory_budget):
+        fr = refine_pairs(
+            batch.X, batch.Y, list(batch.structures), batch.params, batch.noise, opts.steps,
+            cons, progress=opts.progress,
+        )  # fmt: skip
+        batch.params, batch.noise = fr.params, fr.noise
+        batch.iterations = [i + h for i, h in zip(fr.iterations, halving, strict=True)]
+        batch.status, batch.gain, batch.grad_norm = fr.status, fr.gain, fr.grad_norm
+        return batch
+    K = batch.K
+    params, noise = batch.params.clone(), batch.noise.clone()
+    for b in range(batch.B):  # L-BFGS: one dataset at a time
+        rows = slice(b * K, (b + 1) * K)
+        ref = refine_in_groups(
+            batch.X[b], batch.Y[b], batch.structures, amz.vocabulary, batch.params[rows],
+            batch.noise[rows], opts.steps, opts.groups, opts.progress, cons,
+        )  # fmt: skip
+        params[rows], noise[rows] = ref.params, ref.noise
+        batch.iterations[rows] = ref.iterations
+        batch.status[rows] = ref.status
+    batch.params, batch.noise = params, noise
+    return batch
+
+
+def _factored(batch: CandidateBatch, opts: FitOptions) -> bool:
+    """Whether :func:`factor` computes the rows' dense factors."""
+    return batch.dense_rows and opts.evaluate_lml is not False
+
+
+def factor(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
+    """Stage 5: on dense rows, every row's factor in batched Cholesky factorisations, by
+    chunks of :data:`~amorgp.amortizer.stages.batched.CHUNK_BYTES` of kernel matrices, each chunk's
+    matrices evaluated once and shared by the pending calibration (the calibrated matrix
+    is the scale times the evaluated one: only variances change).  Elsewhere each
+    posterior factors itself."""
+    if not _factored(batch, opts):
+        return batch
+    Xp, Yp, symp, mskp = batch.rows()
+    n = batch.X.shape[1]
+    floor = opts.constraints.noise_floor
+    params, noise = batch.params.clone(), batch.noise.clone()
+    factors: list[Factor | None] = []
+    with torch.no_grad():
+        for sl in batched.chunks(batch.P, n):
+            Km = pair_matrices(Xp[sl], symp[sl], mskp[sl], params[sl], amz.vocabulary)
+            scale = None
+            if batch.pending:
+                cal = calibrate_rows(
+                    Km, Yp[sl], symp[sl], mskp[sl], params[sl], noise[sl], amz.vocabulary, floor
+                )
+                p, v = cal.params, cal.noise
+                if not opts.constraints.trivial:  # fixed values and bounds hold after it
+                    p, v = project_all(_row_constraints(batch, opts, sl), p, v)
+                scale = cal.scale.to(Km.dtype)
+                if not torch.equal(p, cal.params):  # a projection moved more than the noise
+                    Km = pair_matrices(Xp[sl], symp[sl], mskp[sl], p, amz.vocabulary)
+                    scale = None
+                params[sl], noise[sl] = p, v
+            factors.extend(_split(batched.factor(Km, Yp[sl], noise[sl], scale)))
+            del Km
+    batch.params, batch.noise, batch.factors = params, noise, factors
+    batch.pending = False
+    return batch
+
+
+def _row_constraints(batch: CandidateBatch, opts: FitOptions, sl: slice) -> list[KernelConstraints]:
+    K = batch.K
+    return [opts.kernel_constraints[p % K] for p in range(sl.start, sl.stop)]
+
+
+def _split(f: batched.Factors) -> list[Factor | None]:
+    """Each row's element of a batched factorisation (``None`` where it failed)."""
+    failed = f.failed.tolist()
+    return [
+        None if failed[p] else (f.L[p], f.alpha[p], f.jitter[p], f.lml[p])
+        for p in range(len(failed))
+    ]
+
+
+def kernel_results(
+    amz: Fitter,
+    batch: CandidateBatch,
+    b: int,
+    norm: Normalizer,
+    opts: FitOptions,
+    call_time_s: float,
+    evaluate: bool,
+) -> list[KernelResult]:
+    """Dataset ``b``'s :class:`KernelResult` per structure: each row's posterior solved by
+    the batch's plan (adopting its dense factor where stage 5 made one), its likelihood
+    evaluated when ``evaluate``."""
+    K = batch.K
+    n = batch.X.shape[1]
+    noises = batch.noise[b * K : (b + 1) * K].tolist()
+    out = []
+    for k, s in enumerate(batch.structures):
+        p = b * K + k
+        post = conditioned_posterior(
+            s,
+            batch.params[p],
+            noises[k],
+            batch.X[b],
+            batch.Y[b],
+            plan=batch.plan,
+            options=amz.gp_options,
+            factor=None if batch.factors is None else batch.factors[p],
+        )
+        if evaluate:
+            with torch.inference_mode():
+                post.log_marginal_likelihood()
+            if opts.progress is not None and batch.B == 1:
+                opts.progress("likelihood", k + 1, K)
+        cons = opts.kernel_constraints[k]
+        out.append(
+            KernelResult(
+                kernel=s,
+                params=batch.params[p, : s.n_dims, : s.max_addends]
+                .detach()
+                .to("cpu", torch.float64),
+                noise=noises[k],
+                normalizer=norm,
+                n_points=n,
+                time_s=call_time_s / K,
+                call_time_s=call_time_s,
+                encoder_points=batch.encoder_points,
+                refine_steps=batch.iterations[p],
+                refine_status=batch.status[p],
+                refine_gain=batch.gain[p],
+                grad_norm=batch.grad_norm[p],
+                calibrated=opts.calibrate,
+                network=batch.network[p],
+                start=batch.start[p],
+                noise_floor=cons.noise_floor,
+                fixed=dict(cons.fixed),
+                bounds=dict(cons.bounds),
+                priors=cons.priors,
+                _posterior=post,
+            )
+        )
+    return out
