@@ -36,6 +36,7 @@ from amorgp.amortizer.frontends.fitted_kernel import FittedKernel
 from amorgp.amortizer.frontends.inference import Amortizer
 from amorgp.amortizer.frontends.io import MIN_POINTS
 from amorgp.amortizer.frontends.options import check_seed
+from amorgp.amortizer.stages.batched import exact_solve
 from amorgp.amortizer.stages.constraints import DEFAULT_NOISE_FLOOR, Name, check_constraints
 from amorgp.amortizer.stages.results import KernelResult
 from amorgp.core.data import Normalizer, as_dataset, as_real
@@ -489,12 +490,10 @@ def _dense_lml(res: KernelResult, kernel: FittedKernel, theta: torch.Tensor) -> 
     params, noise = kernel.params_from_theta(theta)
     n = y.shape[0]
     K = DimWiseKernel(res.kernel, params)(X) + noise * torch.eye(n, dtype=torch.float64)
-    L, info = torch.linalg.cholesky_ex(K)
-    if int(info) != 0:
+    _, _, value, ok = exact_solve(K, y)
+    if not bool(ok):
         return torch.tensor(-math.inf, dtype=torch.float64) + 0.0 * theta.sum()
-    a = torch.cholesky_solve(y[:, None], L)[:, 0]
-    value = -0.5 * (y * a).sum() - torch.log(torch.diagonal(L)).sum()
-    return value - 0.5 * n * math.log(2 * math.pi) + res.normalizer.lml_offset(n)
+    return value + res.normalizer.lml_offset(n)
 
 
 def _check_random_state(seed: Any) -> np.random.RandomState:

@@ -13,6 +13,12 @@ prediction use that one factorisation per matrix.
 candidate parameter sets (one structure each, repeated as needed) on normalised data,
 e.g. to pick the best of several starting points after calibration.
 
+This module owns the exact dense factorisation of the amortizer: :func:`factor` (with
+the jitter ladder of :class:`~amorgp.lazy_kernels.Posterior`, for the factors results
+keep) and :func:`exact_solve` (no jitter: a point whose covariance needs jitter is no
+valid start or step; for the scoring, the calibration's checks and the refinement's
+objectives).
+
 Nothing here reads a value back to the host (the jittered Cholesky does so only when a
 factorisation fails on the CPU, see :func:`amorgp.diff_linalg.jittered_cholesky_ex`), so
 the path runs asynchronously on a GPU.  The kernel matrices of ``K`` kernels take
@@ -45,6 +51,7 @@ __all__ = [
     "KernelBatch",
     "chunks",
     "encoded",
+    "exact_solve",
     "factor",
     "kernel_matrices",
     "pick",
@@ -141,7 +148,6 @@ def factor(
     Returns:
         :class:`Factors`; ``log p(y) = -1/2 y^T alpha - sum log diag L - n/2 log 2 pi``.
     """
-    n = Km.shape[-1]
     A = Km.detach()
     if scale is not None:
         A.mul_(scale.to(A.dtype)[:, None, None])
@@ -161,16 +167,44 @@ def factor(
         L, eps, failed = jittered_cholesky_ex(A, jitter, max_tries)
         del A
     del Km
-    yb = y.to(L.dtype).expand(L.shape[0], n)[..., None].contiguous()
+    alpha, lml = _solve(L, y)
+    bad = failed | ~torch.isfinite(lml)
+    lml = torch.where(bad, torch.full_like(lml, -math.inf), lml)
+    return Factors(L, alpha, eps, bad, lml)
+
+
+def exact_solve(A: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The exact factorisation of covariances ``A (..., n, n)`` (noise included) without
+    jitter, and the log marginal likelihoods of targets ``y (..., n)`` (broadcast).
+
+    Returns ``(L, alpha, lml, ok)``: the lower Cholesky factors, ``alpha = A^-1 y``, the
+    log marginal likelihoods and whether each matrix is finite and positive definite;
+    where it is not, ``L`` is the identity and ``lml`` is ``-inf``.  Differentiable where
+    ``ok``; no value is read back to the host.
+    """
+    n = A.shape[-1]
+    eye = torch.eye(n, dtype=A.dtype, device=A.device)
+    finite = torch.isfinite(A).flatten(-2).all(-1)
+    A = torch.where(finite[..., None, None], A, eye)
+    L, info = torch.linalg.cholesky_ex(A)
+    ok = finite & (info == 0)
+    L = torch.where(ok[..., None, None], L, eye)
+    alpha, lml = _solve(L, y)
+    ok = ok & torch.isfinite(lml)
+    return L, alpha, torch.where(ok, lml, torch.full_like(lml, -math.inf)), ok
+
+
+def _solve(L: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """``alpha = A^-1 y`` and the log marginal likelihood of ``y (..., n)`` (broadcast)
+    from the lower factors ``L (..., n, n)`` of ``A``."""
+    n = L.shape[-1]
+    yb = y.to(L.dtype).expand(*L.shape[:-1])[..., None].contiguous()
     # two triangular solves: torch's batched cholesky_solve is several times slower on CPU
     alpha = torch.linalg.solve_triangular(
         L.mT, torch.linalg.solve_triangular(L, yb, upper=False), upper=True
     )[..., 0]
     logdet = L.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-    lml = -0.5 * (yb[..., 0] * alpha).sum(-1) - logdet - 0.5 * n * _LOG_2PI
-    bad = failed | ~torch.isfinite(lml)
-    lml = torch.where(bad, torch.full_like(lml, -math.inf), lml)
-    return Factors(L, alpha, eps, bad, lml)
+    return alpha, -0.5 * (yb[..., 0] * alpha).sum(-1) - logdet - 0.5 * n * _LOG_2PI
 
 
 def score(

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.stages.batched import exact_solve
 from amorgp.amortizer.stages.objective import LogMarginalLikelihood
 from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure
 
@@ -198,17 +199,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             assert K is not None
             eye = torch.eye(n, dtype=torch.float64)
             A = K.expand(B, n, n) + theta[:, -1, None, None] * eye
-            finite = torch.isfinite(A).flatten(1).all(1)
-            A = torch.where(finite[:, None, None], A, eye)
-            Lc, info = torch.linalg.cholesky_ex(A)
-            ok = finite & (info == 0)
-            Lc = torch.where(ok[:, None, None], Lc, eye)
-            alpha = torch.cholesky_solve(y[..., None], Lc)[..., 0]
-            lml = -0.5 * (
-                (y * alpha).sum(-1)
-                + 2.0 * Lc.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-                + n * math.log(2.0 * math.pi)
-            )
+            Lc, alpha, lml, ok = exact_solve(A, y)
             Ainv = torch.cholesky_inverse(Lc)
             W = 0.5 * (alpha[:, :, None] * alpha[:, None, :] - Ainv)
             m = theta.shape[1]

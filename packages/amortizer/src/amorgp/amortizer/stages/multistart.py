@@ -61,6 +61,7 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.networks.structures import encoded, pick
+from amorgp.amortizer.stages.batched import exact_solve
 from amorgp.amortizer.stages.null_starts import NULL_RULES, null_parameters
 from amorgp.amortizer.stages.periodogram import (
     MAX_FREQUENCIES,
@@ -127,7 +128,6 @@ the oscillation the network may have given a short lengthscale, and in a product
 dimensions a short lengthscale elsewhere would decorrelate the periodic one."""
 
 PERIOD_FLOOR = 2.0 * FLOORS[ParamKind.PERIOD]
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 def check_starts(starts: Any) -> int:
@@ -295,20 +295,11 @@ def _matrices(
 
 def _log_likelihood(Km: Tensor, y: Tensor, noise: Tensor) -> Tensor:
     """``(B,)`` exact log marginal likelihood of ``y`` under the kernel matrices
-    ``Km (B, n, n)`` plus ``noise (B,)`` (one batched Cholesky; ``-inf`` where the
-    factorisation fails)."""
+    ``Km (B, n, n)`` plus ``noise (B,)`` (:func:`amorgp.amortizer.stages.batched.exact_solve`;
+    ``-inf`` where the factorisation fails)."""
     n = Km.shape[-1]
-    Km = Km + noise[:, None, None] * torch.eye(n, dtype=Km.dtype, device=Km.device)
-    ok = torch.isfinite(Km).flatten(1).all(1)
-    Km = torch.where(ok[:, None, None], Km, torch.eye(n, dtype=Km.dtype, device=Km.device))
-    L, info = torch.linalg.cholesky_ex(Km)
-    B = Km.shape[0]
-    alpha = torch.cholesky_solve(y.expand(B, n)[..., None], L)[..., 0]
-    lml = -0.5 * (
-        (y[None] * alpha).sum(-1) + 2.0 * L.diagonal(dim1=-2, dim2=-1).log().sum(-1) + n * _LOG_2PI
-    )
-    good = ok & (info == 0) & torch.isfinite(lml)
-    return torch.where(good, lml, torch.full_like(lml, -math.inf))
+    A = Km + noise[:, None, None] * torch.eye(n, dtype=Km.dtype, device=Km.device)
+    return exact_solve(A, y)[2]
 
 
 def multistart(

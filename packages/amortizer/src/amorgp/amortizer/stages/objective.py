@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from amorgp.amortizer.stages.batched import exact_solve
 from amorgp.amortizer.stages.constraints import START_GAP
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import (
@@ -238,17 +239,9 @@ class LogMarginalLikelihood:
             nan = torch.full_like(theta, math.nan)
             n = K.shape[0]
             A = K + theta[-1] * torch.eye(n, dtype=K.dtype)
-            if not bool(torch.isfinite(A).all()):
+            Lc, alpha, lml, ok = exact_solve(A, self.y)
+            if not bool(ok):
                 return theta.new_tensor(math.nan), nan
-            Lc, info = torch.linalg.cholesky_ex(A)
-            if int(info) != 0:
-                return theta.new_tensor(math.nan), nan
-            alpha = torch.cholesky_solve(self.y[:, None], Lc)[:, 0]
-            lml = -0.5 * (
-                (self.y * alpha).sum()
-                + 2.0 * Lc.diagonal().log().sum()
-                + n * math.log(2.0 * math.pi)
-            )
             W = 0.5 * (alpha[:, None] * alpha[None, :] - torch.cholesky_inverse(Lc))
             grad = torch.zeros_like(theta)
             for j, lst in parts.items():  # dimensions

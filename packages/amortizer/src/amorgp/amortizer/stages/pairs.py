@@ -15,6 +15,7 @@ from torch import Tensor
 
 from amorgp.amortizer.networks.forward import encoder_subset
 from amorgp.amortizer.stages import calibrate as calibration
+from amorgp.amortizer.stages.batched import exact_solve
 from amorgp.amortizer.stages.multistart import (
     DECAY_PERIODS,
     HARMONICS,
@@ -47,8 +48,6 @@ slower)."""
 CACHE_BYTES = 2 * 2**20
 """Bytes of kernel matrices evaluated and calibrated at once by
 :func:`evaluate_and_calibrate` on the CPU (about a core's share of the last-level cache)."""
-
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 def pair_matrices(
@@ -167,25 +166,11 @@ def _calibrate_forms(
 
 
 def log_likelihood_rows(Km: Tensor, Y: Tensor, noise: Tensor) -> Tensor:
-    """:func:`amorgp.amortizer.stages.multistart._log_likelihood` for rows with their own
-    targets ``Y (P, n)``; ``Km (P, n, n)`` is consumed (the noise added in place)."""
-    n = Km.shape[-1]
+    """The exact log marginal likelihoods of rows with their own targets ``Y (P, n)``
+    (:func:`amorgp.amortizer.stages.batched.exact_solve`; ``-inf`` where the factorisation
+    fails); ``Km (P, n, n)`` is consumed (the noise added in place)."""
     Km.diagonal(dim1=-2, dim2=-1).add_(noise[:, None])
-    lo, hi = Km.flatten(1).aminmax(dim=1)
-    ok = torch.isfinite(lo) & torch.isfinite(hi)
-    if not bool(ok.all()):
-        eye = torch.eye(n, dtype=Km.dtype, device=Km.device)
-        Km = torch.where(ok[:, None, None], Km, eye)
-    Lc, info = torch.linalg.cholesky_ex(Km)
-    # two triangular solves: the batched cholesky_solve is several times slower on the CPU
-    alpha = torch.linalg.solve_triangular(
-        Lc.mT, torch.linalg.solve_triangular(Lc, Y[..., None], upper=False), upper=True
-    )[..., 0]
-    lml = -0.5 * (
-        (Y * alpha).sum(-1) + 2.0 * Lc.diagonal(dim1=-2, dim2=-1).log().sum(-1) + n * _LOG_2PI
-    )
-    good = ok & (info == 0) & torch.isfinite(lml)
-    return torch.where(good, lml, torch.full_like(lml, -math.inf))
+    return exact_solve(Km, Y)[2]
 
 
 def multistart_rows(
