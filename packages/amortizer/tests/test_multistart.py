@@ -270,7 +270,7 @@ def test_every_periodic_product_gets_its_decay_floor(symbol: str, decay: str | N
     from amorgp.amortizer.stages.multistart import (
         DECAY_PERIODS,
         PERIODIC_LENGTHSCALE,
-        _starts_of,
+        _starts_many,
         slot_tables,
     )
     from amorgp.kernel_grammar import Vocabulary, base_symbol
@@ -280,10 +280,11 @@ def test_every_periodic_product_gets_its_decay_floor(symbol: str, decay: str | N
     sid = vocab.symbols.index(symbol) + 1
     tables = slot_tables(vocab)
     assert int(tables[2][sid]) == (names.index(decay) if decay else -1)
-    params = torch.full((1, 1, 5), 0.01, dtype=torch.float64)  # every lengthscale tiny
+    params = torch.full((1, 1, 1, 5), 0.01, dtype=torch.float64)  # every lengthscale tiny
     symbols = torch.tensor([[sid]])
     mask = torch.ones(1, 1, dtype=torch.bool)
-    starts = dict(_starts_of(params, symbols, mask, tables, [(0, 0.3, 1.0)], 4))
+    block, chosen = _starts_many(params, symbols, mask, tables, [[(0, 0.3, 1.0)]], 4)
+    starts = {name: block[0, j] for name, j in chosen[0]}
     got = starts["periodogram"][0, 0]
     period = names.index("per_period" if "per_period" in names else "period")
     assert float(got[period]) == pytest.approx(0.3)

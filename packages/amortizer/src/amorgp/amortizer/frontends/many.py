@@ -248,7 +248,8 @@ def iter_datasets(
         kernels: the kernels fitted to every dataset (expressions or structures).
         refine, calibrate, starts, noise_floor, fixed, bounds, priors: as
             :meth:`~amorgp.amortizer.frontends.inference.Amortizer.infer_many`, batched.
-        budget: bytes of kernel matrices a bucket may hold (:func:`bucket_size`).
+        budget: bytes of kernel matrices a bucket may hold (:func:`bucket_size`; at most
+            the amortizer's ``memory_budget``, which every stage respects).
         exact_network: run the network per dataset, for results equal to ``infer_many``'s
             to rounding (default: one forward per bucket, equal to float32 rounding).
         progress: called as ``progress("datasets", done, total)`` after each bucket.
@@ -338,7 +339,7 @@ def iter_datasets(
             evaluate_lml=True,
             exact_network=exact_network,
         )
-        size = bucket_size(n, len(structures), n_starts, budget)
+        size = bucket_size(n, len(structures), n_starts, min(budget, amz.memory_budget))
         for s0 in range(0, len(items), size):
             chunk = items[s0 : s0 + size]
             try:

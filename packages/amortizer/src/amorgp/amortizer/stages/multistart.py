@@ -3,7 +3,7 @@
 The log marginal likelihood of a kernel with a periodic term has one mode per plausible
 period (the true one, its harmonics, and a smooth long-period explanation), separated by
 barriers that gradient steps do not cross.  The network gives one guess of each period;
-where it is wrong, calibration and L-BFGS stay in the wrong mode.  :func:`multistart`
+where it is wrong, calibration and L-BFGS stay in the wrong mode.  :func:`multistart_rows`
 proposes, from the one encoder pass already made, a few more starts per kernel with a
 periodic term (``PER``, ``SE*PER``, ``LIN*PER``) and keeps the one with the highest
 exact log marginal likelihood:
@@ -44,9 +44,10 @@ of the winners on all points, cheaper than calibrating every start on all points
 the same winners (``docs/benchmarks/start-screening.md``).  The network's start always competes, so the likelihood never decreases; a
 kernel without a periodic term has the two null starts only.
 
-:func:`multistart` also returns the best few starts of each kernel (:attr:`MultiStart.
-alternatives`): ``refine="auto"`` refines them and keeps the best
-(:func:`amorgp.amortizer.stages.refine.refine_starts`).
+:func:`multistart_rows` also returns the best few starts of each row
+(:data:`Alternatives`): ``refine="auto"`` refines them and keeps the best
+(:func:`amorgp.amortizer.stages.refine_rows.halve_rows`,
+:func:`amorgp.amortizer.stages.refine.refine_starts`).
 """
 
 from __future__ import annotations
@@ -54,20 +55,25 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.networks.structures import encoded, pick
-from amorgp.amortizer.stages.batched import exact_solve
-from amorgp.amortizer.stages.null_starts import NULL_RULES, null_parameters
+from amorgp.amortizer.networks.forward import encoder_subset
+from amorgp.amortizer.stages.null_starts import NULL_RULES, NullNetwork
+from amorgp.amortizer.stages.pairs import (
+    calibrate_rows,
+    evaluate_and_calibrate,
+    log_likelihood_rows,
+    pair_matrices,
+)
 from amorgp.amortizer.stages.periodogram import (
     MAX_FREQUENCIES,
     PEAKS,
     lomb_scargle,
     period_candidates,
+    period_candidates_many,
 )
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import (
@@ -89,11 +95,11 @@ __all__ = [
     "TREND_LENGTHSCALE",
     "REFINE_STARTS",
     "SCORE_POINTS",
-    "MultiStart",
+    "Alternatives",
     "check_starts",
     "has_periodic",
     "lomb_scargle",
-    "multistart",
+    "multistart_rows",
     "period_candidates",
     "resolve_starts",
 ]
@@ -148,34 +154,6 @@ def has_periodic(structure: DimWiseStructure) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class MultiStart:
-    """The best start of each of ``K`` kernels.
-
-    Attributes:
-        params: ``(K, D, L, P)`` parameters of the winning starts (layout, dtype and device
-            as given).
-        noise: ``(K,)`` their noise variances.
-        start: per kernel, the name of the winning start (``"network"`` where the
-            prediction was kept or the kernel has no periodic term).
-        log_marginal_likelihood: ``(K,)`` the winners' exact log marginal likelihood on the
-            scoring points (at most :data:`SCORE_POINTS`; normalised units).
-        alternatives: per kernel, the best few starts ``(name, params (D, L, P), noise)``
-            in decreasing likelihood, the winner first.
-        calibrated_on_all: whether the winners' scale and noise are calibrated on all the
-            points (else on the scoring points only: see ``calibrated`` of
-            :func:`multistart`).
-    """
-
-    params: Tensor
-    noise: Tensor
-    start: list[str]
-    log_marginal_likelihood: Tensor
-    alternatives: list[list[tuple[str, Tensor, Tensor]]]
-    calibrated_on_all: bool = True
-
-
-# -- starts ----------------------------------------------------------------------------------
 def slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per vocabulary id (0 = padding): the slot of the period, of the periodic lengthscale,
     of the decay (SE) lengthscale of a periodic product, and of the lengthscale of an
@@ -212,236 +190,6 @@ def slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor, Tensor]
     return tuple(torch.tensor(t) for t in (period, per_ls, decay, trend))  # type: ignore[return-value]
 
 
-def _set(params: Tensor, slots: Tensor, where: Tensor, value: Tensor) -> Tensor:
-    """``params (D, L, P)`` with slot ``slots[d, l]`` of the addends ``where (D, L)`` set to
-    ``value`` (broadcast to ``(D, L)``)."""
-    P = params.shape[-1]
-    onehot = torch.nn.functional.one_hot(slots.clamp_min(0), P).bool() & where[..., None]
-    return torch.where(onehot, value.expand(where.shape)[..., None].to(params), params)
-
-
-def _get(params: Tensor, slots: Tensor) -> Tensor:
-    """``(D, L)``: slot ``slots[d, l]`` of each addend (garbage where ``slots < 0``)."""
-    return params.gather(-1, slots.clamp_min(0)[..., None])[..., 0]
-
-
-def _starts_of(
-    params: Tensor,
-    symbols: Tensor,
-    mask: Tensor,
-    tables: tuple[Tensor, Tensor, Tensor, Tensor],
-    candidates: Sequence[tuple[int, float, float]],
-    starts: int,
-) -> list[tuple[str, Tensor]]:
-    """Up to ``starts - 1`` alternative starts ``(name, params (D, L, P))`` of one kernel
-    (module docstring); ``[]`` without a periodic addend."""
-    period_t, per_ls_t, decay_t, trend_t = tables
-    p_slot, l_slot, s_slot = period_t[symbols], per_ls_t[symbols], decay_t[symbols]  # (D, L)
-    t_slot = trend_t[symbols]
-    periodic = (p_slot >= 0) & mask
-    if not bool(periodic.any()) or starts <= 1:
-        return []
-    D = params.shape[0]
-    net_period = _get(params, p_slot)
-    pg: list[tuple[str, Tensor]] = []
-    first_dim = periodic
-    for j, period, _ in candidates:  # a handful
-        if j >= D or not bool(periodic[j].any()):
-            continue
-        in_dim = periodic & (torch.arange(D, device=params.device) == j)[:, None]
-        p = _set(params, p_slot, in_dim, torch.tensor(max(period, PERIOD_FLOOR)))
-        p = _set(p, l_slot, in_dim, torch.tensor(PERIODIC_LENGTHSCALE))
-        decay = in_dim & (s_slot >= 0)
-        least = max(DECAY_PERIODS * period, TREND_LENGTHSCALE)
-        p = _set(p, s_slot, decay, _get(p, s_slot).clamp_min(least))
-        trend = (t_slot >= 0) & mask
-        p = _set(p, t_slot, trend, _get(p, t_slot).clamp_min(TREND_LENGTHSCALE))
-        if not pg:
-            first_dim = in_dim
-        pg.append(("periodogram" if not pg else f"periodogram {len(pg) + 1}", p))
-    harmonics = [
-        (
-            f"harmonic {name}",
-            _set(params, p_slot, periodic, (net_period * f).clamp_min(PERIOD_FLOOR)),
-        )
-        for f, name in HARMONICS
-    ]
-    rescaled: list[tuple[str, Tensor]] = []
-    if pg:
-        name, best = pg[0]
-        for f, tag in ((0.5, "x0.5"), (2.0, "x2")):
-            ls = _get(best, l_slot) * f
-            rescaled.append((f"{name}, lengthscale {tag}", _set(best, l_slot, first_dim, ls)))
-    # priority: periodogram peaks and harmonics interleaved, then the rescalings
-    order: list[tuple[str, Tensor]] = []
-    queues = [pg[:1], pg[1:2], harmonics[:1], pg[2:3], harmonics[1:2], pg[3:], rescaled[:1]]
-    queues += [harmonics[2:], rescaled[1:]]
-    for q in queues:
-        order.extend(q)
-    return order[: starts - 1]
-
-
-def _matrices(
-    X: Tensor, symbols: Tensor, mask: Tensor, params: Tensor, vocab: Vocabulary
-) -> Tensor:
-    """``(B, n, n)`` kernel matrices of ``B`` parameter sets on the points ``X (n, d)``."""
-    from amorgp.lazy_kernels import kernel_matrix_dimwise
-
-    B, (n, d) = params.shape[0], X.shape
-    return kernel_matrix_dimwise(
-        X.expand(B, n, d), X.expand(B, n, d), symbols, mask, params, vocab, validate=False
-    )
-
-
-def _log_likelihood(Km: Tensor, y: Tensor, noise: Tensor) -> Tensor:
-    """``(B,)`` exact log marginal likelihood of ``y`` under the kernel matrices
-    ``Km (B, n, n)`` plus ``noise (B,)`` (:func:`amorgp.amortizer.stages.batched.exact_solve`;
-    ``-inf`` where the factorisation fails)."""
-    n = Km.shape[-1]
-    A = Km + noise[:, None, None] * torch.eye(n, dtype=Km.dtype, device=Km.device)
-    return exact_solve(A, y)[2]
-
-
-def multistart(
-    Xn: Tensor,
-    yn: Tensor,
-    structures: Sequence[DimWiseStructure],
-    vocabulary: Vocabulary,
-    params: Tensor,
-    noise: Tensor,
-    starts: int = DEFAULT_STARTS,
-    seed: int = 0,
-    *,
-    keep: int = REFINE_STARTS,
-    calibrated: bool = True,
-) -> MultiStart:
-    """The best of several starts per kernel with a periodic term (module docstring).
-
-    Args:
-        Xn, yn: normalised data ``(n, d)``, ``(n,)``.
-        structures: the ``K`` kernel structures.
-        vocabulary: the symbol vocabulary of the parameter layout.
-        params: ``(K, d, L, P)`` the network's (calibrated) parameters, normalised units.
-        noise: ``(K,)`` their noise variances.
-        starts: starts per periodic kernel, the network's included (``1``: the prediction
-            is returned as it is).
-        seed: seed of the point subsets (above :data:`SCORE_POINTS` and the calibration's
-            ``MAX_POINTS``).
-        keep: starts per kernel listed in :attr:`MultiStart.alternatives` (what
-            ``refine="auto"`` refines: :func:`amorgp.amortizer.stages.refine.refine_starts`).
-        calibrated: ``params`` and ``noise`` are calibrated on all the points already;
-            the winners that are other starts are calibrated on all the points in the
-            end.  ``False``: the network's starts are calibrated on the scoring points
-            with the others, in the same batched pass, and the winners are left
-            calibrated on the scoring points (:attr:`MultiStart.calibrated_on_all` says
-            whether those are all the points) for the caller to calibrate on all of them
-            together with its own factorisation.
-
-    Returns:
-        A :class:`MultiStart`.
-    """
-    from amorgp.amortizer.networks.forward import encoder_subset
-    from amorgp.amortizer.stages.calibrate import MAX_POINTS, calibrate
-
-    starts = check_starts(starts)
-    K = len(structures)
-    dev = params.device
-    X64 = Xn.detach().to(dev, torch.float64)
-    y64 = yn.detach().to(dev, torch.float64)
-    idx = encoder_subset(X64.shape[0], MAX_POINTS, seed)
-    Xs, ys = (X64, y64) if idx is None else (X64[idx.to(dev)], y64[idx.to(dev)])
-    sub = encoder_subset(X64.shape[0], SCORE_POINTS, seed)
-    Xc, yc = (X64, y64) if sub is None else (X64[sub.to(dev)], y64[sub.to(dev)])
-    d = X64.shape[1]
-    sym, msk = encoded(structures, vocabulary, dev)
-    L = sym.shape[2]
-    p64 = params.detach().to(torch.float64)[:, :d, :L]
-    n64 = noise.detach().to(torch.float64)
-    tables = tuple(t.to(dev) for t in slot_tables(vocabulary))
-    periodic = [has_periodic(s) for s in structures]
-    cands = period_candidates(Xs, ys) if starts > 1 and any(periodic) else []
-    owner, names, alt = [], [], []
-    nulls = []
-    if starts > 1:  # the null starts of every kernel (null_starts.py); the periodogram's
-        # peaks are only read by periods, which only periodic kernels have: cands serves
-        nulls = [
-            (rule, null_parameters(rule, Xs, ys, structures, vocabulary, cands)[0])
-            for rule in NULL_RULES
-        ]
-    for k in range(K):  # per kernel: a few starts each
-        extra = _starts_of(p64[k], sym[k], msk[k], tables, cands, starts)  # type: ignore[arg-type]
-        for name, p in [*extra, *((rule, params_[k]) for rule, params_ in nulls)]:
-            owner.append(k)
-            names.append(name)
-            alt.append(p)
-    own = torch.tensor(owner, dtype=torch.long, device=dev)
-    all_params, all_noise = p64, n64
-    lml = torch.full((K,), math.nan, dtype=torch.float64, device=dev)
-    if alt:
-        # every start's kernel matrix on the scoring points is evaluated once and
-        # calibrated on; the calibration's exact likelihood (of s times the matrix, the
-        # calibrated kernel's) is the start's score
-        first = K if calibrated else 0
-        every = torch.cat([torch.arange(K, device=dev), own])[first:]
-        cand = torch.cat([p64, torch.stack(alt)])[first:]
-        cand_noise = torch.cat([n64, n64[own]])[first:]
-        cand_structures = pick(structures, every.tolist())
-        Km = _matrices(Xc, sym[every], msk[every], cand, vocabulary)
-        cal = calibrate(
-            Xc, yc, cand_structures, vocabulary, cand, cand_noise, seed=seed, matrices=Km,
-            overwrite_matrices=True,
-        )  # fmt: skip
-        score = cal.log_marginal_likelihood
-        del Km
-        if calibrated:  # the network's own starts, calibrated on all points: scored here
-            all_params = torch.cat([p64, cal.params])
-            all_noise = torch.cat([n64, cal.noise])
-            Kr = _matrices(Xc, sym, msk, p64, vocabulary)
-            score = torch.cat([_log_likelihood(Kr, yc, n64), score])
-        else:
-            all_params, all_noise = cal.params, cal.noise
-        lml = score
-    all_owner = torch.cat([torch.arange(K, device=dev), own])
-    all_names = ["network"] * K + names
-    best = list(range(K))
-    alternatives: list[list[tuple[str, Tensor, Tensor]]] = []
-    for k in range(K):  # bookkeeping per kernel
-        mine = (all_owner == k).nonzero()[:, 0]
-        order = [k]
-        if len(mine) > 1:
-            ranked = mine[torch.argsort(lml[mine], descending=True, stable=True)].tolist()
-            if bool(lml[ranked[0]] > lml[k]):  # ties keep the network's start
-                best[k] = int(ranked[0])
-            order = [best[k]] + [int(i) for i in ranked if int(i) != best[k]]
-            order = [i for i in order if math.isfinite(float(lml[i]))][:keep] or [k]
-        alternatives.append([(all_names[i], all_params[i], all_noise[i]) for i in order])
-    moved = [k for k in range(K) if best[k] != k]
-    if calibrated and moved and sub is not None:  # the winners' scale and noise on all points
-        won = torch.tensor([best[k] for k in moved], device=dev)
-        cal = calibrate(
-            X64,
-            y64,
-            pick(structures, moved),
-            vocabulary,
-            all_params[won],
-            all_noise[won],
-            seed=seed,
-        )
-        all_params[won], all_noise[won] = cal.params, cal.noise
-    winner = torch.tensor(best, device=dev)
-    out = params.detach().clone()
-    out[:, :d, :L] = all_params[winner].to(out.dtype)
-    result = MultiStart(
-        params=out,
-        noise=all_noise[winner].to(noise.dtype),
-        start=[all_names[i] for i in best],
-        log_marginal_likelihood=lml[winner],
-        alternatives=alternatives,
-        calibrated_on_all=calibrated or (bool(alt) and sub is None),
-    )
-    return result
-
-
 def resolve_starts(starts: Any, default: int | None, calibrate: bool) -> int:
     """The number of starts :meth:`Amortizer.infer_many
     <amorgp.amortizer.frontends.inference.Amortizer.infer_many>` uses: ``starts`` if given, else the
@@ -456,3 +204,263 @@ def resolve_starts(starts: Any, default: int | None, calibrate: bool) -> int:
     if default is not None:
         return default
     return DEFAULT_STARTS if calibrate else 1
+
+
+def multistart_rows(
+    X: Tensor,
+    Y: Tensor,
+    structures: Sequence[DimWiseStructure],
+    vocabulary: Vocabulary,
+    sym: Tensor,
+    msk: Tensor,
+    params: Tensor,
+    noise: Tensor,
+    starts: int,
+    seed: int,
+    calibrated: bool = True,
+    keep: int = 1,
+) -> tuple[Tensor, Tensor, list[str], list[int], list[Alternatives]]:
+    """The multi-start (module docstring) of the ``B K`` rows of
+    ``B`` datasets ``X (B, n, d)``, ``Y (B, n)`` (``n <= MAX_POINTS``) and ``K`` structures:
+    the starts of every pair calibrated and scored in one batch.  Returns the winners'
+    ``params``, ``noise``, the start names and the pairs whose winner is not the network's.
+
+    ``calibrated=True``: ``params`` and ``noise`` are calibrated already; the network's
+    start is scored as it is and a winner that is another start is calibrated on all
+    points.  ``calibrated=False``: the network's starts are calibrated and scored on the
+    scoring points with the others, and every pair's winner is returned calibrated there
+    (on all points with at most :data:`SCORE_POINTS`); every pair is listed as moved.
+
+    ``keep > 1``: also each pair's best ``keep`` starts, best first (:data:`Alternatives`:
+    what ``refine="auto"`` halves, :func:`amorgp.amortizer.stages.refine_rows.halve_rows`);
+    else an empty list."""
+    B, n, d = X.shape
+    K = len(structures)
+    P = B * K
+    L = sym.shape[2]
+    dev = params.device
+    p64 = params.detach().to(torch.float64)[:, :d, :L]
+    n64 = noise.detach().to(torch.float64)
+    names_out = ["network"] * P
+    periodic = [has_periodic(s) for s in structures]
+    if starts <= 1:
+        return params, noise, names_out, [], []
+    tables = tuple(t.to(dev) for t in slot_tables(vocabulary))
+    cands = period_candidates_many(X, Y)
+    sub = encoder_subset(n, SCORE_POINTS, seed)
+    Xc, Yc = (X, Y) if sub is None else (X[:, sub.to(dev)], Y[:, sub.to(dev)])
+    owner: list[int] = []
+    names: list[str] = []
+    blocks: list[Tensor] = []
+    rows: list[int] = []
+    offset = 0
+    if not calibrated:  # the network's starts first: ties keep them
+        owner, names, rows = list(range(P)), ["network"] * P, list(range(P))
+        blocks.append(p64)
+        offset = P
+    for k in range(K):  # per kernel: the starts of all its pairs at once
+        if not periodic[k]:
+            continue
+        block, lists = _starts_many(p64[k::K], sym[k], msk[k], tables, cands, starts)
+        width = block.shape[1]
+        for b, chosen in enumerate(lists):  # bookkeeping: the names and rows per dataset
+            for name, j in chosen:
+                owner.append(b * K + k)
+                names.append(name)
+                rows.append(offset + b * width + j)
+        blocks.append(block.reshape(-1, *block.shape[2:]))
+        offset += block.shape[0] * width
+    # the null starts of every kernel (null_starts.py), after the periodic ones as there
+    ones = torch.ones(B, n, dtype=torch.bool, device=dev)
+    dims = torch.ones(B, d, dtype=torch.bool, device=dev)
+    for rule in NULL_RULES:
+        net = NullNetwork(vocabulary, rule)
+        enc = net.encoding(X, ones, dims, cands)
+        for k in range(K):
+            pred = net.decode(enc, sym[k].expand(B, -1, -1), msk[k].expand(B, -1, -1))
+            for b in range(B):  # bookkeeping: one null start per dataset
+                owner.append(b * K + k)
+                names.append(rule)
+                rows.append(offset + b)
+            blocks.append(pred.params.to(torch.float64)[:, :d, :L])
+            offset += B
+    if not owner:
+        return params, noise, names_out, [], []
+    own = torch.tensor(owner, dtype=torch.long, device=dev)
+    ds, ks = own // K, own % K
+    alt_params = torch.cat(blocks)[torch.tensor(rows, dtype=torch.long, device=dev)]
+    Xa, Ya, sa, ma = Xc[ds], Yc[ds], sym[ks], msk[ks]
+    # each start's score, its exact likelihood once calibrated, comes with the calibration
+    # (the calibrated matrix is the scale times the evaluated one)
+    cal = evaluate_and_calibrate(Xa, Ya, sa, ma, alt_params, n64[own], vocabulary)
+    lml_alt = cal.log_marginal_likelihood.tolist()
+    if not calibrated:
+        best_of: dict[int, int] = {}
+        for i, p in enumerate(owner):  # bookkeeping: the first best start of each pair
+            if p not in best_of or lml_alt[i] > lml_alt[best_of[p]]:
+                best_of[p] = i
+        won = torch.tensor([best_of[p] for p in range(P)], dtype=torch.long, device=dev)
+        out = params.detach().clone()
+        out[:, :d, :L] = cal.params[won].to(out.dtype)
+        return (
+            out,
+            cal.noise[won].to(noise.dtype),
+            [names[best_of[p]] for p in range(P)],
+            list(range(P)),
+            _ranked(P, owner, names, lml_alt, cal.params, cal.noise, keep),
+        )
+    heads = sorted(set(owner))
+    at_h = torch.tensor(heads, dtype=torch.long, device=dev)
+    Kn = pair_matrices(Xc[at_h // K], sym[at_h % K], msk[at_h % K], p64[at_h], vocabulary)
+    scores = log_likelihood_rows(Kn, Yc[at_h // K], n64[at_h])
+    lml_net = dict(zip(heads, scores.tolist(), strict=True))
+    best: dict[int, int] = {}  # pair -> index of its winning start in alt
+    for i, p in enumerate(owner):  # bookkeeping: the first best start of each pair
+        cur = best.get(p)
+        if cur is None or lml_alt[i] > lml_alt[cur]:
+            best[p] = i
+    moved = sorted(p for p, i in best.items() if lml_alt[i] > lml_net[p])
+    alternatives: list[Alternatives] = []
+    if keep > 1:  # the network's start first (ties keep it), then the others
+        alternatives = _ranked(
+            P,
+            list(range(P)) + owner,
+            ["network"] * P + names,
+            [lml_net.get(p, math.nan) for p in range(P)] + lml_alt,
+            torch.cat([p64, cal.params]),
+            torch.cat([n64, cal.noise]),
+            keep,
+        )
+    if not moved:
+        return params, noise, names_out, [], alternatives
+    won = torch.tensor([best[p] for p in moved], dtype=torch.long, device=dev)
+    at_m = torch.tensor(moved, dtype=torch.long, device=dev)
+    new_p, new_n = cal.params[won], cal.noise[won]
+    if sub is not None:  # the winners' scale and noise on all the points (as multistart)
+        Kw = pair_matrices(X[at_m // K], sym[at_m % K], msk[at_m % K], new_p, vocabulary)
+        again = calibrate_rows(
+            Kw, Y[at_m // K], sym[at_m % K], msk[at_m % K], new_p, new_n, vocabulary
+        )
+        new_p, new_n = again.params, again.noise
+    out = params.detach().clone()
+    out_noise = noise.detach().clone()
+    out[at_m, :d, :L] = new_p.to(out.dtype)
+    out_noise[at_m] = new_n.to(out_noise.dtype)
+    for p in moved:
+        names_out[p] = names[best[p]]
+    return out, out_noise, names_out, moved, alternatives
+
+
+Alternatives = list[tuple[str, Tensor, Tensor]]
+"""A pair's best starts, best first: ``(name, params (d, L, S), noise)`` each."""
+
+
+def _ranked(
+    P: int,
+    owner: Sequence[int],
+    names: Sequence[str],
+    score: Sequence[float],
+    params: Tensor,
+    noise: Tensor,
+    keep: int,
+) -> list[Alternatives]:
+    """Each of ``P`` pairs' best ``keep`` starts with a finite score, best first (ties in
+    listed order; at least the first listed), from the starts ``i`` of pair ``owner[i]``;
+    an empty list for ``keep <= 1``."""
+    if keep <= 1:
+        return []
+    mine: list[list[int]] = [[] for _ in range(P)]
+    for i, p in enumerate(owner):  # bookkeeping: the starts of each pair
+        mine[p].append(i)
+    out: list[Alternatives] = []
+    for rows in mine:
+        ranked = sorted(rows, key=lambda i: -score[i] if math.isfinite(score[i]) else math.inf)
+        kept = [i for i in ranked if math.isfinite(score[i])][:keep] or rows[:1]
+        out.append([(names[i], params[i], noise[i]) for i in kept])
+    return out
+
+
+def _set_many(params: Tensor, slots: Tensor, where: Tensor, value: Tensor | float) -> Tensor:
+    """:func:`amorgp.amortizer.stages.multistart._set` on a batch: ``params (..., D, L, S)`` with
+    slot ``slots[d, l]`` of the addends ``where (..., D, L)`` set to ``value`` (broadcast
+    to ``where``)."""
+    S = params.shape[-1]
+    onehot = torch.nn.functional.one_hot(slots.clamp_min(0), S).bool() & where[..., None]
+    v = torch.broadcast_to(torch.as_tensor(value, dtype=params.dtype), where.shape)
+    return torch.where(onehot, v[..., None], params)
+
+
+def _get_many(params: Tensor, slots: Tensor) -> Tensor:
+    """``(..., D, L)``: slot ``slots[d, l]`` of each addend of ``params (..., D, L, S)``."""
+    idx = slots.clamp_min(0).expand(params.shape[:-1])[..., None]
+    return params.gather(-1, idx)[..., 0]
+
+
+def _starts_many(
+    params: Tensor,
+    symbols: Tensor,
+    mask: Tensor,
+    tables: tuple[Tensor, ...],
+    candidates: Sequence[Sequence[tuple[int, float, float]]],
+    starts: int,
+) -> tuple[Tensor, list[list[tuple[str, int]]]]:
+    """The starts (module docstring) of one kernel on ``B`` datasets at once: ``params (B, D, L, S)`` (the kernel's parameters per dataset), its ``symbols``
+    and ``mask (D, L)``, each dataset's periodogram ``candidates``.
+
+    Returns:
+        ``block (B, W, D, L, S)``: every possible start of every dataset (the periodogram
+        peaks, the harmonics, the rescaled first peak), and per dataset the starts it
+        keeps as ``(name, index into W)``, in priority order (periodogram peaks and harmonics
+        interleaved, then the rescalings), at most ``starts - 1``.
+    """
+    period_t, per_ls_t, decay_t, trend_t = tables
+    p_slot, l_slot, s_slot = period_t[symbols], per_ls_t[symbols], decay_t[symbols]
+    t_slot = trend_t[symbols]
+    periodic = (p_slot >= 0) & mask  # (D, L)
+    B, D = params.shape[0], params.shape[1]
+    dev = params.device
+    C = max(1, max((len(c) for c in candidates), default=1))
+    J = torch.zeros(B, C, dtype=torch.long)
+    PER = torch.ones(B, C, dtype=torch.float64)
+    count = []
+    has = periodic.any(-1).tolist()  # (D,) a periodic addend in the dimension
+    for b, cands in enumerate(candidates):  # bookkeeping: the usable peaks of each dataset
+        ok = [(j, per) for j, per, _ in cands if j < D and has[j]]
+        for c, (j, per) in enumerate(ok):
+            J[b, c], PER[b, c] = j, per
+        count.append(len(ok))
+    J, PER = J.to(dev), PER.to(dev)
+    in_dim = periodic & (torch.arange(D, device=dev) == J[..., None])[..., None]  # (B, C, D, L)
+    # the period as a float32 tensor of the peak's period (the starts' historical rounding)
+    per32 = PER.clamp_min(PERIOD_FLOOR).to(torch.float32).to(params.dtype)[..., None, None]
+    pg = _set_many(params[:, None].expand(B, C, *params.shape[1:]), p_slot, in_dim, per32)
+    pg = _set_many(pg, l_slot, in_dim, PERIODIC_LENGTHSCALE)
+    least = (DECAY_PERIODS * PER).clamp_min(TREND_LENGTHSCALE)[..., None, None]
+    decay = in_dim & (s_slot >= 0)
+    pg = _set_many(pg, s_slot, decay, torch.maximum(_get_many(pg, s_slot), least))
+    trend = ((t_slot >= 0) & mask).expand(in_dim.shape)
+    pg = _set_many(pg, t_slot, trend, _get_many(pg, t_slot).clamp_min(TREND_LENGTHSCALE))
+    net_period = _get_many(params, p_slot)  # (B, D, L)
+    harm = torch.stack(
+        [
+            _set_many(
+                params, p_slot, periodic.expand(B, D, -1), (net_period * f).clamp_min(PERIOD_FLOOR)
+            )
+            for f, _ in HARMONICS
+        ],
+        1,
+    )
+    first = pg[:, 0]
+    ls = _get_many(first, l_slot)
+    resc = torch.stack([_set_many(first, l_slot, in_dim[:, 0], ls * f) for f in (0.5, 2.0)], 1)
+    block = torch.cat([pg, harm, resc], 1)  # (B, C + 3 + 2, D, L, S)
+    H, R = C, C + len(HARMONICS)
+    lists = []
+    for c in count:  # bookkeeping: the priority order per dataset
+        pgs = [("periodogram" if i == 0 else f"periodogram {i + 1}", i) for i in range(c)]
+        hs = [(f"harmonic {name}", H + i) for i, (_, name) in enumerate(HARMONICS)]
+        rs = [("periodogram, lengthscale x0.5", R), ("periodogram, lengthscale x2", R + 1)]
+        rs = rs if c else []
+        queues = [pgs[:1], pgs[1:2], hs[:1], pgs[2:3], hs[1:2], pgs[3:], rs[:1], hs[2:], rs[1:]]
+        lists.append([x for q in queues for x in q][: starts - 1])
+    return block, lists

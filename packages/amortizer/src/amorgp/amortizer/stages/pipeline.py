@@ -58,9 +58,9 @@ from amorgp.amortizer.stages import calibrate as calibration
 from amorgp.amortizer.stages.backends import GPBackendSizing
 from amorgp.amortizer.stages.constraints import Constraints, KernelConstraints, project_all
 from amorgp.amortizer.stages.fisher import fisher_applies
-from amorgp.amortizer.stages.multistart import SCORE_POINTS, multistart
-from amorgp.amortizer.stages.pairs import calibrate_rows, multistart_rows, pair_matrices
-from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups
+from amorgp.amortizer.stages.multistart import REFINE_STARTS, SCORE_POINTS, multistart_rows
+from amorgp.amortizer.stages.pairs import calibrate_rows, pair_matrices
+from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups, refine_starts
 from amorgp.amortizer.stages.refine_rows import halve_rows, refine_pairs
 from amorgp.amortizer.stages.results import Factor, KernelResult, conditioned_posterior
 from amorgp.core.errors import CheckpointError
@@ -304,67 +304,46 @@ def _auto_halving(batch: CandidateBatch, opts: FitOptions, amz: Fitter) -> bool:
 
 
 def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
-    """Stage 2: with ``opts.starts > 1``, each row's best start (module docstring)."""
+    """Stage 2: with ``opts.starts > 1``, each row's best start (module docstring): the
+    starts of every row scored together (:func:`~amorgp.amortizer.stages.pairs.
+    multistart_rows`, in float64, on at most :data:`~amorgp.amortizer.stages.calibrate.
+    MAX_POINTS` points of each dataset), then for ``refine="auto"`` the successive
+    halving of each row's best few (Fisher scoring of all rows at once, else L-BFGS per
+    dataset)."""
     if opts.starts <= 1:
         return batch
     halving = _auto_halving(batch, opts, amz)
-    K = batch.K
-    if batch.dense_rows:
-        sym, msk = encode_structures(batch.structures, amz.vocabulary, batch.X.shape[2], amz.device)
-        keep = _keep() if halving else 1
-        params, noise, start, _, alternatives = multistart_rows(
-            batch.X, batch.Y, batch.structures, amz.vocabulary, sym, msk, batch.params,
-            batch.noise, opts.starts, amz.seed, calibrated=not opts.calibrate, keep=keep,
-        )  # fmt: skip
-        on_all = (
-            not opts.calibrate or encoder_subset(batch.X.shape[1], SCORE_POINTS, amz.seed) is None
+    n = batch.X.shape[1]
+    sub = encoder_subset(n, calibration.MAX_POINTS, amz.seed)
+    X, Y = batch.X.to(torch.float64), batch.Y.to(torch.float64)
+    Xs, Ys = (X, Y) if sub is None else (X[:, sub.to(X.device)], Y[:, sub.to(X.device)])
+    sym, msk = encode_structures(batch.structures, amz.vocabulary, X.shape[2], amz.device)
+    keep = REFINE_STARTS if opts.steps == "auto" else 1
+    params, noise, start, _, alternatives = multistart_rows(
+        Xs, Ys, batch.structures, amz.vocabulary, sym, msk, batch.params, batch.noise,
+        opts.starts, amz.seed, calibrated=not opts.calibrate, keep=keep,
+    )  # fmt: skip
+    if halving:
+        params, noise, start, batch.iterations = halve_rows(
+            X, Y, batch.structures, alternatives, params, noise, start, STARTS_ROUND
         )
-        if halving:
-            params, noise, start, spent = halve_rows(
-                batch.X, batch.Y, batch.structures, alternatives, params, noise, start,
-                STARTS_ROUND,
-            )  # fmt: skip
-            batch.iterations = spent
-    else:  # per dataset, on its point subsets (multistart.py)
-        params, noise = batch.params.clone(), batch.noise.clone()
-        start, on_all = [], True
-        spent = []
+    elif alternatives:  # above the Fisher scoring's limits: L-BFGS, one dataset at a time
+        K = batch.K
         for b in range(batch.B):
             rows = slice(b * K, (b + 1) * K)
-            ms = multistart(
-                batch.X[b], batch.Y[b], batch.structures, amz.vocabulary, batch.params[rows],
-                batch.noise[rows], opts.starts, amz.seed, calibrated=not opts.calibrate,
+            params[rows], noise[rows], start[rows] = refine_starts(
+                batch.X[b], batch.Y[b], batch.structures, amz.vocabulary,
+                alternatives[rows], params[rows], noise[rows], start[rows],
             )  # fmt: skip
-            p, v, names = ms.params, ms.noise, list(ms.start)
-            if halving:
-                p, v, names, used = halve_rows(
-                    batch.X[b : b + 1], batch.Y[b : b + 1], batch.structures,
-                    ms.alternatives, p, v, names, STARTS_ROUND,
-                )  # fmt: skip
-                spent += used
-            elif opts.steps == "auto":  # above the Fisher scoring's limits: L-BFGS
-                from amorgp.amortizer.stages.refine import refine_starts
-
-                ms = refine_starts(
-                    batch.X[b], batch.Y[b], batch.structures, amz.vocabulary, ms, "auto"
-                )
-                p, v, names = ms.params, ms.noise, list(ms.start)
-            params[rows], noise[rows] = p, v
-            start += names
-            on_all = on_all and ms.calibrated_on_all
-        if spent:
-            batch.iterations = spent
     batch.params, batch.noise = _project(batch, opts, params, noise)
     batch.start = start
-    # the starts' calibration knows no constraints: with them, calibrated again
-    batch.pending = opts.calibrate and (not on_all or not opts.constraints.trivial)
+    # the winners are calibrated on the scoring points (on all of them where there is no
+    # scoring subset); the starts' calibration knows no constraints: with them, again
+    on_all = not opts.calibrate or encoder_subset(Xs.shape[1], SCORE_POINTS, amz.seed) is None
+    batch.pending = opts.calibrate and (
+        not on_all or sub is not None or not opts.constraints.trivial
+    )
     return batch
-
-
-def _keep() -> int:
-    from amorgp.amortizer.stages.multistart import REFINE_STARTS
-
-    return REFINE_STARTS
 
 
 def calibrate(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
@@ -445,7 +424,7 @@ def factor(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBat
     params, noise = batch.params.clone(), batch.noise.clone()
     factors: list[Factor | None] = []
     with torch.no_grad():
-        for sl in batched.chunks(batch.P, n):
+        for sl in batched.chunks(batch.P, n, batch.plan.chunk_bytes):
             Km = pair_matrices(Xp[sl], symp[sl], mskp[sl], params[sl], amz.vocabulary)
             scale = None
             if batch.pending:

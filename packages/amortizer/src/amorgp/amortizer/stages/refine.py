@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -50,7 +50,6 @@ from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
 if TYPE_CHECKING:
     from amorgp.amortizer.stages.constraints import KernelConstraints
-    from amorgp.amortizer.stages.multistart import MultiStart
 
 __all__ = [
     "AUTO_ATOL",
@@ -263,45 +262,44 @@ def refine_starts(
     yn: Tensor,
     structures: Sequence[DimWiseStructure],
     vocabulary: Vocabulary,
-    starts: MultiStart,
-    steps: int | Literal["auto"],
+    alternatives: Sequence[Sequence[tuple[str, Tensor, Tensor]]],
+    params: Tensor,
+    noise: Tensor,
+    start: Sequence[str],
     iterations: int = STARTS_ROUND,
-) -> MultiStart:
-    """The best start of each kernel after refinement, by successive halving, where the
-    refinement asked for is ``steps == "auto"`` (else ``starts`` as they are).
-
-    The best few starts of each kernel (``starts.alternatives``) are refined by
+) -> tuple[Tensor, Tensor, list[str]]:
+    """The successive halving of ``refine="auto"`` by L-BFGS, for one dataset where Fisher
+    scoring does not apply (:func:`amorgp.amortizer.stages.refine_rows.halve_rows` is the
+    same rule by Fisher scoring): the best few starts of each kernel (``alternatives[k]``,
+    best first; :func:`amorgp.amortizer.stages.multistart.multistart_rows`) are refined by
     ``iterations`` L-BFGS iterations each (log space), the better half of each kernel's
-    starts (by exact log marginal likelihood) kept and refined again, until two are left,
-    of which the better wins: with 3 starts, rounds of 3 and 2.  A kernel with one start is left to
-    the refinement that follows.
+    starts (by exact log marginal likelihood) kept and refined again, until two are
+    left, of which the better wins.  A kernel with one start is left as it is.  Returns
+    the kernels' ``params``, ``noise`` and start names.
 
     ``refine="auto"`` then continues from the winner until the objective stops improving
     (:func:`refine`), so a start that is better only after refinement is found: on a
     planted period of a third of the range (3-D input) the periodogram's start scored
-    below the doubled network period after 5 iterations (29.2 against 35.3) and above it
-    after 10 (48.1 against 37.0), where it ends 23 nats higher.
+    below the doubled network period after 5 iterations and above it after 10, where it
+    ends 23 nats higher.
     """
+    new_params, new_noise, names = params.clone(), noise.clone(), list(start)
     flat = [
         (k, name, p, nz)
-        for k, alt in enumerate(starts.alternatives)
+        for k, alt in enumerate(alternatives)
         if len(alt) > 1
         for name, p, nz in alt
     ]
-    if steps != "auto" or not flat:
-        return starts
-    new_params, new_noise = starts.params.clone(), starts.noise.clone()
-    names, lmls = list(starts.start), starts.log_marginal_likelihood.clone()
-    P = starts.params.shape[-1]
+    S = params.shape[-1]
     while flat:
         D = max(p.shape[0] for _, _, p, _ in flat)
         L = max(p.shape[1] for _, _, p, _ in flat)
-        params = starts.params.new_ones(len(flat), D, L, P)
+        rows = params.new_ones(len(flat), D, L, S)
         for i, (_, _, p, _) in enumerate(flat):  # a few starts
-            params[i, : p.shape[0], : p.shape[1], : p.shape[2]] = p
-        noise = torch.stack([nz for _, _, _, nz in flat]).to(starts.noise)
+            rows[i, : p.shape[0], : p.shape[1], : p.shape[2]] = p
+        nz = torch.stack([torch.as_tensor(v) for _, _, _, v in flat]).to(noise)
         group = [structures[k] for k, _, _, _ in flat]
-        ref = refine(Xn, yn, group, vocabulary, params, noise, iterations)
+        ref = refine(Xn, yn, group, vocabulary, rows, nz, iterations)
         score = [v if math.isfinite(v) else -math.inf for v in ref.log_marginal_likelihood]
         survivors = []
         for k in sorted({e[0] for e in flat}):  # per kernel: keep the better half
@@ -320,8 +318,5 @@ def refine_starts(
                 new_params[k, :d, :a] = p[:d, :a]
                 new_noise[k] = ref.noise[i]
                 names[k] = flat[i][1]
-                lmls[k] = score[i]
         flat = survivors
-    return replace(
-        starts, params=new_params, noise=new_noise, start=names, log_marginal_likelihood=lmls
-    )
+    return new_params, new_noise, names

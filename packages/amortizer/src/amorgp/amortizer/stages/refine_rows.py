@@ -112,8 +112,8 @@ def halve_rows(
     ``Y (B, n)`` and ``K`` structures.
 
     ``alternatives[p]``: row ``p``'s best starts, best first (``(name, params, noise)``;
-    :attr:`amorgp.amortizer.stages.multistart.MultiStart.alternatives`,
-    :func:`amorgp.amortizer.stages.pairs.multistart_rows`).  Each round refines the live starts
+    :data:`amorgp.amortizer.stages.multistart.Alternatives`,
+    :func:`amorgp.amortizer.stages.multistart.multistart_rows`).  Each round refines the live starts
     of all rows of a structure in one batch, ``iterations`` evaluations each
     (:func:`fisher_refine`), and keeps the better half of each row's starts by exact log
     marginal likelihood, until two are left, of which the better wins.  A row with one
