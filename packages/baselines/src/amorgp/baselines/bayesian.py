@@ -14,8 +14,7 @@ log-Jacobian.  The Monte-Carlo draws of one gradient or ELBO evaluation are
 evaluated as padded batches (the same dataset repeated), so ``S`` draws cost
 batched kernel evaluations and batched Choleskys, in chunks of at most
 :data:`DRAW_CHUNK_ELEMENTS` Gram-matrix entries: past a few tens of MiB the batched
-evaluation is memory-bound (100 draws at ``n = 927`` run 2.5x faster in chunks of 4
-than as one batch, with identical values).
+evaluation is memory-bound (chunks are faster than one batch, with identical values).
 
 The predictive is the mixture over ``S`` posterior draws ``theta_s ~ q``:
 mean ``1/S sum mu_s``, variance ``1/S sum (v_s + mu_s^2) - mean^2`` and log
