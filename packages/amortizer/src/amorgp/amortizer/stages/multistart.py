@@ -381,7 +381,7 @@ def _ranked(
 
 
 def _set_many(params: Tensor, slots: Tensor, where: Tensor, value: Tensor | float) -> Tensor:
-    """:func:`amorgp.amortizer.stages.multistart._set` on a batch: ``params (..., D, L, S)`` with
+    """``params (..., D, L, S)`` with
     slot ``slots[d, l]`` of the addends ``where (..., D, L)`` set to ``value`` (broadcast
     to ``where``)."""
     S = params.shape[-1]
