@@ -34,9 +34,11 @@ The front ends then condition each row's posterior on its factor
 **Routes.**  Which implementation a stage runs is decided once per batch, from the solver
 plan (:attr:`CandidateBatch.dense_rows`): *dense rows* (float64, a dense solver, at most
 :data:`~amorgp.amortizer.stages.calibrate.MAX_POINTS` points, the likelihood wanted) run every
-stage batched over all rows; otherwise (float32, lazy solvers, larger ``n``) the starts
-and the calibration run per dataset on their point subsets, and each posterior factors
-itself with the plan's solver.  The refinement's choice (Fisher scoring or L-BFGS) is
+stage batched over all rows; otherwise (float32, lazy solvers, larger ``n``) the
+calibration runs per dataset on its point subset, and each posterior factors itself with
+the plan's solver.  The starts are scored batched over all rows on both routes, in
+float64 on at most :data:`~amorgp.amortizer.stages.calibrate.MAX_POINTS` points of each
+dataset.  The refinement's choice (Fisher scoring of all rows, or L-BFGS per dataset) is
 its own (:func:`~amorgp.amortizer.stages.fisher.fisher_applies`), the same on both routes.
 """
 
