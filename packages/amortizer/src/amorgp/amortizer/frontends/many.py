@@ -52,6 +52,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -343,7 +344,11 @@ def iter_datasets(
         for s0 in range(0, len(items), size):
             chunk = items[s0 : s0 + size]
             try:
-                with warnings.catch_warnings(), calibration.one_thread(amz.device):
+                # one thread for the many small operations of small datasets (module
+                # docstring); larger ones keep the solvers' threads
+                small = n <= calibration.MAX_POINTS
+                threads = calibration.one_thread(amz.device) if small else nullcontext()
+                with warnings.catch_warnings(), threads:
                     warnings.simplefilter("ignore", UserWarning)  # warned once per d above
                     fits = _fit_bucket(amz, chunk, structures, opts)
             except Exception:  # pin the error on its dataset: each one alone
