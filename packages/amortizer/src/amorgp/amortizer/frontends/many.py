@@ -32,8 +32,10 @@ different buckets (a padded batch would change the network's float32 rounding, a
 GP algebra needs equal ``n`` to batch); the speed-up comes from many datasets of equal
 size, the common case of regularly sampled series.
 
-Threads: on the CPU a bucket runs on one intra-op thread (as the calibration does): its
-work is many element-wise operations on moderately sized tensors, whose threads
+Threads: on the CPU a bucket of datasets of at most
+:data:`~amorgp.amortizer.stages.calibrate.MAX_POINTS` points runs on one intra-op thread
+(as the calibration does; larger ones keep the solvers' threads): its work is many
+element-wise operations on moderately sized tensors, whose threads
 synchronise at every operation.  To use several cores, run several processes, e.g. Dask
 workers (:mod:`amorgp.amortizer.frontends.dask_groups`); ``docs/benchmarks/`` has the timings.
 
