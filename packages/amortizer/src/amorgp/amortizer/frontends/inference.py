@@ -373,7 +373,7 @@ class Amortizer(pipeline.Fitter):
         norm, Xn, yn, parsed = self.prepare(X, y, kernels, steps)
         structures = KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         n, K = Xn.shape[0], len(structures)
-        terms = [sum(len(a) for a in s.dims) for s in structures]
+        terms = pipeline.addends(structures)
         opts = pipeline.FitOptions(
             steps=steps,
             calibrate=calibrate,

@@ -326,7 +326,7 @@ def iter_datasets(
         structures = structs[d]
         try:
             kcons = cons.resolve(structures)
-            terms = [sum(len(a) for a in s.dims) for s in structures]
+            terms = pipeline.addends(structures)
             groups_ = amz.refine_groups(n, terms, steps) if steps != 0 else []
         except OptionError as err:  # a name of no kernel on these inputs, or refused: theirs
             yield [DatasetFit(it.index, [], _one_line(err), n, False) for it in items]

@@ -12,9 +12,10 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.networks.forward import encode_structures, encoder_subset
-from amorgp.amortizer.networks.network import AmortizationNetwork
-from amorgp.amortizer.networks.selection import predict_with
+from amorgp.amortizer.networks.network import AmortizationNetwork, DatasetEncoding
+from amorgp.amortizer.networks.selection import check_finite, predict_with
 from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.lazy_kernels import PaddedBatch
 
 __all__ = ["NetworkPrediction"]
 
@@ -95,3 +96,44 @@ class NetworkPrediction:
     def network_names(self) -> list[str]:
         """The primary network's name, then the candidates' (``KernelResult.network``)."""
         return [self.name, *self.candidates]
+
+    def predict_datasets(
+        self, X: Tensor, Y: Tensor, symbols: Tensor, symbol_mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The primary network's prediction for ``B`` datasets of equal size ``X (B, n, d)``,
+        ``Y (B, n)`` (normalised) and ``K`` encoded structures ``symbols``/``symbol_mask
+        (K, d, L)`` in one forward: the dataset encoder reads the datasets as one batch
+        (each on :meth:`encoder_subset` of its points), the kernel encoder-decoder and the
+        heads decode the ``B K`` pairs.
+
+        Returns:
+            ``params (B K, d, L, P)`` and ``noise (B K,)`` in ``self.dtype``, pair
+            ``b K + k``.
+
+        Raises:
+            CheckpointError: the network's output is not finite (broken weights).
+        """
+        B, n, d = X.shape
+        K = symbols.shape[0]
+        net = self.model
+        idx = self.encoder_subset(n)
+        Xe, Ye = (X, Y) if idx is None else (X[:, idx.to(X.device)], Y[:, idx.to(Y.device)])
+        m = Xe.shape[1]
+        net_dtype = next(net.parameters()).dtype
+        with torch.inference_mode():
+            padded = PaddedBatch(
+                Xe.to(net_dtype),
+                Ye.to(net_dtype),
+                torch.ones(B, m, dtype=torch.bool, device=X.device),
+                torch.ones(B, d, dtype=torch.bool, device=X.device),
+                symbols[:1].expand(B, -1, -1),
+                symbol_mask[:1].expand(B, -1, -1),
+                net.vocabulary,
+            )
+            enc = net.encode_dataset(padded)
+            pairs = DatasetEncoding(
+                enc.h.repeat_interleave(K, 0), enc.dim_mask.repeat_interleave(K, 0)
+            )
+            pred = net.decode(pairs, symbols.repeat(B, 1, 1), symbol_mask.repeat(B, 1, 1))
+        check_finite(self.name, pred.params, pred.noise)
+        return pred.params.to(self.dtype).clone(), pred.noise.to(self.dtype).clone()

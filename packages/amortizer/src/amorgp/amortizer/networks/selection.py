@@ -178,6 +178,17 @@ def check_candidates(
     return others
 
 
+def check_finite(label: str, params: Tensor, noise: Tensor) -> None:
+    """Raise :class:`~amorgp.core.errors.CheckpointError` unless the network ``label``'s
+    predicted ``params`` and ``noise`` are finite (else its weights are broken)."""
+    if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
+        raise CheckpointError(
+            f"the network {label!r} predicted non-finite hyperparameters for normalised "
+            "data: its weights are broken (e.g. a diverged training run); use another "
+            "checkpoint"
+        )
+
+
 def predict_with(
     networks: Sequence[tuple[str, AmortizationNetwork]],
     Xe: Tensor,
@@ -201,12 +212,7 @@ def predict_with(
     preds = []
     for label, net in networks:
         params, noise = network_parameters(net, Xe, ye, *encoded)
-        if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
-            raise CheckpointError(
-                f"the network {label!r} predicted non-finite hyperparameters for "
-                "normalised data: its weights are broken (e.g. a diverged training "
-                "run); use another checkpoint"
-            )
+        check_finite(label, params, noise)
         preds.append((params.to(dtype), noise.to(dtype)))
     if len(preds) == 1:
         return preds[0][0], preds[0][1], [0] * len(structures)

@@ -53,7 +53,6 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.networks.forward import encode_structures, encoder_subset
-from amorgp.amortizer.networks.network import DatasetEncoding
 from amorgp.amortizer.networks.prediction import NetworkPrediction
 from amorgp.amortizer.stages import batched
 from amorgp.amortizer.stages import calibrate as calibration
@@ -65,8 +64,7 @@ from amorgp.amortizer.stages.pairs import calibrate_rows, pair_matrices
 from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups, refine_starts
 from amorgp.amortizer.stages.refine_rows import halve_rows, refine_pairs
 from amorgp.amortizer.stages.results import Factor, KernelResult, conditioned_posterior
-from amorgp.core.errors import CheckpointError
-from amorgp.lazy_kernels import PaddedBatch, SolverPlan
+from amorgp.lazy_kernels import SolverPlan
 
 if TYPE_CHECKING:
     from amorgp.core.data import Normalizer
@@ -75,6 +73,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CandidateBatch",
     "FitOptions",
+    "addends",
     "Fitter",
     "calibrate",
     "factor",
@@ -140,6 +139,7 @@ class CandidateBatch:
     Attributes:
         X, Y: ``(B, n, d)`` and ``(B, n)`` normalised data on the amortizer's device.
         structures: the ``K`` structures.
+        symbols, mask: their encoding ``(K, d, L)``, made once per batch.
         vocabulary: the symbol vocabulary of their parameter layout.
         plan: the solver plan of every posterior (one per batch).
         params, noise: ``(B K, d, L, S)`` and ``(B K,)``: each row's current point.
@@ -156,6 +156,8 @@ class CandidateBatch:
     X: Tensor
     Y: Tensor
     structures: Sequence[DimWiseStructure]
+    symbols: Tensor
+    mask: Tensor
     vocabulary: Vocabulary
     plan: SolverPlan
     params: Tensor = field(default_factory=lambda: torch.empty(0))
@@ -185,7 +187,7 @@ class CandidateBatch:
     @property
     def terms(self) -> list[int]:
         """Addends per structure."""
-        return [sum(len(a) for a in s.dims) for s in self.structures]
+        return addends(self.structures)
 
     @property
     def dense_rows(self) -> bool:
@@ -216,10 +218,17 @@ def new_batch(
     amz: Fitter, X: Tensor, Y: Tensor, structures: Sequence[DimWiseStructure]
 ) -> CandidateBatch:
     """An empty batch of the datasets ``X (B, n, d)``, ``Y (B, n)`` (normalised, on the
-    amortizer's device and dtype) and ``structures``, with the amortizer's solver plan."""
-    terms = max(sum(len(a) for a in s.dims) for s in structures)
-    plan = amz.solver_plan(X.shape[1], terms, graph=False)
-    return CandidateBatch(X, Y, structures, amz.vocabulary, plan)
+    amortizer's device and dtype) and ``structures`` (encoded here, once), with the
+    amortizer's solver plan."""
+    plan = amz.solver_plan(X.shape[1], max(addends(structures)), graph=False)
+    sym, msk = encode_structures(structures, amz.vocabulary, X.shape[2], X.device)
+    return CandidateBatch(X, Y, structures, sym, msk, amz.vocabulary, plan)
+
+
+def addends(structures: Sequence[DimWiseStructure]) -> list[int]:
+    """Each structure's addends, summed over its dimensions (what a solver plan and the
+    dense limit's groups are sized by)."""
+    return [sum(len(a) for a in s.dims) for s in structures]
 
 
 def run(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
@@ -252,7 +261,7 @@ def predict(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBa
         batch.network = [name for o in outs for name in o[3]]
         batch.encoder_points = outs[0][2]
     else:
-        params, noise = _forward(amz, batch)
+        params, noise = amz.predict_datasets(batch.X, batch.Y, batch.symbols, batch.mask)
         batch.network = [amz.name] * (B * K)
         batch.encoder_points = min(n, amz.encoder_points)
     batch.params, batch.noise = _project(batch, opts, params, noise)
@@ -262,41 +271,6 @@ def predict(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBa
     batch.gain, batch.grad_norm = [math.nan] * P, [math.nan] * P
     batch.pending = opts.calibrate
     return batch
-
-
-def _forward(amz: Fitter, batch: CandidateBatch) -> tuple[Tensor, Tensor]:
-    """The primary network's ``params (B K, d, L, S)`` and ``noise (B K,)`` of the batch in
-    one forward: the dataset encoder reads the ``B`` datasets as one batch, the kernel
-    encoder-decoder and the heads decode the ``B K`` rows."""
-    X, Y = batch.X, batch.Y
-    B, n, d = X.shape
-    K = batch.K
-    net = amz.model
-    sym, msk = encode_structures(batch.structures, amz.vocabulary, d, amz.device)
-    idx = amz.encoder_subset(n)
-    Xe, Ye = (X, Y) if idx is None else (X[:, idx.to(X.device)], Y[:, idx.to(Y.device)])
-    m = Xe.shape[1]
-    net_dtype = next(net.parameters()).dtype
-    with torch.inference_mode():
-        padded = PaddedBatch(
-            Xe.to(net_dtype),
-            Ye.to(net_dtype),
-            torch.ones(B, m, dtype=torch.bool, device=X.device),
-            torch.ones(B, d, dtype=torch.bool, device=X.device),
-            sym[:1].expand(B, -1, -1),
-            msk[:1].expand(B, -1, -1),
-            net.vocabulary,
-        )
-        enc = net.encode_dataset(padded)
-        pairs = DatasetEncoding(enc.h.repeat_interleave(K, 0), enc.dim_mask.repeat_interleave(K, 0))
-        pred = net.decode(pairs, sym.repeat(B, 1, 1), msk.repeat(B, 1, 1))
-    params, noise = pred.params.to(amz.dtype).clone(), pred.noise.to(amz.dtype).clone()
-    if not bool(torch.isfinite(params).all() and torch.isfinite(noise).all()):
-        raise CheckpointError(
-            f"the network {amz.name!r} predicted non-finite hyperparameters for normalised "
-            "data: its weights are broken (e.g. a diverged training run); use another checkpoint"
-        )
-    return params, noise
 
 
 def _auto_halving(batch: CandidateBatch, opts: FitOptions, amz: Fitter) -> bool:
@@ -319,10 +293,10 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
     sub = encoder_subset(n, calibration.MAX_POINTS, amz.seed)
     X, Y = batch.X.to(torch.float64), batch.Y.to(torch.float64)
     Xs, Ys = (X, Y) if sub is None else (X[:, sub.to(X.device)], Y[:, sub.to(X.device)])
-    sym, msk = encode_structures(batch.structures, amz.vocabulary, X.shape[2], amz.device)
     keep = REFINE_STARTS if opts.steps == "auto" else 1
     params, noise, start, _, alternatives = multistart_rows(
-        Xs, Ys, batch.structures, amz.vocabulary, sym, msk, batch.params, batch.noise,
+        Xs, Ys, batch.structures, amz.vocabulary, batch.symbols, batch.mask, batch.params,
+        batch.noise,
         opts.starts, amz.seed, calibrated=not opts.calibrate, keep=keep,
     )  # fmt: skip
     if halving:
