@@ -273,10 +273,9 @@ def predict(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBa
     return batch
 
 
-def _auto_halving(batch: CandidateBatch, opts: FitOptions, amz: Fitter) -> bool:
-    return opts.steps == "auto" and fisher_applies(
-        batch.X.shape[1], batch.terms, amz.dtype, batch.plan.memory_budget
-    )
+def _fisher(amz: Fitter, batch: CandidateBatch) -> bool:
+    """Whether the batch's rows are refined by Fisher scoring (else L-BFGS)."""
+    return fisher_applies(batch.X.shape[1], batch.terms, amz.dtype, batch.plan.memory_budget)
 
 
 def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
@@ -288,7 +287,7 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
     dataset)."""
     if opts.starts <= 1:
         return batch
-    halving = _auto_halving(batch, opts, amz)
+    halving = opts.steps == "auto" and _fisher(amz, batch)
     n = batch.X.shape[1]
     sub = encoder_subset(n, calibration.MAX_POINTS, amz.seed)
     X, Y = batch.X.to(torch.float64), batch.Y.to(torch.float64)
@@ -327,26 +326,56 @@ def calibrate(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Candidate
     its own kernel matrices (dense rows, no refinement in between)."""
     if not batch.pending or (opts.steps == 0 and _factored(batch, opts)):
         return batch
-    floor = opts.constraints.noise_floor
+    params, noise = batch.params.clone(), batch.noise.clone()
     if batch.dense_rows:
-        Xp, Yp, symp, mskp = batch.rows()
-        Km = pair_matrices(Xp, symp, mskp, batch.params, amz.vocabulary)
-        cal = calibrate_rows(Km, Yp, symp, mskp, batch.params, batch.noise, amz.vocabulary, floor)
-        del Km
-        params, noise = cal.params, cal.noise
+        rows = batch.rows()
+        for sl in batched.chunks(batch.P, batch.X.shape[1], batch.plan.chunk_bytes):
+            _calibrate_rows(amz, batch, opts, rows, sl, params, noise, matrices=False)
     else:
         K = batch.K
-        params, noise = batch.params.clone(), batch.noise.clone()
         for b in range(batch.B):  # on each dataset's calibration subset
-            rows = slice(b * K, (b + 1) * K)
+            at = slice(b * K, (b + 1) * K)
             cal = calibration.calibrate(
-                batch.X[b], batch.Y[b], batch.structures, amz.vocabulary,
-                batch.params[rows], batch.noise[rows], seed=amz.seed, noise_floor=floor,
+                batch.X[b], batch.Y[b], batch.structures, amz.vocabulary, batch.params[at],
+                batch.noise[at], seed=amz.seed, noise_floor=opts.constraints.noise_floor,
             )  # fmt: skip
-            params[rows], noise[rows] = cal.params, cal.noise
-    batch.params, batch.noise = _project(batch, opts, params, noise)
+            params[at], noise[at] = cal.params, cal.noise
+        params, noise = _project(batch, opts, params, noise)
+    batch.params, batch.noise = params, noise
     batch.pending = False
     return batch
+
+
+def _calibrate_rows(
+    amz: Fitter,
+    batch: CandidateBatch,
+    opts: FitOptions,
+    rows: tuple[Tensor, Tensor, Tensor, Tensor],
+    sl: slice,
+    params: Tensor,
+    noise: Tensor,
+    matrices: bool,
+) -> tuple[Tensor | None, Tensor | None]:
+    """The calibration of the dense rows ``sl`` (``rows``: :meth:`CandidateBatch.rows`),
+    written into ``params`` and ``noise``, fixed values and bounds held after it.  With
+    ``matrices``: also the rows' kernel matrices for a factorisation at the calibrated
+    point and the scale they are to be multiplied by (``None``: none, the matrices are
+    evaluated there)."""
+    Xp, Yp, symp, mskp = rows
+    Km = pair_matrices(Xp[sl], symp[sl], mskp[sl], params[sl], amz.vocabulary)
+    cal = calibrate_rows(
+        Km, Yp[sl], symp[sl], mskp[sl], params[sl], noise[sl], amz.vocabulary,
+        opts.constraints.noise_floor,
+    )  # fmt: skip
+    p, v = cal.params, cal.noise
+    if not opts.constraints.trivial:  # fixed values and bounds hold after the calibration
+        p, v = project_all(_row_constraints(batch, opts, sl), p, v)
+    params[sl], noise[sl] = p, v
+    if not matrices:
+        return None, None
+    if not torch.equal(p, cal.params):  # a projection moved more than the noise
+        return pair_matrices(Xp[sl], symp[sl], mskp[sl], p, amz.vocabulary), None
+    return Km, cal.scale.to(Km.dtype)
 
 
 def refine(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
@@ -357,7 +386,7 @@ def refine(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBat
         return batch
     cons = None if opts.constraints.trivial else list(opts.kernel_constraints)
     halving = batch.iterations
-    if fisher_applies(batch.X.shape[1], batch.terms, amz.dtype, batch.plan.memory_budget):
+    if _fisher(amz, batch):
         fr = refine_pairs(
             batch.X, batch.Y, list(batch.structures), batch.params, batch.noise, opts.steps,
             cons, progress=opts.progress,
@@ -394,27 +423,18 @@ def factor(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBat
     posterior factors itself."""
     if not _factored(batch, opts):
         return batch
-    Xp, Yp, symp, mskp = batch.rows()
-    n = batch.X.shape[1]
-    floor = opts.constraints.noise_floor
+    rows = batch.rows()
+    Xp, Yp, symp, mskp = rows
     params, noise = batch.params.clone(), batch.noise.clone()
     factors: list[Factor | None] = []
     with torch.no_grad():
-        for sl in batched.chunks(batch.P, n, batch.plan.chunk_bytes):
-            Km = pair_matrices(Xp[sl], symp[sl], mskp[sl], params[sl], amz.vocabulary)
-            scale = None
+        for sl in batched.chunks(batch.P, batch.X.shape[1], batch.plan.chunk_bytes):
             if batch.pending:
-                cal = calibrate_rows(
-                    Km, Yp[sl], symp[sl], mskp[sl], params[sl], noise[sl], amz.vocabulary, floor
-                )
-                p, v = cal.params, cal.noise
-                if not opts.constraints.trivial:  # fixed values and bounds hold after it
-                    p, v = project_all(_row_constraints(batch, opts, sl), p, v)
-                scale = cal.scale.to(Km.dtype)
-                if not torch.equal(p, cal.params):  # a projection moved more than the noise
-                    Km = pair_matrices(Xp[sl], symp[sl], mskp[sl], p, amz.vocabulary)
-                    scale = None
-                params[sl], noise[sl] = p, v
+                Km, scale = _calibrate_rows(amz, batch, opts, rows, sl, params, noise, True)
+            else:
+                Km = pair_matrices(Xp[sl], symp[sl], mskp[sl], params[sl], amz.vocabulary)
+                scale = None
+            assert Km is not None
             factors.extend(_split(batched.factor(Km, Yp[sl], noise[sl], scale)))
             del Km
     batch.params, batch.noise, batch.factors = params, noise, factors
