@@ -94,16 +94,17 @@ def evaluate_and_calibrate(
     params: Tensor,
     noise: Tensor,
     vocabulary: Vocabulary,
+    noise_floor: float | None = None,
 ) -> calibration.Calibration:
     """:func:`calibrate_rows` of the kernel matrices of ``P`` pairs on their own points
-    ``X (P, n, d)`` (:func:`pair_matrices`).  On the CPU the matrices are evaluated and
+    ``X (P, n, d)`` (:func:`pair_matrices`; ``noise_floor`` as there).  On the CPU the matrices are evaluated and
     tridiagonalised by chunks of :data:`CACHE_BYTES` (each chunk's matrices are still in
     cache when their tridiagonal form reads them, and the form is computed in their
     memory), then the grid search runs on the forms of all pairs."""
     P, n = Y.shape
     if X.device.type != "cpu":
         Km = pair_matrices(X, symbols, mask, params, vocabulary)
-        return calibrate_rows(Km, Y, symbols, mask, params, noise, vocabulary)
+        return calibrate_rows(Km, Y, symbols, mask, params, noise, vocabulary, noise_floor)
     step = max(1, CACHE_BYTES // (8 * n * n))
     forms = []
     with calibration.one_thread(X.device):  # one thread, BLAS included: see one_thread
@@ -111,7 +112,7 @@ def evaluate_and_calibrate(
             sl = slice(s, min(P, s + step))
             Km = pair_matrices(X[sl], symbols[sl], mask[sl], params[sl], vocabulary)
             forms.append(tridiagonal_form(Km, Y[sl].to(torch.float64), overwrite=True))
-    return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary)
+    return _calibrate_forms(forms, symbols, mask, params, noise, vocabulary, noise_floor)
 
 
 def _calibrate_forms(

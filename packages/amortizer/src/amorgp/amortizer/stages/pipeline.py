@@ -60,7 +60,7 @@ from amorgp.amortizer.stages.backends import GPBackendSizing
 from amorgp.amortizer.stages.constraints import Constraints, KernelConstraints, project_all
 from amorgp.amortizer.stages.fisher import fisher_applies
 from amorgp.amortizer.stages.multistart import REFINE_STARTS, SCORE_POINTS, multistart_rows
-from amorgp.amortizer.stages.pairs import calibrate_rows, pair_matrices
+from amorgp.amortizer.stages.pairs import calibrate_rows, evaluate_and_calibrate, pair_matrices
 from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups, refine_starts
 from amorgp.amortizer.stages.refine_rows import halve_rows, refine_pairs
 from amorgp.amortizer.stages.results import Factor, KernelResult, conditioned_posterior
@@ -362,11 +362,16 @@ def _calibrate_rows(
     point and the scale they are to be multiplied by (``None``: none, the matrices are
     evaluated there)."""
     Xp, Yp, symp, mskp = rows
-    Km = pair_matrices(Xp[sl], symp[sl], mskp[sl], params[sl], amz.vocabulary)
-    cal = calibrate_rows(
-        Km, Yp[sl], symp[sl], mskp[sl], params[sl], noise[sl], amz.vocabulary,
-        opts.constraints.noise_floor,
-    )  # fmt: skip
+    floor = opts.constraints.noise_floor
+    if matrices:
+        Km = pair_matrices(Xp[sl], symp[sl], mskp[sl], params[sl], amz.vocabulary)
+        cal = calibrate_rows(
+            Km, Yp[sl], symp[sl], mskp[sl], params[sl], noise[sl], amz.vocabulary, floor
+        )
+    else:  # the matrices evaluated and reduced chunk by chunk in cache, then dropped
+        cal = evaluate_and_calibrate(
+            Xp[sl], Yp[sl], symp[sl], mskp[sl], params[sl], noise[sl], amz.vocabulary, floor
+        )
     p, v = cal.params, cal.noise
     if not opts.constraints.trivial:  # fixed values and bounds hold after the calibration
         p, v = project_all(_row_constraints(batch, opts, sl), p, v)
