@@ -141,13 +141,12 @@ def bucket_size(n: int, n_kernels: int, starts: int, budget: float = BUDGET) -> 
 
 @dataclass
 class _Prepared:
-    """One validated dataset: its position, normaliser, normalised data and raw input."""
+    """One validated dataset: its position, normaliser and normalised data."""
 
     index: int
     norm: Normalizer
     Xn: Tensor
     yn: Tensor
-    raw: tuple[Any, Any]
 
 
 def _fit_bucket(
@@ -311,7 +310,7 @@ def iter_datasets(
             rows = _rows(item[0]) if isinstance(item, tuple | list) and len(item) == 2 else 0
             failed.append(DatasetFit(i, [], _one_line(err), rows, False))
             continue
-        groups.setdefault((n, d), []).append(_Prepared(i, norm, Xn, yn, (item[0], item[1])))
+        groups.setdefault((n, d), []).append(_Prepared(i, norm, Xn, yn))
     if binary:  # one warning for the call, not one per dataset
         warn(
             f"{len(binary)} dataset(s) (the first: dataset {binary[0]}) have targets with "
