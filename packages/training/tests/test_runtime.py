@@ -1,4 +1,5 @@
-"""runtime.interruptible: SIGINT and SIGTERM stop long runs, also as background jobs."""
+"""runtime.interruptible and deferred_sigint: SIGINT and SIGTERM stop long runs, also as
+background jobs."""
 
 from __future__ import annotations
 
@@ -103,3 +104,32 @@ def test_active_clock_does_not_count_a_sigstop_pause(child: dict[str, object]) -
     active, wall = (float(v) for v in child["clocks"])  # type: ignore[attr-defined]
     assert wall >= SLEEP
     assert active == pytest.approx(wall - STOPPED, abs=0.6)
+
+
+DEFERRED = textwrap.dedent(
+    """
+    import os, signal
+    from amorgp.training.runtime import deferred_sigint
+
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # like a background job
+    with deferred_sigint() as pending:
+        os.kill(os.getpid(), signal.SIGINT)
+        print("requested", pending.wait(10), flush=True)
+    print("restored", signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_deferred_sigint_stops_a_background_job_after_its_step() -> None:
+    """``kill -INT`` of a training run started as a background job (SIGINT ignored)
+    requests the stop at the next step boundary, and the ignored handler comes back."""
+    out = subprocess.run(
+        [sys.executable, "-c", DEFERRED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["requested True", "restored True"]

@@ -181,14 +181,17 @@ def interruptible() -> Iterator[None]:
 def deferred_sigint() -> Iterator[threading.Event]:
     """Turn the first Ctrl-C into a request to stop after the current step.
 
-    Only where Python's default SIGINT handler is active (the main thread, no
-    handler of the caller's): the first Ctrl-C sets the event, the loop stops at the
-    next step boundary and checkpoints normally; a second Ctrl-C raises
-    ``KeyboardInterrupt`` at once (a checkpoint is still attempted).
+    Only where Python's default SIGINT handler is active or SIGINT is ignored (the main
+    thread, no handler of the caller's; a background job of a non-interactive shell
+    starts with SIGINT ignored, and ``kill -INT`` should still stop it cleanly): the
+    first SIGINT sets the event, the loop stops at the next step boundary and
+    checkpoints normally; a second raises ``KeyboardInterrupt`` at once (a checkpoint
+    is still attempted).
     """
     pending = threading.Event()
     main = threading.current_thread() is threading.main_thread()
-    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    current = signal.getsignal(signal.SIGINT)
+    if not main or (current is not signal.default_int_handler and current != signal.SIG_IGN):
         yield pending
         return
 
