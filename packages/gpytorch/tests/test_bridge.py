@@ -286,11 +286,17 @@ def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree:
         calls.append(True)  # the pipeline's batched calibration of scale and noise
         return real_rows(*args, **kwargs)
 
+    def counted_evaluated(*args: object, **kwargs: object) -> object:
+        calls.append(True)  # the same, on matrices it evaluates itself
+        return real_evaluated(*args, **kwargs)
+
     real = cal_module.calibrate
     real_rows = pipeline_module.calibrate_rows
+    real_evaluated = pipeline_module.evaluate_and_calibrate
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cal_module, "calibrate", counted)
         mp.setattr(pipeline_module, "calibrate_rows", counted_rows)
+        mp.setattr(pipeline_module, "evaluate_and_calibrate", counted_evaluated)
         model = SingleTaskGP(
             X, y[:, None], covar_module=_tree(tree), input_transform=Normalize(2)
         ).double()
