@@ -280,14 +280,14 @@ def _network_start(
     posterior: the result holds no data (no likelihood, no predictions), which
     :class:`AmortizedFit` does not read.  For an amortizer without candidate networks."""
     from amorgp.amortizer.networks.structures import KernelBatch
-    from amorgp.amortizer.stages import pipeline
+    from amorgp.amortizer.stages import candidates, pipeline
     from amorgp.amortizer.stages.constraints import check_constraints
 
     t0 = time.perf_counter()
     norm, Xn, yn, parsed = amz.prepare(X, y, [structure], 0)
     structures = KernelBatch(parsed, amz.vocabulary, amz.device)
     cons = check_constraints(None, None, None, False)
-    opts = pipeline.FitOptions(
+    opts = candidates.FitOptions(
         steps=0,
         calibrate=scaled,
         starts=1,
@@ -297,7 +297,7 @@ def _network_start(
         evaluate_lml=False,
     )
     # the pipeline's first stages on a batch of one (infer's), without its posterior
-    batch = pipeline.new_batch(amz, Xn[None], yn[None], structures)
+    batch = candidates.new_batch(amz, Xn[None], yn[None], structures)
     batch = pipeline.calibrate(amz, pipeline.predict(amz, batch, opts), opts)
     params, noise, n_enc, names = batch.params, batch.noise, batch.encoder_points, batch.network
     s = parsed[0]

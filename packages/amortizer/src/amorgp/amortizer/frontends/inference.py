@@ -29,7 +29,7 @@ from amorgp.amortizer.networks.selection import (
     load_network,
 )
 from amorgp.amortizer.networks.structures import KernelBatch
-from amorgp.amortizer.stages import pipeline
+from amorgp.amortizer.stages import candidates, pipeline
 from amorgp.amortizer.stages.calibrate import check_calibrate
 from amorgp.amortizer.stages.constraints import (
     Name,
@@ -75,7 +75,7 @@ Progress = Callable[[str, int, int], None]
 logger = logging.getLogger(__name__)
 
 
-class Amortizer(pipeline.Fitter):
+class Amortizer(candidates.Fitter):
     """Amortized GP hyperparameter inference with a trained network.
 
     Args:
@@ -373,8 +373,8 @@ class Amortizer(pipeline.Fitter):
         norm, Xn, yn, parsed = self.prepare(X, y, kernels, steps)
         structures = KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         n, K = Xn.shape[0], len(structures)
-        terms = pipeline.addends(structures)
-        opts = pipeline.FitOptions(
+        terms = candidates.addends(structures)
+        opts = candidates.FitOptions(
             steps=steps,
             calibrate=calibrate,
             starts=resolve_starts(starts, self.starts, calibrate),
@@ -384,7 +384,7 @@ class Amortizer(pipeline.Fitter):
             evaluate_lml=evaluate_lml,
             progress=progress,
         )
-        batch = pipeline.run(self, pipeline.new_batch(self, Xn[None], yn[None], structures), opts)
+        batch = pipeline.run(self, candidates.new_batch(self, Xn[None], yn[None], structures), opts)
         elapsed = time.perf_counter() - t0
         evaluate = bool(evaluate_lml) or (batch.plan.dense and evaluate_lml is None)
         results = pipeline.kernel_results(self, batch, 0, norm, opts, elapsed, evaluate)

@@ -17,7 +17,7 @@ Every option batches: ``refine`` (a number or ``"auto"``, whose successive halvi
 starts runs over all rows), ``fixed``, ``bounds``, ``priors``, ``noise_floor``.  Where
 the stages cannot batch (float32 GP algebra, lazy solvers, more than
 :data:`~amorgp.amortizer.stages.calibrate.MAX_POINTS` points) the pipeline's per-dataset route
-runs inside the same batch (:attr:`~amorgp.amortizer.stages.pipeline.CandidateBatch.dense_rows`).
+runs inside the same batch (:attr:`~amorgp.amortizer.stages.candidates.CandidateBatch.dense_rows`).
 
 Results equal ``infer_many``'s on each dataset: the float64 stages compute the same
 numbers batched over rows (the tests compare hyperparameters, noise and log marginal
@@ -64,7 +64,7 @@ from torch import Tensor
 from amorgp.amortizer.frontends.io import MIN_POINTS
 from amorgp.amortizer.networks.forward import warn_outside_training
 from amorgp.amortizer.stages import calibrate as calibration
-from amorgp.amortizer.stages import pipeline
+from amorgp.amortizer.stages import candidates, pipeline
 from amorgp.amortizer.stages.calibrate import check_calibrate
 from amorgp.amortizer.stages.constraints import (
     Name,
@@ -81,7 +81,7 @@ from amorgp.core.warn import warn
 from amorgp.kernel_grammar import DimWiseStructure, parse
 
 if TYPE_CHECKING:
-    from amorgp.amortizer.stages.pipeline import Fitter
+    from amorgp.amortizer.stages.candidates import Fitter
 
 __all__ = [
     "BUDGET",
@@ -153,7 +153,7 @@ def _fit_bucket(
     amz: Fitter,
     items: Sequence[_Prepared],
     structures: Sequence[DimWiseStructure],
-    opts: pipeline.FitOptions,
+    opts: candidates.FitOptions,
     batched: bool = True,
 ) -> list[DatasetFit]:
     """The pipeline (:func:`amorgp.amortizer.stages.pipeline.run`) on datasets of equal ``n`` and
@@ -161,7 +161,7 @@ def _fit_bucket(
     t0 = time.perf_counter()
     X = torch.stack([it.Xn for it in items])
     Y = torch.stack([it.yn for it in items])
-    batch = pipeline.run(amz, pipeline.new_batch(amz, X, Y, structures), opts)
+    batch = pipeline.run(amz, candidates.new_batch(amz, X, Y, structures), opts)
     per_dataset = (time.perf_counter() - t0) / len(items)
     out = []
     for b, it in enumerate(items):  # bookkeeping per dataset: its results
@@ -177,7 +177,7 @@ def _fit_alone(
     amz: Fitter,
     item: _Prepared,
     structures: Sequence[DimWiseStructure],
-    opts: pipeline.FitOptions,
+    opts: candidates.FitOptions,
 ) -> DatasetFit:
     """One dataset through the pipeline (a batch of one), its error caught."""
     try:
@@ -325,13 +325,13 @@ def iter_datasets(
         structures = structs[d]
         try:
             kcons = cons.resolve(structures)
-            terms = pipeline.addends(structures)
+            terms = candidates.addends(structures)
             groups_ = amz.refine_groups(n, terms, steps) if steps != 0 else []
         except OptionError as err:  # a name of no kernel on these inputs, or refused: theirs
             yield [DatasetFit(it.index, [], _one_line(err), n, False) for it in items]
             tick(len(items))
             continue
-        opts = pipeline.FitOptions(
+        opts = candidates.FitOptions(
             steps=steps,
             calibrate=cal,
             starts=n_starts,

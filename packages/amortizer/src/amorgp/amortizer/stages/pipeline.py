@@ -32,7 +32,7 @@ The front ends then condition each row's posterior on its factor
 (:func:`kernel_results`).
 
 **Routes.**  Which implementation a stage runs is decided once per batch, from the solver
-plan (:attr:`CandidateBatch.dense_rows`): *dense rows* (float64, a dense solver, at most
+plan (:attr:`~amorgp.amortizer.stages.candidates.CandidateBatch.dense_rows`): *dense rows* (float64, a dense solver, at most
 :data:`~amorgp.amortizer.stages.calibrate.MAX_POINTS` points, the likelihood wanted) run every
 stage batched over all rows; otherwise (float32, lazy solvers, larger ``n``) the
 calibration runs per dataset on its point subset, and each posterior factors itself with
@@ -45,36 +45,27 @@ its own (:func:`~amorgp.amortizer.stages.fisher.fisher_applies`), the same on bo
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.networks.forward import encode_structures, encoder_subset
-from amorgp.amortizer.networks.prediction import NetworkPrediction
+from amorgp.amortizer.networks.forward import encoder_subset
 from amorgp.amortizer.stages import batched
 from amorgp.amortizer.stages import calibrate as calibration
-from amorgp.amortizer.stages.backends import GPBackendSizing
-from amorgp.amortizer.stages.constraints import Constraints, KernelConstraints, project_all
+from amorgp.amortizer.stages.candidates import CandidateBatch, FitOptions, Fitter
+from amorgp.amortizer.stages.constraints import KernelConstraints, project_all
 from amorgp.amortizer.stages.fisher import fisher_applies
 from amorgp.amortizer.stages.multistart import REFINE_STARTS, SCORE_POINTS, multistart_rows
 from amorgp.amortizer.stages.pairs import calibrate_rows, evaluate_and_calibrate, pair_matrices
 from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups, refine_starts
 from amorgp.amortizer.stages.refine_rows import halve_rows, refine_pairs
 from amorgp.amortizer.stages.results import Factor, KernelResult, conditioned_posterior
-from amorgp.lazy_kernels import SolverPlan
 
 if TYPE_CHECKING:
     from amorgp.core.data import Normalizer
-    from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
 __all__ = [
-    "CandidateBatch",
-    "FitOptions",
-    "addends",
-    "Fitter",
     "calibrate",
     "factor",
     "kernel_results",
@@ -83,152 +74,6 @@ __all__ = [
     "refine",
     "run",
 ]
-
-Progress = Callable[[str, int, int], None]
-
-
-class Fitter(NetworkPrediction, GPBackendSizing):
-    """What the stages read of an amortizer (:class:`~amorgp.amortizer.frontends.inference.Amortizer`
-    is one): its networks (:class:`~amorgp.amortizer.networks.prediction.NetworkPrediction`), its
-    solver plan (:class:`~amorgp.amortizer.stages.backends.GPBackendSizing`), the posteriors'
-    solver options, the vocabulary, the defaults of ``calibrate`` and ``starts``, the
-    training range and how kernels are parsed."""
-
-    gp_options: dict[str, Any]
-    calibrate: bool
-    starts: int | None
-    max_dims: int | None
-    max_addends: int
-
-    @property
-    def vocabulary(self) -> Vocabulary:
-        """The base symbols the network knows."""
-        raise NotImplementedError
-
-    def structure(self, kernel: str | DimWiseStructure, n_dims: int) -> DimWiseStructure:
-        """``kernel`` as a structure on ``n_dims`` inputs, checked against the network."""
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class FitOptions:
-    """The checked options of one fit (:meth:`Amortizer.infer_many
-    <amorgp.amortizer.frontends.inference.Amortizer.infer_many>` documents each).
-
-    ``constraints``: the call's; ``kernel_constraints``: resolved per structure.
-    ``groups``: the kernels L-BFGS refines together (the dense limit's groups; empty
-    without a refinement).  ``evaluate_lml``: ``False`` leaves the factorisation to each
-    posterior (no batched factors).  ``exact_network``: one network forward per dataset.
-    """
-
-    steps: int | Literal["auto"]
-    calibrate: bool
-    starts: int
-    constraints: Constraints
-    kernel_constraints: list[KernelConstraints]
-    groups: list[list[int]]
-    evaluate_lml: bool | None = None
-    exact_network: bool = False
-    progress: Progress | None = None
-
-
-@dataclass
-class CandidateBatch:
-    """The rows of ``B`` datasets of equal size and ``K`` structures (module docstring).
-
-    Attributes:
-        X, Y: ``(B, n, d)`` and ``(B, n)`` normalised data on the amortizer's device.
-        structures: the ``K`` structures.
-        symbols, mask: their encoding ``(K, d, L)``, made once per batch.
-        vocabulary: the symbol vocabulary of their parameter layout.
-        plan: the solver plan of every posterior (one per batch).
-        params, noise: ``(B K, d, L, S)`` and ``(B K,)``: each row's current point.
-        start: each row's start name (``"network"`` until a start wins).
-        network: each row's network name (candidates compete per kernel and dataset).
-        encoder_points: points the dataset encoder read per dataset.
-        iterations, status, gain, grad_norm: each row's refinement record
-            (:class:`~amorgp.amortizer.stages.results.KernelResult`'s ``refine_*`` fields).
-        pending: the calibration on all points is still to run (stage 5 runs it).
-        factors: each row's dense factor after stage 5 (``None``: the posterior factors
-            itself; an element ``None``: that row's factorisation failed).
-    """
-
-    X: Tensor
-    Y: Tensor
-    structures: Sequence[DimWiseStructure]
-    symbols: Tensor
-    mask: Tensor
-    vocabulary: Vocabulary
-    plan: SolverPlan
-    params: Tensor = field(default_factory=lambda: torch.empty(0))
-    noise: Tensor = field(default_factory=lambda: torch.empty(0))
-    start: list[str] = field(default_factory=list)
-    network: list[str] = field(default_factory=list)
-    encoder_points: int = 0
-    iterations: list[int] = field(default_factory=list)
-    status: list[str] = field(default_factory=list)
-    gain: list[float] = field(default_factory=list)
-    grad_norm: list[float] = field(default_factory=list)
-    pending: bool = False
-    factors: list[Factor | None] | None = None
-
-    @property
-    def B(self) -> int:
-        return int(self.X.shape[0])
-
-    @property
-    def K(self) -> int:
-        return len(self.structures)
-
-    @property
-    def P(self) -> int:
-        return self.B * self.K
-
-    @property
-    def terms(self) -> list[int]:
-        """Addends per structure."""
-        return addends(self.structures)
-
-    @property
-    def dense_rows(self) -> bool:
-        """Whether every stage runs batched over all rows (the module's *dense rows*)."""
-        n = self.X.shape[1]
-        return (
-            self.plan.dense
-            and self.X.dtype == torch.float64
-            and n <= calibration.MAX_POINTS
-            and 8 * n * n <= self.plan.chunk_bytes
-        )
-
-    def rows(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Each row's ``X (P, n, d)``, ``Y (P, n)``, ``symbols`` and ``mask (P, d, L)``."""
-        sym, msk = encode_structures(
-            self.structures, self.vocabulary, self.X.shape[2], self.X.device
-        )
-        K, B = self.K, self.B
-        return (
-            self.X.repeat_interleave(K, 0),
-            self.Y.repeat_interleave(K, 0),
-            sym.repeat(B, 1, 1),
-            msk.repeat(B, 1, 1),
-        )
-
-
-def new_batch(
-    amz: Fitter, X: Tensor, Y: Tensor, structures: Sequence[DimWiseStructure]
-) -> CandidateBatch:
-    """An empty batch of the datasets ``X (B, n, d)``, ``Y (B, n)`` (normalised, on the
-    amortizer's device and dtype) and ``structures`` (encoded here, once), with the
-    amortizer's solver plan."""
-    plan = amz.solver_plan(X.shape[1], max(addends(structures)), graph=False)
-    sym, msk = encode_structures(structures, amz.vocabulary, X.shape[2], X.device)
-    return CandidateBatch(X, Y, structures, sym, msk, amz.vocabulary, plan)
-
-
-def addends(structures: Sequence[DimWiseStructure]) -> list[int]:
-    """Each structure's addends, summed over its dimensions (what a solver plan and the
-    dense limit's groups are sized by)."""
-    return [sum(len(a) for a in s.dims) for s in structures]
 
 
 def run(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
@@ -356,7 +201,7 @@ def _calibrate_rows(
     noise: Tensor,
     matrices: bool,
 ) -> tuple[Tensor | None, Tensor | None]:
-    """The calibration of the dense rows ``sl`` (``rows``: :meth:`CandidateBatch.rows`),
+    """The calibration of the dense rows ``sl`` (``rows``: :meth:`~amorgp.amortizer.stages.candidates.CandidateBatch.rows`),
     written into ``params`` and ``noise``, fixed values and bounds held after it.  With
     ``matrices``: also the rows' kernel matrices for a factorisation at the calibrated
     point and the scale they are to be multiplied by (``None``: none, the matrices are
