@@ -138,6 +138,27 @@ def test_the_stopping_rule_against_the_optimum_of_a_dense_oracle() -> None:
     assert converged >= 3
 
 
+def test_an_ard_kernels_variances_move_as_one_product() -> None:
+    """``SE`` on three inputs has a variance per input that enters ``K`` only through their
+    product: the refinement holds all but the first where they start (the gauge), and
+    still reaches the optimum of scipy's L-BFGS-B on the dense oracle."""
+    X, y = _data(2, 30, 3, 9)
+    s = _structure("SE", 3)
+    obj = BatchLogMarginalLikelihood(X, y, s)
+    assert obj.gauge.tolist() == [2, 4]  # (variance, lengthscale) per input, then noise
+    m = obj.floors.numel()
+    z0 = 0.4 * torch.randn(2, m, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    params, noise = obj.from_log_rows(z0)
+    ref = fisher_refine(obj, params, noise, 100)
+    z = obj.to_log_rows(ref.params, ref.noise)
+    torch.testing.assert_close(z[:, obj.gauge], z0[:, obj.gauge], rtol=0, atol=1e-12)
+    for b in range(2):
+        f, _ = _oracle(X[b].numpy(), y[b].numpy(), s, obj.floors.numpy())
+        _, best = _scipy_optimum(f, z0[b].numpy())
+        assert ref.status[b] == "converged"
+        assert best - float(ref.log_marginal_likelihood[b]) < 3 * GAIN_TOL
+
+
 def test_a_start_at_the_optimum_stops_at_once() -> None:
     X, y = _data(1, 30, 1, 6)
     s = _structure("SE", 1)

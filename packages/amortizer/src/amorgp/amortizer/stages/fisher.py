@@ -56,7 +56,7 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.stages.batched import exact_solve
-from amorgp.amortizer.stages.objective import LogMarginalLikelihood
+from amorgp.amortizer.stages.objective import LogMarginalLikelihood, sum_products
 from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure
 
 if TYPE_CHECKING:
@@ -90,6 +90,8 @@ MAX_DAMPING = 1e8
 """Damping above which a row has stalled: its steps keep failing to improve."""
 
 _INITIAL_DAMPING = 1e-3
+
+_REJECTED_DAMPING = 0.25
 
 CHUNK_BYTES = 2 * 2**20
 """Bytes of derivative matrices evaluated at once (:meth:`BatchLogMarginalLikelihood.
@@ -133,6 +135,12 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             if j in alone and not lin_alone and "variance" in b.param_names:
                 self.scales_k.add(i + list(b.param_names).index("variance"))
             i += len(b.params)
+        # K depends on those variances through their product alone: without fixed values,
+        # bounds or priors, the refinement holds every one but the first where it starts
+        # (a gauge, :meth:`evaluate_gauged`: the likelihood's optimum is the same, and no
+        # step goes along the flat directions, where the curvature is zero)
+        tied = sorted(self.scales_k)[1:] if self.plain and self.priors is None else []
+        self.gauge = torch.tensor(tied, dtype=torch.long)
 
     def flat_rows(self, params: Tensor, noise: Tensor) -> Tensor:
         """``theta (B, m)`` of ``params (B, D, L, P)`` and ``noise (B,)``."""
@@ -185,18 +193,21 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             theta, dtheta = self.theta_rows(z.detach())
             B, n = theta.shape[0], self.n
             y = self.y[rows]
+            # the pairwise differences of these rows: a view where they are consecutive
+            first = int(rows[0]) if rows.numel() else 0
+            consecutive = bool(
+                rows.numel() and torch.equal(rows, torch.arange(first, first + rows.numel()))
+            )
+            sel: Tensor | slice = slice(first, first + rows.numel()) if consecutive else rows
             parts: dict[int, list[tuple[Tensor, list[tuple[int, Tensor]]]]] = {}
             i = 0
             for j, _, b in self.terms:  # a few addends
                 k = len(b.params)
                 v = theta[:, i : i + k].T[..., None, None]  # (k, B, 1, 1)
-                parts.setdefault(j, []).append(self._addend_and_grads(j, b, v, i, rows))
+                parts.setdefault(j, []).append(self._addend_and_grads(j, b, v, i, sel))
                 i += k
             sums = {j: sum(k for k, _ in lst[1:]) + lst[0][0] for j, lst in parts.items()}
-            K = None
-            for S in sums.values():
-                K = S if K is None else K * S
-            assert K is not None
+            K, other = sum_products(sums)
             eye = torch.eye(n, dtype=torch.float64)
             A = K.expand(B, n, n) + theta[:, -1, None, None] * eye
             Lc, alpha, lml, ok = exact_solve(A, y)
@@ -208,23 +219,25 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             # divided by it (self.scales_k) or the identity (the noise)
             general = [a for a in free if a != m - 1 and a not in self.scales_k]
             slot = {a: i for i, a in enumerate(general)}
-            U = theta.new_empty(B, len(general), n, n)
-            for j, lst in parts.items():  # dimensions
-                other = None
-                for i2, S in sums.items():
-                    if i2 != j:
-                        other = S if other is None else other * S
+            g_general = theta.new_zeros(B, len(general))
+            U = theta.new_empty(B, len(general), n, n) if with_fisher else None
+            Wf = W.reshape(B, n * n, 1)
+            for j, lst in parts.items():  # dimensions: <W prod_{i != j} S_i, dk / d theta>
+                Wj = Wf if other[j] is None else (W * other[j]).reshape(B, n * n, 1)
                 for _, grads in lst:
                     for idx, dk in grads:
                         if idx not in slot:
                             continue
-                        if other is None:
-                            U[:, slot[idx]] = dk
+                        dkb = dk.expand(B, n, n)
+                        g_general[:, slot[idx]] = (dkb.reshape(B, 1, n * n) @ Wj)[:, 0, 0]
+                        if U is None:
+                            continue
+                        if other[j] is None:
+                            U[:, slot[idx]] = dkb
                         else:
-                            torch.mul(dk, other, out=U[:, slot[idx]])
+                            torch.mul(dkb, other[j], out=U[:, slot[idx]])
             Kb = K.expand(B, n, n)
-            g_general = (U.flatten(2) @ W.reshape(B, n * n, 1))[..., 0]
-            g_k = (W * Kb).sum((-2, -1))
+            g_k = (Kb.reshape(B, 1, n * n) @ Wf)[:, 0, 0]
             g_noise = W.diagonal(dim1=-2, dim2=-1).sum(-1)
             # per free parameter: its column among the distinct matrices and its factor
             u_k, u_noise = len(general), len(general) + 1
@@ -242,7 +255,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             c = torch.stack(coef, 1) if free else theta.new_zeros(B, 0)
             g_all = torch.cat([g_general, g_k[:, None], g_noise[:, None]], 1)
             grad = g_all[:, col] * c
-            if with_fisher and free:
+            if U is not None and free:
                 # A^-1 K = I - noise A^-1 (A = K + noise I): no product for the scales
                 AK = eye - theta[:, -1, None, None] * Ainv
                 M = torch.cat(
@@ -280,6 +293,21 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             ident = torch.eye(len(free), dtype=torch.float64).expand_as(fisher)
             fisher = torch.where(good[:, None, None], fisher, ident)
             return lml, grad, fisher
+
+    def evaluate_gauged(
+        self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`evaluate` with the gauge's directions (:attr:`gauge`) removed: their
+        gradient zero, their Fisher rows and columns those of the identity, so that a step
+        leaves them where they are."""
+        lml, grad, fisher = self.evaluate(z, rows, with_fisher)
+        if self.gauge.numel():
+            grad[:, self.gauge] = 0.0
+            if with_fisher:
+                fisher[:, self.gauge, :] = 0.0
+                fisher[:, :, self.gauge] = 0.0
+                fisher[:, self.gauge, self.gauge] = 1.0
+        return lml, grad, fisher
 
 
 def _solve(fisher: Tensor, grad: Tensor, damping: Tensor) -> Tensor:
@@ -423,7 +451,7 @@ def fisher_refine(
     """
     z = objective.to_log_rows(params.detach().to(torch.float64), noise.detach().to(torch.float64))
     B = z.shape[0]
-    lml, grad, fisher = objective.evaluate(z)
+    lml, grad, fisher = objective.evaluate_gauged(z)
     curv = fisher.clone()  # the curvature model: the Fisher information, BFGS-updated
     start_lml = lml.clone()
     ok = torch.isfinite(lml)
@@ -438,7 +466,7 @@ def fisher_refine(
     def confirm(rows: Tensor) -> None:
         """The Fisher information at the current point of ``rows``: the gain it predicts
         (and the curvature model restarted from it)."""
-        _, g2, f2 = objective.evaluate(z[rows], rows)
+        _, g2, f2 = objective.evaluate_gauged(z[rows], rows)
         grad[rows], curv[rows] = g2, f2
         g_f = predicted_gain(f2, g2)
         gain[rows] = g_f
@@ -457,7 +485,7 @@ def fisher_refine(
             continue
         delta = _solve(curv[act], grad[act], damping[act]).clamp(-MAX_STEP, MAX_STEP)
         z_try = z[act] + delta
-        l2, g2, _ = objective.evaluate(z_try, act, with_fisher=False)
+        l2, g2, _ = objective.evaluate_gauged(z_try, act, with_fisher=False)
         iterations[act] += 1
         better = torch.isfinite(l2) & (l2 > lml[act])
         acc, rej = act[better], act[~better]
@@ -466,7 +494,7 @@ def fisher_refine(
         gain[acc] = predicted_gain(h2, g2[better])
         checked[acc] = False
         damping[acc] = (damping[acc] / 3.0).clamp_min(1e-9)
-        damping[rej] = damping[rej] * 4.0
+        damping[rej] = (damping[rej] * 4.0).clamp_min(_REJECTED_DAMPING)
         stalled[rej] = damping[rej] > MAX_DAMPING
         done |= stalled
     last = torch.nonzero(ok & ~checked).flatten()

@@ -28,12 +28,33 @@ from amorgp.kernel_grammar import (
 if TYPE_CHECKING:
     from amorgp.amortizer.stages.constraints import KernelConstraints
 
-__all__ = ["EVALS_PER_ITERATION", "START_GAP", "LogMarginalLikelihood"]
+__all__ = ["EVALS_PER_ITERATION", "START_GAP", "LogMarginalLikelihood", "sum_products"]
 
 EVALS_PER_ITERATION = 25
 """Objective evaluations allowed per L-BFGS iteration (the strong-Wolfe line search's own
 limit); ``torch.optim.LBFGS``'s default budget of ``1.25 x`` the iterations would end a
 short refinement after two or three iterations whose line searches needed several."""
+
+
+def sum_products(sums: dict[int, Tensor]) -> tuple[Tensor, dict[int, Tensor | None]]:
+    """``K``, the product of the dimensions' sums ``S_j``, and for every dimension the
+    product of the others' (``None`` for a kernel of one dimension): prefix and suffix
+    products, ``3 D`` element-wise products for ``D`` dimensions rather than ``D^2``."""
+    dims = list(sums)
+    prefix: list[Tensor | None] = []
+    acc: Tensor | None = None
+    for j in dims:
+        prefix.append(acc)
+        acc = sums[j] if acc is None else acc * sums[j]
+    assert acc is not None
+    K = acc
+    other: dict[int, Tensor | None] = {}
+    acc = None
+    for t in range(len(dims) - 1, -1, -1):
+        p = prefix[t]
+        other[dims[t]] = p if acc is None else (acc if p is None else p * acc)
+        acc = sums[dims[t]] if acc is None else sums[dims[t]] * acc
+    return K, other
 
 
 def _unit_and_grads(
@@ -232,10 +253,7 @@ class LogMarginalLikelihood:
                 parts.setdefault(j, []).append((k, grads))
                 i += len(b.params)
             sums = {j: sum(k for k, _ in lst[1:]) + lst[0][0] for j, lst in parts.items()}
-            K = None
-            for S in sums.values():
-                K = S if K is None else K * S
-            assert K is not None
+            K, other = sum_products(sums)
             nan = torch.full_like(theta, math.nan)
             n = K.shape[0]
             A = K + theta[-1] * torch.eye(n, dtype=K.dtype)
@@ -245,10 +263,8 @@ class LogMarginalLikelihood:
             W = 0.5 * (alpha[:, None] * alpha[None, :] - torch.cholesky_inverse(Lc))
             grad = torch.zeros_like(theta)
             for j, lst in parts.items():  # dimensions
-                Wj = W
-                for i2, S in sums.items():
-                    if i2 != j:
-                        Wj = Wj * S
+                o = other[j]
+                Wj = W if o is None else W * o
                 for _, grads in lst:
                     for idx, dk in grads:
                         grad[idx] = torch.dot(Wj.reshape(-1), dk.reshape(-1))
@@ -261,11 +277,12 @@ class LogMarginalLikelihood:
         b: BaseSymbol,
         v: Tensor,
         first: int,
-        rows: Tensor | None = None,
+        rows: Tensor | slice | None = None,
     ) -> tuple[Tensor, list[tuple[int, Tensor]]]:
         """One addend's kernel and its derivatives ``[(index in theta, dk / d theta)]``
         (an ``int`` derivative is a constant: ``1``).  ``v``: its parameters, ``(k,)`` or
-        ``(k, B, 1, 1)`` for a batch of datasets; ``rows``: which datasets of a batch."""
+        ``(k, B, 1, 1)`` for a batch of datasets; ``rows``: which datasets of a batch (an
+        index, or a slice of consecutive ones)."""
         names = list(b.param_names)
         values = dict(zip(names, v, strict=True))
         at = {name: first + i for i, name in enumerate(names)}

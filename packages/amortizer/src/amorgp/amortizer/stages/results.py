@@ -300,7 +300,7 @@ def _evaluate(rows: Sequence[KernelResult]) -> list[Optimality]:
             first.kernel, first.noise_floor, first.fixed, first.bounds, first.priors
         )
         obj = BatchLogMarginalLikelihood(X, y, first.kernel, None if cons.trivial else cons)
-        lml, grad, fisher = obj.evaluate(obj.to_log_rows(params, noise))
+        lml, grad, fisher = obj.evaluate_gauged(obj.to_log_rows(params, noise))
         gain = predicted_gain(fisher, grad).tolist()
         norm = grad.norm(dim=-1).tolist()
     return [
