@@ -40,7 +40,7 @@ def test_infer_many_equals_the_full_network_per_kernel(amz: Amortizer) -> None:
     """One encoder pass for all kernels gives the network's own forward for each kernel."""
     X, y = _data(30, 2)
     kernels = ["SE", "(SE + PER)@0 * LIN@1", "SE*PER + LIN"]
-    results = amz.infer_many(X, y, kernels, calibrate=False)
+    results = amz.infer_many(X, y, kernels, calibrate=False, refine=0)
     norm = results[0].normalizer
     Xn = torch.as_tensor(norm.transform_x(X), dtype=torch.float32)[None]
     yn = torch.as_tensor(norm.transform_y(y), dtype=torch.float32)[None]
@@ -127,7 +127,7 @@ def test_table_names_units_and_json(amz: Amortizer) -> None:
 def test_large_n_encoder_reads_a_seeded_subset(tiny_checkpoint: Path) -> None:
     X, y = _data(120, 1, seed=4)
     a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", encoder_points=50, seed=7)
-    r = a.infer(X, y, "SE", calibrate=False)
+    r = a.infer(X, y, "SE", calibrate=False, refine=0)
     assert r.encoder_points == 50
     assert r.n_points == 120
     idx = a.encoder_subset(120)
@@ -166,7 +166,7 @@ def test_warns_above_trained_dimension(amz: Amortizer) -> None:
 
 def test_refine_improves_the_likelihood(amz: Amortizer) -> None:
     X, y = _data(30, 1, seed=5)
-    r0, r1 = amz.infer(X, y, "SE + PER"), amz.infer(X, y, "SE + PER", refine=15)
+    r0, r1 = amz.infer(X, y, "SE + PER", refine=0), amz.infer(X, y, "SE + PER", refine=15)
     assert r1.refine_steps == 15
     assert r1.log_marginal_likelihood > r0.log_marginal_likelihood
     expect = _fit_oracle_lml(r1, X, y)
@@ -175,8 +175,10 @@ def test_refine_improves_the_likelihood(amz: Amortizer) -> None:
 
 def test_float32_gp_algebra_agrees(tiny_checkpoint: Path) -> None:
     X, y = _data(25, 1, seed=6)
-    r64 = Amortizer.from_pretrained(tiny_checkpoint).infer(X, y, "SE")
-    r32 = Amortizer.from_pretrained(tiny_checkpoint, dtype=torch.float32).infer(X, y, "SE")
+    r64 = Amortizer.from_pretrained(tiny_checkpoint).infer(X, y, "SE", refine=0)
+    r32 = Amortizer.from_pretrained(tiny_checkpoint, dtype=torch.float32).infer(
+        X, y, "SE", refine=0
+    )
     assert r32.log_marginal_likelihood == pytest.approx(r64.log_marginal_likelihood, rel=1e-3)
 
 
@@ -292,7 +294,7 @@ def test_fixed_kernel_model_serves_its_kernel_only(tmp_path: Path) -> None:
     amz = Amortizer.from_pretrained(tmp_path / "ahgp", device="cpu")
     X, y = _data(30, 2)
     Xs = torch.linspace(0.0, 1.0, 7, dtype=torch.float64)[:, None].repeat(1, 2)
-    mean, var = amz.infer(X, y, "SE", calibrate=False).predict(Xs)
+    mean, var = amz.infer(X, y, "SE", calibrate=False, refine=0).predict(Xs)
 
     norm = Normalizer.fit(X, y)
     Xn, yn = norm.transform_x(X), norm.transform_y(y)
@@ -307,9 +309,9 @@ def test_fixed_kernel_model_serves_its_kernel_only(tmp_path: Path) -> None:
     torch.testing.assert_close(var, v_ref, rtol=1e-5, atol=1e-6)
 
     with pytest.raises(ValueError, match="not in vocabulary"):
-        amz.infer(X, y, "SE + PER")
+        amz.infer(X, y, "SE + PER", refine=0)
     with pytest.raises(OptionError, match="SE-ARD kernel only"):
-        amz.infer(X, y, "SE + SE")
+        amz.infer(X, y, "SE + SE", refine=0)
 
 
 @pytest.mark.cuda

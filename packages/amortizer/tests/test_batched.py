@@ -50,7 +50,7 @@ def test_batched_path_matches_the_per_kernel_dense_reference(
     posterior that factors its own matrix), and the likelihood a numpy oracle's."""
     X, y = _data(60, 2)
     Xt = _data(15, 2, seed=3)[0]
-    fast = amz.infer_many(X, y, KERNELS, calibrate=calibrated, starts=1)
+    fast = amz.infer_many(X, y, KERNELS, calibrate=calibrated, starts=1, refine=0)
     norm, Xn, yn, st = amz.prepare(X, y, KERNELS)
     params, noise, _, _ = amz.predict_networks(Xn, yn, st)
     if calibrated:
@@ -81,7 +81,7 @@ def test_multistart_winners_are_factored_once_at_their_own_parameters(amz: Amort
     oracle's at the returned parameters, and predictions reuse that one factor."""
     X, y = _data(60, 2)
     Xt = _data(15, 2, seed=3)[0]
-    fits = amz.infer_many(X, y, KERNELS)
+    fits = amz.infer_many(X, y, KERNELS, refine=0)
     norm, Xn, yn, st = amz.prepare(X, y, KERNELS)
     for s, r in zip(st, fits, strict=True):
         expect = _oracle_lml(Xn.numpy(), yn.numpy(), s, r.params.numpy(), r.noise)
@@ -209,7 +209,7 @@ def test_result_holds_a_posterior_equal_to_the_exact_gp_path(
     X, y = _data(n, 2, seed=5)
     budget = 4 * 2**30 if path == "batched" else (EVALUATOR_MATRICES_NO_GRAPH + 1) * 8 * n * n
     a = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", memory_budget=budget)
-    fits = a.infer_many(X, y, KERNELS[:3], starts=1)
+    fits = a.infer_many(X, y, KERNELS[:3], starts=1, refine=0)
     norm, Xn, yn, st = a.prepare(X, y, KERNELS[:3])
     Xq = norm.transform_x(torch.as_tensor(_data(12, 2, seed=6)[0])).to(Xn)
     for s, r in zip(st, fits, strict=True):

@@ -46,8 +46,8 @@ def test_scale_and_noise_are_the_dense_optimum(amz: Amortizer, kernel: str) -> N
     """The calibrated (scale, noise) maximise the dense float64 likelihood over both (scipy,
     several starts), with every other hyperparameter the network's."""
     X, y = _data()
-    r0 = amz.infer(X, y, kernel, calibrate=False)
-    r = amz.infer(X, y, kernel, calibrate=True)
+    r0 = amz.infer(X, y, kernel, calibrate=False, refine=0)
+    r = amz.infer(X, y, kernel, calibrate=True, refine=0)
     assert r.calibrated
     assert not r0.calibrated
     Xn, yn = _normalised(r0, X, y)
@@ -74,8 +74,8 @@ def test_only_the_variances_move(amz: Amortizer) -> None:
     """Lengthscales, periods and offsets stay the network's; every variance of a kernel is
     multiplied by the same factor ``s^(1/D)``."""
     X, y = _data()
-    r0 = amz.infer(X, y, "SE*LIN + PER", calibrate=False)
-    r = amz.infer(X, y, "SE*LIN + PER", calibrate=True)
+    r0 = amz.infer(X, y, "SE*LIN + PER", calibrate=False, refine=0)
+    r = amz.infer(X, y, "SE*LIN + PER", calibrate=True, refine=0)
     t0 = {(h.dim, h.addend, h.name): h.value for h in r0.table}
     t1 = {(h.dim, h.addend, h.name): h.value for h in r.table}
     ratios = [t1[k] / t0[k] for k in t0 if k[2] == "variance"]
@@ -91,8 +91,8 @@ def test_lin_alone_scales_its_constant_with_its_variance(amz: Amortizer) -> None
     (the kernel is then ``s`` times the network's, exactly); every other offset, in a
     product, stays."""
     X, y = _data()
-    r0 = amz.infer(X, y, "SE + LIN + LIN*PER", calibrate=False)
-    r = amz.infer(X, y, "SE + LIN + LIN*PER", calibrate=True)
+    r0 = amz.infer(X, y, "SE + LIN + LIN*PER", calibrate=False, refine=0)
+    r = amz.infer(X, y, "SE + LIN + LIN*PER", calibrate=True, refine=0)
     t0 = {(h.dim, h.addend, h.name): h.value for h in r0.table}
     t1 = {(h.dim, h.addend, h.name): h.value for h in r.table}
     ratios = {k: t1[k] / t0[k] for k in t0}
@@ -111,8 +111,8 @@ def test_never_lowers_the_likelihood(amz: Amortizer) -> None:
     for seed in range(4):
         X, y = _data(n=25 + 10 * seed, seed=seed, noise=0.3 * seed)
         kernels = ["SE", "PER", "SE + LIN", "SE*PER"]
-        before = amz.infer_many(X, y, kernels, calibrate=False)
-        after = amz.infer_many(X, y, kernels, calibrate=True)
+        before = amz.infer_many(X, y, kernels, calibrate=False, refine=0)
+        after = amz.infer_many(X, y, kernels, calibrate=True, refine=0)
         for a, b in zip(after, before, strict=True):
             assert a.log_marginal_likelihood >= b.log_marginal_likelihood - 1e-9
 
@@ -123,7 +123,7 @@ def test_noiseless_data_keeps_the_noise_above_its_floor(amz: Amortizer) -> None:
     rng = np.random.default_rng(0)
     X = np.sort(rng.uniform(0, 4, size=(50, 1)), axis=0)
     y = np.sin(3 * X[:, 0])
-    r = amz.infer(X, y, "SE", calibrate=True)
+    r = amz.infer(X, y, "SE", calibrate=True, refine=0)
     assert r.noise >= 2 * FLOORS[ParamKind.NOISE]
     assert r.noise < 1e-3
     mean, var = r.predict(X[:5])
@@ -156,8 +156,8 @@ def test_profile_is_the_likelihood_maximised_over_the_scale() -> None:
 def test_large_n_uses_a_seeded_subset(amz: Amortizer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(calibrate_module, "MAX_POINTS", 30)
     X, y = _data(n=90)
-    a = amz.infer(X, y, "SE + PER", calibrate=True)
-    b = amz.infer(X, y, "SE + PER", calibrate=True)
+    a = amz.infer(X, y, "SE + PER", calibrate=True, refine=0)
+    b = amz.infer(X, y, "SE + PER", calibrate=True, refine=0)
     assert a.noise == b.noise
     assert np.isfinite(a.noise)
     assert a.noise > 0
@@ -167,7 +167,7 @@ def test_calibrate_must_be_a_bool(amz: Amortizer) -> None:
     X, y = _data()
     for bad in ("yes", 1):
         with pytest.raises(OptionError, match="calibrate must be True or False"):
-            amz.infer(X, y, "SE", calibrate=bad)  # type: ignore[arg-type]
+            amz.infer(X, y, "SE", calibrate=bad, refine=0)  # type: ignore[arg-type]
     with pytest.raises(OptionError, match="calibrate must be True or False"):
         Amortizer(amz.model, amz.meta, calibrate="no")  # type: ignore[arg-type]
 
@@ -183,20 +183,22 @@ def test_amortizer_wide_default(tiny_checkpoint: Path) -> None:
     assert not off.calibrate
     assert "calibrate=False" in repr(off)
     assert "calibrate" not in repr(on)
-    (a,) = on.fit_many(X, y, ["SE + PER"])
-    b = off.infer(X, y, "SE + PER", calibrate=True)
+    (a,) = on.method(refine=0).fit_many(X, y, ["SE + PER"])
+    b = off.infer(X, y, "SE + PER", calibrate=True, refine=0)
     assert a.calibrated
     assert a.noise == b.noise
-    assert not on.infer(X, y, "SE + PER", calibrate=False).calibrated
-    assert not off.infer(X, y, "SE + PER").calibrated
+    assert not on.infer(X, y, "SE + PER", calibrate=False, refine=0).calibrated
+    assert not off.infer(X, y, "SE + PER", refine=0).calibrated
 
 
 def test_estimator_passes_calibrate(tiny_checkpoint: Path) -> None:
     X, y = _data()
-    est = AmortizedGPRegressor("SE + PER", checkpoint=str(tiny_checkpoint))
+    est = AmortizedGPRegressor("SE + PER", refine=0, checkpoint=str(tiny_checkpoint))
     est.fit(X, y)
     assert est.result_.calibrated  # the default
-    plain = AmortizedGPRegressor("SE + PER", calibrate=False, checkpoint=str(tiny_checkpoint))
+    plain = AmortizedGPRegressor(
+        "SE + PER", calibrate=False, refine=0, checkpoint=str(tiny_checkpoint)
+    )
     plain.fit(X, y)
     assert not plain.result_.calibrated
     assert est.log_marginal_likelihood_ >= plain.log_marginal_likelihood_ - 1e-9
@@ -212,8 +214,8 @@ def test_bundled_network_on_real_data() -> None:
     X, y = d[:120, :-1], d[:120, -1]
     amz = Amortizer.from_pretrained(device="cpu")
     kernels = ["SE", "SE + LIN", "SE*PER"]
-    before = amz.infer_many(X, y, kernels, calibrate=False)
-    after = amz.infer_many(X, y, kernels, calibrate=True)
+    before = amz.infer_many(X, y, kernels, calibrate=False, refine=0)
+    after = amz.infer_many(X, y, kernels, calibrate=True, refine=0)
     for a, b in zip(after, before, strict=True):
         assert a.log_marginal_likelihood >= b.log_marginal_likelihood
     assert sum(a.noise < b.noise for a, b in zip(after, before, strict=True)) >= 2
@@ -226,7 +228,7 @@ def test_noise_only_mode_is_the_dense_optimum_over_the_noise(amz: Amortizer) -> 
     from amorgp.amortizer.stages.calibrate import calibrate
 
     X, y = _data(n=35)
-    r0 = amz.infer(X, y, "SE + PER", calibrate=False)
+    r0 = amz.infer(X, y, "SE + PER", calibrate=False, refine=0)
     Xn, yn = (torch.as_tensor(t) for t in _normalised(r0, X, y))
     cal = calibrate(
         Xn, yn, [r0.kernel], amz.vocabulary, r0.params[None], torch.tensor([r0.noise]), scale=False

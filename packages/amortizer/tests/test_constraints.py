@@ -96,7 +96,7 @@ def test_a_lower_floor_reaches_the_near_noiseless_optimum_of_sklearn(amz: Amorti
 def test_a_lower_floor_lowers_the_calibrated_noise_too(amz: Amortizer) -> None:
     x, y = _sine()
     with pytest.warns(NoiseFloorWarning):
-        r = amz.infer(x, y, "SE", noise_floor=1e-10)
+        r = amz.infer(x, y, "SE", noise_floor=1e-10, refine=0)
     assert 2e-10 <= r.noise < 1e-8
 
 
@@ -183,7 +183,7 @@ def test_bounds_hold_and_refinement_finds_the_bounded_optimum(amz: Amortizer) ->
 
 def test_a_start_outside_the_bounds_is_clipped_into_them(amz: Amortizer) -> None:
     x, y = _sine(noise=0.05)
-    r = amz.infer(x, y, "SE", bounds={LS: (2.0, 3.0)}, calibrate=False)
+    r = amz.infer(x, y, "SE", bounds={LS: (2.0, 3.0)}, calibrate=False, refine=0)
     assert r.hyperparameters[LS] == 2.0
 
 
@@ -342,7 +342,11 @@ def test_priors_give_the_map_optimum(amz: Amortizer) -> None:
     # within the stopping rule's resolution: a predicted gain below 0.01 nats (fisher.py)
     assert -objective(ours) >= -best.fun - 0.01
     np.testing.assert_allclose(ours, best.x, atol=5e-2)
+    # the default refinement is the MAP fit too
+    default = amz.infer(x, y, "SE", priors=True)
+    assert -objective(np.log([float(default.params[0, 0, 0]), float(default.params[0, 0, 1]),
+                              default.noise])) >= -best.fun - 0.01  # fmt: skip
     with pytest.raises(ValueError, match="priors=True acts through the refinement"):
-        amz.infer(x, y, "SE", priors=True)
+        amz.infer(x, y, "SE", priors=True, refine=0)
     with pytest.raises(ValueError, match="priors must be True or False"):
         amz.infer(x, y, "SE", refine=3, priors="yes")  # type: ignore[arg-type]

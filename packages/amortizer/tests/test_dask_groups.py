@@ -111,7 +111,7 @@ def test_constraints_travel_to_the_workers(
 
 def test_options(long: pd.DataFrame) -> None:
     with pytest.raises(OptionError, match="priors=True acts through the refinement"):
-        fit_groups_dask(long, "key", "SE", client=object(), priors=True)
+        fit_groups_dask(long, "key", "SE", client=object(), priors=True, refine=0)
     with pytest.raises(OptionError, match="low < high"):
         fit_groups_dask(long, "key", "SE", client=object(), bounds={"noise": (1.0, 0.5)})
     with pytest.raises(OptionError, match="compute=False needs a client"):

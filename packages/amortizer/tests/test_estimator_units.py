@@ -175,9 +175,9 @@ def test_a_binary_target_warns_that_it_is_treated_as_continuous() -> None:
         AmortizedGPRegressor("SE").fit(x[:, None], _data()[1])  # continuous: no warning
 
 
-@pytest.mark.parametrize("refine", [0, 5, "auto"])
+@pytest.mark.parametrize("refine", [0, 5, "auto", None])
 def test_the_wide_input_warning_recommends_refine_auto_only_when_not_set(
-    refine: int | str,
+    refine: int | str | None,
 ) -> None:
     from amorgp.amortizer.networks.forward import warn_outside_training
     from amorgp.kernel_grammar import DimWiseStructure
@@ -186,8 +186,8 @@ def test_the_wide_input_warning_recommends_refine_auto_only_when_not_set(
     with pytest.warns(UserWarning, match="10 input dimensions") as record:
         warn_outside_training(10, [s], 8, 6, refine)
     text = str(record[0].message)
-    if refine == "auto":
+    if refine in ("auto", None):
         assert "consider refine='auto'" not in text
-        assert "refine='auto' already refines" in text
+        assert "takes it to a Type-2 ML optimum" in text
     else:
         assert "consider refine='auto'" in text

@@ -40,6 +40,7 @@ _REFERENCE: dict[tuple[int, str], list] = {}
 
 def _reference(amz: Amortizer, X: np.ndarray, y: np.ndarray, **opts) -> list:
     """Per-dataset infer_many (the oracle), computed once per dataset and options."""
+    opts = {"refine": 0, **opts}  # the stages before the refinement, to rounding
     key = (id(X), repr(sorted(opts.items())))
     if key not in _REFERENCE:
         _REFERENCE[key] = amz.infer_many(X, y, KERNELS, **opts)
@@ -65,7 +66,7 @@ def _compare(fits, fleet, amz: Amortizer, rtol: float, lml_atol: float, **opts) 
 
 def test_exact_network_equals_infer_many(amz: Amortizer, fleet) -> None:
     """The batched float64 stages give infer_many's numbers to rounding."""
-    fits = amz.infer_datasets(fleet, KERNELS, exact_network=True)
+    fits = amz.infer_datasets(fleet, KERNELS, exact_network=True, refine=0)
     assert [f.index for f in fits] == list(range(len(fleet)))
     assert all(f.batched for f in fits)
     _compare(fits, fleet, amz, rtol=1e-8, lml_atol=1e-8)
@@ -76,14 +77,14 @@ def test_exact_network_equals_infer_many(amz: Amortizer, fleet) -> None:
 def test_batched_network_equals_infer_many_to_float32(amz: Amortizer, fleet) -> None:
     """One network forward per bucket: equal to infer_many up to the float32 rounding of
     the network carried through the float64 stages."""
-    fits = amz.infer_datasets(fleet, KERNELS)
+    fits = amz.infer_datasets(fleet, KERNELS, refine=0)
     _compare(fits, fleet, amz, rtol=1e-4, lml_atol=1e-3)
 
 
 def test_without_calibration_and_starts(amz: Amortizer, fleet) -> None:
-    fits = amz.infer_datasets(fleet[:2], KERNELS, calibrate=False, exact_network=True)
+    fits = amz.infer_datasets(fleet[:2], KERNELS, calibrate=False, exact_network=True, refine=0)
     _compare(fits, fleet[:2], amz, rtol=1e-8, lml_atol=1e-8, calibrate=False)
-    fits = amz.infer_datasets(fleet[:2], KERNELS, starts=1, exact_network=True)
+    fits = amz.infer_datasets(fleet[:2], KERNELS, starts=1, exact_network=True, refine=0)
     _compare(fits, fleet[:2], amz, rtol=1e-8, lml_atol=1e-8, starts=1)
 
 
@@ -92,7 +93,7 @@ def test_refinement_is_batched_and_each_dataset_is_its_own(amz: Amortizer, fleet
     does not depend on the others of its bucket, never lowers the likelihood of the
     unrefined fit, and says how it ended."""
     fits = amz.infer_datasets(fleet[:3], KERNELS, refine=3, exact_network=True)
-    plain = amz.infer_datasets(fleet[:3], KERNELS, exact_network=True)
+    plain = amz.infer_datasets(fleet[:3], KERNELS, exact_network=True, refine=0)
     assert all(f.batched for f in fits)
     for i, (f, p) in enumerate(zip(fits, plain, strict=True)):
         (alone,) = amz.infer_datasets([fleet[i]], KERNELS, refine=3, exact_network=True)
@@ -177,9 +178,9 @@ def test_subsets_above_the_encoder_and_scoring_points(amz: Amortizer) -> None:
     all points: as infer_many."""
     rng = np.random.default_rng(11)
     data = [_series(rng, 264) for _ in range(2)]
-    fits = amz.infer_datasets(data, ["SE + PER"], exact_network=True)
+    fits = amz.infer_datasets(data, ["SE + PER"], exact_network=True, refine=0)
     for f, (X, y) in zip(fits, data, strict=True):
-        (want,) = amz.infer_many(X, y, ["SE + PER"])
+        (want,) = amz.infer_many(X, y, ["SE + PER"], refine=0)
         (got,) = f.results
         assert got.encoder_points == want.encoder_points == 40
         assert got.start == want.start
@@ -248,7 +249,7 @@ def test_constraints_reach_every_dataset(amz: Amortizer, fleet) -> None:
 
 def test_constraint_options_are_checked(amz: Amortizer, fleet) -> None:
     with pytest.raises(OptionError, match="priors=True acts through the refinement"):
-        amz.infer_datasets(fleet, ["SE"], priors=True)
+        amz.infer_datasets(fleet, ["SE"], priors=True, refine=0)
     with pytest.raises(OptionError, match="low < high"):
         amz.infer_datasets(fleet, ["SE"], bounds={"noise": (0.2, 0.1)})
     with pytest.raises(OptionError, match="noise_floor"):
@@ -260,11 +261,12 @@ def test_constraint_options_are_checked(amz: Amortizer, fleet) -> None:
     assert fits[4].results[0].hyperparameters[(1, 0, "lengthscale")] == 0.3
 
 
-@pytest.mark.parametrize("refine", [3, "auto"])
+@pytest.mark.parametrize("refine", [3, "auto", None])
 def test_batched_and_per_dataset_refinement_agree(amz: Amortizer, fleet, refine) -> None:
     """``infer_many`` refines by the same Fisher scoring as the buckets (n <= 1000): a
     fleet's results equal each dataset's own call (``refine="auto"``: the successive
-    halving of the best few starts too, over all rows of the bucket at once)."""
+    halving of the best few starts too, over all rows of the bucket at once; ``None``:
+    the default refinement)."""
     fits = amz.infer_datasets(fleet[:3], KERNELS, refine=refine, exact_network=True)
     for f, (X, y) in zip(fits, fleet[:3], strict=True):
         for got, want in zip(f.results, amz.infer_many(X, y, KERNELS, refine=refine), strict=True):
@@ -279,11 +281,11 @@ def test_a_noise_floor_of_its_own_is_batched(amz: Amortizer, fleet) -> None:
     calibration searches down to it, as infer_many's does (equal results)."""
     x = np.linspace(0.0, 6.0, 24)[:, None]
     data = [*fleet[:2], (x, np.sin(x[:, 0])), (x, np.cos(2 * x[:, 0]))]  # noiseless too
-    fits = amz.infer_datasets(data, KERNELS, noise_floor=1e-9, exact_network=True)
+    fits = amz.infer_datasets(data, KERNELS, noise_floor=1e-9, exact_network=True, refine=0)
     assert all(f.batched for f in fits)
     assert min(r.noise for f in fits for r in f.results) < 2e-6  # below the default's reach
     for f, (X, y) in zip(fits, data, strict=True):
-        want = amz.infer_many(X, y, KERNELS, noise_floor=1e-9)
+        want = amz.infer_many(X, y, KERNELS, noise_floor=1e-9, refine=0)
         for got, w in zip(f.results, want, strict=True):
             torch.testing.assert_close(got.params, w.params, rtol=1e-7, atol=0.0)
             assert got.noise == pytest.approx(w.noise, rel=1e-7)

@@ -50,8 +50,8 @@ def _dense_lml(r: object, X: np.ndarray, y: np.ndarray) -> float:
 
 def test_finds_a_planted_period_the_single_start_misses(amz: Amortizer) -> None:
     x, y = planted_period_1d()
-    one = amz.infer(x, y, "SE + PER", starts=1)
-    many = amz.infer(x, y, "SE + PER")
+    one = amz.infer(x, y, "SE + PER", starts=1, refine=0)
+    many = amz.infer(x, y, "SE + PER", refine=0)
     assert one.start == "network"
     assert abs(_periods(one, 0)[0] / 2.3 - 1) > 0.2  # the network's guess is elsewhere
     assert many.start.startswith("periodogram")
@@ -62,8 +62,8 @@ def test_finds_a_planted_period_the_single_start_misses(amz: Amortizer) -> None:
 def test_finds_a_planted_period_in_one_dimension_of_three(amz: Amortizer) -> None:
     X, y = _planted_3d()
     kernel = "SE@0 * (SE + PER)@1 * SE@2"
-    one = amz.infer(X, y, kernel, starts=1)
-    many = amz.infer(X, y, kernel)
+    one = amz.infer(X, y, kernel, starts=1, refine=0)
+    many = amz.infer(X, y, kernel, refine=0)
     assert abs(_periods(one, 1)[0] / 2.3 - 1) > 0.2
     assert many.start.startswith("periodogram")
     assert _periods(many, 1)[0] == pytest.approx(2.3, rel=0.03)
@@ -75,9 +75,9 @@ def test_winner_likelihood_is_the_dense_float64_one(amz: Amortizer, kernel: str)
     """The reported likelihood is the dense float64 one at the winning parameters, and
     never below the network's start."""
     x, y = planted_period_1d(n=80, seed=4)
-    r = amz.infer(x, y, kernel)
+    r = amz.infer(x, y, kernel, refine=0)
     assert r.log_marginal_likelihood == pytest.approx(_dense_lml(r, x, y), rel=1e-9, abs=1e-9)
-    one = amz.infer(x, y, kernel, starts=1)
+    one = amz.infer(x, y, kernel, starts=1, refine=0)
     assert r.log_marginal_likelihood >= one.log_marginal_likelihood - 1e-9
 
 
@@ -85,7 +85,7 @@ def test_starts_one_is_the_network_and_calibration_alone(amz: Amortizer) -> None
     """``starts=1`` returns the calibrated network prediction, computed here step by step."""
     x, y = planted_period_1d(n=60, seed=5)
     kernels = ["SE + PER", "LIN + SE*PER"]
-    got = amz.infer_many(x, y, kernels, starts=1)
+    got = amz.infer_many(x, y, kernels, starts=1, refine=0)
     _, Xn, yn, structures = amz.prepare(x, y, kernels)
     params, noise, _, _ = amz.predict_networks(Xn, yn, structures)
     cal = calibrate(Xn, yn, structures, amz.vocabulary, params, noise, seed=amz.seed)
@@ -101,8 +101,8 @@ def test_kernels_without_a_period_are_unchanged(amz: Amortizer) -> None:
     """Where the network's start wins, the result is the calibrated prediction (up to the
     rounding of a kernel matrix evaluated in another batch)."""
     x, y = planted_period_1d(n=60, seed=6)
-    a = amz.infer_many(x, y, ["SE", "LIN + SE"])
-    b = amz.infer_many(x, y, ["SE", "LIN + SE"], starts=1)
+    a = amz.infer_many(x, y, ["SE", "LIN + SE"], refine=0)
+    b = amz.infer_many(x, y, ["SE", "LIN + SE"], starts=1, refine=0)
     for ra, rb in zip(a, b, strict=True):
         torch.testing.assert_close(ra.params, rb.params, rtol=1e-9, atol=0.0)
         assert ra.noise == pytest.approx(rb.noise, rel=1e-9)
@@ -182,7 +182,7 @@ def test_refine_auto_keeps_the_planted_period(amz: Amortizer) -> None:
     assert _periods(r, 0)[0] == pytest.approx(2.3, rel=0.03)
     assert r.refine_steps > 0
     assert r.log_marginal_likelihood == pytest.approx(_dense_lml(r, x, y), rel=1e-9)
-    plain = amz.infer(x, y, "SE + PER")
+    plain = amz.infer(x, y, "SE + PER", refine=0)
     assert r.log_marginal_likelihood >= plain.log_marginal_likelihood - 1e-6
 
 
@@ -226,7 +226,7 @@ def test_estimator_starts(amz: Amortizer) -> None:
     one = AmortizedGPRegressor("SE + PER", starts=1, device="cpu").fit(x[:, None], y)
     many = AmortizedGPRegressor("SE + PER", device="cpu").fit(x[:, None], y)
     assert one.result_.start == "network"
-    assert many.result_.start == amz.infer(x, y, "SE + PER").start
+    assert many.result_.start == amz.infer(x, y, "SE + PER", refine=0).start
     assert many.get_params()["starts"] is None
 
 
@@ -238,7 +238,7 @@ def test_above_the_scoring_subset_the_winner_is_calibrated_on_all_points(amz: Am
     from amorgp.amortizer.stages.multistart import SCORE_POINTS
 
     x, y = planted_period_1d(n=SCORE_POINTS + 144, seed=14)
-    r = amz.infer(x, y, "SE + PER")
+    r = amz.infer(x, y, "SE + PER", refine=0)
     assert r.start.startswith("periodogram")
     assert _periods(r, 0)[0] == pytest.approx(2.3, rel=0.03)
     norm = r.normalizer

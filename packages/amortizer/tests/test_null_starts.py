@@ -101,11 +101,11 @@ def test_multistart_is_never_worse_than_a_null_start(amz: Amortizer, kernel: str
     rng = np.random.default_rng(4)
     X = rng.random((60, 2))
     y = np.sin(7 * X[:, 0]) + 0.3 * X[:, 1] + 0.05 * rng.normal(size=60)
-    res = amz.infer(X, y, kernel)
+    res = amz.infer(X, y, kernel, refine=0)
     best = []
     for rule in NULL_RULES:
         null = Amortizer(NullNetwork(amz.vocabulary, rule), amz.meta, device="cpu")
-        r = null.infer(X, y, kernel, starts=1)
+        r = null.infer(X, y, kernel, starts=1, refine=0)
         best.append(r.log_marginal_likelihood)
     assert res.log_marginal_likelihood >= max(best) - 1e-6
     assert res.start in ("network", *NULL_RULES)
@@ -117,7 +117,7 @@ def test_null_network_through_the_pipeline_matches_the_oracle(amz: Amortizer) ->
     X = rng.random((50, 1))
     y = np.cos(5 * X[:, 0]) + 0.1 * rng.normal(size=50)
     null = Amortizer(NullNetwork(amz.vocabulary, "prior-mean"), amz.meta, device="cpu")
-    r = null.infer(X, y, "SE + LIN", starts=1)
+    r = null.infer(X, y, "SE + LIN", starts=1, refine=0)
     Xn = (X - X.min(0)) / (X.max(0) - X.min(0))
     ystd = np.std(y, ddof=0) if np.isclose(np.std(y), r.normalizer.y_std) else np.std(y, ddof=1)
     yn = (y - y.mean()) / ystd

@@ -15,8 +15,12 @@ def test_quick_start_example_runs() -> None:
     assert mean.shape == (1,)  # type: ignore[attr-defined]
     assert float(var[0]) > 0  # type: ignore[index]
     assert len(namespace["many"]) == 3  # type: ignore[arg-type]
-    better, res = namespace["better"], namespace["res"]
-    assert better.log_marginal_likelihood >= res.log_marginal_likelihood  # type: ignore[attr-defined]
+    fast, res = namespace["fast"], namespace["res"]
+    assert res.log_marginal_likelihood >= fast.log_marginal_likelihood  # type: ignore[attr-defined]
+    assert res.refine_status == "converged"  # type: ignore[attr-defined]
+    assert res.at_optimum  # type: ignore[attr-defined]
+    assert fast.refine_steps == 0  # type: ignore[attr-defined]
+    assert fast.refine_status == "none"  # type: ignore[attr-defined]
 
 
 def test_many_datasets_example_runs() -> None:

@@ -51,7 +51,9 @@ def fitted(
 ) -> tuple[AmortizedGPRegressor, GaussianProcessRegressor, np.ndarray, np.ndarray]:
     kernel, data = request.param
     X, y = data()
-    reg = AmortizedGPRegressor(kernel=kernel, device="cpu").fit(X, y)
+    # the amortized answer: a refined one can be near-noiseless, whose draws agree with
+    # scikit-learn's only to the rounding of an ill-conditioned factorisation
+    reg = AmortizedGPRegressor(kernel=kernel, device="cpu", refine=0).fit(X, y)
     gpr = GaussianProcessRegressor(
         kernel=reg.kernel_.to_sklearn(), normalize_y=True, optimizer=None, alpha=0.0
     ).fit(X, y)

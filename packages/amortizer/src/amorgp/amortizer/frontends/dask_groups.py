@@ -161,7 +161,7 @@ def fit_groups_dask(
     partitioned: bool = False,
     checkpoint: str | os.PathLike[str] | None = None,
     amortizer_options: Mapping[str, Any] | None = None,
-    refine: int | Literal["auto"] = 0,
+    refine: int | Literal["auto"] | None = None,
     calibrate: bool | None = None,
     starts: int | None = None,
     budget: float | None = None,

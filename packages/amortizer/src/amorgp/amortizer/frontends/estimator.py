@@ -100,16 +100,21 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
     """GP regression with amortized hyperparameters for a kernel structure.
 
     ``fit`` normalises the data, predicts the hyperparameters of ``kernel`` with
-    the amortization network (optionally refined by ``refine`` L-BFGS steps of
-    Type-2 ML) and conditions the GP on all points; ``predict`` returns the
+    the amortization network, refines them by Type-2 ML where they are not at an optimum
+    (``refine``) and conditions the GP on all points; ``predict`` returns the
     predictive mean (and standard deviation of the targets, noise included) in
     the original units.
 
     Args:
         kernel: kernel expression; without ``@`` indices the same sum is used in
             every input dimension (``"SE + PER"``).
-        refine: most L-BFGS iterations of Type-2 ML after the network (0 = none), or
-            ``"auto"``: until the log marginal likelihood stops improving.
+        refine: ``None`` (the default): Type-2 ML from the network's start until one more
+            step is predicted to gain less than 0.01 nats, where the dense float64
+            refinement applies (at most 2000 points), none above (``refine_status``
+            ``"skipped"``); ``"auto"``: the same after refining the best periodic starts
+            by successive halving, and L-BFGS above; ``k``: at most ``k``
+            iterations; ``0``: the network's answer alone (see
+            :meth:`Amortizer.infer_many <amorgp.amortizer.frontends.inference.Amortizer.infer_many>`).
         calibrate: set the kernel's global scale and the noise to their exact Type-2 ML
             values after the network (the default; see :mod:`amorgp.amortizer.stages.calibrate`);
             ``False``: the network's prediction alone.
@@ -208,7 +213,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         self,
         kernel: str = "SE",
         *,
-        refine: int | Literal["auto"] = 0,
+        refine: int | Literal["auto"] | None = None,
         calibrate: bool = True,
         starts: int | None = None,
         checkpoint: str | None = None,

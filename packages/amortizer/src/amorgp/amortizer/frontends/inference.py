@@ -36,8 +36,9 @@ from amorgp.amortizer.stages.constraints import (
     check_constraints,
     warn_at_noise_floor,
 )
+from amorgp.amortizer.stages.fisher import fisher_applies
 from amorgp.amortizer.stages.multistart import check_starts, resolve_starts
-from amorgp.amortizer.stages.refine import check_refine
+from amorgp.amortizer.stages.refine import check_refine, resolve_refine
 from amorgp.amortizer.stages.results import KernelResult
 from amorgp.core.data import Normalizer, as_dataset
 from amorgp.core.errors import OptionError
@@ -251,7 +252,7 @@ class Amortizer(candidates.Fitter):
         y: Any,
         kernel: str | DimWiseStructure,
         *,
-        refine: int | Literal["auto"] = 0,
+        refine: int | Literal["auto"] | None = None,
         calibrate: bool | None = None,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
@@ -283,7 +284,7 @@ class Amortizer(candidates.Fitter):
         y: Any,
         kernels: Sequence[str | DimWiseStructure],
         *,
-        refine: int | Literal["auto"] = 0,
+        refine: int | Literal["auto"] | None = None,
         calibrate: bool | None = None,
         evaluate_lml: bool | None = None,
         progress: Progress | None = None,
@@ -300,9 +301,18 @@ class Amortizer(candidates.Fitter):
             y: targets ``(n,)``.
             kernels: kernel expressions (``"SE + PER"`` is the same sum in every
                 dimension; ``"(SE + LIN)@0 * PER@1"`` per dimension) or structures.
-            refine: most L-BFGS iterations of Type-2 ML started from the prediction (any
-                integral number), or ``"auto"``: until the log marginal likelihood stops
-                improving (see :mod:`amorgp.amortizer.stages.refine`).
+            refine: Type-2 ML from the prediction.  ``None`` (the default): every kernel
+                whose predicted gain of one more Fisher-scoring step is above
+                :data:`~amorgp.amortizer.stages.fisher.GAIN_TOL` (0.01 nats) is refined from
+                its multi-start's winner until it is not, wherever Fisher scoring applies (dense float64 algebra, at most
+                :data:`~amorgp.amortizer.stages.fisher.MAX_POINTS` points, within the memory
+                budget); elsewhere nothing is refined and ``refine_status`` says
+                ``"skipped"`` (:func:`~amorgp.amortizer.stages.refine.resolve_refine`).
+                ``"auto"``: the same after refining the best few periodic starts by
+                successive halving, and L-BFGS rounds until the likelihood stops improving
+                where Fisher scoring does not apply.  ``k`` (any integral
+                number): at most ``k`` iterations.  ``0``: the amortized answer alone (see
+                :mod:`amorgp.amortizer.stages.refine`, :mod:`amorgp.amortizer.stages.fisher`).
             calibrate: after the network, set each kernel's global scale and noise
                 variance to their exact Type-2 ML values given its other
                 hyperparameters (one tridiagonalisation per kernel on the CPU, one
@@ -374,15 +384,20 @@ class Amortizer(candidates.Fitter):
         structures = KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         n, K = Xn.shape[0], len(structures)
         terms = candidates.addends(structures)
+        fisher = fisher_applies(n, terms, self.dtype, self.memory_budget)
+        run, idle = resolve_refine(steps, fisher)
+        cons.check_refine(run)
         opts = candidates.FitOptions(
-            steps=steps,
+            steps=run,
             calibrate=calibrate,
             starts=resolve_starts(starts, self.starts, calibrate),
             constraints=cons,
             kernel_constraints=cons.resolve(structures),
-            groups=self.refine_groups(n, terms, steps) if steps != 0 else [],  # or refused
+            # L-BFGS's groups where Fisher scoring does not refine (or refused)
+            groups=self.refine_groups(n, terms, run) if run != 0 and not fisher else [],
             evaluate_lml=evaluate_lml,
             progress=progress,
+            idle=idle,
         )
         batch = pipeline.run(self, candidates.new_batch(self, Xn[None], yn[None], structures), opts)
         elapsed = time.perf_counter() - t0
@@ -426,7 +441,7 @@ class Amortizer(candidates.Fitter):
         return self.infer_many(X, y, kernels)
 
     def method(
-        self, *, refine: int | Literal["auto"] = 0, calibrate: bool | None = None
+        self, *, refine: int | Literal["auto"] | None = None, calibrate: bool | None = None
     ) -> AmortizedMethod:
         """This amortizer as an inference method whose ``fit_many`` runs :meth:`infer_many`
         with ``refine`` and ``calibrate`` (``None``: the amortizer's own setting), for model
@@ -472,7 +487,7 @@ class AmortizedMethod:
     (:meth:`Amortizer.method`)."""
 
     amortizer: Amortizer
-    refine: int | Literal["auto"] = 0
+    refine: int | Literal["auto"] | None = None
     calibrate: bool | None = None
 
     def fit_many(

@@ -70,10 +70,11 @@ from amorgp.amortizer.stages.constraints import (
     Name,
     check_constraints,
 )
+from amorgp.amortizer.stages.fisher import fisher_applies
 from amorgp.amortizer.stages.multistart import (
     resolve_starts,
 )
-from amorgp.amortizer.stages.refine import check_refine
+from amorgp.amortizer.stages.refine import check_refine, resolve_refine
 from amorgp.amortizer.stages.results import KernelResult
 from amorgp.core.data import Normalizer, as_dataset
 from amorgp.core.errors import OptionError
@@ -227,7 +228,7 @@ def iter_datasets(
     datasets: Sequence[tuple[Any, Any]],
     kernels: Sequence[str | DimWiseStructure],
     *,
-    refine: int | Literal["auto"] = 0,
+    refine: int | Literal["auto"] | None = None,
     calibrate: bool | None = None,
     starts: int | None = None,
     budget: float = BUDGET,
@@ -299,7 +300,7 @@ def iter_datasets(
             n, d = Xa.shape
             if d not in structs:
                 structs[d] = [amz.structure(k, d) for k in kernels]
-                warn_outside_training(d, structs[d], amz.max_dims, amz.max_addends)
+                warn_outside_training(d, structs[d], amz.max_dims, amz.max_addends, steps)
             others = ya[ya != ya[0]]
             if others.numel() and bool((others == others[0]).all()):
                 binary.append(i)
@@ -326,13 +327,16 @@ def iter_datasets(
         try:
             kcons = cons.resolve(structures)
             terms = candidates.addends(structures)
-            groups_ = amz.refine_groups(n, terms, steps) if steps != 0 else []
+            fisher = fisher_applies(n, terms, amz.dtype, amz.memory_budget)
+            run, idle = resolve_refine(steps, fisher)
+            cons.check_refine(run)
+            groups_ = amz.refine_groups(n, terms, run) if run != 0 and not fisher else []
         except OptionError as err:  # a name of no kernel on these inputs, or refused: theirs
             yield [DatasetFit(it.index, [], _one_line(err), n, False) for it in items]
             tick(len(items))
             continue
         opts = candidates.FitOptions(
-            steps=steps,
+            steps=run,
             calibrate=cal,
             starts=n_starts,
             constraints=cons,
@@ -340,6 +344,7 @@ def iter_datasets(
             groups=groups_,
             evaluate_lml=True,
             exact_network=exact_network,
+            idle=idle,
         )
         size = bucket_size(n, len(structures), n_starts, min(budget, amz.memory_budget))
         for s0 in range(0, len(items), size):

@@ -411,7 +411,7 @@ def fit_groups(
     target: str | None = None,
     predict_at: Any = None,
     amortizer: Amortizer | None = None,
-    refine: int | Literal["auto"] = 0,
+    refine: int | Literal["auto"] | None = None,
     calibrate: bool | None = None,
     starts: int | None = None,
     budget: float | None = None,

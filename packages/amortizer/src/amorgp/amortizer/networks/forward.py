@@ -50,12 +50,13 @@ def warn_outside_training(
 ) -> None:
     """Warn (``UserWarning``) about inputs the network never saw in training: more input
     dimensions than ``max_dims`` or more addends in one dimension than ``max_addends``.
-    The advice depends on ``refine`` (the call's, as checked; ``None``: unknown):
-    ``refine='auto'`` is recommended only where it is not already set."""
-    if refine == "auto":
+    The advice depends on ``refine`` (the call's, as checked; ``None``: the default,
+    which refines as ``"auto"`` where Fisher scoring applies): ``refine='auto'`` is
+    recommended only where it is not already set."""
+    if refine in ("auto", None):
         hint = (
-            "its start may be poor; refine='auto' already refines it by Type-2 ML (more "
-            "starts= may find a better optimum)"
+            "its start may be poor; the refinement (refine='auto', the default's where it "
+            "applies) takes it to a Type-2 ML optimum (more starts= may find a better one)"
         )
     else:
         hint = "its predictions may be poor (consider refine='auto')"

@@ -58,7 +58,9 @@ class FitOptions:
 
     ``constraints``: the call's; ``kernel_constraints``: resolved per structure.
     ``groups``: the kernels L-BFGS refines together (the dense limit's groups; empty
-    without a refinement).  ``evaluate_lml``: ``False`` leaves the factorisation to each
+    without a refinement).  ``idle``: the ``refine_status`` of rows that no refinement
+    runs on (``"none"``, or ``"skipped"`` where the default refinement does not apply).
+    ``evaluate_lml``: ``False`` leaves the factorisation to each
     posterior (no batched factors).  ``exact_network``: one network forward per dataset.
     """
 
@@ -71,6 +73,7 @@ class FitOptions:
     evaluate_lml: bool | None = None
     exact_network: bool = False
     progress: Progress | None = None
+    idle: str = "none"
 
 
 @dataclass

@@ -165,7 +165,7 @@ class Constraints:
     noise_floor: float = DEFAULT_NOISE_FLOOR
     priors: bool = False
 
-    def check_refine(self, steps: int | str) -> None:
+    def check_refine(self, steps: int | str | None) -> None:
         """Raise :class:`OptionError` where ``priors`` asks for a refinement that
         ``steps`` (:func:`~amorgp.amortizer.stages.refine.check_refine`'s) does not run."""
         if self.priors and steps == 0:

@@ -223,7 +223,8 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             U = theta.new_empty(B, len(general), n, n) if with_fisher else None
             Wf = W.reshape(B, n * n, 1)
             for j, lst in parts.items():  # dimensions: <W prod_{i != j} S_i, dk / d theta>
-                Wj = Wf if other[j] is None else (W * other[j]).reshape(B, n * n, 1)
+                oj = other[j]
+                Wj = Wf if oj is None else (W * oj).reshape(B, n * n, 1)
                 for _, grads in lst:
                     for idx, dk in grads:
                         if idx not in slot:
@@ -232,10 +233,10 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                         g_general[:, slot[idx]] = (dkb.reshape(B, 1, n * n) @ Wj)[:, 0, 0]
                         if U is None:
                             continue
-                        if other[j] is None:
+                        if oj is None:
                             U[:, slot[idx]] = dkb
                         else:
-                            torch.mul(dkb, other[j], out=U[:, slot[idx]])
+                            torch.mul(dkb, oj, out=U[:, slot[idx]])
             Kb = K.expand(B, n, n)
             g_k = (Kb.reshape(B, 1, n * n) @ Wf)[:, 0, 0]
             g_noise = W.diagonal(dim1=-2, dim2=-1).sum(-1)

@@ -112,7 +112,7 @@ def predict(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBa
     batch.params, batch.noise = _project(batch, opts, params, noise)
     P = B * K
     batch.start = ["network"] * P
-    batch.iterations, batch.status = [0] * P, ["none"] * P
+    batch.iterations, batch.status = [0] * P, [opts.idle] * P
     batch.gain, batch.grad_norm = [math.nan] * P, [math.nan] * P
     batch.pending = opts.calibrate
     return batch

@@ -1,0 +1,109 @@
+"""The default refinement (``refine=None``): every kernel not at its optimum refined by
+Fisher scoring until the predicted gain is below ``GAIN_TOL``, where Fisher scoring
+applies; elsewhere nothing, and the result says ``"skipped"``.  Oracles: scipy's L-BFGS-B
+on the dense float64 likelihood (numpy kernels from the registry's references), and the
+explicit options the default stands for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+from scipy.stats import multivariate_normal
+
+from amorgp.amortizer.api import Amortizer
+from amorgp.amortizer.stages.fisher import (
+    GAIN_TOL,
+    MAX_POINTS,
+    BatchLogMarginalLikelihood,
+    fisher_bytes,
+)
+from amorgp.amortizer.stages.refine import SKIPPED, resolve_refine
+from amorgp.amortizer.stages.refine_rows import AUTO_MAX_ITERS
+from amorgp.amortizer.testing import oracle_covariance
+
+
+def _data(n: int = 40, d: int = 2, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0.0, 3.0, size=(n, d))
+    y = np.sin(2.0 * X[:, 0]) + 0.3 * X[:, -1] + 0.1 * rng.standard_normal(n)
+    return X, y
+
+
+def _dense_optimum(r: object, X: np.ndarray, y: np.ndarray) -> float:
+    """The Type-2 ML optimum near the result: scipy's L-BFGS-B on the dense float64
+    likelihood (:func:`amorgp.amortizer.testing.oracle_covariance`, the registry's numpy
+    references) in the refinement's variables ``z = log(theta - floor)`` (so within the
+    same floors), from the result, to tight tolerances."""
+    norm = r.normalizer  # type: ignore[attr-defined]
+    Xn, yn = norm.transform_x(X).to(torch.float64), norm.transform_y(y).to(torch.float64)
+    obj = BatchLogMarginalLikelihood(Xn[None], yn[None], r.kernel)  # type: ignore[attr-defined]
+    floors = obj.floors.numpy()
+    z0 = obj.to_log_rows(r.params[None], torch.tensor([r.noise]))[0].numpy()  # type: ignore[attr-defined]
+
+    def lml(z: np.ndarray) -> float:
+        K = oracle_covariance(Xn.numpy(), r.kernel, floors + np.exp(z))  # type: ignore[attr-defined]
+        return float(multivariate_normal(np.zeros(len(yn)), K).logpdf(yn.numpy()))
+
+    res = minimize(
+        lambda z: -lml(z), z0, method="L-BFGS-B", options={"maxiter": 3000, "gtol": 1e-9}
+    )
+    return -float(res.fun)
+
+
+@pytest.mark.parametrize("kernel", ["SE", "SE + LIN"])
+def test_the_default_ends_at_the_dense_optimum(amz: Amortizer, kernel: str) -> None:
+    """Not refining (``refine=0``) leaves likelihood to gain; the default ends near the
+    optimum that scipy reaches from its answer, says it converged, and equals an explicit
+    refinement of the same budget."""
+    X, y = _data()
+    fast = amz.infer(X, y, kernel, refine=0)
+    r = amz.infer(X, y, kernel)
+    assert r.refine_status == "converged"
+    assert r.at_optimum
+    assert r.refine_gain < GAIN_TOL
+    assert r.untouched() == ()
+    best = _dense_optimum(r, X, y)
+    # a predicted gain below 0.01 nats; on a curved ridge (SE + LIN) a tenth of a nat
+    # may remain: well within the 1-nat resolution of model comparisons
+    assert best - r.log_marginal_likelihood < 0.25
+    assert best - fast.log_marginal_likelihood > 3 * GAIN_TOL  # there was work to do
+    assert r.log_marginal_likelihood > fast.log_marginal_likelihood
+    explicit = amz.infer(X, y, kernel, refine=AUTO_MAX_ITERS)
+    torch.testing.assert_close(r.params, explicit.params, rtol=0.0, atol=0.0)
+    assert r.refine_steps == explicit.refine_steps
+
+
+def test_float32_algebra_is_not_refined_and_says_so(tiny_checkpoint: Path) -> None:
+    amz32 = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", dtype=torch.float32)
+    X, y = _data(30, 1)
+    r = amz32.infer(X, y, "SE")
+    assert r.refine_status == SKIPPED
+    assert r.refine_steps == 0
+    asked = amz32.infer(X, y, "SE", refine="auto")  # an explicit refinement runs L-BFGS
+    assert asked.refine_status in ("converged", "max_iters")
+    assert asked.refine_steps > 0
+
+
+def test_beyond_the_memory_budget_it_is_skipped(tiny_checkpoint: Path) -> None:
+    """A budget below one row's Fisher evaluation: no refinement, and every result of the
+    call, in one dataset or many, says so."""
+    X, y = _data(60, 1)
+    budget = fisher_bytes(60, 1) / 2
+    small = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", memory_budget=budget)
+    (r,) = small.infer_many(X, y, ["SE"])
+    assert r.refine_status == SKIPPED
+    (fit,) = small.infer_datasets([(X, y)], ["SE"])
+    assert fit.results[0].refine_status == SKIPPED
+
+
+def test_resolve_refine() -> None:
+    assert resolve_refine(None, True) == (AUTO_MAX_ITERS, "none")
+    assert resolve_refine(None, False) == (0, SKIPPED)
+    assert resolve_refine("auto", False) == ("auto", "none")
+    assert resolve_refine(0, True) == (0, "none")
+    assert resolve_refine(7, False) == (7, "none")
+    assert MAX_POINTS == 2000
