@@ -237,8 +237,10 @@ def test_fitted_estimator_pickles_without_the_posterior_factor() -> None:
     assert len(blob) < 400 * 400 * 8 // 10  # the factor alone is n^2 float64
     back = pickle.loads(blob)
     m2, s2 = back.predict(X[:5], return_std=True)
-    np.testing.assert_allclose(m2, mean, rtol=1e-12)
-    np.testing.assert_allclose(s2, std, rtol=1e-12)
+    # the factor is computed again: equal to the rounding of a refined (near-noiseless)
+    # covariance's factorisation
+    np.testing.assert_allclose(m2, mean, rtol=1e-9)
+    np.testing.assert_allclose(s2, std, rtol=1e-9)
     assert back.log_marginal_likelihood_ == reg.log_marginal_likelihood_
 
 

@@ -32,6 +32,10 @@ def test_help_of_every_command() -> None:
         res = CliRunner().invoke(main, [cmd, "--help"])
         assert res.exit_code == 0
         assert "--seed" in res.output
+        # --refine takes N, auto or default, and the default refinement is the default
+        text = " ".join(res.output.split())
+        assert "--refine N|AUTO|DEFAULT" in text
+        assert "0: the amortized answer alone). [default: default]" in text
 
 
 @pytest.mark.parametrize(
@@ -74,11 +78,14 @@ def test_demo_json_is_one_versioned_document_with_original_unit_likelihoods() ->
     from amorgp.cli import main
     from amorgp.cli.demo import DEMO_DATA
 
-    res = CliRunner().invoke(main, ["demo", "--json", "--no-plot", "-k", "SE", "-k", "SE + PER"])
+    # --refine 0: the results are the amortized prediction that refine="auto" starts from
+    args = ["demo", "--json", "--no-plot", "-k", "SE", "-k", "SE + PER", "--refine", "0"]
+    res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert (doc["schema_version"], doc["command"]) == (1, "demo")
     assert [r["kernel"] for r in doc["results"]] == ["SE", "SE + PER"]
+    assert [r["refine_status"] for r in doc["results"]] == ["none", "none"]
     y = read_csv(DEMO_DATA).y
     assert y is not None
     offset = -len(y) * np.log(np.std(y))  # the population standard deviation

@@ -40,10 +40,12 @@ def _api(path: Path, ckpt: Path, kernel: str, **kw: Any) -> KernelResult:
 
 
 def test_json_carries_the_diagnostics(smooth: Path, tiny_checkpoint: Path) -> None:
-    res = _run(["infer", str(smooth), "-k", "SE + PER", "--json"], tiny_checkpoint)
+    res = _run(["infer", str(smooth), "-k", "SE + PER", "--json", "--refine", "0"],
+               tiny_checkpoint)  # fmt: skip
     assert res.exit_code == 0, res.output
     (got,) = json.loads(res.stdout)["results"]
-    want = _api(smooth, tiny_checkpoint, "SE + PER")
+    amortized = got["log_marginal_likelihood"]
+    want = _api(smooth, tiny_checkpoint, "SE + PER", refine=0)
     assert got["start"] == want.start == "periodogram"
     assert got["refine_steps"] == 0
     assert got["refine_status"] == "none"
@@ -68,6 +70,18 @@ def test_json_carries_the_diagnostics(smooth: Path, tiny_checkpoint: Path) -> No
     assert got["refine_steps"] > 0
     assert got["untouched"] == []
 
+    # the default (80 float64 points: Fisher scoring applies) refines to the optimum too
+    res = _run(["infer", str(smooth), "-k", "SE + PER", "--json"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    (got,) = json.loads(res.stdout)["results"]
+    assert got["refine_status"] == "converged"
+    assert got["refine_steps"] > 0
+    assert got["at_optimum"] is True
+    assert got["refine_gain"] < 0.01
+    assert got["optimality"] == "refinement"
+    assert got["untouched"] == []
+    assert got["log_marginal_likelihood"] >= amortized
+
 
 def _block(text: str, kernel: str) -> list[str]:
     """The lines of one kernel's block in the table."""
@@ -84,10 +98,11 @@ def _block(text: str, kernel: str) -> list[str]:
 def test_table_marks_untouched_constants_and_says_whether_at_an_optimum(
     smooth: Path, tiny_checkpoint: Path
 ) -> None:
-    res = _run(["infer", str(smooth), "-k", "SE + PER", "-k", "SE"], tiny_checkpoint)
+    two = ["infer", str(smooth), "-k", "SE + PER", "-k", "SE"]
+    res = _run([*two, "--refine", "0"], tiny_checkpoint)
     assert res.exit_code == 0, res.output
     block = _block(res.stdout, "SE + PER")
-    want = _api(smooth, tiny_checkpoint, "SE + PER")
+    want = _api(smooth, tiny_checkpoint, "SE + PER", refine=0)
     gain = want.optimality().gain
     assert block[1].split() == [
         "start", "periodogram", "refinement", "none", "(0", "steps)", "optimum:", "no",
@@ -111,6 +126,16 @@ def test_table_marks_untouched_constants_and_says_whether_at_an_optimum(
     assert not any(ln.endswith("*") for ln in block)
     assert UNTOUCHED_NOTE not in res.stdout
 
+    # the default refines both kernels here (80 float64 points): no start's constant left
+    res = _run(two, tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    for kernel in ("SE + PER", "SE"):
+        block = _block(res.stdout, kernel)
+        assert "refinement converged" in block[1]
+        assert "optimum: yes (gain" in block[1]
+        assert not any(ln.endswith("*") for ln in block)
+    assert UNTOUCHED_NOTE not in res.stdout
+
 
 def test_group_by_output_has_the_diagnostic_columns(smooth: Path, tiny_checkpoint: Path) -> None:
     pd = pytest.importorskip("pandas")
@@ -118,7 +143,8 @@ def test_group_by_output_has_the_diagnostic_columns(smooth: Path, tiny_checkpoin
     long = pd.concat([frame.assign(series="s1"), frame.iloc[:40].assign(series="s2")])
     path = smooth.parent / "long.csv"
     long.to_csv(path, index=False)
-    res = _run(["infer", str(path), "--group-by", "series", "-k", "SE + PER"], tiny_checkpoint)
+    grouped = ["infer", str(path), "--group-by", "series", "-k", "SE + PER"]
+    res = _run([*grouped, "--refine", "0"], tiny_checkpoint)
     assert res.exit_code == 0, res.output
     out = pd.read_csv(io.StringIO(res.stdout), keep_default_na=False)
     cols = list(out.columns)
@@ -134,9 +160,20 @@ def test_group_by_output_has_the_diagnostic_columns(smooth: Path, tiny_checkpoin
     assert s1["start"] == "periodogram"
     assert str(s1["at_optimum"]) == "False"
     assert s1["untouched"] == "SE@0[0].lengthscale;PER@0[1].lengthscale"
-    res = _run(["infer", str(path), "--group-by", "series", "-k", "SE + PER", "--json"],
-               tiny_checkpoint)  # fmt: skip
+    res = _run([*grouped, "--json", "--refine", "0"], tiny_checkpoint)
     lines = [json.loads(x) for x in res.stdout.splitlines()]
     assert lines[0]["at_optimum"] is False
     assert lines[0]["refine_steps"] == 0
     assert lines[0]["untouched"] == "SE@0[0].lengthscale;PER@0[1].lengthscale"
+    amortized = [line["log_marginal_likelihood"] for line in lines]
+    # the default refines every group (80 and 40 float64 points) to its optimum
+    res = _run([*grouped, "--json"], tiny_checkpoint)
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [line["series"] for line in lines] == ["s1", "s2"]
+    for line, before in zip(lines, amortized, strict=True):
+        assert line["refine_status"] == "converged"
+        assert line["refine_steps"] > 0
+        assert line["at_optimum"] is True
+        assert line["untouched"] == ""
+        assert line["log_marginal_likelihood"] >= before

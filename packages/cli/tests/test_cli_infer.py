@@ -20,6 +20,9 @@ from amorgp.amortizer.api import Amortizer, KernelResult
 from amorgp.cli import main
 from amorgp.cli._output import json_text, non_finite
 
+REFINE_REFUSED = "neither a non-negative integer (at most 9 ASCII digits), 'auto' nor 'default'"
+"""The usage error of a ``--refine`` value that is not ``N``, ``auto`` or ``default``."""
+
 
 def _run(args: list[str], ckpt: Path | None = None) -> Result:
     full = [*args, "--checkpoint", str(ckpt)] if ckpt is not None else args
@@ -308,7 +311,9 @@ def test_progress_bars_on_a_terminal_stderr(data_2d: Path, tiny_checkpoint: Path
     assert len(json.loads(stdout)["results"]) == 2  # stdout stays pure JSON
 
 
-@pytest.mark.parametrize(("value", "code"), [("auto", 0), ("3", 0), ("-1", 2), ("abc", 2)])
+@pytest.mark.parametrize(
+    ("value", "code"), [("auto", 0), ("3", 0), ("default", 0), ("-1", 2), ("abc", 2)]
+)
 def test_refine_takes_a_count_or_auto(
     data_1d: Path, tiny_checkpoint: Path, value: str, code: int
 ) -> None:
@@ -323,7 +328,7 @@ def test_refine_takes_a_count_or_auto(
         if got["refine_status"] == "converged":
             assert got["refine_gain"] < 0.01
     else:
-        assert "neither a non-negative integer nor 'auto'" in res.output
+        assert REFINE_REFUSED in res.output
 
 
 @pytest.mark.parametrize(
@@ -393,14 +398,15 @@ def test_calibrate_flag_matches_the_api(
     data_1d: Path, tiny_checkpoint: Path, flag: list[str]
 ) -> None:
     """Calibration is on by default, as in the API; ``--no-calibrate`` is the network alone."""
-    res = _run(["infer", str(data_1d), "-k", "SE + PER", "--json", *flag], tiny_checkpoint)
+    args = ["infer", str(data_1d), "-k", "SE + PER", "--json", "--refine", "0", *flag]
+    res = _run(args, tiny_checkpoint)
     assert res.exit_code == 0, res.output
     (got,) = json.loads(res.output)["results"]
     data = np.loadtxt(data_1d, delimiter=",", skiprows=1)
     amz = Amortizer.from_pretrained(tiny_checkpoint)
     calibrated = flag != ["--no-calibrate"]
-    want = amz.infer(data[:, :1], data[:, 1], "SE + PER", calibrate=calibrated)
-    plain = amz.infer(data[:, :1], data[:, 1], "SE + PER", calibrate=False)
+    want = amz.infer(data[:, :1], data[:, 1], "SE + PER", calibrate=calibrated, refine=0)
+    plain = amz.infer(data[:, :1], data[:, 1], "SE + PER", calibrate=False, refine=0)
     assert got["calibrated"] is calibrated
     assert got["log_marginal_likelihood"] == pytest.approx(want.log_marginal_likelihood, rel=1e-9)
     assert want.log_marginal_likelihood >= plain.log_marginal_likelihood
@@ -449,7 +455,8 @@ def test_backend_and_memory_budget_options(
     np.savetxt(csv, np.c_[x, y], delimiter=",", header="x,y", comments="")
     out = {}
     for backend in ("cholesky", "cg"):
-        args = ["infer", str(csv), "-k", "SE", "--json", "--backend", backend]
+        # --refine 0: both backends evaluate the same (amortized) hyperparameters
+        args = ["infer", str(csv), "-k", "SE", "--json", "--backend", backend, "--refine", "0"]
         res = _run([*args, "--memory-budget", "0.5"], tiny_checkpoint)
         assert res.exit_code == 0, res.output
         got = json.loads(res.output[res.output.index("{") :])["results"][0]
@@ -511,5 +518,5 @@ def test_refine_refuses_non_ascii_digits_and_huge_counts(tmp_path, value: str) -
     data.write_text("x,y\n" + "".join(f"{i},{(i * 7) % 5}\n" for i in range(12)))
     res = CliRunner().invoke(main, ["infer", str(data), "-k", "SE", "--refine", value])
     assert res.exit_code == 2, res.output
-    assert "neither a non-negative integer nor 'auto'" in res.output
+    assert REFINE_REFUSED in res.output
     assert len(res.output) < 600

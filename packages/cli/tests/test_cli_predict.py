@@ -88,7 +88,7 @@ def test_predict_test_file_without_targets_and_2d_plot(
     data = np.loadtxt(data_2d, delimiter=",", skiprows=1)
     api = Amortizer.from_pretrained(tiny_checkpoint).infer(data[:, 1:], data[:, 0], "SE", refine=2)
     assert 1 <= api.refine_steps <= 2  # the iterations actually run, not the budget
-    assert f"refined with {api.refine_steps} L-BFGS iterations ({api.refine_status})" in res.output
+    assert f"refined: {api.refine_steps} steps ({api.refine_status})" in res.output
     assert plot.exists()
 
 

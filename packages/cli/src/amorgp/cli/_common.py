@@ -235,10 +235,13 @@ def inference_options(f: F) -> F:
         click.option(
             "--refine",
             type=RefineType(),
-            default="0",
+            default="default",
             show_default=True,
-            help="Most L-BFGS iterations of Type-2 ML started from the amortized prediction, "
-            "or 'auto' (until the log marginal likelihood stops improving).",
+            help="Type-2 ML from the amortized prediction: 'default' (every kernel not at "
+            "its optimum refined until one more step is predicted to gain under 0.01 nats, "
+            "where the dense float64 Fisher scoring applies, up to 2000 points; above, "
+            "none, and the result says so), 'auto' (the same, and L-BFGS rounds above), "
+            "or N (at most N iterations; 0: the amortized answer alone).",
         ),
         click.option(
             "--calibrate/--no-calibrate",
@@ -256,26 +259,32 @@ def inference_options(f: F) -> F:
     return f
 
 
-Refine = int | Literal["auto"]
-"""``--refine`` after :class:`RefineType`: ``infer_many``'s ``refine`` as it is."""
+Refine = int | Literal["auto"] | None
+"""``--refine`` after :class:`RefineType`: ``infer_many``'s ``refine`` as it is (``None``:
+the default)."""
 
 
 class RefineType(click.ParamType):
-    """``--refine``: a non-negative integer or ``auto`` (the default ``"0"`` converts too)."""
+    """``--refine``: a non-negative integer, ``auto`` or ``default`` (``None``, the
+    library's default refinement)."""
 
-    name = "N|auto"
+    name = "N|auto|default"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Refine:
+        if value is None:
+            return None
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
         text = str(value).strip().lower()
         if text == "auto":
             return "auto"
+        if text == "default":
+            return None
         if text.isascii() and text.isdigit() and len(text) <= 9:
             return int(text)
         self.fail(
-            f"{shorten(str(value), quote=True)} is neither a non-negative integer nor "
-            "'auto' (at most 9 ASCII digits)",
+            f"{shorten(str(value), quote=True)} is neither a non-negative integer (at most 9 "
+            "ASCII digits), 'auto' nor 'default'",
             param,
             ctx,
         )

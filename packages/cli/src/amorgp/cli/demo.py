@@ -308,9 +308,9 @@ def demo(
     line = f"time for {len(chosen)} kernels: amortized {1e3 * t_amortized:.1f} ms"
     if amz.calibrate:
         line += " (incl. the calibration of scale and noise)"
-    if any(r.refine_status != "none" for r in results):
+    if any(r.refine_status not in ("none", "skipped") for r in results):
         steps = ", ".join(str(r.refine_steps) for r in results)
-        line += f" (incl. L-BFGS refinement: {steps} iterations)"
+        line += f" (incl. the refinement: {steps} steps)"
     if auto is not None:
         line += f"; --refine auto {1e3 * t_auto:.1f} ms"
     if baseline is not None:

@@ -143,7 +143,7 @@ def ensemble(
         refine,
         amz.calibrate,
     )
-    inference = amz if refine == 0 else amz.method(refine=refine)
+    inference = amz.method(refine=refine)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught, running("ensemble"):
         warnings.simplefilter("always")
@@ -280,7 +280,7 @@ def _generator(seed: int) -> Any:
     type=click.IntRange(min=1),
     default=5,
     show_default=True,
-    help="Structures listed per level; with --refine, the best ones refitted.",
+    help="Structures listed per level; the best ones refitted with --refine (not with 0).",
 )
 @json_option("Print JSON only on stdout.")
 @inference_options
@@ -298,7 +298,8 @@ def search(
 ) -> None:
     """Greedy/beam search for the kernel structure of the table DATA, scored by the
     amortized log marginal likelihood (or BIC; after the exact scale and noise unless
-    --no-calibrate); --refine k refits the best --top structures with k L-BFGS iterations."""
+    --no-calibrate); the best --top structures are then refitted with --refine (by default
+    refined until at an optimum; --refine 0: not refitted)."""
     from amorgp.amortizer.frontends.io import read_csv
     from amorgp.ensembles import describe_structure, format_description
 
@@ -394,7 +395,7 @@ def _run_search(
 
     try:
         return structure_search(
-            amz,
+            amz.method(refine=0),  # candidates scored by the amortized answer
             table.X,
             table.y,
             depth=depth,

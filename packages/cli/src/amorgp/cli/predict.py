@@ -346,8 +346,10 @@ def _predict_one(
             "are probably beyond the float64 range of the GP algebra: rescale the columns"
         )
     refined = (", scale and noise calibrated" if result.calibrated else "") + (
-        f", refined with {result.refine_steps} L-BFGS iterations ({result.refine_status})"
-        if result.refine_status != "none"
+        f", refined: {result.refine_steps} steps ({result.refine_status})"
+        if result.refine_status not in ("none", "skipped")
+        else ", not refined (skipped: no Fisher scoring at this size or dtype)"
+        if result.refine_status == "skipped"
         else ""
     )
     say(

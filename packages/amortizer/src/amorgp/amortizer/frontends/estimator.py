@@ -111,8 +111,7 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         refine: ``None`` (the default): Type-2 ML from the network's start until one more
             step is predicted to gain less than 0.01 nats, where the dense float64
             refinement applies (at most 2000 points), none above (``refine_status``
-            ``"skipped"``); ``"auto"``: the same after refining the best periodic starts
-            by successive halving, and L-BFGS above; ``k``: at most ``k``
+            ``"skipped"``); ``"auto"``: the same, and L-BFGS above; ``k``: at most ``k``
             iterations; ``0``: the network's answer alone (see
             :meth:`Amortizer.infer_many <amorgp.amortizer.frontends.inference.Amortizer.infer_many>`).
         calibrate: set the kernel's global scale and the noise to their exact Type-2 ML

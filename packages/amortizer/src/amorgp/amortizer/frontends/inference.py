@@ -303,14 +303,14 @@ class Amortizer(candidates.Fitter):
                 dimension; ``"(SE + LIN)@0 * PER@1"`` per dimension) or structures.
             refine: Type-2 ML from the prediction.  ``None`` (the default): every kernel
                 whose predicted gain of one more Fisher-scoring step is above
-                :data:`~amorgp.amortizer.stages.fisher.GAIN_TOL` (0.01 nats) is refined from
-                its multi-start's winner until it is not, wherever Fisher scoring applies (dense float64 algebra, at most
+                :data:`~amorgp.amortizer.stages.fisher.GAIN_TOL` (0.01 nats) is refined until
+                it is not, the best few periodic starts first by successive halving (as
+                ``"auto"``), wherever Fisher scoring applies (dense float64 algebra, at most
                 :data:`~amorgp.amortizer.stages.fisher.MAX_POINTS` points, within the memory
                 budget); elsewhere nothing is refined and ``refine_status`` says
                 ``"skipped"`` (:func:`~amorgp.amortizer.stages.refine.resolve_refine`).
-                ``"auto"``: the same after refining the best few periodic starts by
-                successive halving, and L-BFGS rounds until the likelihood stops improving
-                where Fisher scoring does not apply.  ``k`` (any integral
+                ``"auto"``: the same, and L-BFGS rounds until the likelihood stops
+                improving where Fisher scoring does not apply.  ``k`` (any integral
                 number): at most ``k`` iterations.  ``0``: the amortized answer alone (see
                 :mod:`amorgp.amortizer.stages.refine`, :mod:`amorgp.amortizer.stages.fisher`).
             calibrate: after the network, set each kernel's global scale and noise
@@ -489,6 +489,11 @@ class AmortizedMethod:
     amortizer: Amortizer
     refine: int | Literal["auto"] | None = None
     calibrate: bool | None = None
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The amortizer's symbol vocabulary (kernels are checked against it)."""
+        return self.amortizer.vocabulary
 
     def fit_many(
         self, X: Any, y: Any, kernels: Sequence[str | DimWiseStructure]

@@ -45,7 +45,6 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.stages.objective import LogMarginalLikelihood
-from amorgp.amortizer.stages.refine_rows import AUTO_MAX_ITERS as FISHER_MAX_ITERS
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
@@ -102,18 +101,14 @@ def resolve_refine(refine: Refine | None, fisher: bool) -> tuple[Refine, str]:
     Fisher scoring does (``fisher``) or does not refine, and the status of rows it leaves
     alone (``"none"``, or :data:`SKIPPED` for the default).
 
-    ``None``, the default: wherever Fisher scoring applies, every row (the multi-start's
-    winner of each kernel) whose predicted gain is above
-    :data:`~amorgp.amortizer.stages.fisher.GAIN_TOL` refined until it is not (at most
-    :data:`~amorgp.amortizer.stages.refine_rows.AUTO_MAX_ITERS` evaluations; a row already
-    at its optimum takes no step); elsewhere no refinement, said by the status
-    :data:`SKIPPED` (an explicit ``refine="auto"`` or ``k`` runs L-BFGS there).  Unlike
-    ``"auto"`` it does not first refine the best few periodic starts by successive
-    halving: on the 233 cells of ``realdata-a`` that halving ended more than 1 nat higher
-    in 21 cells and more than 1 nat lower in 21, for a quarter more time.
+    ``None``, the default: ``"auto"`` wherever Fisher scoring applies (the best periodic
+    starts of each kernel refined by successive halving, then every row whose predicted
+    gain is above :data:`~amorgp.amortizer.stages.fisher.GAIN_TOL` refined until it is
+    not; a row already at its optimum takes no step); elsewhere no refinement, said by the
+    status :data:`SKIPPED` (an explicit ``refine="auto"`` or ``k`` runs L-BFGS there).
     """
     if refine is None:
-        return (FISHER_MAX_ITERS, "none") if fisher else (0, SKIPPED)
+        return ("auto", "none") if fisher else (0, SKIPPED)
     return refine, "none"
 
 
