@@ -45,7 +45,10 @@ def _dense_optimum(r: object, X: np.ndarray, y: np.ndarray) -> float:
 
     def lml(z: np.ndarray) -> float:
         K = oracle_covariance(Xn.numpy(), r.kernel, floors + np.exp(z))  # type: ignore[attr-defined]
-        return float(multivariate_normal(np.zeros(len(yn)), K).logpdf(yn.numpy()))
+        try:
+            return float(multivariate_normal(np.zeros(len(yn)), K).logpdf(yn.numpy()))
+        except np.linalg.LinAlgError:  # a trial point whose covariance is singular
+            return -1e10
 
     res = minimize(
         lambda z: -lml(z), z0, method="L-BFGS-B", options={"maxiter": 3000, "gtol": 1e-9}
