@@ -16,11 +16,12 @@ Tasks (synthetic, seeded):
 Methods, side by side in one run, one thread:
 
 * ``default``: the library's defaults (``refine=None``: network, multi-start,
-  calibration, then Fisher scoring of the winner until the predicted gain is below 0.01
-  nats, up to ``fisher.MAX_POINTS`` points);
+  calibration, then ``refine="auto"`` up to ``fisher.MAX_POINTS`` points: the best
+  periodic starts by successive halving, then each kernel by Fisher scoring until the
+  predicted gain is below 0.01 nats);
 * ``amortized``: ``refine=0`` (network, multi-start, calibration; the default before);
-* ``auto``: ``refine="auto"`` (the default's refinement after the successive halving of
-  the best periodic starts);
+* ``auto``: ``refine="auto"`` asked for (the default's refinement up to
+  ``fisher.MAX_POINTS`` points, L-BFGS above);
 * ``L-BFGS 20`` and ``L-BFGS auto``: the refinement as it was, L-BFGS at every size
   (``fisher.MAX_POINTS`` set to 0 for the call): at most 20 iterations, and rounds of 10
   until the likelihood stops improving;
@@ -213,10 +214,11 @@ def write(args, rows) -> None:
         "`benchmarks/bench_refine_stop.py`; one thread (BLAS too), torch "
         f"{torch.__version__}, {cpu} ({os.cpu_count()} cores, shared with other jobs), all "
         "methods side by side in one run. Medians over seeds (the six-input task: one seed). "
-        "`default`: the library's defaults, the multi-start's winner refined by Fisher "
+        '`default`: the library\'s defaults (`refine=None`, here `refine="auto"`: the '
+        "best periodic starts refined by successive halving, then each kernel by Fisher "
         "scoring until the Fisher information predicts less than 0.01 nats for another "
-        "step; `amortized`: `refine=0` (the default before); `auto`: the default's "
-        "refinement after the successive halving of the best periodic starts; "
+        'step); `amortized`: `refine=0` (the default before); `auto`: `refine="auto"` '
+        "asked for (the same as the default up to 2000 points); "
         "`L-BFGS 20` / `L-BFGS auto`: the refinement at every size "
         "before Fisher scoring (20 iterations; rounds of 10 until a round gains less than "
         "`max(0.05, 1e-4 |LML|)`). Gap: nats below the best amorgp fit of the same data "
