@@ -437,6 +437,7 @@ def fisher_refine(
     noise: Tensor,
     max_iters: int,
     tol: float = GAIN_TOL,
+    final_check: bool = True,
 ) -> FisherRefinement:
     """Damped quasi-Newton ascent of every row from ``params (B, D, L, P)`` and
     ``noise (B,)`` (module docstring), each row until its predicted gain is below ``tol``
@@ -448,7 +449,9 @@ def fisher_refine(
     when the model predicts less than ``tol``, the point is evaluated again with the
     Fisher information, and the row stops only if that confirms it.  A row that ends
     for another reason is evaluated with the Fisher information once more, so that every
-    reported gain is the Fisher information's.
+    reported gain is the Fisher information's (``final_check=False``: not, for a round
+    whose gains are not reported, e.g. of the successive halving; its ``gain`` and
+    ``status`` may then be the curvature model's).
     """
     z = objective.to_log_rows(params.detach().to(torch.float64), noise.detach().to(torch.float64))
     B = z.shape[0]
@@ -499,7 +502,7 @@ def fisher_refine(
         stalled[rej] = damping[rej] > MAX_DAMPING
         done |= stalled
     last = torch.nonzero(ok & ~checked).flatten()
-    if last.numel():  # every reported gain is the Fisher information's
+    if last.numel() and final_check:  # every reported gain is the Fisher information's
         confirm(last)
     p, nz = objective.from_log_rows(z)
     status = [
