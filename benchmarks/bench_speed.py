@@ -95,19 +95,22 @@ def worker(task: str, quick: bool, repeats: int) -> dict[str, Any]:
     amz = Amortizer.from_pretrained(device="cpu")
     kernels = [str(t) for t in paper_evaluation_set(0)]
 
-    def one() -> None:
-        amz.infer(X, y, "SE").predict(Xt)
-
     import inspect
 
+    # the amortized answer: the rows time what they name (the default also refines)
+    refine0 = {"refine": 0} if "refine" in inspect.signature(amz.infer_many).parameters else {}
+
+    def one() -> None:
+        amz.infer(X, y, "SE", **refine0).predict(Xt)
+
     multi = "starts" in inspect.signature(amz.infer_many).parameters
-    one_start = {"starts": 1} if multi else {}
+    one_start = {"starts": 1, **refine0} if multi else {}
 
     def many() -> None:  # one start per kernel: the same work before and after
         amz.infer_many(X, y, kernels, **one_start)
 
-    def many_default() -> None:  # the default: multi-start for the periodic kernels
-        amz.infer_many(X, y, kernels)
+    def many_default() -> None:  # the amortized answer: multi-start for the periodic kernels
+        amz.infer_many(X, y, kernels, **refine0)
 
     if task == "timing":
         t1 = _cpu_min(one, repeats)
