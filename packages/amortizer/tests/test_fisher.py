@@ -159,6 +159,33 @@ def test_an_ard_kernels_variances_move_as_one_product() -> None:
         assert best - float(ref.log_marginal_likelihood[b]) < 3 * GAIN_TOL
 
 
+@pytest.mark.parametrize(("kernel", "d"), [("SE", 2), ("SE + SE*PER", 1)])
+def test_above_the_probe_limit_the_fisher_information_is_estimated_closely(
+    kernel: str, d: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above ``PROBE_POINTS`` the Fisher information comes from random probes: close to
+    the exact one (oracle: the exact path, itself checked against finite differences
+    above), the same on every call, and the value and gradient are unchanged."""
+    import amorgp.amortizer.stages.fisher as fisher_module
+
+    n = fisher_module.PROBE_POINTS + 100
+    X, y = _data(1, n, d, 8)
+    obj = BatchLogMarginalLikelihood(X, y, _structure(kernel, d))
+    z = 0.3 * torch.randn(
+        1, obj.floors.numel(), generator=torch.Generator().manual_seed(2), dtype=torch.float64
+    )
+    lml, grad, probed = obj.evaluate(z)
+    _, _, again = obj.evaluate(z)
+    torch.testing.assert_close(probed, again, rtol=0.0, atol=0.0)
+    monkeypatch.setattr(fisher_module, "PROBE_POINTS", 10**9)
+    lml_x, grad_x, exact = obj.evaluate(z)
+    assert float(lml[0]) == float(lml_x[0])
+    torch.testing.assert_close(grad, grad_x, rtol=1e-10, atol=1e-10)
+    assert float((probed - exact).norm() / exact.norm()) < 0.1
+    gain, gain_x = predicted_gain(probed, grad), predicted_gain(exact, grad)
+    assert float(gain[0]) == pytest.approx(float(gain_x[0]), rel=0.2)
+
+
 def test_a_start_at_the_optimum_stops_at_once() -> None:
     X, y = _data(1, 30, 1, 6)
     s = _structure("SE", 1)

@@ -68,6 +68,8 @@ __all__ = [
     "MAX_STEP",
     "CHECK_POINTS",
     "MAX_POINTS",
+    "PROBES",
+    "PROBE_POINTS",
     "BatchLogMarginalLikelihood",
     "FisherRefinement",
     "fisher_applies",
@@ -92,6 +94,17 @@ MAX_DAMPING = 1e8
 _INITIAL_DAMPING = 1e-3
 
 _REJECTED_DAMPING = 0.25
+
+PROBE_POINTS = 1000
+"""Above this many points the Fisher information is estimated by :data:`PROBES` random
+probes (:func:`_probed_fisher`: products of ``n x PROBES`` blocks in place of one
+``n x n`` product per hyperparameter); at most, it is exact."""
+
+PROBES = 64
+"""Rademacher probes of the estimated Fisher information (above :data:`PROBE_POINTS`)."""
+
+PROBE_SEED = 0
+"""Seed of the probes' generator (one fixed draw: deterministic results)."""
 
 CHUNK_BYTES = 2 * 2**20
 """Bytes of derivative matrices evaluated at once (:meth:`BatchLogMarginalLikelihood.
@@ -257,14 +270,17 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             g_all = torch.cat([g_general, g_k[:, None], g_noise[:, None]], 1)
             grad = g_all[:, col] * c
             if U is not None and free:
-                # A^-1 K = I - noise A^-1 (A = K + noise I): no product for the scales
-                AK = eye - theta[:, -1, None, None] * Ainv
-                M = torch.cat(
-                    [Ainv[:, None] @ U, AK[:, None], Ainv[:, None]], 1
-                )  # (B, u + 2, n, n): A^-1 times each distinct derivative
-                Mt = M.transpose(-2, -1).flatten(2)
-                Fu = 0.5 * (M.flatten(2) @ Mt.transpose(1, 2))
-                Fu = 0.5 * (Fu + Fu.transpose(1, 2))
+                if n > PROBE_POINTS:
+                    Fu = _probed_fisher(Lc, U, theta[:, -1])
+                else:
+                    # A^-1 K = I - noise A^-1 (A = K + noise I): no product for the scales
+                    AK = eye - theta[:, -1, None, None] * Ainv
+                    M = torch.cat(
+                        [Ainv[:, None] @ U, AK[:, None], Ainv[:, None]], 1
+                    )  # (B, u + 2, n, n): A^-1 times each distinct derivative
+                    Mt = M.transpose(-2, -1).flatten(2)
+                    Fu = 0.5 * (M.flatten(2) @ Mt.transpose(1, 2))
+                    Fu = 0.5 * (Fu + Fu.transpose(1, 2))
                 fisher = Fu[:, col][:, :, col] * c[:, :, None] * c[:, None, :]
             else:
                 fisher = theta.new_zeros(B, len(free), len(free))
@@ -309,6 +325,29 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 fisher[:, :, self.gauge] = 0.0
                 fisher[:, self.gauge, self.gauge] = 1.0
         return lml, grad, fisher
+
+
+def _probed_fisher(Lc: Tensor, U: Tensor, noise: Tensor) -> Tensor:
+    """The Fisher information of the distinct derivative matrices ``[U_1..U_u, K, I]``
+    (``(B, u + 2, u + 2)``) by :data:`PROBES` Rademacher probes ``z``:
+    ``tr(A^-1 D_p A^-1 D_q) ~ mean_z (D_p A^-1 z)^T (A^-1 D_q z)`` (Hutchinson), from the
+    factor ``Lc`` of ``A = K + noise I``: two products of each ``U`` with ``n x PROBES``
+    blocks and one solve, against ``u`` products of ``n x n`` matrices exactly.  The
+    probes are drawn from a generator of fixed seed: the same rows give the same
+    estimate.  ``K`` and ``I`` need no product (``K z = A z - noise z``)."""
+    B, u, n, _ = U.shape
+    gen = torch.Generator().manual_seed(PROBE_SEED)
+    Z = torch.randint(0, 2, (n, PROBES), generator=gen).to(U) * 2.0 - 1.0
+    Z = Z.expand(B, n, PROBES)
+    P = torch.cholesky_solve(Z, Lc)  # A^-1 z
+    QK = Z - noise[:, None, None] * P  # K A^-1 z = A^-1 K z
+    Qg = U @ P[:, None]  # (B, u, n, s): U_p A^-1 z
+    UZ = (U @ Z[:, None]).permute(0, 2, 1, 3).reshape(B, n, u * PROBES)
+    Rg = torch.cholesky_solve(UZ, Lc).reshape(B, n, u, PROBES).permute(0, 2, 1, 3)
+    Q = torch.cat([Qg, QK[:, None], P[:, None]], 1).flatten(2)
+    R = torch.cat([Rg, QK[:, None], P[:, None]], 1).flatten(2)
+    Fu = (0.5 / PROBES) * (Q @ R.transpose(1, 2))
+    return 0.5 * (Fu + Fu.transpose(1, 2))
 
 
 def _solve(fisher: Tensor, grad: Tensor, damping: Tensor) -> Tensor:
@@ -527,10 +566,11 @@ def fisher_refine(
 
 MAX_POINTS = 2000
 """Most points of a dataset refined by Fisher scoring (:func:`fisher_applies`).  Its
-Fisher evaluations cost about twice an L-BFGS evaluation (``m`` products of ``n x n``
-matrices on top of the factorisation), its other evaluations about one, and it stops on
-the predicted gain: measured in ``docs/benchmarks/refine-stop.md``.  Larger datasets
-refine by L-BFGS (:mod:`amorgp.amortizer.stages.refine`)."""
+evaluations with the Fisher information cost ``m`` products of ``n x n`` matrices on top
+of the factorisation (probes above :data:`PROBE_POINTS`), the others about an L-BFGS
+evaluation, and it stops on the predicted gain: measured in
+``docs/benchmarks/refine-stop.md``.  Larger datasets refine by L-BFGS
+(:mod:`amorgp.amortizer.stages.refine`)."""
 
 
 CHECK_POINTS = 1000
