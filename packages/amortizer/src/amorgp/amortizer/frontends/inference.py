@@ -36,9 +36,8 @@ from amorgp.amortizer.stages.constraints import (
     check_constraints,
     warn_at_noise_floor,
 )
-from amorgp.amortizer.stages.fisher import fisher_applies
 from amorgp.amortizer.stages.multistart import check_starts, resolve_starts
-from amorgp.amortizer.stages.refine import check_refine, resolve_refine
+from amorgp.amortizer.stages.refine import check_refine
 from amorgp.amortizer.stages.results import KernelResult
 from amorgp.core.data import Normalizer, as_dataset
 from amorgp.core.errors import OptionError
@@ -384,17 +383,14 @@ class Amortizer(candidates.Fitter):
         structures = KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         n, K = Xn.shape[0], len(structures)
         terms = candidates.addends(structures)
-        fisher = fisher_applies(n, terms, self.dtype, self.memory_budget)
-        run, idle = resolve_refine(steps, fisher)
-        cons.check_refine(run)
+        run, idle, groups = candidates.refine_plan(self, n, terms, steps, cons)  # or refused
         opts = candidates.FitOptions(
             steps=run,
             calibrate=calibrate,
             starts=resolve_starts(starts, self.starts, calibrate),
             constraints=cons,
             kernel_constraints=cons.resolve(structures),
-            # L-BFGS's groups where Fisher scoring does not refine (or refused)
-            groups=self.refine_groups(n, terms, run) if run != 0 and not fisher else [],
+            groups=groups,
             evaluate_lml=evaluate_lml,
             progress=progress,
             idle=idle,

@@ -70,11 +70,10 @@ from amorgp.amortizer.stages.constraints import (
     Name,
     check_constraints,
 )
-from amorgp.amortizer.stages.fisher import fisher_applies
 from amorgp.amortizer.stages.multistart import (
     resolve_starts,
 )
-from amorgp.amortizer.stages.refine import check_refine, resolve_refine
+from amorgp.amortizer.stages.refine import check_refine
 from amorgp.amortizer.stages.results import KernelResult
 from amorgp.core.data import Normalizer, as_dataset
 from amorgp.core.errors import OptionError
@@ -327,10 +326,7 @@ def iter_datasets(
         try:
             kcons = cons.resolve(structures)
             terms = candidates.addends(structures)
-            fisher = fisher_applies(n, terms, amz.dtype, amz.memory_budget)
-            run, idle = resolve_refine(steps, fisher)
-            cons.check_refine(run)
-            groups_ = amz.refine_groups(n, terms, run) if run != 0 and not fisher else []
+            run, idle, groups_ = candidates.refine_plan(amz, n, terms, steps, cons)
         except OptionError as err:  # a name of no kernel on these inputs, or refused: theirs
             yield [DatasetFit(it.index, [], _one_line(err), n, False) for it in items]
             tick(len(items))

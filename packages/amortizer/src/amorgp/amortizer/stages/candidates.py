@@ -17,13 +17,23 @@ from amorgp.amortizer.networks.prediction import NetworkPrediction
 from amorgp.amortizer.stages import calibrate as calibration
 from amorgp.amortizer.stages.backends import GPBackendSizing
 from amorgp.amortizer.stages.constraints import Constraints, KernelConstraints
+from amorgp.amortizer.stages.fisher import fisher_applies
+from amorgp.amortizer.stages.refine import resolve_refine
 from amorgp.amortizer.stages.results import Factor
 from amorgp.lazy_kernels import SolverPlan
 
 if TYPE_CHECKING:
     from amorgp.kernel_grammar import DimWiseStructure, Vocabulary
 
-__all__ = ["CandidateBatch", "FitOptions", "Fitter", "Progress", "addends", "new_batch"]
+__all__ = [
+    "CandidateBatch",
+    "FitOptions",
+    "Fitter",
+    "Progress",
+    "addends",
+    "new_batch",
+    "refine_plan",
+]
 
 Progress = Callable[[str, int, int], None]
 
@@ -175,3 +185,27 @@ def addends(structures: Sequence[DimWiseStructure]) -> list[int]:
     """Each structure's addends, summed over its dimensions (what a solver plan and the
     dense limit's groups are sized by)."""
     return [sum(len(a) for a in s.dims) for s in structures]
+
+
+def refine_plan(
+    amz: Fitter,
+    n: int,
+    terms: Sequence[int],
+    steps: int | Literal["auto"] | None,
+    constraints: Constraints,
+) -> tuple[int | Literal["auto"], str, list[list[int]]]:
+    """What runs for ``steps`` (:func:`~amorgp.amortizer.stages.refine.check_refine`'s) on
+    datasets of ``n`` points with kernels of ``terms`` addends: the refinement
+    (:func:`~amorgp.amortizer.stages.refine.resolve_refine`, by whether Fisher scoring
+    applies), the ``refine_status`` of rows it leaves alone, and L-BFGS's groups of
+    kernels where Fisher scoring does not refine (:attr:`FitOptions.groups`).
+
+    Raises:
+        OptionError: ``priors`` without a refinement, or an L-BFGS refinement above the
+            dense limit.
+    """
+    fisher = fisher_applies(n, terms, amz.dtype, amz.memory_budget)
+    run, idle = resolve_refine(steps, fisher)
+    constraints.check_refine(run)
+    groups = amz.refine_groups(n, terms, run) if run != 0 and not fisher else []
+    return run, idle, groups
