@@ -65,3 +65,35 @@ def test_vocabulary_must_extend() -> None:
     cfg = PRESETS["tiny"].network
     with pytest.raises(OptionError, match="drops"):
         extend_vocabulary(AmortizedGP(cfg), cfg, small, {})
+
+
+def test_period_tokens_keep_all_but_the_periods(tiny_checkpoint: Path) -> None:
+    from amorgp.amortizer.stages.periodogram import period_candidates
+    from amorgp.training.vocabulary import add_period_tokens
+
+    base = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    model, cfg = add_period_tokens(base.model, base.network)
+    assert cfg.period_tokens
+    assert not base.network.period_tokens
+    tokens = Amortizer(model, base.meta, device="cpu")
+    rng = np.random.default_rng(1)
+    X = rng.random((60, 2))
+    y = np.sin(2 * np.pi * X[:, 0] / 0.17) + 0.1 * rng.normal(size=60)
+    opts = {"calibrate": False, "starts": 1, "refine": 0}  # the network alone
+    for kernel in ("SE + LIN", "SE*PER + LIN"):
+        a = tokens.infer(X, y, kernel, **opts).hyperparameters
+        b = base.infer(X, y, kernel, **opts).hyperparameters
+        for key, value in a.items():
+            if not key[2].endswith("period"):
+                assert value == pytest.approx(b[key], rel=1e-6), key
+    # the period: the stages' strongest periodogram peak of input 0 (normalised units)
+    Xn = (X - X.min(0)) / np.ptp(X, 0)
+    import torch
+
+    peak = period_candidates(torch.tensor(Xn), torch.tensor(y))[0]
+    hyp = tokens.infer(X, y, "SE*PER + LIN", **opts).hyperparameters
+    got = next(v for (d, _, name), v in hyp.items() if d == 0 and name.endswith("period"))
+    assert peak[0] == 0
+    assert got == pytest.approx(peak[1], rel=0.01)
+    with pytest.raises(OptionError, match="period tokens already"):
+        add_period_tokens(model, cfg)

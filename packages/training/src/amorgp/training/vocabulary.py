@@ -24,11 +24,11 @@ from dataclasses import replace
 import torch
 
 from amorgp.amortizer.networks.config import NetworkConfig
-from amorgp.amortizer.networks.model import AmortizedGP
+from amorgp.amortizer.networks.model import AmortizedGP, anchor_period_slots
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import Vocabulary, base_symbol, canonical_symbol_name
 
-__all__ = ["extend_vocabulary", "stand_in_symbol"]
+__all__ = ["add_period_tokens", "extend_vocabulary", "stand_in_symbol"]
 
 
 def stand_in_symbol(
@@ -114,4 +114,28 @@ def extend_vocabulary(
         }
     )
     grown.load_state_dict(out)
+    return grown, new_cfg
+
+
+def add_period_tokens(
+    model: AmortizedGP, network: NetworkConfig
+) -> tuple[AmortizedGP, NetworkConfig]:
+    """``model`` with period tokens (module docstring).
+
+    Returns:
+        The new network (float32, on the CPU) and its architecture
+        (``period_tokens=True``).
+
+    Raises:
+        OptionError: the network has period tokens already.
+    """
+    if network.period_tokens:
+        raise OptionError("the network reads period tokens already")
+    new_cfg = replace(network, period_tokens=True)
+    grown = AmortizedGP(new_cfg)
+    weights = {k: v.detach().cpu().to(torch.float32) for k, v in model.state_dict().items()}
+    missing, unexpected = grown.load_state_dict(weights, strict=False)
+    assert not unexpected
+    assert all(k.startswith("period_proj.") for k in missing)
+    anchor_period_slots(grown.heads)
     return grown, new_cfg

@@ -92,6 +92,9 @@ class NetworkConfig:
             dimensions, Kernel-Encoder-Blocks of the decoder).
         head_hidden: hidden width of each per-symbol parameter head.
         noise_hidden: hidden width of the noise head.
+        period_tokens: the kernel tokens read the periodogram's strongest peak of their
+            dimension and every predicted period is a correction of it
+            (:mod:`amorgp.amortizer.networks.period_tokens`; structured network only).
     """
 
     model: str = "structured"
@@ -104,9 +107,14 @@ class NetworkConfig:
     kernel_blocks: tuple[int, int, int] = (2, 1, 2)
     head_hidden: int = 64
     noise_hidden: int = 64
+    period_tokens: bool = False
 
     def __post_init__(self) -> None:
         spec = network_spec(self.model)
+        if not isinstance(self.period_tokens, bool):
+            raise ValueError(f"period_tokens must be a bool, got {self.period_tokens!r}")
+        if self.period_tokens and self.model != "structured":
+            raise ValueError(f"period_tokens needs the structured network, got {self.model!r}")
         _check_positive(self, ("d_data", "d_kernel", "head_hidden", "noise_hidden"), MAX_WIDTH)
         _check_positive(self, ("n_heads",), MAX_WIDTH)
         _check_positive(self, ("ff_mult",), MAX_FF_MULT)
@@ -126,6 +134,8 @@ class NetworkConfig:
         out["vocabulary"] = self.vocabulary.to_dict()
         out["data_blocks"] = list(self.data_blocks)
         out["kernel_blocks"] = list(self.kernel_blocks)
+        if not self.period_tokens:  # networks without it keep their stored config as it was
+            del out["period_tokens"]
         return out
 
     @classmethod

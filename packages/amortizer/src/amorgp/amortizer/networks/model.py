@@ -48,9 +48,15 @@ from amorgp.amortizer.networks.layers import (
     zero_padded,
 )
 from amorgp.amortizer.networks.network import AmortizationNetwork, DatasetEncoding, Prediction
+from amorgp.amortizer.networks.period_tokens import (
+    LOG_RANGE,
+    N_FEATURES,
+    period_features,
+    strongest_periods,
+)
 from amorgp.amortizer.networks.registry import build_model
-from amorgp.kernel_grammar import NOISE, Vocabulary, positive, positive_inverse
-from amorgp.lazy_kernels import PaddedBatch, slot_table
+from amorgp.kernel_grammar import NOISE, ParamKind, Vocabulary, positive, positive_inverse
+from amorgp.lazy_kernels import PARAM_KINDS, PaddedBatch, slot_table
 
 __all__ = [
     "AmortizedGP",
@@ -59,6 +65,7 @@ __all__ = [
     "NoiseHead",
     "Prediction",
     "SymbolHeads",
+    "anchor_period_slots",
     "build_model",
     "count_parameters",
 ]
@@ -167,10 +174,20 @@ class KernelEncoderDecoder(nn.Module):
         )
 
     def forward(
-        self, symbols: Tensor, symbol_mask: Tensor, h: Tensor, dim_mask: Tensor
+        self,
+        symbols: Tensor,
+        symbol_mask: Tensor,
+        h: Tensor,
+        dim_mask: Tensor,
+        token_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
+        """``token_bias (B, D, K)``, if given, is added to the embedding of every symbol of
+        its dimension (the period tokens)."""
         symbol_mask_or_none, dim_mask_or_none = dense_mask(symbol_mask), dense_mask(dim_mask)
-        t = zero_padded(self.embed(symbols), symbol_mask_or_none)
+        t = self.embed(symbols)
+        if token_bias is not None:
+            t = t + token_bias[:, :, None, :]
+        t = zero_padded(t, symbol_mask_or_none)
         for block in self.encoder:
             t = block(t, h, symbol_mask_or_none)
         v = self.across_dims(
@@ -191,21 +208,37 @@ class SymbolHeads(nn.Module):
     :meth:`amorgp.lazy_kernels.SlotTable.constrain`; 1.0 in unused slots).  The first layer of every symbol is one
     matmul ``(T, K) @ (K, V * Hh)`` followed by a gather of the token's symbol block; the
     second gathers its ``(Hh, P)`` weights per token (no loop over symbols).
+
+    With ``anchored=True`` (period tokens) a period slot is ``anchor * exp(raw)``, ``raw``
+    clipped to ``[-LOG_RANGE, LOG_RANGE]``, and its head starts at ``raw = 0``
+    (:func:`anchor_period_slots`).
     """
 
-    def __init__(self, vocab: Vocabulary, width: int, hidden: int) -> None:
+    def __init__(self, vocab: Vocabulary, width: int, hidden: int, anchored: bool = False) -> None:
         super().__init__()
         V, P = len(vocab), vocab.max_params
         self.vocabulary = vocab
+        self.anchored = anchored
         self.n_symbols, self.hidden, self.n_slots = V, hidden, P
         self.w1 = nn.Parameter(torch.randn(width, V * hidden) / width**0.5)
         self.b1 = nn.Parameter(torch.zeros(V, hidden))
         self.w2 = nn.Parameter(torch.randn(V, hidden, P) * (0.01 / hidden**0.5))
         bias = slot_table(vocab).raw_prior_mean().to(torch.float32)
         self.b2 = nn.Parameter(bias[1:].clone())
+        if anchored:
+            anchor_period_slots(self)
 
-    def forward(self, tokens: Tensor, symbols: Tensor, symbol_mask: Tensor) -> Tensor:
-        """``tokens (B,D,L,K)``, ``symbols (B,D,L)`` -> positive parameters ``(B,D,L,P)``."""
+    def period_slots(self) -> Tensor:
+        """``(V, P)`` bool: the period slots of every symbol."""
+        table = slot_table(self.vocabulary, self.w2.device)
+        return (table.kind[1:] == PARAM_KINDS.index(ParamKind.PERIOD)) & table.used[1:]
+
+    def forward(
+        self, tokens: Tensor, symbols: Tensor, symbol_mask: Tensor, anchor: Tensor | None = None
+    ) -> Tensor:
+        """``tokens (B,D,L,K)``, ``symbols (B,D,L)`` -> positive parameters ``(B,D,L,P)``;
+        ``anchor (B, D)`` the period anchors (NaN: the slot's prior mean) of an anchored
+        head."""
         lead = symbols.shape
         t = tokens.reshape(-1, tokens.shape[-1])
         ids = symbols.reshape(-1).long()
@@ -215,7 +248,26 @@ class SymbolHeads(nn.Module):
         a = nn.functional.gelu(a + self.b1[idx])
         raw = torch.einsum("th,thp->tp", a, self.w2[idx]) + self.b2[idx]
         table = slot_table(self.vocabulary, raw.device)
-        return table.constrain(raw.reshape(*lead, self.n_slots), symbols, symbol_mask)
+        raw = raw.reshape(*lead, self.n_slots)
+        params = table.constrain(raw, symbols, symbol_mask)
+        if not self.anchored or anchor is None:
+            return params
+        ids = torch.where(symbol_mask, symbols, 0).long()
+        is_period = (table.kind[ids] == PARAM_KINDS.index(ParamKind.PERIOD)) & table.used[ids]
+        a = anchor.to(params.dtype)[:, :, None, None]
+        prior = table.prior_mean[ids].to(params.dtype)
+        base = torch.where(torch.isfinite(a), a, prior)
+        anchored = base * torch.exp(raw.clamp(-LOG_RANGE, LOG_RANGE))
+        return torch.where(is_period & symbol_mask[..., None], anchored, params)
+
+
+def anchor_period_slots(heads: SymbolHeads) -> None:
+    """Start every period slot of ``heads`` at ``raw = 0`` (the anchor itself): its
+    second-layer weights and bias set to zero, other slots untouched."""
+    slots = heads.period_slots()  # (V, P)
+    with torch.no_grad():
+        heads.w2.mul_((~slots)[:, None, :].to(heads.w2.dtype))
+        heads.b2.masked_fill_(slots, 0.0)
 
 
 class NoiseHead(nn.Module):
@@ -256,21 +308,38 @@ class AmortizedGP(AmortizationNetwork):
         self.kernel_encoder = KernelEncoderDecoder(
             len(c.vocabulary), c.d_kernel, c.d_data, c.n_heads, c.ff_mult, c.kernel_blocks
         )
-        self.heads = SymbolHeads(c.vocabulary, c.d_kernel, c.head_hidden)
+        self.heads = SymbolHeads(c.vocabulary, c.d_kernel, c.head_hidden, c.period_tokens)
         self.noise_head = NoiseHead(c.d_kernel + c.d_data, c.noise_hidden)
+        self.period_proj: nn.Linear | None = None
+        if c.period_tokens:
+            self.period_proj = nn.Linear(N_FEATURES, c.d_kernel)
+            nn.init.zeros_(self.period_proj.weight)
+            nn.init.zeros_(self.period_proj.bias)
 
     def encode_dataset(self, batch: PaddedBatch) -> DatasetEncoding:
-        """Dimension embeddings ``h (B, D, H)`` of the datasets (network dtype)."""
+        """Dimension embeddings ``h (B, D, H)`` of the datasets (network dtype), with the
+        period tokens' peaks where the network reads them."""
         dtype = self.heads.w1.dtype
         X, y = batch.X.to(dtype), batch.y.to(dtype)
         h = self.dataset_encoder(X, y, batch.point_mask, batch.dim_mask)
-        return DatasetEncoding(h, batch.dim_mask)
+        periods = None
+        if self.period_proj is not None:  # from the inputs as given (float64)
+            period, power = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
+            periods = torch.stack([period, power], -1)
+        return DatasetEncoding(h, batch.dim_mask, periods)
 
     def decode(self, encoding: DatasetEncoding, symbols: Tensor, symbol_mask: Tensor) -> Prediction:
         """Kernel encoder-decoder, symbol heads and noise head for ``symbols (B, D, L)``."""
         h, dim_mask = encoding.h, encoding.dim_mask
-        tokens, v = self.kernel_encoder(symbols, symbol_mask, h, dim_mask)
-        params = self.heads(tokens, symbols, symbol_mask)
+        bias = anchor = None
+        if self.period_proj is not None:
+            if encoding.periods is None:
+                raise ValueError("this network reads period tokens: encode with encode_dataset")
+            period, power = encoding.periods[..., 0], encoding.periods[..., 1]
+            bias = self.period_proj(period_features(period, power).to(h.dtype))
+            anchor = period
+        tokens, v = self.kernel_encoder(symbols, symbol_mask, h, dim_mask, bias)
+        params = self.heads(tokens, symbols, symbol_mask, anchor)
         dims = dense_mask(dim_mask)
         features = torch.cat([masked_mean(v, dims, 1), masked_mean(h, dims, 1)], dim=-1)
         return Prediction(params=params, noise=self.noise_head(features))

@@ -51,10 +51,14 @@ class DatasetEncoding:
     Attributes:
         h: ``(B, D, H)`` per-dimension dataset embeddings (0 on padded dimensions).
         dim_mask: ``(B, D)`` bool, present input dimensions.
+        periods: ``(B, D, 2)`` float64 ``[period, power]`` of each dimension's strongest
+            periodogram peak (period NaN without a peak), for networks with period tokens
+            (:mod:`amorgp.amortizer.networks.period_tokens`); ``None`` otherwise.
     """
 
     h: Tensor
     dim_mask: Tensor
+    periods: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.h.shape[0])
@@ -67,11 +71,20 @@ class DatasetEncoding:
         """
         if len(self) != 1:
             raise ValueError(f"expand needs the encoding of one dataset, got {len(self)}")
-        return DatasetEncoding(self.h.expand(k, -1, -1), self.dim_mask.expand(k, -1))
+        periods = None if self.periods is None else self.periods.expand(k, -1, -1)
+        return DatasetEncoding(self.h.expand(k, -1, -1), self.dim_mask.expand(k, -1), periods)
 
     def select(self, index: Tensor | slice) -> DatasetEncoding:
         """The encodings of the datasets ``index``."""
-        return DatasetEncoding(self.h[index], self.dim_mask[index])
+        periods = None if self.periods is None else self.periods[index]
+        return DatasetEncoding(self.h[index], self.dim_mask[index], periods)
+
+    def repeat_interleave(self, k: int) -> DatasetEncoding:
+        """Each dataset's encoding repeated ``k`` times in a row (``k`` kernels each)."""
+        periods = None if self.periods is None else self.periods.repeat_interleave(k, 0)
+        return DatasetEncoding(
+            self.h.repeat_interleave(k, 0), self.dim_mask.repeat_interleave(k, 0), periods
+        )
 
 
 class AmortizationNetwork(nn.Module):

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from amorgp.amortizer.networks.forward import encode_structures, encoder_subset
-from amorgp.amortizer.networks.network import AmortizationNetwork, DatasetEncoding
+from amorgp.amortizer.networks.network import AmortizationNetwork
 from amorgp.amortizer.networks.selection import check_finite, predict_with
 from amorgp.kernel_grammar import DimWiseStructure
 from amorgp.lazy_kernels import PaddedBatch
@@ -131,9 +131,7 @@ class NetworkPrediction:
                 net.vocabulary,
             )
             enc = net.encode_dataset(padded)
-            pairs = DatasetEncoding(
-                enc.h.repeat_interleave(K, 0), enc.dim_mask.repeat_interleave(K, 0)
-            )
+            pairs = enc.repeat_interleave(K)
             pred = net.decode(pairs, symbols.repeat(B, 1, 1), symbol_mask.repeat(B, 1, 1))
         check_finite(self.name, pred.params, pred.noise)
         return pred.params.to(self.dtype).clone(), pred.noise.to(self.dtype).clone()

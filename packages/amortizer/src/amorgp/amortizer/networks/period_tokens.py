@@ -1,0 +1,172 @@
+"""Period tokens: what the periodogram sees, as the structured network reads it.
+
+A network built with ``NetworkConfig(period_tokens=True)`` computes, for every input
+dimension of every dataset it encodes, the strongest peak of the Lomb-Scargle periodogram
+(:func:`strongest_periods`) and uses it twice:
+
+* as an input of the kernel tokens: ``[log period, power, has peak]`` of the dimension,
+  projected to the token width and added to the embedding of every addend of that
+  dimension (the projection starts at zero, so a converted network starts from the old
+  network's tokens);
+* as the anchor of every period it predicts: a period slot is
+  ``anchor * exp(c)``, ``c`` the head's output for the slot, clipped to
+  ``[-LOG_RANGE, LOG_RANGE]`` (the head's weights for period slots start at zero, so an
+  untrained correction predicts the periodogram's period).  Where a dimension has no
+  peak (fewer than four points, a constant input) the anchor is the slot's prior mean.
+
+The periodogram is the one of :mod:`amorgp.amortizer.stages.periodogram` (the classical
+Lomb-Scargle power of the centred targets, of the residual of a linear fit in all inputs
+and of the residual of a cubic fit in the dimension, normalised by each signal's variance,
+the best of the three) on one frequency grid for the batch, from ``1.5`` cycles per range
+of the dimension in steps of ``0.2`` up to half the number of distinct input values of the
+dataset (at most :data:`MAX_FREQUENCIES`), with padded points weighted zero, and the
+strongest peak refined by a parabola.  Computed in float64 without gradients; the
+features go to the network in its own dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "CHUNK",
+    "DF",
+    "F_LO",
+    "LOG_RANGE",
+    "MAX_FREQUENCIES",
+    "N_FEATURES",
+    "period_features",
+    "strongest_periods",
+]
+
+F_LO = 1.5
+"""Lowest frequency of the grid, in cycles per range of the dimension (period 2/3)."""
+
+DF = 0.2
+"""Frequency step of the grid, in cycles per range (5x oversampled)."""
+
+MAX_FREQUENCIES = 2000
+"""Most frequencies of the grid."""
+
+CHUNK = 64
+"""Frequencies per block of the trigonometric tables (memory ``B D N CHUNK``)."""
+
+LOG_RANGE = 3.0
+"""Largest ``|log(period / anchor)|`` the network's correction reaches (a factor of 20)."""
+
+N_FEATURES = 3
+"""Features per dimension: ``log period``, normalised power, has a peak."""
+
+
+def _masked_lstsq(A: Tensor, y: Tensor, ridge: float = 1e-9) -> Tensor:
+    """Least squares ``argmin ||A c - y||`` of ``A (..., n, k)``, ``y (..., n)`` with rows
+    already weighted (zero rows for padded points): normal equations with a tiny ridge
+    relative to each column's scale, so all-zero columns (padded inputs) get 0."""
+    AtA = A.transpose(-1, -2) @ A
+    scale = AtA.diagonal(dim1=-2, dim2=-1).amax(-1).clamp_min(1.0)
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    Aty = (A.transpose(-1, -2) @ y[..., None])[..., 0]
+    return torch.linalg.solve(AtA + ridge * scale[..., None, None] * eye, Aty)
+
+
+@torch.no_grad()
+def strongest_periods(
+    X: Tensor,
+    y: Tensor,
+    point_mask: Tensor | None = None,
+    dim_mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The strongest periodogram peak of every input dimension of ``B`` datasets.
+
+    Args:
+        X: ``(B, N, D)`` inputs.
+        y: ``(B, N)`` targets.
+        point_mask: ``(B, N)`` bool, present points (``None``: all).
+        dim_mask: ``(B, D)`` bool, present dimensions (``None``: all).
+
+    Returns:
+        ``period (B, D)`` in the units of ``X`` (NaN where a dimension has no peak) and
+        ``power (B, D)``, the fraction of a signal's variance one sinusoid at that period
+        explains (0 where there is no peak); float64.
+    """
+    X = X.detach().to(torch.float64)
+    y = y.detach().to(torch.float64)
+    B, N, D = X.shape
+    dev = X.device
+    pm = torch.ones(B, N, dtype=torch.bool, device=dev) if point_mask is None else point_mask
+    dm = torch.ones(B, D, dtype=torch.bool, device=dev) if dim_mask is None else dim_mask
+    w = pm.to(torch.float64)  # (B, N)
+    n = w.sum(1)  # (B,)
+    inf = torch.tensor(math.inf, dtype=torch.float64, device=dev)
+    present = pm[:, :, None] & dm[:, None, :]  # (B, N, D)
+    xmin = torch.where(present, X, inf).amin(1)
+    xmax = torch.where(present, X, -inf).amax(1)
+    span = torch.where(dm & (xmax > xmin), xmax - xmin, torch.ones_like(xmax))  # (B, D)
+    xs = torch.where(present, (X - xmin[:, None]) / span[:, None], torch.zeros_like(X))
+    srt = torch.where(present, X, inf).sort(1).values
+    steps = (srt[:, 1:] != srt[:, :-1]) & torch.isfinite(srt[:, 1:])
+    distinct = torch.where(dm, steps.sum(1) + 1, 0).amax(1).clamp_max(n.long())  # (B,)
+    f_max = torch.clamp_min(0.5 * (distinct.to(torch.float64) - 1.0), 2.0)  # (B,)
+
+    # the three signals (B, 3, D, N), centred and zero on padded points
+    xt = xs.transpose(1, 2)  # (B, D, N)
+    yc = (y - (w * y).sum(1, keepdim=True) / n.clamp_min(1)[:, None]) * w
+    A = torch.cat([w[:, :, None], xs * dm[:, None, :]], 2) * w[:, :, None]  # (B, N, D+1)
+    lin = yc - (A @ _masked_lstsq(A, yc)[..., None])[..., 0] * w
+    u = xt - 0.5
+    V = torch.stack([torch.ones_like(u), u, u * u, u * u * u], -1) * w[:, None, :, None]
+    yd = yc[:, None, :].expand(B, D, N)
+    cubic = yd - (V @ _masked_lstsq(V, yd)[..., None])[..., 0]
+    sig = torch.stack([yd, lin[:, None, :].expand(B, D, N), cubic], 1)  # (B, 3, D, N)
+    mean = (sig * w[:, None, None]).sum(-1, keepdim=True) / n.clamp_min(1)[:, None, None, None]
+    sig = (sig - mean) * w[:, None, None]
+    var = (sig * sig).sum(-1) / n.clamp_min(1)[:, None, None]  # (B, 3, D)
+
+    top = float(f_max.max()) if B else F_LO
+    F = int(min(MAX_FREQUENCIES, max(8, math.floor((top - F_LO) / DF) + 1)))
+    freqs = F_LO + DF * torch.arange(F, dtype=torch.float64, device=dev)
+    power = torch.zeros(B, D, F, dtype=torch.float64, device=dev)
+    half_n = 0.5 * n[:, None, None]
+    for lo in range(0, F, CHUNK):  # blocks of the grid: memory B D N CHUNK
+        f = freqs[lo : lo + CHUNK]
+        ang = (2.0 * math.pi) * xt[..., None] * f  # (B, D, N, c)
+        c, s = torch.cos(ang), torch.sin(ang)
+        wc = w[:, None, :, None]
+        C2 = ((c - s) * (c + s) * wc).sum(2)  # (B, D, c): sum cos 2 omega x
+        S2 = (2.0 * c * s * wc).sum(2)
+        YC = torch.einsum("bkdn,bdnc->bkdc", sig, c)  # (B, 3, D, c)
+        YS = torch.einsum("bkdn,bdnc->bkdc", sig, s)
+        tau2 = torch.atan2(S2, C2)[:, None]
+        ct, st = torch.cos(0.5 * tau2), torch.sin(0.5 * tau2)
+        R = 0.5 * torch.sqrt(C2 * C2 + S2 * S2)[:, None]
+        cc, ss = half_n[:, None] + R, half_n[:, None] - R
+        ycos = ct * YC + st * YS
+        ysin = ct * YS - st * YC
+        p = 0.5 * (ycos * ycos / cc.clamp_min(1e-300) + ysin * ysin / ss.clamp_min(1e-300))
+        p = (2.0 * p / (n[:, None, None, None] * var[..., None]).clamp_min(1e-300)).amax(1)
+        # below 1 % of n in sum sin^2 the closed form loses its digits (a regular grid's
+        # Nyquist frequency): such frequencies are left out
+        ok = (ss[:, 0] > 0.01 * n[:, None, None]) & (f <= f_max[:, None, None])
+        power[..., lo : lo + CHUNK] = torch.where(ok, p, torch.zeros_like(p))
+
+    best, k = power.max(-1)  # (B, D)
+    kl, kr = (k - 1).clamp_min(0), (k + 1).clamp_max(F - 1)
+    left = power.gather(-1, kl[..., None])[..., 0]
+    right = power.gather(-1, kr[..., None])[..., 0]
+    curv = left - 2.0 * best + right
+    inner = (k > 0) & (k < F - 1) & (left > 0) & (right > 0) & (curv < 0)
+    shift = torch.where(inner, 0.5 * (left - right) / torch.where(inner, curv, -1.0), 0.0)
+    freq = freqs[k] + shift.clamp(-1.0, 1.0) * DF
+    found = dm & (n[:, None] >= 4) & (best > 0) & torch.isfinite(best)
+    period = torch.where(found, span / freq, torch.full_like(freq, math.nan))
+    return period, torch.where(found, best, torch.zeros_like(best))
+
+
+def period_features(period: Tensor, power: Tensor) -> Tensor:
+    """``(B, D, 3)`` network features ``[log period, power, has peak]`` (0 without a peak)."""
+    has = torch.isfinite(period)
+    logp = torch.where(has, torch.log(torch.where(has, period, 1.0)), 0.0)
+    return torch.stack([logp, power, has.to(power.dtype)], -1)

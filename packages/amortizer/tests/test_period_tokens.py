@@ -1,0 +1,171 @@
+"""Tests of the period tokens: the periodogram's strongest peak per dimension (against
+scipy's Lomb-Scargle periodogram) and the network that reads it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.signal import lombscargle
+
+from amorgp.amortizer import testing
+from amorgp.amortizer.networks.config import PRESETS, NetworkConfig
+from amorgp.amortizer.networks.period_tokens import DF, F_LO, strongest_periods
+from amorgp.kernel_grammar import PAPER_VOCABULARY, ParamKind
+from amorgp.lazy_kernels import PARAM_KINDS, PaddedBatch, slot_table
+
+TINY = PRESETS["tiny"].network
+
+
+def _oracle(x: np.ndarray, y: np.ndarray, X: np.ndarray, f_max: float) -> tuple[float, float]:
+    """The strongest peak of one dimension by scipy: the three signals by numpy's least
+    squares, scipy's Lomb-Scargle power on the same grid, the best normalised power and its
+    parabola-refined frequency; ``(period, power)`` in the units of ``x``."""
+    n = len(y)
+    lo, span = x.min(), x.max() - x.min()
+    u = (x - lo) / span
+    yc = y - y.mean()
+    A = np.column_stack([np.ones(n), (X - X.min(0)) / np.ptp(X, 0)])
+    lin = yc - A @ np.linalg.lstsq(A, yc, rcond=None)[0]
+    V = np.column_stack([np.ones(n), u - 0.5, (u - 0.5) ** 2, (u - 0.5) ** 3])
+    cubic = yc - V @ np.linalg.lstsq(V, yc, rcond=None)[0]
+    freqs = F_LO + DF * np.arange(math.floor((f_max - F_LO) / DF) + 1)
+    best = np.zeros(len(freqs))
+    for s in (yc, lin, cubic):
+        s = s - s.mean()
+        p = lombscargle(u, s, 2 * np.pi * freqs)
+        best = np.maximum(best, 2 * p / (n * np.mean(s * s)))
+    k = int(np.argmax(best))
+    left, mid, right = best[k - 1], best[k], best[k + 1]
+    shift = 0.5 * (left - right) / (left - 2 * mid + right)
+    return span / (freqs[k] + shift * DF), mid
+
+
+def test_strongest_period_matches_scipy() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        n, d = 50, 2
+        X = rng.uniform(0, 3, size=(n, d))
+        p = rng.uniform(0.2, 0.8)
+        y = np.sin(2 * np.pi * X[:, 1] / p) + 0.3 * X[:, 0] + 0.3 * rng.normal(size=n)
+        period, power = strongest_periods(torch.tensor(X)[None], torch.tensor(y)[None])
+        want, wpow = _oracle(X[:, 1], y, X, 0.5 * (n - 1))
+        assert period[0, 1].item() == pytest.approx(want, rel=1e-7)
+        assert power[0, 1].item() == pytest.approx(wpow, rel=1e-7)
+        assert abs(period[0, 1].item() / p - 1) < 0.05  # the planted period
+
+
+def test_padding_and_missing_peaks() -> None:
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(3, 40, 2, generator=g, dtype=torch.float64)
+    y = torch.sin(2 * math.pi * X[..., 0] / 0.3) + 0.1 * torch.randn(3, 40, generator=g)
+    y = y.to(torch.float64)
+    pm = torch.ones(3, 40, dtype=torch.bool)
+    pm[1, 25:] = False
+    dm = torch.tensor([[True, True], [True, True], [True, False]])
+    Xp, yp = X.clone(), y.clone()
+    Xp[1, 25:], yp[1, 25:] = 5.0, 99.0  # padding never read
+    Xp[2, :, 1] = -7.0
+    period, power = strongest_periods(Xp, yp, pm, dm)
+    own, own_pow = strongest_periods(X[1:2, :25], y[1:2, :25])
+    assert torch.allclose(period[1], own[0], rtol=1e-12)
+    assert torch.allclose(power[1], own_pow[0], rtol=1e-12)
+    assert torch.isnan(period[2, 1])
+    assert power[2, 1] == 0
+    const = X.clone()
+    const[0, :, 1] = 0.5  # a constant input has no peak
+    period, power = strongest_periods(const, y)
+    assert torch.isnan(period[0, 1])
+    assert power[0, 1] == 0
+    few, _ = strongest_periods(X[:, :3], y[:, :3])
+    assert torch.isnan(few).all()
+
+
+def _pair(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A random tiny network and the same weights with period tokens (zero projection,
+    anchored period slots), the conversion ``add_period_tokens`` does."""
+    from amorgp.amortizer.networks.model import anchor_period_slots
+
+    old = testing.random_model(TINY, seed)
+    new = testing.random_model(dataclasses.replace(TINY, period_tokens=True), seed + 1)
+    missing, unexpected = new.load_state_dict(old.state_dict(), strict=False)
+    assert not unexpected
+    assert sorted(missing) == ["period_proj.bias", "period_proj.weight"]
+    with torch.no_grad():  # a new network's projection starts at zero
+        new.period_proj.weight.zero_()
+        new.period_proj.bias.zero_()
+    anchor_period_slots(new.heads)
+    return old.eval(), new.eval()
+
+
+def test_network_reads_the_periodogram() -> None:
+    old, new = _pair()
+    g = torch.Generator().manual_seed(5)
+    batch = testing.random_padded_batch(g, PAPER_VOCABULARY, batch=4, n_max=30, d_max=3, l_max=3)
+    with torch.no_grad():
+        a, b = old(batch), new(batch)
+    table = slot_table(PAPER_VOCABULARY)
+    ids = torch.where(batch.symbol_mask, batch.symbols, 0).long()
+    is_period = (table.kind[ids] == PARAM_KINDS.index(ParamKind.PERIOD)) & table.used[ids]
+    is_period &= batch.symbol_mask[..., None]
+    assert is_period.any()
+    # every other parameter and the noise exactly as before
+    assert torch.equal(a.noise, b.noise)
+    assert torch.equal(a.params[~is_period], b.params[~is_period])
+    # periods: the dimension's strongest peak, or the prior mean where it has none
+    period, _ = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
+    anchor = torch.where(
+        torch.isfinite(period)[:, :, None, None], period[:, :, None, None], table.prior_mean[ids]
+    ).expand_as(b.params)
+    assert torch.allclose(b.params[is_period].double(), anchor[is_period], rtol=1e-6)
+
+
+def test_planted_period_is_predicted() -> None:
+    from amorgp.amortizer.stages.periodogram import period_candidates
+
+    _, new = _pair()
+    g = torch.Generator().manual_seed(7)
+    x = torch.rand(60, 1, generator=g, dtype=torch.float64)
+    y = torch.sin(2 * math.pi * x[:, 0] / 0.23) + 0.1 * torch.randn(60, generator=g)
+    sym = torch.tensor([[[PAPER_VOCABULARY.symbols.index("PER") + 1]]])
+    batch = PaddedBatch(
+        x[None].float(),
+        y[None].float(),
+        torch.ones(1, 60, dtype=torch.bool),
+        torch.ones(1, 1, dtype=torch.bool),
+        sym,
+        torch.ones(1, 1, 1, dtype=torch.bool),
+        PAPER_VOCABULARY,
+    )
+    with torch.no_grad():
+        period = new(batch).params[0, 0, 0, 2].item()
+    span = float(x.max() - x.min())
+    assert abs(period / 0.23 - 1) < 0.02
+    # the multi-start's strongest periodogram peak (the stages' own implementation)
+    top = period_candidates((x - x.min()) / span, y)[0][1] * span
+    assert period == pytest.approx(top, rel=0.01)
+
+
+def test_config_round_trip() -> None:
+    cfg = dataclasses.replace(TINY, period_tokens=True)
+    assert NetworkConfig.from_dict(cfg.to_dict()) == cfg
+    assert "period_tokens" not in TINY.to_dict()  # older networks' stored configs unchanged
+    with pytest.raises(ValueError, match="period_tokens"):
+        dataclasses.replace(TINY, period_tokens=1)
+    with pytest.raises(ValueError, match="structured"):
+        dataclasses.replace(TINY, model="ahgp-se-ard", period_tokens=True)
+
+
+def test_gradients_reach_the_period_tokens() -> None:
+    _, new = _pair()
+    new.train()
+    g = torch.Generator().manual_seed(9)
+    batch = testing.random_padded_batch(g, PAPER_VOCABULARY, batch=4, n_max=30, d_max=3, l_max=3)
+    out = new(batch)
+    (out.params.log().sum() + out.noise.log().sum()).backward()
+    assert new.period_proj.weight.grad.abs().sum() > 0
+    slots = new.heads.period_slots()
+    assert new.heads.b2.grad[slots].abs().sum() > 0
