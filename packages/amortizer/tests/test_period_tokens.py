@@ -169,3 +169,27 @@ def test_gradients_reach_the_period_tokens() -> None:
     assert new.period_proj.weight.grad.abs().sum() > 0
     slots = new.heads.period_slots()
     assert new.heads.b2.grad[slots].abs().sum() > 0
+
+
+def test_fleet_equals_each_dataset(tmp_path) -> None:
+    """A period-token network in the many-datasets path: one forward for the fleet gives
+    each dataset's own answer (its own periodogram peaks, not a neighbour's)."""
+    from amorgp.amortizer.api import Amortizer
+
+    ckpt = testing.seeded_checkpoint(tmp_path / "pt", dataclasses.replace(TINY, period_tokens=True))
+    amz = Amortizer.from_pretrained(ckpt, device="cpu")
+    g = torch.Generator().manual_seed(11)
+    data = []
+    for p in (0.15, 0.3, 0.45):
+        x = torch.rand(40, 1, generator=g, dtype=torch.float64)
+        data.append((x, torch.sin(2 * math.pi * x[:, 0] / p) + 0.1 * torch.randn(40, generator=g)))
+    opts = {"refine": 0, "starts": 1, "calibrate": False}
+    fleet = amz.infer_datasets(data, ["SE + SE*PER"], **opts)
+    for fit, (x, y), p in zip(fleet, data, (0.15, 0.3, 0.45), strict=True):
+        own = amz.infer(x, y, "SE + SE*PER", **opts).hyperparameters
+        got = fit.results[0].hyperparameters
+        for key, value in own.items():
+            assert got[key] == pytest.approx(value, rel=1e-5), key
+        period = next(v for (_, _, name), v in got.items() if name.endswith("period"))
+        span = float(x.max() - x.min())
+        assert period * span == pytest.approx(p, rel=0.1)  # its own periodogram's peak
