@@ -97,3 +97,21 @@ def test_period_tokens_keep_all_but_the_periods(tiny_checkpoint: Path) -> None:
     assert got == pytest.approx(peak[1], rel=0.01)
     with pytest.raises(OptionError, match="period tokens already"):
         add_period_tokens(model, cfg)
+
+
+def test_relevance_tokens_keep_the_prediction(tiny_checkpoint: Path) -> None:
+    from amorgp.training.vocabulary import add_relevance_tokens
+
+    base = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    model, cfg = add_relevance_tokens(base.model, base.network)
+    assert cfg.relevance_tokens
+    tokens = Amortizer(model, base.meta, device="cpu")
+    rng = np.random.default_rng(2)
+    X, y = rng.random((40, 3)), rng.normal(size=40)
+    opts = {"calibrate": False, "starts": 1, "refine": 0}  # the network alone
+    for kernel in ("SE", "SE*PER + LIN"):
+        a = tokens.infer(X, y, kernel, **opts)
+        b = base.infer(X, y, kernel, **opts)
+        np.testing.assert_allclose(a.params.numpy(), b.params.numpy(), rtol=1e-6)
+    with pytest.raises(OptionError, match="relevance tokens already"):
+        add_relevance_tokens(model, cfg)

@@ -28,7 +28,7 @@ from amorgp.amortizer.networks.model import AmortizedGP, anchor_period_slots
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import Vocabulary, base_symbol, canonical_symbol_name
 
-__all__ = ["add_period_tokens", "extend_vocabulary", "stand_in_symbol"]
+__all__ = ["add_period_tokens", "add_relevance_tokens", "extend_vocabulary", "stand_in_symbol"]
 
 
 def stand_in_symbol(
@@ -129,13 +129,39 @@ def add_period_tokens(
     Raises:
         OptionError: the network has period tokens already.
     """
-    if network.period_tokens:
-        raise OptionError("the network reads period tokens already")
-    new_cfg = replace(network, period_tokens=True)
+    return _with_tokens(model, network, "period_tokens")
+
+
+def add_relevance_tokens(
+    model: AmortizedGP, network: NetworkConfig
+) -> tuple[AmortizedGP, NetworkConfig]:
+    """``model`` with relevance tokens (:mod:`amorgp.amortizer.networks.relevance_tokens`):
+    every weight kept, the new projection at zero; every output is as before except
+    lengthscales whose raw value is above the tail's knee (a lengthscale above about 2.1
+    input ranges), which grow faster.
+
+    Raises:
+        OptionError: the network has relevance tokens already.
+    """
+    return _with_tokens(model, network, "relevance_tokens")
+
+
+def _with_tokens(
+    model: AmortizedGP, network: NetworkConfig, flag: str
+) -> tuple[AmortizedGP, NetworkConfig]:
+    if getattr(network, flag):
+        raise OptionError(f"the network reads {flag.replace('_', ' ')} already")
+    new_cfg = (
+        replace(network, period_tokens=True)
+        if flag == "period_tokens"
+        else replace(network, relevance_tokens=True)
+    )
     grown = AmortizedGP(new_cfg)
     weights = {k: v.detach().cpu().to(torch.float32) for k, v in model.state_dict().items()}
     missing, unexpected = grown.load_state_dict(weights, strict=False)
-    assert not unexpected
-    assert all(k.startswith("period_proj.") for k in missing)
-    anchor_period_slots(grown.heads)
+    new = {"period_tokens": "period_proj.", "relevance_tokens": "relevance_proj."}[flag]
+    if unexpected or not all(k.startswith(new) for k in missing):
+        raise OptionError(f"the weights do not fit the network: {unexpected or missing}")
+    if flag == "period_tokens":
+        anchor_period_slots(grown.heads)
     return grown, new_cfg

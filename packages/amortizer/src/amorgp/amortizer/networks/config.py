@@ -95,6 +95,9 @@ class NetworkConfig:
         period_tokens: the kernel tokens read the periodogram's strongest peak of their
             dimension and every predicted period is a correction of it
             (:mod:`amorgp.amortizer.networks.period_tokens`; structured network only).
+        relevance_tokens: the kernel tokens read each dimension's nearest-neighbour
+            relevance and lengthscales have an exponential tail
+            (:mod:`amorgp.amortizer.networks.relevance_tokens`; structured network only).
     """
 
     model: str = "structured"
@@ -108,13 +111,16 @@ class NetworkConfig:
     head_hidden: int = 64
     noise_hidden: int = 64
     period_tokens: bool = False
+    relevance_tokens: bool = False
 
     def __post_init__(self) -> None:
         spec = network_spec(self.model)
-        if not isinstance(self.period_tokens, bool):
-            raise ValueError(f"period_tokens must be a bool, got {self.period_tokens!r}")
-        if self.period_tokens and self.model != "structured":
-            raise ValueError(f"period_tokens needs the structured network, got {self.model!r}")
+        for flag in ("period_tokens", "relevance_tokens"):
+            value = getattr(self, flag)
+            if not isinstance(value, bool):
+                raise ValueError(f"{flag} must be a bool, got {value!r}")
+            if value and self.model != "structured":
+                raise ValueError(f"{flag} needs the structured network, got {self.model!r}")
         _check_positive(self, ("d_data", "d_kernel", "head_hidden", "noise_hidden"), MAX_WIDTH)
         _check_positive(self, ("n_heads",), MAX_WIDTH)
         _check_positive(self, ("ff_mult",), MAX_FF_MULT)
@@ -134,8 +140,9 @@ class NetworkConfig:
         out["vocabulary"] = self.vocabulary.to_dict()
         out["data_blocks"] = list(self.data_blocks)
         out["kernel_blocks"] = list(self.kernel_blocks)
-        if not self.period_tokens:  # networks without it keep their stored config as it was
-            del out["period_tokens"]
+        for flag in ("period_tokens", "relevance_tokens"):
+            if not out[flag]:  # networks without it keep their stored config as it was
+                del out[flag]
         return out
 
     @classmethod

@@ -186,11 +186,11 @@ def traced_forward(
 ) -> Forward | None:
     """The traced single-dataset forward of ``model`` (see the module docstring), traced on
     the second use per network and dtype with these example inputs, then cached; ``None``
-    on the first use and where it does not apply (not the structured network, period tokens,
+    on the first use and where it does not apply (not the structured network, token features,
     ``AMORGP_JIT=0``, tracing failed): then the eager forward runs."""
     if os.environ.get("AMORGP_JIT", "1") == "0" or type(model) is not AmortizedGP:
         return None
-    if model.config.period_tokens:  # the periodogram's peak search stays eager
+    if model.config.period_tokens or model.config.relevance_tokens:  # data features: eager
         return None
     dtype = X.dtype
     cached = _TRACES.get(model)

@@ -55,7 +55,16 @@ from amorgp.amortizer.networks.period_tokens import (
     strongest_periods,
 )
 from amorgp.amortizer.networks.registry import build_model
-from amorgp.kernel_grammar import NOISE, ParamKind, Vocabulary, positive, positive_inverse
+from amorgp.amortizer.networks.relevance_tokens import N_FEATURES as RELEVANCE_FEATURES
+from amorgp.amortizer.networks.relevance_tokens import long_positive, neighbour_relevance
+from amorgp.kernel_grammar import (
+    FLOORS,
+    NOISE,
+    ParamKind,
+    Vocabulary,
+    positive,
+    positive_inverse,
+)
 from amorgp.lazy_kernels import PARAM_KINDS, PaddedBatch, slot_table
 
 __all__ = [
@@ -211,14 +220,24 @@ class SymbolHeads(nn.Module):
 
     With ``anchored=True`` (period tokens) a period slot is ``anchor * exp(raw)``, ``raw``
     clipped to ``[-LOG_RANGE, LOG_RANGE]``, and its head starts at ``raw = 0``
-    (:func:`anchor_period_slots`).
+    (:func:`anchor_period_slots`).  With ``long=True`` (relevance tokens) a lengthscale
+    slot is :func:`~amorgp.amortizer.networks.relevance_tokens.long_positive` of its raw
+    value (the usual transform up to its knee, exponential beyond).
     """
 
-    def __init__(self, vocab: Vocabulary, width: int, hidden: int, anchored: bool = False) -> None:
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        width: int,
+        hidden: int,
+        anchored: bool = False,
+        long: bool = False,
+    ) -> None:
         super().__init__()
         V, P = len(vocab), vocab.max_params
         self.vocabulary = vocab
         self.anchored = anchored
+        self.long = long
         self.n_symbols, self.hidden, self.n_slots = V, hidden, P
         self.w1 = nn.Parameter(torch.randn(width, V * hidden) / width**0.5)
         self.b1 = nn.Parameter(torch.zeros(V, hidden))
@@ -250,15 +269,28 @@ class SymbolHeads(nn.Module):
         table = slot_table(self.vocabulary, raw.device)
         raw = raw.reshape(*lead, self.n_slots)
         params = table.constrain(raw, symbols, symbol_mask)
+        ids = torch.where(symbol_mask, symbols, 0).long()
+        if self.long:
+            kind = PARAM_KINDS.index(ParamKind.LENGTHSCALE)
+            is_ls = (table.kind[ids] == kind) & table.used[ids] & symbol_mask[..., None]
+            floor = FLOORS[ParamKind.LENGTHSCALE]
+            params = torch.where(is_ls, long_positive(raw, floor).to(params.dtype), params)
         if not self.anchored or anchor is None:
             return params
-        ids = torch.where(symbol_mask, symbols, 0).long()
         is_period = (table.kind[ids] == PARAM_KINDS.index(ParamKind.PERIOD)) & table.used[ids]
         a = anchor.to(params.dtype)[:, :, None, None]
         prior = table.prior_mean[ids].to(params.dtype)
         base = torch.where(torch.isfinite(a), a, prior)
         anchored = base * torch.exp(raw.clamp(-LOG_RANGE, LOG_RANGE))
         return torch.where(is_period & symbol_mask[..., None], anchored, params)
+
+
+def _zero_linear(n_in: int, n_out: int) -> nn.Linear:
+    """A linear layer that starts at zero (a new input that changes nothing yet)."""
+    layer = nn.Linear(n_in, n_out)
+    nn.init.zeros_(layer.weight)
+    nn.init.zeros_(layer.bias)
+    return layer
 
 
 def anchor_period_slots(heads: SymbolHeads) -> None:
@@ -308,13 +340,16 @@ class AmortizedGP(AmortizationNetwork):
         self.kernel_encoder = KernelEncoderDecoder(
             len(c.vocabulary), c.d_kernel, c.d_data, c.n_heads, c.ff_mult, c.kernel_blocks
         )
-        self.heads = SymbolHeads(c.vocabulary, c.d_kernel, c.head_hidden, c.period_tokens)
+        self.heads = SymbolHeads(
+            c.vocabulary, c.d_kernel, c.head_hidden, c.period_tokens, c.relevance_tokens
+        )
         self.noise_head = NoiseHead(c.d_kernel + c.d_data, c.noise_hidden)
         self.period_proj: nn.Linear | None = None
+        self.relevance_proj: nn.Linear | None = None
         if c.period_tokens:
-            self.period_proj = nn.Linear(N_FEATURES, c.d_kernel)
-            nn.init.zeros_(self.period_proj.weight)
-            nn.init.zeros_(self.period_proj.bias)
+            self.period_proj = _zero_linear(N_FEATURES, c.d_kernel)
+        if c.relevance_tokens:
+            self.relevance_proj = _zero_linear(RELEVANCE_FEATURES, c.d_kernel)
 
     def encode_dataset(self, batch: PaddedBatch) -> DatasetEncoding:
         """Dimension embeddings ``h (B, D, H)`` of the datasets (network dtype), with the
@@ -322,11 +357,13 @@ class AmortizedGP(AmortizationNetwork):
         dtype = self.heads.w1.dtype
         X, y = batch.X.to(dtype), batch.y.to(dtype)
         h = self.dataset_encoder(X, y, batch.point_mask, batch.dim_mask)
-        periods = None
+        periods = relevance = None
         if self.period_proj is not None:  # from the inputs as given (float64)
             period, power = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
             periods = torch.stack([period, power], -1)
-        return DatasetEncoding(h, batch.dim_mask, periods)
+        if self.relevance_proj is not None:
+            relevance = neighbour_relevance(batch.X, batch.y, batch.point_mask, batch.dim_mask)
+        return DatasetEncoding(h, batch.dim_mask, periods, relevance)
 
     def decode(self, encoding: DatasetEncoding, symbols: Tensor, symbol_mask: Tensor) -> Prediction:
         """Kernel encoder-decoder, symbol heads and noise head for ``symbols (B, D, L)``."""
@@ -338,6 +375,11 @@ class AmortizedGP(AmortizationNetwork):
             period, power = encoding.periods[..., 0], encoding.periods[..., 1]
             bias = self.period_proj(period_features(period, power).to(h.dtype))
             anchor = period
+        if self.relevance_proj is not None:
+            if encoding.relevance is None:
+                raise ValueError("this network reads relevance tokens: encode with encode_dataset")
+            more = self.relevance_proj(encoding.relevance.to(h.dtype))
+            bias = more if bias is None else bias + more
         tokens, v = self.kernel_encoder(symbols, symbol_mask, h, dim_mask, bias)
         params = self.heads(tokens, symbols, symbol_mask, anchor)
         dims = dense_mask(dim_mask)

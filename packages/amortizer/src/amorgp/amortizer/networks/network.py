@@ -16,6 +16,7 @@ encodes once and decodes the ``K`` kernels as one batch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,11 +55,15 @@ class DatasetEncoding:
         periods: ``(B, D, 2)`` float64 ``[period, power]`` of each dimension's strongest
             periodogram peak (period NaN without a peak), for networks with period tokens
             (:mod:`amorgp.amortizer.networks.period_tokens`); ``None`` otherwise.
+        relevance: ``(B, D, 2)`` float64 nearest-neighbour relevance features of each
+            dimension, for networks with relevance tokens
+            (:mod:`amorgp.amortizer.networks.relevance_tokens`); ``None`` otherwise.
     """
 
     h: Tensor
     dim_mask: Tensor
     periods: Tensor | None = None
+    relevance: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.h.shape[0])
@@ -71,19 +76,23 @@ class DatasetEncoding:
         """
         if len(self) != 1:
             raise ValueError(f"expand needs the encoding of one dataset, got {len(self)}")
-        periods = None if self.periods is None else self.periods.expand(k, -1, -1)
-        return DatasetEncoding(self.h.expand(k, -1, -1), self.dim_mask.expand(k, -1), periods)
+        return self._map(lambda t: t.expand(k, *t.shape[1:]))
 
     def select(self, index: Tensor | slice) -> DatasetEncoding:
         """The encodings of the datasets ``index``."""
-        periods = None if self.periods is None else self.periods[index]
-        return DatasetEncoding(self.h[index], self.dim_mask[index], periods)
+        return self._map(lambda t: t[index])
 
     def repeat_interleave(self, k: int) -> DatasetEncoding:
         """Each dataset's encoding repeated ``k`` times in a row (``k`` kernels each)."""
-        periods = None if self.periods is None else self.periods.repeat_interleave(k, 0)
+        return self._map(lambda t: t.repeat_interleave(k, 0))
+
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> DatasetEncoding:
+        """``fn`` applied to every tensor along the dataset axis."""
         return DatasetEncoding(
-            self.h.repeat_interleave(k, 0), self.dim_mask.repeat_interleave(k, 0), periods
+            fn(self.h),
+            fn(self.dim_mask),
+            None if self.periods is None else fn(self.periods),
+            None if self.relevance is None else fn(self.relevance),
         )
 
 

@@ -1,0 +1,147 @@
+"""Benchmark of input relevance: does the network give irrelevant inputs longer
+lengthscales than relevant ones, and how far are its lengthscales from Type-2 ML's?
+
+Data: ``--cases`` per input count ``d = 2..8`` (default 30): ``n = 200`` inputs uniform on
+[0, 1]^d; the first ``ceil(d / 2)`` inputs relevant, ``f = sum_j sin(2 pi a_j x_j +
+phi_j)`` with ``a_j`` uniform in [0.5, 2], the others irrelevant; noise 0.1; kernel ``SE``
+(one lengthscale per input, ARD). Seeded.
+
+Methods, side by side in one run, one thread:
+
+* the network's own lengthscales (``calibrate=False, starts=1, refine=0``), for each
+  checkpoint given (``--checkpoint``, repeatable; default: the bundled default);
+* the default fit (``refine=None``), the project's Type-2 ML optimum, as the reference.
+
+Reported: the share of cases where every irrelevant input's lengthscale is longer than
+every relevant one's; the median and 90th percentile of the irrelevant lengthscales
+(normalised units: the input range is 1); the median log ratio of the relevant
+lengthscales to the optimum's.
+
+Writes ``docs/benchmarks/relevance.md``.
+
+Usage: ``python benchmarks/bench_relevance.py [--cases N] [--checkpoint DIR ...]``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
+import math
+import platform
+import statistics
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from amorgp.amortizer import Amortizer
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "benchmarks" / "relevance.md"
+N = 200
+
+
+def cases(per_d: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """``(X, y, r)``: ``r`` the number of relevant (leading) inputs."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for d in range(2, 9):
+        r = math.ceil(d / 2)
+        for _ in range(per_d):
+            X = rng.uniform(size=(N, d))
+            a = rng.uniform(0.5, 2.0, size=r)
+            phi = rng.uniform(0, 2 * np.pi, size=r)
+            f = np.sin(2 * np.pi * a * X[:, :r] + phi).sum(1)
+            out.append((X, f + 0.1 * rng.normal(size=N), r))
+    return out
+
+
+def lengthscales(result: Any, d: int) -> np.ndarray:
+    """The ``(d,)`` lengthscales of an ``SE`` result, normalised units."""
+    ls = np.full(d, np.nan)
+    for (dim, _, name), value in result.hyperparameters.items():
+        if name == "lengthscale":
+            ls[dim] = value
+    return ls
+
+
+def run(per_d: int, checkpoints: list[str]) -> dict[str, Any]:
+    data = cases(per_d)
+    ref_amz = Amortizer.from_pretrained()
+    opt = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for X, y, _ in data:
+            opt.append(lengthscales(ref_amz.infer(X, y, "SE"), X.shape[1]))
+        res: dict[str, Any] = {"cases": len(data), "methods": {}}
+        methods = {f"network: {c}": c for c in checkpoints}
+        for name, ckpt in methods.items():
+            amz = Amortizer.from_pretrained(ckpt)
+            got = [
+                lengthscales(amz.infer(X, y, "SE", calibrate=False, starts=1, refine=0), X.shape[1])
+                for X, y, _ in data
+            ]
+            res["methods"][name] = summary(got, data, opt)
+        res["methods"]["Type-2 ML (default fit)"] = summary(opt, data, opt)
+    return res
+
+
+def summary(got: list[np.ndarray], data: list[Any], opt: list[np.ndarray]) -> dict[str, float]:
+    ordered, irr, ratio = [], [], []
+    for ls, (_, _, r), ref in zip(got, data, opt, strict=True):
+        ordered.append(bool(ls[r:].min() > ls[:r].max()))
+        irr.extend(ls[r:].tolist())
+        ratio.extend(np.log(ls[:r] / ref[:r]).tolist())
+    return {
+        "ordered": sum(ordered) / len(ordered),
+        "irrelevant_median": statistics.median(irr),
+        "irrelevant_p90": float(np.quantile(irr, 0.9)),
+        "relevant_log_ratio": statistics.median(ratio),
+    }
+
+
+def report(res: dict[str, Any]) -> str:
+    lines = [
+        "# Input relevance: irrelevant inputs' lengthscales",
+        "",
+        f"`benchmarks/bench_relevance.py`; {res['cases']} simulated cases (`d = 2..8` "
+        "inputs uniform on [0, 1], 200 points, the first `ceil(d/2)` relevant: a sum of "
+        "sines of frequency 0.5-2 per range, noise 0.1), kernel `SE` (ARD), one thread, "
+        f"torch {torch.__version__}, {platform.machine()}. Ordered: every irrelevant "
+        "input's lengthscale longer than every relevant one's. Lengthscales in "
+        "normalised units (input range 1). Log ratio: the relevant inputs' lengthscales "
+        "against the default fit's (the project's Type-2 ML optimum), median.",
+        "",
+        "| method | ordered | irrelevant lengthscale: median | 90th percentile | "
+        "relevant: median log ratio to the optimum |",
+        "|---|---|---|---|---|",
+    ]
+    for name, s in res["methods"].items():
+        lines.append(
+            f"| {name} | {100 * s['ordered']:.0f} % | {s['irrelevant_median']:.3g} | "
+            f"{s['irrelevant_p90']:.3g} | {s['relevant_log_ratio']:+.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", type=int, default=30)
+    ap.add_argument("--checkpoint", action="append", default=None)
+    ap.add_argument("--out", type=Path, default=OUT)
+    a = ap.parse_args()
+    res = run(a.cases, a.checkpoint or ["default"])
+    a.out.write_text(report(res))
+    print(report(res))
+
+
+if __name__ == "__main__":
+    main()
