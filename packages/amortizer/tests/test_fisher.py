@@ -247,3 +247,42 @@ def test_refine_pairs_puts_each_structure_back_in_its_rows() -> None:
         assert [out.status[p] for p in rows] == alone.status
     assert torch.all(out.params[0::2, 0, 1] == 1.0)  # the SE pairs' unused addend
     assert all(math.isfinite(v) for v in out.log_marginal_likelihood)
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+@pytest.mark.parametrize("probed", [False, True])
+def test_the_ard_se_closed_form_equals_the_general_path(
+    constrained: bool, probed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ARD SE kernel's own evaluation (one exponential, derivatives from the stacked
+    squared differences) gives the general path's likelihood, gradient and Fisher
+    information, with fixed and bounded parameters and priors, on rows out of order."""
+    import amorgp.amortizer.stages.fisher as fisher_mod
+
+    if probed:  # the Fisher information from probes (above PROBE_POINTS points)
+        monkeypatch.setattr(fisher_mod, "PROBE_POINTS", 10)
+    X, y = _data(4, 30, 3, 7)
+    s = _structure("SE", 3)
+    cons = (
+        KernelConstraints(
+            s,
+            fixed={(1, 0, "lengthscale"): 0.3},
+            bounds={(0, 0, "lengthscale"): (0.05, 2.0)},
+            priors=True,
+        )
+        if constrained
+        else None
+    )
+    fast = BatchLogMarginalLikelihood(X, y, s, cons)
+    monkeypatch.setattr(fisher_mod, "SE_ARD", False)
+    slow = BatchLogMarginalLikelihood(X, y, s, cons)
+    assert fast.se_ard
+    assert not slow.se_ard
+    m = fast.index.numel()
+    z = 0.4 * torch.randn(3, m, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    rows = torch.tensor([3, 0, 2])
+    for with_fisher in (True, False):
+        a = fast.evaluate(z, rows, with_fisher)
+        b = slow.evaluate(z, rows, with_fisher)
+        for u, v in zip(a, b, strict=True):
+            torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-10)

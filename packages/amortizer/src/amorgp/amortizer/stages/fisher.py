@@ -50,14 +50,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from amorgp.amortizer.stages.batched import exact_solve
-from amorgp.amortizer.stages.objective import LogMarginalLikelihood, sum_products
-from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure
+from amorgp.amortizer.stages.objective import (
+    LogMarginalLikelihood,
+    dimension_sum,
+    sum_products,
+)
+from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, base_symbol
 
 if TYPE_CHECKING:
     from amorgp.amortizer.stages.constraints import KernelConstraints
@@ -70,6 +74,7 @@ __all__ = [
     "MAX_POINTS",
     "PROBES",
     "PROBE_POINTS",
+    "SE_ARD",
     "BatchLogMarginalLikelihood",
     "FisherRefinement",
     "fisher_applies",
@@ -94,6 +99,11 @@ MAX_DAMPING = 1e8
 _INITIAL_DAMPING = 1e-3
 
 _REJECTED_DAMPING = 0.25
+
+SE_ARD = True
+"""Evaluate an ARD SE kernel (one ``SE`` addend per dimension) in its closed form
+(:meth:`BatchLogMarginalLikelihood._se_ard_kernel`); ``False``: as any other structure
+(the same values, for comparison)."""
 
 PROBE_POINTS = 1000
 """Above this many points the Fisher information is estimated by :data:`PROBES` random
@@ -154,6 +164,22 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         # step goes along the flat directions, where the curvature is zero)
         tied = sorted(self.scales_k)[1:] if self.plain and self.priors is None else []
         self.gauge = torch.tensor(tied, dtype=torch.long)
+        # an ARD SE kernel (one SE addend per dimension), the commonest: K = prod(s^2)
+        # exp(-sum_j r_j^2 / 2 l_j^2) in one exponential, and each lengthscale's derivative
+        # K r_j^2 / l_j^3 (:meth:`_se_ard`); the squared differences stacked (B, D, n, n)
+        # once, the per-dimension ones views of them
+        self.se_ard = (
+            SE_ARD
+            and len(self.terms) == len(structure.dims)
+            and all(b.name == "SE" for _, _, b in self.terms)
+        )
+        if self.se_ard:
+            order = [j for j, _, _ in self.terms]
+            self.R2 = torch.stack([self.r2[j] for j in order], -3)
+            self.r2 = {j: self.R2[..., t, :, :] for t, j in enumerate(order)}
+            names = base_symbol("SE").param_names
+            self.ls_at = [2 * t + names.index("lengthscale") for t in range(len(order))]
+            self.var_at = [2 * t + names.index("variance") for t in range(len(order))]
 
     def flat_rows(self, params: Tensor, noise: Tensor) -> Tensor:
         """``theta (B, m)`` of ``params (B, D, L, P)`` and ``noise (B,)``."""
@@ -212,29 +238,34 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 rows.numel() and torch.equal(rows, torch.arange(first, first + rows.numel()))
             )
             sel: Tensor | slice = slice(first, first + rows.numel()) if consecutive else rows
-            parts: dict[int, list[tuple[Tensor, list[tuple[int, Tensor]]]]] = {}
-            i = 0
-            for j, _, b in self.terms:  # a few addends
-                k = len(b.params)
-                v = theta[:, i : i + k].T[..., None, None]  # (k, B, 1, 1)
-                parts.setdefault(j, []).append(self._addend_and_grads(j, b, v, i, sel))
-                i += k
-            sums = {j: sum(k for k, _ in lst[1:]) + lst[0][0] for j, lst in parts.items()}
-            K, other = sum_products(sums)
-            eye = torch.eye(n, dtype=torch.float64)
-            A = K.expand(B, n, n) + theta[:, -1, None, None] * eye
-            Lc, alpha, lml, ok = exact_solve(A, y)
-            Ainv = torch.cholesky_inverse(Lc)
-            W = 0.5 * (alpha[:, :, None] * alpha[:, None, :] - Ainv)
             m = theta.shape[1]
             free = self.index.tolist()
             # each free parameter's dK / d theta is a matrix of its own ("general"), K
             # divided by it (self.scales_k) or the identity (the noise)
             general = [a for a in free if a != m - 1 and a not in self.scales_k]
             slot = {a: i for i, a in enumerate(general)}
+            parts: dict[int, list[tuple[Tensor, list[tuple[int, Tensor]]]]] = {}
+            if self.se_ard:
+                K = self._se_ard_kernel(theta, sel)
+                other: dict[int, Tensor | None] = {}
+            else:
+                i = 0
+                for j, _, b in self.terms:  # a few addends
+                    k = len(b.params)
+                    v = theta[:, i : i + k].T[..., None, None]  # (k, B, 1, 1)
+                    parts.setdefault(j, []).append(self._addend_and_grads(j, b, v, i, sel))
+                    i += k
+                K, other = sum_products(_addend_sums(parts))
+            eye = torch.eye(n, dtype=torch.float64)
+            A = K.expand(B, n, n) + theta[:, -1, None, None] * eye
+            Lc, alpha, lml, ok = exact_solve(A, y)
+            Ainv = torch.cholesky_inverse(Lc)
+            W = 0.5 * (alpha[:, :, None] * alpha[:, None, :] - Ainv)
             g_general = theta.new_zeros(B, len(general))
             U = theta.new_empty(B, len(general), n, n) if with_fisher else None
             Wf = W.reshape(B, n * n, 1)
+            if self.se_ard and general:
+                g_general, U = self._se_ard_grads(theta, sel, K, W, general, with_fisher)
             for j, lst in parts.items():  # dimensions: <W prod_{i != j} S_i, dk / d theta>
                 oj = other[j]
                 Wj = Wf if oj is None else (W * oj).reshape(B, n * n, 1)
@@ -311,6 +342,39 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             fisher = torch.where(good[:, None, None], fisher, ident)
             return lml, grad, fisher
 
+    def _se_ard_kernel(self, theta: Tensor, sel: Tensor | slice) -> Tensor:
+        """``K (B, n, n)`` of an ARD SE kernel: ``prod_j s_j^2 exp(-sum_j r_j^2 / 2
+        l_j^2)``, the sum one batched product over the stacked squared differences."""
+        R2 = self.R2[sel]  # (B, D, n, n)
+        B, D, n = R2.shape[0], R2.shape[1], R2.shape[-1]
+        coef = -0.5 / theta[:, self.ls_at].square()  # (B, D)
+        E = (coef[:, None, :] @ R2.reshape(B, D, n * n)).reshape(B, n, n)
+        return E.exp_().mul_(theta[:, self.var_at].prod(1)[:, None, None])
+
+    def _se_ard_grads(
+        self,
+        theta: Tensor,
+        sel: Tensor | slice,
+        K: Tensor,
+        W: Tensor,
+        general: list[int],
+        with_fisher: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The lengthscales' gradient ``<W, K r_j^2> / l_j^3`` (``(B, u)``, in the order of
+        ``general``, all lengthscales) and with ``with_fisher`` their derivative matrices
+        ``K r_j^2 / l_j^3`` (``(B, u, n, n)``)."""
+        R2 = self.R2[sel]
+        B, D, n = R2.shape[0], R2.shape[1], R2.shape[-1]
+        pos = [self.ls_at.index(a) for a in general]
+        inv3 = theta[:, general].pow(-3)  # (B, u)
+        R2u = R2 if pos == list(range(D)) else R2[:, pos]
+        WK = (W * K).reshape(B, n * n, 1)
+        g = (R2u.reshape(B, len(pos), n * n) @ WK)[..., 0] * inv3
+        if not with_fisher:
+            return g, None
+        U = R2u * K[:, None]
+        return g, U.mul_(inv3[:, :, None, None])
+
     def evaluate_gauged(
         self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -325,6 +389,12 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 fisher[:, :, self.gauge] = 0.0
                 fisher[:, self.gauge, self.gauge] = 1.0
         return lml, grad, fisher
+
+
+def _addend_sums(parts: dict[int, list[tuple[Tensor, Any]]]) -> dict[int, Tensor]:
+    """Each dimension's sum of its addends' kernels (the addend itself where it is
+    alone: no copy)."""
+    return {j: dimension_sum([k for k, _ in lst]) for j, lst in parts.items()}
 
 
 def _probed_fisher(Lc: Tensor, U: Tensor, noise: Tensor) -> Tensor:

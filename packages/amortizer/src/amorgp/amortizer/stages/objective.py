@@ -28,7 +28,13 @@ from amorgp.kernel_grammar import (
 if TYPE_CHECKING:
     from amorgp.amortizer.stages.constraints import KernelConstraints
 
-__all__ = ["EVALS_PER_ITERATION", "START_GAP", "LogMarginalLikelihood", "sum_products"]
+__all__ = [
+    "EVALS_PER_ITERATION",
+    "START_GAP",
+    "LogMarginalLikelihood",
+    "dimension_sum",
+    "sum_products",
+]
 
 EVALS_PER_ITERATION = 25
 """Objective evaluations allowed per L-BFGS iteration (the strong-Wolfe line search's own
@@ -55,6 +61,14 @@ def sum_products(sums: dict[int, Tensor]) -> tuple[Tensor, dict[int, Tensor | No
         other[dims[t]] = p if acc is None else (acc if p is None else p * acc)
         acc = sums[dims[t]] if acc is None else sums[dims[t]] * acc
     return K, other
+
+
+def dimension_sum(kernels: list[Tensor]) -> Tensor:
+    """The sum of a dimension's addend kernels (the addend itself where it is alone)."""
+    total = kernels[0]
+    for k in kernels[1:]:
+        total = total + k
+    return total
 
 
 def _unit_and_grads(
@@ -252,7 +266,7 @@ class LogMarginalLikelihood:
                 k, grads = self._addend_and_grads(j, b, theta[i : i + len(b.params)], i)
                 parts.setdefault(j, []).append((k, grads))
                 i += len(b.params)
-            sums = {j: sum(k for k, _ in lst[1:]) + lst[0][0] for j, lst in parts.items()}
+            sums = {j: dimension_sum([k for k, _ in lst]) for j, lst in parts.items()}
             K, other = sum_products(sums)
             nan = torch.full_like(theta, math.nan)
             n = K.shape[0]
