@@ -12,7 +12,12 @@ import torch
 
 from amorgp.amortizer import testing
 from amorgp.amortizer.networks.config import PRESETS
-from amorgp.amortizer.networks.relevance_tokens import KNEE, long_positive, neighbour_relevance
+from amorgp.amortizer.networks.relevance_tokens import (
+    KNEE,
+    MAX_LENGTHSCALE,
+    long_positive,
+    neighbour_relevance,
+)
 from amorgp.kernel_grammar import PAPER_VOCABULARY, positive
 
 TINY = PRESETS["tiny"].network
@@ -72,11 +77,13 @@ def test_lengthscale_tail() -> None:
     at = torch.tensor([KNEE - h, KNEE, KNEE + h], dtype=torch.float64)
     lo, mid, hi = long_positive(at, 0.0).tolist()
     assert (hi - mid) / h == pytest.approx((mid - lo) / h, rel=1e-4)
-    far = long_positive(torch.tensor([10.0, 20.0], dtype=torch.float64), 0.0)
+    far = long_positive(torch.tensor([10.0, 15.0], dtype=torch.float64), 0.0)
     assert far[0] > 50  # tens of input ranges at raw = 10
-    assert far[1] > 1e3
-    grid = long_positive(torch.linspace(-5, 39, 400, dtype=torch.float64), 0.0)
+    assert far[1] > 300
+    grid = long_positive(torch.linspace(-5, 16, 400, dtype=torch.float64), 0.0)
     assert (grid.diff() > 0).all()
+    top = long_positive(torch.tensor([17.0, 1e3], dtype=torch.float64), 0.0)
+    torch.testing.assert_close(top, torch.full((2,), MAX_LENGTHSCALE, dtype=torch.float64))
 
 
 def test_converted_network_changes_nothing_yet() -> None:

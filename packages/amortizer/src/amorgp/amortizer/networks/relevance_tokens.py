@@ -29,7 +29,14 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["K_NEIGHBOURS", "KNEE", "N_FEATURES", "long_positive", "neighbour_relevance"]
+__all__ = [
+    "KNEE",
+    "K_NEIGHBOURS",
+    "MAX_LENGTHSCALE",
+    "N_FEATURES",
+    "long_positive",
+    "neighbour_relevance",
+]
 
 K_NEIGHBOURS = 5
 """Neighbours of the prediction."""
@@ -43,14 +50,20 @@ N_FEATURES = 2
 _BIG = 1e30
 
 
+MAX_LENGTHSCALE = 1000.0
+"""Largest lengthscale of the tail, in input ranges (where Type-2 ML puts irrelevant
+inputs; beyond it the kernel is constant to 1e-6 over the data)."""
+
+
 def long_positive(raw: Tensor, floor: float) -> Tensor:
     """``floor + softplus(raw)`` up to :data:`KNEE`, then ``v_k exp(s (raw - KNEE) / v_k)``
     with ``v_k = softplus(KNEE)`` and ``s = sigmoid(KNEE)`` its slope (value and slope
-    continuous at the knee); clipped at ``raw = 40`` (``exp(33)`` ranges)."""
+    continuous at the knee), at most :data:`MAX_LENGTHSCALE` (``raw`` clipped)."""
     vk = math.log1p(math.exp(KNEE))
     slope = 1.0 / (1.0 + math.exp(-KNEE))
+    top = KNEE + math.log(MAX_LENGTHSCALE / vk) * vk / slope
     soft = torch.nn.functional.softplus(raw)
-    tail = vk * torch.exp(slope * (raw.clamp(max=40.0) - KNEE) / vk)
+    tail = vk * torch.exp(slope * (raw.clamp(max=top) - KNEE) / vk)
     return floor + torch.where(raw > KNEE, tail, soft)
 
 
