@@ -333,3 +333,23 @@ def test_n_max_past_the_step_memory_is_a_usage_error_and_creates_nothing(
     assert "GB, more than the 4.29 GB (4 GiB) a step may use" in res.output
     assert "Traceback" not in res.output
     assert not out.exists()
+
+
+def test_model_info_names_the_token_features(tmp_path: Path) -> None:
+    import dataclasses
+
+    from amorgp.amortizer import testing
+
+    tiny = PRESETS["tiny"].network
+    plain = testing.seeded_checkpoint(tmp_path / "plain", tiny)
+    both = testing.seeded_checkpoint(
+        tmp_path / "both", dataclasses.replace(tiny, period_tokens=True, relevance_tokens=True)
+    )
+    runner = CliRunner()
+    out = runner.invoke(main, ["model-info", str(plain)]).output
+    assert "reads: the data\n" in out
+    out = runner.invoke(main, ["model-info", str(both)]).output
+    assert "reads: the data, period tokens, relevance tokens" in out
+    assert "period_proj" in out
+    doc = json.loads(runner.invoke(main, ["model-info", str(both), "--json"]).output)
+    assert doc["checkpoint"]["tokens"] == ["period", "relevance"]

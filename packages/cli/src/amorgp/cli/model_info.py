@@ -60,6 +60,7 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None, as_
                 "path": str(checkpoint),
                 "model": ckpt.network.model,
                 "vocabulary": list(ckpt.network.vocabulary.symbols),
+                "tokens": _tokens(ckpt.network),
                 "parameters": dict(component_counts(ckpt.model)),
                 "progress": ckpt.meta.get("progress", {}),
                 "validation": ckpt.meta.get("validation", {}),
@@ -69,6 +70,8 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None, as_
         emit(
             f"checkpoint {checkpoint}: {ckpt.network.model}, vocabulary {', '.join(ckpt.network.vocabulary.symbols)}"
         )
+        tokens = _tokens(ckpt.network)
+        emit(f"  reads: the data{''.join(f', {t} tokens' for t in tokens)}")
         for name, n in component_counts(ckpt.model):
             emit(f"  {name:<18} {n:>12,d}")
         emit(f"  progress: {json_text(ckpt.meta.get('progress', {}))}")
@@ -94,3 +97,9 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None, as_
             emit(f"  {comp:<18} {n:>12,d}")
     if as_json:
         emit(json_text(json_document("model-info", doc), indent=2))
+
+
+def _tokens(network: Any) -> list[str]:
+    """The data features the network reads beside the points (``period``, ``relevance``)."""
+    flags = (("period", "period_tokens"), ("relevance", "relevance_tokens"))
+    return [name for name, flag in flags if getattr(network, flag, False)]
