@@ -13,7 +13,7 @@ from scipy.signal import lombscargle
 
 from amorgp.amortizer import testing
 from amorgp.amortizer.networks.config import PRESETS, NetworkConfig
-from amorgp.amortizer.networks.period_tokens import DF, F_LO, strongest_periods
+from amorgp.amortizer.networks.period_tokens import DF, F_LO, anchor_gate, strongest_periods
 from amorgp.kernel_grammar import PAPER_VOCABULARY, ParamKind
 from amorgp.lazy_kernels import PARAM_KINDS, PaddedBatch, slot_table
 
@@ -22,8 +22,9 @@ TINY = PRESETS["tiny"].network
 
 def _oracle(x: np.ndarray, y: np.ndarray, X: np.ndarray, f_max: float) -> tuple[float, float]:
     """The strongest peak of one dimension by scipy: the three signals by numpy's least
-    squares, scipy's Lomb-Scargle power on the same grid, the best normalised power and its
-    parabola-refined frequency; ``(period, power)`` in the units of ``x``."""
+    squares, scipy's Lomb-Scargle power on the same grid as a share of the targets'
+    variance, the best and its parabola-refined frequency; ``(period, power)`` in the units
+    of ``x``."""
     n = len(y)
     lo, span = x.min(), x.max() - x.min()
     u = (x - lo) / span
@@ -37,7 +38,7 @@ def _oracle(x: np.ndarray, y: np.ndarray, X: np.ndarray, f_max: float) -> tuple[
     for s in (yc, lin, cubic):
         s = s - s.mean()
         p = lombscargle(u, s, 2 * np.pi * freqs)
-        best = np.maximum(best, 2 * p / (n * np.mean(s * s)))
+        best = np.maximum(best, 2 * p / (n * np.mean(yc * yc)))
     k = int(np.argmax(best))
     left, mid, right = best[k - 1], best[k], best[k + 1]
     shift = 0.5 * (left - right) / (left - 2 * mid + right)
@@ -51,11 +52,16 @@ def test_strongest_period_matches_scipy() -> None:
         X = rng.uniform(0, 3, size=(n, d))
         p = rng.uniform(0.2, 0.8)
         y = np.sin(2 * np.pi * X[:, 1] / p) + 0.3 * X[:, 0] + 0.3 * rng.normal(size=n)
-        period, power = strongest_periods(torch.tensor(X)[None], torch.tensor(y)[None])
-        want, wpow = _oracle(X[:, 1], y, X, 0.5 * (n - 1))
+        period, power, fap = strongest_periods(torch.tensor(X)[None], torch.tensor(y)[None])
+        f_max = 0.5 * (n - 1)
+        want, wpow = _oracle(X[:, 1], y, X, f_max)
         assert period[0, 1].item() == pytest.approx(want, rel=1e-7)
         assert power[0, 1].item() == pytest.approx(wpow, rel=1e-7)
         assert abs(period[0, 1].item() / p - 1) < 0.05  # the planted period
+        # the false-alarm probability in closed form: M independent frequencies
+        m = 3 * (math.floor((f_max - F_LO) / DF) + 1) / 5
+        z = 0.5 * n * wpow
+        assert fap[0, 1].item() == pytest.approx(1 - (1 - math.exp(-z)) ** m, rel=1e-6, abs=1e-12)
 
 
 def test_padding_and_missing_peaks() -> None:
@@ -69,35 +75,44 @@ def test_padding_and_missing_peaks() -> None:
     Xp, yp = X.clone(), y.clone()
     Xp[1, 25:], yp[1, 25:] = 5.0, 99.0  # padding never read
     Xp[2, :, 1] = -7.0
-    period, power = strongest_periods(Xp, yp, pm, dm)
-    own, own_pow = strongest_periods(X[1:2, :25], y[1:2, :25])
-    assert torch.allclose(period[1], own[0], rtol=1e-12)
-    assert torch.allclose(power[1], own_pow[0], rtol=1e-12)
-    assert torch.isnan(period[2, 1])
+    period, power, fap = strongest_periods(Xp, yp, pm, dm)
+    own = strongest_periods(X[1:2, :25], y[1:2, :25])
+    for got, want in zip((period, power, fap), own, strict=True):
+        assert torch.allclose(got[1], want[0], rtol=1e-12)
+    assert torch.isnan(period[2, 1])  # padded dimension
     assert power[2, 1] == 0
+    assert fap[2, 1] == 1
     const = X.clone()
     const[0, :, 1] = 0.5  # a constant input has no peak
-    period, power = strongest_periods(const, y)
+    period, power, _ = strongest_periods(const, y)
     assert torch.isnan(period[0, 1])
     assert power[0, 1] == 0
-    few, _ = strongest_periods(X[:, :3], y[:, :3])
+    few, _, _ = strongest_periods(X[:, :3], y[:, :3])
     assert torch.isnan(few).all()
+    # noise: the peaks the noise explains are not followed
+    noise = torch.randn(4, 60, generator=g, dtype=torch.float64)
+    _, pw, fap = strongest_periods(torch.rand(4, 60, 1, generator=g, dtype=torch.float64), noise)
+    assert (fap > 0.05).all()
+    assert (anchor_gate(fap, pw) < 0.1).all()
 
 
 def _pair(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """A random tiny network and the same weights with period tokens (zero projection,
-    anchored period slots), the conversion ``add_period_tokens`` does."""
-    from amorgp.amortizer.networks.model import anchor_period_slots
-
+    """A random tiny network and the same weights with period tokens (the new layers at
+    zero), the conversion ``add_period_tokens`` does."""
     old = testing.random_model(TINY, seed)
     new = testing.random_model(dataclasses.replace(TINY, period_tokens=True), seed + 1)
     missing, unexpected = new.load_state_dict(old.state_dict(), strict=False)
     assert not unexpected
-    assert sorted(missing) == ["period_proj.bias", "period_proj.weight"]
-    with torch.no_grad():  # a new network's projection starts at zero
-        new.period_proj.weight.zero_()
-        new.period_proj.bias.zero_()
-    anchor_period_slots(new.heads)
+    assert sorted(missing) == [
+        "heads.period_correction.bias",
+        "heads.period_correction.weight",
+        "period_proj.bias",
+        "period_proj.weight",
+    ]
+    with torch.no_grad():  # a new network's new layers start at zero
+        for layer in (new.period_proj, new.heads.period_correction):
+            layer.weight.zero_()
+            layer.bias.zero_()
     return old.eval(), new.eval()
 
 
@@ -115,12 +130,13 @@ def test_network_reads_the_periodogram() -> None:
     # every other parameter and the noise exactly as before
     assert torch.equal(a.noise, b.noise)
     assert torch.equal(a.params[~is_period], b.params[~is_period])
-    # periods: the dimension's strongest peak, or the prior mean where it has none
-    period, _ = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
-    anchor = torch.where(
-        torch.isfinite(period)[:, :, None, None], period[:, :, None, None], table.prior_mean[ids]
-    ).expand_as(b.params)
-    assert torch.allclose(b.params[is_period].double(), anchor[is_period], rtol=1e-6)
+    # periods: the geometric blend of the dimension's strongest peak and the old period
+    # by the gate (0 where the dimension has no peak)
+    period, power, fap = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
+    g = torch.where(torch.isfinite(period), anchor_gate(fap, power), 0.0)[:, :, None, None]
+    logp = torch.where(torch.isfinite(period), period, 1.0).log()[:, :, None, None]
+    want = torch.exp(g * logp + (1 - g) * a.params.double().log())
+    assert torch.allclose(b.params[is_period].double(), want[is_period], rtol=1e-5)
 
 
 def test_planted_period_is_predicted() -> None:
@@ -167,8 +183,7 @@ def test_gradients_reach_the_period_tokens() -> None:
     out = new(batch)
     (out.params.log().sum() + out.noise.log().sum()).backward()
     assert new.period_proj.weight.grad.abs().sum() > 0
-    slots = new.heads.period_slots()
-    assert new.heads.b2.grad[slots].abs().sum() > 0
+    assert new.heads.period_correction.weight.grad.abs().sum() > 0
 
 
 def test_fleet_equals_each_dataset(tmp_path) -> None:

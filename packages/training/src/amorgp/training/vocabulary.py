@@ -24,7 +24,7 @@ from dataclasses import replace
 import torch
 
 from amorgp.amortizer.networks.config import NetworkConfig
-from amorgp.amortizer.networks.model import AmortizedGP, anchor_period_slots
+from amorgp.amortizer.networks.model import AmortizedGP
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import Vocabulary, base_symbol, canonical_symbol_name
 
@@ -159,9 +159,10 @@ def _with_tokens(
     grown = AmortizedGP(new_cfg)
     weights = {k: v.detach().cpu().to(torch.float32) for k, v in model.state_dict().items()}
     missing, unexpected = grown.load_state_dict(weights, strict=False)
-    new = {"period_tokens": "period_proj.", "relevance_tokens": "relevance_proj."}[flag]
+    new = {
+        "period_tokens": ("period_proj.", "heads.period_correction."),
+        "relevance_tokens": ("relevance_proj.",),
+    }[flag]
     if unexpected or not all(k.startswith(new) for k in missing):
         raise OptionError(f"the weights do not fit the network: {unexpected or missing}")
-    if flag == "period_tokens":
-        anchor_period_slots(grown.heads)
     return grown, new_cfg

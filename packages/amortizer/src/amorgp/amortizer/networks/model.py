@@ -74,7 +74,6 @@ __all__ = [
     "NoiseHead",
     "Prediction",
     "SymbolHeads",
-    "anchor_period_slots",
     "build_model",
     "count_parameters",
 ]
@@ -218,9 +217,11 @@ class SymbolHeads(nn.Module):
     matmul ``(T, K) @ (K, V * Hh)`` followed by a gather of the token's symbol block; the
     second gathers its ``(Hh, P)`` weights per token (no loop over symbols).
 
-    With ``anchored=True`` (period tokens) a period slot is ``anchor * exp(raw)``, ``raw``
-    clipped to ``[-LOG_RANGE, LOG_RANGE]``, and its head starts at ``raw = 0``
-    (:func:`anchor_period_slots`).  With ``long=True`` (relevance tokens) a lengthscale
+    With ``anchored=True`` (period tokens) a period slot is the geometric blend
+    ``(anchor e^c)^g own^(1 - g)`` of the anchor corrected by ``c`` (a linear function of
+    the token, clipped to ``[-LOG_RANGE, LOG_RANGE]``, starting at zero) and the head's own
+    period, by the gate ``g`` of the anchor's dimension
+    (:mod:`amorgp.amortizer.networks.period_tokens`).  With ``long=True`` (relevance tokens) a lengthscale
     slot is :func:`~amorgp.amortizer.networks.relevance_tokens.long_positive` of its raw
     value (the usual transform up to its knee, exponential beyond).
     """
@@ -244,20 +245,19 @@ class SymbolHeads(nn.Module):
         self.w2 = nn.Parameter(torch.randn(V, hidden, P) * (0.01 / hidden**0.5))
         bias = slot_table(vocab).raw_prior_mean().to(torch.float32)
         self.b2 = nn.Parameter(bias[1:].clone())
-        if anchored:
-            anchor_period_slots(self)
-
-    def period_slots(self) -> Tensor:
-        """``(V, P)`` bool: the period slots of every symbol."""
-        table = slot_table(self.vocabulary, self.w2.device)
-        return (table.kind[1:] == PARAM_KINDS.index(ParamKind.PERIOD)) & table.used[1:]
+        self.period_correction: nn.Linear | None = _zero_linear(width, 1) if anchored else None
 
     def forward(
-        self, tokens: Tensor, symbols: Tensor, symbol_mask: Tensor, anchor: Tensor | None = None
+        self,
+        tokens: Tensor,
+        symbols: Tensor,
+        symbol_mask: Tensor,
+        anchor: Tensor | None = None,
+        gate: Tensor | None = None,
     ) -> Tensor:
         """``tokens (B,D,L,K)``, ``symbols (B,D,L)`` -> positive parameters ``(B,D,L,P)``;
-        ``anchor (B, D)`` the period anchors (NaN: the slot's prior mean) of an anchored
-        head."""
+        ``anchor (B, D)`` the period anchors (NaN: none) and ``gate (B, D)`` their gates,
+        for an anchored head."""
         lead = symbols.shape
         t = tokens.reshape(-1, tokens.shape[-1])
         ids = symbols.reshape(-1).long()
@@ -275,14 +275,16 @@ class SymbolHeads(nn.Module):
             is_ls = (table.kind[ids] == kind) & table.used[ids] & symbol_mask[..., None]
             floor = FLOORS[ParamKind.LENGTHSCALE]
             params = torch.where(is_ls, long_positive(raw, floor).to(params.dtype), params)
-        if not self.anchored or anchor is None:
+        if self.period_correction is None or anchor is None or gate is None:
             return params
         is_period = (table.kind[ids] == PARAM_KINDS.index(ParamKind.PERIOD)) & table.used[ids]
         a = anchor.to(params.dtype)[:, :, None, None]
-        prior = table.prior_mean[ids].to(params.dtype)
-        base = torch.where(torch.isfinite(a), a, prior)
-        anchored = base * torch.exp(raw.clamp(-LOG_RANGE, LOG_RANGE))
-        return torch.where(is_period & symbol_mask[..., None], anchored, params)
+        g = torch.where(torch.isfinite(a), gate.to(params.dtype)[:, :, None, None], 0.0)
+        c = self.period_correction(tokens).to(params.dtype).clamp(-LOG_RANGE, LOG_RANGE)
+        log_anchor = torch.where(torch.isfinite(a), a, 1.0).log() + c  # (B, D, L, 1)
+        own = params.clamp_min(FLOORS[ParamKind.PERIOD]).log()
+        blended = torch.exp(g * log_anchor + (1.0 - g) * own)
+        return torch.where(is_period & symbol_mask[..., None], blended, params)
 
 
 def _zero_linear(n_in: int, n_out: int) -> nn.Linear:
@@ -291,15 +293,6 @@ def _zero_linear(n_in: int, n_out: int) -> nn.Linear:
     nn.init.zeros_(layer.weight)
     nn.init.zeros_(layer.bias)
     return layer
-
-
-def anchor_period_slots(heads: SymbolHeads) -> None:
-    """Start every period slot of ``heads`` at ``raw = 0`` (the anchor itself): its
-    second-layer weights and bias set to zero, other slots untouched."""
-    slots = heads.period_slots()  # (V, P)
-    with torch.no_grad():
-        heads.w2.mul_((~slots)[:, None, :].to(heads.w2.dtype))
-        heads.b2.masked_fill_(slots, 0.0)
 
 
 class NoiseHead(nn.Module):
@@ -359,8 +352,8 @@ class AmortizedGP(AmortizationNetwork):
         h = self.dataset_encoder(X, y, batch.point_mask, batch.dim_mask)
         periods = relevance = None
         if self.period_proj is not None:  # from the inputs as given (float64)
-            period, power = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
-            periods = torch.stack([period, power], -1)
+            found = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
+            periods = torch.stack(found, -1)
         if self.relevance_proj is not None:
             relevance = neighbour_relevance(batch.X, batch.y, batch.point_mask, batch.dim_mask)
         return DatasetEncoding(h, batch.dim_mask, periods, relevance)
@@ -368,20 +361,21 @@ class AmortizedGP(AmortizationNetwork):
     def decode(self, encoding: DatasetEncoding, symbols: Tensor, symbol_mask: Tensor) -> Prediction:
         """Kernel encoder-decoder, symbol heads and noise head for ``symbols (B, D, L)``."""
         h, dim_mask = encoding.h, encoding.dim_mask
-        bias = anchor = None
+        bias = anchor = gate = None
         if self.period_proj is not None:
             if encoding.periods is None:
                 raise ValueError("this network reads period tokens: encode with encode_dataset")
-            period, power = encoding.periods[..., 0], encoding.periods[..., 1]
-            bias = self.period_proj(period_features(period, power).to(h.dtype))
-            anchor = period
+            period, power, fap = encoding.periods.unbind(-1)
+            feats = period_features(period, power, fap)
+            bias = self.period_proj(feats.to(h.dtype))
+            anchor, gate = period, feats[..., 3]
         if self.relevance_proj is not None:
             if encoding.relevance is None:
                 raise ValueError("this network reads relevance tokens: encode with encode_dataset")
             more = self.relevance_proj(encoding.relevance.to(h.dtype))
             bias = more if bias is None else bias + more
         tokens, v = self.kernel_encoder(symbols, symbol_mask, h, dim_mask, bias)
-        params = self.heads(tokens, symbols, symbol_mask, anchor)
+        params = self.heads(tokens, symbols, symbol_mask, anchor, gate)
         dims = dense_mask(dim_mask)
         features = torch.cat([masked_mean(v, dims, 1), masked_mean(h, dims, 1)], dim=-1)
         return Prediction(params=params, noise=self.noise_head(features))

@@ -52,8 +52,9 @@ class DatasetEncoding:
     Attributes:
         h: ``(B, D, H)`` per-dimension dataset embeddings (0 on padded dimensions).
         dim_mask: ``(B, D)`` bool, present input dimensions.
-        periods: ``(B, D, 2)`` float64 ``[period, power]`` of each dimension's strongest
-            periodogram peak (period NaN without a peak), for networks with period tokens
+        periods: ``(B, D, 3)`` float64 ``[period, power, false alarm]`` of each dimension's
+            strongest periodogram peak (period NaN without a peak), for networks with period
+            tokens
             (:mod:`amorgp.amortizer.networks.period_tokens`); ``None`` otherwise.
         relevance: ``(B, D, 2)`` float64 nearest-neighbour relevance features of each
             dimension, for networks with relevance tokens

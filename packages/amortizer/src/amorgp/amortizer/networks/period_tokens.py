@@ -2,22 +2,25 @@
 
 A network built with ``NetworkConfig(period_tokens=True)`` computes, for every input
 dimension of every dataset it encodes, the strongest peak of the Lomb-Scargle periodogram
-(:func:`strongest_periods`) and uses it twice:
+and its false-alarm probability (:func:`strongest_periods`) and uses them twice:
 
-* as an input of the kernel tokens: ``[log period, power, has peak]`` of the dimension,
-  projected to the token width and added to the embedding of every addend of that
-  dimension (the projection starts at zero, so a converted network starts from the old
-  network's tokens);
-* as the anchor of every period it predicts: a period slot is
-  ``anchor * exp(c)``, ``c`` the head's output for the slot, clipped to
-  ``[-LOG_RANGE, LOG_RANGE]`` (the head's weights for period slots start at zero, so an
-  untrained correction predicts the periodogram's period).  Where a dimension has no
-  peak (fewer than four points, a constant input) the anchor is the slot's prior mean.
+* as an input of the kernel tokens: ``[log period, power, has peak, gate]`` of the
+  dimension (:func:`period_features`), projected to the token width and added to the
+  embedding of every addend of that dimension (the projection starts at zero, so a
+  converted network starts from the old network's tokens);
+* as the anchor of the periods it predicts: a period slot is the geometric blend
+  ``(anchor e^c)^g own^(1 - g)`` of the anchored period (``c`` a correction read from the
+  token, clipped to ``[-LOG_RANGE, LOG_RANGE]``, starting at 0) and the head's own
+  period, with a gate ``g`` (:func:`anchor_gate`): a peak the noise would rarely reach
+  (false-alarm probability well below :data:`FALSE_ALARM`) and that explains at least
+  :data:`MIN_POWER` of the targets' variance is followed, any other leaves the network's
+  own period (as before the tokens).  A dimension without a peak (fewer than
+  four points, a constant input) has ``g = 0``.
 
 The periodogram is the one of :mod:`amorgp.amortizer.stages.periodogram` (the classical
 Lomb-Scargle power of the centred targets, of the residual of a linear fit in all inputs
-and of the residual of a cubic fit in the dimension, normalised by each signal's variance,
-the best of the three) on one frequency grid for the batch, from ``1.5`` cycles per range
+and of the residual of a cubic fit in the dimension, each as a share of the targets'
+variance, the best of the three) on one frequency grid for the batch, from ``1.5`` cycles per range
 of the dimension in steps of ``0.2`` up to half the number of distinct input values of the
 dataset (at most :data:`MAX_FREQUENCIES`), with padded points weighted zero, and the
 strongest peak refined by a parabola.  Computed in float64 without gradients; the
@@ -37,7 +40,11 @@ __all__ = [
     "F_LO",
     "LOG_RANGE",
     "MAX_FREQUENCIES",
+    "MIN_POWER",
+    "FALSE_ALARM",
     "N_FEATURES",
+    "OVERSAMPLE",
+    "anchor_gate",
     "period_features",
     "strongest_periods",
 ]
@@ -57,8 +64,17 @@ CHUNK = 64
 LOG_RANGE = 3.0
 """Largest ``|log(period / anchor)|`` the network's correction reaches (a factor of 20)."""
 
-N_FEATURES = 3
-"""Features per dimension: ``log period``, normalised power, has a peak."""
+N_FEATURES = 4
+"""Features per dimension: ``log period``, normalised power, has a peak, the gate."""
+
+MIN_POWER = 0.2
+"""Share of the targets' variance a peak must explain to anchor the periods."""
+
+FALSE_ALARM = 0.01
+"""False-alarm probability at which the gate is one half."""
+
+OVERSAMPLE = 5
+"""Frequencies of the grid per independent frequency (``1 / DF``)."""
 
 
 def _masked_lstsq(A: Tensor, y: Tensor, ridge: float = 1e-9) -> Tensor:
@@ -78,7 +94,7 @@ def strongest_periods(
     y: Tensor,
     point_mask: Tensor | None = None,
     dim_mask: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """The strongest periodogram peak of every input dimension of ``B`` datasets.
 
     Args:
@@ -88,9 +104,14 @@ def strongest_periods(
         dim_mask: ``(B, D)`` bool, present dimensions (``None``: all).
 
     Returns:
-        ``period (B, D)`` in the units of ``X`` (NaN where a dimension has no peak) and
-        ``power (B, D)``, the fraction of a signal's variance one sinusoid at that period
-        explains (0 where there is no peak); float64.
+        ``period (B, D)`` in the units of ``X`` (NaN where a dimension has no peak),
+        ``power (B, D)``, the share of the targets' variance one sinusoid at that period
+        explains in the best of the three signals (0 where there is no peak), and ``false_alarm (B, D)``, the probability
+        that noise alone puts a peak this high somewhere on the grid (1 where there is no
+        peak): ``1 - (1 - exp(-z))^M`` with ``z = n power / 2`` (the classical normalised
+        Lomb-Scargle power) and ``M`` the independent frequencies searched (the grid's
+        frequencies of the dataset over :data:`OVERSAMPLE`, times the three signals);
+        float64.
     """
     X = X.detach().to(torch.float64)
     y = y.detach().to(torch.float64)
@@ -123,7 +144,9 @@ def strongest_periods(
     sig = torch.stack([yd, lin[:, None, :].expand(B, D, N), cubic], 1)  # (B, 3, D, N)
     mean = (sig * w[:, None, None]).sum(-1, keepdim=True) / n.clamp_min(1)[:, None, None, None]
     sig = (sig - mean) * w[:, None, None]
-    var = (sig * sig).sum(-1) / n.clamp_min(1)[:, None, None]  # (B, 3, D)
+    # every signal's power as a share of the targets' variance: a peak must explain a
+    # part of the data, not only of a residual's wiggles
+    var = (sig[:, :1] * sig[:, :1]).sum(-1) / n.clamp_min(1)[:, None, None]  # (B, 1, D)
 
     top = float(f_max.max()) if B else F_LO
     F = int(min(MAX_FREQUENCIES, max(8, math.floor((top - F_LO) / DF) + 1)))
@@ -162,11 +185,25 @@ def strongest_periods(
     freq = freqs[k] + shift.clamp(-1.0, 1.0) * DF
     found = dm & (n[:, None] >= 4) & (best > 0) & torch.isfinite(best)
     period = torch.where(found, span / freq, torch.full_like(freq, math.nan))
-    return period, torch.where(found, best, torch.zeros_like(best))
+    power = torch.where(found, best, torch.zeros_like(best))
+    searched = ((f_max - F_LO) / DF).floor().clamp_min(0.0) + 1.0  # (B,) grid frequencies
+    m = (3.0 * searched / OVERSAMPLE).clamp_min(1.0)[:, None]
+    z = 0.5 * n[:, None] * power
+    fap = -torch.expm1(m * torch.log1p(-torch.exp(-z).clamp_max(1.0 - 1e-16)))
+    return period, power, torch.where(found, fap, torch.ones_like(fap))
 
 
-def period_features(period: Tensor, power: Tensor) -> Tensor:
-    """``(B, D, 3)`` network features ``[log period, power, has peak]`` (0 without a peak)."""
+def anchor_gate(false_alarm: Tensor, power: Tensor) -> Tensor:
+    """``sigmoid((power - MIN_POWER) / 0.02) / (1 + FAP / FALSE_ALARM)``: near 1 for a peak
+    that the noise would rarely reach and that explains at least :data:`MIN_POWER` of the
+    targets' variance, near 0 otherwise."""
+    return torch.sigmoid((power - MIN_POWER) / 0.02) / (1.0 + false_alarm / FALSE_ALARM)
+
+
+def period_features(period: Tensor, power: Tensor, false_alarm: Tensor) -> Tensor:
+    """``(B, D, 4)`` network features ``[log period, power, has peak, gate]`` (0 without a
+    peak)."""
     has = torch.isfinite(period)
     logp = torch.where(has, torch.log(torch.where(has, period, 1.0)), 0.0)
-    return torch.stack([logp, power, has.to(power.dtype)], -1)
+    gate = torch.where(has, anchor_gate(false_alarm, power), 0.0)
+    return torch.stack([logp, power, has.to(power.dtype), gate], -1)
