@@ -351,11 +351,14 @@ class AmortizedGP(AmortizationNetwork):
         X, y = batch.X.to(dtype), batch.y.to(dtype)
         h = self.dataset_encoder(X, y, batch.point_mask, batch.dim_mask)
         periods = relevance = None
-        if self.period_proj is not None:  # from the inputs as given (float64)
-            found = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
-            periods = torch.stack(found, -1)
-        if self.relevance_proj is not None:
-            relevance = neighbour_relevance(batch.X, batch.y, batch.point_mask, batch.dim_mask)
+        # the features from the inputs as given, in float64 also under autocast (bf16
+        # training on a GPU)
+        with torch.autocast(batch.X.device.type, enabled=False):
+            if self.period_proj is not None:
+                found = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
+                periods = torch.stack(found, -1)
+            if self.relevance_proj is not None:
+                relevance = neighbour_relevance(batch.X, batch.y, batch.point_mask, batch.dim_mask)
         return DatasetEncoding(h, batch.dim_mask, periods, relevance)
 
     def decode(self, encoding: DatasetEncoding, symbols: Tensor, symbol_mask: Tensor) -> Prediction:
