@@ -160,7 +160,7 @@ def _with_tokens(
     weights = {k: v.detach().cpu().to(torch.float32) for k, v in model.state_dict().items()}
     missing, unexpected = grown.load_state_dict(weights, strict=False)
     new = {
-        "period_tokens": ("period_proj.", "heads.period_correction."),
+        "period_tokens": ("period_proj.",),
         "relevance_tokens": ("relevance_proj.",),
     }[flag]
     if unexpected or not all(k.startswith(new) for k in missing):

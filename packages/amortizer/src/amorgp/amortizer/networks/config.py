@@ -93,7 +93,7 @@ class NetworkConfig:
         head_hidden: hidden width of each per-symbol parameter head.
         noise_hidden: hidden width of the noise head.
         period_tokens: the kernel tokens read the periodogram's strongest peak of their
-            dimension and every predicted period is a correction of it
+            dimension, and the predicted periods follow it where it is clear
             (:mod:`amorgp.amortizer.networks.period_tokens`; structured network only).
         relevance_tokens: the kernel tokens read each dimension's nearest-neighbour
             relevance and lengthscales have an exponential tail

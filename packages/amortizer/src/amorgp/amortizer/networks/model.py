@@ -49,7 +49,6 @@ from amorgp.amortizer.networks.layers import (
 )
 from amorgp.amortizer.networks.network import AmortizationNetwork, DatasetEncoding, Prediction
 from amorgp.amortizer.networks.period_tokens import (
-    LOG_RANGE,
     N_FEATURES,
     period_features,
     strongest_periods,
@@ -218,9 +217,8 @@ class SymbolHeads(nn.Module):
     second gathers its ``(Hh, P)`` weights per token (no loop over symbols).
 
     With ``anchored=True`` (period tokens) a period slot is the geometric blend
-    ``(anchor e^c)^g own^(1 - g)`` of the anchor corrected by ``c`` (a linear function of
-    the token, clipped to ``[-LOG_RANGE, LOG_RANGE]``, starting at zero) and the head's own
-    period, by the gate ``g`` of the anchor's dimension
+    ``anchor^g own^(1 - g)`` of the anchor and the head's own period, by the gate ``g`` of
+    the anchor's dimension
     (:mod:`amorgp.amortizer.networks.period_tokens`).  With ``long=True`` (relevance tokens) a lengthscale
     slot is :func:`~amorgp.amortizer.networks.relevance_tokens.long_positive` of its raw
     value (the usual transform up to its knee, exponential beyond).
@@ -245,7 +243,6 @@ class SymbolHeads(nn.Module):
         self.w2 = nn.Parameter(torch.randn(V, hidden, P) * (0.01 / hidden**0.5))
         bias = slot_table(vocab).raw_prior_mean().to(torch.float32)
         self.b2 = nn.Parameter(bias[1:].clone())
-        self.period_correction: nn.Linear | None = _zero_linear(width, 1) if anchored else None
 
     def forward(
         self,
@@ -275,13 +272,12 @@ class SymbolHeads(nn.Module):
             is_ls = (table.kind[ids] == kind) & table.used[ids] & symbol_mask[..., None]
             floor = FLOORS[ParamKind.LENGTHSCALE]
             params = torch.where(is_ls, long_positive(raw, floor).to(params.dtype), params)
-        if self.period_correction is None or anchor is None or gate is None:
+        if not self.anchored or anchor is None or gate is None:
             return params
         is_period = (table.kind[ids] == PARAM_KINDS.index(ParamKind.PERIOD)) & table.used[ids]
         a = anchor.to(params.dtype)[:, :, None, None]
         g = torch.where(torch.isfinite(a), gate.to(params.dtype)[:, :, None, None], 0.0)
-        c = self.period_correction(tokens).to(params.dtype).clamp(-LOG_RANGE, LOG_RANGE)
-        log_anchor = torch.where(torch.isfinite(a), a, 1.0).log() + c  # (B, D, L, 1)
+        log_anchor = torch.where(torch.isfinite(a), a, 1.0).log()  # (B, D, 1, 1)
         own = params.clamp_min(FLOORS[ParamKind.PERIOD]).log()
         blended = torch.exp(g * log_anchor + (1.0 - g) * own)
         return torch.where(is_period & symbol_mask[..., None], blended, params)

@@ -9,9 +9,8 @@ and its false-alarm probability (:func:`strongest_periods`) and uses them twice:
   embedding of every addend of that dimension (the projection starts at zero, so a
   converted network starts from the old network's tokens);
 * as the anchor of the periods it predicts: a period slot is the geometric blend
-  ``(anchor e^c)^g own^(1 - g)`` of the anchored period (``c`` a correction read from the
-  token, clipped to ``[-LOG_RANGE, LOG_RANGE]``, starting at 0) and the head's own
-  period, with a gate ``g`` (:func:`anchor_gate`): a peak the noise would rarely reach
+  ``anchor^g own^(1 - g)`` of the peak's period and the head's own period, with a gate
+  ``g`` (:func:`anchor_gate`): a peak the noise would rarely reach
   (false-alarm probability well below :data:`FALSE_ALARM`) and that explains at least
   :data:`MIN_POWER` of the targets' variance is followed, any other leaves the network's
   own period (as before the tokens).  A dimension without a peak (fewer than
@@ -38,7 +37,6 @@ __all__ = [
     "CHUNK",
     "DF",
     "F_LO",
-    "LOG_RANGE",
     "MAX_FREQUENCIES",
     "MIN_POWER",
     "FALSE_ALARM",
@@ -60,9 +58,6 @@ MAX_FREQUENCIES = 2000
 
 CHUNK = 64
 """Frequencies per block of the trigonometric tables (memory ``B D N CHUNK``)."""
-
-LOG_RANGE = 3.0
-"""Largest ``|log(period / anchor)|`` the network's correction reaches (a factor of 20)."""
 
 N_FEATURES = 4
 """Features per dimension: ``log period``, normalised power, has a peak, the gate."""
