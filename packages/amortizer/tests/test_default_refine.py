@@ -15,12 +15,8 @@ from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.api import Amortizer
-from amorgp.amortizer.stages.fisher import (
-    GAIN_TOL,
-    MAX_POINTS,
-    BatchLogMarginalLikelihood,
-    fisher_bytes,
-)
+from amorgp.amortizer.stages.fisher import GAIN_TOL, MAX_POINTS, fisher_bytes
+from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
 from amorgp.amortizer.stages.refine import SKIPPED, resolve_refine
 from amorgp.amortizer.testing import oracle_covariance
 

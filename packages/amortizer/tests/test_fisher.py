@@ -13,12 +13,8 @@ from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.stages.constraints import KernelConstraints
-from amorgp.amortizer.stages.fisher import (
-    GAIN_TOL,
-    BatchLogMarginalLikelihood,
-    fisher_refine,
-    predicted_gain,
-)
+from amorgp.amortizer.stages.fisher import GAIN_TOL, fisher_refine, predicted_gain
+from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
 from amorgp.amortizer.stages.refine_rows import refine_pairs
 from amorgp.amortizer.testing import oracle_covariance
 from amorgp.kernel_grammar import DimWiseStructure
@@ -166,7 +162,7 @@ def test_above_the_probe_limit_the_fisher_information_is_estimated_closely(
     """Above ``PROBE_POINTS`` the Fisher information comes from random probes: close to
     the exact one (oracle: the exact path, itself checked against finite differences
     above), the same on every call, and the value and gradient are unchanged."""
-    import amorgp.amortizer.stages.fisher as fisher_module
+    import amorgp.amortizer.stages.fisher_objective as fisher_module
 
     n = fisher_module.PROBE_POINTS + 100
     X, y = _data(1, n, d, 8)
@@ -257,7 +253,7 @@ def test_the_ard_se_closed_form_equals_the_general_path(
     """The ARD SE kernel's own evaluation (one exponential, derivatives from the stacked
     squared differences) gives the general path's likelihood, gradient and Fisher
     information, with fixed and bounded parameters and priors, on rows out of order."""
-    import amorgp.amortizer.stages.fisher as fisher_mod
+    import amorgp.amortizer.stages.fisher_objective as fisher_mod
 
     if probed:  # the Fisher information from probes (above PROBE_POINTS points)
         monkeypatch.setattr(fisher_mod, "PROBE_POINTS", 10)

@@ -6,16 +6,10 @@ a bucket of :func:`~amorgp.amortizer.frontends.many.iter_datasets`) are refined 
 step is one batched kernel evaluation, one batched Cholesky factorisation and a few
 batched products, whatever ``B``.
 
-**The objective** is the exact log marginal likelihood of
-:class:`~amorgp.amortizer.stages.objective.LogMarginalLikelihood`, in the same log parameters
-``z = log(theta - floor)`` (fixed parameters left out, bounded ones through the logit of
-their log-interval): :class:`BatchLogMarginalLikelihood` evaluates it on ``B`` rows at
-once, with its gradient and its **Fisher information**
-
-``F_ab = tr(A^-1 dK/dtheta_a A^-1 dK/dtheta_b) / 2``,   ``A = K + sigma^2 I``,
-
-the expected negative Hessian of the log marginal likelihood (Mardia and Marshall,
-1984), mapped to ``z`` by the transform's derivatives.  ``F`` is positive
+**The objective** is the exact log marginal likelihood in the log parameters ``z =
+log(theta - floor)``, evaluated on ``B`` rows at once with its gradient and its **Fisher
+information** ``F`` (the expected negative Hessian) by
+:class:`~amorgp.amortizer.stages.fisher_objective.BatchLogMarginalLikelihood`.  ``F`` is positive
 semi-definite, so the quadratic model ``l(z + delta) ~ l(z) + g^T delta - delta^T F
 delta / 2`` has its maximum at ``delta = F^-1 g`` with the
 
@@ -47,24 +41,13 @@ batch (the tests compare a batch with its rows one at a time).  Where it applies
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.stages.batched import exact_solve
-from amorgp.amortizer.stages.objective import (
-    LogMarginalLikelihood,
-    dimension_sum,
-    sum_products,
-)
-from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, base_symbol
-
-if TYPE_CHECKING:
-    from amorgp.amortizer.stages.constraints import KernelConstraints
+from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
 
 __all__ = [
     "GAIN_TOL",
@@ -72,10 +55,6 @@ __all__ = [
     "MAX_STEP",
     "CHECK_POINTS",
     "MAX_POINTS",
-    "PROBES",
-    "PROBE_POINTS",
-    "SE_ARD",
-    "BatchLogMarginalLikelihood",
     "FisherRefinement",
     "fisher_applies",
     "fisher_bytes",
@@ -99,325 +78,6 @@ MAX_DAMPING = 1e8
 _INITIAL_DAMPING = 1e-3
 
 _REJECTED_DAMPING = 0.25
-
-SE_ARD = True
-"""Evaluate an ARD SE kernel (one ``SE`` addend per dimension) in its closed form
-(:meth:`BatchLogMarginalLikelihood._se_ard_kernel`); ``False``: as any other structure
-(the same values, for comparison)."""
-
-PROBE_POINTS = 1000
-"""Above this many points the Fisher information is estimated by :data:`PROBES` random
-probes (:func:`_probed_fisher`: products of ``n x PROBES`` blocks in place of one
-``n x n`` product per hyperparameter); at most, it is exact."""
-
-PROBES = 64
-"""Rademacher probes of the estimated Fisher information (above :data:`PROBE_POINTS`)."""
-
-PROBE_SEED = 0
-"""Seed of the probes' generator (one fixed draw: deterministic results)."""
-
-CHUNK_BYTES = 2 * 2**20
-"""Bytes of derivative matrices evaluated at once (:meth:`BatchLogMarginalLikelihood.
-evaluate`): about the size of a core's cache."""
-
-
-class BatchLogMarginalLikelihood(LogMarginalLikelihood):
-    """:class:`~amorgp.amortizer.stages.objective.LogMarginalLikelihood` of one structure on
-    ``B`` datasets of equal size at once, with the Fisher information.
-
-    Args:
-        X: ``(B, n, d)`` normalised inputs (float64).
-        y: ``(B, n)`` targets.
-        structure: the kernel structure of every row.
-        constraints: its fixed values, bounds and noise floor (``None``: none).  With
-            ``priors`` the log prior is added, with its gradient, and its curvature where
-            it curves down (the diagonal: the priors are independent) to the Fisher
-            information.
-    """
-
-    def __init__(
-        self,
-        X: Tensor,
-        y: Tensor,
-        structure: DimWiseStructure,
-        constraints: KernelConstraints | None = None,
-    ) -> None:
-        super().__init__(X, y, structure, constraints)
-        self.n = X.shape[-2]
-        self.index = (
-            torch.arange(self.floors.numel()) if self.plain else torch.nonzero(self.free).flatten()
-        )
-        # the variances whose derivative is K / variance: an addend alone in its dimension
-        # whose variance scales all of it (not LIN alone, s^2 x x' + c^2); their Fisher
-        # terms share one product A^-1 K (an ARD kernel's d variances cost one product)
-        alone = {j for j, dim in enumerate(structure.dims) if len(dim) == 1}
-        self.scales_k: set[int] = set()
-        i = 0
-        for j, _, b in self.terms:
-            lin_alone = len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all
-            if j in alone and not lin_alone and "variance" in b.param_names:
-                self.scales_k.add(i + list(b.param_names).index("variance"))
-            i += len(b.params)
-        # K depends on those variances through their product alone: without fixed values,
-        # bounds or priors, the refinement holds every one but the first where it starts
-        # (a gauge, :meth:`evaluate_gauged`: the likelihood's optimum is the same, and no
-        # step goes along the flat directions, where the curvature is zero)
-        tied = sorted(self.scales_k)[1:] if self.plain and self.priors is None else []
-        self.gauge = torch.tensor(tied, dtype=torch.long)
-        # an ARD SE kernel (one SE addend per dimension), the commonest: K = prod(s^2)
-        # exp(-sum_j r_j^2 / 2 l_j^2) in one exponential, and each lengthscale's derivative
-        # K r_j^2 / l_j^3 (:meth:`_se_ard`); the squared differences stacked (B, D, n, n)
-        # once, the per-dimension ones views of them
-        self.se_ard = (
-            SE_ARD
-            and len(self.terms) == len(structure.dims)
-            and all(b.name == "SE" for _, _, b in self.terms)
-        )
-        if self.se_ard:
-            order = [j for j, _, _ in self.terms]
-            self.R2 = torch.stack([self.r2[j] for j in order], -3)
-            self.r2 = {j: self.R2[..., t, :, :] for t, j in enumerate(order)}
-            names = base_symbol("SE").param_names
-            self.ls_at = [2 * t + names.index("lengthscale") for t in range(len(order))]
-            self.var_at = [2 * t + names.index("variance") for t in range(len(order))]
-
-    def flat_rows(self, params: Tensor, noise: Tensor) -> Tensor:
-        """``theta (B, m)`` of ``params (B, D, L, P)`` and ``noise (B,)``."""
-        return self.flat(params, noise)
-
-    def to_log_rows(self, params: Tensor, noise: Tensor) -> Tensor:
-        """``z (B, m_free)`` of ``params (B, D, L, P)`` and ``noise (B,)`` (as
-        :meth:`~amorgp.amortizer.stages.objective.LogMarginalLikelihood.to_log`, row by row)."""
-        return self.to_log(params, noise)
-
-    def theta_rows(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        """``(theta (B, m), d theta / d z (B, m_free))`` of ``z (B, m_free)``."""
-        return self.theta(z)
-
-    def from_log_rows(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        """``(params (B, D, L, P), noise (B,))`` of ``z (B, m_free)`` (unused slots 1)."""
-        return self.from_log(z)
-
-    def evaluate(
-        self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """The log marginal likelihood ``(B,)``, its gradient ``(B, m_free)`` and the
-        Fisher information ``(B, m_free, m_free)`` with respect to ``z (B, m_free)``
-        (``with_fisher=False``: an empty ``(B, 0, 0)`` in its place, for a third of the
-        cost).
-
-        ``rows``: the rows of the batch that ``z`` belongs to (default: all, in order).
-        A row whose covariance is not finite or not positive definite has a NaN
-        likelihood, a zero gradient and the identity as its Fisher information.  The
-        rows are evaluated in chunks of about :data:`CHUNK_BYTES` of derivative
-        matrices, which stay in cache.
-        """
-        if rows is None:
-            rows = torch.arange(z.shape[0])
-        per = 8 * (self.index.numel() + 2) * self.n * self.n
-        size = max(1, CHUNK_BYTES // per)
-        if z.shape[0] <= size:
-            return self._evaluate(z, rows, with_fisher)
-        outs = [
-            self._evaluate(z[i : i + size], rows[i : i + size], with_fisher)
-            for i in range(0, z.shape[0], size)
-        ]
-        return tuple(torch.cat([o[k] for o in outs]) for k in range(3))  # type: ignore[return-value]
-
-    def _evaluate(
-        self, z: Tensor, rows: Tensor, with_fisher: bool
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """:meth:`evaluate` of one chunk of rows."""
-        with torch.no_grad():
-            theta, dtheta = self.theta_rows(z.detach())
-            B, n = theta.shape[0], self.n
-            y = self.y[rows]
-            # the pairwise differences of these rows: a view where they are consecutive
-            first = int(rows[0]) if rows.numel() else 0
-            consecutive = bool(
-                rows.numel() and torch.equal(rows, torch.arange(first, first + rows.numel()))
-            )
-            sel: Tensor | slice = slice(first, first + rows.numel()) if consecutive else rows
-            m = theta.shape[1]
-            free = self.index.tolist()
-            # each free parameter's dK / d theta is a matrix of its own ("general"), K
-            # divided by it (self.scales_k) or the identity (the noise)
-            general = [a for a in free if a != m - 1 and a not in self.scales_k]
-            slot = {a: i for i, a in enumerate(general)}
-            parts: dict[int, list[tuple[Tensor, list[tuple[int, Tensor]]]]] = {}
-            if self.se_ard:
-                K = self._se_ard_kernel(theta, sel)
-                other: dict[int, Tensor | None] = {}
-            else:
-                i = 0
-                for j, _, b in self.terms:  # a few addends
-                    k = len(b.params)
-                    v = theta[:, i : i + k].T[..., None, None]  # (k, B, 1, 1)
-                    parts.setdefault(j, []).append(self._addend_and_grads(j, b, v, i, sel))
-                    i += k
-                K, other = sum_products(_addend_sums(parts))
-            eye = torch.eye(n, dtype=torch.float64)
-            A = K.expand(B, n, n) + theta[:, -1, None, None] * eye
-            Lc, alpha, lml, ok = exact_solve(A, y)
-            Ainv = torch.cholesky_inverse(Lc)
-            W = 0.5 * (alpha[:, :, None] * alpha[:, None, :] - Ainv)
-            g_general = theta.new_zeros(B, len(general))
-            U = theta.new_empty(B, len(general), n, n) if with_fisher else None
-            Wf = W.reshape(B, n * n, 1)
-            if self.se_ard and general:
-                g_general, U = self._se_ard_grads(theta, sel, K, W, general, with_fisher)
-            for j, lst in parts.items():  # dimensions: <W prod_{i != j} S_i, dk / d theta>
-                oj = other[j]
-                Wj = Wf if oj is None else (W * oj).reshape(B, n * n, 1)
-                for _, grads in lst:
-                    for idx, dk in grads:
-                        if idx not in slot:
-                            continue
-                        dkb = dk.expand(B, n, n)
-                        g_general[:, slot[idx]] = (dkb.reshape(B, 1, n * n) @ Wj)[:, 0, 0]
-                        if U is None:
-                            continue
-                        if oj is None:
-                            U[:, slot[idx]] = dkb
-                        else:
-                            torch.mul(dkb, oj, out=U[:, slot[idx]])
-            Kb = K.expand(B, n, n)
-            g_k = (Kb.reshape(B, 1, n * n) @ Wf)[:, 0, 0]
-            g_noise = W.diagonal(dim1=-2, dim2=-1).sum(-1)
-            # per free parameter: its column among the distinct matrices and its factor
-            u_k, u_noise = len(general), len(general) + 1
-            col, coef = [], []
-            for a in free:
-                if a == m - 1:
-                    col.append(u_noise)
-                    coef.append(torch.ones_like(theta[:, a]))
-                elif a in self.scales_k:
-                    col.append(u_k)
-                    coef.append(1.0 / theta[:, a])
-                else:
-                    col.append(slot[a])
-                    coef.append(torch.ones_like(theta[:, a]))
-            c = torch.stack(coef, 1) if free else theta.new_zeros(B, 0)
-            g_all = torch.cat([g_general, g_k[:, None], g_noise[:, None]], 1)
-            grad = g_all[:, col] * c
-            if U is not None and free:
-                if n > PROBE_POINTS:
-                    Fu = _probed_fisher(Lc, U, theta[:, -1])
-                else:
-                    # A^-1 K = I - noise A^-1 (A = K + noise I): no product for the scales
-                    AK = eye - theta[:, -1, None, None] * Ainv
-                    M = torch.cat(
-                        [Ainv[:, None] @ U, AK[:, None], Ainv[:, None]], 1
-                    )  # (B, u + 2, n, n): A^-1 times each distinct derivative
-                    Mt = M.transpose(-2, -1).flatten(2)
-                    Fu = 0.5 * (M.flatten(2) @ Mt.transpose(1, 2))
-                    Fu = 0.5 * (Fu + Fu.transpose(1, 2))
-                fisher = Fu[:, col][:, :, col] * c[:, :, None] * c[:, None, :]
-            else:
-                fisher = theta.new_zeros(B, len(free), len(free))
-            prior_curv = None
-            if self.priors is not None:
-                with torch.enable_grad():
-                    t = theta.detach().clone().requires_grad_(True)
-                    lp = torch.stack([p.log_prob(t[:, i]) for i, p in enumerate(self.priors)])
-                    (dlp,) = torch.autograd.grad(lp.sum(), t, create_graph=with_fisher)
-                    if with_fisher:  # independent priors: the second derivatives' diagonal
-                        (d2,) = torch.autograd.grad(dlp.sum(), t)
-                        prior_curv = (-d2[:, self.index]).clamp_min(0.0).detach()
-                lml = lml + lp.detach().sum(0)
-                grad = grad + dlp.detach()[:, self.index]
-            grad = grad * dtheta
-            good = ok & torch.isfinite(lml) & torch.isfinite(grad).all(1)
-            lml = torch.where(good, lml, torch.full_like(lml, math.nan))
-            grad = torch.where(good[:, None], grad, torch.zeros_like(grad))
-            if not with_fisher:
-                return lml, grad, theta.new_zeros(B, 0, 0)
-            if prior_curv is not None:  # the log prior's curvature, where it curves down
-                fisher = fisher + torch.diag_embed(prior_curv)
-            fisher = fisher * dtheta[:, :, None] * dtheta[:, None, :]
-            good &= torch.isfinite(fisher).flatten(1).all(1)
-            lml = torch.where(good, lml, torch.full_like(lml, math.nan))
-            grad = torch.where(good[:, None], grad, torch.zeros_like(grad))
-            ident = torch.eye(len(free), dtype=torch.float64).expand_as(fisher)
-            fisher = torch.where(good[:, None, None], fisher, ident)
-            return lml, grad, fisher
-
-    def _se_ard_kernel(self, theta: Tensor, sel: Tensor | slice) -> Tensor:
-        """``K (B, n, n)`` of an ARD SE kernel: ``prod_j s_j^2 exp(-sum_j r_j^2 / 2
-        l_j^2)``, the sum one batched product over the stacked squared differences."""
-        R2 = self.R2[sel]  # (B, D, n, n)
-        B, D, n = R2.shape[0], R2.shape[1], R2.shape[-1]
-        coef = -0.5 / theta[:, self.ls_at].square()  # (B, D)
-        E = (coef[:, None, :] @ R2.reshape(B, D, n * n)).reshape(B, n, n)
-        return E.exp_().mul_(theta[:, self.var_at].prod(1)[:, None, None])
-
-    def _se_ard_grads(
-        self,
-        theta: Tensor,
-        sel: Tensor | slice,
-        K: Tensor,
-        W: Tensor,
-        general: list[int],
-        with_fisher: bool,
-    ) -> tuple[Tensor, Tensor | None]:
-        """The lengthscales' gradient ``<W, K r_j^2> / l_j^3`` (``(B, u)``, in the order of
-        ``general``, all lengthscales) and with ``with_fisher`` their derivative matrices
-        ``K r_j^2 / l_j^3`` (``(B, u, n, n)``)."""
-        R2 = self.R2[sel]
-        B, D, n = R2.shape[0], R2.shape[1], R2.shape[-1]
-        pos = [self.ls_at.index(a) for a in general]
-        inv3 = theta[:, general].pow(-3)  # (B, u)
-        R2u = R2 if pos == list(range(D)) else R2[:, pos]
-        WK = (W * K).reshape(B, n * n, 1)
-        g = (R2u.reshape(B, len(pos), n * n) @ WK)[..., 0] * inv3
-        if not with_fisher:
-            return g, None
-        U = R2u * K[:, None]
-        return g, U.mul_(inv3[:, :, None, None])
-
-    def evaluate_gauged(
-        self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """:meth:`evaluate` with the gauge's directions (:attr:`gauge`) removed: their
-        gradient zero, their Fisher rows and columns those of the identity, so that a step
-        leaves them where they are."""
-        lml, grad, fisher = self.evaluate(z, rows, with_fisher)
-        if self.gauge.numel():
-            grad[:, self.gauge] = 0.0
-            if with_fisher:
-                fisher[:, self.gauge, :] = 0.0
-                fisher[:, :, self.gauge] = 0.0
-                fisher[:, self.gauge, self.gauge] = 1.0
-        return lml, grad, fisher
-
-
-def _addend_sums(parts: dict[int, list[tuple[Tensor, Any]]]) -> dict[int, Tensor]:
-    """Each dimension's sum of its addends' kernels (the addend itself where it is
-    alone: no copy)."""
-    return {j: dimension_sum([k for k, _ in lst]) for j, lst in parts.items()}
-
-
-def _probed_fisher(Lc: Tensor, U: Tensor, noise: Tensor) -> Tensor:
-    """The Fisher information of the distinct derivative matrices ``[U_1..U_u, K, I]``
-    (``(B, u + 2, u + 2)``) by :data:`PROBES` Rademacher probes ``z``:
-    ``tr(A^-1 D_p A^-1 D_q) ~ mean_z (D_p A^-1 z)^T (A^-1 D_q z)`` (Hutchinson), from the
-    factor ``Lc`` of ``A = K + noise I``: two products of each ``U`` with ``n x PROBES``
-    blocks and one solve, against ``u`` products of ``n x n`` matrices exactly.  The
-    probes are drawn from a generator of fixed seed: the same rows give the same
-    estimate.  ``K`` and ``I`` need no product (``K z = A z - noise z``)."""
-    B, u, n, _ = U.shape
-    gen = torch.Generator().manual_seed(PROBE_SEED)
-    Z = torch.randint(0, 2, (n, PROBES), generator=gen).to(U) * 2.0 - 1.0
-    Z = Z.expand(B, n, PROBES)
-    P = torch.cholesky_solve(Z, Lc)  # A^-1 z
-    QK = Z - noise[:, None, None] * P  # K A^-1 z = A^-1 K z
-    Qg = U @ P[:, None]  # (B, u, n, s): U_p A^-1 z
-    UZ = (U @ Z[:, None]).permute(0, 2, 1, 3).reshape(B, n, u * PROBES)
-    Rg = torch.cholesky_solve(UZ, Lc).reshape(B, n, u, PROBES).permute(0, 2, 1, 3)
-    Q = torch.cat([Qg, QK[:, None], P[:, None]], 1).flatten(2)
-    R = torch.cat([Rg, QK[:, None], P[:, None]], 1).flatten(2)
-    Fu = (0.5 / PROBES) * (Q @ R.transpose(1, 2))
-    return 0.5 * (Fu + Fu.transpose(1, 2))
 
 
 def _solve(fisher: Tensor, grad: Tensor, damping: Tensor) -> Tensor:
@@ -637,7 +297,8 @@ def fisher_refine(
 MAX_POINTS = 2000
 """Most points of a dataset refined by Fisher scoring (:func:`fisher_applies`).  Its
 evaluations with the Fisher information cost ``m`` products of ``n x n`` matrices on top
-of the factorisation (probes above :data:`PROBE_POINTS`), the others about an L-BFGS
+of the factorisation (probes above
+:data:`~amorgp.amortizer.stages.fisher_objective.PROBE_POINTS`), the others about an L-BFGS
 evaluation, and it stops on the predicted gain: measured in
 ``docs/benchmarks/refine-stop.md``.  Larger datasets refine by L-BFGS
 (:mod:`amorgp.amortizer.stages.refine`)."""

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.stages.fisher import GAIN_TOL, BatchLogMarginalLikelihood, fisher_refine
+from amorgp.amortizer.stages.fisher import GAIN_TOL, fisher_refine
+from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
 from amorgp.kernel_grammar import DimWiseStructure
 
 if TYPE_CHECKING:

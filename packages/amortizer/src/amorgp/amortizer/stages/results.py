@@ -259,7 +259,7 @@ def _stored_optimality(r: KernelResult) -> Optimality | None:
 def evaluate_optimality(results: Sequence[KernelResult]) -> None:
     """Compute :meth:`KernelResult.optimality` of many results at once: those of the same
     structure, size and constraints in one batched Fisher evaluation
-    (:class:`~amorgp.amortizer.stages.fisher.BatchLogMarginalLikelihood`; rows are independent,
+    (:class:`~amorgp.amortizer.stages.fisher_objective.BatchLogMarginalLikelihood`; rows are independent,
     so each result gets what it would get alone).  Results that know theirs already,
     hold no data or have more than :data:`~amorgp.amortizer.stages.fisher.CHECK_POINTS` points
     are left to :meth:`KernelResult.optimality`."""
@@ -288,7 +288,8 @@ def evaluate_optimality(results: Sequence[KernelResult]) -> None:
 
 def _evaluate(rows: Sequence[KernelResult]) -> list[Optimality]:
     """One batched Fisher evaluation of results of one structure, size and constraints."""
-    from amorgp.amortizer.stages.fisher import BatchLogMarginalLikelihood, predicted_gain
+    from amorgp.amortizer.stages.fisher import predicted_gain
+    from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
 
     first = rows[0]
     with torch.inference_mode(False), torch.no_grad():
