@@ -64,6 +64,27 @@ def test_strongest_period_matches_scipy() -> None:
         assert fap[0, 1].item() == pytest.approx(1 - (1 - math.exp(-z)) ** m, rel=1e-6, abs=1e-12)
 
 
+def test_fundamental_of_a_harmonic_peak() -> None:
+    """A cycle whose second harmonic carries the most power: the strongest peak (scipy's)
+    is at half the period, the period returned is the planted one; the peak's power is
+    still the strongest peak's.  A sinusoid on a trend keeps its own period."""
+    rng = np.random.default_rng(1)
+    n, p = 150, 0.23
+    x = np.sort(rng.uniform(0, 3, size=n))
+    w = 2 * np.pi * x / p
+    y = 0.7 * np.cos(w) + 1.0 * np.cos(2 * w + 0.4) + 0.5 * np.cos(3 * w + 1.0)
+    y = y + 0.05 * rng.normal(size=n)
+    X = x[:, None]
+    harmonic, wpow = _oracle(x, y, X, 0.5 * (n - 1))
+    assert abs(harmonic / (p / 2) - 1) < 0.05  # scipy's strongest peak: the harmonic
+    period, power, _ = strongest_periods(torch.tensor(X)[None], torch.tensor(y)[None])
+    assert abs(period[0, 0].item() / p - 1) < 0.05
+    assert power[0, 0].item() == pytest.approx(wpow, rel=1e-7)
+    trend = np.sin(2 * np.pi * x / p) + 2.0 * x + 0.3 * rng.normal(size=n)
+    period, _, _ = strongest_periods(torch.tensor(X)[None], torch.tensor(trend)[None])
+    assert abs(period[0, 0].item() / p - 1) < 0.05
+
+
 def test_padding_and_missing_peaks() -> None:
     g = torch.Generator().manual_seed(3)
     X = torch.rand(3, 40, 2, generator=g, dtype=torch.float64)

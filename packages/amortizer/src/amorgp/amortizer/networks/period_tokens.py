@@ -21,8 +21,11 @@ Lomb-Scargle power of the centred targets, of the residual of a linear fit in al
 and of the residual of a cubic fit in the dimension, each as a share of the targets'
 variance, the best of the three) on one frequency grid for the batch, from ``1.5`` cycles per range
 of the dimension in steps of ``0.2`` up to half the number of distinct input values of the
-dataset (at most :data:`MAX_FREQUENCIES`), with padded points weighted zero, and the
-strongest peak refined by a parabola.  Computed in float64 without gradients; the
+dataset (at most :data:`MAX_FREQUENCIES`), with padded points weighted zero.  The period
+is the fundamental of the strongest peak: where a fraction ``1/2 ... 1/5`` of its frequency
+holds a clear peak of its own (a cycle sharper than a sinusoid, whose harmonics share its
+power), that one (:data:`HARMONICS`, :data:`HARMONIC_SHARE`, :data:`HARMONIC_Z`); the
+peak is refined by a parabola.  Computed in float64 without gradients; the
 features go to the network in its own dtype.
 """
 
@@ -37,6 +40,9 @@ __all__ = [
     "CHUNK",
     "DF",
     "F_LO",
+    "HARMONICS",
+    "HARMONIC_SHARE",
+    "HARMONIC_Z",
     "MAX_FREQUENCIES",
     "MIN_POWER",
     "FALSE_ALARM",
@@ -70,6 +76,17 @@ FALSE_ALARM = 0.01
 
 OVERSAMPLE = 5
 """Frequencies of the grid per independent frequency (``1 / DF``)."""
+
+HARMONICS = 5
+"""Highest harmonic the strongest peak is tested for (``f / 2 ... f / 5`` as fundamentals)."""
+
+HARMONIC_SHARE = 0.3
+"""Power a fundamental's peak needs, as a share of the strongest peak's."""
+
+HARMONIC_Z = 12.0
+"""Classical normalised power (``n power / 2``) a fundamental's peak needs: noise reaches it
+at one frequency with probability ``e^-12`` (the residual of a trend leaves peaks at low
+frequencies that a lower threshold takes for fundamentals)."""
 
 
 def _masked_lstsq(A: Tensor, y: Tensor, ridge: float = 1e-9) -> Tensor:
@@ -171,10 +188,12 @@ def strongest_periods(
         power[..., lo : lo + CHUNK] = torch.where(ok, p, torch.zeros_like(p))
 
     best, k = power.max(-1)  # (B, D)
+    k = _fundamental(power, best, k, n)
     kl, kr = (k - 1).clamp_min(0), (k + 1).clamp_max(F - 1)
     left = power.gather(-1, kl[..., None])[..., 0]
     right = power.gather(-1, kr[..., None])[..., 0]
-    curv = left - 2.0 * best + right
+    at = power.gather(-1, k[..., None])[..., 0]
+    curv = left - 2.0 * at + right
     inner = (k > 0) & (k < F - 1) & (left > 0) & (right > 0) & (curv < 0)
     shift = torch.where(inner, 0.5 * (left - right) / torch.where(inner, curv, -1.0), 0.0)
     freq = freqs[k] + shift.clamp(-1.0, 1.0) * DF
@@ -186,6 +205,35 @@ def strongest_periods(
     z = 0.5 * n[:, None] * power
     fap = -torch.expm1(m * torch.log1p(-torch.exp(-z).clamp_max(1.0 - 1e-16)))
     return period, power, torch.where(found, fap, torch.ones_like(fap))
+
+
+def _fundamental(power: Tensor, best: Tensor, k: Tensor, n: Tensor) -> Tensor:
+    """The grid index of the fundamental of the strongest peak ``k (B, D)`` of ``power
+    (B, D, F)``: of the fractions ``f_k / q`` (``q`` up to :data:`HARMONICS`) that hold a
+    significant peak of their own (:data:`HARMONIC_Z`) with at least
+    :data:`HARMONIC_SHARE` of the strongest peak's power, within one grid step, the one
+    with the most power; ``k`` itself where no fraction does.  A cycle sharper than a sinusoid spreads its power over its harmonics,
+    and one draw's strongest is often the second or the third."""
+    F = power.shape[-1]
+    f_k = F_LO + DF * k.to(torch.float64)
+    out = k.clone()
+    z_need = 2.0 * HARMONIC_Z / n.clamp_min(1.0)[:, None]  # power whose z is HARMONIC_Z
+    need = torch.maximum(HARMONIC_SHARE * best, z_need)
+    held = torch.zeros_like(best)  # the power of the fraction chosen so far
+    for q in range(2, HARMONICS + 1):  # a few fractions
+        centre = torch.round((f_k / q - F_LO) / DF).long()
+        near = (centre[..., None] + torch.arange(-1, 2, device=k.device)).clamp(0, F - 1)
+        vals = power.gather(-1, near)
+        v, i = vals.max(-1)
+        idx = near.gather(-1, i[..., None])[..., 0]
+        interior = (idx > 0) & (idx < F - 1)
+        left = power.gather(-1, (idx - 1).clamp_min(0)[..., None])[..., 0]
+        right = power.gather(-1, (idx + 1).clamp_max(F - 1)[..., None])[..., 0]
+        peak = interior & (v >= left) & (v >= right)
+        ok = (centre >= 1) & peak & (v >= need) & (v > held)
+        out = torch.where(ok, idx, out)
+        held = torch.where(ok, v, held)
+    return out
 
 
 def anchor_gate(false_alarm: Tensor, power: Tensor) -> Tensor:
