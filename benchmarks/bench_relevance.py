@@ -1,7 +1,7 @@
 """Benchmark of input relevance: does the network give irrelevant inputs longer
 lengthscales than relevant ones, and how far are its lengthscales from Type-2 ML's?
 
-Data: ``--cases`` per input count ``d = 2..8`` (default 30): ``n = 200`` inputs uniform on
+Data: ``--cases`` per input count ``d = 2..8`` (default 30): ``--points`` (default 200) inputs uniform on
 [0, 1]^d; the first ``ceil(d / 2)`` inputs relevant, ``f = sum_j sin(2 pi a_j x_j +
 phi_j)`` with ``a_j`` uniform in [0.5, 2], the others irrelevant; noise 0.1; kernel ``SE``
 (one lengthscale per input, ARD). Seeded.
@@ -19,10 +19,15 @@ lengthscales to the optimum's. For the bundled default, what the short irrelevan
 lengthscales cost: the log marginal likelihood of its answer (one start, calibrated,
 ``refine=0``) with the irrelevant inputs' lengthscales held at 30 input ranges, and of
 the default fit, above its answer's (median over the cases with an irrelevant input).
+For every checkpoint: its calibrated start (one start, ``refine=0``) against the first
+checkpoint's (median gain, share more than 1 nat below), and its default fit (the
+library's multi-start and refinement): mean refinement evaluations, share of cases within
+1 nat of the first checkpoint's default fit and share more than 1 nat above it.
 
 Writes ``docs/benchmarks/relevance.md``.
 
-Usage: ``python benchmarks/bench_relevance.py [--cases N] [--checkpoint DIR ...]``.
+Usage: ``python benchmarks/bench_relevance.py [--cases N] [--points N] [--checkpoint DIR ...]
+[--out FILE]``.
 """
 
 from __future__ import annotations
@@ -52,18 +57,18 @@ OUT = ROOT / "docs" / "benchmarks" / "relevance.md"
 N = 200
 
 
-def cases(per_d: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray, int]]:
+def cases(per_d: int, seed: int = 0, n: int = N) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """``(X, y, r)``: ``r`` the number of relevant (leading) inputs."""
     rng = np.random.default_rng(seed)
     out = []
     for d in range(2, 9):
         r = math.ceil(d / 2)
         for _ in range(per_d):
-            X = rng.uniform(size=(N, d))
+            X = rng.uniform(size=(n, d))
             a = rng.uniform(0.5, 2.0, size=r)
             phi = rng.uniform(0, 2 * np.pi, size=r)
             f = np.sin(2 * np.pi * a * X[:, :r] + phi).sum(1)
-            out.append((X, f + 0.1 * rng.normal(size=N), r))
+            out.append((X, f + 0.1 * rng.normal(size=n), r))
     return out
 
 
@@ -76,15 +81,15 @@ def lengthscales(result: Any, d: int) -> np.ndarray:
     return ls
 
 
-def run(per_d: int, checkpoints: list[str]) -> dict[str, Any]:
-    data = cases(per_d)
+def run(per_d: int, checkpoints: list[str], n: int = N) -> dict[str, Any]:
+    data = cases(per_d, n=n)
     ref_amz = Amortizer.from_pretrained()
     opt = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for X, y, _ in data:
             opt.append(lengthscales(ref_amz.infer(X, y, "SE"), X.shape[1]))
-        res: dict[str, Any] = {"cases": len(data), "methods": {}}
+        res: dict[str, Any] = {"cases": len(data), "n": n, "methods": {}, "starts": {}}
         methods = {f"network: {c}": c for c in checkpoints}
         for name, ckpt in methods.items():
             amz = Amortizer.from_pretrained(ckpt)
@@ -93,6 +98,32 @@ def run(per_d: int, checkpoints: list[str]) -> dict[str, Any]:
                 for X, y, _ in data
             ]
             res["methods"][name] = summary(got, data, opt)
+            # the calibrated start (one start) and the default fit from the library's
+            # multi-start, on the cases with an irrelevant input
+            start, steps, final = [], [], []
+            for X, y, r in data:
+                if X.shape[1] == r:
+                    continue
+                start.append(amz.infer(X, y, "SE", starts=1, refine=0).log_marginal_likelihood)
+                fit = amz.infer(X, y, "SE")
+                steps.append(fit.refine_steps)
+                final.append(fit.log_marginal_likelihood)
+            res["starts"][name] = {"start": start, "steps": steps, "final": final}
+        base = next(iter(res["starts"].values()))
+        for v in res["starts"].values():
+            v["start_gain"] = statistics.median(
+                a - b for a, b in zip(v["start"], base["start"], strict=True)
+            )
+            v["start_worse_1nat"] = sum(
+                a < b - 1.0 for a, b in zip(v["start"], base["start"], strict=True)
+            ) / len(v["start"])
+            v["mean_steps"] = statistics.mean(v["steps"])
+            v["final_within_1nat"] = sum(
+                a >= b - 1.0 for a, b in zip(v["final"], base["final"], strict=True)
+            ) / len(v["final"])
+            v["final_above_1nat"] = sum(
+                a > b + 1.0 for a, b in zip(v["final"], base["final"], strict=True)
+            ) / len(v["final"])
         res["methods"]["Type-2 ML (default fit)"] = summary(opt, data, opt)
         long_gain, fit_gain = [], []
         for X, y, r in data:
@@ -131,7 +162,7 @@ def report(res: dict[str, Any]) -> str:
         "# Input relevance: irrelevant inputs' lengthscales",
         "",
         f"`benchmarks/bench_relevance.py`; {res['cases']} simulated cases (`d = 2..8` "
-        "inputs uniform on [0, 1], 200 points, the first `ceil(d/2)` relevant: a sum of "
+        f"inputs uniform on [0, 1], {res['n']} points, the first `ceil(d/2)` relevant: a sum of "
         "sines of frequency 0.5-2 per range, noise 0.1), kernel `SE` (ARD), one thread, "
         f"torch {torch.__version__}, {platform.machine()}. Ordered: every irrelevant "
         "input's lengthscale longer than every relevant one's. Lengthscales in "
@@ -146,6 +177,27 @@ def report(res: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {100 * s['ordered']:.0f} % | {s['irrelevant_median']:.3g} | "
             f"{s['irrelevant_p90']:.3g} | {s['relevant_log_ratio']:+.2f} |"
+        )
+    first = next(iter(res["starts"]))
+    lines += [
+        "",
+        f"Each network's start and default fit on the {res['long_cases']} cases with an "
+        "irrelevant input: the log marginal likelihood of its answer (one start, "
+        f"calibrated, `refine=0`) above `{first}`'s (median, and the share of cases more "
+        "than 1 nat below it), and its default fit (`refine=None`, the library's "
+        "multi-start): mean refinement evaluations, and the shares of cases within 1 nat "
+        f"of `{first}`'s default fit and more than 1 nat above it.",
+        "",
+        "| method | start above the first's: median (nats) | start more than 1 nat below | "
+        "default fit: mean evaluations | default fit within 1 nat | ... more than 1 nat "
+        "above |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, v in res["starts"].items():
+        lines.append(
+            f"| {name} | {v['start_gain']:+.1f} | {100 * v['start_worse_1nat']:.0f} % | "
+            f"{v['mean_steps']:.1f} | {100 * v['final_within_1nat']:.0f} % | "
+            f"{100 * v['final_above_1nat']:.0f} % |"
         )
     lines += [
         "",
@@ -162,9 +214,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=30)
     ap.add_argument("--checkpoint", action="append", default=None)
+    ap.add_argument("--points", type=int, default=N, help="points per case")
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args()
-    res = run(a.cases, a.checkpoint or ["default"])
+    res = run(a.cases, a.checkpoint or ["default"], a.points)
     a.out.write_text(report(res))
     print(report(res))
 

@@ -233,6 +233,31 @@ def test_real_data_scores_beat_the_constant_predictor(tmp_path: Path) -> None:
     assert torch.isfinite(torch.tensor(scores["airline"]["nll"]))
 
 
+def test_real_data_scores_are_the_amortized_answer(tmp_path: Path, monkeypatch) -> None:
+    """The learning curve scores the network, not the refinement after it: every fit
+    it makes is the amortized answer (no refinement step)."""
+    import shutil
+
+    from amorgp.amortizer.frontends.inference import PRETRAINED_DIR, Amortizer
+    from amorgp.amortizer.networks.bundled import DATA_DIR
+    from amorgp.training.campaign_plan import real_data_scores
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(DATA_DIR / "airline.csv", data)
+    seen: list[list[int]] = []
+    infer_many = Amortizer.infer_many
+
+    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        fits = infer_many(self, *args, **kwargs)
+        seen.append([f.refine_steps for f in fits])
+        return fits
+
+    monkeypatch.setattr(Amortizer, "infer_many", recording)
+    real_data_scores(PRETRAINED_DIR, data, n_kernels=2)
+    assert seen == [[0, 0]]
+
+
 def test_segment_records_real_data_scores(tmp_path: Path, init: Path) -> None:
     """A segment at the production evaluation sizes (the other segment tests shrink them)
     scores its copy on a folder of real datasets too."""
