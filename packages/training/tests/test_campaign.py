@@ -215,27 +215,11 @@ def test_diverging_segment_logs_a_failure_and_raises(
     assert not (export / "phase1-latest").exists()
 
 
-def test_real_data_scores_beat_the_constant_predictor(tmp_path: Path) -> None:
+def test_real_data_scores_beat_the_constant_predictor(tmp_path: Path, monkeypatch) -> None:
     """The campaign's real-data learning curve: the bundled model on airline predicts
-    far better than the training mean (RMSE 1 in standardised units)."""
-    import shutil
-
-    from amorgp.amortizer.frontends.inference import PRETRAINED_DIR
-    from amorgp.amortizer.networks.bundled import DATA_DIR
-    from amorgp.training.campaign_plan import real_data_scores
-
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copy(DATA_DIR / "airline.csv", data)
-    scores = real_data_scores(PRETRAINED_DIR, data, n_kernels=2)
-    assert set(scores) == {"airline"}
-    assert 0.0 < scores["airline"]["rmse"] < 0.6
-    assert torch.isfinite(torch.tensor(scores["airline"]["nll"]))
-
-
-def test_real_data_scores_are_the_amortized_answer(tmp_path: Path, monkeypatch) -> None:
-    """The learning curve scores the network, not the refinement after it: every fit
-    it makes is the amortized answer (no refinement step)."""
+    far better than the training mean (RMSE 1 in standardised units), and it scores the
+    network, not the refinement after it: every fit is the amortized answer (no
+    refinement step)."""
     import shutil
 
     from amorgp.amortizer.frontends.inference import PRETRAINED_DIR, Amortizer
@@ -254,7 +238,10 @@ def test_real_data_scores_are_the_amortized_answer(tmp_path: Path, monkeypatch) 
         return fits
 
     monkeypatch.setattr(Amortizer, "infer_many", recording)
-    real_data_scores(PRETRAINED_DIR, data, n_kernels=2)
+    scores = real_data_scores(PRETRAINED_DIR, data, n_kernels=2)
+    assert set(scores) == {"airline"}
+    assert 0.0 < scores["airline"]["rmse"] < 0.6
+    assert torch.isfinite(torch.tensor(scores["airline"]["nll"]))
     assert seen == [[0, 0]]
 
 
