@@ -180,3 +180,76 @@ def test_structures_reference_is_dimwise() -> None:
     p = np.array([[[2.0, 0.5, 1.0, 1.0]]])
     K = s.reference(X, X, p)
     assert K[0, 1] == pytest.approx(2.0 * math.exp(-1.0 / (2 * 0.25)))
+
+
+def test_series_law() -> None:
+    """``realdata-series``: one-input datasets with a periodic addend follow the seasonal
+    law in about SERIES_PROB of the cases (binomial 5-sigma bound); their trend, decay,
+    period and noise lie in the law's ranges with log-uniform medians (Kolmogorov-Smirnov
+    against scipy's loguniform); every other dataset and slot is untouched."""
+    cfg = SimulatorConfig.realdata(n_min=10, n_max=12, d_max=3, prior="realdata-series")
+    sim = Simulator(cfg)
+    gen = torch.Generator().manual_seed(3)
+    B = 4000
+    _n, d = sim.sample_sizes(B, gen)
+    from amorgp.simulator import sample_parameters, sample_structures
+
+    sym, mask = sample_structures(d, cfg, gen, max_dims=int(d.max()))
+    params, _ = sample_parameters(sym, mask, sim.prior_table, gen)
+    noise = torch.full((B,), 0.5, dtype=torch.float64)
+    out, new_noise, seasonal = rd.series_law(params, noise, sym, mask, d, cfg.vocabulary, gen)
+    t = slot_table(cfg.vocabulary)
+    ids = torch.where(mask, sym, 0)
+    names = ("", *cfg.vocabulary.symbols)  # id 0 pads
+    has_per = torch.tensor(
+        [
+            bool(d[b] == 1)
+            and any("PER" in names[int(ids[b, 0, j])] for j in range(ids.shape[2]) if mask[b, 0, j])
+            for b in range(B)
+        ]
+    )
+    assert not bool((seasonal & ~has_per).any())
+    m = int(has_per.sum())
+    frac = float(seasonal[has_per].double().mean())
+    assert abs(frac - rd.SERIES_PROB) < 5 * math.sqrt(0.25 / m)
+    # untouched: the other datasets entirely
+    assert torch.equal(out[~seasonal], params[~seasonal])
+    assert torch.equal(new_noise[~seasonal], noise[~seasonal])
+    used = mask[..., None] & t.used[ids]
+    row = seasonal[:, None, None, None] & used
+    per_addend = torch.tensor(
+        [[["PER" in names[int(i)] for i in dim] for dim in b] for b in ids.tolist()]
+    )[..., None]
+    is_period = (t.kind[ids] == 2) & row
+    is_ls = t.input_lengthscale[ids] & row
+    checks = [
+        (out[is_period], rd.SERIES_PERIOD_LOW, rd.SERIES_PERIOD_HIGH),
+        (out[is_ls & per_addend], rd.SERIES_DECAY_LOW, rd.SERIES_DECAY_HIGH),
+        (out[is_ls & ~per_addend], rd.SERIES_TREND_LOW, rd.SERIES_TREND_HIGH),
+        (new_noise[seasonal], rd.SERIES_NOISE_LOW, rd.SERIES_NOISE_HIGH),
+    ]
+    for values, low, high in checks:
+        assert values.numel() > 50
+        assert float(values.min()) >= low
+        assert float(values.max()) <= high
+        ks = stats.kstest(values.numpy(), stats.loguniform(low, high).cdf)
+        assert ks.pvalue > 1e-4
+    # the seasonal rows' other slots (variances, PER's own lengthscale) are the draws'
+    keep = row & ~(is_period | is_ls)
+    assert torch.equal(out[keep], params[keep])
+
+
+def test_series_prior_samples_standardised_series() -> None:
+    """The ``realdata-series`` prior draws standardised targets like ``realdata``; the
+    ``realdata`` prior's draws do not depend on the series code path."""
+    cfg = SimulatorConfig.realdata(n_max=30, prior="realdata-series")
+    batch = Simulator(cfg).sample(16, torch.Generator().manual_seed(2))
+    w = batch.point_mask.double()
+    mean = (batch.y * w).sum(1) / w.sum(1)
+    ok = batch.valid
+    assert torch.allclose(mean[ok], torch.zeros_like(mean[ok]), atol=1e-9)
+    a = Simulator(SimulatorConfig.realdata(n_max=30)).sample(8, torch.Generator().manual_seed(5))
+    b = Simulator(SimulatorConfig.realdata(n_max=30, prior="realdata")).sample(
+        8, torch.Generator().manual_seed(5)
+    )
+    assert torch.equal(a.y, b.y)

@@ -91,10 +91,14 @@ def _parse_value(key: str, typ: Any, value: str) -> Any:
                     f"inputs must be one of {', '.join(INPUT_LAWS)}, got {value!r}",
                     param_hint="--set",
                 )
-        if key == "prior" and value not in ("paper", "realdata"):
-            raise click.BadParameter(
-                f"prior must be 'paper' or 'realdata', got {value!r}", param_hint="--set"
-            )
+        if key == "prior":
+            from amorgp.amortizer.networks.config import TRAINING_PRIORS
+
+            if value not in TRAINING_PRIORS:
+                raise click.BadParameter(
+                    f"prior must be one of {', '.join(TRAINING_PRIORS)}, got {value!r}",
+                    param_hint="--set",
+                )
         return value
     raise click.BadParameter(f"{key} cannot be set from the command line", param_hint="--set")
 

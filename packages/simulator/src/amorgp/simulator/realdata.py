@@ -28,6 +28,15 @@ non-uniform inputs         the ``realistic`` input law (:mod:`amorgp.simulator.i
                            uniform, clusters, discrete levels, skewed, heavy-tailed columns
 =========================  ===============================================================
 
+The ``realdata-series`` prior adds a sixth: **seasonal series**.  A one-input dataset
+whose structure has a periodic addend follows, with probability :data:`SERIES_PROB`, the
+law of a real seasonal series (:func:`series_law`): a smooth trend (every input-scaled
+lengthscale outside the periodic addends ``LogUniform[SERIES_TREND_LOW,
+SERIES_TREND_HIGH]``), a season that repeats for many cycles (the decay lengthscale of a
+periodic addend ``LogUniform[SERIES_DECAY_LOW, SERIES_DECAY_HIGH]``, its period
+``LogUniform[SERIES_PERIOD_LOW, SERIES_PERIOD_HIGH]``, as in monthly or daily data over
+years) and little noise (``LogUniform[SERIES_NOISE_LOW, SERIES_NOISE_HIGH]``).
+
 and the targets are **standardised** as real targets are before they reach the network
 (training mean 0, standard deviation 1): ``y <- (y - m) / s``.  The ground truth follows
 exactly (:func:`scale_amplitudes`): the kernel of the first dimension's addends and the
@@ -68,15 +77,25 @@ __all__ = [
     "SHORT_PERIOD_HIGH",
     "SHORT_PERIOD_LOW",
     "SHORT_PERIOD_PROB",
+    "SERIES_DECAY_HIGH",
+    "SERIES_DECAY_LOW",
+    "SERIES_NOISE_HIGH",
+    "SERIES_NOISE_LOW",
+    "SERIES_PERIOD_HIGH",
+    "SERIES_PERIOD_LOW",
+    "SERIES_PROB",
+    "SERIES_TREND_HIGH",
+    "SERIES_TREND_LOW",
     "amplitude_slots",
     "input_lengthscale_slots",
     "realdata_noise",
     "realdata_parameters",
     "scale_amplitudes",
+    "series_law",
     "standardise_targets",
 ]
 
-PRIORS: tuple[str, ...] = ("paper", "realdata")
+PRIORS: tuple[str, ...] = ("paper", "realdata", "realdata-series")
 """Named priors of :class:`~amorgp.simulator.SimulatorConfig` (field ``prior``)."""
 
 LONG_PROB = 0.25
@@ -100,6 +119,18 @@ HIGH_NOISE_PROB = 0.3
 HIGH_NOISE_LOW, HIGH_NOISE_HIGH = 0.1, 3.0
 """Range of the noisy noise variances (log-uniform, before standardisation; a kernel
 variance's prior mean is 2/3)."""
+
+SERIES_PROB = 0.8
+"""``realdata-series``: probability that a one-input dataset with a periodic addend
+follows the seasonal-series law."""
+SERIES_TREND_LOW, SERIES_TREND_HIGH = 0.3, 3.0
+"""Range of the trend's lengthscales (log-uniform), in units of the input range."""
+SERIES_DECAY_LOW, SERIES_DECAY_HIGH = 0.3, 5.0
+"""Range of a periodic addend's decay lengthscale (log-uniform), in input ranges."""
+SERIES_PERIOD_LOW, SERIES_PERIOD_HIGH = 0.02, 0.25
+"""Range of the periods of a seasonal series (log-uniform), in input ranges."""
+SERIES_NOISE_LOW, SERIES_NOISE_HIGH = 1e-3, 0.1
+"""Range of a seasonal series' noise variance (log-uniform, before standardisation)."""
 
 
 def _log_uniform(low: float, high: float, shape: tuple[int, ...], g: torch.Generator) -> Tensor:
@@ -172,6 +203,51 @@ def realdata_noise(noise: Tensor, generator: torch.Generator) -> Tensor:
     out = torch.where(u < LOW_NOISE_PROB, quiet, noise)
     out = torch.where(u >= 1.0 - HIGH_NOISE_PROB, loud, out)
     return out.clamp_min(FLOORS[ParamKind.NOISE])
+
+
+def series_law(
+    params: Tensor,
+    noise: Tensor,
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    dims: Tensor,
+    vocab: Vocabulary,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The seasonal-series law of the ``realdata-series`` prior (module doc).
+
+    Args:
+        params: ``(B, D, L, P)`` parameters (the ``realdata`` draws).
+        noise: ``(B,)`` noise variances (the ``realdata`` draws).
+        symbols, symbol_mask: ``(B, D, L)`` the structures.
+        dims: ``(B,)`` number of input dimensions.
+        vocab: the vocabulary of ``symbols``.
+        generator: the random source.
+
+    Returns:
+        ``(params, noise, seasonal)``: new tensors, and ``(B,)`` bool, the datasets that
+        follow the law (the others unchanged).
+    """
+    table = slot_table(vocab, params.device)
+    ids = torch.where(symbol_mask, symbols, 0).long()
+    used = symbol_mask[..., None]
+    per_slot = (table.kind == PARAM_KINDS.index(ParamKind.PERIOD)) & table.used
+    periodic = per_slot[ids].any(-1) & symbol_mask  # (B, D, L) addends with a period
+    is_ls = table.input_lengthscale[ids] & used
+    B, D, L, P = params.shape
+    g = generator
+    pick = torch.rand((B,), generator=g, dtype=torch.float64, device=g.device) < SERIES_PROB
+    seasonal = pick & (dims == 1) & periodic.flatten(1).any(1)
+    trend = _log_uniform(SERIES_TREND_LOW, SERIES_TREND_HIGH, (B, D, L, P), g)
+    decay = _log_uniform(SERIES_DECAY_LOW, SERIES_DECAY_HIGH, (B, D, L, P), g)
+    period = _log_uniform(SERIES_PERIOD_LOW, SERIES_PERIOD_HIGH, (B, D, L, P), g)
+    quiet = _log_uniform(SERIES_NOISE_LOW, SERIES_NOISE_HIGH, (B,), g)
+    row = seasonal[:, None, None, None]
+    in_periodic = periodic[..., None]
+    out = torch.where(row & is_ls & ~in_periodic, trend, params)
+    out = torch.where(row & is_ls & in_periodic, decay, out)
+    out = torch.where(row & per_slot[ids] & used, period, out)
+    return out, torch.where(seasonal, quiet, noise), seasonal
 
 
 def scale_amplitudes(

@@ -8,8 +8,8 @@ One call of :meth:`Simulator.sample` draws ``B`` (dataset, structure) pairs:
    distinct structure ``S~_b`` of the same ``d_b``;
 4. parameters ``theta_b ~ p(theta | S_b)`` and noise ``sigma_b^2 ~ p(sigma^2)``
    (priors of kernel-grammar);
-   (with ``config.prior == "realdata"``, moved to the laws of
-   :mod:`amorgp.simulator.realdata`);
+   (with ``config.prior`` ``"realdata"`` or ``"realdata-series"``, moved to the laws
+   of :mod:`amorgp.simulator.realdata`);
 5. inputs ``X_b ~ U[x_low, x_high]^(d_b)`` (or another law of
    :mod:`amorgp.simulator.inputs`, rescaled to ``[x_low, x_high]``), ``n_b`` training and ``n_test`` test points;
 6. targets: ``[y_b; y*_b] ~ N(0, K_{S_b}(X, X) + sigma_b^2 I)`` jointly over training
@@ -43,6 +43,7 @@ from amorgp.simulator.realdata import (
     realdata_noise,
     realdata_parameters,
     scale_amplitudes,
+    series_law,
     standardise_targets,
 )
 from amorgp.simulator.samplers import sample_geometric, sample_uniform_int
@@ -293,14 +294,18 @@ class Simulator:
             clamp_to_floors=cfg.clamp_to_floors,
         )
         noise = sample_noise(batch_size, generator, clamp_to_floors=cfg.clamp_to_floors)
-        if cfg.prior == "realdata":
+        if cfg.prior != "paper":
             params = realdata_parameters(
                 params, true_symbols, true_mask, d, self.vocabulary, generator
             )
             noise = realdata_noise(noise, generator)
+        if cfg.prior == "realdata-series":
+            params, noise, _ = series_law(
+                params, noise, true_symbols, true_mask, d, self.vocabulary, generator
+            )
         draw = self.draw_targets(inputs, n, true_symbols, true_mask, params, noise, generator)
         N = inputs.n_train
-        if cfg.prior == "realdata":  # standardised targets, the truth scaled with them
+        if cfg.prior != "paper":  # standardised targets, the truth scaled with them
             train = inputs.mask_all.clone()
             train[:, N:] = False
             y_std, s = standardise_targets(draw.y_all, train, draw.valid)

@@ -27,6 +27,7 @@ from amorgp.kernel_grammar import PAPER_VOCABULARY, Vocabulary
 
 __all__ = [
     "PRESETS",
+    "TRAINING_PRIORS",
     "NetworkConfig",
     "Preset",
     "TrainConfig",
@@ -41,6 +42,9 @@ MAX_BLOCKS = 64
 """Largest count of each entry of ``data_blocks`` / ``kernel_blocks``."""
 MAX_FF_MULT = 16
 """Largest ``ff_mult``."""
+TRAINING_PRIORS: tuple[str, ...] = ("paper", "realdata", "realdata-series")
+"""The simulator's named priors a :class:`TrainConfig` may train on
+(``amorgp.simulator.realdata.PRIORS``; the amortizer does not depend on the simulator)."""
 MAX_POINTS_PER_STEP = 2**21
 """Largest ``batch_size * n_max`` of a :class:`TrainConfig` (2,097,152 points per step;
 the paper's recipe has 128 x 250 = 32,000)."""
@@ -177,9 +181,10 @@ class TrainConfig:
         max_dims: maximum input dimension of simulated datasets.
         inputs: the simulator's input law (``"uniform"``, the paper's; see
             :mod:`amorgp.simulator.inputs`).
-        prior: the simulator's parameter laws: ``"paper"`` or ``"realdata"``
-            (:mod:`amorgp.simulator.realdata`: standardised targets, long, growing and
-            periodic lengthscales, near-noiseless data; its input law is ``inputs``).
+        prior: the simulator's parameter laws: ``"paper"``, ``"realdata"`` or
+            ``"realdata-series"`` (:mod:`amorgp.simulator.realdata`: standardised targets,
+            long, growing and periodic lengthscales, near-noiseless data, and with
+            ``"realdata-series"`` seasonal one-input series; its input law is ``inputs``).
         encoder_points: if > 0, the encoder reads at most this many points of each
             dataset (a random subset) while the loss uses all of them.
         size_buckets: if > 1, the encoder runs on this many sub-batches of datasets
@@ -231,8 +236,10 @@ class TrainConfig:
             raise ValueError("warmup_steps, num_workers and encoder_points must be >= 0")
         if self.size_buckets < 1:
             raise ValueError(f"size_buckets must be >= 1, got {self.size_buckets}")
-        if self.prior not in ("paper", "realdata"):
-            raise ValueError(f"prior must be 'paper' or 'realdata', got {self.prior!r}")
+        if self.prior not in TRAINING_PRIORS:
+            raise ValueError(
+                f"prior must be one of {', '.join(TRAINING_PRIORS)}, got {self.prior!r}"
+            )
         if self.grad_clip < 0 or self.alpha < 0 or self.beta < 0:
             raise ValueError("grad_clip, alpha and beta must be >= 0")
 
