@@ -185,7 +185,7 @@ def test_structures_reference_is_dimwise() -> None:
 def test_series_law() -> None:
     """``realdata-series``: one-input datasets with a periodic addend follow the seasonal
     law in about SERIES_PROB of the cases (binomial 5-sigma bound); their trend, decay,
-    period and noise lie in the law's ranges with log-uniform medians (Kolmogorov-Smirnov
+    period, seasonal shape and noise lie in the law's ranges with log-uniform medians (Kolmogorov-Smirnov
     against scipy's loguniform); every other dataset and slot is untouched."""
     cfg = SimulatorConfig.realdata(n_min=10, n_max=12, d_max=3, prior="realdata-series")
     sim = Simulator(cfg)
@@ -222,7 +222,9 @@ def test_series_law() -> None:
     )[..., None]
     is_period = (t.kind[ids] == 2) & row
     is_ls = t.input_lengthscale[ids] & row
+    is_shape = (t.kind[ids] == 1) & row & ~is_ls & per_addend  # PER's own lengthscale
     checks = [
+        (out[is_shape], rd.SERIES_SHAPE_LOW, rd.SERIES_SHAPE_HIGH),
         (out[is_period], rd.SERIES_PERIOD_LOW, rd.SERIES_PERIOD_HIGH),
         (out[is_ls & per_addend], rd.SERIES_DECAY_LOW, rd.SERIES_DECAY_HIGH),
         (out[is_ls & ~per_addend], rd.SERIES_TREND_LOW, rd.SERIES_TREND_HIGH),
@@ -234,8 +236,8 @@ def test_series_law() -> None:
         assert float(values.max()) <= high
         ks = stats.kstest(values.numpy(), stats.loguniform(low, high).cdf)
         assert ks.pvalue > 1e-4
-    # the seasonal rows' other slots (variances, PER's own lengthscale) are the draws'
-    keep = row & ~(is_period | is_ls)
+    # the seasonal rows' other slots (variances, offsets) are the draws'
+    keep = row & ~(is_period | is_ls | is_shape)
     assert torch.equal(out[keep], params[keep])
 
 

@@ -35,7 +35,9 @@ lengthscale outside the periodic addends ``LogUniform[SERIES_TREND_LOW,
 SERIES_TREND_HIGH]``), a season that repeats for many cycles (the decay lengthscale of a
 periodic addend ``LogUniform[SERIES_DECAY_LOW, SERIES_DECAY_HIGH]``, its period
 ``LogUniform[SERIES_PERIOD_LOW, SERIES_PERIOD_HIGH]``, as in monthly or daily data over
-years) and little noise (``LogUniform[SERIES_NOISE_LOW, SERIES_NOISE_HIGH]``).
+years), a smooth seasonal shape (the periodic kernel's own, unit-free lengthscale
+``LogUniform[SERIES_SHAPE_LOW, SERIES_SHAPE_HIGH]``; the paper's ``Gamma(2, 5)`` has mean
+0.4, a peaked shape) and little noise (``LogUniform[SERIES_NOISE_LOW, SERIES_NOISE_HIGH]``).
 
 and the targets are **standardised** as real targets are before they reach the network
 (training mean 0, standard deviation 1): ``y <- (y - m) / s``.  The ground truth follows
@@ -86,6 +88,8 @@ __all__ = [
     "SERIES_PROB",
     "SERIES_TREND_HIGH",
     "SERIES_TREND_LOW",
+    "SERIES_SHAPE_HIGH",
+    "SERIES_SHAPE_LOW",
     "amplitude_slots",
     "input_lengthscale_slots",
     "realdata_noise",
@@ -129,6 +133,9 @@ SERIES_DECAY_LOW, SERIES_DECAY_HIGH = 0.3, 5.0
 """Range of a periodic addend's decay lengthscale (log-uniform), in input ranges."""
 SERIES_PERIOD_LOW, SERIES_PERIOD_HIGH = 0.02, 0.25
 """Range of the periods of a seasonal series (log-uniform), in input ranges."""
+SERIES_SHAPE_LOW, SERIES_SHAPE_HIGH = 0.5, 3.0
+"""Range of the periodic kernel's own lengthscale (log-uniform, unit free: it divides
+``sin^2``) in a seasonal series."""
 SERIES_NOISE_LOW, SERIES_NOISE_HIGH = 1e-3, 0.1
 """Range of a seasonal series' noise variance (log-uniform, before standardisation)."""
 
@@ -241,12 +248,16 @@ def series_law(
     trend = _log_uniform(SERIES_TREND_LOW, SERIES_TREND_HIGH, (B, D, L, P), g)
     decay = _log_uniform(SERIES_DECAY_LOW, SERIES_DECAY_HIGH, (B, D, L, P), g)
     period = _log_uniform(SERIES_PERIOD_LOW, SERIES_PERIOD_HIGH, (B, D, L, P), g)
+    shape = _log_uniform(SERIES_SHAPE_LOW, SERIES_SHAPE_HIGH, (B, D, L, P), g)
     quiet = _log_uniform(SERIES_NOISE_LOW, SERIES_NOISE_HIGH, (B,), g)
     row = seasonal[:, None, None, None]
     in_periodic = periodic[..., None]
     out = torch.where(row & is_ls & ~in_periodic, trend, params)
     out = torch.where(row & is_ls & in_periodic, decay, out)
     out = torch.where(row & per_slot[ids] & used, period, out)
+    own_ls = (table.kind == PARAM_KINDS.index(ParamKind.LENGTHSCALE)) & table.used
+    is_shape = own_ls[ids] & used & ~is_ls & in_periodic
+    out = torch.where(row & is_shape, shape, out)
     return out, torch.where(seasonal, quiet, noise), seasonal
 
 
