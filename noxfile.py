@@ -122,8 +122,11 @@ def _with_experiments(session: nox.Session) -> None:
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
-    """Run pytest; any exit code but 0 fails the session (5: no test was collected)."""
-    session.run("python", "-m", "pytest", *args, *session.posargs)
+    """Run pytest; any exit code but 0 fails the session (5: no test was collected).
+
+    The ten slowest tests are listed at the end (``--durations``), so a log says where a
+    session's time went."""
+    session.run("python", "-m", "pytest", "--durations=10", *args, *session.posargs)
 
 
 def _skip_unless_marked(session: nox.Session, tests: Path, marker: str) -> None:
