@@ -114,7 +114,7 @@ def test_padding_and_missing_peaks() -> None:
     noise = torch.randn(4, 60, generator=g, dtype=torch.float64)
     _, pw, fap = strongest_periods(torch.rand(4, 60, 1, generator=g, dtype=torch.float64), noise)
     assert (fap > 0.05).all()
-    assert (anchor_gate(fap, pw) < 0.1).all()
+    assert (anchor_gate(fap, pw, torch.full_like(pw, 0.1)) < 0.1).all()
 
 
 def _pair(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -148,7 +148,9 @@ def test_network_reads_the_periodogram() -> None:
     # periods: the geometric blend of the dimension's strongest peak and the old period
     # by the gate (0 where the dimension has no peak)
     period, power, fap = strongest_periods(batch.X, batch.y, batch.point_mask, batch.dim_mask)
-    g = torch.where(torch.isfinite(period), anchor_gate(fap, power), 0.0)[:, :, None, None]
+    found = torch.isfinite(period)
+    g = torch.where(found, anchor_gate(fap, power, torch.where(found, period, 1.0)), 0.0)
+    g = g[:, :, None, None]
     logp = torch.where(torch.isfinite(period), period, 1.0).log()[:, :, None, None]
     want = torch.exp(g * logp + (1 - g) * a.params.double().log())
     assert torch.allclose(b.params[is_period].double(), want[is_period], rtol=1e-5)
@@ -180,6 +182,37 @@ def test_planted_period_is_predicted() -> None:
     assert period == pytest.approx(top, rel=0.01)
 
 
+def test_a_peak_of_few_cycles_does_not_anchor() -> None:
+    """A clear sinusoid of two cycles over the inputs (a trend's shape as often as a
+    season) leaves the old network's period; one of five cycles is followed."""
+    old, new = _pair()
+    g = torch.Generator().manual_seed(8)
+    x = torch.rand(80, 1, generator=g, dtype=torch.float64)
+    sym = torch.tensor([[[PAPER_VOCABULARY.symbols.index("PER") + 1]]])
+    got = {}
+    for cycles in (2.0, 5.0):
+        y = torch.sin(2 * math.pi * cycles * x[:, 0]) + 0.05 * torch.randn(80, generator=g)
+        batch = PaddedBatch(
+            x[None].float(),
+            y[None].float(),
+            torch.ones(1, 80, dtype=torch.bool),
+            torch.ones(1, 1, dtype=torch.bool),
+            sym,
+            torch.ones(1, 1, 1, dtype=torch.bool),
+            PAPER_VOCABULARY,
+        )
+        with torch.no_grad():
+            got[cycles] = (
+                old(batch).params[0, 0, 0, 2].item(),
+                new(batch).params[0, 0, 0, 2].item(),
+            )
+    before, after = got[2.0]
+    assert after == pytest.approx(before, rel=1e-3)
+    assert abs(after * 2.0 - 1.0) > 0.05  # not the peak: the old network's own period
+    span = float(x.max() - x.min())
+    assert got[5.0][1] == pytest.approx(span / 5.0, rel=0.03)
+
+
 def test_config_round_trip() -> None:
     cfg = dataclasses.replace(TINY, period_tokens=True)
     assert NetworkConfig.from_dict(cfg.to_dict()) == cfg
@@ -209,12 +242,12 @@ def test_fleet_equals_each_dataset(tmp_path) -> None:
     amz = Amortizer.from_pretrained(ckpt, device="cpu")
     g = torch.Generator().manual_seed(11)
     data = []
-    for p in (0.15, 0.3, 0.45):
+    for p in (0.1, 0.15, 0.25):  # 4 to 10 cycles: the peaks anchor
         x = torch.rand(40, 1, generator=g, dtype=torch.float64)
         data.append((x, torch.sin(2 * math.pi * x[:, 0] / p) + 0.1 * torch.randn(40, generator=g)))
     opts = {"refine": 0, "starts": 1, "calibrate": False}
     fleet = amz.infer_datasets(data, ["SE + SE*PER"], **opts)
-    for fit, (x, y), p in zip(fleet, data, (0.15, 0.3, 0.45), strict=True):
+    for fit, (x, y), p in zip(fleet, data, (0.1, 0.15, 0.25), strict=True):
         own = amz.infer(x, y, "SE + SE*PER", **opts).hyperparameters
         got = fit.results[0].hyperparameters
         for key, value in own.items():

@@ -11,9 +11,13 @@ and its false-alarm probability (:func:`strongest_periods`) and uses them twice:
 * as the anchor of the periods it predicts: a period slot is the geometric blend
   ``anchor^g own^(1 - g)`` of the peak's period and the head's own period, with a gate
   ``g`` (:func:`anchor_gate`): a peak the noise would rarely reach
-  (false-alarm probability well below :data:`FALSE_ALARM`) and that explains at least
-  :data:`MIN_POWER` of the targets' variance is followed, any other leaves the network's
-  own period (as before the tokens).  A dimension without a peak (fewer than
+  (false-alarm probability well below :data:`FALSE_ALARM`), that explains at least
+  :data:`MIN_POWER` of the targets' variance and that repeats at least
+  :data:`MIN_CYCLES` times over the input range is followed, any other leaves the
+  network's own period (as before the tokens).  A peak of one or two cycles is most often
+  the residual of a trend: on one-input periodic datasets of the ``realdata`` prior, 92 of
+  the 577 open-gate peaks of fewer than three cycles were within 5 % of a true period,
+  242 of the 489 of three or more.  A dimension without a peak (fewer than
   four points, a constant input) has ``g = 0``.
 
 The periodogram is the one of :mod:`amorgp.amortizer.stages.periodogram` (the classical
@@ -44,6 +48,7 @@ __all__ = [
     "HARMONIC_SHARE",
     "HARMONIC_Z",
     "MAX_FREQUENCIES",
+    "MIN_CYCLES",
     "MIN_POWER",
     "FALSE_ALARM",
     "N_FEATURES",
@@ -70,6 +75,10 @@ N_FEATURES = 4
 
 MIN_POWER = 0.2
 """Share of the targets' variance a peak must explain to anchor the periods."""
+
+MIN_CYCLES = 3.0
+"""Cycles over the input range a peak needs to anchor the periods (the gate is one half
+there, near zero below 2.7 and near one above 3.3)."""
 
 FALSE_ALARM = 0.01
 """False-alarm probability at which the gate is one half."""
@@ -236,11 +245,14 @@ def _fundamental(power: Tensor, best: Tensor, k: Tensor, n: Tensor) -> Tensor:
     return out
 
 
-def anchor_gate(false_alarm: Tensor, power: Tensor) -> Tensor:
-    """``sigmoid((power - MIN_POWER) / 0.02) / (1 + FAP / FALSE_ALARM)``: near 1 for a peak
-    that the noise would rarely reach and that explains at least :data:`MIN_POWER` of the
-    targets' variance, near 0 otherwise."""
-    return torch.sigmoid((power - MIN_POWER) / 0.02) / (1.0 + false_alarm / FALSE_ALARM)
+def anchor_gate(false_alarm: Tensor, power: Tensor, period: Tensor) -> Tensor:
+    """``sigmoid((power - MIN_POWER) / 0.02) sigmoid((1 / period - MIN_CYCLES) / 0.1) /
+    (1 + FAP / FALSE_ALARM)``: near 1 for a peak that the noise would rarely reach, that
+    explains at least :data:`MIN_POWER` of the targets' variance and that repeats at least
+    :data:`MIN_CYCLES` times over the input range (``period`` in input ranges, as the
+    network reads its inputs), near 0 otherwise."""
+    cycles = torch.sigmoid((1.0 / period - MIN_CYCLES) / 0.1)
+    return torch.sigmoid((power - MIN_POWER) / 0.02) * cycles / (1.0 + false_alarm / FALSE_ALARM)
 
 
 def period_features(period: Tensor, power: Tensor, false_alarm: Tensor) -> Tensor:
@@ -248,5 +260,5 @@ def period_features(period: Tensor, power: Tensor, false_alarm: Tensor) -> Tenso
     peak)."""
     has = torch.isfinite(period)
     logp = torch.where(has, torch.log(torch.where(has, period, 1.0)), 0.0)
-    gate = torch.where(has, anchor_gate(false_alarm, power), 0.0)
+    gate = torch.where(has, anchor_gate(false_alarm, power, torch.where(has, period, 1.0)), 0.0)
     return torch.stack([logp, power, has.to(power.dtype), gate], -1)
