@@ -15,9 +15,9 @@ and its false-alarm probability (:func:`strongest_periods`) and uses them twice:
   :data:`MIN_POWER` of the targets' variance and that repeats at least
   :data:`MIN_CYCLES` times over the input range is followed, any other leaves the
   network's own period (as before the tokens).  A peak of one or two cycles is most often
-  the residual of a trend: on 1,575 one-input periodic datasets of the ``realdata`` prior,
-  72 of the 497 peaks of fewer than 2.5 cycles that passed the other two tests were within
-  5 % of a true period, 262 of the 569 of 2.5 cycles or more.  A dimension without a peak (fewer than
+  the residual of a trend: on one-input periodic datasets of the ``realdata`` prior, 92 of
+  the 577 open-gate peaks of fewer than three cycles were within 5 % of a true period,
+  242 of the 489 of three or more.  A dimension without a peak (fewer than
   four points, a constant input) has ``g = 0``.
 
 The periodogram is the one of :mod:`amorgp.amortizer.stages.periodogram` (the classical
@@ -76,9 +76,9 @@ N_FEATURES = 4
 MIN_POWER = 0.2
 """Share of the targets' variance a peak must explain to anchor the periods."""
 
-MIN_CYCLES = 2.5
+MIN_CYCLES = 3.0
 """Cycles over the input range a peak needs to anchor the periods (the gate is one half
-there, near zero below 2.2 and near one above 2.8)."""
+there, near zero below 2.7 and near one above 3.3)."""
 
 FALSE_ALARM = 0.01
 """False-alarm probability at which the gate is one half."""
