@@ -237,6 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     ap.add_argument("--json", type=Path, default=None, help="write the numbers as JSON here")
     a = ap.parse_args(argv)
+    # the benchmark runs from the repository root: a relative folder names one place
+    # for it and for the reading of its results
+    a.work = a.work.resolve()
     candidate = a.candidate
     if a.with_candidate:
         candidate = str(with_candidates(a.candidate, a.with_candidate, a.work))

@@ -35,11 +35,16 @@ def _direct_rmse(model: str, calibrate: bool) -> list[float]:
 
 
 @pytest.mark.parametrize("candidate", ["default", "small-d4-v1"])
-def test_ship_check_matches_the_api(tmp_path: Path, candidate: str) -> None:
+def test_ship_check_matches_the_api(
+    tmp_path: Path, candidate: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from amorgp_experiments import ship_check as sc
 
-    work = tmp_path / "work"
-    sc.main(["--quick", candidate, "--work", str(work), "--json", str(tmp_path / "c.json")])
+    # a relative work folder outside the repository root (the benchmark runs from the
+    # root): the check reads what the benchmark wrote there
+    monkeypatch.chdir(tmp_path)
+    sc.main(["--quick", candidate, "--work", "work", "--json", str(tmp_path / "c.json")])
+    assert (tmp_path / "work" / "base" / "results.json").is_file()
     table = json.loads((tmp_path / "c.json").read_text())["table"]
     for method, calibrate in (("amortized", False), ("amortized+calibrate", True)):
         row = table[method]["airline"]
