@@ -94,18 +94,26 @@ def test_realdata_targets_are_standardised_and_truth_matches() -> None:
     assert np.median(nll) < 0.5 * math.log(2 * math.pi) + 0.5  # N(0, 1): 1.419
 
 
+def _paper_draws(
+    cfg: SimulatorConfig, B: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dims, symbols, mask, params)``: ``B`` sizes, structures and the paper's parameter
+    draws of ``cfg``'s simulator, before any realdata law."""
+    from amorgp.simulator import sample_parameters, sample_structures
+
+    sim = Simulator(cfg)
+    _n, d = sim.sample_sizes(B, gen)
+    sym, mask = sample_structures(d, cfg, gen, max_dims=int(d.max()))
+    params, _ = sample_parameters(sym, mask, sim.prior_table, gen)
+    return d, sym, mask, params
+
+
 def test_realdata_laws() -> None:
     """Long lengthscales in about LONG_PROB of the dimensions; short periods and
     near-noiseless data as often as their probabilities say (binomial 5-sigma bounds)."""
     cfg = SimulatorConfig.realdata(n_min=10, n_max=12, d_max=4)
-    sim = Simulator(cfg)
     gen = torch.Generator().manual_seed(0)
-    B = 3000
-    _n, d = sim.sample_sizes(B, gen)
-    from amorgp.simulator import sample_parameters, sample_structures
-
-    sym, mask = sample_structures(d, cfg, gen, max_dims=int(d.max()))
-    params, _ = sample_parameters(sym, mask, sim.prior_table, gen)
+    d, sym, mask, params = _paper_draws(cfg, 3000, gen)
     moved = rd.realdata_parameters(params, sym, mask, d, cfg.vocabulary, gen)
     t = slot_table(cfg.vocabulary)
     ids = torch.where(mask, sym, 0)
@@ -188,14 +196,9 @@ def test_series_law() -> None:
     period, seasonal shape and noise lie in the law's ranges with log-uniform medians (Kolmogorov-Smirnov
     against scipy's loguniform); every other dataset and slot is untouched."""
     cfg = SimulatorConfig.realdata(n_min=10, n_max=12, d_max=3, prior="realdata-series")
-    sim = Simulator(cfg)
     gen = torch.Generator().manual_seed(3)
     B = 4000
-    _n, d = sim.sample_sizes(B, gen)
-    from amorgp.simulator import sample_parameters, sample_structures
-
-    sym, mask = sample_structures(d, cfg, gen, max_dims=int(d.max()))
-    params, _ = sample_parameters(sym, mask, sim.prior_table, gen)
+    d, sym, mask, params = _paper_draws(cfg, B, gen)
     noise = torch.full((B,), 0.5, dtype=torch.float64)
     out, new_noise, seasonal = rd.series_law(params, noise, sym, mask, d, cfg.vocabulary, gen)
     t = slot_table(cfg.vocabulary)
