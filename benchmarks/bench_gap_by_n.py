@@ -12,11 +12,12 @@ the network's answer (one start, calibrated, ``refine=0``) and the default fit
 (``refine=None``: the multi-start, then Fisher scoring to the optimum; above 2000 points
 it would be skipped, here it is not). Reported: the median gap of the network's log
 marginal likelihood below the default fit's, in nats and in nats per point, and the
-points the encoder read.
+points the encoder read.  With ``--checkpoint PATH`` (repeatable) each further network's
+answer is measured on the same data against the same default fit (the bundled default's).
 
 Writes ``docs/benchmarks/gap-by-n.md``.
 
-Usage: ``python benchmarks/bench_gap_by_n.py [--seeds N]``.
+Usage: ``python benchmarks/bench_gap_by_n.py [--seeds N] [--checkpoint PATH]...``.
 """
 
 from __future__ import annotations
@@ -65,29 +66,36 @@ def friedman8(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]
 TASKS = {"six-inputs": six_inputs, "friedman8": friedman8}
 
 
-def run(seeds: int) -> dict[str, Any]:
+def run(seeds: int, checkpoints: list[str] | None = None) -> dict[str, Any]:
     amz = Amortizer.from_pretrained()
-    rows: dict[str, dict[int, dict[str, float]]] = {}
+    nets = {"default": amz} | {
+        Path(c).name: Amortizer.from_pretrained(c) for c in checkpoints or []
+    }
+    rows: dict[str, dict[str, dict[int, dict[str, float]]]] = {k: {} for k in nets}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, task in TASKS.items():
-            rows[name] = {}
+            for label in nets:
+                rows[label][name] = {}
             for n in SIZES:
-                gaps, per_point, read = [], [], []
-                for seed in range(seeds):
-                    X, y = task(n, np.random.default_rng(seed))
-                    net = amz.infer(X, y, "SE", starts=1, refine=0)
-                    opt = amz.infer(X, y, "SE", refine="auto")
-                    gap = opt.log_marginal_likelihood - net.log_marginal_likelihood
-                    gaps.append(gap)
-                    per_point.append(gap / n)
-                    read.append(net.encoder_points)
-                rows[name][n] = {
-                    "gap": statistics.median(gaps),
-                    "per_point": statistics.median(per_point),
-                    "read": statistics.median(read),
-                }
-                print(name, n, rows[name][n], flush=True)
+                data = [task(n, np.random.default_rng(seed)) for seed in range(seeds)]
+                opts = [
+                    amz.infer(X, y, "SE", refine="auto").log_marginal_likelihood for X, y in data
+                ]
+                for label, net_amz in nets.items():
+                    gaps, per_point, read = [], [], []
+                    for (X, y), best in zip(data, opts, strict=True):
+                        net = net_amz.infer(X, y, "SE", starts=1, refine=0)
+                        gap = best - net.log_marginal_likelihood
+                        gaps.append(gap)
+                        per_point.append(gap / n)
+                        read.append(net.encoder_points)
+                    rows[label][name][n] = {
+                        "gap": statistics.median(gaps),
+                        "per_point": statistics.median(per_point),
+                        "read": statistics.median(read),
+                    }
+                    print(label, name, n, rows[label][name][n], flush=True)
     return {"seeds": seeds, "rows": rows}
 
 
@@ -101,14 +109,16 @@ def report(res: dict[str, Any]) -> str:
         "refined to the optimum, `refine=\"auto\"`) minus the network's answer's (one start, "
         "calibrated, `refine=0`). Read: the points the dataset encoder read.",
         "",
-        "| task | n | points read | gap (nats) | gap per point (nats) |",
-        "|---|---|---|---|---|",
+        "| network | task | n | points read | gap (nats) | gap per point (nats) |",
+        "|---|---|---|---|---|---|",
     ]
-    for name, by_n in res["rows"].items():
-        for n, v in by_n.items():
-            lines.append(
-                f"| {name} | {n} | {v['read']:.0f} | {v['gap']:.1f} | {v['per_point']:.3f} |"
-            )
+    for label, by_task in res["rows"].items():
+        for name, by_n in by_task.items():
+            for n, v in by_n.items():
+                lines.append(
+                    f"| {label} | {name} | {n} | {v['read']:.0f} | {v['gap']:.1f} | "
+                    f"{v['per_point']:.3f} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -116,8 +126,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--checkpoint", action="append", help="a further network to measure (repeatable)"
+    )
     a = ap.parse_args()
-    res = run(a.seeds)
+    res = run(a.seeds, a.checkpoint)
     a.out.write_text(report(res))
     print(report(res))
 
