@@ -174,15 +174,19 @@ def strongest_periods(
     freqs = F_LO + DF * torch.arange(F, dtype=torch.float64, device=dev)
     power = torch.zeros(B, D, F, dtype=torch.float64, device=dev)
     half_n = 0.5 * n[:, None, None]
+    xw = (2.0 * math.pi) * xt.reshape(B * D, N, 1)
+    wd = w[:, None, None, :].expand(B, D, 1, N).reshape(B * D, 1, N)  # the weights per row
+    sig_t = sig.transpose(1, 2).reshape(B * D, 3, N)
     for lo in range(0, F, CHUNK):  # blocks of the grid: memory B D N CHUNK
         f = freqs[lo : lo + CHUNK]
-        ang = (2.0 * math.pi) * xt[..., None] * f  # (B, D, N, c)
+        ang = xw * f  # (B D, N, c)
         c, s = torch.cos(ang), torch.sin(ang)
-        wc = w[:, None, :, None]
-        C2 = ((c - s) * (c + s) * wc).sum(2)  # (B, D, c): sum cos 2 omega x
-        S2 = (2.0 * c * s * wc).sum(2)
-        YC = torch.einsum("bkdn,bdnc->bkdc", sig, c)  # (B, 3, D, c)
-        YS = torch.einsum("bkdn,bdnc->bkdc", sig, s)
+        # sum_n w cos 2 omega x = 2 sum_n w c^2 - n and sum_n w sin 2 omega x = 2 sum_n w c s:
+        # the sums over the points as products with the weights
+        C2 = 2.0 * torch.bmm(wd, c * c).reshape(B, D, -1) - n[:, None, None]  # (B, D, c)
+        S2 = 2.0 * torch.bmm(wd, c * s).reshape(B, D, -1)
+        YC = torch.bmm(sig_t, c).reshape(B, D, 3, -1).transpose(1, 2)  # (B, 3, D, c)
+        YS = torch.bmm(sig_t, s).reshape(B, D, 3, -1).transpose(1, 2)
         tau2 = torch.atan2(S2, C2)[:, None]
         ct, st = torch.cos(0.5 * tau2), torch.sin(0.5 * tau2)
         R = 0.5 * torch.sqrt(C2 * C2 + S2 * S2)[:, None]

@@ -68,12 +68,14 @@ def long_positive(raw: Tensor, floor: float) -> Tensor:
 
 
 @torch.no_grad()
-def _knn_error(sq: Tensor, y: Tensor, pm: Tensor, k: int) -> Tensor:
+def _knn_error(sq: Tensor, y: Tensor, pm: Tensor, k: int, scratch: bool = False) -> Tensor:
     """``(B, M)`` mean squared error of the ``k``-nearest-neighbour mean of ``y (B, N)``
-    under ``M`` squared distances ``sq (B, M, N, N)`` (self and padded points excluded)."""
+    under ``M`` squared distances ``sq (B, M, N, N)`` (self and padded points excluded;
+    ``scratch``: ``sq`` is not used again and is masked in place)."""
     B, M, N, _ = sq.shape
     eye = torch.eye(N, dtype=torch.bool, device=sq.device)
-    sq = sq.masked_fill((eye | ~pm[:, None, :])[:, None], _BIG)
+    excluded = (eye | ~pm[:, None, :])[:, None]
+    sq = sq.masked_fill_(excluded, _BIG) if scratch else sq.masked_fill(excluded, _BIG)
     idx = sq.topk(k, dim=-1, largest=False).indices  # (B, M, N, k)
     pred = y[:, None, :].expand(B, M, N).gather(-1, idx.flatten(2)).view(B, M, N, k).mean(-1)
     w = pm.to(y.dtype)[:, None, :]
@@ -109,8 +111,8 @@ def neighbour_relevance(
     per_dim = diff2.permute(0, 3, 1, 2)  # (B, D, N, N)
     full = per_dim.sum(1)  # (B, N, N)
     e_all = _knn_error(full[:, None], yc, pm, k)[:, 0]  # (B,)
-    e_without = _knn_error(full[:, None] - per_dim, yc, pm, k)  # (B, D)
-    e_only = _knn_error(per_dim, yc, pm, k)  # (B, D)
+    e_without = _knn_error(full[:, None] - per_dim, yc, pm, k, scratch=True)  # (B, D)
+    e_only = _knn_error(per_dim, yc, pm, k, scratch=True)  # (B, D)
     tiny = 1e-12 * var.clamp_min(1e-300)[:, None]
     drop = torch.log((e_without + tiny) / (e_all[:, None] + tiny))
     alone = torch.log((e_only + tiny) / (var[:, None] + tiny))
