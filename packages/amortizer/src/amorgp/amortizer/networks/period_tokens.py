@@ -68,7 +68,12 @@ MAX_FREQUENCIES = 2000
 """Most frequencies of the grid."""
 
 CHUNK = 64
-"""Frequencies per block of the trigonometric tables (memory ``B D N CHUNK``)."""
+"""Most frequencies per block of the trigonometric tables (memory ``B D N CHUNK``)."""
+
+BLOCK_ELEMENTS = 2**18
+"""Elements of one trigonometric table (``B D N`` times the block's frequencies, at least
+8 of them; 2 MiB in float64): small enough for a block's tables to stay near the cache
+(16 frequencies per block were 1.5x faster than 64 on a 16 x 500 x 8 batch here)."""
 
 N_FEATURES = 4
 """Features per dimension: ``log period``, normalised power, has a peak, the gate."""
@@ -177,14 +182,26 @@ def strongest_periods(
     xw = (2.0 * math.pi) * xt.reshape(B * D, N, 1)
     wd = w[:, None, None, :].expand(B, D, 1, N).reshape(B * D, 1, N)  # the weights per row
     sig_t = sig.transpose(1, 2).reshape(B * D, 3, N)
-    for lo in range(0, F, CHUNK):  # blocks of the grid: memory B D N CHUNK
-        f = freqs[lo : lo + CHUNK]
-        ang = xw * f  # (B D, N, c)
-        c, s = torch.cos(ang), torch.sin(ang)
+    # cos and sin of 2 pi x f on the grid f_lo + j DF of every block: those of 2 pi x f_lo
+    # rotated by a table of 2 pi x j DF (j < chunk), computed once
+    chunk = min(F, max(8, min(CHUNK, BLOCK_ELEMENTS // max(1, B * D * N))))
+    step = xw * (DF * torch.arange(chunk, dtype=torch.float64, device=dev))
+    tc, ts = torch.cos(step), torch.sin(step)  # (B D, N, chunk)
+    c, s, c_c, c_s = (torch.empty_like(tc) for _ in range(4))  # reused by every block
+    for lo in range(0, F, chunk):  # blocks of the grid
+        f = freqs[lo : lo + chunk]
+        if f.shape[0] < tc.shape[-1]:  # the last block, narrower
+            width = f.shape[0]
+            tc, ts = tc[..., :width].contiguous(), ts[..., :width].contiguous()
+            c, s, c_c, c_s = (torch.empty_like(tc) for _ in range(4))
+        base = xw * freqs[lo]  # (B D, N, 1)
+        cb, sb = torch.cos(base), torch.sin(base)
+        torch.mul(cb, tc, out=c).addcmul_(sb, ts, value=-1.0)
+        torch.mul(sb, tc, out=s).addcmul_(cb, ts)
         # sum_n w cos 2 omega x = 2 sum_n w c^2 - n and sum_n w sin 2 omega x = 2 sum_n w c s:
         # the sums over the points as products with the weights
-        C2 = 2.0 * torch.bmm(wd, c * c).reshape(B, D, -1) - n[:, None, None]  # (B, D, c)
-        S2 = 2.0 * torch.bmm(wd, c * s).reshape(B, D, -1)
+        C2 = 2.0 * torch.bmm(wd, torch.mul(c, c, out=c_c)).reshape(B, D, -1) - n[:, None, None]
+        S2 = 2.0 * torch.bmm(wd, torch.mul(c, s, out=c_s)).reshape(B, D, -1)  # (B, D, c)
         YC = torch.bmm(sig_t, c).reshape(B, D, 3, -1).transpose(1, 2)  # (B, 3, D, c)
         YS = torch.bmm(sig_t, s).reshape(B, D, 3, -1).transpose(1, 2)
         tau2 = torch.atan2(S2, C2)[:, None]
@@ -198,7 +215,7 @@ def strongest_periods(
         # below 1 % of n in sum sin^2 the closed form loses its digits (a regular grid's
         # Nyquist frequency): such frequencies are left out
         ok = (ss[:, 0] > 0.01 * n[:, None, None]) & (f <= f_max[:, None, None])
-        power[..., lo : lo + CHUNK] = torch.where(ok, p, torch.zeros_like(p))
+        power[..., lo : lo + chunk] = torch.where(ok, p, torch.zeros_like(p))
 
     best, k = power.max(-1)  # (B, D)
     k = _fundamental(power, best, k, n)

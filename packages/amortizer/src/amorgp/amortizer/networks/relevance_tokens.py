@@ -49,6 +49,10 @@ N_FEATURES = 2
 
 _BIG = 1e30
 
+BLOCK_ELEMENTS = 2**21
+"""Squared distances evaluated at once (``datasets x D N^2``, at least one dataset; 8 MiB
+in float32): the datasets of a batch in blocks that stay near the cache."""
+
 
 MAX_LENGTHSCALE = 1000.0
 """Largest lengthscale of the tail, in input ranges (where Type-2 ML puts irrelevant
@@ -83,6 +87,17 @@ def _knn_error(sq: Tensor, y: Tensor, pm: Tensor, k: int, scratch: bool = False)
     return (resid * resid).sum(-1) / w.sum(-1).clamp_min(1)
 
 
+def _errors(Xt: Tensor, yc: Tensor, pm: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The neighbour errors of a block of datasets ``Xt (b, D, N)``: with all inputs
+    ``(b,)``, without each input ``(b, D)`` and with each input alone ``(b, D)``."""
+    per_dim = (Xt[..., :, None] - Xt[..., None, :]).square_()  # (b, D, N, N)
+    full = per_dim.sum(1)  # (b, N, N)
+    e_all = _knn_error(full[:, None], yc, pm, k)[:, 0]
+    e_without = _knn_error(full[:, None] - per_dim, yc, pm, k, scratch=True)
+    e_only = _knn_error(per_dim, yc, pm, k, scratch=True)
+    return e_all, e_without, e_only
+
+
 @torch.no_grad()
 def neighbour_relevance(
     X: Tensor,
@@ -107,12 +122,12 @@ def neighbour_relevance(
     yc = (y - (w * y).sum(1, keepdim=True) / n.clamp_min(1)[:, None]) * w
     var = (yc * yc).sum(1) / n.clamp_min(1)  # (B,)
     Xm = torch.where(dm[:, None, :], X, torch.zeros((), dtype=X.dtype, device=dev))
-    diff2 = (Xm[:, :, None, :] - Xm[:, None, :, :]) ** 2  # (B, N, N, D)
-    per_dim = diff2.permute(0, 3, 1, 2)  # (B, D, N, N)
-    full = per_dim.sum(1)  # (B, N, N)
-    e_all = _knn_error(full[:, None], yc, pm, k)[:, 0]  # (B,)
-    e_without = _knn_error(full[:, None] - per_dim, yc, pm, k, scratch=True)  # (B, D)
-    e_only = _knn_error(per_dim, yc, pm, k, scratch=True)  # (B, D)
+    Xt = Xm.transpose(1, 2)  # (B, D, N)
+    size = max(1, BLOCK_ELEMENTS // (D * N * N))  # datasets per block of distances
+    errors = [
+        _errors(Xt[i : i + size], yc[i : i + size], pm[i : i + size], k) for i in range(0, B, size)
+    ]
+    e_all, e_without, e_only = (torch.cat([e[j] for e in errors]) for j in range(3))
     tiny = 1e-12 * var.clamp_min(1e-300)[:, None]
     drop = torch.log((e_without + tiny) / (e_all[:, None] + tiny))
     alone = torch.log((e_only + tiny) / (var[:, None] + tiny))
