@@ -79,7 +79,10 @@ def test_a_full_disk_during_a_checkpoint_is_a_clean_error(
         ("seed=99999999999999999999999", "seed must lie in [0, 9223372036854775807]"),
         ("n_max=10000000", "n_max must lie in"),
         ("inputs=gaussian", "inputs must be one of uniform"),
-        ("prior=seasonal", "prior must be one of paper, realdata, realdata-series"),
+        (
+            "prior=seasonal",
+            "prior must be one of paper, realdata, realdata-series, realdata-irrelevant",
+        ),
     ],
 )
 def test_training_options_are_bounded_before_anything_is_created(

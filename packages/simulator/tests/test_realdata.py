@@ -148,6 +148,40 @@ def test_realdata_laws() -> None:
     assert float(noise.min()) >= 1e-6
 
 
+def test_irrelevant_prior_draws_long_lengthscales_to_its_high_end() -> None:
+    """``realdata-irrelevant``: the lengthscales above the ``realdata`` range (over
+    LONG_HIGH, which only a long input reaches) are log-uniform on [LONG_HIGH,
+    IRRELEVANT_HIGH] (Kolmogorov-Smirnov against scipy), in the share of the long
+    inputs that the log-uniform law on [LONG_LOW, IRRELEVANT_HIGH] puts there (binomial
+    5-sigma bound); the ``realdata`` law with the same draws stays below LONG_HIGH."""
+    cfg = SimulatorConfig.realdata(n_min=10, n_max=12, d_max=4, prior="realdata-irrelevant")
+    d, sym, mask, params = _paper_draws(cfg, 3000, torch.Generator().manual_seed(4))
+    wide = rd.realdata_parameters(
+        params, sym, mask, d, cfg.vocabulary, torch.Generator().manual_seed(9), rd.IRRELEVANT_HIGH
+    )
+    narrow = rd.realdata_parameters(
+        params, sym, mask, d, cfg.vocabulary, torch.Generator().manual_seed(9)
+    )
+    t = slot_table(cfg.vocabulary)
+    ids = torch.where(mask, sym, 0)
+    is_ls = t.input_lengthscale[ids] & mask[..., None]
+    assert float(narrow[is_ls].max()) <= rd.LONG_HIGH
+    assert float(wide[is_ls].max()) <= rd.IRRELEVANT_HIGH
+    # the same uniforms: a long draw of the narrow law is long in the wide one
+    long = is_ls & (narrow >= rd.LONG_LOW) & (wide >= rd.LONG_LOW) & (wide != narrow)
+    top = wide[long] > rd.LONG_HIGH
+    share = math.log(rd.IRRELEVANT_HIGH / rd.LONG_HIGH) / math.log(rd.IRRELEVANT_HIGH / rd.LONG_LOW)
+    m = int(long.sum())
+    assert m > 500
+    assert abs(float(top.double().mean()) - share) < 5 * math.sqrt(share * (1 - share) / m)
+    ks = stats.kstest(
+        wide[long][top].numpy(), stats.loguniform(rd.LONG_HIGH, rd.IRRELEVANT_HIGH).cdf
+    )
+    assert ks.pvalue > 1e-4
+    sim = Simulator(cfg).sample(8, torch.Generator().manual_seed(1))
+    assert bool(sim.valid.any())
+
+
 def test_realdata_config() -> None:
     cfg = SimulatorConfig.realdata()
     assert (cfg.prior, cfg.inputs, cfg.n_max) == ("realdata", "realistic", 500)

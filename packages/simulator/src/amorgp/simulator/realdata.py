@@ -39,6 +39,13 @@ years), a smooth seasonal shape (the periodic kernel's own, unit-free lengthscal
 ``LogUniform[SERIES_SHAPE_LOW, SERIES_SHAPE_HIGH]``; the paper's ``Gamma(2, 5)`` has mean
 0.4, a peaked shape) and little noise (``LogUniform[SERIES_NOISE_LOW, SERIES_NOISE_HIGH]``).
 
+The ``realdata-irrelevant`` prior is ``realdata-series`` with **irrelevant inputs**: the
+long lengthscales of an input (probability :data:`LONG_PROB`) are drawn
+``LogUniform[LONG_LOW, IRRELEVANT_HIGH]`` instead of up to :data:`LONG_HIGH`, so about
+half of them are over 30 input ranges, where the function no longer varies along that
+input (as for Friedman's noise inputs) and Type-2 ML's lengthscales run to hundreds or
+thousands of ranges.  Under ``realdata`` the longest is 30 ranges.
+
 and the targets are **standardised** as real targets are before they reach the network
 (training mean 0, standard deviation 1): ``y <- (y - m) / s``.  The ground truth follows
 exactly (:func:`scale_amplitudes`): the kernel of the first dimension's addends and the
@@ -75,6 +82,7 @@ __all__ = [
     "HIGH_NOISE_HIGH",
     "HIGH_NOISE_LOW",
     "HIGH_NOISE_PROB",
+    "IRRELEVANT_HIGH",
     "PRIORS",
     "SHORT_PERIOD_HIGH",
     "SHORT_PERIOD_LOW",
@@ -99,13 +107,16 @@ __all__ = [
     "standardise_targets",
 ]
 
-PRIORS: tuple[str, ...] = ("paper", "realdata", "realdata-series")
+PRIORS: tuple[str, ...] = ("paper", "realdata", "realdata-series", "realdata-irrelevant")
 """Named priors of :class:`~amorgp.simulator.SimulatorConfig` (field ``prior``)."""
 
 LONG_PROB = 0.25
 """Probability that an input dimension is irrelevant or near-linear (long lengthscales)."""
 LONG_LOW, LONG_HIGH = 1.5, 30.0
 """Range of the long lengthscales (log-uniform), in units of the input range."""
+IRRELEVANT_HIGH = 1000.0
+"""``realdata-irrelevant``: upper end of the long lengthscales (log-uniform from
+:data:`LONG_LOW`), in units of the input range."""
 LENGTHSCALE_POWER = 0.5
 """Growth of the other lengthscales with the number of inputs: ``d ** LENGTHSCALE_POWER``."""
 LENGTHSCALE_SPREAD = 0.5
@@ -166,6 +177,7 @@ def realdata_parameters(
     dims: Tensor,
     vocab: Vocabulary,
     generator: torch.Generator,
+    long_high: float = LONG_HIGH,
 ) -> Tensor:
     """The paper's draws ``params (B, D, L, P)`` moved to the ``realdata`` laws (module doc).
 
@@ -175,6 +187,8 @@ def realdata_parameters(
         dims: ``(B,)`` number of input dimensions of each dataset.
         vocab: the vocabulary of ``symbols``.
         generator: the random source.
+        long_high: upper end of the long lengthscales (:data:`LONG_HIGH`; the
+            ``realdata-irrelevant`` prior's :data:`IRRELEVANT_HIGH`).
 
     Returns:
         A new tensor (unused slots unchanged).
@@ -189,7 +203,7 @@ def realdata_parameters(
     B, D, L, P = params.shape
     g = generator
     long_dim = torch.rand((B, D), generator=g, dtype=torch.float64, device=g.device) < LONG_PROB
-    long_ls = _log_uniform(LONG_LOW, LONG_HIGH, (B, D, L, P), g)
+    long_ls = _log_uniform(LONG_LOW, long_high, (B, D, L, P), g)
     z = torch.randn((B, D, L, P), generator=g, dtype=torch.float64, device=g.device)
     growth = dims.to(torch.float64)[:, None, None, None] ** LENGTHSCALE_POWER
     grown = params * growth * torch.exp(LENGTHSCALE_SPREAD * z)

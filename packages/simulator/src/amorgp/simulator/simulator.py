@@ -8,7 +8,8 @@ One call of :meth:`Simulator.sample` draws ``B`` (dataset, structure) pairs:
    distinct structure ``S~_b`` of the same ``d_b``;
 4. parameters ``theta_b ~ p(theta | S_b)`` and noise ``sigma_b^2 ~ p(sigma^2)``
    (priors of kernel-grammar);
-   (with ``config.prior`` ``"realdata"`` or ``"realdata-series"``, moved to the laws
+   (with ``config.prior`` ``"realdata"``, ``"realdata-series"`` or
+   ``"realdata-irrelevant"``, moved to the laws
    of :mod:`amorgp.simulator.realdata`);
 5. inputs ``X_b ~ U[x_low, x_high]^(d_b)`` (or another law of
    :mod:`amorgp.simulator.inputs`, rescaled to ``[x_low, x_high]``), ``n_b`` training and ``n_test`` test points;
@@ -40,6 +41,8 @@ from amorgp.simulator.config import SimulatorConfig
 from amorgp.simulator.inputs import sample_input_columns
 from amorgp.simulator.parameters import PriorTable, sample_noise, sample_parameters
 from amorgp.simulator.realdata import (
+    IRRELEVANT_HIGH,
+    LONG_HIGH,
     realdata_noise,
     realdata_parameters,
     scale_amplitudes,
@@ -295,11 +298,12 @@ class Simulator:
         )
         noise = sample_noise(batch_size, generator, clamp_to_floors=cfg.clamp_to_floors)
         if cfg.prior != "paper":
+            long_high = IRRELEVANT_HIGH if cfg.prior == "realdata-irrelevant" else LONG_HIGH
             params = realdata_parameters(
-                params, true_symbols, true_mask, d, self.vocabulary, generator
+                params, true_symbols, true_mask, d, self.vocabulary, generator, long_high
             )
             noise = realdata_noise(noise, generator)
-        if cfg.prior == "realdata-series":
+        if cfg.prior in ("realdata-series", "realdata-irrelevant"):
             params, noise, _ = series_law(
                 params, noise, true_symbols, true_mask, d, self.vocabulary, generator
             )

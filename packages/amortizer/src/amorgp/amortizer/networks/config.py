@@ -42,7 +42,7 @@ MAX_BLOCKS = 64
 """Largest count of each entry of ``data_blocks`` / ``kernel_blocks``."""
 MAX_FF_MULT = 16
 """Largest ``ff_mult``."""
-TRAINING_PRIORS: tuple[str, ...] = ("paper", "realdata", "realdata-series")
+TRAINING_PRIORS: tuple[str, ...] = ("paper", "realdata", "realdata-series", "realdata-irrelevant")
 """The simulator's named priors a :class:`TrainConfig` may train on
 (``amorgp.simulator.realdata.PRIORS``; the amortizer does not depend on the simulator)."""
 MAX_POINTS_PER_STEP = 2**21
@@ -181,10 +181,12 @@ class TrainConfig:
         max_dims: maximum input dimension of simulated datasets.
         inputs: the simulator's input law (``"uniform"``, the paper's; see
             :mod:`amorgp.simulator.inputs`).
-        prior: the simulator's parameter laws: ``"paper"``, ``"realdata"`` or
-            ``"realdata-series"`` (:mod:`amorgp.simulator.realdata`: standardised targets,
-            long, growing and periodic lengthscales, near-noiseless data, and with
-            ``"realdata-series"`` seasonal one-input series; its input law is ``inputs``).
+        prior: the simulator's parameter laws: ``"paper"``, ``"realdata"``,
+            ``"realdata-series"`` or ``"realdata-irrelevant"``
+            (:mod:`amorgp.simulator.realdata`: standardised targets, long, growing and
+            periodic lengthscales, near-noiseless data, with ``"realdata-series"`` seasonal
+            one-input series, with ``"realdata-irrelevant"`` also irrelevant inputs; its
+            input law is ``inputs``).
         encoder_points: if > 0, the encoder reads at most this many points of each
             dataset (a random subset) while the loss uses all of them.
         size_buckets: if > 1, the encoder runs on this many sub-batches of datasets
