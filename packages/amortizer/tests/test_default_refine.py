@@ -75,6 +75,21 @@ def test_the_default_ends_at_the_dense_optimum(amz: Amortizer, kernel: str) -> N
     assert r.refine_steps == explicit.refine_steps
 
 
+def test_one_kept_start_refines_the_winner_to_the_dense_optimum(
+    amz: Amortizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one start kept for the refinement (``REFINE_STARTS = 1``: no successive
+    halving), a periodic kernel's default fit refines the multi-start's winner alone and
+    ends at the optimum scipy reaches from it (it raised an IndexError before)."""
+    import amorgp.amortizer.stages.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "REFINE_STARTS", 1)
+    X, y = _data(n=40, d=1)
+    r = amz.infer(X, y, "SE + PER")
+    assert r.refine_status == "converged"
+    assert _dense_optimum(r, X, y) - r.log_marginal_likelihood < 1.0
+
+
 def test_float32_algebra_is_not_refined_and_says_so(tiny_checkpoint: Path) -> None:
     amz32 = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", dtype=torch.float32)
     X, y = _data(30, 1)

@@ -143,7 +143,7 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
         batch.noise,
         opts.starts, amz.seed, calibrated=not opts.calibrate, keep=keep,
     )  # fmt: skip
-    if halving:
+    if halving and alternatives:  # none where one start is kept (REFINE_STARTS = 1)
         params, noise, start, batch.iterations = halve_rows(
             X, Y, batch.structures, alternatives, params, noise, start, STARTS_ROUND
         )
