@@ -97,16 +97,46 @@ def test_starts_one_is_the_network_and_calibration_alone(amz: Amortizer) -> None
         assert r.start == "network"
 
 
-def test_kernels_without_a_period_are_unchanged(amz: Amortizer) -> None:
-    """Where the network's start wins, the result is the calibrated prediction (up to the
-    rounding of a kernel matrix evaluated in another batch)."""
+def test_kernels_without_a_period_get_the_stretched_and_null_starts(amz: Amortizer) -> None:
+    """A kernel without a period keeps the calibrated prediction where the network's start
+    wins (up to the rounding of a kernel matrix evaluated in another batch); where a
+    stretched start wins, its lengthscales are exactly the network's times the factor
+    (calibration moves only the scale and the noise) and its exact likelihood is above the
+    network's (dense float64, numpy's multivariate normal, as the oracle)."""
+    from scipy.stats import multivariate_normal
+
+    from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
+    from amorgp.amortizer.stages.multistart import STRETCHES
+    from amorgp.amortizer.testing import oracle_covariance
+
     x, y = planted_period_1d(n=60, seed=6)
     a = amz.infer_many(x, y, ["SE", "LIN + SE"], refine=0)
     b = amz.infer_many(x, y, ["SE", "LIN + SE"], starts=1, refine=0)
+    factors = {f"lengthscales {label}": f for f, label in STRETCHES}
+    seen = set()
     for ra, rb in zip(a, b, strict=True):
-        torch.testing.assert_close(ra.params, rb.params, rtol=1e-9, atol=0.0)
-        assert ra.noise == pytest.approx(rb.noise, rel=1e-9)
-        assert ra.start == "network"
+        seen.add(ra.start)
+        if ra.start == "network":
+            torch.testing.assert_close(ra.params, rb.params, rtol=1e-9, atol=0.0)
+            assert ra.noise == pytest.approx(rb.noise, rel=1e-9)
+            continue
+        assert ra.start in factors, ra.start
+        f = factors[ra.start]
+        for key, value in rb.hyperparameters.items():
+            if key[2] == "lengthscale":
+                assert ra.hyperparameters[key] == pytest.approx(f * value, rel=1e-9)
+
+        def dense(r: object) -> float:
+            norm = r.normalizer  # type: ignore[attr-defined]
+            Xn = norm.transform_x(x).to(torch.float64)
+            yn = norm.transform_y(y).to(torch.float64)
+            obj = BatchLogMarginalLikelihood(Xn[None], yn[None], r.kernel)  # type: ignore[attr-defined]
+            theta = obj.flat_rows(r.params[None], torch.tensor([r.noise]))[0]  # type: ignore[attr-defined]
+            K = oracle_covariance(Xn.numpy(), r.kernel, theta.numpy())  # type: ignore[attr-defined]
+            return float(multivariate_normal(np.zeros(len(yn)), K).logpdf(yn.numpy()))
+
+        assert dense(ra) > dense(rb)
+    assert seen & set(factors)  # the case exercises a stretched start
 
 
 def test_lomb_scargle_matches_scipy() -> None:

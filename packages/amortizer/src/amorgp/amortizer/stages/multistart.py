@@ -23,6 +23,11 @@ exact log marginal likelihood:
   times a factor, in every dimension;
 * ``"periodogram, lengthscale x0.5"``, ``"... x2"``: the best periodogram start with its
   periodic lengthscale rescaled;
+* ``"lengthscales x3"``, ``"lengthscales x9"``, for every kernel with a lengthscale in
+  input units (``SE``, ``MAT52``, the decay of ``SE*PER``; not ``PER``'s own, unit-free
+  one): the network's start with all of those lengthscales times the factor
+  (:data:`STRETCHES`).  The network's lengthscales are short where the data have several
+  inputs; these starts come on top of ``starts``;
 * ``"prior-mean"`` and ``"heuristic"``, for **every** kernel, periodic or not: the null
   starts of :mod:`amorgp.amortizer.stages.null_starts` (every hyperparameter at its prior mean;
   the median-distance lengthscales and periodogram periods), so the winner is never worse
@@ -42,7 +47,7 @@ factorisation (``calibrated=False``), so their scale and noise are those the pla
 calibration would give: one calibration of every start on the scoring points and one
 of the winners on all points, cheaper than calibrating every start on all points, with
 the same winners (``docs/benchmarks/start-screening.md``).  The network's start always competes, so the likelihood never decreases; a
-kernel without a periodic term has the two null starts only.
+kernel without a periodic term has the stretched and the two null starts only.
 
 :func:`multistart_rows` also returns the best few starts of each row
 (:data:`Alternatives`): ``refine="auto"`` refines them and keeps the best
@@ -84,6 +89,7 @@ from amorgp.kernel_grammar import (
     Vocabulary,
     base_symbol,
 )
+from amorgp.lazy_kernels import slot_table
 
 __all__ = [
     "DECAY_PERIODS",
@@ -95,6 +101,7 @@ __all__ = [
     "TREND_LENGTHSCALE",
     "REFINE_STARTS",
     "SCORE_POINTS",
+    "STRETCHES",
     "Alternatives",
     "check_starts",
     "has_periodic",
@@ -134,6 +141,13 @@ the oscillation the network may have given a short lengthscale, and in a product
 dimensions a short lengthscale elsewhere would decorrelate the periodic one."""
 
 PERIOD_FLOOR = 2.0 * FLOORS[ParamKind.PERIOD]
+
+STRETCHES: tuple[tuple[float, str], ...] = ((3.0, "x3"), (9.0, "x9"))
+"""Factors applied to all of the network's lengthscales in input units, for every kernel
+that has one, with their names (the ``"lengthscales x3"`` and ``"lengthscales x9"``
+starts).  On real data with several inputs the network's lengthscales are a median of
+about a third of Type-2 ML's (``docs/benchmarks/default-refine.md``); factors 2 and 4
+or 2, 4 and 8 did as well for the amortized answer and worse for the default fit."""
 
 
 def check_starts(starts: Any) -> int:
@@ -270,6 +284,19 @@ def multistart_rows(
                 rows.append(offset + b * width + j)
         blocks.append(block.reshape(-1, *block.shape[2:]))
         offset += block.shape[0] * width
+    # the network's lengthscales stretched, for every kernel with one in input units
+    input_ls = slot_table(vocabulary, dev).input_lengthscale
+    for k in range(K):
+        where = input_ls[torch.where(msk[k], sym[k], 0).long()] & msk[k][..., None]
+        if not bool(where.any()):
+            continue
+        for f, label in STRETCHES:
+            for b in range(B):  # bookkeeping: one stretched start per dataset
+                owner.append(b * K + k)
+                names.append(f"lengthscales {label}")
+                rows.append(offset + b)
+            blocks.append(torch.where(where[:d], p64[k::K] * f, p64[k::K]))
+            offset += B
     # the null starts of every kernel (null_starts.py), after the periodic ones as there
     ones = torch.ones(B, n, dtype=torch.bool, device=dev)
     dims = torch.ones(B, d, dtype=torch.bool, device=dev)
