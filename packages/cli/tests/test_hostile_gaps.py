@@ -81,7 +81,7 @@ def test_a_full_disk_during_a_checkpoint_is_a_clean_error(
         ("inputs=gaussian", "inputs must be one of uniform"),
         (
             "prior=seasonal",
-            "prior must be one of paper, realdata, realdata-series, realdata-irrelevant",
+            "prior must be one of paper, realdata, realdata-series, realdata-irrelevant, realdata-ard",
         ),
     ],
 )

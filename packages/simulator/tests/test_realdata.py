@@ -182,6 +182,43 @@ def test_irrelevant_prior_draws_long_lengthscales_to_its_high_end() -> None:
     assert bool(sim.valid.any())
 
 
+def test_ard_structures() -> None:
+    """``realdata-ard``: about ARD_PROB of the datasets with two or more inputs (binomial
+    5-sigma bound) get exactly one ``SE`` or ``MAT52`` addend in each input, each kind
+    about half of the time; one-input datasets and the other rows are untouched."""
+    from amorgp.kernel_grammar import Vocabulary
+
+    vocab = Vocabulary.with_products(("SE", "LIN", "PER", "MAT52"), "paper-mat52")
+    cfg = SimulatorConfig.realdata(
+        n_min=10, n_max=12, d_max=6, prior="realdata-ard", vocabulary=vocab
+    )
+    gen = torch.Generator().manual_seed(8)
+    d, sym, mask, _ = _paper_draws(cfg, 4000, gen)
+    out, out_mask, ard = rd.ard_structures(sym, mask, d, cfg.vocabulary, gen)
+    multi = d >= 2
+    assert not bool((ard & ~multi).any())
+    m = int(multi.sum())
+    frac = float(ard[multi].double().mean())
+    assert abs(frac - rd.ARD_PROB) < 5 * math.sqrt(rd.ARD_PROB * (1 - rd.ARD_PROB) / m)
+    assert torch.equal(out[~ard], sym[~ard])
+    assert torch.equal(out_mask[~ard], mask[~ard])
+    names = ("", *cfg.vocabulary.symbols)
+    kinds = []
+    for b in torch.nonzero(ard).flatten().tolist()[:300]:
+        for j in range(out.shape[1]):
+            used = [names[int(i)] for i, k in zip(out[b, j], out_mask[b, j], strict=True) if k]
+            if j < int(d[b]):
+                assert len(used) == 1
+                assert used[0] in ("SE", "MAT52")
+                kinds.append(used[0] == "SE")
+            else:
+                assert used == []
+    share = sum(kinds) / len(kinds)
+    assert abs(share - 0.5) < 5 * math.sqrt(0.25 / len(kinds))
+    batch = Simulator(cfg).sample(8, torch.Generator().manual_seed(1))
+    assert bool(batch.valid.any())
+
+
 def test_realdata_config() -> None:
     cfg = SimulatorConfig.realdata()
     assert (cfg.prior, cfg.inputs, cfg.n_max) == ("realdata", "realistic", 500)

@@ -20,8 +20,9 @@ field                         default                         meaning
 ``x_low``, ``x_high``         0.0, 1.0                        ``X ~ U[x_low, x_high]^d``
 ``inputs``                    ``"uniform"``                   input law (:mod:`amorgp.simulator.inputs`)
 ``prior``                     ``"paper"``                     parameter laws: ``"paper"``, ``"realdata"``,
-                                                              ``"realdata-series"`` or
-                                                              ``"realdata-irrelevant"``
+                                                              ``"realdata-series"``,
+                                                              ``"realdata-irrelevant"`` or
+                                                              ``"realdata-ard"``
                                                               (:mod:`amorgp.simulator.realdata`)
 ``jitter``, ``max_tries``     1e-8, 5                         robust Cholesky: relative jitter, escalations
 ``negative_rounds``           8                               candidate draws for a distinct negative structure

@@ -46,6 +46,14 @@ half of them are over 30 input ranges, where the function no longer varies along
 input (as for Friedman's noise inputs) and Type-2 ML's lengthscales run to hundreds or
 thousands of ranges.  Under ``realdata`` the longest is 30 ranges.
 
+The ``realdata-ard`` prior is ``realdata-irrelevant`` with **ARD structures**: a dataset
+of two or more inputs gets, with probability :data:`ARD_PROB`, one ``SE`` or ``MAT52``
+addend per input and nothing else (:func:`ard_structures`; ``MAT52`` where the
+vocabulary has it, half of the time), the structure of Friedman's regression tasks and of
+most real regression fits, where a long lengthscale is what the likelihood wants for an
+input that carries nothing.  Under the other priors such an input's addend is most often
+one of a sum or a product whose other terms vary.
+
 and the targets are **standardised** as real targets are before they reach the network
 (training mean 0, standard deviation 1): ``y <- (y - m) / s``.  The ground truth follows
 exactly (:func:`scale_amplitudes`): the kernel of the first dimension's addends and the
@@ -83,6 +91,8 @@ __all__ = [
     "HIGH_NOISE_LOW",
     "HIGH_NOISE_PROB",
     "IRRELEVANT_HIGH",
+    "ARD_PROB",
+    "ard_structures",
     "PRIORS",
     "SHORT_PERIOD_HIGH",
     "SHORT_PERIOD_LOW",
@@ -107,13 +117,22 @@ __all__ = [
     "standardise_targets",
 ]
 
-PRIORS: tuple[str, ...] = ("paper", "realdata", "realdata-series", "realdata-irrelevant")
+PRIORS: tuple[str, ...] = (
+    "paper",
+    "realdata",
+    "realdata-series",
+    "realdata-irrelevant",
+    "realdata-ard",
+)
 """Named priors of :class:`~amorgp.simulator.SimulatorConfig` (field ``prior``)."""
 
 LONG_PROB = 0.25
 """Probability that an input dimension is irrelevant or near-linear (long lengthscales)."""
 LONG_LOW, LONG_HIGH = 1.5, 30.0
 """Range of the long lengthscales (log-uniform), in units of the input range."""
+ARD_PROB = 0.3
+"""``realdata-ard``: probability that a dataset of two or more inputs has an ARD
+structure (one ``SE`` or ``MAT52`` addend per input)."""
 IRRELEVANT_HIGH = 1000.0
 """``realdata-irrelevant``: upper end of the long lengthscales (log-uniform from
 :data:`LONG_LOW`), in units of the input range."""
@@ -212,6 +231,44 @@ def realdata_parameters(
     short_p = _log_uniform(SHORT_PERIOD_LOW, SHORT_PERIOD_HIGH, (B, D, L, P), g)
     out = torch.where(is_ls, ls.clamp_min(FLOORS[ParamKind.LENGTHSCALE]), params)
     return torch.where(is_per & (short < SHORT_PERIOD_PROB), short_p, out)
+
+
+def ard_structures(
+    symbols: Tensor,
+    symbol_mask: Tensor,
+    dims: Tensor,
+    vocab: Vocabulary,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The ``realdata-ard`` structures: with probability :data:`ARD_PROB` a dataset of
+    ``dims >= 2`` inputs gets one ``SE`` (or, half of the time where the vocabulary has
+    it, ``MAT52``) addend in each of its inputs and nothing else.
+
+    Args:
+        symbols, symbol_mask: ``(B, D, L)`` structures as drawn (id 0 pads).
+        dims: ``(B,)`` inputs of each dataset.
+        vocab: the vocabulary (it must have ``SE``).
+        generator: the random source.
+
+    Returns:
+        ``(symbols, symbol_mask, ard)``: new tensors, and ``(B,)`` the rows made ARD.
+    """
+    g = generator
+    B, D, _ = symbols.shape
+    se = vocab.symbols.index("SE") + 1
+    mat = vocab.symbols.index("MAT52") + 1 if "MAT52" in vocab.symbols else se
+    u = torch.rand((B,), generator=g, dtype=torch.float64, device=g.device)
+    ard = (u < ARD_PROB) & (dims.to(g.device) >= 2)
+    pick = torch.rand((B, D), generator=g, dtype=torch.float64, device=g.device) < 0.5
+    in_dim = torch.arange(D, device=g.device) < dims.to(g.device)[:, None]  # (B, D)
+    first = torch.zeros_like(symbol_mask)
+    first[..., 0] = True
+    new_sym = torch.where(pick, mat, se)[..., None].expand_as(symbols).to(symbols.dtype)
+    new_mask = first & in_dim[..., None]
+    row = ard[:, None, None]
+    out_mask = torch.where(row, new_mask, symbol_mask)
+    out_sym = torch.where(row, torch.where(new_mask, new_sym, 0), symbols)
+    return out_sym, out_mask, ard
 
 
 def realdata_noise(noise: Tensor, generator: torch.Generator) -> Tensor:

@@ -8,8 +8,8 @@ One call of :meth:`Simulator.sample` draws ``B`` (dataset, structure) pairs:
    distinct structure ``S~_b`` of the same ``d_b``;
 4. parameters ``theta_b ~ p(theta | S_b)`` and noise ``sigma_b^2 ~ p(sigma^2)``
    (priors of kernel-grammar);
-   (with ``config.prior`` ``"realdata"``, ``"realdata-series"`` or
-   ``"realdata-irrelevant"``, moved to the laws
+   (with ``config.prior`` ``"realdata"``, ``"realdata-series"``,
+   ``"realdata-irrelevant"`` or ``"realdata-ard"``, moved to the laws
    of :mod:`amorgp.simulator.realdata`);
 5. inputs ``X_b ~ U[x_low, x_high]^(d_b)`` (or another law of
    :mod:`amorgp.simulator.inputs`, rescaled to ``[x_low, x_high]``), ``n_b`` training and ``n_test`` test points;
@@ -43,6 +43,7 @@ from amorgp.simulator.parameters import PriorTable, sample_noise, sample_paramet
 from amorgp.simulator.realdata import (
     IRRELEVANT_HIGH,
     LONG_HIGH,
+    ard_structures,
     realdata_noise,
     realdata_parameters,
     scale_amplitudes,
@@ -286,6 +287,10 @@ class Simulator:
         true_symbols, true_mask = sample_structures(
             d, cfg, generator, max_dims=width_d, max_addends=width_l
         )
+        if cfg.prior == "realdata-ard":
+            true_symbols, true_mask, _ = ard_structures(
+                true_symbols, true_mask, d, self.vocabulary, generator
+            )
         shown = sample_negative_structures(
             true_symbols, d, want_positive, cfg, generator, max_addends=width_l
         )
@@ -298,12 +303,13 @@ class Simulator:
         )
         noise = sample_noise(batch_size, generator, clamp_to_floors=cfg.clamp_to_floors)
         if cfg.prior != "paper":
-            long_high = IRRELEVANT_HIGH if cfg.prior == "realdata-irrelevant" else LONG_HIGH
+            wide = cfg.prior in ("realdata-irrelevant", "realdata-ard")
+            long_high = IRRELEVANT_HIGH if wide else LONG_HIGH
             params = realdata_parameters(
                 params, true_symbols, true_mask, d, self.vocabulary, generator, long_high
             )
             noise = realdata_noise(noise, generator)
-        if cfg.prior in ("realdata-series", "realdata-irrelevant"):
+        if cfg.prior in ("realdata-series", "realdata-irrelevant", "realdata-ard"):
             params, noise, _ = series_law(
                 params, noise, true_symbols, true_mask, d, self.vocabulary, generator
             )

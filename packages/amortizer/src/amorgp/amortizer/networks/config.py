@@ -42,7 +42,13 @@ MAX_BLOCKS = 64
 """Largest count of each entry of ``data_blocks`` / ``kernel_blocks``."""
 MAX_FF_MULT = 16
 """Largest ``ff_mult``."""
-TRAINING_PRIORS: tuple[str, ...] = ("paper", "realdata", "realdata-series", "realdata-irrelevant")
+TRAINING_PRIORS: tuple[str, ...] = (
+    "paper",
+    "realdata",
+    "realdata-series",
+    "realdata-irrelevant",
+    "realdata-ard",
+)
 """The simulator's named priors a :class:`TrainConfig` may train on
 (``amorgp.simulator.realdata.PRIORS``; the amortizer does not depend on the simulator)."""
 MAX_POINTS_PER_STEP = 2**21
@@ -182,11 +188,11 @@ class TrainConfig:
         inputs: the simulator's input law (``"uniform"``, the paper's; see
             :mod:`amorgp.simulator.inputs`).
         prior: the simulator's parameter laws: ``"paper"``, ``"realdata"``,
-            ``"realdata-series"`` or ``"realdata-irrelevant"``
+            ``"realdata-series"``, ``"realdata-irrelevant"`` or ``"realdata-ard"``
             (:mod:`amorgp.simulator.realdata`: standardised targets, long, growing and
             periodic lengthscales, near-noiseless data, with ``"realdata-series"`` seasonal
-            one-input series, with ``"realdata-irrelevant"`` also irrelevant inputs; its
-            input law is ``inputs``).
+            one-input series, with ``"realdata-irrelevant"`` also irrelevant inputs, with
+            ``"realdata-ard"`` also ARD structures; its input law is ``inputs``).
         encoder_points: if > 0, the encoder reads at most this many points of each
             dataset (a random subset) while the loss uses all of them.
         size_buckets: if > 1, the encoder runs on this many sub-batches of datasets
