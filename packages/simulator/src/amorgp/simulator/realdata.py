@@ -71,6 +71,7 @@ dimensions or addends.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -94,6 +95,8 @@ __all__ = [
     "ARD_PROB",
     "ard_structures",
     "PRIORS",
+    "PRIOR_LAWS",
+    "PriorLaws",
     "SHORT_PERIOD_HIGH",
     "SHORT_PERIOD_LOW",
     "SHORT_PERIOD_PROB",
@@ -117,14 +120,6 @@ __all__ = [
     "standardise_targets",
 ]
 
-PRIORS: tuple[str, ...] = (
-    "paper",
-    "realdata",
-    "realdata-series",
-    "realdata-irrelevant",
-    "realdata-ard",
-)
-"""Named priors of :class:`~amorgp.simulator.SimulatorConfig` (field ``prior``)."""
 
 LONG_PROB = 0.25
 """Probability that an input dimension is irrelevant or near-linear (long lengthscales)."""
@@ -187,6 +182,37 @@ def amplitude_slots(vocab: Vocabulary) -> Tensor:
     product symbol only the variance (``s^2 kt_A kt_B``).
     """
     return slot_table(vocab).amplitude
+
+
+@dataclass(frozen=True)
+class PriorLaws:
+    """What a named prior draws beyond the paper's (module doc).
+
+    Attributes:
+        realdata: the ``realdata`` laws (:func:`realdata_parameters`,
+            :func:`realdata_noise`) and standardised targets.
+        series: the seasonal-series law (:func:`series_law`).
+        long_high: upper end of the long lengthscales (``realdata`` laws only).
+        ard: ARD structures (:func:`ard_structures`).
+    """
+
+    realdata: bool = True
+    series: bool = False
+    long_high: float = LONG_HIGH
+    ard: bool = False
+
+
+PRIOR_LAWS: dict[str, PriorLaws] = {
+    "paper": PriorLaws(realdata=False),
+    "realdata": PriorLaws(),
+    "realdata-series": PriorLaws(series=True),
+    "realdata-irrelevant": PriorLaws(series=True, long_high=IRRELEVANT_HIGH),
+    "realdata-ard": PriorLaws(series=True, long_high=IRRELEVANT_HIGH, ard=True),
+}
+"""The named priors and their laws."""
+
+PRIORS: tuple[str, ...] = tuple(PRIOR_LAWS)
+"""Named priors of :class:`~amorgp.simulator.SimulatorConfig` (field ``prior``)."""
 
 
 def realdata_parameters(

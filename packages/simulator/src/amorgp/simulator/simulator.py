@@ -41,8 +41,7 @@ from amorgp.simulator.config import SimulatorConfig
 from amorgp.simulator.inputs import sample_input_columns
 from amorgp.simulator.parameters import PriorTable, sample_noise, sample_parameters
 from amorgp.simulator.realdata import (
-    IRRELEVANT_HIGH,
-    LONG_HIGH,
+    PRIOR_LAWS,
     ard_structures,
     realdata_noise,
     realdata_parameters,
@@ -287,7 +286,8 @@ class Simulator:
         true_symbols, true_mask = sample_structures(
             d, cfg, generator, max_dims=width_d, max_addends=width_l
         )
-        if cfg.prior == "realdata-ard":
+        laws = PRIOR_LAWS[cfg.prior]
+        if laws.ard:
             true_symbols, true_mask, _ = ard_structures(
                 true_symbols, true_mask, d, self.vocabulary, generator
             )
@@ -302,20 +302,18 @@ class Simulator:
             clamp_to_floors=cfg.clamp_to_floors,
         )
         noise = sample_noise(batch_size, generator, clamp_to_floors=cfg.clamp_to_floors)
-        if cfg.prior != "paper":
-            wide = cfg.prior in ("realdata-irrelevant", "realdata-ard")
-            long_high = IRRELEVANT_HIGH if wide else LONG_HIGH
+        if laws.realdata:
             params = realdata_parameters(
-                params, true_symbols, true_mask, d, self.vocabulary, generator, long_high
+                params, true_symbols, true_mask, d, self.vocabulary, generator, laws.long_high
             )
             noise = realdata_noise(noise, generator)
-        if cfg.prior in ("realdata-series", "realdata-irrelevant", "realdata-ard"):
+        if laws.series:
             params, noise, _ = series_law(
                 params, noise, true_symbols, true_mask, d, self.vocabulary, generator
             )
         draw = self.draw_targets(inputs, n, true_symbols, true_mask, params, noise, generator)
         N = inputs.n_train
-        if cfg.prior != "paper":  # standardised targets, the truth scaled with them
+        if laws.realdata:  # standardised targets, the truth scaled with them
             train = inputs.mask_all.clone()
             train[:, N:] = False
             y_std, s = standardise_targets(draw.y_all, train, draw.valid)
