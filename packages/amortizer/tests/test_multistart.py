@@ -297,10 +297,10 @@ def test_every_periodic_product_gets_its_decay_floor(symbol: str, decay: str | N
     """The starts read the registry's parameter roles, not names: the lengthscale of the
     factor without the period is the decay, raised to DECAY_PERIODS periods in every
     periodogram start, whatever the kernel (SE*PER, MAT52*PER and RQ*PER alike)."""
-    from amorgp.amortizer.stages.multistart import (
+    from amorgp.amortizer.stages.start_proposals import (
         DECAY_PERIODS,
         PERIODIC_LENGTHSCALE,
-        _starts_many,
+        periodic_starts,
         slot_tables,
     )
     from amorgp.kernel_grammar import Vocabulary, base_symbol
@@ -313,7 +313,7 @@ def test_every_periodic_product_gets_its_decay_floor(symbol: str, decay: str | N
     params = torch.full((1, 1, 1, 5), 0.01, dtype=torch.float64)  # every lengthscale tiny
     symbols = torch.tensor([[sid]])
     mask = torch.ones(1, 1, dtype=torch.bool)
-    block, chosen = _starts_many(params, symbols, mask, tables, [[(0, 0.3, 1.0)]], 4)
+    block, chosen = periodic_starts(params, symbols, mask, tables, [[(0, 0.3, 1.0)]], 4)
     starts = {name: block[0, j] for name, j in chosen[0]}
     got = starts["periodogram"][0, 0]
     period = names.index("per_period" if "per_period" in names else "period")

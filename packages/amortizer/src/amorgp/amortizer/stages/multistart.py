@@ -80,16 +80,23 @@ from amorgp.amortizer.stages.periodogram import (
     period_candidates,
     period_candidates_many,
 )
+from amorgp.amortizer.stages.start_proposals import (
+    DECAY_PERIODS,
+    HARMONICS,
+    PERIODIC_LENGTHSCALE,
+    STRETCHES,
+    TREND_LENGTHSCALE,
+    periodic_starts,
+    slot_tables,
+    stretched_starts,
+)
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import (
-    ELEMENTARY,
-    FLOORS,
     DimWiseStructure,
     ParamKind,
     Vocabulary,
     base_symbol,
 )
-from amorgp.lazy_kernels import slot_table
 
 __all__ = [
     "DECAY_PERIODS",
@@ -122,33 +129,6 @@ the period's mode is already clear on a few hundred."""
 REFINE_STARTS = 3
 """Best starts per kernel that ``refine="auto"`` refines."""
 
-HARMONICS = ((0.5, "x1/2"), (2.0, "x2"), (1.0 / 3.0, "x1/3"))
-"""Factors applied to the network's periods, with their names."""
-
-PERIODIC_LENGTHSCALE = 1.0
-"""Lengthscale of the periodic factor in the periodogram starts (the kernel
-``exp(-sin^2(pi r / p) / (2 l^2))`` is then close to one cosine of period ``p``)."""
-
-DECAY_PERIODS = 2.0
-"""Least decay lengthscale of an ``SE*PER`` addend in a periodogram start, in periods (and
-at least :data:`TREND_LENGTHSCALE`: from a short decay, L-BFGS stays in the mode where the
-periodic term also absorbs the noise; on airline it ended 10 nats below the optimum)."""
-
-TREND_LENGTHSCALE = 0.5
-"""Least lengthscale of the addends without a period (``SE``, ``SE*LIN``...) in a
-periodogram start (normalised units: half the input range): the periodic term explains
-the oscillation the network may have given a short lengthscale, and in a product over
-dimensions a short lengthscale elsewhere would decorrelate the periodic one."""
-
-PERIOD_FLOOR = 2.0 * FLOORS[ParamKind.PERIOD]
-
-STRETCHES: tuple[tuple[float, str], ...] = ((3.0, "x3"), (9.0, "x9"))
-"""Factors applied to all of the network's lengthscales in input units, for every kernel
-that has one, with their names (the ``"lengthscales x3"`` and ``"lengthscales x9"``
-starts).  On real data with several inputs the network's lengthscales are a median of
-about a third of Type-2 ML's (``docs/benchmarks/default-refine.md``); factors 2 and 4
-or 2, 4 and 8 did as well for the amortized answer and worse for the default fit."""
-
 
 def check_starts(starts: Any) -> int:
     """``starts`` as a plain ``int``.
@@ -166,42 +146,6 @@ def has_periodic(structure: DimWiseStructure) -> bool:
     return any(
         ParamKind.PERIOD in base_symbol(sym).param_kinds for dim in structure.dims for sym in dim
     )
-
-
-def slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Per vocabulary id (0 = padding): the slot of the period, of the periodic lengthscale,
-    of the decay (SE) lengthscale of a periodic product, and of the lengthscale of an
-    addend without a period (a trend), ``-1`` where absent."""
-    period, per_ls, decay, trend = [-1], [-1], [-1], [-1]
-    for sym in vocabulary.symbols:
-        spec = base_symbol(sym)
-        names = list(spec.param_names)
-        kinds = list(spec.param_kinds)
-        has = ParamKind.PERIOD in kinds
-        period.append(kinds.index(ParamKind.PERIOD) if has else -1)
-        if not has:
-            per_ls.append(-1)
-            decay.append(-1)
-            ls = ParamKind.LENGTHSCALE
-            trend.append(kinds.index(ls) if ls in kinds else -1)
-            continue
-        trend.append(-1)
-        # by role, not by name: the lengthscale of the factor with the period is the
-        # periodic one; a lengthscale of another factor (SE, MAT52, RQ...) is the decay
-        p_ls = d_ls = -1
-        for f in spec.factors:
-            full = spec.factor_param_names(f)
-            params = ELEMENTARY[f].params
-            periodic = any(q.kind == ParamKind.PERIOD for q in params)
-            for q in params:
-                if q.kind == ParamKind.LENGTHSCALE:
-                    if periodic:
-                        p_ls = names.index(full[q.name])
-                    else:
-                        d_ls = names.index(full[q.name])
-        per_ls.append(p_ls)
-        decay.append(d_ls)
-    return tuple(torch.tensor(t) for t in (period, per_ls, decay, trend))  # type: ignore[return-value]
 
 
 def resolve_starts(starts: Any, default: int | None, calibrate: bool) -> int:
@@ -275,7 +219,7 @@ def multistart_rows(
     for k in range(K):  # per kernel: the starts of all its pairs at once
         if not periodic[k]:
             continue
-        block, lists = _starts_many(p64[k::K], sym[k], msk[k], tables, cands, starts)
+        block, lists = periodic_starts(p64[k::K], sym[k], msk[k], tables, cands, starts)
         width = block.shape[1]
         for b, chosen in enumerate(lists):  # bookkeeping: the names and rows per dataset
             for name, j in chosen:
@@ -285,17 +229,12 @@ def multistart_rows(
         blocks.append(block.reshape(-1, *block.shape[2:]))
         offset += block.shape[0] * width
     # the network's lengthscales stretched, for every kernel with one in input units
-    input_ls = slot_table(vocabulary, dev).input_lengthscale
     for k in range(K):
-        where = input_ls[torch.where(msk[k], sym[k], 0).long()] & msk[k][..., None]
-        if not bool(where.any()):
-            continue
-        for f, label in STRETCHES:
-            for b in range(B):  # bookkeeping: one stretched start per dataset
-                owner.append(b * K + k)
-                names.append(f"lengthscales {label}")
-                rows.append(offset + b)
-            blocks.append(torch.where(where[:d], p64[k::K] * f, p64[k::K]))
+        for name, stretched in stretched_starts(p64[k::K], sym[k], msk[k], vocabulary):
+            owner.extend(range(k, P, K))  # one stretched start per dataset
+            names.extend([name] * B)
+            rows.extend(range(offset, offset + B))
+            blocks.append(stretched)
             offset += B
     # the null starts of every kernel (null_starts.py), after the periodic ones as there
     ones = torch.ones(B, n, dtype=torch.bool, device=dev)
@@ -405,89 +344,3 @@ def _ranked(
         kept = [i for i in ranked if math.isfinite(score[i])][:keep] or rows[:1]
         out.append([(names[i], params[i], noise[i]) for i in kept])
     return out
-
-
-def _set_many(params: Tensor, slots: Tensor, where: Tensor, value: Tensor | float) -> Tensor:
-    """``params (..., D, L, S)`` with
-    slot ``slots[d, l]`` of the addends ``where (..., D, L)`` set to ``value`` (broadcast
-    to ``where``)."""
-    S = params.shape[-1]
-    onehot = torch.nn.functional.one_hot(slots.clamp_min(0), S).bool() & where[..., None]
-    v = torch.broadcast_to(torch.as_tensor(value, dtype=params.dtype), where.shape)
-    return torch.where(onehot, v[..., None], params)
-
-
-def _get_many(params: Tensor, slots: Tensor) -> Tensor:
-    """``(..., D, L)``: slot ``slots[d, l]`` of each addend of ``params (..., D, L, S)``."""
-    idx = slots.clamp_min(0).expand(params.shape[:-1])[..., None]
-    return params.gather(-1, idx)[..., 0]
-
-
-def _starts_many(
-    params: Tensor,
-    symbols: Tensor,
-    mask: Tensor,
-    tables: tuple[Tensor, ...],
-    candidates: Sequence[Sequence[tuple[int, float, float]]],
-    starts: int,
-) -> tuple[Tensor, list[list[tuple[str, int]]]]:
-    """The starts (module docstring) of one kernel on ``B`` datasets at once: ``params (B, D, L, S)`` (the kernel's parameters per dataset), its ``symbols``
-    and ``mask (D, L)``, each dataset's periodogram ``candidates``.
-
-    Returns:
-        ``block (B, W, D, L, S)``: every possible start of every dataset (the periodogram
-        peaks, the harmonics, the rescaled first peak), and per dataset the starts it
-        keeps as ``(name, index into W)``, in priority order (periodogram peaks and harmonics
-        interleaved, then the rescalings), at most ``starts - 1``.
-    """
-    period_t, per_ls_t, decay_t, trend_t = tables
-    p_slot, l_slot, s_slot = period_t[symbols], per_ls_t[symbols], decay_t[symbols]
-    t_slot = trend_t[symbols]
-    periodic = (p_slot >= 0) & mask  # (D, L)
-    B, D = params.shape[0], params.shape[1]
-    dev = params.device
-    C = max(1, max((len(c) for c in candidates), default=1))
-    J = torch.zeros(B, C, dtype=torch.long)
-    PER = torch.ones(B, C, dtype=torch.float64)
-    count = []
-    has = periodic.any(-1).tolist()  # (D,) a periodic addend in the dimension
-    for b, cands in enumerate(candidates):  # bookkeeping: the usable peaks of each dataset
-        ok = [(j, per) for j, per, _ in cands if j < D and has[j]]
-        for c, (j, per) in enumerate(ok):
-            J[b, c], PER[b, c] = j, per
-        count.append(len(ok))
-    J, PER = J.to(dev), PER.to(dev)
-    in_dim = periodic & (torch.arange(D, device=dev) == J[..., None])[..., None]  # (B, C, D, L)
-    # the period as a float32 tensor of the peak's period (the starts' historical rounding)
-    per32 = PER.clamp_min(PERIOD_FLOOR).to(torch.float32).to(params.dtype)[..., None, None]
-    pg = _set_many(params[:, None].expand(B, C, *params.shape[1:]), p_slot, in_dim, per32)
-    pg = _set_many(pg, l_slot, in_dim, PERIODIC_LENGTHSCALE)
-    least = (DECAY_PERIODS * PER).clamp_min(TREND_LENGTHSCALE)[..., None, None]
-    decay = in_dim & (s_slot >= 0)
-    pg = _set_many(pg, s_slot, decay, torch.maximum(_get_many(pg, s_slot), least))
-    trend = ((t_slot >= 0) & mask).expand(in_dim.shape)
-    pg = _set_many(pg, t_slot, trend, _get_many(pg, t_slot).clamp_min(TREND_LENGTHSCALE))
-    net_period = _get_many(params, p_slot)  # (B, D, L)
-    harm = torch.stack(
-        [
-            _set_many(
-                params, p_slot, periodic.expand(B, D, -1), (net_period * f).clamp_min(PERIOD_FLOOR)
-            )
-            for f, _ in HARMONICS
-        ],
-        1,
-    )
-    first = pg[:, 0]
-    ls = _get_many(first, l_slot)
-    resc = torch.stack([_set_many(first, l_slot, in_dim[:, 0], ls * f) for f in (0.5, 2.0)], 1)
-    block = torch.cat([pg, harm, resc], 1)  # (B, C + 3 + 2, D, L, S)
-    H, R = C, C + len(HARMONICS)
-    lists = []
-    for c in count:  # bookkeeping: the priority order per dataset
-        pgs = [("periodogram" if i == 0 else f"periodogram {i + 1}", i) for i in range(c)]
-        hs = [(f"harmonic {name}", H + i) for i, (_, name) in enumerate(HARMONICS)]
-        rs = [("periodogram, lengthscale x0.5", R), ("periodogram, lengthscale x2", R + 1)]
-        rs = rs if c else []
-        queues = [pgs[:1], pgs[1:2], hs[:1], pgs[2:3], hs[1:2], pgs[3:], rs[:1], hs[2:], rs[1:]]
-        lists.append([x for q in queues for x in q][: starts - 1])
-    return block, lists
