@@ -10,7 +10,7 @@ import re
 import time
 import warnings
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from gpytorch.mlls import (
 )
 
 __all__ = [
+    "RACE_STEPS",
     "REFINE_STEPS",
     "AmortizedFit",
     "FallbackWarning",
@@ -205,12 +206,14 @@ def _initialize(
     calibrate: bool | None,
     *,
     full: bool,
+    noise_alone: bool = True,
 ) -> KernelResult:
     """:func:`initialize_gpytorch`; ``full=False`` (:class:`AmortizedFit`): where the
     amortizer's pipeline would add nothing to the start (no refinement, no periodic
     multi-start, no candidate networks) the network's prediction comes from
     :func:`_network_start`, which returns a result without the posterior the fit would
-    discard."""
+    discard.  ``noise_alone=False``: a model that cannot hold the calibrated scale keeps
+    the network's noise (the caller searches it on the model's own objective)."""
     lik = getattr(model, "likelihood", None)
     fixed = fixed_noise(lik) is not None
     if not fixed and not (
@@ -257,7 +260,7 @@ def _initialize(
     kmap.write(want)
     noise = res.noise_original
     held = kmap.read()
-    if calibrate and not (scaled and _holds(kmap.structure, held, want)):
+    if calibrate and noise_alone and not (scaled and _holds(kmap.structure, held, want)):
         # the model does not hold the calibrated scale (no holder, clamped variances):
         # the noise alone, exact for the kernel the model holds
         from amorgp.amortizer.stages.calibrate import calibrate as calibrate_scale_noise
@@ -362,6 +365,11 @@ def _model_units(res: KernelResult) -> Tensor:
 #: rules usually end the refine earlier).
 REFINE_STEPS = 50
 
+RACE_STEPS = 3
+"""L-BFGS-B iterations each of the two starts of :class:`AmortizedFit` runs before the
+better one is refined further (the start's own score predicts the optimum it leads to
+less well than a few iterations do)."""
+
 
 class FallbackWarning(UserWarning):
     """:class:`AmortizedFit` fell back to BoTorch's ``fit_gpytorch_mll`` (the message
@@ -414,14 +422,25 @@ class AmortizedFit:
     the reason (once per cause) and BoTorch's ``fit_gpytorch_mll`` runs instead;
     :attr:`fallbacks` counts those.  Other exceptions (bugs) propagate.
 
+    The network's start: its hyperparameters, and (``calibrate``) on a model the lean
+    objective supports, the noise and a common factor on the RBF/Matern lengthscales
+    searched on the model's own objective, priors included
+    (:meth:`~amorgp.gpytorch.lean.LeanObjective.tune_start`; a model that holds a global
+    scale gets the amortizer's exact scale and noise first).  The model's priors move its
+    optimum away from the likelihood's alone: BoTorch's noise prior puts a noiseless
+    function's noise near ``exp(-5)``, where Type-2 ML would go to the constraint's bound.
+
     Two starts (``model_start=True``, the default): the model's own hyperparameters when
     the fit is called (for a new BoTorch model, BoTorch's initial values: the start
-    ``fit_gpytorch_mll`` refines) and the network's (calibrated) start are scored by the
-    model's objective in one batched evaluation, and the better one is refined, so the
-    network's start never leaves the fit below where the model's own start would begin.
-    :attr:`last_start` says which won (``"network"`` or ``"model"``),
-    :attr:`model_starts` counts the fits the model's start won; both are logged at
-    ``DEBUG`` (logger ``amorgp.gpytorch.fit``).
+    ``fit_gpytorch_mll`` refines) and the network's start.  On the lean objective each
+    runs :data:`RACE_STEPS` L-BFGS-B iterations and the better one is refined on (with
+    ``refine_steps <= RACE_STEPS``, or outside the lean objective, the better start by its
+    score), so the network's start never leaves the fit below where the model's own start
+    would be after as many iterations.  :attr:`last_start` says which was refined
+    (``"network"`` or ``"model"``), :attr:`model_starts` counts the fits the model's start
+    won and :attr:`network_better` the fits whose network start scored higher than the
+    model's before any iteration; they are logged at ``DEBUG`` (logger
+    ``amorgp.gpytorch.fit``).
 
     A fixed-noise model (``SingleTaskGP(X, Y, train_Yvar=...)``) keeps its known noise
     (see :func:`initialize_gpytorch`).  A ``SumMarginalLogLikelihood`` of a
@@ -433,18 +452,21 @@ class AmortizedFit:
         amortizer: the network (default: :func:`default_amortizer`).
         ftol: stop when the relative decrease of ``-MLL`` is at most ``ftol``.
         gtol: stop when the projected gradient's largest entry is at most ``gtol``.
-        calibrate: start from the calibrated prediction (exact Type-2 ML scale and noise
-            given the network's other hyperparameters; :func:`initialize_gpytorch`);
-            ``None``: the amortizer's own setting (on for the bundled default).
-        model_start: also score the model's own start and refine the better of the two.
+        calibrate: start from the calibrated prediction (the noise and a lengthscale
+            factor on the model's objective, above; outside the lean objective the exact
+            Type-2 ML scale and noise given the network's other hyperparameters,
+            :func:`initialize_gpytorch`); ``None``: the amortizer's own setting (on for
+            the bundled default).
+        model_start: also race the model's own start and refine the better of the two.
         calls: fits run (one per model; a model list counts each sub-model).
         fallbacks: fits that fell back to ``fit_gpytorch_mll``.
         slow_refines: refines run through BoTorch's scipy fit (model outside the lean
             objective).
         abnormal_stops: lean refines that scipy stopped abnormally (a failed line search;
             the parameters are the best found, no fallback).
-        model_starts: fits whose refine began at the model's own start (it scored higher
-            than the network's).
+        model_starts: fits whose refine went on from the model's own start.
+        network_better: fits whose network start scored higher than the model's own
+            before any iteration.
         last_start: the start the last fit refined: ``"network"`` or ``"model"``.
         last_error: why the last fallback happened.
     """
@@ -460,8 +482,10 @@ class AmortizedFit:
     slow_refines: int = 0
     abnormal_stops: int = 0
     model_starts: int = 0
+    network_better: int = 0
     last_start: str = ""
     last_error: str = ""
+    _race: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def __call__(self, mll: Any, **kwargs: Any) -> Any:
         """Fit ``mll``'s model; ``kwargs`` go to the fallback ``fit_gpytorch_mll``.
@@ -514,20 +538,34 @@ class AmortizedFit:
             objective = None
         own = None if objective is None else objective.x0()
         amz = warm_up(self.amortizer if self.amortizer is not None else default_amortizer())
-        _initialize(model, None, None, amz, 0, self.calibrate, full=False)
+        calibrate = amz.calibrate if self.calibrate is None else self.calibrate
+        tune = calibrate and objective is not None
+        _initialize(model, None, None, amz, 0, calibrate, full=False, noise_alone=not tune)
+        if tune:
+            assert objective is not None
+            # the noise and a common lengthscale factor on the model's own objective
+            # (priors included), the network's other hyperparameters kept
+            objective.write(objective.tune_start(objective.x0())[0])
         self.last_start = "network"
         if not self.model_start:
             return objective
+        self._race = None
         if objective is not None and own is not None:
             # -MLL of [model's start, network's start] in one batched evaluation
-            values = objective.values(np.stack([own, objective.x0()]))
+            network = objective.x0()
+            values = objective.values(np.stack([own, network]))
             model_wins = bool(values[0] < values[1])
+            self.network_better += not model_wins
+            if self.refine_steps > RACE_STEPS:
+                self._race = (own, network)  # decided by _refine
+                return objective
         else:
-            network = -_objective(mll)
+            value = -_objective(mll)
             ours = {k: v.detach().clone() for k, v in mll.state_dict().items()}
             mll.load_state_dict(state)
-            values = np.array([-_objective(mll), network])  # -MLL, as the lean values
+            values = np.array([-_objective(mll), value])  # -MLL, as the lean values
             model_wins = bool(values[0] < values[1])
+            self.network_better += not model_wins
             if not model_wins:
                 mll.load_state_dict(ours)
         if model_wins:
@@ -556,7 +594,27 @@ class AmortizedFit:
                 options={"maxiter": int(self.refine_steps), "ftol": self.ftol, "gtol": self.gtol},
             )
             return None, False
-        res = objective.minimize(self.refine_steps, ftol=self.ftol, gtol=self.gtol)
+        steps = self.refine_steps
+        if self._race is not None:
+            raced = []
+            for start in self._race:  # (model's, network's)
+                objective.write(start)
+                first = objective.minimize(RACE_STEPS, ftol=self.ftol, gtol=self.gtol)
+                raced.append((first.mll, objective.x0()))
+            model_wins = raced[0][0] > raced[1][0]
+            objective.write(raced[0][1] if model_wins else raced[1][1])
+            self.model_starts += model_wins
+            self.last_start = "model" if model_wins else "network"
+            _log.debug(
+                "amortized fit: MLL after %d iterations from the model's start %.6g, from "
+                "the network's %.6g; refining the %s's",
+                RACE_STEPS,
+                raced[0][0],
+                raced[1][0],
+                self.last_start,
+            )
+            steps -= RACE_STEPS
+        res = objective.minimize(steps, ftol=self.ftol, gtol=self.gtol)
         self.abnormal_stops += res.status == 2
         trusted = objective.closed_form is not None and (
             type(mll.model).forward is SingleTaskGP.forward
