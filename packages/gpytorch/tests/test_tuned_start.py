@@ -145,3 +145,28 @@ def test_race_is_skipped_without_iterations() -> None:
     assert value >= own - 1e-12
     assert (fit.last_start == "network") == bool(fit.network_better)
     assert np.isfinite(value)
+
+
+def test_a_start_that_fails_in_the_race_leaves_the_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A start whose race iterations reach a non-finite objective drops out: the fit goes
+    on from the other start, without falling back, and ends finite."""
+    X, y = _branin_like(4, 14)
+    model = SingleTaskGP(X, y)
+    real = LeanObjective.minimize
+    calls: list[int] = []
+
+    def failing_first(self: LeanObjective, steps: int, **kwargs: float) -> object:
+        calls.append(steps)
+        if len(calls) == 1:  # the model's start's race
+            raise FloatingPointError("non-finite objective")
+        return real(self, steps, **kwargs)
+
+    monkeypatch.setattr(LeanObjective, "minimize", failing_first)
+    fit = AmortizedFit()
+    mll = _mll(model)
+    fit(mll)
+    assert (fit.fallbacks, fit.last_start, fit.model_starts) == (0, "network", 0)
+    assert calls[:2] == [fit_module.RACE_STEPS] * 2
+    assert math.isfinite(_gpytorch_mll(mll))

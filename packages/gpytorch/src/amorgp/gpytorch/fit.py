@@ -596,11 +596,17 @@ class AmortizedFit:
             return None, False
         steps = self.refine_steps
         if self._race is not None:
-            raced = []
+            raced: list[tuple[float, np.ndarray]] = []
             for start in self._race:  # (model's, network's)
                 objective.write(start)
-                first = objective.minimize(RACE_STEPS, ftol=self.ftol, gtol=self.gtol)
+                try:
+                    first = objective.minimize(RACE_STEPS, ftol=self.ftol, gtol=self.gtol)
+                except FloatingPointError:  # this start leaves the finite region: out
+                    raced.append((-math.inf, start))
+                    continue
                 raced.append((first.mll, objective.x0()))
+            if not any(math.isfinite(value) for value, _ in raced):
+                raise FloatingPointError("both starts' iterations reached a non-finite objective")
             model_wins = raced[0][0] > raced[1][0]
             objective.write(raced[0][1] if model_wins else raced[1][1])
             self.model_starts += model_wins
