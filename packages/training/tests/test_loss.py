@@ -199,3 +199,92 @@ def test_loss_reads_no_value_back_from_the_device() -> None:
     nll.sum().backward()
     assert p.grad is not None
     assert p.grad.shape == params.shape
+
+
+def _oracle_profile(batch: PaddedBatch, params: torch.Tensor, b: int) -> tuple[float, float, float]:
+    """``(min over s, sigma^2 of the dense per-point NLL of s K + sigma^2 I, s, sigma^2)``
+    of element ``b``: scipy's Nelder-Mead on ``(log s, log sigma^2)``, numpy evaluating."""
+    from scipy.optimize import minimize
+
+    pts = batch.point_mask[b].nonzero().squeeze(-1).numpy()
+    dims = batch.dim_mask[b].nonzero().squeeze(-1).numpy()
+    symbols = torch.where(batch.symbol_mask, batch.symbols, torch.zeros_like(batch.symbols))
+    X = batch.X[b].numpy()[np.ix_(pts, dims)]
+    C0 = dense_covariance(X, structure_of(symbols, params, b, VOCAB), 0.0)
+    y, n = batch.y[b, pts].numpy(), len(pts)
+
+    def nll(u: np.ndarray) -> float:
+        cov = np.exp(u[0]) * C0 + np.exp(u[1]) * np.eye(n)
+        return -multivariate_normal(np.zeros(n), cov, allow_singular=True).logpdf(y) / n
+
+    best = min(
+        (minimize(nll, np.array(u0), method="Nelder-Mead", options={"xatol": 1e-8, "fatol": 1e-12})
+         for u0 in ([0.0, -2.0], [0.0, -6.0], [1.0, 0.0])),
+        key=lambda r: r.fun,
+    )  # fmt: skip
+    return float(best.fun), float(np.exp(best.x[0])), float(np.exp(best.x[1]))
+
+
+def test_calibrated_nll_is_the_profile_optimum(batch: PaddedBatch) -> None:
+    """The calibrated NLL of every element is the minimum over a global scale and the
+    noise of the dense NLL (scipy's optimum), to the calibration grid's resolution; the
+    scale and noise it uses are scipy's to a few per cent."""
+    from amorgp.training.loss import calibrated_nll_per_point, calibrated_scale_noise
+
+    params, _ = _random_params(batch, seed=3)
+    nll, failed = calibrated_nll_per_point(batch, params)
+    s, noise = calibrated_scale_noise(batch, params)
+    assert not bool(failed.any())
+    for b in range(batch.X.shape[0]):
+        best, s_ref, noise_ref = _oracle_profile(batch, params, b)
+        assert best - 1e-9 <= float(nll[b]) <= best + 2e-3
+        # (below 1e-3 the oracle's covariance is numerically singular, or the kernel
+        # vanishes where the grid's largest noise-to-signal ratio, 1e4, stops the scale)
+        if noise_ref > 1e-3:
+            assert float(noise[b]) == pytest.approx(noise_ref, rel=0.15)
+        else:
+            assert float(noise[b]) < 1e-3
+        if s_ref > 1e-3:
+            assert float(s[b]) == pytest.approx(s_ref, rel=0.15)
+
+
+def test_calibrated_nll_gradient_is_the_envelope(batch: PaddedBatch) -> None:
+    """Its gradient with respect to the network's parameters is the dense NLL's at the
+    held scale and noise (central finite differences of the numpy oracle)."""
+    from amorgp.training.loss import calibrated_nll_per_point, calibrated_scale_noise
+
+    params, _ = _random_params(batch, seed=4)
+    s, noise = calibrated_scale_noise(batch, params)
+    p = params.clone().requires_grad_(True)
+    nll, _ = calibrated_nll_per_point(batch, p)
+    (grad,) = torch.autograd.grad(nll.sum(), p)
+    symbols = torch.where(batch.symbol_mask, batch.symbols, torch.zeros_like(batch.symbols))
+    b = 0
+    pts = batch.point_mask[b].nonzero().squeeze(-1).numpy()
+    dims = batch.dim_mask[b].nonzero().squeeze(-1).numpy()
+    X, y, n = batch.X[b].numpy()[np.ix_(pts, dims)], batch.y[b, pts].numpy(), len(pts)
+
+    def held(q: torch.Tensor) -> float:
+        C = float(s[b]) * dense_covariance(X, structure_of(symbols, q, b, VOCAB), 0.0)
+        cov = C + float(noise[b]) * np.eye(n)
+        return -multivariate_normal(np.zeros(n), cov).logpdf(y) / n
+
+    used = batch.used_slots()[b].nonzero()
+    for j in used[:4].tolist():
+        h = 1e-6
+        up, down = params.clone(), params.clone()
+        up[(b, *j)] += h
+        down[(b, *j)] -= h
+        fd = (held(up) - held(down)) / (2 * h)
+        assert float(grad[(b, *j)]) == pytest.approx(fd, rel=1e-4, abs=1e-7)
+
+
+def test_phase1_calibrated_weight_mixes_the_two(batch: PaddedBatch) -> None:
+    from amorgp.training.loss import calibrated_nll_per_point
+
+    params, noise = _random_params(batch)
+    plain = _oracle_nll(batch, params, noise).mean()
+    cal, _ = calibrated_nll_per_point(batch, params)
+    out = phase1_loss(Prediction(params, noise), batch, calibrated=0.25)
+    np.testing.assert_allclose(float(out.loss), 0.75 * plain + 0.25 * float(cal.mean()), rtol=1e-9)
+    assert float(cal.mean()) <= plain  # the calibrated answer is never worse

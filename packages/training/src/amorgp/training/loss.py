@@ -24,10 +24,26 @@ on the noise **standard deviation** ``sigma = sqrt(sigma^2)``, as the paper writ
 it.  The standard deviation is on the scale of the (standardised) targets, so the
 squared error is a squared error in target units; on the variance, errors of
 noise levels below ~0.1 would be squared twice and vanish next to the NLL.
+
+The calibrated term (phase 1, ``TrainConfig.calibrated = w > 0``):
+``(1 - w) L_1 + w L_cal``, with ``L_cal`` the per-point NLL at the exact Type-2 ML
+global scale ``s*`` and noise ``sigma*^2`` given the network's other hyperparameters,
+which is the start the library uses (:mod:`amorgp.amortizer.stages.calibrate`): the
+kernel heads are trained for the calibrated answer, not for one that leans on the noise
+head's errors.  ``s*`` and ``r* = sigma*^2 / s*`` are found without gradient, from one
+symmetric eigendecomposition per dataset (padded points become a decoupled identity
+block whose eigenvalues are exactly 1 and whose projections are 0, removed from the
+log-determinant) and the same grid of ratios as the calibration
+(:data:`~amorgp.amortizer.stages.calibrate.RATIO_RANGE`,
+:data:`~amorgp.amortizer.stages.calibrate.GRID_POINTS`); the loss is then the NLL at
+``(s* theta, s* r*)``, whose gradient with respect to ``theta`` at the profile's optimum is
+the profile's own (envelope theorem).  The noise head and the global level of the
+variances get their gradient from ``L_1``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +53,13 @@ from amorgp.amortizer.networks.network import Prediction
 from amorgp.diff_linalg import gp_log_marginal_likelihood
 from amorgp.lazy_kernels import PaddedBatch, kernel_matrix_dimwise
 
-__all__ = ["LossOutput", "gp_nll_per_point", "phase1_loss", "phase2_loss"]
+__all__ = [
+    "LossOutput",
+    "calibrated_nll_per_point",
+    "gp_nll_per_point",
+    "phase1_loss",
+    "phase2_loss",
+]
 
 _F64 = torch.float64
 
@@ -119,8 +141,75 @@ def _masked_mean(values: Tensor, used: Tensor) -> Tensor:
     return safe.sum() / used.sum().clamp_min(1).to(values.dtype)
 
 
+def calibrated_scale_noise(batch: PaddedBatch, params: Tensor) -> tuple[Tensor, Tensor]:
+    """The exact Type-2 ML global scale ``s* (B,)`` and noise ``sigma*^2 (B,)`` of each
+    element given its other hyperparameters ``params (B, D, L, P)`` (module docstring;
+    no gradient).  Where nothing is finite: ``s* = 1`` and a NaN noise."""
+    from amorgp.amortizer.stages.calibrate import GRID_POINTS, RATIO_RANGE, Scaling
+    from amorgp.kernel_grammar import FLOORS, ParamKind
+
+    symbols, symbol_mask = batch.param_structure()
+    with torch.no_grad():
+        p64 = params.detach().to(_F64)
+        p64 = torch.where(torch.isfinite(p64), p64, torch.ones_like(p64))
+        X64 = batch.X.to(_F64)
+        K = kernel_matrix_dimwise(
+            X64, X64, symbols, symbol_mask, p64, batch.vocab, batch.dim_mask, validate=False
+        )
+        pm = batch.point_mask
+        N = pm.shape[1]
+        both = pm[:, :, None] & pm[:, None, :]
+        K = torch.where(both, K, torch.zeros_like(K)) + torch.diag_embed((~pm).to(_F64))
+        finite = torch.isfinite(K).flatten(1).all(-1)
+        K = torch.where(finite[:, None, None], K, torch.eye(N, dtype=_F64, device=K.device))
+        lam, Q = torch.linalg.eigh(K)
+        lam = lam.clamp_min(0.0)
+        y = torch.where(pm, batch.y.to(_F64), torch.zeros((), dtype=_F64, device=K.device))
+        z2 = (Q.transpose(-1, -2) @ y[..., None])[..., 0] ** 2
+        n = pm.sum(1).to(_F64)
+        r = torch.logspace(
+            math.log10(RATIO_RANGE[0]),
+            math.log10(RATIO_RANGE[1]),
+            GRID_POINTS,
+            dtype=_F64,
+            device=K.device,
+        )
+        shifted = lam[:, None, :] + r[None, :, None]  # (B, G, N)
+        q = (z2[:, None, :] / shifted).sum(-1)
+        logdet = shifted.log().sum(-1) - (N - n)[:, None] * torch.log1p(r)[None, :]
+        s = q / n.clamp_min(1)[:, None]
+        profile = n[:, None] * s.log() + logdet  # 2 NLL less constants
+        scaling = Scaling.of(batch.vocab, symbols, symbol_mask, p64)
+        noise = s * r[None, :]
+        ok = (s >= scaling.s_min[:, None]) & (noise >= 2.0 * FLOORS[ParamKind.NOISE])
+        profile = torch.where(ok & torch.isfinite(profile), profile, math.inf)
+        best = profile.argmin(1)
+        s_best = s.gather(1, best[:, None])[:, 0]
+        noise_best = noise.gather(1, best[:, None])[:, 0]
+        found = torch.isfinite(profile.gather(1, best[:, None])[:, 0]) & finite
+        s_best = torch.where(found, s_best, torch.ones_like(s_best))
+        noise_best = torch.where(found, noise_best, torch.full_like(noise_best, math.nan))
+    return s_best, noise_best
+
+
+def calibrated_nll_per_point(batch: PaddedBatch, params: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-point NLL at the calibrated scale and noise (module docstring), differentiable
+    with respect to ``params`` (``(B, D, L, P)``); ``(nll (B,), failed (B,))`` as
+    :func:`gp_nll_per_point`."""
+    from amorgp.amortizer.stages.calibrate import Scaling
+
+    s, noise = calibrated_scale_noise(batch, params)
+    symbols, symbol_mask = batch.param_structure()
+    p64 = params.to(_F64)
+    scaling = Scaling.of(batch.vocab, symbols, symbol_mask, p64.detach())
+    return gp_nll_per_point(batch.with_params(scaling.apply(p64, s), noise))
+
+
 def phase1_loss(
-    prediction: Prediction, batch: PaddedBatch, valid: Tensor | None = None
+    prediction: Prediction,
+    batch: PaddedBatch,
+    valid: Tensor | None = None,
+    calibrated: float = 0.0,
 ) -> LossOutput:
     """Mean per-point NLL over the batch (phase 1); see the module docstring.
 
@@ -129,14 +218,21 @@ def phase1_loss(
         batch: the padded batch (the loss uses every point in ``point_mask``, even if
             the encoder read fewer).
         valid: ``(B,)`` bool, elements the simulator produced correctly (default all).
+        calibrated: weight ``w`` of the calibrated NLL (``(1 - w)`` on the plain one).
 
     Returns:
-        A :class:`LossOutput` (``loss`` is float64).
+        A :class:`LossOutput` (``loss`` is float64; ``nll`` the plain NLL).
     """
     nll, failed = gp_nll_per_point(batch.with_params(prediction.params, prediction.noise))
+    if calibrated > 0:
+        cal, cal_failed = calibrated_nll_per_point(batch, prediction.params)
+        failed = failed | cal_failed
     used = ~failed if valid is None else (~failed & valid)
     n_failed = failed.sum() if valid is None else (failed & valid).sum()
-    return LossOutput(_masked_mean(nll, used), nll, used, n_failed)
+    loss = _masked_mean(nll, used)
+    if calibrated > 0:
+        loss = (1.0 - calibrated) * loss + calibrated * _masked_mean(cal, used)
+    return LossOutput(loss, nll, used, n_failed)
 
 
 def phase2_loss(

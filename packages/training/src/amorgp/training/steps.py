@@ -167,7 +167,7 @@ def training_loss(
     pred = Prediction(pred.params.float(), pred.noise.float())
     shown = batch.presented()
     if train_cfg.phase == 1:
-        return phase1_loss(pred, shown, valid=batch.valid)
+        return phase1_loss(pred, shown, valid=batch.valid, calibrated=train_cfg.calibrated)
     return phase2_loss(
         pred,
         shown,

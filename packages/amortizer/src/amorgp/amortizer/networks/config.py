@@ -199,6 +199,9 @@ class TrainConfig:
             sorted by their number of points, each cropped to its own largest n (exact:
             the network is padding invariant, so predictions do not change; only padded
             tokens are removed).
+        calibrated: phase 1: weight ``w`` in ``(1 - w) NLL + w NLL_calibrated``, the second
+            at the exact Type-2 ML scale and noise given the network's other
+            hyperparameters (:mod:`amorgp.training.loss`); 0 (default): the plain NLL.
         val_size: datasets in the fixed validation set.
         val_every: optimiser steps between validations (and checkpoints).
         num_workers: DataLoader worker processes drawing simulated batches.
@@ -220,6 +223,7 @@ class TrainConfig:
     prior: str = "paper"
     encoder_points: int = 0
     size_buckets: int = 1
+    calibrated: float = 0.0
     val_size: int = 256
     val_every: int = 200
     num_workers: int = 1
@@ -248,6 +252,8 @@ class TrainConfig:
             raise ValueError(
                 f"prior must be one of {', '.join(TRAINING_PRIORS)}, got {self.prior!r}"
             )
+        if not 0.0 <= self.calibrated <= 1.0:
+            raise ValueError(f"calibrated must be in [0, 1], got {self.calibrated}")
         if self.grad_clip < 0 or self.alpha < 0 or self.beta < 0:
             raise ValueError("grad_clip, alpha and beta must be >= 0")
 
