@@ -485,7 +485,9 @@ class AmortizedFit:
     network_better: int = 0
     last_start: str = ""
     last_error: str = ""
-    _race: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False)
+    _race: tuple[np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __call__(self, mll: Any, **kwargs: Any) -> Any:
         """Fit ``mll``'s model; ``kwargs`` go to the fallback ``fit_gpytorch_mll``.

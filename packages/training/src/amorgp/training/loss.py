@@ -56,6 +56,7 @@ from amorgp.lazy_kernels import PaddedBatch, kernel_matrix_dimwise
 __all__ = [
     "LossOutput",
     "calibrated_nll_per_point",
+    "calibrated_scale_noise",
     "gp_nll_per_point",
     "phase1_loss",
     "phase2_loss",
