@@ -170,3 +170,41 @@ def test_a_start_that_fails_in_the_race_leaves_the_other(
     assert (fit.fallbacks, fit.last_start, fit.model_starts) == (0, "network", 0)
     assert calls[:2] == [fit_module.RACE_STEPS] * 2
     assert math.isfinite(_gpytorch_mll(mll))
+
+
+def test_enforced_constraints_are_searched_through_their_transforms() -> None:
+    """A plain GPyTorch ExactGP (softplus-enforced noise and lengthscale constraints): the
+    tuned lengthscales are the start's times one of the factors in constrained units, the
+    noise stays inside its constraint, and GPyTorch's MLL does not fall."""
+    import gpytorch
+
+    class Exact(gpytorch.models.ExactGP):
+        def __init__(self, X: torch.Tensor, y: torch.Tensor) -> None:
+            super().__init__(X, y, gpytorch.likelihoods.GaussianLikelihood())
+            self.mean_module = gpytorch.means.ConstantMean()
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(ard_num_dims=2)
+            )
+
+        def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
+            return gpytorch.distributions.MultivariateNormal(
+                self.mean_module(x), self.covar_module(x)
+            )
+
+    X, y = _branin_like(5, 20)
+    y = (y[:, 0] - y.mean()) / y.std()
+    model = Exact(X, y).double()
+    with torch.no_grad():
+        model.covar_module.base_kernel.lengthscale = torch.tensor([[0.05, 0.07]])
+        model.likelihood.noise = torch.tensor([0.3])
+    assert model.likelihood.noise_covar.raw_noise_constraint.enforced
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    start = _gpytorch_mll(mll)
+    ls = model.covar_module.base_kernel.lengthscale.detach().clone()
+    objective = LeanObjective(mll)
+    objective.write(objective.tune_start(objective.x0())[0])
+    ratio = (model.covar_module.base_kernel.lengthscale.detach() / ls).reshape(-1)
+    assert float(ratio[0]) == pytest.approx(float(ratio[1]), rel=1e-9)
+    assert min(abs(float(ratio[0]) - f) for f in LENGTHSCALE_FACTORS) < 1e-9
+    assert float(model.likelihood.noise) >= 1e-4
+    assert _gpytorch_mll(mll) > start
