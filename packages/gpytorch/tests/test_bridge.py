@@ -316,7 +316,7 @@ def test_calibrated_start_raises_the_models_own_likelihood(amz: Amortizer, tree:
 def test_holds_accepts_the_same_kernel_only() -> None:
     """The read-back check: variances may move between dimensions (a root ScaleKernel
     books the product on one), nothing else may change."""
-    from amorgp.gpytorch.fit import _holds
+    from amorgp.gpytorch.initialize import _holds
     from amorgp.kernel_grammar import DimWiseStructure
 
     s = DimWiseStructure.parse("SE + PER", 2)  # per dimension: SE (var, ls), PER (var, ls, p)

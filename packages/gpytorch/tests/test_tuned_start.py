@@ -16,7 +16,7 @@ from scipy.optimize import minimize_scalar
 
 import amorgp.gpytorch.fit as fit_module
 from amorgp.gpytorch import AmortizedFit, LeanObjective
-from amorgp.gpytorch.lean import LENGTHSCALE_FACTORS, NOISE_GRID
+from amorgp.gpytorch.start_tuning import LENGTHSCALE_FACTORS, NOISE_GRID
 
 
 def _branin_like(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -50,17 +50,9 @@ from gpytorch.likelihoods.noise_models import FixedGaussianNoise, HomoskedasticN
 from gpytorch.means import ConstantMean, ZeroMean
 from gpytorch.priors import GammaPrior, LogNormalPrior, NormalPrior
 
-__all__ = ["LENGTHSCALE_FACTORS", "NOISE_GRID", "LeanObjective", "LeanResult"]
+__all__ = ["LeanObjective", "LeanResult"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-
-NOISE_GRID = 16
-"""Noise values :meth:`LeanObjective.tune_start` scores per pass (log-spaced, from the
-noise constraint's lower bound, or ``1e-6`` of the targets' variance, to that variance)."""
-
-LENGTHSCALE_FACTORS = (0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0)
-"""Common factors on every RBF/Matern lengthscale that :meth:`LeanObjective.tune_start`
-scores (for kernel trees of RBF and Matern kernels, their sums, products and scales)."""
 
 Values = dict[int, Tensor]  # id(raw parameter) -> its value in the current evaluation
 
@@ -136,7 +128,6 @@ class LeanObjective:
             )
         self.params = [p for _, p in mll.named_parameters() if p.requires_grad]
         self.bounds = _bounds(mll, self.params)
-        self._tunable = _tunable(model, self.noise_module, self.params)
         self.closed_form: RBFObjective | None = None
         try:
             self.closed_form = RBFObjective(self)
@@ -211,8 +202,8 @@ class LeanObjective:
 
     def tune_start(self, theta: np.ndarray) -> tuple[np.ndarray, float]:
         """A better start near ``theta`` on this objective (priors included): the noise on a
-        grid of :data:`NOISE_GRID` values, then a common factor on the RBF and Matern
-        lengthscales (:data:`LENGTHSCALE_FACTORS`; where the kernel tree holds nothing
+        grid of :data:`~amorgp.gpytorch.start_tuning.NOISE_GRID` values, then a common factor on the RBF and Matern
+        lengthscales (:data:`~amorgp.gpytorch.start_tuning.LENGTHSCALE_FACTORS`; where the kernel tree holds nothing
         else, with sums, products and scales), then the noise again, each pass one
         batched evaluation of :meth:`values` that keeps its best row only if it is better.
 
@@ -222,40 +213,9 @@ class LeanObjective:
         Returns:
             ``(theta', -MLL at theta')``: never worse than ``theta``.
         """
-        best = np.asarray(theta, dtype=np.float64).copy()
-        best_value = math.inf  # theta itself is the first pass's last row
-        noise, scales = self._tunable
-        passes = ([noise] if noise else []) + ([None] if scales else [])
-        passes += [noise] if noise and scales else []
-        lo, hi = _lohi(self.bounds)
-        vy = max(float(self.y.var()), 1e-12) if self.y.numel() > 1 else 1.0
-        for which in passes:
-            if which is None:  # the lengthscale factor
-                cands = np.repeat(best[None], len(LENGTHSCALE_FACTORS), 0)
-                for off, size, constraint in scales:
-                    sl = slice(off, off + size)
-                    value = _constrained(best[sl], constraint)
-                    factors = np.asarray(LENGTHSCALE_FACTORS)[:, None]
-                    cands[:, sl] = _raw(value[None, :] * factors, constraint)
-            else:
-                off, constraint = which[0]
-                floor = float(lo[off]) if np.isfinite(lo[off]) else 0.0
-                if constraint is not None and constraint.enforced:
-                    floor = float(constraint.lower_bound.max())
-                low = max(floor * 1.01, 1e-6 * vy)
-                grid = np.exp(np.linspace(math.log(low), math.log(max(vy, 10 * low)), NOISE_GRID))
-                cands = np.repeat(best[None], NOISE_GRID, 0)
-                cands[:, off] = _raw(grid[:, None], constraint)[:, 0]
-            cands = np.clip(cands, lo, hi)
-            if not math.isfinite(best_value):
-                cands = np.concatenate([cands, best[None]])
-            vals = self.values(cands)
-            i = int(np.argmin(vals))
-            if vals[i] < best_value:
-                best, best_value = cands[i].copy(), float(vals[i])
-        if not passes:
-            best_value = float(self.values(best[None])[0])
-        return best, best_value
+        from amorgp.gpytorch.start_tuning import tune_start
+
+        return tune_start(self, theta)
 
     def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """``(-MLL, -dMLL/dtheta)`` at the flat raw parameters ``theta`` (scipy's form)."""
@@ -488,57 +448,6 @@ def _bounds(mll: Any, params: list[Tensor]) -> list[tuple[float | None, float | 
     for p in params:
         out += [found.get(id(p), (None, None))] * p.numel()
     return out
-
-
-Tunable = tuple[list[tuple[int, Any]], list[tuple[int, int, Any]]]
-
-
-def _tunable(model: Any, noise_module: Any, params: list[Tensor]) -> Tunable:
-    """Where :meth:`LeanObjective.tune_start` searches: ``([(offset, constraint)] of the
-    trainable noise (empty if none), [(offset, size, constraint)] of the trainable RBF and
-    Matern lengthscales)`` in the flat raw vector."""
-    offsets, off = {}, 0
-    for p in params:
-        offsets[id(p)] = off
-        off += p.numel()
-    noise: list[tuple[int, Any]] = []
-    raw_noise = None if noise_module is None else noise_module.raw_noise
-    if raw_noise is not None and id(raw_noise) in offsets and raw_noise.numel() == 1:
-        noise.append((offsets[id(raw_noise)], noise_module.raw_noise_constraint))
-    modules = [m for m in model.covar_module.modules() if isinstance(m, gk.Kernel)]
-    if not all(isinstance(m, _SCALED_TREE) for m in modules):
-        return noise, []  # e.g. a periodic kernel: its period and lengthscales interact
-    scales = [
-        (offsets[id(m.raw_lengthscale)], m.raw_lengthscale.numel(), m.raw_lengthscale_constraint)
-        for m in modules
-        if isinstance(m, gk.RBFKernel | gk.MaternKernel) and id(m.raw_lengthscale) in offsets
-    ]
-    return noise, scales
-
-
-_SCALED_TREE = (
-    gk.RBFKernel,
-    gk.MaternKernel,
-    gk.ScaleKernel,
-    gk.AdditiveKernel,
-    gk.ProductKernel,
-)
-"""Kernel modules under which :meth:`LeanObjective.tune_start` scales the lengthscales."""
-
-
-def _constrained(raw: np.ndarray, constraint: Any) -> np.ndarray:
-    """Values of raw parameters (the constraint's transform where it is enforced)."""
-    if constraint is None or not constraint.enforced:
-        return raw
-    return constraint.transform(torch.from_numpy(np.asarray(raw, dtype=np.float64))).numpy()
-
-
-def _raw(value: np.ndarray, constraint: Any) -> np.ndarray:
-    """Raw parameters of values (the constraint's inverse transform where it is enforced)."""
-    if constraint is None or not constraint.enforced:
-        return value
-    raw = constraint.inverse_transform(torch.from_numpy(np.asarray(value, dtype=np.float64)))
-    return raw.numpy()
 
 
 def _lohi(bounds: list[tuple[float | None, float | None]]) -> tuple[np.ndarray, np.ndarray]:
