@@ -44,6 +44,7 @@ from torch import Tensor
 import gpytorch.kernels as gk
 from amorgp.core.errors import OptionError
 from amorgp.gpytorch.lean_rbf import GPYTORCH_JITTER, RBFObjective
+from amorgp.gpytorch.start_tuning import tune_start
 from amorgp.lazy_kernels import Posterior
 from gpytorch.likelihoods import FixedNoiseGaussianLikelihood, GaussianLikelihood
 from gpytorch.likelihoods.noise_models import FixedGaussianNoise, HomoskedasticNoise
@@ -200,6 +201,11 @@ class LeanObjective:
                 out[i] = value if math.isfinite(value) else math.inf
         return out
 
+    def box(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-element lower and upper bounds of the flat raw vector (``-inf``/``inf`` where
+        none): BoTorch's scipy bounds."""
+        return _lohi(self.bounds)
+
     def tune_start(self, theta: np.ndarray) -> tuple[np.ndarray, float]:
         """A better start near ``theta`` on this objective (priors included): the noise on a
         grid of :data:`~amorgp.gpytorch.start_tuning.NOISE_GRID` values, then a common factor on the RBF and Matern
@@ -213,8 +219,6 @@ class LeanObjective:
         Returns:
             ``(theta', -MLL at theta')``: never worse than ``theta``.
         """
-        from amorgp.gpytorch.start_tuning import tune_start
-
         return tune_start(self, theta)
 
     def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:

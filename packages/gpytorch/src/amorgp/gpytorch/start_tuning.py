@@ -6,17 +6,13 @@ used by :class:`~amorgp.gpytorch.fit.AmortizedFit` on the network's start)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 import gpytorch.kernels as gk
-from amorgp.gpytorch.lean import _lohi
-
-if TYPE_CHECKING:
-    from amorgp.gpytorch.lean import LeanObjective
 
 __all__ = ["LENGTHSCALE_FACTORS", "NOISE_GRID", "tune_start"]
 
@@ -29,14 +25,15 @@ LENGTHSCALE_FACTORS = (0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0)
 scores (for kernel trees of RBF and Matern kernels, their sums, products and scales)."""
 
 
-def tune_start(objective: LeanObjective, theta: np.ndarray) -> tuple[np.ndarray, float]:
-    """:meth:`LeanObjective.tune_start <amorgp.gpytorch.lean.LeanObjective.tune_start>`."""
+def tune_start(objective: Any, theta: np.ndarray) -> tuple[np.ndarray, float]:
+    """:meth:`LeanObjective.tune_start <amorgp.gpytorch.lean.LeanObjective.tune_start>` of
+    ``objective`` (a :class:`~amorgp.gpytorch.lean.LeanObjective`)."""
     best = np.asarray(theta, dtype=np.float64).copy()
     best_value = math.inf  # theta itself is the first pass's last row
     noise, scales = _tunable(objective.model, objective.noise_module, objective.params)
     passes = ([noise] if noise else []) + ([None] if scales else [])
     passes += [noise] if noise and scales else []
-    lo, hi = _lohi(objective.bounds)
+    lo, hi = objective.box()
     vy = max(float(objective.y.var()), 1e-12) if objective.y.numel() > 1 else 1.0
     for which in passes:
         if which is None:  # the lengthscale factor
