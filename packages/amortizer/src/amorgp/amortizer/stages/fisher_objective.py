@@ -205,10 +205,12 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                     {j: dimension_sum([k for k, _ in lst]) for j, lst in parts.items()}
                 )
             eye = torch.eye(n, dtype=torch.float64)
-            A = K.expand(B, n, n) + theta[:, -1, None, None] * eye
+            A = K.expand(B, n, n).clone()
+            A.diagonal(dim1=-2, dim2=-1).add_(theta[:, -1, None])
             Lc, alpha, lml, ok = exact_solve(A, y)
             Ainv = torch.cholesky_inverse(Lc)
-            W = 0.5 * (alpha[:, :, None] * alpha[:, None, :] - Ainv)
+            # W = (alpha alpha^T - A^-1) / 2 in one pass
+            W = torch.baddbmm(Ainv, alpha[:, :, None], alpha[:, None, :], beta=-0.5, alpha=0.5)
             g_general = theta.new_zeros(B, len(general))
             U = theta.new_empty(B, len(general), n, n) if with_fisher else None
             Wf = W.reshape(B, n * n, 1)
