@@ -28,6 +28,15 @@ exact log marginal likelihood:
   one): the network's start with all of those lengthscales times the factor
   (:data:`STRETCHES`).  The network's lengthscales are short where the data have several
   inputs; these starts come on top of ``starts``;
+* ``"relevance 1"`` ... ``"relevance D-1"``, for every kernel with lengthscales in input
+  units in two dimensions or more: the network's start with the lengthscales of the ``k``
+  dimensions it reads as least relevant (the longest) times :data:`RELEVANCE_STRETCH`
+  (:func:`~amorgp.amortizer.stages.start_proposals.relevance_starts`).  The network
+  orders the inputs' relevance right but keeps an irrelevant input's lengthscale short;
+  on top of ``starts`` too.  With ``refine="auto"`` (and the default), a kernel whose
+  best start is one of these is refined by the successive halving against its best other
+  start (from a start that flattens a relevant input the refinement can stop far below
+  the optimum: the gradient vanishes along that lengthscale);
 * ``"prior-mean"`` and ``"heuristic"``, for **every** kernel, periodic or not: the null
   starts of :mod:`amorgp.amortizer.stages.null_starts` (every hyperparameter at its prior mean;
   the median-distance lengthscales and periodogram periods), so the winner is never worse
@@ -84,9 +93,12 @@ from amorgp.amortizer.stages.start_proposals import (
     DECAY_PERIODS,
     HARMONICS,
     PERIODIC_LENGTHSCALE,
+    RELEVANCE,
+    RELEVANCE_STRETCH,
     STRETCHES,
     TREND_LENGTHSCALE,
     periodic_starts,
+    relevance_starts,
     slot_tables,
     stretched_starts,
 )
@@ -105,6 +117,8 @@ __all__ = [
     "MAX_FREQUENCIES",
     "PEAKS",
     "PERIODIC_LENGTHSCALE",
+    "RELEVANCE",
+    "RELEVANCE_STRETCH",
     "TREND_LENGTHSCALE",
     "REFINE_STARTS",
     "SCORE_POINTS",
@@ -228,9 +242,14 @@ def multistart_rows(
                 rows.append(offset + b * width + j)
         blocks.append(block.reshape(-1, *block.shape[2:]))
         offset += block.shape[0] * width
-    # the network's lengthscales stretched, for every kernel with one in input units
+    # the network's lengthscales stretched, for every kernel with one in input units: all
+    # of them, and those of the inputs it reads as least relevant
     for k in range(K):
-        for name, stretched in stretched_starts(p64[k::K], sym[k], msk[k], vocabulary):
+        proposals = [
+            *stretched_starts(p64[k::K], sym[k], msk[k], vocabulary),
+            *relevance_starts(p64[k::K], sym[k], msk[k], vocabulary),
+        ]
+        for name, stretched in proposals:
             owner.extend(range(k, P, K))  # one stretched start per dataset
             names.extend([name] * B)
             rows.extend(range(offset, offset + B))
@@ -332,7 +351,10 @@ def _ranked(
 ) -> list[Alternatives]:
     """Each of ``P`` pairs' best ``keep`` starts with a finite score, best first (ties in
     listed order; at least the first listed), from the starts ``i`` of pair ``owner[i]``;
-    an empty list for ``keep <= 1``."""
+    an empty list for ``keep <= 1``.  Where every one kept is a relevance start
+    (:func:`relevance_starts`), the last is the best other start instead: the successive
+    halving then refines a start that stretches no input alone beside them
+    (:func:`~amorgp.amortizer.stages.refine_rows.halve_rows`)."""
     if keep <= 1:
         return []
     mine: list[list[int]] = [[] for _ in range(P)]
@@ -341,6 +363,10 @@ def _ranked(
     out: list[Alternatives] = []
     for rows in mine:
         ranked = sorted(rows, key=lambda i: -score[i] if math.isfinite(score[i]) else math.inf)
-        kept = [i for i in ranked if math.isfinite(score[i])][:keep] or rows[:1]
+        finite = [i for i in ranked if math.isfinite(score[i])]
+        kept = finite[:keep] or rows[:1]
+        other = [i for i in finite if not names[i].startswith(RELEVANCE)]
+        if len(kept) > 1 and other and all(names[i].startswith(RELEVANCE) for i in kept):
+            kept[-1] = other[0]
         out.append([(names[i], params[i], noise[i]) for i in kept])
     return out

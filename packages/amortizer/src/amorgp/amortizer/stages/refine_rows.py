@@ -121,10 +121,21 @@ def halve_rows(
     start, or of a kernel without a periodic addend (whose alternatives are the null
     starts, rarely in another basin, at several times the cost), is left as it is.
 
+    A row of a kernel without a periodic addend whose best start is a relevance start
+    (:func:`~amorgp.amortizer.stages.start_proposals.relevance_starts`: some inputs'
+    lengthscales stretched) is halved between that start and its best other one.
+
     Returns the rows' ``params``, ``noise`` and start names, and per row the evaluations
     spent on its winner's path (0 where it was left as it is).
     """
-    from amorgp.amortizer.stages.multistart import has_periodic
+    from amorgp.amortizer.stages.multistart import RELEVANCE, has_periodic
+
+    def relevant(alt: Sequence[tuple[str, Tensor, Tensor]]) -> list[tuple[str, Tensor, Tensor]]:
+        """A non-periodic row's starts to halve: its relevance winner and best other."""
+        if not alt or not alt[0][0].startswith(RELEVANCE):
+            return []
+        other = [a for a in alt[1:] if not a[0].startswith(RELEVANCE)]
+        return [alt[0], *other[:1]]
 
     K = len(structures)
     P = params.shape[0]
@@ -132,13 +143,16 @@ def halve_rows(
     spent = [0] * P
     X64, Y64 = X.detach().to("cpu", torch.float64), Y.detach().to("cpu", torch.float64)
     for k, s in enumerate(structures):  # a few structures; each batched over rows
-        if not has_periodic(s):
-            continue
+        periodic = has_periodic(s)
         D, L = s.n_dims, s.max_addends
-        live = {
-            p: [(name, prm[:D, :L], nz, 0) for name, prm, nz in alternatives[p]]
+        chosen = {
+            p: list(alternatives[p]) if periodic else relevant(alternatives[p])
             for p in range(k, P, K)
-            if len(alternatives[p]) > 1
+        }
+        live = {
+            p: [(name, prm[:D, :L], nz, 0) for name, prm, nz in alt]
+            for p, alt in chosen.items()
+            if len(alt) > 1
         }
         while live:
             flat = [(p, c) for p, cands in live.items() for c in cands]

@@ -1,8 +1,9 @@
 """The starts the multi-start proposes beside the network's own
 (:mod:`amorgp.amortizer.stages.multistart`, whose docstring lists them): the periodogram,
 harmonic and rescaled starts of a kernel with a periodic term (:func:`periodic_starts`)
-and the network's lengthscales stretched (:func:`stretched_starts`), each as a block of
-parameters of all datasets at once.
+and the network's lengthscales stretched (:func:`stretched_starts`; the inputs it reads as
+least relevant alone: :func:`relevance_starts`), each as a block of parameters of all
+datasets at once.
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ __all__ = [
     "HARMONICS",
     "PERIODIC_LENGTHSCALE",
     "PERIOD_FLOOR",
+    "RELEVANCE",
+    "RELEVANCE_STRETCH",
     "STRETCHES",
     "TREND_LENGTHSCALE",
     "periodic_starts",
+    "relevance_starts",
     "slot_tables",
     "stretched_starts",
 ]
@@ -59,6 +63,18 @@ that has one, with their names (the ``"lengthscales x3"`` and ``"lengthscales x9
 starts).  On real data with several inputs the network's lengthscales are a median of
 about a third of Type-2 ML's (``docs/benchmarks/default-refine.md``); factors 2 and 4
 or 2, 4 and 8 did as well for the amortized answer and worse for the default fit."""
+
+RELEVANCE_STRETCH = 5.0
+"""Factor applied to the lengthscales of the inputs the network reads as least relevant
+(:func:`relevance_starts`).  The network orders the inputs' relevance right (an irrelevant
+input's lengthscale longer than every relevant one's in every simulated case of
+``docs/benchmarks/relevance.md``) but caps an irrelevant one near one and a half input
+ranges, where Type-2 ML goes to hundreds; at five times that the input's kernel is nearly
+flat over the range.  Factors 10 and 30 did no better."""
+
+RELEVANCE = "relevance"
+"""Name prefix of the relevance starts (``"relevance 1"``, ``"relevance 2"``...: the
+number of inputs stretched)."""
 
 
 def slot_tables(vocabulary: Vocabulary) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -198,3 +214,33 @@ def stretched_starts(
     return [
         (f"lengthscales {label}", torch.where(where, params * f, params)) for f, label in STRETCHES
     ]
+
+
+def relevance_starts(
+    params: Tensor, symbols: Tensor, mask: Tensor, vocabulary: Vocabulary
+) -> list[tuple[str, Tensor]]:
+    """The network's starts of one kernel on ``B`` datasets, ``params (B, D, L, S)``, with
+    the lengthscales in input units of the ``k`` input dimensions it reads as least
+    relevant times :data:`RELEVANCE_STRETCH`, for ``k = 1 ... D' - 1`` (``D'`` the
+    dimensions with such a lengthscale), as ``(name, block (B, D, L, S))``: ``"relevance
+    k"``.  A dimension's relevance is the mean log of its input lengthscales (longest:
+    least relevant), per dataset.  None for a kernel (``symbols``, ``mask (D, L)``) with
+    fewer than two such dimensions."""
+    table = slot_table(vocabulary, params.device).input_lengthscale
+    where = table[torch.where(mask, symbols, 0).long()] & mask[..., None]
+    where = where[: params.shape[1]]  # (D, L, S)
+    dims = where.flatten(1).any(1)  # (D,)
+    count = int(dims.sum())
+    if count < 2:
+        return []
+    logs = torch.where(where, params.clamp_min(1e-300).log(), torch.zeros_like(params))
+    mean = logs.flatten(2).sum(-1) / where.flatten(1).sum(1).clamp_min(1)  # (B, D)
+    mean = torch.where(dims, mean, torch.full_like(mean, -torch.inf))
+    order = torch.argsort(mean, dim=1, descending=True, stable=True)  # least relevant first
+    out = []
+    for k in range(1, count):
+        chosen = torch.zeros_like(dims).expand_as(mean).clone()
+        chosen.scatter_(1, order[:, :k], True)
+        stretch = where & chosen[:, :, None, None]
+        out.append((f"{RELEVANCE} {k}", torch.where(stretch, params * RELEVANCE_STRETCH, params)))
+    return out
