@@ -16,7 +16,7 @@ from amorgp.amortizer.stages.fisher import fisher_refine
 from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
 from amorgp.amortizer.stages.multistart import RELEVANCE, RELEVANCE_STRETCH, _ranked
 from amorgp.amortizer.stages.refine_rows import halve_rows
-from amorgp.amortizer.stages.start_proposals import relevance_starts
+from amorgp.amortizer.stages.start_proposals import RELEVANCE_STARTS, relevance_starts
 from amorgp.amortizer.testing import oracle_covariance
 from amorgp.kernel_grammar import DimWiseStructure
 
@@ -74,6 +74,25 @@ def test_no_relevance_start_with_fewer_than_two_input_dimensions(amz: Amortizer)
     sym, mask = _symbols(amz, "SE + SE*PER", 1)
     params = torch.ones(2, 1, sym.shape[1], 3, dtype=torch.float64)
     assert relevance_starts(params, sym, mask, amz.vocabulary) == []
+
+
+def test_many_inputs_get_at_most_the_cap_of_relevance_starts(amz: Amortizer) -> None:
+    """With 20 input dimensions: RELEVANCE_STARTS starts, from 1 to 19 inputs stretched,
+    each stretching exactly its count of the longest ones."""
+    d = 20
+    sym, mask = _symbols(amz, "SE", d)
+    ls = torch.linspace(0.1, 2.0, d, dtype=torch.float64)
+    params = torch.ones(1, d, 1, amz.vocabulary.max_params, dtype=torch.float64)
+    params[0, :, 0, 1] = ls
+    starts = relevance_starts(params, sym, mask, amz.vocabulary)
+    counts = [int(name.split()[-1]) for name, _ in starts]
+    assert len(counts) == RELEVANCE_STARTS
+    assert counts[0] == 1
+    assert counts[-1] == d - 1
+    assert counts == sorted(set(counts))
+    for k, (_, block) in zip(counts, starts, strict=True):
+        stretched = (block[0, :, 0, 1] / ls - 1.0).abs() > 1e-12
+        assert stretched.tolist() == [j >= d - k for j in range(d)]
 
 
 def test_the_kept_starts_hold_one_that_stretches_no_input() -> None:

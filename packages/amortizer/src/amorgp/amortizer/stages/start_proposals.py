@@ -28,6 +28,7 @@ __all__ = [
     "PERIODIC_LENGTHSCALE",
     "PERIOD_FLOOR",
     "RELEVANCE",
+    "RELEVANCE_STARTS",
     "RELEVANCE_STRETCH",
     "STRETCHES",
     "TREND_LENGTHSCALE",
@@ -71,6 +72,10 @@ input's lengthscale longer than every relevant one's in every simulated case of
 ``docs/benchmarks/relevance.md``) but caps an irrelevant one near one and a half input
 ranges, where Type-2 ML goes to hundreds; at five times that the input's kernel is nearly
 flat over the range.  Factors 10 and 30 did no better."""
+
+RELEVANCE_STARTS = 8
+"""Most relevance starts per kernel: with more input dimensions, the counts ``k`` of
+stretched ones are spread evenly over ``1 ... D' - 1``."""
 
 RELEVANCE = "relevance"
 """Name prefix of the relevance starts (``"relevance 1"``, ``"relevance 2"``...: the
@@ -222,8 +227,8 @@ def relevance_starts(
     """The network's starts of one kernel on ``B`` datasets, ``params (B, D, L, S)``, with
     the lengthscales in input units of the ``k`` input dimensions it reads as least
     relevant times :data:`RELEVANCE_STRETCH`, for ``k = 1 ... D' - 1`` (``D'`` the
-    dimensions with such a lengthscale), as ``(name, block (B, D, L, S))``: ``"relevance
-    k"``.  A dimension's relevance is the mean log of its input lengthscales (longest:
+    dimensions with such a lengthscale; at most :data:`RELEVANCE_STARTS` values of ``k``,
+    spread evenly), as ``(name, block (B, D, L, S))``: ``"relevance k"``.  A dimension's relevance is the mean log of its input lengthscales (longest:
     least relevant), per dataset.  None for a kernel (``symbols``, ``mask (D, L)``) with
     fewer than two such dimensions."""
     table = slot_table(vocabulary, params.device).input_lengthscale
@@ -237,8 +242,12 @@ def relevance_starts(
     mean = logs.flatten(2).sum(-1) / where.flatten(1).sum(1).clamp_min(1)  # (B, D)
     mean = torch.where(dims, mean, torch.full_like(mean, -torch.inf))
     order = torch.argsort(mean, dim=1, descending=True, stable=True)  # least relevant first
+    counts = list(range(1, count))
+    if len(counts) > RELEVANCE_STARTS:
+        spread = torch.linspace(1, count - 1, RELEVANCE_STARTS).round().long().tolist()
+        counts = sorted(set(spread))
     out = []
-    for k in range(1, count):
+    for k in counts:
         chosen = torch.zeros_like(dims).expand_as(mean).clone()
         chosen.scatter_(1, order[:, :k], True)
         stretch = where & chosen[:, :, None, None]
