@@ -12,7 +12,8 @@ Through GPyTorch every evaluation pays for lazy kernel tensors, linear operators
 multivariate normal and ``torch.distributions`` priors, far more than the dense algebra
 costs at the sizes of Bayesian optimisation (``docs/benchmarks/botorch.md``).  :class:`LeanObjective`
 reads the model once (kernel tree, mean, noise, priors, parameter constraints and the
-bounds BoTorch's scipy fit uses) and evaluates the same number and its gradient with
+bounds BoTorch's scipy fit uses; the modules as functions: :mod:`amorgp.gpytorch.lean_modules`)
+and evaluates the same number and its gradient with
 respect to the raw parameters directly; :meth:`LeanObjective.minimize` runs scipy's
 L-BFGS-B on the flat raw-parameter vector and writes the result to the model once.
 
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,21 +41,15 @@ from linear_operator.utils.warnings import NumericalWarning
 from scipy.optimize import minimize
 from torch import Tensor
 
-import gpytorch.kernels as gk
 from amorgp.core.errors import OptionError
+from amorgp.gpytorch.lean_modules import Getter, Values, kernel_fn, mean_fn, prior_fn
 from amorgp.gpytorch.lean_rbf import GPYTORCH_JITTER, RBFObjective
 from amorgp.gpytorch.start_tuning import tune_start
 from amorgp.lazy_kernels import Posterior
 from gpytorch.likelihoods import FixedNoiseGaussianLikelihood, GaussianLikelihood
 from gpytorch.likelihoods.noise_models import FixedGaussianNoise, HomoskedasticNoise
-from gpytorch.means import ConstantMean, ZeroMean
-from gpytorch.priors import GammaPrior, LogNormalPrior, NormalPrior
 
 __all__ = ["LeanObjective", "LeanResult"]
-
-_LOG_2PI = math.log(2.0 * math.pi)
-
-Values = dict[int, Tensor]  # id(raw parameter) -> its value in the current evaluation
 
 
 @dataclass
@@ -135,10 +129,10 @@ class LeanObjective:
             return
         except OptionError:
             pass
-        self._kernel = _kernel_fn(model.covar_module)
-        self._mean = _mean_fn(model.mean_module)
+        self._kernel = kernel_fn(model.covar_module)
+        self._mean = mean_fn(model.mean_module)
         self._priors = [
-            _prior_fn(name, mod, prior, closure)
+            prior_fn(name, mod, prior, closure)
             for name, mod, prior, closure, _ in model.named_priors()
         ]
         used: set[int] = set()
@@ -151,7 +145,7 @@ class LeanObjective:
     # -- evaluation ---------------------------------------------------------------------
     def _evaluate(self, vals: Values, used: set[int] | None = None) -> Tensor:
         """The MLL (a 0-d tensor) with the raw parameters in ``vals`` (others: the model's)."""
-        get = _Getter(vals, used)
+        get = Getter(vals, used)
         X, y, n = self.X, self.y, self.y.shape[0]
         K = self._kernel(X, get)
         if self.noise_module is None:
@@ -323,120 +317,6 @@ def _gaussian_log_density(K: Tensor, r: Tensor, noise: Tensor) -> Tensor:
             stacklevel=2,
         )
     return post.log_marginal_likelihood()
-
-
-class _Getter:
-    """``get(module, name)``: the constrained value of ``module.raw_<name>``, read from
-    ``vals`` where present (marking the parameter in ``used``)."""
-
-    def __init__(self, vals: Values, used: set[int] | None) -> None:
-        self.vals, self.used = vals, used
-
-    def __call__(self, mod: Any, name: str) -> Tensor:
-        raw = getattr(mod, f"raw_{name}")
-        if self.used is not None:
-            self.used.add(id(raw))
-        value = self.vals.get(id(raw), raw)
-        constraint = getattr(mod, f"raw_{name}_constraint", None)
-        return value if constraint is None else constraint.transform(value)
-
-
-Kernel = Callable[[Tensor, _Getter], Tensor]
-
-
-def _kernel_fn(k: Any, own_columns: bool = True) -> Kernel:
-    """The dense ``(n, n)`` kernel matrix of module ``k`` as a function of ``(X, get)``.
-
-    ``own_columns=False``: ``k``'s ``active_dims`` are not applied (GPyTorch's
-    ``ScaleKernel`` calls its base kernel's ``forward`` on the columns it selected).
-    """
-    if getattr(k, "batch_shape", torch.Size()) != torch.Size():
-        raise OptionError(f"a batched {type(k).__name__}")
-    cols = None if k.active_dims is None or not own_columns else k.active_dims.tolist()
-
-    def pick(X: Tensor) -> Tensor:
-        return X if cols is None else X[:, cols]
-
-    if type(k) is gk.ScaleKernel:
-        base = _kernel_fn(k.base_kernel, own_columns=False)
-        return lambda X, get: get(k, "outputscale") * base(pick(X), get)
-    if type(k) in (gk.AdditiveKernel, gk.ProductKernel):
-        kids = [_kernel_fn(c) for c in k.kernels]
-        add = type(k) is gk.AdditiveKernel
-
-        def combine(X: Tensor, get: _Getter) -> Tensor:
-            out = kids[0](pick(X), get)
-            for c in kids[1:]:
-                out = out + c(pick(X), get) if add else out * c(pick(X), get)
-            return out
-
-        return combine
-    if type(k) is gk.RBFKernel:
-
-        def rbf(X: Tensor, get: _Getter) -> Tensor:
-            Z = pick(X) / get(k, "lengthscale")
-            diff = Z[:, None, :] - Z[None, :, :]
-            return torch.exp(-0.5 * (diff * diff).sum(-1))
-
-        return rbf
-    if type(k) is gk.PeriodicKernel:
-
-        def per(X: Tensor, get: _Getter) -> Tensor:
-            Xk = pick(X)
-            arg = (Xk[:, None, :] - Xk[None, :, :]) * (math.pi / get(k, "period_length"))
-            return torch.exp(-2.0 * (arg.sin().pow(2) / get(k, "lengthscale")).sum(-1))
-
-        return per
-    if type(k) is gk.LinearKernel:
-        return lambda X, get: get(k, "variance") * (pick(X) @ pick(X).T)
-    if type(k) is gk.ConstantKernel:
-        return lambda X, get: get(k, "constant") * torch.ones(X.shape[0], X.shape[0], dtype=X.dtype)
-    raise OptionError(f"{type(k).__name__} has no lean evaluation")
-
-
-def _mean_fn(m: Any) -> Callable[[Tensor, _Getter], Tensor | float]:
-    if type(m) is ZeroMean:
-        return lambda X, get: 0.0
-    if type(m) is ConstantMean and m.raw_constant.numel() == 1:
-        return lambda X, get: get(m, "constant").reshape(())
-    raise OptionError(f"{type(m).__name__} has no lean evaluation (ConstantMean, ZeroMean)")
-
-
-def _prior_fn(name: str, mod: Any, prior: Any, closure: Any) -> Callable[[_Getter], Tensor]:
-    """The summed log-density of one registered prior as a function of ``get``.
-
-    The parameter is the one of ``mod`` whose constrained value equals what the prior's
-    closure reads (tried: the prior's name without ``_prior``, then every raw parameter).
-    """
-    stem = name.rsplit(".", 1)[-1].removesuffix("_prior")
-    target = closure(mod).detach()
-    raws = [n.removeprefix("raw_") for n, _ in mod.named_parameters(recurse=False)]
-    for cand in [stem, *raws]:
-        if not hasattr(mod, f"raw_{cand}"):
-            continue
-        with torch.no_grad():
-            value = _Getter({}, None)(mod, cand)
-        if value.shape == target.shape and torch.equal(value, target):
-            log_density = _log_density(prior)
-            return lambda get: log_density(get(mod, cand)).sum()
-    raise OptionError(f"prior {name}: cannot tell which parameter it reads")
-
-
-def _log_density(prior: Any) -> Callable[[Tensor], Tensor]:
-    """Closed forms of the common priors (torch.distributions' validation skipped)."""
-    if getattr(prior, "_transform", None) is None:
-        if type(prior) is LogNormalPrior:
-            mu, s = prior.loc, prior.scale
-            return lambda x: (
-                -x.log() - s.log() - 0.5 * _LOG_2PI - (x.log() - mu).pow(2) / (2.0 * s * s)
-            )
-        if type(prior) is NormalPrior:
-            mu, s = prior.loc, prior.scale
-            return lambda x: -s.log() - 0.5 * _LOG_2PI - (x - mu).pow(2) / (2.0 * s * s)
-        if type(prior) is GammaPrior:
-            a, b = prior.concentration, prior.rate
-            return lambda x: a * b.log() + (a - 1.0) * x.log() - b * x - torch.lgamma(a)
-    return prior.log_prob
 
 
 def _bounds(mll: Any, params: list[Tensor]) -> list[tuple[float | None, float | None]]:
