@@ -97,6 +97,7 @@ from amorgp.amortizer.stages.start_proposals import (
     RELEVANCE_STRETCH,
     STRETCHES,
     TREND_LENGTHSCALE,
+    is_relevance,
     periodic_starts,
     relevance_starts,
     slot_tables,
@@ -365,8 +366,8 @@ def _ranked(
         ranked = sorted(rows, key=lambda i: -score[i] if math.isfinite(score[i]) else math.inf)
         finite = [i for i in ranked if math.isfinite(score[i])]
         kept = finite[:keep] or rows[:1]
-        other = [i for i in finite if not names[i].startswith(RELEVANCE)]
-        if len(kept) > 1 and other and all(names[i].startswith(RELEVANCE) for i in kept):
+        other = [i for i in finite if not is_relevance(names[i])]
+        if len(kept) > 1 and other and all(is_relevance(names[i]) for i in kept):
             kept[-1] = other[0]
         out.append([(names[i], params[i], noise[i]) for i in kept])
     return out

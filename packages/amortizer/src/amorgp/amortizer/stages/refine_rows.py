@@ -128,13 +128,14 @@ def halve_rows(
     Returns the rows' ``params``, ``noise`` and start names, and per row the evaluations
     spent on its winner's path (0 where it was left as it is).
     """
-    from amorgp.amortizer.stages.multistart import RELEVANCE, has_periodic
+    from amorgp.amortizer.stages.multistart import has_periodic
+    from amorgp.amortizer.stages.start_proposals import is_relevance
 
     def relevant(alt: Sequence[tuple[str, Tensor, Tensor]]) -> list[tuple[str, Tensor, Tensor]]:
         """A non-periodic row's starts to halve: its relevance winner and best other."""
-        if not alt or not alt[0][0].startswith(RELEVANCE):
+        if not alt or not is_relevance(alt[0][0]):
             return []
-        other = [a for a in alt[1:] if not a[0].startswith(RELEVANCE)]
+        other = [a for a in alt[1:] if not is_relevance(a[0])]
         return [alt[0], *other[:1]]
 
     K = len(structures)

@@ -32,6 +32,7 @@ __all__ = [
     "RELEVANCE_STRETCH",
     "STRETCHES",
     "TREND_LENGTHSCALE",
+    "is_relevance",
     "periodic_starts",
     "relevance_starts",
     "slot_tables",
@@ -208,6 +209,21 @@ def periodic_starts(
     return block, lists
 
 
+def is_relevance(name: str) -> bool:
+    """Whether a start's ``name`` is one of :func:`relevance_starts`'."""
+    return name.startswith(RELEVANCE)
+
+
+def _input_lengthscales(
+    params: Tensor, symbols: Tensor, mask: Tensor, vocabulary: Vocabulary
+) -> Tensor:
+    """``(D, L, S)`` mask of the slots of ``params (B, D, L, S)`` that hold a lengthscale
+    in input units, for a kernel's ``symbols`` and ``mask (D, L)``."""
+    table = slot_table(vocabulary, params.device).input_lengthscale
+    where = table[torch.where(mask, symbols, 0).long()] & mask[..., None]
+    return where[: params.shape[1]]
+
+
 def stretched_starts(
     params: Tensor, symbols: Tensor, mask: Tensor, vocabulary: Vocabulary
 ) -> list[tuple[str, Tensor]]:
@@ -215,9 +231,7 @@ def stretched_starts(
     every lengthscale in input units times each factor of :data:`STRETCHES`, as
     ``(name, block (B, D, L, S))``; none for a kernel (``symbols``, ``mask (D, L)``)
     without such a lengthscale."""
-    table = slot_table(vocabulary, params.device).input_lengthscale
-    where = table[torch.where(mask, symbols, 0).long()] & mask[..., None]
-    where = where[: params.shape[1]]
+    where = _input_lengthscales(params, symbols, mask, vocabulary)
     if not bool(where.any()):
         return []
     return [
@@ -236,9 +250,7 @@ def relevance_starts(
     relevance is the mean log of its input lengthscales (longest: least relevant), per
     dataset.  None for a kernel (``symbols``, ``mask (D, L)``) with fewer than two such
     dimensions."""
-    table = slot_table(vocabulary, params.device).input_lengthscale
-    where = table[torch.where(mask, symbols, 0).long()] & mask[..., None]
-    where = where[: params.shape[1]]  # (D, L, S)
+    where = _input_lengthscales(params, symbols, mask, vocabulary)  # (D, L, S)
     dims = where.flatten(1).any(1)  # (D,)
     count = int(dims.sum())
     if count < 2:
@@ -253,8 +265,7 @@ def relevance_starts(
         counts = sorted(set(spread))
     out = []
     for k in counts:
-        chosen = torch.zeros_like(dims).expand_as(mean).clone()
-        chosen.scatter_(1, order[:, :k], True)
+        chosen = torch.zeros_like(mean, dtype=torch.bool).scatter_(1, order[:, :k], True)
         stretch = where & chosen[:, :, None, None]
         out.append((f"{RELEVANCE} {k}", torch.where(stretch, params * RELEVANCE_STRETCH, params)))
     return out
