@@ -353,3 +353,12 @@ def test_model_info_names_the_token_features(tmp_path: Path) -> None:
     assert "period_proj" in out
     doc = json.loads(runner.invoke(main, ["model-info", str(both), "--json"]).output)
     assert doc["checkpoint"]["tokens"] == ["period", "relevance"]
+    assert doc["checkpoint"]["learned_gate"] is False
+    gated = testing.seeded_checkpoint(
+        tmp_path / "gated", dataclasses.replace(tiny, period_tokens=True, learned_gate=True)
+    )
+    out = runner.invoke(main, ["model-info", str(gated)]).output
+    assert "reads: the data, period tokens (a learnt gate)\n" in out
+    assert "gate_proj" in out
+    doc = json.loads(runner.invoke(main, ["model-info", str(gated), "--json"]).output)
+    assert doc["checkpoint"]["learned_gate"] is True

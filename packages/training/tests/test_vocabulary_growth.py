@@ -4,6 +4,7 @@ stand-ins (the original network's predictions are the oracle)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -115,3 +116,77 @@ def test_relevance_tokens_keep_the_prediction(tiny_checkpoint: Path) -> None:
         np.testing.assert_allclose(a.params.numpy(), b.params.numpy(), rtol=1e-6)
     with pytest.raises(OptionError, match="relevance tokens already"):
         add_relevance_tokens(model, cfg)
+
+
+def test_learned_gate_opens_from_two_cycles(tiny_checkpoint: Path) -> None:
+    """A sine of 2.5 cycles over the input: the fixed gate (three cycles) keeps the
+    network's own period, the converted learnt gate (two cycles, correction zero)
+    follows the periodogram's peak, and a correction of -10 closes it again; the oracle
+    is the blend ``anchor^g own^(1-g)`` with ``g`` written out by hand."""
+    import torch
+
+    from amorgp.amortizer.networks.config import NetworkConfig
+    from amorgp.amortizer.networks.period_tokens import GATE_SCALE, strongest_periods
+    from amorgp.training.vocabulary import add_learned_gate, add_period_tokens
+
+    base = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    with pytest.raises(OptionError, match="period tokens"):
+        add_learned_gate(base.model, base.network)
+    model, cfg = add_period_tokens(base.model, base.network)
+    gated_model, gated_cfg = add_learned_gate(model, cfg)
+    assert gated_cfg.learned_gate
+    assert not cfg.learned_gate
+    assert NetworkConfig.from_dict(gated_cfg.to_dict()) == gated_cfg
+    assert "learned_gate" not in cfg.to_dict()  # older configs stay as they were
+    with pytest.raises(ValueError, match="needs period_tokens"):
+        NetworkConfig(learned_gate=True)
+    with pytest.raises(OptionError, match="learned gate already"):
+        add_learned_gate(gated_model, gated_cfg)
+
+    rng = np.random.default_rng(3)
+    X = np.sort(rng.random(80))[:, None]
+    y = np.sin(2 * np.pi * 2.5 * (X[:, 0] - X.min()) / np.ptp(X)) + 0.05 * rng.normal(size=80)
+    opts = {"calibrate": False, "starts": 1, "refine": 0}  # the network alone
+    kernel = "SE*PER + LIN"
+    every = {"device": "cpu", "encoder_points": 80}  # the encoder reads every point
+    fixed = Amortizer(model, base.meta, **every).infer(X, y, kernel, **opts)
+    gated = Amortizer(gated_model, base.meta, **every)
+    Xn = torch.tensor((X - X.min(0)) / np.ptp(X, 0))
+    per, power, fap = (float(v[0, 0]) for v in strongest_periods(Xn[None], torch.tensor(y)[None]))
+    assert 2.4 < 1.0 / per < 2.6
+    assert power > 0.5
+    assert fap < 1e-6
+
+    def gate(cycles: float, correction: float = 0.0) -> float:
+        sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+        g = sig((power - 0.2) / 0.02) * sig((1.0 / per - cycles) / 0.1) / (1.0 + fap / 0.01)
+        g = min(max(g, 1e-6), 1.0 - 1e-6)
+        return float(sig(np.log(g / (1.0 - g)) + correction)) if correction else g
+
+    slot = [i for i, name in enumerate(fixed.hyperparameters) if name[2].endswith("period")]
+    assert len(slot) == 1
+    flat = fixed.params.flatten()
+    other = [i for i in range(flat.numel()) if i != slot_index(fixed, slot[0])]
+    period_fixed = float(flat[slot_index(fixed, slot[0])])
+    g3 = gate(3.0)
+    log_own = (np.log(period_fixed) - g3 * np.log(per)) / (1.0 - g3)
+    for correction in (0.0, -10.0):
+        assert gated_model.gate_proj is not None
+        with torch.no_grad():
+            gated_model.gate_proj.bias.fill_(correction / GATE_SCALE)
+        got = gated.infer(X, y, kernel, **opts).params.flatten()
+        g = gate(2.0, correction)
+        want = np.exp(g * np.log(per) + (1.0 - g) * log_own)
+        assert float(got[slot_index(fixed, slot[0])]) == pytest.approx(want, rel=1e-4)
+        np.testing.assert_allclose(got[other].numpy(), flat[other].numpy(), rtol=1e-6)
+    assert gate(2.0) > 0.9 > 0.01 > g3  # the case is one the two gates tell apart
+
+
+def slot_index(result: Any, k: int) -> int:
+    """The flat index in ``result.params (D, L, P)`` of its ``k``-th named
+    hyperparameter (keys ``(dimension, addend, name)``, each addend's in slot order)."""
+    names = list(result.hyperparameters)
+    d, addend, _ = names[k]
+    slot = [n[:2] for n in names[:k]].count((d, addend))
+    _, L, P = result.params.shape
+    return (d * L + addend) * P + slot

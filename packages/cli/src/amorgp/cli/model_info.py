@@ -61,6 +61,7 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None, as_
                 "model": ckpt.network.model,
                 "vocabulary": list(ckpt.network.vocabulary.symbols),
                 "tokens": _tokens(ckpt.network),
+                "learned_gate": bool(getattr(ckpt.network, "learned_gate", False)),
                 "parameters": dict(component_counts(ckpt.model)),
                 "progress": ckpt.meta.get("progress", {}),
                 "validation": ckpt.meta.get("validation", {}),
@@ -71,7 +72,8 @@ def model_info(preset_name: str | None, model: str, checkpoint: Path | None, as_
             f"checkpoint {checkpoint}: {ckpt.network.model}, vocabulary {', '.join(ckpt.network.vocabulary.symbols)}"
         )
         tokens = _tokens(ckpt.network)
-        emit(f"  reads: the data{''.join(f', {t} tokens' for t in tokens)}")
+        gate = " (a learnt gate)" if getattr(ckpt.network, "learned_gate", False) else ""
+        emit(f"  reads: the data{''.join(f', {t} tokens' for t in tokens)}{gate}")
         for name, n in component_counts(ckpt.model):
             emit(f"  {name:<18} {n:>12,d}")
         emit(f"  progress: {json_text(ckpt.meta.get('progress', {}))}")

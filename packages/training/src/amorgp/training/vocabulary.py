@@ -28,7 +28,13 @@ from amorgp.amortizer.networks.model import AmortizedGP
 from amorgp.core.errors import OptionError
 from amorgp.kernel_grammar import Vocabulary, base_symbol, canonical_symbol_name
 
-__all__ = ["add_period_tokens", "add_relevance_tokens", "extend_vocabulary", "stand_in_symbol"]
+__all__ = [
+    "add_learned_gate",
+    "add_period_tokens",
+    "add_relevance_tokens",
+    "extend_vocabulary",
+    "stand_in_symbol",
+]
 
 
 def stand_in_symbol(
@@ -146,6 +152,24 @@ def add_relevance_tokens(
     return _with_tokens(model, network, "relevance_tokens")
 
 
+def add_learned_gate(
+    model: AmortizedGP, network: NetworkConfig
+) -> tuple[AmortizedGP, NetworkConfig]:
+    """``model`` (with period tokens) with a learnt gate of its period anchors
+    (``NetworkConfig.learned_gate``): every weight kept, the gate's correction at zero, so
+    the gate opens from :data:`~amorgp.amortizer.networks.period_tokens.LEARNED_GATE_CYCLES`
+    cycles instead of :data:`~amorgp.amortizer.networks.period_tokens.MIN_CYCLES` until
+    fine-tuning learns the correction; every output is as before except periods anchored
+    at peaks of those few cycles.
+
+    Raises:
+        OptionError: the network has no period tokens, or a learnt gate already.
+    """
+    if not network.period_tokens:
+        raise OptionError("a learnt gate needs a network with period tokens")
+    return _with_tokens(model, network, "learned_gate")
+
+
 def _with_tokens(
     model: AmortizedGP, network: NetworkConfig, flag: str
 ) -> tuple[AmortizedGP, NetworkConfig]:
@@ -155,6 +179,8 @@ def _with_tokens(
         replace(network, period_tokens=True)
         if flag == "period_tokens"
         else replace(network, relevance_tokens=True)
+        if flag == "relevance_tokens"
+        else replace(network, learned_gate=True)
     )
     grown = AmortizedGP(new_cfg)
     weights = {k: v.detach().cpu().to(torch.float32) for k, v in model.state_dict().items()}
@@ -162,6 +188,7 @@ def _with_tokens(
     new = {
         "period_tokens": ("period_proj.",),
         "relevance_tokens": ("relevance_proj.",),
+        "learned_gate": ("gate_proj.",),
     }[flag]
     if unexpected or not all(k.startswith(new) for k in missing):
         raise OptionError(f"the weights do not fit the network: {unexpected or missing}")

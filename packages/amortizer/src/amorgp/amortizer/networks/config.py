@@ -81,6 +81,10 @@ def _check_blocks(name: str, blocks: Any, count: int) -> tuple[int, ...]:
     return tuple(int(b) for b in blocks)
 
 
+_FLAGS = ("period_tokens", "relevance_tokens", "learned_gate")
+"""The network's optional features: stored in its config only where on."""
+
+
 @dataclass(frozen=True)
 class NetworkConfig:
     """Architecture of the amortization network (Bitzer et al. 2023, §3.1).
@@ -108,6 +112,11 @@ class NetworkConfig:
         relevance_tokens: the kernel tokens read each dimension's nearest-neighbour
             relevance and lengthscales have an exponential tail
             (:mod:`amorgp.amortizer.networks.relevance_tokens`; structured network only).
+        learned_gate: the period anchors' gate opens from
+            :data:`~amorgp.amortizer.networks.period_tokens.LEARNED_GATE_CYCLES` cycles
+            and a learnt correction from the dimension's embedding and its peak closes or
+            opens it (:func:`~amorgp.amortizer.networks.period_tokens.learned_gate`;
+            needs ``period_tokens``).
     """
 
     model: str = "structured"
@@ -122,15 +131,18 @@ class NetworkConfig:
     noise_hidden: int = 64
     period_tokens: bool = False
     relevance_tokens: bool = False
+    learned_gate: bool = False
 
     def __post_init__(self) -> None:
         spec = network_spec(self.model)
-        for flag in ("period_tokens", "relevance_tokens"):
+        for flag in _FLAGS:
             value = getattr(self, flag)
             if not isinstance(value, bool):
                 raise ValueError(f"{flag} must be a bool, got {value!r}")
             if value and self.model != "structured":
                 raise ValueError(f"{flag} needs the structured network, got {self.model!r}")
+        if self.learned_gate and not self.period_tokens:
+            raise ValueError("learned_gate needs period_tokens=True")
         _check_positive(self, ("d_data", "d_kernel", "head_hidden", "noise_hidden"), MAX_WIDTH)
         _check_positive(self, ("n_heads",), MAX_WIDTH)
         _check_positive(self, ("ff_mult",), MAX_FF_MULT)
@@ -150,7 +162,7 @@ class NetworkConfig:
         out["vocabulary"] = self.vocabulary.to_dict()
         out["data_blocks"] = list(self.data_blocks)
         out["kernel_blocks"] = list(self.kernel_blocks)
-        for flag in ("period_tokens", "relevance_tokens"):
+        for flag in _FLAGS:
             if not out[flag]:  # networks without it keep their stored config as it was
                 del out[flag]
         return out

@@ -49,7 +49,9 @@ from amorgp.amortizer.networks.layers import (
 )
 from amorgp.amortizer.networks.network import AmortizationNetwork, DatasetEncoding, Prediction
 from amorgp.amortizer.networks.period_tokens import (
+    GATE_SCALE,
     N_FEATURES,
+    learned_gate,
     period_features,
     strongest_periods,
 )
@@ -335,8 +337,11 @@ class AmortizedGP(AmortizationNetwork):
         self.noise_head = NoiseHead(c.d_kernel + c.d_data, c.noise_hidden)
         self.period_proj: nn.Linear | None = None
         self.relevance_proj: nn.Linear | None = None
+        self.gate_proj: nn.Linear | None = None
         if c.period_tokens:
             self.period_proj = _zero_linear(N_FEATURES, c.d_kernel)
+        if c.learned_gate:  # the gate's correction from the dimension and its peak
+            self.gate_proj = _zero_linear(c.d_data + N_FEATURES, 1)
         if c.relevance_tokens:
             self.relevance_proj = _zero_linear(RELEVANCE_FEATURES, c.d_kernel)
 
@@ -368,6 +373,10 @@ class AmortizedGP(AmortizationNetwork):
             feats = period_features(period, power, fap)
             bias = self.period_proj(feats.to(h.dtype))
             anchor, gate = period, feats[..., 3]
+            if self.gate_proj is not None:
+                inputs = torch.cat([h, feats.to(h.dtype)], -1)
+                correction = GATE_SCALE * self.gate_proj(inputs)[..., 0]
+                gate = learned_gate(period, power, fap, correction)
         if self.relevance_proj is not None:
             if encoding.relevance is None:
                 raise ValueError("this network reads relevance tokens: encode with encode_dataset")

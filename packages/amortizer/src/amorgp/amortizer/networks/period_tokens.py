@@ -47,6 +47,8 @@ __all__ = [
     "HARMONICS",
     "HARMONIC_SHARE",
     "HARMONIC_Z",
+    "GATE_SCALE",
+    "LEARNED_GATE_CYCLES",
     "MAX_FREQUENCIES",
     "MIN_CYCLES",
     "MIN_POWER",
@@ -54,6 +56,7 @@ __all__ = [
     "N_FEATURES",
     "OVERSAMPLE",
     "anchor_gate",
+    "learned_gate",
     "period_features",
     "strongest_periods",
 ]
@@ -87,6 +90,18 @@ there, near zero below 2.7 and near one above 3.3)."""
 
 FALSE_ALARM = 0.01
 """False-alarm probability at which the gate is one half."""
+
+LEARNED_GATE_CYCLES = 2.0
+"""Cycles over the input range from which the gate of a network with a learnt gate
+(``NetworkConfig(learned_gate=True)``) opens before its correction: on trend + sine series
+with periods of 2.7-4 cycles the fixed gate at :data:`MIN_CYCLES` keeps the network's own
+period, which is then wrong; on real series a peak of two or three cycles is often a
+trend's residual, which the correction is there to close."""
+
+GATE_SCALE = 10.0
+"""Multiplier of the learnt gate correction's linear layer (its outputs move this much
+faster than its weights, so a layer added at zero to a trained network learns at the
+network's fine-tuning rate)."""
 
 OVERSAMPLE = 5
 """Frequencies of the grid per independent frequency (``1 / DF``)."""
@@ -266,13 +281,15 @@ def _fundamental(power: Tensor, best: Tensor, k: Tensor, n: Tensor) -> Tensor:
     return out
 
 
-def anchor_gate(false_alarm: Tensor, power: Tensor, period: Tensor) -> Tensor:
-    """``sigmoid((power - MIN_POWER) / 0.02) sigmoid((1 / period - MIN_CYCLES) / 0.1) /
+def anchor_gate(
+    false_alarm: Tensor, power: Tensor, period: Tensor, min_cycles: float = MIN_CYCLES
+) -> Tensor:
+    """``sigmoid((power - MIN_POWER) / 0.02) sigmoid((1 / period - min_cycles) / 0.1) /
     (1 + FAP / FALSE_ALARM)``: near 1 for a peak that the noise would rarely reach, that
     explains at least :data:`MIN_POWER` of the targets' variance and that repeats at least
-    :data:`MIN_CYCLES` times over the input range (``period`` in input ranges, as the
+    ``min_cycles`` times over the input range (``period`` in input ranges, as the
     network reads its inputs), near 0 otherwise."""
-    cycles = torch.sigmoid((1.0 / period - MIN_CYCLES) / 0.1)
+    cycles = torch.sigmoid((1.0 / period - min_cycles) / 0.1)
     return torch.sigmoid((power - MIN_POWER) / 0.02) * cycles / (1.0 + false_alarm / FALSE_ALARM)
 
 
@@ -283,3 +300,16 @@ def period_features(period: Tensor, power: Tensor, false_alarm: Tensor) -> Tenso
     logp = torch.where(has, torch.log(torch.where(has, period, 1.0)), 0.0)
     gate = torch.where(has, anchor_gate(false_alarm, power, torch.where(has, period, 1.0)), 0.0)
     return torch.stack([logp, power, has.to(power.dtype), gate], -1)
+
+
+def learned_gate(period: Tensor, power: Tensor, false_alarm: Tensor, correction: Tensor) -> Tensor:
+    """The gate ``(B, D)`` of a network with a learnt gate: ``sigmoid(logit(g) +
+    correction)`` with ``g`` the fixed gate (:func:`anchor_gate`) from
+    :data:`LEARNED_GATE_CYCLES` cycles (clamped to ``[1e-6, 1 - 1e-6]``) and
+    ``correction (B, D)`` the network's; 0 where a dimension has no peak.  A correction of
+    zero (the layer as added) leaves the fixed gate."""
+    has = torch.isfinite(period)
+    g = anchor_gate(false_alarm, power, torch.where(has, period, 1.0), LEARNED_GATE_CYCLES)
+    g = g.clamp(1e-6, 1.0 - 1e-6)
+    out = torch.sigmoid(torch.logit(g) + correction.to(g.dtype))
+    return torch.where(has, out, torch.zeros_like(out))
