@@ -18,7 +18,11 @@ and its false-alarm probability (:func:`strongest_periods`) and uses them twice:
   the residual of a trend: on one-input periodic datasets of the ``realdata`` prior, 92 of
   the 577 open-gate peaks of fewer than three cycles were within 5 % of a true period,
   242 of the 489 of three or more.  A dimension without a peak (fewer than
-  four points, a constant input) has ``g = 0``.
+  four points, a constant input) has ``g = 0``.  A network with a learnt gate
+  (``NetworkConfig(learned_gate=True)``, :func:`learned_gate`) opens the fixed gate from
+  :data:`LEARNED_GATE_CYCLES` cycles and adds a correction to its logit, read from the
+  dimension's embedding and its features, so that it can tell a few-cycle period from a
+  trend's residual.
 
 The periodogram is the one of :mod:`amorgp.amortizer.stages.periodogram` (the classical
 Lomb-Scargle power of the centred targets, of the residual of a linear fit in all inputs
