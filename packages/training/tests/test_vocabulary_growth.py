@@ -165,9 +165,10 @@ def test_learned_gate_opens_from_two_cycles(tiny_checkpoint: Path) -> None:
 
     slot = [i for i, name in enumerate(fixed.hyperparameters) if name[2].endswith("period")]
     assert len(slot) == 1
+    at = slot_index(fixed, slot[0])
     flat = fixed.params.flatten()
-    other = [i for i in range(flat.numel()) if i != slot_index(fixed, slot[0])]
-    period_fixed = float(flat[slot_index(fixed, slot[0])])
+    other = [i for i in range(flat.numel()) if i != at]
+    period_fixed = float(flat[at])
     g3 = gate(3.0)
     log_own = (np.log(period_fixed) - g3 * np.log(per)) / (1.0 - g3)
     for correction in (0.0, -10.0):
@@ -177,7 +178,7 @@ def test_learned_gate_opens_from_two_cycles(tiny_checkpoint: Path) -> None:
         got = gated.infer(X, y, kernel, **opts).params.flatten()
         g = gate(2.0, correction)
         want = np.exp(g * np.log(per) + (1.0 - g) * log_own)
-        assert float(got[slot_index(fixed, slot[0])]) == pytest.approx(want, rel=1e-4)
+        assert float(got[at]) == pytest.approx(want, rel=1e-4)
         np.testing.assert_allclose(got[other].numpy(), flat[other].numpy(), rtol=1e-6)
     assert gate(2.0) > 0.9 > 0.01 > g3  # the case is one the two gates tell apart
 

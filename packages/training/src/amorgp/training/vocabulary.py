@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -175,13 +176,8 @@ def _with_tokens(
 ) -> tuple[AmortizedGP, NetworkConfig]:
     if getattr(network, flag):
         raise OptionError(f"the network reads {flag.replace('_', ' ')} already")
-    new_cfg = (
-        replace(network, period_tokens=True)
-        if flag == "period_tokens"
-        else replace(network, relevance_tokens=True)
-        if flag == "relevance_tokens"
-        else replace(network, learned_gate=True)
-    )
+    on: dict[str, Any] = {flag: True}
+    new_cfg = replace(network, **on)
     grown = AmortizedGP(new_cfg)
     weights = {k: v.detach().cpu().to(torch.float32) for k, v in model.state_dict().items()}
     missing, unexpected = grown.load_state_dict(weights, strict=False)

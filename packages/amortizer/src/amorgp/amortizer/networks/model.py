@@ -371,10 +371,11 @@ class AmortizedGP(AmortizationNetwork):
                 raise ValueError("this network reads period tokens: encode with encode_dataset")
             period, power, fap = encoding.periods.unbind(-1)
             feats = period_features(period, power, fap)
-            bias = self.period_proj(feats.to(h.dtype))
+            read = feats.to(h.dtype)
+            bias = self.period_proj(read)
             anchor, gate = period, feats[..., 3]
             if self.gate_proj is not None:
-                inputs = torch.cat([h, feats.to(h.dtype)], -1)
+                inputs = torch.cat([h, read], -1)
                 correction = GATE_SCALE * self.gate_proj(inputs)[..., 0]
                 gate = learned_gate(period, power, fap, correction)
         if self.relevance_proj is not None:
