@@ -163,6 +163,7 @@ def extra(args: Any) -> None:
     from amorgp_experiments.paper.sklearn_gp import sklearn_gpr
 
     from amorgp.amortizer import Amortizer
+    from amorgp.core.memory import tune_malloc
     from amorgp.kernel_grammar import paper_evaluation_set
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -174,25 +175,26 @@ def extra(args: Any) -> None:
     y = np.sin(X).sum(1) + 0.1 * rng.standard_normal(500)
     kernels = [str(t) for t in paper_evaluation_set(0)]
     amz.infer_many(X[:100], y[:100], kernels[:3], refine=0)  # warm-up
-    many: dict[str, tuple[float, float, int]] = {}
-    for name, refine in (("refine=0", 0), ("default", None)):
+    N, M = 300, 40
+    data = fleet(N)
+    m = last_mask()
+    train = [(x[~m][:, None], yy[~m]) for x, yy in data]
+    amz.infer_datasets(train[:20], [KERNEL], refine=0)  # warm-up
+
+    def many_kernels(name: str, refine: Any) -> None:
         t = time.process_time()
         rs = amz.infer_many(X, y, kernels, refine=refine)
         steps = float(np.mean([r.refine_steps for r in rs]))
         capped = sum(r.refine_status == "max_iters" for r in rs)
         many[name] = (time.process_time() - t, steps, capped)
         print(name, many[name], flush=True)
-    t = time.process_time()
-    sklearn_gpr(X, y, X[:200], "SE")
-    sk_one = time.process_time() - t
 
-    N, M = 300, 40
-    data = fleet(N)
-    m = last_mask()
-    train = [(x[~m][:, None], yy[~m]) for x, yy in data]
-    amz.infer_datasets(train[:20], [KERNEL], refine=0)  # warm-up
-    rows: dict[str, tuple[float, float, float]] = {}
-    for name, refine in (("refine=0", 0), ("refine=5", 5), ("default", None)):
+    def one_sklearn() -> float:
+        t = time.process_time()
+        sklearn_gpr(X, y, X[:200], "SE")
+        return time.process_time() - t
+
+    def series(name: str, refine: Any) -> None:
         t = time.process_time()
         fits = amz.infer_datasets(train, [KERNEL], refine=refine)
         sec = time.process_time() - t
@@ -203,19 +205,43 @@ def extra(args: Any) -> None:
         steps = float(np.mean([f.results[0].refine_steps for f in fits]))
         rows[name] = (1e3 * sec / N, float(np.median(errs)), steps)
         print(name, rows[name], flush=True)
-    t = time.process_time()
-    errs = []
-    for i in range(M):
-        x, yy = data[i]
-        fit = sklearn_fit(train[i][0][:, 0], train[i][1])
-        errs.append(rmse(fit.predict(x[m][:, None]), yy[m]))
-    sk = (1e3 * (time.process_time() - t) / M, float(np.median(errs)))
+
+    def sklearn_loop() -> tuple[float, float]:
+        t = time.process_time()
+        errs = []
+        for i in range(M):
+            x, yy = data[i]
+            fit = sklearn_fit(train[i][0][:, 0], train[i][1])
+            errs.append(rmse(fit.predict(x[m][:, None]), yy[m]))
+        return 1e3 * (time.process_time() - t) / M, float(np.median(errs))
+
+    many: dict[str, tuple[float, float, int]] = {}
+    rows: dict[str, tuple[float, float, float]] = {}
+    # glibc's defaults first, then with freed memory kept (tune_malloc: process-wide, for
+    # the rest of the run; the command line's setting)
+    for name, refine in (("refine=0", 0), ("default", None)):
+        many_kernels(name, refine)
+    sk_one = one_sklearn()
+    for name, refine in (("refine=0", 0), ("refine=5", 5), ("default", None)):
+        series(name, refine)
+    sk = sklearn_loop()
+    tuned = tune_malloc()
+    tag = ", `tune_malloc()`" if tuned else ", `tune_malloc()` (not glibc: unchanged)"
+    for name, refine in (("refine=0", 0), ("default", None)):
+        many_kernels(name + tag, refine)
+    sk_one_tuned = one_sklearn()
+    for name, refine in (("refine=0", 0), ("default", None)):
+        series(name + tag, refine)
+    sk_tuned = sklearn_loop()
     lines = [
         "",
         "## Where many rows need it: many kernels, many series",
         "",
         "`python benchmarks/bench_default_refine.py --extra`; process CPU time, one thread, "
-        "the same machine and load as above unless rerun.",
+        "the same machine and load as above unless rerun. Each case first with glibc's "
+        "default allocator, then, in the same process, after `amorgp.core.memory.tune_malloc()` "
+        "(freed memory kept for reuse, as the command line does); each ratio is against the "
+        "scikit-learn peer measured under the same setting.",
         "",
         "The 24 paper evaluation kernels (each the same sum in all 6 inputs: 13 to 79 "
         "hyperparameters) on 500 points, one `infer_many` call, against scikit-learn's "
@@ -226,8 +252,10 @@ def extra(args: Any) -> None:
         "|---|---|---|---|---|",
     ]
     for name, (sec, steps, capped) in many.items():
-        lines.append(f"| {name} | {sec:.1f} | {sec / sk_one:.1f}x | {steps:.0f} | {capped} |")
+        peer = sk_one_tuned if "tune_malloc" in name else sk_one
+        lines.append(f"| {name} | {sec:.1f} | {sec / peer:.1f}x | {steps:.0f} | {capped} |")
     lines.append(f"| scikit-learn, one `SE` kernel | {sk_one:.2f} | 1.0x | - | - |")
+    lines.append(f"| scikit-learn, one `SE` kernel{tag} | {sk_one_tuned:.2f} | 1.0x | - | - |")
     lines += [
         "",
         f"A fleet of {N} series of 80 training points (`{KERNEL}`; `infer_datasets`), test "
@@ -239,8 +267,10 @@ def extra(args: Any) -> None:
         "|---|---|---|---|---|",
     ]
     for name, (ms, err, steps) in rows.items():
-        lines.append(f"| {name} | {ms:.1f} | {sk[0] / ms:.1f}x | {err:.3f} | {steps:.1f} |")
+        peer = sk_tuned if "tune_malloc" in name else sk
+        lines.append(f"| {name} | {ms:.1f} | {peer[0] / ms:.1f}x | {err:.3f} | {steps:.1f} |")
     lines.append(f"| scikit-learn loop | {sk[0]:.1f} | 1.0x | {sk[1]:.3f} | - |")
+    lines.append(f"| scikit-learn loop{tag} | {sk_tuned[0]:.1f} | 1.0x | {sk_tuned[1]:.3f} | - |")
     lines.append("")
     text = args.out.read_text() if args.out.exists() else ""
     cut = text.find("\n## Where many rows need it")

@@ -122,3 +122,20 @@ def test_a_closed_stdout_is_not_an_error() -> None:
     )
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_the_command_tunes_the_allocator_unless_the_user_chose(monkeypatch) -> None:
+    """The command line's process keeps freed memory for reuse (``amorgp.core.memory``),
+    except where glibc's own variables are set."""
+    import amorgp.core.memory as memory
+
+    calls: list[int] = []
+    monkeypatch.setattr(memory, "tune_malloc", lambda *a: calls.append(1) or True)
+    for name in memory.MALLOC_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    runner = CliRunner()
+    assert runner.invoke(main, ["model-info"]).exit_code == 0
+    assert calls == [1]
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    assert runner.invoke(main, ["model-info"]).exit_code == 0
+    assert calls == [1]

@@ -147,6 +147,12 @@ class _LazyGroup(AmorgpGroup):
 def main(verbose: bool) -> None:
     """amorgp: amortized GP hyperparameter inference for structured kernels."""
     set_verbose(verbose)
+    # the process is the command's own: glibc keeps freed kernel-matrix temporaries for
+    # reuse (amorgp.core.memory), unless the user set glibc's own variables
+    from amorgp.core.memory import tune_malloc, user_chose_malloc
+
+    if not user_chose_malloc():
+        tune_malloc()
 
 
 def __getattr__(name: str) -> Any:

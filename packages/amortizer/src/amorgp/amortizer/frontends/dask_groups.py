@@ -28,6 +28,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from amorgp.core.errors import DataError, MissingExtraError, OptionError
+from amorgp.core.memory import MALLOC_BYTES, tune_malloc
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,35 +56,6 @@ def require_dask() -> tuple[Any, Any]:
             f"fit_groups_dask needs Dask: {DASK_HINT}", name=getattr(err, "name", None)
         ) from None
     return dd, distributed
-
-
-MALLOC_BYTES = 64 * 2**20
-"""glibc's mmap and trim thresholds in the workers (:func:`tune_malloc`)."""
-
-
-def tune_malloc(threshold: int = MALLOC_BYTES) -> bool:
-    """Let glibc serve and keep allocations below ``threshold`` bytes from its heap in this
-    process (``mallopt`` of ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD``); ``False`` where
-    the C library is not glibc (nothing changes).
-
-    Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which also freezes
-    glibc's mmap threshold at 128 KiB: every kernel-matrix temporary above it is then
-    mapped and unmapped, its pages faulted in anew each time, which costs a worker a
-    large share of its CPU time on fleets of small series.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    return bool(mallopt(m_mmap_threshold, threshold)) and bool(
-        mallopt(m_trim_threshold, 2 * threshold)
-    )
 
 
 def worker_amortizer(
