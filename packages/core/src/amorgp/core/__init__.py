@@ -8,6 +8,8 @@
   ``as_real``) and the normalisation (``Normalizer``), on torch tensors;
 * :mod:`amorgp.core.fit`: the fit protocol, the fit-result base ``KernelFit`` (with its
   ``Hyperparameter`` rows) and the inference protocol ``HyperparameterInference``;
+* :mod:`amorgp.core.memory`: ``tune_malloc``, glibc keeps freed memory for reuse
+  (opt-in, process-wide);
 * :mod:`amorgp.core.testing`: helpers for the packages' tests (public names, a README's code blocks).
 
 Importing this package (or ``errors``, ``warn``, ``units``) does not load torch or numpy;
