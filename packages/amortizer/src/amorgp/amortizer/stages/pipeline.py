@@ -23,7 +23,10 @@ dense factor.  The stages are functions from batch to batch, in this order:
 4. :func:`refine`: Type-2 ML from each row's point, the rows of a structure in one
    batch (Fisher scoring, :func:`~amorgp.amortizer.stages.refine_rows.refine_pairs`), or L-BFGS
    per dataset where Fisher scoring does not apply
-   (:func:`~amorgp.amortizer.stages.fisher.fisher_applies`);
+   (:func:`~amorgp.amortizer.stages.fisher.fisher_applies`); with ``refine="auto"`` (and
+   the default) and no constraints, a row that ended below a kernel of the call nested
+   in its own is restarted from that kernel's point
+   (:func:`~amorgp.amortizer.stages.refine_rows.restart_nested`);
 5. :func:`factor`: the dense factor of every row in one batched Cholesky
    (:func:`amorgp.amortizer.stages.batched.factor`) by chunks within the memory budget, with the
    calibration left by stage 3.
@@ -59,7 +62,7 @@ from amorgp.amortizer.stages.fisher import fisher_applies
 from amorgp.amortizer.stages.multistart import REFINE_STARTS, SCORE_POINTS, multistart_rows
 from amorgp.amortizer.stages.pairs import calibrate_rows, evaluate_and_calibrate, pair_matrices
 from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups, refine_starts
-from amorgp.amortizer.stages.refine_rows import halve_rows, refine_pairs
+from amorgp.amortizer.stages.refine_rows import halve_rows, refine_pairs, restart_nested
 from amorgp.amortizer.stages.results import Factor, KernelResult, conditioned_posterior
 
 if TYPE_CHECKING:
@@ -244,6 +247,8 @@ def refine(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBat
         batch.params, batch.noise = fr.params, fr.noise
         batch.iterations = [i + h for i, h in zip(fr.iterations, halving, strict=True)]
         batch.status, batch.gain, batch.grad_norm = fr.status, fr.gain, fr.grad_norm
+        if opts.steps == "auto" and cons is None and batch.K > 1:
+            _restart_nested(batch, fr.log_marginal_likelihood)
         return batch
     K = batch.K
     params, noise = batch.params.clone(), batch.noise.clone()
@@ -263,6 +268,29 @@ def refine(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBat
 def _factored(batch: CandidateBatch, opts: FitOptions) -> bool:
     """Whether :func:`factor` computes the rows' dense factors."""
     return batch.dense_rows and opts.evaluate_lml is not False
+
+
+def _restart_nested(batch: CandidateBatch, lml: list[float]) -> None:
+    """Rows that ended below a kernel nested in theirs, restarted from its point
+    (:func:`~amorgp.amortizer.stages.refine_rows.restart_nested`); those that end higher
+    take the restart's point, its start name and diagnostics, and the evaluations of
+    both refinements."""
+    got = restart_nested(
+        batch.X, batch.Y, list(batch.structures), batch.params, batch.noise, lml, "auto"
+    )
+    if got is None:
+        return
+    at = torch.tensor(got.rows)
+    batch.params = batch.params.clone()
+    batch.noise = batch.noise.clone()
+    batch.params[at] = got.params.to(batch.params)
+    batch.noise[at] = got.noise.to(batch.noise)
+    for i, p in enumerate(got.rows):
+        batch.start[p] = got.start[i]
+        batch.iterations[p] += got.iterations[i]
+        batch.status[p] = got.status[i]
+        batch.gain[p] = got.gain[i]
+        batch.grad_norm[p] = got.grad_norm[i]
 
 
 def factor(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:

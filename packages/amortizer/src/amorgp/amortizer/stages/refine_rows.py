@@ -16,12 +16,22 @@ from torch import Tensor
 
 from amorgp.amortizer.stages.fisher import GAIN_TOL, fisher_refine
 from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
-from amorgp.kernel_grammar import DimWiseStructure
+from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, base_symbol
 
 if TYPE_CHECKING:
     from amorgp.amortizer.stages.constraints import KernelConstraints
 
-__all__ = ["AUTO_MAX_ITERS", "PairRefinement", "halve_rows", "refine_pairs"]
+__all__ = [
+    "AUTO_MAX_ITERS",
+    "NESTED_MARGIN",
+    "NESTED_SCALE",
+    "NestedRestart",
+    "PairRefinement",
+    "halve_rows",
+    "nested_kernels",
+    "refine_pairs",
+    "restart_nested",
+]
 
 AUTO_MAX_ITERS = 100
 """Most evaluations ``refine="auto"`` runs per row in :func:`refine_pairs`."""
@@ -190,3 +200,191 @@ def halve_rows(
                     spent[p] = runs[best]
             live = survivors
     return out_p, out_n, names, spent
+
+
+NESTED_MARGIN = 0.1
+"""Nats by which a kernel nested in another (:func:`nested_kernels`) must end above it
+for :func:`restart_nested` to restart the other from it."""
+
+NESTED_SCALE = 1e-3
+"""Variance of an addend that the nested kernel lacks, at the restart (relative to the
+largest variance of the dimension's other addends; :func:`restart_nested`)."""
+
+Embedding = list[list[tuple[int, int]]]
+"""Per dimension, the pairs ``(addend of the nested kernel, addend of the larger one)``."""
+
+
+def _embed(sub: DimWiseStructure, sup: DimWiseStructure) -> Embedding | None:
+    """How ``sub`` sits in ``sup`` where every dimension's addends of ``sub`` are among
+    ``sup``'s (by name) and ``sup`` has more somewhere; else ``None``."""
+    if sub.n_dims != sup.n_dims:
+        return None
+    pairs: Embedding = []
+    more = False
+    for small, large in zip(sub.dims, sup.dims, strict=True):
+        used: set[int] = set()
+        dim: list[tuple[int, int]] = []
+        for a_sub, name in enumerate(small):
+            a = next((i for i, other in enumerate(large) if other == name and i not in used), None)
+            if a is None:
+                return None
+            used.add(a)
+            dim.append((a_sub, a))
+        more |= len(large) > len(small)
+        pairs.append(dim)
+    return pairs if more else None
+
+
+def nested_kernels(structures: Sequence[DimWiseStructure]) -> list[list[tuple[int, Embedding]]]:
+    """Per kernel ``k`` of ``structures``, the others nested in it: ``(k', embedding)``
+    for every ``k'`` whose addends in every dimension are among ``k``'s (``SE`` in
+    ``SE + PER``, ``SE*PER`` in ``SE + SE*PER``).  The larger kernel contains the nested
+    one as the limit where its other addends' variances vanish, so its optimum is at least
+    as high."""
+    return [
+        [(k2, e) for k2, sub in enumerate(structures) if (e := _embed(sub, sup)) is not None]
+        for sup in structures
+    ]
+
+
+def kernel_text(structure: DimWiseStructure) -> str:
+    """``structure`` as a user writes it: one dimension's sum where all are the same."""
+    first = structure.dims[0]
+    if all(dim == first for dim in structure.dims):
+        return " + ".join(first)
+    return str(structure)
+
+
+@dataclass(frozen=True)
+class NestedRestart:
+    """:func:`restart_nested`'s result for the rows it improved (lists in the order of
+    ``rows``): their ``params``, ``noise``, start names ``"nested: <kernel>"`` and the
+    diagnostics of :class:`~amorgp.amortizer.stages.fisher.FisherRefinement`."""
+
+    rows: list[int]
+    params: Tensor
+    noise: Tensor
+    start: list[str]
+    iterations: list[int]
+    status: list[str]
+    gain: list[float]
+    grad_norm: list[float]
+    log_marginal_likelihood: list[float]
+
+
+def _nested_start(
+    sup: DimWiseStructure, pairs: Embedding, own: Tensor, sub_params: Tensor
+) -> Tensor:
+    """The start of a row of ``sup`` from the refined ``sub_params (D, L, S)`` of the
+    kernel nested in it: the shared addends at the nested kernel's values, the others at
+    their ``own (D, L, S)`` values with the variance (and a lone ``LIN``'s offset, which
+    is added to it) at :data:`NESTED_SCALE` times the dimension's largest variance."""
+    start = own.clone()
+    for j, dim in enumerate(pairs):
+        names = sup.dims[j]
+        shared = {a for _, a in dim}
+        scale = 0.0
+        for a_sub, a in dim:
+            b = base_symbol(names[a])
+            width = len(b.params)
+            start[j, a, :width] = sub_params[j, a_sub, :width]
+            scale = max(scale, float(sub_params[j, a_sub, list(b.param_names).index("variance")]))
+        for a, name in enumerate(names):
+            if a in shared:
+                continue
+            b = base_symbol(name)
+            order = list(b.param_names)
+            start[j, a, order.index("variance")] = NESTED_SCALE * (scale or 1.0)
+            if len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all:
+                f = b.factors[0]
+                lead = b.factor_param_names(f)[ELEMENTARY[f].params[0].name]
+                start[j, a, order.index(lead)] = NESTED_SCALE * (scale or 1.0)
+    return start
+
+
+def restart_nested(
+    X: Tensor,
+    Y: Tensor,
+    structures: Sequence[DimWiseStructure],
+    params: Tensor,
+    noise: Tensor,
+    lml: Sequence[float],
+    steps: int | str,
+    tol: float = GAIN_TOL,
+) -> NestedRestart | None:
+    """Restart every row (dataset ``b``, kernel ``k``: row ``b K + k`` of ``B`` datasets
+    ``X (B, n, d)``, ``Y (B, n)``) whose refined log marginal likelihood ``lml`` is more
+    than :data:`NESTED_MARGIN` below that of a kernel nested in it on the same dataset
+    (:func:`nested_kernels`; the best such one) from that kernel's refined point
+    (:func:`_nested_start`), and refine it as :func:`refine_pairs` does (``steps``).
+
+    A larger kernel ending below a kernel it contains has stopped in a worse basin or
+    short of its optimum: the restart starts it at least as high (up to the vanishing
+    variances).  Returns the rows whose restart ended higher than their first
+    refinement, or ``None`` where no row was restarted.
+    """
+    K = len(structures)
+    nest = nested_kernels(structures)
+    if not any(nest):
+        return None
+    P = params.shape[0]
+    score = [v if math.isfinite(v) else -math.inf for v in lml]
+    picks: dict[int, tuple[int, Embedding]] = {}
+    for p in range(P):
+        b, k = divmod(p, K)
+        best = max(
+            ((score[b * K + k2], k2, e) for k2, e in nest[k]), key=lambda c: c[0], default=None
+        )
+        if best is not None and best[0] > score[p] + NESTED_MARGIN:
+            picks[p] = (best[1], best[2])
+    if not picks:
+        return None
+    max_iters = AUTO_MAX_ITERS if steps == "auto" else int(steps)
+    X64, Y64 = X.detach().to("cpu", torch.float64), Y.detach().to("cpu", torch.float64)
+    P64 = params.detach().to("cpu", torch.float64)
+    out: dict[int, tuple[Tensor, Tensor, str, int, str, float, float, float]] = {}
+    for k, s in enumerate(structures):  # a few structures; each batched over its rows
+        rows = [p for p in picks if p % K == k]
+        if not rows:
+            continue
+        D, L = s.n_dims, s.max_addends
+        starts = torch.stack(
+            [
+                _nested_start(s, picks[p][1], P64[p, :D, :L], P64[p - k + picks[p][0], :D, :L])
+                for p in rows
+            ]
+        )
+        nz = torch.stack(
+            [noise[p - k + picks[p][0]].detach().to("cpu", torch.float64) for p in rows]
+        )
+        at = torch.tensor([p // K for p in rows])
+        obj = BatchLogMarginalLikelihood(X64[at], Y64[at], s)
+        ref = fisher_refine(obj, starts, nz, max_iters, tol)
+        for i, p in enumerate(rows):
+            got = float(ref.log_marginal_likelihood[i])
+            if math.isfinite(got) and got > score[p]:
+                out[p] = (
+                    ref.params[i], ref.noise[i],
+                    "nested: " + kernel_text(structures[picks[p][0]]),
+                    int(ref.iterations[i]), ref.status[i], float(ref.gain[i]),
+                    float(ref.grad_norm[i]), got,
+                )  # fmt: skip
+    if not out:
+        return None
+    rows = sorted(out)
+    full = params.detach().clone()
+    for p in rows:
+        prm = out[p][0]
+        full[p] = 1.0
+        full[p, : prm.shape[0], : prm.shape[1], : prm.shape[2]] = prm.to(full)
+    return NestedRestart(
+        rows=rows,
+        params=full[rows],
+        noise=torch.stack([out[p][1] for p in rows]).to(noise),
+        start=[out[p][2] for p in rows],
+        iterations=[out[p][3] for p in rows],
+        status=[out[p][4] for p in rows],
+        gain=[out[p][5] for p in rows],
+        grad_norm=[out[p][6] for p in rows],
+        log_marginal_likelihood=[out[p][7] for p in rows],
+    )

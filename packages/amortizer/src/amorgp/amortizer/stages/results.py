@@ -347,7 +347,10 @@ class KernelResult(KernelFit):
             primary network, or the candidate with the highest log marginal likelihood;
             see :mod:`amorgp.amortizer.networks.selection`).
         start: which start won (:mod:`amorgp.amortizer.stages.multistart`): ``"network"``,
-            ``"periodogram"``, ``"harmonic x2"``, ``"prior-mean"``, ``"heuristic"``...
+            ``"periodogram"``, ``"harmonic x2"``, ``"prior-mean"``, ``"heuristic"``...,
+            or ``"nested: <kernel>"`` where the default refinement restarted this kernel
+            from the point of a kernel of the same call nested in it
+            (:func:`~amorgp.amortizer.stages.refine_rows.restart_nested`).
             Without refinement the constants it set stay (:meth:`untouched`).
         noise_floor: the smallest noise variance the fit could return (normalised units;
             ``noise_floor=`` of :meth:`Amortizer.infer_many
