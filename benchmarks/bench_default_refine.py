@@ -12,7 +12,8 @@ Methods, side by side in one run, one thread:
 * ``refine=100``: the multi-start's winner of each kernel alone refined by Fisher scoring
   until the predicted gain is below 0.01 nats (at most 100 evaluations);
 * ``default``: the library's default (``refine=None``, which is ``refine="auto"`` here):
-  the same after refining the best periodic starts by successive halving.
+  the same after refining the best periodic starts by successive halving, and a sum
+  that ended below a kernel nested in it restarted from that kernel's point.
 
 Reported: the share of cells within 1 nat (and 0.1 nat) of the best log marginal
 likelihood any of the three reached (the project's own refinement from several starts),
@@ -25,7 +26,9 @@ and 6 inputs (``infer_many``, ``refine=0`` and the default, against scikit-learn
 single-start fit of one ARD ``SE`` kernel), and a fleet of 300 series of 80 points
 (``infer_datasets``, ``SE + SE*PER``: ``refine=0``, ``refine=5`` and the default, against
 a loop of scikit-learn's 3-restart fits of the same kernel on 40 of them, the series of
-``benchmarks/bench_many_datasets.py``).
+``benchmarks/bench_many_datasets.py``); each first with glibc's default allocator, then,
+in the same process, after ``amorgp.core.memory.tune_malloc()`` (the command line's
+setting), the scikit-learn peers measured under both.
 
 Writes ``docs/benchmarks/default-refine.md``.
 
@@ -128,7 +131,8 @@ def write(args: Any, cells: dict[str, list[Any]], seconds: dict[str, float], n_s
         "other jobs), the three methods side by side in one run. `refine=100`: each "
         "kernel's multi-start winner alone refined to the same tolerance (at most 100 "
         "evaluations); the default also refines the best 3 periodic starts by successive "
-        "halving first. Gap: nats below the best "
+        "halving first, and restarts a sum that ended below a kernel nested in it from that "
+        "kernel's point. Gap: nats below the best "
         "log marginal likelihood (normalised data) that any of the three reached in the "
         "cell. At optimum: the result's own `at_optimum` (predicted gain of one more "
         "Fisher-scoring step below 0.01 nats). Time: process CPU time of all the "

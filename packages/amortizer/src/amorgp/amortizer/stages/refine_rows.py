@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTO_MAX_ITERS",
     "NESTED_MARGIN",
-    "NESTED_SCALE",
+    "NESTED_SCALES",
     "NestedRestart",
     "PairRefinement",
     "halve_rows",
@@ -206,9 +206,13 @@ NESTED_MARGIN = 0.1
 """Nats by which a kernel nested in another (:func:`nested_kernels`) must end above it
 for :func:`restart_nested` to restart the other from it."""
 
-NESTED_SCALE = 1e-3
-"""Variance of an addend that the nested kernel lacks, at the restart (relative to the
-largest variance of the dimension's other addends; :func:`restart_nested`)."""
+NESTED_SCALES = (1e-2, 1e-4, 1e-6, 1e-8)
+"""Variances tried for the addends that the nested kernel lacks, at the restart (relative
+to the largest variance of the dimension's other addends; :func:`restart_nested` keeps
+the one whose start has the highest likelihood).  A vanishing addend is not always a
+vanishing change: where the nested kernel's factor in one dimension is tiny (a periodic
+factor of short lengthscale half a period away), an added term dominates that entry, so
+one relative size does not fit every kernel."""
 
 Embedding = list[list[tuple[int, int]]]
 """Per dimension, the pairs ``(addend of the nested kernel, addend of the larger one)``."""
@@ -273,12 +277,14 @@ class NestedRestart:
 
 
 def _nested_start(
-    sup: DimWiseStructure, pairs: Embedding, own: Tensor, sub_params: Tensor
+    sup: DimWiseStructure, pairs: Embedding, own: Tensor, sub_params: Tensor, size: float
 ) -> Tensor:
     """The start of a row of ``sup`` from the refined ``sub_params (D, L, S)`` of the
     kernel nested in it: the shared addends at the nested kernel's values, the others at
-    their ``own (D, L, S)`` values with the variance (and a lone ``LIN``'s offset, which
-    is added to it) at :data:`NESTED_SCALE` times the dimension's largest variance."""
+    their ``own (D, L, S)`` values but with their largest value (on inputs in ``[0, 1]``)
+    at ``size`` times the dimension's largest variance: a ``LIN`` factor's offset at
+    ``size`` and the variance divided by its ``1 + size``; a lone ``LIN``'s variance and
+    offset (added to it) at that size."""
     start = own.clone()
     for j, dim in enumerate(pairs):
         names = sup.dims[j]
@@ -294,11 +300,19 @@ def _nested_start(
                 continue
             b = base_symbol(name)
             order = list(b.param_names)
-            start[j, a, order.index("variance")] = NESTED_SCALE * (scale or 1.0)
-            if len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all:
-                f = b.factors[0]
-                lead = b.factor_param_names(f)[ELEMENTARY[f].params[0].name]
-                start[j, a, order.index(lead)] = NESTED_SCALE * (scale or 1.0)
+            target = size * (scale or 1.0)
+            lone = len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all
+            # its largest value on inputs in [0, 1] at the target: a LIN factor's offset c
+            # (x x' + c, at most 1 + c) at ``size`` (a lone LIN's, added, at the target);
+            # the variance floor would keep a large c's term from vanishing
+            bound = 1.0
+            for f in b.factors:
+                if ELEMENTARY[f].variance_scales_all:
+                    continue
+                at = order.index(b.factor_param_names(f)[ELEMENTARY[f].params[0].name])
+                start[j, a, at] = target if lone else size
+                bound *= 1.0 if lone else 1.0 + size
+            start[j, a, order.index("variance")] = target / bound
     return start
 
 
@@ -348,16 +362,29 @@ def restart_nested(
         if not rows:
             continue
         D, L = s.n_dims, s.max_addends
-        starts = torch.stack(
+        G = len(NESTED_SCALES)
+        tried = torch.stack(
             [
-                _nested_start(s, picks[p][1], P64[p, :D, :L], P64[p - k + picks[p][0], :D, :L])
+                _nested_start(
+                    s, picks[p][1], P64[p, :D, :L], P64[p - k + picks[p][0], :D, :L], size
+                )
                 for p in rows
+                for size in NESTED_SCALES
             ]
         )
         nz = torch.stack(
             [noise[p - k + picks[p][0]].detach().to("cpu", torch.float64) for p in rows]
         )
         at = torch.tensor([p // K for p in rows])
+        # every size's start scored exactly (without the Fisher information: a third of
+        # the cost), the best kept per row
+        wide = BatchLogMarginalLikelihood(
+            X64[at.repeat_interleave(G)], Y64[at.repeat_interleave(G)], s
+        )
+        z = wide.to_log_rows(tried, nz.repeat_interleave(G))
+        first = wide.evaluate(z, with_fisher=False)[0].reshape(len(rows), G)
+        pick = torch.nan_to_num(first, nan=-math.inf).argmax(1)
+        starts = tried.reshape(len(rows), G, *tried.shape[1:])[torch.arange(len(rows)), pick]
         obj = BatchLogMarginalLikelihood(X64[at], Y64[at], s)
         ref = fisher_refine(obj, starts, nz, max_iters, tol)
         for i, p in enumerate(rows):
