@@ -147,3 +147,17 @@ def test_the_restart_starts_where_the_nested_kernel_is_despite_a_large_offset(
     assert got.rows == [1]
     assert abs(seen[0] - best_per) < 0.05, (seen, best_per)
     assert got.log_marginal_likelihood[0] >= best_per - GAIN_TOL
+
+
+def test_a_later_pass_restarts_only_from_the_rows_the_previous_one_improved() -> None:
+    rng = np.random.default_rng(1)
+    X = rng.uniform(0.0, 1.0, (30, 1))
+    y = np.sin(4.0 * X[:, 0]) + 0.1 * rng.standard_normal(30)
+    params = torch.ones(2, 1, 2, 3, dtype=torch.float64)
+    noise = torch.full((2,), 0.1, dtype=torch.float64)
+    args = (torch.tensor(X)[None], torch.tensor(y)[None], [_s("SE"), _s("SE + PER")])
+    lml = [-10.0, -20.0]  # the sum 10 nats below SE
+    assert restart_nested(*args, params, noise, lml, 5, sources={1}) is None
+    got = restart_nested(*args, params, noise, lml, 5, sources={0})
+    assert got is not None
+    assert got.rows == [1]

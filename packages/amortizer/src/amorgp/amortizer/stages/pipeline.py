@@ -62,7 +62,12 @@ from amorgp.amortizer.stages.fisher import fisher_applies
 from amorgp.amortizer.stages.multistart import REFINE_STARTS, SCORE_POINTS, multistart_rows
 from amorgp.amortizer.stages.pairs import calibrate_rows, evaluate_and_calibrate, pair_matrices
 from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups, refine_starts
-from amorgp.amortizer.stages.refine_rows import halve_rows, refine_pairs, restart_nested
+from amorgp.amortizer.stages.refine_rows import (
+    NESTED_PASSES,
+    halve_rows,
+    refine_pairs,
+    restart_nested,
+)
 from amorgp.amortizer.stages.results import Factor, KernelResult, conditioned_posterior
 
 if TYPE_CHECKING:
@@ -272,25 +277,33 @@ def _factored(batch: CandidateBatch, opts: FitOptions) -> bool:
 
 def _restart_nested(batch: CandidateBatch, lml: list[float]) -> None:
     """Rows that ended below a kernel nested in theirs, restarted from its point
-    (:func:`~amorgp.amortizer.stages.refine_rows.restart_nested`); those that end higher
-    take the restart's point, its start name and diagnostics, and the evaluations of
-    both refinements."""
-    got = restart_nested(
-        batch.X, batch.Y, list(batch.structures), batch.params, batch.noise, lml, "auto"
-    )
-    if got is None:
-        return
-    at = torch.tensor(got.rows)
-    batch.params = batch.params.clone()
-    batch.noise = batch.noise.clone()
-    batch.params[at] = got.params.to(batch.params)
-    batch.noise[at] = got.noise.to(batch.noise)
-    for i, p in enumerate(got.rows):
-        batch.start[p] = got.start[i]
-        batch.iterations[p] += got.iterations[i]
-        batch.status[p] = got.status[i]
-        batch.gain[p] = got.gain[i]
-        batch.grad_norm[p] = got.grad_norm[i]
+    (:func:`~amorgp.amortizer.stages.refine_rows.restart_nested`), in up to
+    :data:`~amorgp.amortizer.stages.refine_rows.NESTED_PASSES` passes (a row a pass
+    improved may start the restarts of the next); those that end higher take the
+    restart's point, its start name and diagnostics, and the evaluations of every
+    refinement they had."""
+    lml = list(lml)
+    sources: set[int] | None = None
+    for _ in range(NESTED_PASSES):
+        got = restart_nested(
+            batch.X, batch.Y, list(batch.structures), batch.params, batch.noise, lml, "auto",
+            sources=sources,
+        )  # fmt: skip
+        if got is None:
+            return
+        at = torch.tensor(got.rows)
+        batch.params = batch.params.clone()
+        batch.noise = batch.noise.clone()
+        batch.params[at] = got.params.to(batch.params)
+        batch.noise[at] = got.noise.to(batch.noise)
+        for i, p in enumerate(got.rows):
+            batch.start[p] = got.start[i]
+            batch.iterations[p] += got.iterations[i]
+            batch.status[p] = got.status[i]
+            batch.gain[p] = got.gain[i]
+            batch.grad_norm[p] = got.grad_norm[i]
+            lml[p] = got.log_marginal_likelihood[i]
+        sources = set(got.rows)
 
 
 def factor(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:

@@ -7,7 +7,7 @@ starts of every row (:func:`halve_rows`: the successive halving of ``refine="aut
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTO_MAX_ITERS",
     "NESTED_MARGIN",
+    "NESTED_PASSES",
     "NESTED_SCALES",
     "NestedRestart",
     "PairRefinement",
@@ -206,6 +207,10 @@ NESTED_MARGIN = 0.1
 """Nats by which a kernel nested in another (:func:`nested_kernels`) must end above it
 for :func:`restart_nested` to restart the other from it."""
 
+NESTED_PASSES = 3
+"""Passes of the nested restart (:func:`restart_nested`): a kernel improved by one pass may
+start the restart of a larger kernel in the next."""
+
 NESTED_SCALES = (1e-2, 1e-4, 1e-6, 1e-8)
 """Variances tried for the addends that the nested kernel lacks, at the restart (relative
 to the largest variance of the dimension's other addends; :func:`restart_nested` keeps
@@ -325,6 +330,7 @@ def restart_nested(
     lml: Sequence[float],
     steps: int | str,
     tol: float = GAIN_TOL,
+    sources: Collection[int] | None = None,
 ) -> NestedRestart | None:
     """Restart every row (dataset ``b``, kernel ``k``: row ``b K + k`` of ``B`` datasets
     ``X (B, n, d)``, ``Y (B, n)``) whose refined log marginal likelihood ``lml`` is more
@@ -334,8 +340,10 @@ def restart_nested(
 
     A larger kernel ending below a kernel it contains has stopped in a worse basin or
     short of its optimum: the restart starts it at least as high (up to the vanishing
-    variances).  Returns the rows whose restart ended higher than their first
-    refinement, or ``None`` where no row was restarted.
+    variances).  ``sources``: the rows whose points may start a restart (default: all;
+    a later pass passes the rows the previous one improved, :data:`NESTED_PASSES`).
+    Returns the rows whose restart ended higher than their first refinement, or ``None``
+    where none did.
     """
     K = len(structures)
     nest = nested_kernels(structures)
@@ -347,7 +355,13 @@ def restart_nested(
     for p in range(P):
         b, k = divmod(p, K)
         best = max(
-            ((score[b * K + k2], k2, e) for k2, e in nest[k]), key=lambda c: c[0], default=None
+            (
+                (score[b * K + k2], k2, e)
+                for k2, e in nest[k]
+                if sources is None or b * K + k2 in sources
+            ),
+            key=lambda c: c[0],
+            default=None,
         )
         if best is not None and best[0] > score[p] + NESTED_MARGIN:
             picks[p] = (best[1], best[2])
