@@ -109,6 +109,13 @@ def refine_pairs(
     return PairRefinement(out_p, out_n, iterations, status, gain, grad_norm, lml)
 
 
+def _put(params: Tensor, p: int, prm: Tensor) -> None:
+    """Row ``p`` of the padded ``params (P, D, L, S)`` set to one structure's ``prm``
+    (its slots; unused slots 1)."""
+    params[p] = 1.0
+    params[p, : prm.shape[0], : prm.shape[1], : prm.shape[2]] = prm.to(params)
+
+
 def halve_rows(
     X: Tensor,
     Y: Tensor,
@@ -193,9 +200,7 @@ def halve_rows(
                     continue
                 best = mine[0]
                 if math.isfinite(score[best]):
-                    prm = ref.params[best]
-                    out_p[p] = 1.0
-                    out_p[p, : prm.shape[0], : prm.shape[1], : prm.shape[2]] = prm.to(out_p)
+                    _put(out_p, p, ref.params[best])
                     out_n[p] = ref.noise[best].to(out_n)
                     names[p] = flat[best][1][0]
                     spent[p] = runs[best]
@@ -258,9 +263,8 @@ def nested_kernels(structures: Sequence[DimWiseStructure]) -> list[list[tuple[in
 
 def kernel_text(structure: DimWiseStructure) -> str:
     """``structure`` as a user writes it: one dimension's sum where all are the same."""
-    first = structure.dims[0]
-    if all(dim == first for dim in structure.dims):
-        return " + ".join(first)
+    if all(dim == structure.dims[0] for dim in structure.dims):
+        return structure.dim_text(0)
     return str(structure)
 
 
@@ -390,16 +394,14 @@ def restart_nested(
             [noise[p - k + picks[p][0]].detach().to("cpu", torch.float64) for p in rows]
         )
         at = torch.tensor([p // K for p in rows])
-        # every size's start scored exactly (without the Fisher information: a third of
-        # the cost), the best kept per row
-        wide = BatchLogMarginalLikelihood(
-            X64[at.repeat_interleave(G)], Y64[at.repeat_interleave(G)], s
-        )
-        z = wide.to_log_rows(tried, nz.repeat_interleave(G))
-        first = wide.evaluate(z, with_fisher=False)[0].reshape(len(rows), G)
+        obj = BatchLogMarginalLikelihood(X64[at], Y64[at], s)
+        # every size's start scored exactly on its row's data (without the Fisher
+        # information: a third of the cost), the best kept per row
+        each = torch.arange(len(rows)).repeat_interleave(G)
+        z = obj.to_log_rows(tried, nz[each])
+        first = obj.evaluate(z, each, with_fisher=False)[0].reshape(len(rows), G)
         pick = torch.nan_to_num(first, nan=-math.inf).argmax(1)
         starts = tried.reshape(len(rows), G, *tried.shape[1:])[torch.arange(len(rows)), pick]
-        obj = BatchLogMarginalLikelihood(X64[at], Y64[at], s)
         ref = fisher_refine(obj, starts, nz, max_iters, tol)
         for i, p in enumerate(rows):
             got = float(ref.log_marginal_likelihood[i])
@@ -415,9 +417,7 @@ def restart_nested(
     rows = sorted(out)
     full = params.detach().clone()
     for p in rows:
-        prm = out[p][0]
-        full[p] = 1.0
-        full[p, : prm.shape[0], : prm.shape[1], : prm.shape[2]] = prm.to(full)
+        _put(full, p, out[p][0])
     return NestedRestart(
         rows=rows,
         params=full[rows],
