@@ -14,14 +14,17 @@ refinement's iterations and why it stopped, and whether it is at an optimum of t
 marginal likelihood (:meth:`KernelResult.optimality`, :attr:`KernelResult.at_optimum`:
 the Fisher-scoring test of :mod:`amorgp.amortizer.stages.fisher`, the refinement's own or
 evaluated on demand).  :meth:`KernelResult.untouched` names the hyperparameters that are
-still a start's constant (:func:`start_constants`), not moved by the data.
+still a start's constant (:func:`start_constants`), not moved by the data.  The
+optimality test lives in :mod:`amorgp.amortizer.stages.optimality` and the starts'
+constants in :mod:`amorgp.amortizer.stages.start_constants`; their names are also
+importable from here.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -35,6 +38,14 @@ from amorgp.amortizer.stages.constraints import (
     Name,
     name_key,
 )
+from amorgp.amortizer.stages.optimality import (
+    Optimality,
+    evaluate_optimality,
+    evaluate_rows,
+    stored_optimality,
+    unknown_optimality,
+)
+from amorgp.amortizer.stages.start_constants import UNTOUCHED_RTOL, start_constants
 from amorgp.core.data import Normalizer
 from amorgp.core.fit import KernelFit
 from amorgp.kernel_grammar import DimWiseStructure
@@ -139,179 +150,6 @@ def _predict(post: Posterior, Xn: Tensor, include_noise: bool) -> tuple[Tensor, 
     return mean, var + float(post.noise) if include_noise else var
 
 
-UNTOUCHED_RTOL = 1e-6
-"""Relative tolerance within which a hyperparameter equals a start's constant
-(:meth:`KernelResult.untouched`): the starts pass their constants through float32
-(rounding ``6e-8``) and the network's dtype; a value the data moved does not land
-within a millionth of a constant."""
-
-
-@dataclass(frozen=True)
-class Optimality:
-    """Whether a result's hyperparameters are at an optimum of the log marginal likelihood
-    (:meth:`KernelResult.optimality`).
-
-    Attributes:
-        gain: the log marginal likelihood (nats) that one more Fisher-scoring step is
-            predicted to gain there (:func:`~amorgp.amortizer.stages.fisher.predicted_gain`,
-            ``g^T F^-1 g / 2`` near an interior optimum; the log prior's gradient
-            included with ``priors``); NaN where unknown.
-        grad_norm: the norm of the gradient in the refinement's log parameters
-            (``log(theta - floor)``; fixed ones left out); NaN where unknown.
-        source: where the numbers come from: ``"refinement"`` (the Fisher scoring that
-            produced the result), ``"evaluated"`` (one Fisher evaluation at the result,
-            on demand), or why they are unknown (``"not evaluated: n = 5000 > 1000
-            points"``, ``"the covariance could not be factored"``...).
-    """
-
-    gain: float
-    grad_norm: float
-    source: str
-
-    @property
-    def at_optimum(self) -> bool | None:
-        """``gain < GAIN_TOL`` (:data:`amorgp.amortizer.stages.fisher.GAIN_TOL`, 0.01 nats);
-        ``None`` where the gain is unknown."""
-        from amorgp.amortizer.stages.fisher import GAIN_TOL
-
-        return None if math.isnan(self.gain) else bool(self.gain < GAIN_TOL)
-
-
-def start_constants(
-    structure: DimWiseStructure, params: Tensor, start: str
-) -> dict[tuple[int, int, int], tuple[float, ...]]:
-    """The constants a start set each hyperparameter to, per slot ``(dim, addend, slot)``
-    of ``structure`` (slots a start sets from the data or leaves to the network are
-    absent); ``params (D, L, P)`` are the result's (an ``SE*PER`` decay depends on its
-    period).
-
-    * ``"prior-mean"`` (:mod:`amorgp.amortizer.stages.null_starts`): every slot at its prior
-      mean (``ParamSpec.prior.mean``);
-    * ``"heuristic"``: the prior mean, except the lengthscales in input units (the median
-      pairwise distance: data, unless raised to the floor) and the periods (the
-      periodogram's peak where one exists, raised to the floor; else the prior mean);
-    * ``"periodogram"``, ``"periodogram 2"``... (:mod:`amorgp.amortizer.stages.multistart`): the
-      periodic lengthscale at :data:`~amorgp.amortizer.stages.multistart.PERIODIC_LENGTHSCALE`
-      (times 0.5 or 2 for ``"..., lengthscale x0.5"``/``"x2"``), an ``SE*PER`` decay
-      lengthscale raised to ``max(DECAY_PERIODS * period, TREND_LENGTHSCALE)``, the
-      lengthscale of every addend without a period raised to
-      :data:`~amorgp.amortizer.stages.multistart.TREND_LENGTHSCALE` (a value the network gave
-      above these stays the network's; the period is the periodogram's peak: data);
-    * anything else (``"network"``, ``"harmonic x2"``...): no constants.
-
-    Calibration then multiplies the variances (and a lone ``LIN``'s offset) by the
-    global scale: those rarely keep their constant, and count only where they do.
-    """
-    from amorgp.amortizer.stages.multistart import (
-        DECAY_PERIODS,
-        PERIODIC_LENGTHSCALE,
-        TREND_LENGTHSCALE,
-        slot_tables,
-    )
-    from amorgp.core.units import Unit
-    from amorgp.kernel_grammar import FLOORS, ParamKind, Vocabulary, base_symbol
-
-    out: dict[tuple[int, int, int], tuple[float, ...]] = {}
-    if start in ("prior-mean", "heuristic"):
-        for pn in structure.param_names():
-            sym = base_symbol(pn.symbol)
-            spec = sym.params[pn.slot]
-            floor = FLOORS[spec.kind]
-            input_ls = spec.kind is ParamKind.LENGTHSCALE and sym.param_units[pn.slot] is Unit.INPUT
-            if start == "heuristic" and input_ls:  # the median distance, or its floor
-                out[(pn.dim, pn.addend, pn.slot)] = (floor,)
-                continue
-            if start == "heuristic" and spec.kind is ParamKind.PERIOD:
-                out[(pn.dim, pn.addend, pn.slot)] = (spec.prior.mean, floor)
-                continue
-            out[(pn.dim, pn.addend, pn.slot)] = (spec.prior.mean,)
-        return out
-    if not start.startswith("periodogram"):
-        return out
-    factor = 0.5 if start.endswith("x0.5") else 2.0 if start.endswith("x2") else 1.0
-    names = tuple(sorted({s for dim in structure.dims for s in dim}))
-    vocab = Vocabulary(names)
-    period_t, per_ls_t, decay_t, trend_t = (t.tolist() for t in slot_tables(vocab))
-    for j, addends in enumerate(structure.dims):
-        for a, s in enumerate(addends):
-            i = names.index(s) + 1  # vocabulary id (0: padding)
-            if per_ls_t[i] >= 0:
-                out[(j, a, per_ls_t[i])] = (PERIODIC_LENGTHSCALE * factor,)
-            if decay_t[i] >= 0 and period_t[i] >= 0:
-                period = float(params[j, a, period_t[i]])
-                out[(j, a, decay_t[i])] = (max(DECAY_PERIODS * period, TREND_LENGTHSCALE),)
-            if trend_t[i] >= 0:
-                out[(j, a, trend_t[i])] = (TREND_LENGTHSCALE,)
-    return out
-
-
-def _unknown(reason: str) -> Optimality:
-    return Optimality(math.nan, math.nan, reason)
-
-
-def _stored_optimality(r: KernelResult) -> Optimality | None:
-    """The refinement's numbers where it computed them (Fisher scoring that did not fail)."""
-    if math.isnan(r.refine_gain) or r.refine_status == "failed":
-        return None
-    return Optimality(r.refine_gain, r.grad_norm, "refinement")
-
-
-def evaluate_optimality(results: Sequence[KernelResult]) -> None:
-    """Compute :meth:`KernelResult.optimality` of many results at once: those of the same
-    structure, size and constraints in one batched Fisher evaluation
-    (:class:`~amorgp.amortizer.stages.fisher_objective.BatchLogMarginalLikelihood`; rows are independent,
-    so each result gets what it would get alone).  Results that know theirs already,
-    hold no data or have more than :data:`~amorgp.amortizer.stages.fisher.CHECK_POINTS` points
-    are left to :meth:`KernelResult.optimality`."""
-    from amorgp.amortizer.stages.fisher import CHECK_POINTS
-
-    groups: dict[tuple[Any, ...], list[KernelResult]] = {}
-    for r in results:
-        if r._optimality_cache is not None or _stored_optimality(r) is not None:
-            continue
-        if r._posterior is None or r.n_points > CHECK_POINTS:
-            continue
-        key = (
-            r.kernel,
-            r.n_points,
-            tuple(r.params.shape),
-            r.noise_floor,
-            tuple(sorted(r.fixed.items(), key=repr)),
-            tuple(sorted(r.bounds.items(), key=repr)),
-            r.priors,
-        )
-        groups.setdefault(key, []).append(r)
-    for rows in groups.values():
-        for r, opt in zip(rows, _evaluate(rows), strict=True):
-            object.__setattr__(r, "_optimality_cache", opt)
-
-
-def _evaluate(rows: Sequence[KernelResult]) -> list[Optimality]:
-    """One batched Fisher evaluation of results of one structure, size and constraints."""
-    from amorgp.amortizer.stages.fisher import predicted_gain
-    from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
-
-    first = rows[0]
-    with torch.inference_mode(False), torch.no_grad():
-        X = torch.stack([r.posterior.X.detach().to("cpu", torch.float64) for r in rows])
-        y = torch.stack([r.posterior.y.detach().to("cpu", torch.float64) for r in rows])
-        params = torch.stack([r.params.detach().to("cpu", torch.float64) for r in rows])
-        noise = torch.tensor([r.noise for r in rows], dtype=torch.float64)
-        cons = KernelConstraints(
-            first.kernel, first.noise_floor, first.fixed, first.bounds, first.priors
-        )
-        obj = BatchLogMarginalLikelihood(X, y, first.kernel, None if cons.trivial else cons)
-        lml, grad, fisher = obj.evaluate_gauged(obj.to_log_rows(params, noise))
-        gain = predicted_gain(fisher, grad).tolist()
-        norm = grad.norm(dim=-1).tolist()
-    return [
-        Optimality(gain[i], norm[i], "evaluated")
-        if math.isfinite(float(lml[i]))
-        else _unknown("the covariance could not be factored")
-        for i in range(len(rows))
-    ]
-
-
 @dataclass(frozen=True, eq=False, kw_only=True)
 class KernelResult(KernelFit):
     """Amortized hyperparameters of one kernel on one dataset, with the GP they define.
@@ -401,14 +239,16 @@ class KernelResult(KernelFit):
             return cached
         from amorgp.amortizer.stages.fisher import CHECK_POINTS
 
-        out = _stored_optimality(self)
+        out = stored_optimality(self)
         if out is None:
             if self._posterior is None:
-                out = _unknown("no data")
+                out = unknown_optimality("no data")
             elif self.n_points > CHECK_POINTS:
-                out = _unknown(f"not evaluated: n = {self.n_points} > {CHECK_POINTS} points")
+                out = unknown_optimality(
+                    f"not evaluated: n = {self.n_points} > {CHECK_POINTS} points"
+                )
             else:
-                out = _evaluate([self])[0]
+                out = evaluate_rows([self])[0]
         object.__setattr__(self, "_optimality_cache", out)
         return out
 
@@ -520,9 +360,9 @@ class KernelResult(KernelFit):
         ``optimality=False``: the refinement's numbers only, nothing evaluated (a Fisher
         evaluation costs about one ``n x n`` product per hyperparameter)."""
         opt = self.optimality() if optimality else self._optimality_cache
-        opt = opt or _stored_optimality(self)
+        opt = opt or stored_optimality(self)
         if opt is None:
-            opt = _unknown("not evaluated")
+            opt = unknown_optimality("not evaluated")
         return {
             **super().to_dict(),
             "refine_steps": self.refine_steps,
