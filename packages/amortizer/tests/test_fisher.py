@@ -53,6 +53,7 @@ def _data(B: int, n: int, d: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
         ("SE", 3),
         ("LIN", 2),
         ("(SE*PER)@0 * (SE + LIN)@1", 2),
+        ("RQ + PER + LIN*PER", 1),
     ],
 )
 def test_value_gradient_and_fisher_match_dense_oracles(kernel: str, d: int) -> None:

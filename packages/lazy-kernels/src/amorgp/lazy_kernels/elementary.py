@@ -75,6 +75,10 @@ GPyTorchBuilder = Callable[[Any, dict[str, Tensor], list[int] | None, Tensor | N
 UnitGradsFn = Callable[
     [dict[str, Tensor], Tensor, Tensor, Tensor], tuple[Tensor, list[tuple[str, Tensor]]]
 ]
+UnitLogGradsFn = Callable[
+    [dict[str, Tensor], Tensor, Tensor, Tensor],
+    tuple[Tensor, list[tuple[str, Tensor, Tensor]]],
+]
 SklearnBuilder = Callable[
     [Any, dict[str, Any], Callable[[Any], Any], float, float], tuple[Any, Any]
 ]
@@ -187,6 +191,13 @@ class TorchElementary:
             products ``xx`` of one input column, and its derivatives with respect to its
             parameters ``p`` (0-d tensors by elementary name), in closed form, for the
             amortizer's refinement; None: forward-mode differentiation of the torch form.
+        unit_and_log_grads: optional ``(p, r, r2, xx) -> (kt, [(name, s, M)])``: the unit
+            factor and its derivatives as ``dkt / d name = s * kt * M`` (``M = d log kt / d
+            name / s``: a matrix with no ``kt`` in it, ``s`` a factor per row), for a kernel
+            positive everywhere.  The refinement's gradient then needs no derivative
+            matrix of its own: ``<W, k * M>`` is ``<W * k, M>``, one product ``W * k`` per
+            addend (``SE``: ``s = l^-3``, ``M = r^2``, the squared differences it already
+            has).  None: the derivatives of ``unit_and_grads``.
         sklearn: optional ``(sk, p, bounds, center, scale) -> (kernel, factor)``: the unit
             factor as ``factor * kernel`` with ``sk = sklearn.gaussian_process.kernels``,
             from its parameters ``p`` (floats by elementary name, in the units of the
@@ -214,6 +225,7 @@ class TorchElementary:
     gpytorch: GPyTorchBuilder | None = field(default=None, compare=False)
     owns_output: bool = False
     unit_and_grads: UnitGradsFn | None = field(default=None, compare=False)
+    unit_and_log_grads: UnitLogGradsFn | None = field(default=None, compare=False)
     sklearn: SklearnBuilder | None = field(default=None, compare=False)
     sklearn_ard: bool = False
     gpytorch_module: GPyTorchModule | None = field(default=None, compare=False)
@@ -330,6 +342,14 @@ def _se_grads(
     return t, [("lengthscale", t * r2 * (1.0 / ell**3))]
 
 
+def _se_log_grads(
+    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor, Tensor]]]:
+    ell = p["lengthscale"]
+    t = (r2 * (-0.5 / ell.square())).exp()
+    return t, [("lengthscale", ell.pow(-3), r2)]
+
+
 def _lin_grads(
     p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
 ) -> tuple[Tensor, list[tuple[str, Tensor]]]:
@@ -351,6 +371,21 @@ def _per_grads(
     ]
 
 
+def _per_log_grads(
+    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor, Tensor]]]:
+    ell, per = p["lengthscale"], p["period"]
+    w = r * (math.pi / per)
+    sn = torch.sin(w)
+    sn2 = sn.square()
+    t = (sn2 * (-0.5 / ell.square())).exp()
+    # d log kt / d p = sin(w) cos(w) w / (p l^2)
+    return t, [
+        ("lengthscale", ell.pow(-3), sn2),
+        ("period", 1.0 / (per * ell.square()), sn.mul_(torch.cos(w)).mul_(w)),
+    ]
+
+
 def _mat52_grads(
     p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
 ) -> tuple[Tensor, list[tuple[str, Tensor]]]:
@@ -359,6 +394,16 @@ def _mat52_grads(
     e = (-a).exp()
     t = (1.0 + a + a.square() / 3.0) * e
     return t, [("lengthscale", a.square() * (1.0 + a) * e / (3.0 * ell))]
+
+
+def _mat52_log_grads(
+    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor, Tensor]]]:
+    ell = p["lengthscale"]
+    a = r.abs() * (math.sqrt(5.0) / ell)
+    q = 1.0 + a + a.square() / 3.0  # at least 1
+    t = q * (-a).exp()
+    return t, [("lengthscale", 1.0 / (3.0 * ell), a.square() * (1.0 + a) / q)]
 
 
 def _rq_grads(
@@ -370,6 +415,19 @@ def _rq_grads(
     return t, [
         ("lengthscale", t * 2.0 * al * q / (ell * (1.0 + q))),
         ("alpha", t * (q / (1.0 + q) - torch.log1p(q))),
+    ]
+
+
+def _rq_log_grads(
+    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
+) -> tuple[Tensor, list[tuple[str, Tensor, Tensor]]]:
+    ell, al = p["lengthscale"], p["alpha"]
+    q = r2 * (1.0 / (2.0 * al * ell.square()))
+    frac = q / (1.0 + q)
+    t = (1.0 + q).pow(-al)
+    return t, [
+        ("lengthscale", 2.0 * al / ell, frac),
+        ("alpha", torch.ones_like(al), frac - torch.log1p(q)),
     ]
 
 
@@ -439,6 +497,7 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         keops=_SE_KEOPS,
         owns_output=True,
         unit_and_grads=_se_grads,
+        unit_and_log_grads=_se_log_grads,
         sklearn=_se_sklearn,
         sklearn_ard=True,
         gpytorch_module=_SE_GPYTORCH,
@@ -460,6 +519,7 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         keops=_PER_KEOPS,
         owns_output=True,
         unit_and_grads=_per_grads,
+        unit_and_log_grads=_per_log_grads,
         sklearn=_per_sklearn,
         gpytorch_module=_PER_GPYTORCH,
     ),
@@ -470,6 +530,7 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         keops=_MAT52_KEOPS,
         owns_output=True,
         unit_and_grads=_mat52_grads,
+        unit_and_log_grads=_mat52_log_grads,
         sklearn=_mat52_sklearn,
         gpytorch_module=_MAT52_GPYTORCH,
     ),
@@ -480,6 +541,7 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         keops=_RQ_KEOPS,
         owns_output=True,
         unit_and_grads=_rq_grads,
+        unit_and_log_grads=_rq_log_grads,
         sklearn=_rq_sklearn,
         gpytorch_module=_RQ_GPYTORCH,
     ),

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from amorgp.amortizer.stages.batched import exact_solve
 from amorgp.amortizer.stages.objective import (
+    Derivative,
     LogMarginalLikelihood,
     dimension_sum,
     sum_products,
@@ -90,6 +91,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
     ) -> None:
         super().__init__(X, y, structure, constraints)
         self.n = X.shape[-2]
+        self._work: dict[str, Tensor] = {}
         self.index = (
             torch.arange(self.floors.numel()) if self.plain else torch.nonzero(self.free).flatten()
         )
@@ -190,7 +192,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             # divided by it (self.scales_k) or the identity (the noise)
             general = [a for a in free if a != m - 1 and a not in self.scales_k]
             slot = {a: i for i, a in enumerate(general)}
-            parts: dict[int, list[tuple[Tensor, list[tuple[int, Tensor]]]]] = {}
+            parts: dict[int, list[tuple[Tensor, list[Derivative]]]] = {}
             if self.se_ard:
                 K = self._se_ard_kernel(theta, sel)
                 other: dict[int, Tensor | None] = {}
@@ -199,12 +201,11 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 for j, _, b in self.terms:  # a few addends
                     k = len(b.params)
                     v = theta[:, i : i + k].T[..., None, None]  # (k, B, 1, 1)
-                    parts.setdefault(j, []).append(self._addend_and_grads(j, b, v, i, sel))
+                    parts.setdefault(j, []).append(self._addend_relative(j, b, v, i, sel))
                     i += k
                 K, other = sum_products(
                     {j: dimension_sum([k for k, _ in lst]) for j, lst in parts.items()}
                 )
-            eye = torch.eye(n, dtype=torch.float64)
             A = K.expand(B, n, n).clone()
             A.diagonal(dim1=-2, dim2=-1).add_(theta[:, -1, None])
             Lc, alpha, lml, ok = exact_solve(A, y)
@@ -212,27 +213,46 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             # W = (alpha alpha^T - A^-1) / 2 in one pass
             W = torch.baddbmm(Ainv, alpha[:, :, None], alpha[:, None, :], beta=-0.5, alpha=0.5)
             g_general = theta.new_zeros(B, len(general))
-            U = theta.new_empty(B, len(general), n, n) if with_fisher else None
-            Wf = W.reshape(B, n * n, 1)
+            U = self._workspace("U", (B, len(general), n, n)) if with_fisher else None
             if self.se_ard and general:
-                g_general, U = self._se_ard_grads(theta, sel, K, W, general, with_fisher)
+                g_general, U = self._se_ard_grads(theta, sel, K, W, general, U)
             for j, lst in parts.items():  # dimensions: <W prod_{i != j} S_i, dk / d theta>
                 oj = other[j]
-                Wj = Wf if oj is None else (W * oj).reshape(B, n * n, 1)
-                for _, grads in lst:
-                    for idx, dk in grads:
-                        if idx not in slot:
+                Wj = W if oj is None else W * oj
+                for k_a, derivs in lst:
+                    used = [d for d in derivs if d.param in slot]
+                    if not used:
+                        continue
+                    relative = any(d.scale is not None for d in used)
+                    # relative derivatives: <Wj, s k M> = s <Wj k, M>, and the Fisher
+                    # information's matrix s (k prod_{i != j} S_i) M
+                    G = Wj * k_a if relative else None
+                    Pk = k_a if U is None or oj is None else k_a * oj
+                    for d in used:
+                        at = slot[d.param]
+                        if d.scale is None:
+                            assert d.matrix is not None
+                            dkb = d.matrix.expand(B, n, n)
+                            g_general[:, at] = _dots(Wj, dkb)
+                            if U is None:
+                                continue
+                            if oj is None:
+                                U[:, at] = dkb
+                            else:
+                                torch.mul(dkb, oj, out=U[:, at])
                             continue
-                        dkb = dk.expand(B, n, n)
-                        g_general[:, slot[idx]] = (dkb.reshape(B, 1, n * n) @ Wj)[:, 0, 0]
+                        assert G is not None
+                        sc = d.scale.expand(B, 1, 1)
+                        dot = G.sum((-2, -1)) if d.matrix is None else _dots(G, d.matrix)
+                        g_general[:, at] = sc.reshape(B) * dot
                         if U is None:
                             continue
-                        if oj is None:
-                            U[:, slot[idx]] = dkb
+                        if d.matrix is None:
+                            torch.mul(Pk, sc, out=U[:, at])
                         else:
-                            torch.mul(dkb, oj, out=U[:, slot[idx]])
-            Kb = K.expand(B, n, n)
-            g_k = (Kb.reshape(B, 1, n * n) @ Wf)[:, 0, 0]
+                            torch.mul(Pk, d.matrix, out=U[:, at])
+                            U[:, at].mul_(sc)
+            g_k = _dots(W, K.expand(B, n, n))
             g_noise = W.diagonal(dim1=-2, dim2=-1).sum(-1)
             # per free parameter: its column among the distinct matrices and its factor
             u_k, u_noise = len(general), len(general) + 1
@@ -254,13 +274,17 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 if n > PROBE_POINTS:
                     Fu = _probed_fisher(Lc, U, theta[:, -1])
                 else:
-                    # A^-1 K = I - noise A^-1 (A = K + noise I): no product for the scales
-                    AK = eye - theta[:, -1, None, None] * Ainv
-                    M = torch.cat(
-                        [Ainv[:, None] @ U, AK[:, None], Ainv[:, None]], 1
-                    )  # (B, u + 2, n, n): A^-1 times each distinct derivative
-                    Mt = M.transpose(-2, -1).flatten(2)
-                    Fu = 0.5 * (M.flatten(2) @ Mt.transpose(1, 2))
+                    # (B, u + 2, n, n): A^-1 times each distinct derivative; A^-1 K =
+                    # I - noise A^-1 (A = K + noise I): no product for the scales
+                    u = U.shape[1]
+                    M = self._workspace("M", (B, u + 2, n, n))
+                    torch.matmul(Ainv[:, None], U, out=M[:, :u])
+                    torch.mul(Ainv, -theta[:, -1, None, None], out=M[:, u])
+                    M[:, u].diagonal(dim1=-2, dim2=-1).add_(1.0)
+                    M[:, u + 1] = Ainv
+                    Mt = self._workspace("Mt", M.shape)
+                    Mt.copy_(M.transpose(-2, -1))
+                    Fu = 0.5 * (M.flatten(2) @ Mt.flatten(2).transpose(1, 2))
                     Fu = 0.5 * (Fu + Fu.transpose(1, 2))
                 fisher = Fu[:, col][:, :, col] * c[:, :, None] * c[:, None, :]
             else:
@@ -292,6 +316,19 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             fisher = torch.where(good[:, None, None], fisher, ident)
             return lml, grad, fisher
 
+    def _workspace(self, name: str, shape: tuple[int, ...]) -> Tensor:
+        """A float64 buffer of ``shape`` kept for the next evaluation: the derivative
+        matrices of the Fisher information and their products with ``A^-1`` are the
+        largest temporaries of an evaluation (``3 (u + 2) n^2`` numbers), and allocated
+        afresh each time they come from the system zeroed, a page fault per 4 KiB (above
+        glibc's mmap threshold: every time).  Its content is overwritten by each use."""
+        need = math.prod(shape)
+        buf = self._work.get(name)
+        if buf is None or buf.numel() < need:
+            buf = torch.empty(need, dtype=torch.float64)
+            self._work[name] = buf
+        return buf[:need].view(shape)
+
     def _se_ard_kernel(self, theta: Tensor, sel: Tensor | slice) -> Tensor:
         """``K (B, n, n)`` of an ARD SE kernel: ``prod_j s_j^2 exp(-sum_j r_j^2 / 2
         l_j^2)``, the sum one batched product over the stacked squared differences."""
@@ -308,11 +345,11 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         K: Tensor,
         W: Tensor,
         general: list[int],
-        with_fisher: bool,
+        U: Tensor | None,
     ) -> tuple[Tensor, Tensor | None]:
         """The lengthscales' gradient ``<W, K r_j^2> / l_j^3`` (``(B, u)``, in the order of
-        ``general``, all lengthscales) and with ``with_fisher`` their derivative matrices
-        ``K r_j^2 / l_j^3`` (``(B, u, n, n)``)."""
+        ``general``, all lengthscales) and, written into ``U`` (``(B, u, n, n)``) where
+        given, their derivative matrices ``K r_j^2 / l_j^3``."""
         R2 = self.R2[sel]
         B, D, n = R2.shape[0], R2.shape[1], R2.shape[-1]
         pos = [self.ls_at.index(a) for a in general]
@@ -320,9 +357,9 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         R2u = R2 if pos == list(range(D)) else R2[:, pos]
         WK = (W * K).reshape(B, n * n, 1)
         g = (R2u.reshape(B, len(pos), n * n) @ WK)[..., 0] * inv3
-        if not with_fisher:
+        if U is None:
             return g, None
-        U = R2u * K[:, None]
+        torch.mul(R2u, K[:, None], out=U)
         return g, U.mul_(inv3[:, :, None, None])
 
     def evaluate_gauged(
@@ -339,6 +376,17 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 fisher[:, :, self.gauge] = 0.0
                 fisher[:, self.gauge, self.gauge] = 1.0
         return lml, grad, fisher
+
+
+def _dots(a: Tensor, b: Tensor) -> Tensor:
+    """``sum(a * b)`` over the last two axes of ``a (B, n, n)`` and ``b`` (broadcast): one
+    BLAS dot for one row, else a batched dot (a batched matrix product of ``1 x n^2`` by
+    ``n^2 x 1`` pays a call per row)."""
+    B = a.shape[0]
+    bb = b.expand_as(a)
+    if B == 1:
+        return (a.reshape(1, 1, -1) @ bb.reshape(1, -1, 1)).reshape(1)
+    return torch.linalg.vecdot(a.reshape(B, -1), bb.reshape(B, -1))
 
 
 def _probed_fisher(Lc: Tensor, U: Tensor, noise: Tensor) -> Tensor:

@@ -7,7 +7,7 @@ optimiser that maximises it).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EVALS_PER_ITERATION",
+    "Derivative",
     "START_GAP",
     "LogMarginalLikelihood",
     "dimension_sum",
@@ -40,6 +41,16 @@ EVALS_PER_ITERATION = 25
 """Objective evaluations allowed per L-BFGS iteration (the strong-Wolfe line search's own
 limit); ``torch.optim.LBFGS``'s default budget of ``1.25 x`` the iterations would end a
 short refinement after two or three iterations whose line searches needed several."""
+
+
+class Derivative(NamedTuple):
+    """The derivative of an addend ``k`` with respect to ``theta[param]``: ``scale * k *
+    matrix`` where ``scale`` is given (relative: ``matrix`` is ``d log k / d theta / scale``,
+    ``None`` for ones; ``scale`` a factor per row), else ``matrix`` itself (dense)."""
+
+    param: int
+    scale: Tensor | None
+    matrix: Tensor | None
 
 
 def sum_products(sums: dict[int, Tensor]) -> tuple[Tensor, dict[int, Tensor | None]]:
@@ -330,6 +341,56 @@ class LogMarginalLikelihood:
             other = var if len(units) == 1 else var * units[1 - fi]
             grads.extend((at[name], other * dt) for name, dt in d)
         return var * unit, grads
+
+    def _addend_relative(
+        self,
+        j: int,
+        b: BaseSymbol,
+        v: Tensor,
+        first: int,
+        rows: Tensor | slice | None = None,
+    ) -> tuple[Tensor, list[Derivative]]:
+        """One addend's kernel ``k`` and its derivatives (:class:`Derivative`) as
+        :meth:`_addend_and_grads`, but relative to ``k`` where the factors allow
+        (the variance's ``k / s^2``, and each factor's with a ``unit_and_log_grads``):
+        then a gradient needs no derivative matrix, ``<W, scale k M> = scale <W k, M>``.
+        LIN alone, and the factors without ``unit_and_log_grads``, give dense ones."""
+        from amorgp.lazy_kernels import torch_elementary
+
+        if len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all:
+            k, plain = self._addend_and_grads(j, b, v, first, rows)
+            return k, [Derivative(i, None, dk) for i, dk in plain]
+        names = list(b.param_names)
+        values = dict(zip(names, v, strict=True))
+        at = {name: first + i for i, name in enumerate(names)}
+        r, r2, xx = self.r[j], self.r2[j], self.xx[j]
+        if rows is not None:
+            r, r2, xx = r[rows], r2[rows], xx[rows]
+        var = values["variance"]
+        units: list[Tensor] = []
+        derivs = [Derivative(at["variance"], 1.0 / var, None)]
+        dense: list[tuple[int, list[tuple[int, Tensor]]]] = []
+        for f in b.factors:
+            full = b.factor_param_names(f)
+            p = {name: values[fn] for name, fn in full.items()}
+            form = torch_elementary(f)
+            if form.unit_and_log_grads is not None:
+                t, logs = form.unit_and_log_grads(p, r, r2, xx)
+                derivs.extend(Derivative(at[full[name]], s, m) for name, s, m in logs)
+            else:
+                t, grads = _unit_and_grads(f, p, r, r2, xx)
+                dense.append((len(units), [(at[full[name]], dt) for name, dt in grads]))
+            units.append(t)
+        unit = units[0]
+        for t in units[1:]:
+            unit = unit * t
+        for fi, own in dense:  # the other factors times the variance, times each derivative
+            rest = var
+            for other, t in enumerate(units):
+                if other != fi:
+                    rest = rest * t
+            derivs.extend(Derivative(a, None, rest * dt) for a, dt in own)
+        return var * unit, derivs
 
     def maximise(self, z: Tensor, iterations: int) -> tuple[Tensor, float, int, str]:
         """At most ``iterations`` L-BFGS iterations (strong Wolfe, up to

@@ -1,0 +1,71 @@
+"""The closed-form derivatives of the elementary unit factors (``unit_and_grads`` and the
+relative ``unit_and_log_grads`` of :class:`amorgp.lazy_kernels.TorchElementary`) against
+central finite differences of the registry's numpy float64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from amorgp.kernel_grammar import ELEMENTARY
+from amorgp.lazy_kernels import TORCH_ELEMENTARY
+
+VALUES = {"lengthscale": 0.7, "period": 0.9, "alpha": 1.6, "offset": 0.4}
+
+
+def _pairs(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Two batches of 1-D points (the second row of one batch equal to its first: ``r = 0``
+    on the diagonal), their differences, squares and products, ``(2, n, n)``."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2.0, 2.0, (2, 12))
+    r = x[:, :, None] - x[:, None, :]
+    return x, r, r**2, x[:, :, None] * x[:, None, :]
+
+
+def _finite_differences(name: str, x: np.ndarray, p: dict[str, float], h: float = 1e-6):
+    ref = ELEMENTARY[name].unit
+    out = {}
+    for q in p:
+        up, down = dict(p), dict(p)
+        up[q] += h
+        down[q] -= h
+        out[q] = np.stack([(ref(xb, xb, up) - ref(xb, xb, down)) / (2 * h) for xb in x])
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_ELEMENTARY))
+def test_the_closed_form_derivatives_match_finite_differences(name: str) -> None:
+    form = TORCH_ELEMENTARY[name]
+    x, r, r2, xx = _pairs(0)
+    spec = ELEMENTARY[name]
+    p = {q.name: VALUES[q.name] for q in spec.params}
+    # per row of a batch: the parameters as (2, 1, 1), row 1 at 1.3 times row 0
+    pt = {q: torch.tensor([v, 1.3 * v], dtype=torch.float64)[:, None, None] for q, v in p.items()}
+    rt, r2t, xxt = (torch.tensor(a) for a in (r, r2, xx))
+    for row in range(2):
+        pr = {q: v * (1.3 if row else 1.0) for q, v in p.items()}
+        want_unit = spec.unit(x[row], x[row], pr)
+        fd = _finite_differences(name, x[row : row + 1], pr)
+        if form.unit_and_grads is not None:
+            t, grads = form.unit_and_grads(pt, rt, r2t, xxt)
+            np.testing.assert_allclose(t[row].numpy(), want_unit, rtol=1e-12, atol=1e-14)
+            assert [q for q, _ in grads] == [q.name for q in spec.params]
+            for q, dt in grads:
+                np.testing.assert_allclose(dt[row].numpy(), fd[q][0], rtol=1e-6, atol=1e-8)
+        if form.unit_and_log_grads is not None:
+            t, logs = form.unit_and_log_grads(pt, rt, r2t, xxt)
+            np.testing.assert_allclose(t[row].numpy(), want_unit, rtol=1e-12, atol=1e-14)
+            assert [q for q, _, _ in logs] == [q.name for q in spec.params]
+            for q, s, m in logs:
+                dt = (s * t * m)[row].numpy()
+                np.testing.assert_allclose(dt, fd[q][0], rtol=1e-6, atol=1e-8)
+
+
+def test_a_kernel_that_can_be_zero_gives_no_relative_derivatives() -> None:
+    """LIN's unit factor ``x x' + c`` vanishes where ``x x' = -c``: its derivatives cannot
+    be relative to it."""
+    assert TORCH_ELEMENTARY["LIN"].unit_and_log_grads is None
+    assert all(
+        TORCH_ELEMENTARY[n].unit_and_log_grads is not None for n in ("SE", "PER", "MAT52", "RQ")
+    )
