@@ -94,6 +94,33 @@ def test_a_batch_equals_its_rows_one_at_a_time() -> None:
         torch.testing.assert_close(r.noise[0], whole.noise[b], rtol=1e-5, atol=1e-9)
 
 
+def test_evaluations_of_different_sizes_share_the_workspace_safely() -> None:
+    """The Fisher information's buffers are kept between evaluations of one objective: a
+    smaller chunk after a larger one, and the larger again, give what a fresh objective
+    gives, and the dense oracle's Fisher information."""
+    X, y = _data(3, 20, 2, 5)
+    s = _structure("(SE*PER)@0 * (SE + LIN)@1", 2)
+    obj = BatchLogMarginalLikelihood(X, y, s)
+    m = obj.floors.numel()
+    z = 0.3 * torch.randn(3, m, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    first = obj.evaluate(z)
+    one = obj.evaluate(z[1:2], torch.tensor([1]))
+    again = obj.evaluate(z)
+    fresh = BatchLogMarginalLikelihood(X, y, s).evaluate(z)
+    for a, b in zip(again, fresh, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for a, b in zip(first, fresh, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for a, b in zip(one, fresh, strict=True):
+        torch.testing.assert_close(a[0], b[1], rtol=1e-10, atol=1e-10)
+    _, cov = _oracle(X[1].numpy(), y[1].numpy(), s, obj.floors.numpy())
+    zb, h = z[1].numpy(), 1e-5
+    Ainv = np.linalg.inv(cov(zb))
+    dA = [(cov(zb + h * e) - cov(zb - h * e)) / (2 * h) for e in np.eye(m)]
+    F = np.array([[0.5 * np.trace(Ainv @ a @ Ainv @ c) for c in dA] for a in dA])
+    np.testing.assert_allclose(one[2][0].numpy(), F, rtol=1e-5, atol=1e-7)
+
+
 def _scipy_optimum(f, z: np.ndarray) -> tuple[np.ndarray, float]:
     """The local optimum near ``z`` by scipy's L-BFGS-B on the dense oracle (central
     differences), run to tight tolerances."""

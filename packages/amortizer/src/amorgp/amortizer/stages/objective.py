@@ -271,28 +271,41 @@ class LogMarginalLikelihood:
         """The log marginal likelihood at ``theta (m,)`` and its gradient with respect to
         ``theta`` (see :meth:`value_and_grad`; NaN on failure)."""
         with torch.no_grad():
-            parts: dict[int, list[tuple[Tensor, list[tuple[int, Tensor]]]]] = {}
+            parts: dict[int, list[tuple[Tensor, list[Derivative]]]] = {}
             i = 0
             for j, _, b in self.terms:  # a few addends
-                k, grads = self._addend_and_grads(j, b, theta[i : i + len(b.params)], i)
-                parts.setdefault(j, []).append((k, grads))
+                k, derivs = self._addend_relative(j, b, theta[i : i + len(b.params)], i)
+                parts.setdefault(j, []).append((k, derivs))
                 i += len(b.params)
             sums = {j: dimension_sum([k for k, _ in lst]) for j, lst in parts.items()}
             K, other = sum_products(sums)
             nan = torch.full_like(theta, math.nan)
-            n = K.shape[0]
-            A = K + theta[-1] * torch.eye(n, dtype=K.dtype)
+            # in place where a new n x n matrix is not needed: above glibc's mmap threshold
+            # (about 2,900 points) each one is faulted in afresh
+            A = K.clone()
+            A.diagonal().add_(theta[-1])
             Lc, alpha, lml, ok = exact_solve(A, self.y)
+            del A
             if not bool(ok):
                 return theta.new_tensor(math.nan), nan
-            W = 0.5 * (alpha[:, None] * alpha[None, :] - torch.cholesky_inverse(Lc))
+            W = torch.cholesky_inverse(Lc).mul_(-0.5).addr_(alpha, alpha, alpha=0.5)
             grad = torch.zeros_like(theta)
             for j, lst in parts.items():  # dimensions
                 o = other[j]
                 Wj = W if o is None else W * o
-                for _, grads in lst:
-                    for idx, dk in grads:
-                        grad[idx] = torch.dot(Wj.reshape(-1), dk.reshape(-1))
+                for k_a, derivs in lst:
+                    # relative derivatives: <Wj, s k M> = s <Wj k, M>
+                    G = Wj * k_a if any(d.scale is not None for d in derivs) else Wj
+                    for d in derivs:
+                        if d.scale is None:
+                            assert d.matrix is not None
+                            dk = d.matrix.expand_as(Wj)
+                            grad[d.param] = torch.dot(Wj.reshape(-1), dk.reshape(-1))
+                        elif d.matrix is None:
+                            grad[d.param] = d.scale * G.sum()
+                        else:
+                            dot = torch.dot(G.reshape(-1), d.matrix.reshape(-1))
+                            grad[d.param] = d.scale * dot
             grad[-1] = W.diagonal().sum()
             return lml, grad
 
@@ -357,7 +370,8 @@ class LogMarginalLikelihood:
         LIN alone, and the factors without ``unit_and_log_grads``, give dense ones."""
         from amorgp.lazy_kernels import torch_elementary
 
-        if len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all:
+        lin_alone = len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all
+        if lin_alone:
             k, plain = self._addend_and_grads(j, b, v, first, rows)
             return k, [Derivative(i, None, dk) for i, dk in plain]
         names = list(b.param_names)
