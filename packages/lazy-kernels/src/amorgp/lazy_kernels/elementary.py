@@ -57,6 +57,14 @@ import torch
 from torch import Tensor
 
 from amorgp.core.errors import OptionError
+from amorgp.lazy_kernels.unit_derivatives import (
+    lin_grads,
+    mat52_log_grads,
+    per_log_grads,
+    plain_grads,
+    rq_log_grads,
+    se_log_grads,
+)
 
 __all__ = [
     "TORCH_ELEMENTARY",
@@ -333,104 +341,6 @@ _RQ_KEOPS = KeOpsFormula(
 )
 
 
-# -- closed-form derivatives of the unit factors (the amortizer's refinement) -------------
-def _se_grads(
-    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
-) -> tuple[Tensor, list[tuple[str, Tensor]]]:
-    ell = p["lengthscale"]
-    t = (r2 * (-0.5 / ell.square())).exp()
-    return t, [("lengthscale", t * r2 * (1.0 / ell**3))]
-
-
-def _se_log_grads(
-    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
-) -> tuple[Tensor, list[tuple[str, Tensor, Tensor]]]:
-    ell = p["lengthscale"]
-    t = (r2 * (-0.5 / ell.square())).exp()
-    return t, [("lengthscale", ell.pow(-3), r2)]
-
-
-def _lin_grads(
-    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
-) -> tuple[Tensor, list[tuple[str, Tensor]]]:
-    t = xx + p["offset"]
-    return t, [("offset", torch.ones_like(t))]
-
-
-def _per_grads(
-    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
-) -> tuple[Tensor, list[tuple[str, Tensor]]]:
-    ell, per = p["lengthscale"], p["period"]
-    w = r * (math.pi / per)
-    sn = torch.sin(w)
-    sn2 = sn.square()
-    t = (sn2 * (-0.5 / ell.square())).exp()
-    return t, [
-        ("lengthscale", t * sn2 * (1.0 / ell**3)),
-        ("period", t * sn * torch.cos(w) * w * (1.0 / (per * ell.square()))),
-    ]
-
-
-def _per_log_grads(
-    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
-) -> tuple[Tensor, list[tuple[str, Tensor, Tensor]]]:
-    ell, per = p["lengthscale"], p["period"]
-    w = r * (math.pi / per)
-    sn = torch.sin(w)
-    sn2 = sn.square()
-    t = (sn2 * (-0.5 / ell.square())).exp()
-    # d log kt / d p = sin(w) cos(w) w / (p l^2)
-    return t, [
-        ("lengthscale", ell.pow(-3), sn2),
-        ("period", 1.0 / (per * ell.square()), sn.mul_(torch.cos(w)).mul_(w)),
-    ]
-
-
-def _mat52_grads(
-    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
-) -> tuple[Tensor, list[tuple[str, Tensor]]]:
-    ell = p["lengthscale"]
-    a = r.abs() * (math.sqrt(5.0) / ell)
-    e = (-a).exp()
-    t = (1.0 + a + a.square() / 3.0) * e
-    return t, [("lengthscale", a.square() * (1.0 + a) * e / (3.0 * ell))]
-
-
-def _mat52_log_grads(
-    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
-) -> tuple[Tensor, list[tuple[str, Tensor, Tensor]]]:
-    ell = p["lengthscale"]
-    a = r.abs() * (math.sqrt(5.0) / ell)
-    q = 1.0 + a + a.square() / 3.0  # at least 1
-    t = q * (-a).exp()
-    return t, [("lengthscale", 1.0 / (3.0 * ell), a.square() * (1.0 + a) / q)]
-
-
-def _rq_grads(
-    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
-) -> tuple[Tensor, list[tuple[str, Tensor]]]:
-    ell, al = p["lengthscale"], p["alpha"]
-    q = r2 * (1.0 / (2.0 * al * ell.square()))
-    t = (1.0 + q).pow(-al)
-    return t, [
-        ("lengthscale", t * 2.0 * al * q / (ell * (1.0 + q))),
-        ("alpha", t * (q / (1.0 + q) - torch.log1p(q))),
-    ]
-
-
-def _rq_log_grads(
-    p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor
-) -> tuple[Tensor, list[tuple[str, Tensor, Tensor]]]:
-    ell, al = p["lengthscale"], p["alpha"]
-    q = r2 * (1.0 / (2.0 * al * ell.square()))
-    frac = q / (1.0 + q)
-    t = (1.0 + q).pow(-al)
-    return t, [
-        ("lengthscale", 2.0 * al / ell, frac),
-        ("alpha", torch.ones_like(al), frac - torch.log1p(q)),
-    ]
-
-
 # -- scikit-learn conversions ----------------------------------------------------------------
 Bounds = Callable[[Any], Any]
 
@@ -496,8 +406,8 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         log_unit_r2=_se_r2,
         keops=_SE_KEOPS,
         owns_output=True,
-        unit_and_grads=_se_grads,
-        unit_and_log_grads=_se_log_grads,
+        unit_and_grads=plain_grads(se_log_grads),
+        unit_and_log_grads=se_log_grads,
         sklearn=_se_sklearn,
         sklearn_ard=True,
         gpytorch_module=_SE_GPYTORCH,
@@ -508,7 +418,7 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         unit_xx=_lin_xx,
         keops=_LIN_KEOPS,
         owns_output=True,
-        unit_and_grads=_lin_grads,
+        unit_and_grads=lin_grads,
         sklearn=_lin_sklearn,
         gpytorch_module=_LIN_GPYTORCH,
     ),
@@ -518,8 +428,8 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         log_unit_r=_per_r,
         keops=_PER_KEOPS,
         owns_output=True,
-        unit_and_grads=_per_grads,
-        unit_and_log_grads=_per_log_grads,
+        unit_and_grads=plain_grads(per_log_grads),
+        unit_and_log_grads=per_log_grads,
         sklearn=_per_sklearn,
         gpytorch_module=_PER_GPYTORCH,
     ),
@@ -529,8 +439,8 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         log_unit_r=_mat52_r,
         keops=_MAT52_KEOPS,
         owns_output=True,
-        unit_and_grads=_mat52_grads,
-        unit_and_log_grads=_mat52_log_grads,
+        unit_and_grads=plain_grads(mat52_log_grads),
+        unit_and_log_grads=mat52_log_grads,
         sklearn=_mat52_sklearn,
         gpytorch_module=_MAT52_GPYTORCH,
     ),
@@ -540,8 +450,8 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         log_unit_r2=_rq_r2,
         keops=_RQ_KEOPS,
         owns_output=True,
-        unit_and_grads=_rq_grads,
-        unit_and_log_grads=_rq_log_grads,
+        unit_and_grads=plain_grads(rq_log_grads),
+        unit_and_log_grads=rq_log_grads,
         sklearn=_rq_sklearn,
         gpytorch_module=_RQ_GPYTORCH,
     ),

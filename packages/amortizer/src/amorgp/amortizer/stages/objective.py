@@ -309,18 +309,23 @@ class LogMarginalLikelihood:
             grad[-1] = W.diagonal().sum()
             return lml, grad
 
-    def _addend_and_grads(
+    def _addend_relative(
         self,
         j: int,
         b: BaseSymbol,
         v: Tensor,
         first: int,
         rows: Tensor | slice | None = None,
-    ) -> tuple[Tensor, list[tuple[int, Tensor]]]:
-        """One addend's kernel and its derivatives ``[(index in theta, dk / d theta)]``
-        (an ``int`` derivative is a constant: ``1``).  ``v``: its parameters, ``(k,)`` or
-        ``(k, B, 1, 1)`` for a batch of datasets; ``rows``: which datasets of a batch (an
-        index, or a slice of consecutive ones)."""
+    ) -> tuple[Tensor, list[Derivative]]:
+        """One addend's kernel ``k`` and its derivatives (:class:`Derivative`), relative to
+        ``k`` where the factors allow (the variance's ``k / s^2``, and each factor's with a
+        ``unit_and_log_grads``): then a gradient needs no derivative matrix, ``<W, scale k
+        M> = scale <W k, M>``.  LIN alone, and the factors without ``unit_and_log_grads``,
+        give dense ones.  ``v``: its parameters, ``(k,)`` or ``(k, B, 1, 1)`` for a batch of
+        datasets; ``rows``: which datasets of a batch (an index, or a slice of consecutive
+        ones)."""
+        from amorgp.lazy_kernels import torch_elementary
+
         names = list(b.param_names)
         values = dict(zip(names, v, strict=True))
         at = {name: first + i for i, name in enumerate(names)}
@@ -336,51 +341,15 @@ class LogMarginalLikelihood:
             p = {name: values[fn] for name, fn in full.items()}
             lead = ELEMENTARY[f].params[0].name
             p[lead] = torch.zeros_like(p[lead])
-            g, d = _unit_and_grads(f, p, r, r2, xx)
-            grads = [(at["variance"], g), (at[full[lead]], torch.ones_like(g))]
-            grads.extend((at[full[name]], var * dt) for name, dt in d if name != lead)
-            return var * g + values[full[lead]], grads
-        units: list[Tensor] = []
-        dunits: list[list[tuple[str, Tensor]]] = []
-        for f in b.factors:
-            full = b.factor_param_names(f)
-            p = {name: values[fn] for name, fn in full.items()}
-            t, d = _unit_and_grads(f, p, r, r2, xx)
-            units.append(t)
-            dunits.append([(full[name], dt) for name, dt in d])
-        unit = units[0] if len(units) == 1 else units[0] * units[1]
-        grads = [(at["variance"], unit)]
-        for fi, d in enumerate(dunits):
-            other = var if len(units) == 1 else var * units[1 - fi]
-            grads.extend((at[name], other * dt) for name, dt in d)
-        return var * unit, grads
-
-    def _addend_relative(
-        self,
-        j: int,
-        b: BaseSymbol,
-        v: Tensor,
-        first: int,
-        rows: Tensor | slice | None = None,
-    ) -> tuple[Tensor, list[Derivative]]:
-        """One addend's kernel ``k`` and its derivatives (:class:`Derivative`) as
-        :meth:`_addend_and_grads`, but relative to ``k`` where the factors allow
-        (the variance's ``k / s^2``, and each factor's with a ``unit_and_log_grads``):
-        then a gradient needs no derivative matrix, ``<W, scale k M> = scale <W k, M>``.
-        LIN alone, and the factors without ``unit_and_log_grads``, give dense ones."""
-        from amorgp.lazy_kernels import torch_elementary
-
-        lin_alone = len(b.factors) == 1 and not ELEMENTARY[b.factors[0]].variance_scales_all
-        if lin_alone:
-            k, plain = self._addend_and_grads(j, b, v, first, rows)
-            return k, [Derivative(i, None, dk) for i, dk in plain]
-        names = list(b.param_names)
-        values = dict(zip(names, v, strict=True))
-        at = {name: first + i for i, name in enumerate(names)}
-        r, r2, xx = self.r[j], self.r2[j], self.xx[j]
-        if rows is not None:
-            r, r2, xx = r[rows], r2[rows], xx[rows]
-        var = values["variance"]
+            g, grads = _unit_and_grads(f, p, r, r2, xx)
+            plain = [
+                Derivative(at["variance"], None, g),
+                Derivative(at[full[lead]], None, torch.ones_like(g)),
+            ]
+            plain.extend(
+                Derivative(at[full[name]], None, var * dt) for name, dt in grads if name != lead
+            )
+            return var * g + values[full[lead]], plain
         units: list[Tensor] = []
         derivs = [Derivative(at["variance"], 1.0 / var, None)]
         dense: list[tuple[int, list[tuple[int, Tensor]]]] = []

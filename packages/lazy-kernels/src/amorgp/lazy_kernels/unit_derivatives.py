@@ -1,0 +1,77 @@
+"""Closed-form derivatives of the elementary unit factors, for the amortizer's refinement
+(the ``unit_and_grads`` and ``unit_and_log_grads`` of
+:class:`amorgp.lazy_kernels.elementary.TorchElementary`).
+
+A kernel positive everywhere gives its derivatives relative to it (``*_log_grads``:
+``(kt, [(name, s, M)])`` with ``dkt / d name = s kt M``); its plain derivatives are those
+times ``kt`` (:func:`plain_grads`), so each closed form is written once.  LIN, which can be
+zero, has plain ones only.  Every function takes the elementary parameters ``p`` (tensors
+by name, broadcasting against the matrices) and the ``(..., n, n)`` differences ``r``,
+their squares ``r2`` and the products ``xx`` of one input column.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+UnitGrads = tuple[Tensor, list[tuple[str, Tensor]]]
+UnitLogGrads = tuple[Tensor, list[tuple[str, Tensor, Tensor]]]
+
+
+def plain_grads(
+    log_grads: Callable[[dict[str, Tensor], Tensor, Tensor, Tensor], UnitLogGrads],
+) -> Callable[[dict[str, Tensor], Tensor, Tensor, Tensor], UnitGrads]:
+    """The plain derivatives ``dkt / d name = s kt M`` of relative ones."""
+
+    def grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitGrads:
+        t, logs = log_grads(p, r, r2, xx)
+        return t, [(name, s * t * m) for name, s, m in logs]
+
+    return grads
+
+
+def se_log_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitLogGrads:
+    ell = p["lengthscale"]
+    t = (r2 * (-0.5 / ell.square())).exp()
+    return t, [("lengthscale", ell.pow(-3), r2)]
+
+
+def lin_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitGrads:
+    t = xx + p["offset"]
+    return t, [("offset", torch.ones_like(t))]
+
+
+def per_log_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitLogGrads:
+    ell, per = p["lengthscale"], p["period"]
+    w = r * (math.pi / per)
+    sn = torch.sin(w)
+    sn2 = sn.square()
+    t = (sn2 * (-0.5 / ell.square())).exp()
+    # d log kt / d p = sin(w) cos(w) w / (p l^2)
+    return t, [
+        ("lengthscale", ell.pow(-3), sn2),
+        ("period", 1.0 / (per * ell.square()), sn.mul_(torch.cos(w)).mul_(w)),
+    ]
+
+
+def mat52_log_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitLogGrads:
+    ell = p["lengthscale"]
+    a = r.abs() * (math.sqrt(5.0) / ell)
+    q = 1.0 + a + a.square() / 3.0  # at least 1
+    t = q * (-a).exp()
+    return t, [("lengthscale", 1.0 / (3.0 * ell), a.square() * (1.0 + a) / q)]
+
+
+def rq_log_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitLogGrads:
+    ell, al = p["lengthscale"], p["alpha"]
+    q = r2 * (1.0 / (2.0 * al * ell.square()))
+    frac = q / (1.0 + q)
+    t = (1.0 + q).pow(-al)
+    return t, [
+        ("lengthscale", 2.0 * al / ell, frac),
+        ("alpha", torch.ones_like(al), frac - torch.log1p(q)),
+    ]
