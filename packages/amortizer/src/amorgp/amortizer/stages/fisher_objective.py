@@ -53,10 +53,14 @@ SE_ARD = True
 (:meth:`BatchLogMarginalLikelihood._se_ard_kernel`); ``False``: as any other structure
 (the same values, for comparison)."""
 
-PROBE_POINTS = 1000
+PROBE_POINTS = 300
 """Above this many points the Fisher information is estimated by :data:`PROBES` random
 probes (:func:`_probed_fisher`: products of ``n x PROBES`` blocks in place of one
-``n x n`` product per hyperparameter); at most, it is exact."""
+``n x n`` product per hyperparameter, about ``2 n / (3 PROBES)`` times fewer operations:
+3x at 300 points, 5x at 500); at most, it is exact.  Fisher scoring takes its steps with
+the estimate and checks a verdict "at an optimum" with the exact information up to
+:data:`~amorgp.amortizer.stages.fisher.CHECK_POINTS` points
+(:func:`~amorgp.amortizer.stages.fisher.fisher_refine`)."""
 
 PROBES = 64
 """Rademacher probes of the estimated Fisher information (above :data:`PROBE_POINTS`)."""
@@ -153,13 +157,23 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         """``(params (B, D, L, P), noise (B,))`` of ``z (B, m_free)`` (unused slots 1)."""
         return self.from_log(z)
 
+    @property
+    def probed(self) -> bool:
+        """Whether :meth:`evaluate` estimates the Fisher information from probes (above
+        :data:`PROBE_POINTS` points, unless asked for the exact one)."""
+        return self.n > PROBE_POINTS
+
     def evaluate(
-        self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True
+        self,
+        z: Tensor,
+        rows: Tensor | None = None,
+        with_fisher: bool = True,
+        exact: bool = False,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The log marginal likelihood ``(B,)``, its gradient ``(B, m_free)`` and the
         Fisher information ``(B, m_free, m_free)`` with respect to ``z (B, m_free)``
         (``with_fisher=False``: an empty ``(B, 0, 0)`` in its place, for a third of the
-        cost).
+        cost; ``exact``: the exact information also above :data:`PROBE_POINTS` points).
 
         ``rows``: the rows of the batch that ``z`` belongs to (default: all, in order).
         A row whose covariance is not finite or not positive definite has a NaN
@@ -173,15 +187,15 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         per = 8 * (self.index.numel() + 2) * self.n * self.n
         size = max(1, (CHUNK_BYTES if with_fisher else PLAIN_CHUNK_BYTES) // per)
         if z.shape[0] <= size:
-            return self._evaluate(z, rows, with_fisher)
+            return self._evaluate(z, rows, with_fisher, exact)
         outs = [
-            self._evaluate(z[i : i + size], rows[i : i + size], with_fisher)
+            self._evaluate(z[i : i + size], rows[i : i + size], with_fisher, exact)
             for i in range(0, z.shape[0], size)
         ]
         return tuple(torch.cat([o[k] for o in outs]) for k in range(3))  # type: ignore[return-value]
 
     def _evaluate(
-        self, z: Tensor, rows: Tensor, with_fisher: bool
+        self, z: Tensor, rows: Tensor, with_fisher: bool, exact: bool = False
     ) -> tuple[Tensor, Tensor, Tensor]:
         """:meth:`evaluate` of one chunk of rows."""
         with torch.no_grad():
@@ -279,7 +293,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             g_all = torch.cat([g_general, g_k[:, None], g_noise[:, None]], 1)
             grad = g_all[:, col] * c
             if U is not None and free:
-                if n > PROBE_POINTS:
+                if n > PROBE_POINTS and not exact:
                     Fu = _probed_fisher(Lc, U, theta[:, -1])
                 else:
                     # (B, u + 2, n, n): A^-1 times each distinct derivative; A^-1 K =
@@ -371,12 +385,16 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         return g, U.mul_(inv3[:, :, None, None])
 
     def evaluate_gauged(
-        self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True
+        self,
+        z: Tensor,
+        rows: Tensor | None = None,
+        with_fisher: bool = True,
+        exact: bool = False,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """:meth:`evaluate` with the gauge's directions (:attr:`gauge`) removed: their
         gradient zero, their Fisher rows and columns those of the identity, so that a step
         leaves them where they are."""
-        lml, grad, fisher = self.evaluate(z, rows, with_fisher)
+        lml, grad, fisher = self.evaluate(z, rows, with_fisher, exact)
         if self.gauge.numel():
             grad[:, self.gauge] = 0.0
             if with_fisher:
@@ -399,22 +417,25 @@ def _dots(a: Tensor, b: Tensor) -> Tensor:
 
 def _probed_fisher(Lc: Tensor, U: Tensor, noise: Tensor) -> Tensor:
     """The Fisher information of the distinct derivative matrices ``[U_1..U_u, K, I]``
-    (``(B, u + 2, u + 2)``) by :data:`PROBES` Rademacher probes ``z``:
-    ``tr(A^-1 D_p A^-1 D_q) ~ mean_z (D_p A^-1 z)^T (A^-1 D_q z)`` (Hutchinson), from the
-    factor ``Lc`` of ``A = K + noise I``: two products of each ``U`` with ``n x PROBES``
-    blocks and one solve, against ``u`` products of ``n x n`` matrices exactly.  The
-    probes are drawn from a generator of fixed seed: the same rows give the same
-    estimate.  ``K`` and ``I`` need no product (``K z = A z - noise z``)."""
+    (``(B, u + 2, u + 2)``) by :data:`PROBES` Rademacher probes ``z``, in the symmetric
+    form: with ``A = L L^T`` (``Lc`` the factor) and ``V_p = L^-1 D_p L^-T`` (symmetric),
+    ``tr(A^-1 D_p A^-1 D_q) = tr(V_p V_q) ~ mean_z (V_p z)^T (V_q z)`` (Hutchinson).  The
+    estimate is a Gram matrix, so positive semi-definite like the exact information, and
+    costs one product of each ``U`` with an ``n x PROBES`` block and one triangular solve
+    of all of them, against ``u`` products of ``n x n`` matrices exactly.  The probes are
+    drawn from a generator of fixed seed: the same rows give the same estimate.  ``K`` and
+    ``I`` need no product (``L^-1 K L^-T = I - noise L^-1 L^-T``)."""
     B, u, n, _ = U.shape
     gen = torch.Generator().manual_seed(PROBE_SEED)
     Z = torch.randint(0, 2, (n, PROBES), generator=gen).to(U) * 2.0 - 1.0
     Z = Z.expand(B, n, PROBES)
-    P = torch.cholesky_solve(Z, Lc)  # A^-1 z
-    QK = Z - noise[:, None, None] * P  # K A^-1 z = A^-1 K z
-    Qg = U @ P[:, None]  # (B, u, n, s): U_p A^-1 z
-    UZ = (U @ Z[:, None]).permute(0, 2, 1, 3).reshape(B, n, u * PROBES)
-    Rg = torch.cholesky_solve(UZ, Lc).reshape(B, n, u, PROBES).permute(0, 2, 1, 3)
-    Q = torch.cat([Qg, QK[:, None], P[:, None]], 1).flatten(2)
-    R = torch.cat([Rg, QK[:, None], P[:, None]], 1).flatten(2)
-    Fu = (0.5 / PROBES) * (Q @ R.transpose(1, 2))
+    Y = torch.linalg.solve_triangular(Lc.transpose(-2, -1), Z, upper=True)  # L^-T z
+    VI = torch.linalg.solve_triangular(Lc, Y, upper=False)  # V_I z
+    VK = Z - noise[:, None, None] * VI  # V_K z
+    UY = (U @ Y[:, None]).permute(0, 2, 1, 3).reshape(B, n, u * PROBES)
+    Vg = torch.linalg.solve_triangular(Lc, UY, upper=False)
+    V = torch.cat(
+        [Vg.reshape(B, n, u, PROBES).permute(0, 2, 1, 3), VK[:, None], VI[:, None]], 1
+    ).flatten(2)
+    Fu = (0.5 / PROBES) * (V @ V.transpose(1, 2))
     return 0.5 * (Fu + Fu.transpose(1, 2))
