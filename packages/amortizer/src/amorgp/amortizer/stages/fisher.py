@@ -221,37 +221,14 @@ def fisher_refine(
     reported gain is the Fisher information's (``final_check=False``: not, for a round
     whose gains are not reported, e.g. of the successive halving; its ``gain`` and
     ``status`` may then be the curvature model's).
-
-    Above :data:`~amorgp.amortizer.stages.fisher_objective.PROBE_POINTS` points the Fisher
-    information is estimated from probes; up to :data:`CHECK_POINTS` points a gain below
-    ``tol`` from the estimate is evaluated again with the exact information, which
-    decides (such checks are not counted in ``iterations``, as the closing one is not).
     """
     z = objective.to_log_rows(params.detach().to(torch.float64), noise.detach().to(torch.float64))
     B = z.shape[0]
-    # the probed information's verdict "at an optimum" checked with the exact one where
-    # that is affordable
-    verify = objective.probed and objective.n <= CHECK_POINTS
-
-    def informed(rows: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The likelihood, gradient, Fisher information and predicted gain of ``rows``
-        (all: None) at their current point; a gain below ``tol`` from probes is the
-        exact information's (``verify``)."""
-        zr = z if rows is None else z[rows]
-        at = torch.arange(B) if rows is None else rows
-        l_r, g_r, f_r = objective.evaluate_gauged(zr, rows)
-        gain_r = predicted_gain(f_r, g_r)
-        low = torch.nonzero(torch.isfinite(l_r) & (gain_r < tol)).flatten()
-        if verify and low.numel():
-            _, g_x, f_x = objective.evaluate_gauged(zr[low], at[low], exact=True)
-            g_r[low], f_r[low] = g_x, f_x
-            gain_r[low] = predicted_gain(f_x, g_x)
-        return l_r, g_r, f_r, gain_r
-
-    lml, grad, fisher, gain = informed(None)
+    lml, grad, fisher = objective.evaluate_gauged(z)
     curv = fisher.clone()  # the curvature model: the Fisher information, BFGS-updated
     start_lml = lml.clone()
     ok = torch.isfinite(lml)
+    gain = predicted_gain(fisher, grad)
     start_gain = gain.clone()
     checked = torch.ones(B, dtype=torch.bool)  # ``gain`` is the Fisher information's
     done = ~ok | (gain < tol)
@@ -262,8 +239,9 @@ def fisher_refine(
     def confirm(rows: Tensor) -> None:
         """The Fisher information at the current point of ``rows``: the gain it predicts
         (and the curvature model restarted from it)."""
-        _, g2, f2, g_f = informed(rows)
+        _, g2, f2 = objective.evaluate_gauged(z[rows], rows)
         grad[rows], curv[rows] = g2, f2
+        g_f = predicted_gain(f2, g2)
         gain[rows] = g_f
         checked[rows] = True
         done[rows] |= g_f < tol

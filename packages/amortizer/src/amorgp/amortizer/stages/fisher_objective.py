@@ -53,14 +53,10 @@ SE_ARD = True
 (:meth:`BatchLogMarginalLikelihood._se_ard_kernel`); ``False``: as any other structure
 (the same values, for comparison)."""
 
-PROBE_POINTS = 300
+PROBE_POINTS = 1000
 """Above this many points the Fisher information is estimated by :data:`PROBES` random
 probes (:func:`_probed_fisher`: products of ``n x PROBES`` blocks in place of one
-``n x n`` product per hyperparameter, about ``2 n / (3 PROBES)`` times fewer operations:
-3x at 300 points, 5x at 500); at most, it is exact.  Fisher scoring takes its steps with
-the estimate and checks a verdict "at an optimum" with the exact information up to
-:data:`~amorgp.amortizer.stages.fisher.CHECK_POINTS` points
-(:func:`~amorgp.amortizer.stages.fisher.fisher_refine`)."""
+``n x n`` product per hyperparameter); at most, it is exact."""
 
 PROBES = 64
 """Rademacher probes of the estimated Fisher information (above :data:`PROBE_POINTS`)."""
@@ -157,23 +153,13 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         """``(params (B, D, L, P), noise (B,))`` of ``z (B, m_free)`` (unused slots 1)."""
         return self.from_log(z)
 
-    @property
-    def probed(self) -> bool:
-        """Whether :meth:`evaluate` estimates the Fisher information from probes (above
-        :data:`PROBE_POINTS` points, unless asked for the exact one)."""
-        return self.n > PROBE_POINTS
-
     def evaluate(
-        self,
-        z: Tensor,
-        rows: Tensor | None = None,
-        with_fisher: bool = True,
-        exact: bool = False,
+        self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The log marginal likelihood ``(B,)``, its gradient ``(B, m_free)`` and the
         Fisher information ``(B, m_free, m_free)`` with respect to ``z (B, m_free)``
         (``with_fisher=False``: an empty ``(B, 0, 0)`` in its place, for a third of the
-        cost; ``exact``: the exact information also above :data:`PROBE_POINTS` points).
+        cost).
 
         ``rows``: the rows of the batch that ``z`` belongs to (default: all, in order).
         A row whose covariance is not finite or not positive definite has a NaN
@@ -187,15 +173,15 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         per = 8 * (self.index.numel() + 2) * self.n * self.n
         size = max(1, (CHUNK_BYTES if with_fisher else PLAIN_CHUNK_BYTES) // per)
         if z.shape[0] <= size:
-            return self._evaluate(z, rows, with_fisher, exact)
+            return self._evaluate(z, rows, with_fisher)
         outs = [
-            self._evaluate(z[i : i + size], rows[i : i + size], with_fisher, exact)
+            self._evaluate(z[i : i + size], rows[i : i + size], with_fisher)
             for i in range(0, z.shape[0], size)
         ]
         return tuple(torch.cat([o[k] for o in outs]) for k in range(3))  # type: ignore[return-value]
 
     def _evaluate(
-        self, z: Tensor, rows: Tensor, with_fisher: bool, exact: bool = False
+        self, z: Tensor, rows: Tensor, with_fisher: bool
     ) -> tuple[Tensor, Tensor, Tensor]:
         """:meth:`evaluate` of one chunk of rows."""
         with torch.no_grad():
@@ -293,7 +279,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
             g_all = torch.cat([g_general, g_k[:, None], g_noise[:, None]], 1)
             grad = g_all[:, col] * c
             if U is not None and free:
-                if n > PROBE_POINTS and not exact:
+                if n > PROBE_POINTS:
                     Fu = _probed_fisher(Lc, U, theta[:, -1])
                 else:
                     # (B, u + 2, n, n): A^-1 times each distinct derivative; A^-1 K =
@@ -385,16 +371,12 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         return g, U.mul_(inv3[:, :, None, None])
 
     def evaluate_gauged(
-        self,
-        z: Tensor,
-        rows: Tensor | None = None,
-        with_fisher: bool = True,
-        exact: bool = False,
+        self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True
     ) -> tuple[Tensor, Tensor, Tensor]:
         """:meth:`evaluate` with the gauge's directions (:attr:`gauge`) removed: their
         gradient zero, their Fisher rows and columns those of the identity, so that a step
         leaves them where they are."""
-        lml, grad, fisher = self.evaluate(z, rows, with_fisher, exact)
+        lml, grad, fisher = self.evaluate(z, rows, with_fisher)
         if self.gauge.numel():
             grad[:, self.gauge] = 0.0
             if with_fisher:

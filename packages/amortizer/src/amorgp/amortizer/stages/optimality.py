@@ -114,8 +114,7 @@ def evaluate_rows(rows: Sequence[KernelResult]) -> list[Optimality]:
             first.kernel, first.noise_floor, first.fixed, first.bounds, first.priors
         )
         obj = BatchLogMarginalLikelihood(X, y, first.kernel, None if cons.trivial else cons)
-        z = obj.to_log_rows(params, noise)
-        lml, grad, fisher = obj.evaluate_gauged(z, exact=True)  # at most CHECK_POINTS
+        lml, grad, fisher = obj.evaluate_gauged(obj.to_log_rows(params, noise))
         gain = predicted_gain(fisher, grad).tolist()
         norm = grad.norm(dim=-1).tolist()
     return [
