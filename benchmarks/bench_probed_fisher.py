@@ -46,7 +46,8 @@ import argparse
 import platform
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,25 +87,20 @@ def dataset(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def variant(name: str) -> Callable[[], Any]:
-    """A context setting the estimator ``name`` (``symmetric``, ``cross`` or ``exact``)."""
-    from contextlib import contextmanager
-
+@contextmanager
+def variant(name: str) -> Iterator[None]:
+    """The estimator ``name`` (``symmetric``, ``cross`` or ``exact``) for the block."""
     from amorgp.amortizer.stages import fisher_objective as fo
 
-    @contextmanager
-    def ctx() -> Any:
-        saved = fo._probed_fisher, fo.PROBE_POINTS
-        if name == "cross":
-            fo._probed_fisher = cross_probed
-        if name == "exact":
-            fo.PROBE_POINTS = 10**9
-        try:
-            yield
-        finally:
-            fo._probed_fisher, fo.PROBE_POINTS = saved
-
-    return ctx
+    saved = fo._probed_fisher, fo.PROBE_POINTS
+    if name == "cross":
+        fo._probed_fisher = cross_probed
+    if name == "exact":
+        fo.PROBE_POINTS = 10**9
+    try:
+        yield
+    finally:
+        fo._probed_fisher, fo.PROBE_POINTS = saved
 
 
 def estimates(n: int, quick: bool) -> list[str]:
@@ -128,7 +124,7 @@ def estimates(n: int, quick: bool) -> list[str]:
             z = 0.5 * torch.randn(1, obj.floors.numel(), generator=gen, dtype=torch.float64)
             got: dict[str, tuple[Tensor, Tensor, float]] = {}
             for name in ("exact", "symmetric", "cross"):
-                with variant(name)():
+                with variant(name):
                     t = time.process_time()
                     _, grad, F = obj.evaluate(z)
                     got[name] = (grad, F, time.process_time() - t)
@@ -162,7 +158,7 @@ def fits(quick: bool) -> list[str]:
         rows: dict[str, list[Any]] = {}
         seconds: dict[str, float] = {}
         for name in names:
-            with variant(name)():
+            with variant(name):
                 t = time.process_time()
                 rs = amz.infer_many(X, y, kernels)
                 seconds[name] = time.process_time() - t
