@@ -163,3 +163,23 @@ def test_torch_settings_restores_threads_and_tf32_even_on_error() -> None:
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == tf32
     with pytest.raises(ValueError, match="num_threads"), torch_settings(num_threads=0):
         pass
+
+
+def test_torch_settings_restores_the_deterministic_mode_even_on_error() -> None:
+    before = torch.are_deterministic_algorithms_enabled()
+    seen = []
+
+    def body() -> None:
+        with torch_settings(deterministic=not before):
+            seen.append(
+                (
+                    torch.are_deterministic_algorithms_enabled(),
+                    torch.is_deterministic_algorithms_warn_only_enabled(),
+                )
+            )
+            raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        body()
+    assert seen == [(not before, True)]
+    assert torch.are_deterministic_algorithms_enabled() == before

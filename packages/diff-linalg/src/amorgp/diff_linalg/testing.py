@@ -154,7 +154,10 @@ def assert_gradients(
 
 @contextmanager
 def torch_settings(
-    *, num_threads: int | None = None, allow_tf32: bool | None = None
+    *,
+    num_threads: int | None = None,
+    allow_tf32: bool | None = None,
+    deterministic: bool | None = None,
 ) -> Iterator[None]:
     """Set process-wide torch settings for the ``with`` block and restore them afterwards.
 
@@ -165,21 +168,32 @@ def torch_settings(
         num_threads: ``torch.set_num_threads`` inside the block (``None``: unchanged).
         allow_tf32: ``torch.backends.cuda.matmul.allow_tf32`` and
             ``torch.backends.cudnn.allow_tf32`` inside the block (``None``: unchanged).
+        deterministic: ``torch.use_deterministic_algorithms`` inside the block, with
+            ``warn_only=True`` (an operation without a deterministic form warns instead of
+            raising; ``None``: unchanged).  On CUDA, ``index_add`` (the kernels' sum over
+            addends) adds in a fixed order only then.
     """
     if num_threads is not None and num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     threads = torch.get_num_threads()
     tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    det = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     try:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         if allow_tf32 is not None:
             torch.backends.cuda.matmul.allow_tf32 = allow_tf32
             torch.backends.cudnn.allow_tf32 = allow_tf32
+        if deterministic is not None:
+            torch.use_deterministic_algorithms(deterministic, warn_only=True)
         yield
     finally:
         torch.set_num_threads(threads)
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        torch.use_deterministic_algorithms(det[0], warn_only=det[1])
 
 
 def _as_float64(x: Any) -> torch.Tensor:

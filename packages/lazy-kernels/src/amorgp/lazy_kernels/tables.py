@@ -96,6 +96,20 @@ def compile_symbol(name: str) -> CompiledSymbol:
     return CompiledSymbol(sym.name, tuple(factors), alone, len(names))
 
 
+def _columns(theta: Tensor, slots: tuple[int, ...]) -> Tensor:
+    """``theta[:, slots]`` from slices of its contiguous runs: indexing with a list copies
+    the index to the device first, which waits for it on CUDA."""
+    runs: list[list[int]] = []
+    for s in slots:
+        if runs and s == runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([s, s + 1])
+    if len(runs) == 1:
+        return theta[:, runs[0][0] : runs[0][1]]
+    return torch.cat([theta[:, a:b] for a, b in runs], 1)
+
+
 def evaluate_symbol(
     cs: CompiledSymbol,
     x1: Tensor | None,
@@ -133,7 +147,7 @@ def evaluate_symbol(
     log_sum: Tensor | None = None
     direct: Tensor | None = None
     for kernel, slots in cs.factors:
-        th = theta[:, list(slots)].reshape(T, *tail, len(slots))
+        th = _columns(theta, slots).reshape(T, *tail, len(slots))
         if cs.alone_rescale:
             th = torch.cat([th[..., :1] / s2[..., None], th[..., 1:]], -1)
         if kernel.log_unit is not None:

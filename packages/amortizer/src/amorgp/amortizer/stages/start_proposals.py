@@ -129,7 +129,9 @@ def _set_many(params: Tensor, slots: Tensor, where: Tensor, value: Tensor | floa
     to ``where``)."""
     S = params.shape[-1]
     onehot = torch.nn.functional.one_hot(slots.clamp_min(0), S).bool() & where[..., None]
-    v = torch.broadcast_to(torch.as_tensor(value, dtype=params.dtype), where.shape)
+    v = torch.broadcast_to(
+        torch.as_tensor(value, dtype=params.dtype, device=params.device), where.shape
+    )
     return torch.where(onehot, v[..., None], params)
 
 
