@@ -23,7 +23,8 @@
 # ship check (docs/guide/training.md, "GPU chunks").
 #
 # Time: everything ends within $AMORGP_CHUNK_SECONDS (default 540).  MINUTES (default:
-# what is left after 180 s kept for start-up, phase 2 and the export: 6.0) is cut to fit.
+# what is left after 100 s kept for start-up, phase 2 and the export: 7.33) is cut to fit
+# (on an H200 those took 45-46 s in all, 2026-12-04).
 # Environment: AMORGP_CHUNK_DEVICE (default cuda), AMORGP_CHUNK_FROM, AMORGP_CHUNK_RUNS,
 # AMORGP_CHUNK_PRESET (default medium; the tests use tiny), AMORGP_REVISION (the code
 # revision logged, where the copy on the GPU machine has no .git; default: git rev-parse),
@@ -44,7 +45,7 @@ PY=${PYTHON:-python}
 START=$(date +%s)
 TOTAL=${AMORGP_CHUNK_SECONDS:-540}
 DEADLINE=$((START + TOTAL))
-RESERVE=180
+RESERVE=${AMORGP_CHUNK_RESERVE:-100}
 FROM=${AMORGP_CHUNK_FROM:-models/medium}
 RUNS=${AMORGP_CHUNK_RUNS:-/tmp/amorgp-chunk}
 DEVICE=${AMORGP_CHUNK_DEVICE:-cuda}
@@ -92,7 +93,7 @@ else
     STARTED="$FROM"
 fi
 echo "+ amorgp train --out $RUNS/p1 --device $DEVICE ${FIRST[*]} --max-minutes $MINUTES" >>"$LOG"
-timeout -k 10 $(($(left) - 90)) "$PY" -m amorgp.cli train --out "$RUNS/p1" \
+timeout -k 10 $(($(left) - 45)) "$PY" -m amorgp.cli train --out "$RUNS/p1" \
     --device "$DEVICE" --no-progress "${FIRST[@]}" --max-minutes "$MINUTES" >>"$LOG" 2>&1
 rc=$?
 if [ $rc -ne 0 ] || [ ! -e "$RUNS/p1/last" ]; then
@@ -104,7 +105,7 @@ fi
 # 2. the noise fine-tuning (a fresh run each call)
 rm -rf "$RUNS/p2"
 echo "+ amorgp train --phase 2 --from $RUNS/p1/last --out $RUNS/p2 ${P2[*]}" >>"$LOG"
-timeout -k 10 $(($(left) - 40)) "$PY" -m amorgp.cli train --phase 2 \
+timeout -k 10 $(($(left) - 10)) "$PY" -m amorgp.cli train --phase 2 \
     --from "$RUNS/p1/last" --out "$RUNS/p2" --device "$DEVICE" --no-progress "${P2[@]}" \
     >>"$LOG" 2>&1
 rc=$?
@@ -119,7 +120,7 @@ COMMITTED_LOG=()
 [ -f "$FROM/campaign.jsonl" ] && COMMITTED_LOG=(--log "$FROM/campaign.jsonl")
 rm -rf "$OUT/medium"
 echo "+ export to $OUT/medium" >>"$LOG"
-timeout -k 5 $(($(left) - 5)) "$PY" -m amorgp.training.gpu_chunk \
+timeout -k 2 $(($(left) - 2)) "$PY" -m amorgp.training.gpu_chunk \
     --phase1 "$RUNS/p1" "${PHASE2[@]}" --out "$OUT/medium" --start "$STARTED" \
     --device "$DEVICE" --revision "$REV" "${COMMITTED_LOG[@]}" >>"$LOG" 2>&1
 rc=$?

@@ -413,3 +413,41 @@ def test_a_new_state_takes_its_counters_from_the_log(
     status = _initial_status(tmp_path / "campaign.jsonl", STAGES)
     assert (status["stage"], status["stage_offset"], status["total_offset"]) == expected
     assert (status["seed"], status["best_nll"]) == (5, 0.5)
+
+
+def test_held_out_pairs_are_drawn_in_the_vocabulary_both_networks_read(tmp_path: Path) -> None:
+    """A network of a larger vocabulary reads the smaller one's pairs with its own symbol
+    ids (same kernels by name), and the comparison of the two draws the smaller one's
+    pairs whichever is the base."""
+    from amorgp.amortizer.testing import seeded_checkpoint
+    from amorgp.core.errors import DataError
+    from amorgp.kernel_grammar import PAPER_VOCABULARY, Vocabulary
+    from amorgp.kernel_grammar.registry import EXTENDED_VOCABULARY
+    from amorgp.training.campaign_plan import (
+        compare_on_heldout,
+        heldout_pairs,
+        heldout_per_pair,
+        in_vocabulary,
+        shared_vocabulary,
+    )
+
+    wide = dataclasses.replace(NET, vocabulary=EXTENDED_VOCABULARY)
+    assert shared_vocabulary(EXTENDED_VOCABULARY, PAPER_VOCABULARY) == PAPER_VOCABULARY
+    assert shared_vocabulary(PAPER_VOCABULARY, EXTENDED_VOCABULARY) == PAPER_VOCABULARY
+    with pytest.raises(DataError, match="different kernels"):
+        shared_vocabulary(Vocabulary(("SE", "MAT52")), PAPER_VOCABULARY)
+    chunks = heldout_pairs(NET, 8, 3)
+    b = chunks[0]
+    moved = in_vocabulary(b, EXTENDED_VOCABULARY)
+    assert moved.vocab == EXTENDED_VOCABULARY
+    for i in range(len(b.symbols)):
+        assert [str(s) for s in moved.structures()[i : i + 1]] == [
+            str(s) for s in b.structures()[i : i + 1]
+        ]
+    assert not torch.equal(moved.symbols, b.symbols)  # PER*SE etc. have other ids there
+    small = seeded_checkpoint(tmp_path / "small", NET, seed=1)
+    large = seeded_checkpoint(tmp_path / "large", wide, seed=2)
+    na, _ = heldout_per_pair(small, chunks)
+    got = compare_on_heldout(large, small, n_pairs=8, seed=3)
+    assert got["new_nll"] == pytest.approx(float(na.median()))
+    assert compare_on_heldout(small, large, n_pairs=8, seed=3)["base_nll"] == got["new_nll"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from amorgp.amortizer.jsonlog import write_text_atomic
 from amorgp.amortizer.networks.checkpoint import load_checkpoint, save_checkpoint
 from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
 from amorgp.core.errors import CheckpointError, DataError, shorten
+from amorgp.kernel_grammar import Vocabulary
 from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
 from amorgp.training.train import validate
 
@@ -36,8 +37,10 @@ __all__ = [
     "heldout_pairs",
     "heldout_per_pair",
     "heldout_scores",
+    "in_vocabulary",
     "real_data_scores",
     "score_checkpoint",
+    "shared_vocabulary",
 ]
 
 VALSET_SEED = 20_261_122
@@ -147,6 +150,19 @@ def heldout_pairs(
     return simulated_pairs(cfg, n_pairs, seed)
 
 
+def in_vocabulary(batch: Any, vocab: Vocabulary) -> Any:
+    """``batch`` (a simulated batch) with its symbol ids (presented and true) renumbered
+    into ``vocab``, which has every symbol of the batch's vocabulary
+    (:func:`shared_vocabulary`)."""
+    if batch.vocab == vocab:
+        return batch
+    lut = torch.tensor([0, *(vocab.id(s) for s in batch.vocab.symbols)], dtype=torch.long)
+    lut = lut.to(batch.symbols.device)
+    return replace(
+        batch, symbols=lut[batch.symbols], true_symbols=lut[batch.true_symbols], vocab=vocab
+    )
+
+
 def heldout_per_pair(checkpoint: Path, chunks: list[Any]) -> tuple[Tensor, Tensor]:
     """Per pair of :func:`heldout_pairs`: the test NLL per point and the test RMSE of the
     exact-GP predictive with the checkpoint's network's hyperparameters."""
@@ -157,9 +173,10 @@ def heldout_per_pair(checkpoint: Path, chunks: list[Any]) -> tuple[Tensor, Tenso
     )
 
     ckpt = load_checkpoint(checkpoint)
+    vocab = ckpt.network.vocabulary
     nll, rmse = [], []
     for b in chunks:
-        gb, _ = gp_batches(b, ckpt.network.vocabulary)
+        gb, _ = gp_batches(in_vocabulary(b, vocab), vocab)
         params, noise = network_parameters_batch(ckpt.model, gb)
         m = predictive_metrics(gb, params, noise, b.X_test, b.y_test, b.test_mask)
         nll.append(m["nll"])
@@ -175,6 +192,24 @@ def heldout_scores(checkpoint: Path, chunks: list[Any]) -> dict[str, float]:
     return {"nll": float(n.nanmedian()), "rmse": float(r.nanmedian()), "pairs": int(n.numel())}
 
 
+def shared_vocabulary(a: Vocabulary, b: Vocabulary) -> Vocabulary:
+    """The vocabulary of pairs both networks read: whichever of ``a`` and ``b`` has only
+    symbols of the other (``a`` when they have the same).
+
+    Raises:
+        DataError: each has a symbol the other lacks.
+    """
+    if set(a.symbols) <= set(b.symbols):
+        return a
+    if set(b.symbols) <= set(a.symbols):
+        return b
+    raise DataError(
+        f"the networks read different kernels ({a.name!r} has "
+        f"{', '.join(sorted(set(a.symbols) - set(b.symbols)))}, {b.name!r} has "
+        f"{', '.join(sorted(set(b.symbols) - set(a.symbols)))}): no held-out pairs fit both"
+    )
+
+
 SHIP_SEED = 77_777
 """Seed of the 1000 pairs that decide whether an export replaces the default."""
 
@@ -184,6 +219,7 @@ def compare_on_heldout(
 ) -> dict[str, float]:
     """``new`` against ``base`` pair by pair on ``n_pairs`` held-out simulated pairs.
 
+    The pairs are drawn in the vocabulary both networks read (:func:`shared_vocabulary`).
     The campaign's 200-pair median moves by a few hundredths of a nat between exports, so
     a shipping decision compares the two networks on the same, larger set of pairs.
 
@@ -193,7 +229,9 @@ def compare_on_heldout(
         lower test NLL, and the two-sided sign-test p-value of that fraction (normal
         approximation).
     """
-    chunks = heldout_pairs(load_checkpoint(base).network, n_pairs, seed)
+    net_a, net_b = load_checkpoint(base).network, load_checkpoint(new).network
+    shared = shared_vocabulary(net_a.vocabulary, net_b.vocabulary)
+    chunks = heldout_pairs(net_a if shared == net_a.vocabulary else net_b, n_pairs, seed)
     (na, ra), (nb, rb) = heldout_per_pair(base, chunks), heldout_per_pair(new, chunks)
     ok = ~(na.isnan() | nb.isnan() | ra.isnan() | rb.isnan())
     d_nll, d_rmse = (nb - na)[ok], (rb - ra)[ok]
