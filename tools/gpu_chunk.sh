@@ -28,6 +28,8 @@
 # Environment: AMORGP_CHUNK_DEVICE (default cuda), AMORGP_CHUNK_FROM, AMORGP_CHUNK_RUNS,
 # AMORGP_CHUNK_PRESET (default medium; the tests use tiny), AMORGP_REVISION (the code
 # revision logged, where the copy on the GPU machine has no .git; default: git rev-parse),
+# AMORGP_CHUNK_TOKENS=1 (phase 1 starts from FROM converted to read period and relevance
+# tokens, `python -m amorgp.training.vocabulary`; a resumed run is not converted again),
 # AMORGP_CHUNK_SMOKE=1 (a test on any machine: CPU, 2 steps per phase, 8 datasets per
 # batch, n <= 20, 8 validation datasets; its runs go to OUTDIR/.runs unless
 # AMORGP_CHUNK_RUNS says otherwise).  Exits 0 when the weights were exported, 1 on a usage
@@ -89,8 +91,20 @@ if [ -e "$RUNS/p1/last" ]; then
     STARTED="$RUNS/p1 (resumed)"
 else
     rm -rf "$RUNS/p1"
-    FIRST=(--preset "$PRESET" --from "$FROM" "${P1[@]}")
+    START_FROM=$FROM
     STARTED="$FROM"
+    if [ "${AMORGP_CHUNK_TOKENS:-0}" = "1" ]; then
+        rm -rf "$RUNS/from-tokens"
+        echo "+ python -m amorgp.training.vocabulary $FROM $RUNS/from-tokens" >>"$LOG"
+        if ! "$PY" -m amorgp.training.vocabulary "$FROM" "$RUNS/from-tokens" >>"$LOG" 2>&1; then
+            echo "the conversion to tokens failed; nothing trained" >>"$LOG"
+            cat "$LOG"
+            exit 2
+        fi
+        START_FROM="$RUNS/from-tokens"
+        STARTED="$FROM (with period and relevance tokens)"
+    fi
+    FIRST=(--preset "$PRESET" --from "$START_FROM" "${P1[@]}")
 fi
 echo "+ amorgp train --out $RUNS/p1 --device $DEVICE ${FIRST[*]} --max-minutes $MINUTES" >>"$LOG"
 timeout -k 10 $(($(left) - 45)) "$PY" -m amorgp.cli train --out "$RUNS/p1" \

@@ -191,3 +191,37 @@ def slot_index(result: Any, k: int) -> int:
     slot = [n[:2] for n in names[:k]].count((d, addend))
     _, L, P = result.params.shape
     return (d * L + addend) * P + slot
+
+
+def test_converted_checkpoint_keeps_its_recipe_and_predictions(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m amorgp.training.vocabulary``: the converted checkpoint has both kinds of
+    token and the source's training recipe, and predicts the source's relevance-only
+    conversion's hyperparameters on data without a periodic kernel; an existing folder
+    and a request for nothing are one-line errors."""
+    from amorgp.amortizer.networks.checkpoint import load_checkpoint
+    from amorgp.training.vocabulary import add_relevance_tokens, main
+
+    main([str(tiny_checkpoint), str(tmp_path / "both")])
+    assert capsys.readouterr().out.strip() == str(tmp_path / "both")
+    got = load_checkpoint(tmp_path / "both")
+    assert got.network.period_tokens
+    assert got.network.relevance_tokens
+    assert got.meta["train"] == load_checkpoint(tiny_checkpoint).meta["train"]
+    base = Amortizer.from_pretrained(tiny_checkpoint, device="cpu")
+    model, _ = add_relevance_tokens(base.model, base.network)
+    rng = np.random.default_rng(3)
+    X, y = rng.random((30, 2)), rng.normal(size=30)
+    opts = {"calibrate": False, "starts": 1, "refine": 0}
+    a = Amortizer.from_pretrained(tmp_path / "both", device="cpu").infer(X, y, "SE", **opts)
+    b = Amortizer(model, base.meta, device="cpu").infer(X, y, "SE", **opts)
+    np.testing.assert_allclose(a.params.numpy(), b.params.numpy(), rtol=1e-6)
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path / "both"), str(tmp_path / "both")])
+    assert exc.value.code == 2
+    assert "exists" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tiny_checkpoint), str(tmp_path / "none"), "--no-period", "--no-relevance"])
+    assert "nothing to add" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ __all__ = [
     "add_learned_gate",
     "add_period_tokens",
     "add_relevance_tokens",
+    "convert_checkpoint",
     "extend_vocabulary",
     "stand_in_symbol",
 ]
@@ -189,3 +191,58 @@ def _with_tokens(
     if unexpected or not all(k.startswith(new) for k in missing):
         raise OptionError(f"the weights do not fit the network: {unexpected or missing}")
     return grown, new_cfg
+
+
+def convert_checkpoint(
+    source: str | Path, out: str | Path, *, period: bool = True, relevance: bool = True
+) -> Path:
+    """Write ``source`` (a checkpoint directory) to ``out`` with period and/or relevance
+    tokens added (:func:`add_period_tokens`, :func:`add_relevance_tokens`), keeping its
+    training recipe so that ``amorgp train --from out`` continues with it.  Kinds the
+    network has already are left as they are.
+
+    Raises:
+        OptionError: neither kind asked for, or ``out`` exists.
+    """
+    from amorgp.amortizer.networks.checkpoint import load_checkpoint, save_checkpoint
+
+    if not (period or relevance):
+        raise OptionError("nothing to add: ask for period tokens, relevance tokens or both")
+    out = Path(out)
+    if out.exists():
+        raise OptionError(f"{out} exists; give a new folder for the converted checkpoint")
+    ckpt = load_checkpoint(source)
+    network = ckpt.network
+    model = ckpt.model
+    if not isinstance(model, AmortizedGP):
+        raise OptionError(f"{source} holds no structured network (AmortizedGP) to convert")
+    if period and not network.period_tokens:
+        model, network = add_period_tokens(model, network)
+    if relevance and not network.relevance_tokens:
+        model, network = add_relevance_tokens(model, network)
+    meta = {k: ckpt.meta[k] for k in ("train",) if k in ckpt.meta}
+    return save_checkpoint(out, model.float(), network, meta=meta)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m amorgp.training.vocabulary SOURCE OUT [--no-period] [--no-relevance]``:
+    :func:`convert_checkpoint` (for a GPU machine without a shell to write Python in)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Add period and relevance tokens to a checkpoint.")
+    ap.add_argument("source")
+    ap.add_argument("out")
+    ap.add_argument("--no-period", action="store_true")
+    ap.add_argument("--no-relevance", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        path = convert_checkpoint(
+            a.source, a.out, period=not a.no_period, relevance=not a.no_relevance
+        )
+    except OptionError as exc:
+        ap.exit(2, f"error: {exc}\n")
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
