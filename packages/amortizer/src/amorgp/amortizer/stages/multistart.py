@@ -219,7 +219,8 @@ def multistart_rows(
     if starts <= 1:
         return params, noise, names_out, [], []
     tables = tuple(t.to(dev) for t in slot_tables(vocabulary))
-    cands = period_candidates_many(X, Y)
+    # the periodogram serves periodic kernels only (their starts, the heuristic's periods)
+    cands = period_candidates_many(X, Y) if any(periodic) else [[] for _ in range(B)]
     sub = encoder_subset(n, SCORE_POINTS, seed)
     Xc, Yc = (X, Y) if sub is None else (X[:, sub.to(dev)], Y[:, sub.to(dev)])
     owner: list[int] = []
