@@ -322,3 +322,25 @@ def test_every_periodic_product_gets_its_decay_floor(symbol: str, decay: str | N
     assert float(got[per_ls]) == PERIODIC_LENGTHSCALE
     if decay is not None:
         assert float(got[names.index(decay)]) >= DECAY_PERIODS * 0.3
+
+
+def test_start_constants_are_written_on_the_parameters_device() -> None:
+    """The periodic starts' constants (a Python float) land on the parameters' device: on
+    the ``meta`` device, as on CUDA, a constant left on the CPU is a device mismatch; on
+    the CPU each chosen slot holds the constant and every other value is kept."""
+    from amorgp.amortizer.stages.start_proposals import _set_many
+
+    slots = torch.tensor([[1, 3], [2, 1], [0, 0]])
+    where = torch.rand(2, 3, 2, generator=torch.Generator().manual_seed(0)) < 0.5
+    meta = _set_many(
+        torch.zeros(2, 3, 2, 4, dtype=torch.float64, device="meta"),
+        slots.to("meta"),
+        where.to("meta"),
+        1.0,
+    )
+    assert meta.device.type == "meta"
+    params = torch.randn(2, 3, 2, 4, dtype=torch.float64)
+    out = _set_many(params, slots, where, 7.0)
+    chosen = torch.nn.functional.one_hot(slots, 4).bool() & where[..., None]
+    assert bool((out[chosen] == 7.0).all())
+    assert torch.equal(out[~chosen], params[~chosen])
