@@ -51,11 +51,12 @@ def _median_distance(X: Tensor, mask: Tensor) -> Tensor:
     if N < 2:
         return torch.full((B, D), torch.nan, dtype=X.dtype, device=X.device)
     i, j = torch.triu_indices(N, N, 1, device=X.device)
-    Xt = X.transpose(1, 2)  # (B, D, N)
-    diff = (Xt.index_select(-1, i) - Xt.index_select(-1, j)).abs()  # (B, D, N(N-1)/2)
+    Xt = X.transpose(1, 2).contiguous()  # (B, D, N)
+    # advanced indexing: several times faster than index_select along the last dimension
+    diff = (Xt[..., i] - Xt[..., j]).abs()  # (B, D, N(N-1)/2)
     pair = ~torch.isnan(diff)
     if not bool(mask.all()):
-        pair &= (mask.index_select(1, i) & mask.index_select(1, j))[:, None, :]
+        pair &= (mask[:, i] & mask[:, j])[:, None, :]
     elif bool(pair.all()):  # every pair counts (the common case)
         return _middle(diff, diff.shape[-1])
     count = pair.sum(-1)  # (B, D)
