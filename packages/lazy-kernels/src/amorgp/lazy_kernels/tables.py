@@ -96,15 +96,23 @@ def compile_symbol(name: str) -> CompiledSymbol:
     return CompiledSymbol(sym.name, tuple(factors), alone, len(names))
 
 
-def _columns(theta: Tensor, slots: tuple[int, ...]) -> Tensor:
-    """``theta[:, slots]`` from slices of its contiguous runs: indexing with a list copies
-    the index to the device first, which waits for it on CUDA."""
+@cache
+def _runs(slots: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The contiguous runs ``(start, stop)`` of ``slots``, in order (computed once per
+    factor's slots)."""
     runs: list[list[int]] = []
     for s in slots:
         if runs and s == runs[-1][1]:
             runs[-1][1] += 1
         else:
             runs.append([s, s + 1])
+    return tuple((a, b) for a, b in runs)
+
+
+def _columns(theta: Tensor, slots: tuple[int, ...]) -> Tensor:
+    """``theta[:, slots]`` from slices of its contiguous runs: indexing with a list copies
+    the index to the device first, which waits for it on CUDA."""
+    runs = _runs(slots)
     if len(runs) == 1:
         return theta[:, runs[0][0] : runs[0][1]]
     return torch.cat([theta[:, a:b] for a, b in runs], 1)
