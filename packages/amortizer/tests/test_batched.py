@@ -380,3 +380,37 @@ def test_no_rows_calibrate_to_nothing() -> None:
         torch.zeros(0, 5, 5, dtype=torch.float64), Y, sym, msk, params, noise, V
     )
     assert c.log_marginal_likelihood.shape == (0,)
+
+
+def _covariances(n: int = 12, rows: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` symmetric positive definite ``n x n`` covariances and targets."""
+    g = torch.Generator().manual_seed(3)
+    F = torch.randn(rows, n, n, generator=g, dtype=torch.float64)
+    A = F @ F.mT / n + 0.1 * torch.eye(n, dtype=torch.float64)
+    return A, torch.randn(n, generator=g, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_exact_solve_flags_non_finite_and_indefinite_rows(requires_grad: bool) -> None:
+    """Rows with a NaN or an infinity (off the diagonal or on it) or that are not positive
+    definite get ``ok`` False, ``-inf`` and the identity as factor; the other rows'
+    likelihoods equal scipy's multivariate normal, whatever their neighbours."""
+    A, y = _covariances()
+    A = A.clone()
+    A[1, 4, 2] = A[1, 2, 4] = math.nan
+    A[2, 7, 3] = A[2, 3, 7] = math.inf
+    A[3, 5, 5] = math.inf
+    A[4] -= 5.0 * torch.eye(A.shape[-1], dtype=torch.float64)  # indefinite
+    L, alpha, lml, ok = batched.exact_solve(A.requires_grad_(requires_grad), y)
+    assert ok.tolist() == [True, False, False, False, False, True]
+    eye = torch.eye(A.shape[-1], dtype=torch.float64)
+    for b in range(A.shape[0]):
+        if bool(ok[b]):
+            want = multivariate_normal(np.zeros(len(y)), A[b].detach().numpy()).logpdf(y.numpy())
+            assert float(lml[b]) == pytest.approx(want, rel=1e-10)
+            solved = np.linalg.solve(A[b].detach().numpy(), y.numpy())
+            np.testing.assert_allclose(alpha[b].detach().numpy(), solved, rtol=1e-9)
+        else:
+            assert float(lml[b]) == -math.inf
+            assert torch.equal(L[b].detach(), eye)
+            assert torch.isfinite(alpha[b]).all()

@@ -61,6 +61,7 @@ from amorgp.lazy_kernels.unit_derivatives import (
     lin_grads,
     mat52_log_grads,
     per_log_grads,
+    per_points_log_grads,
     plain_grads,
     rq_log_grads,
     se_log_grads,
@@ -87,6 +88,9 @@ UnitLogGradsFn = Callable[
     [dict[str, Tensor], Tensor, Tensor, Tensor],
     tuple[Tensor, list[tuple[str, Tensor, Tensor]]],
 ]
+PointsLogGradsFn = UnitLogGradsFn
+"""``(p, x1, x2, r)``: the parameters, the column's points ``(..., n, 1)`` and ``(..., 1,
+m)``, and their differences."""
 SklearnBuilder = Callable[
     [Any, dict[str, Any], Callable[[Any], Any], float, float], tuple[Any, Any]
 ]
@@ -206,6 +210,11 @@ class TorchElementary:
             matrix of its own: ``<W, k * M>`` is ``<W * k, M>``, one product ``W * k`` per
             addend (``SE``: ``s = l^-3``, ``M = r^2``, the squared differences it already
             has).  None: the derivatives of ``unit_and_grads``.
+        points_log_grads: optional ``(p, x1, x2, r) -> (kt, [(name, s, M)])``: the same as
+            ``unit_and_log_grads``, given the column's points ``x1 (..., n, 1)`` and ``x2
+            (..., 1, m)`` as well (``r = x1 - x2``), for a kernel whose matrices are cheaper
+            from per-point values (``PER``: the sine and cosine of the differences by angle
+            addition, ``O(n)`` transcendental functions instead of ``O(n^2)``).
         sklearn: optional ``(sk, p, bounds, center, scale) -> (kernel, factor)``: the unit
             factor as ``factor * kernel`` with ``sk = sklearn.gaussian_process.kernels``,
             from its parameters ``p`` (floats by elementary name, in the units of the
@@ -234,6 +243,7 @@ class TorchElementary:
     owns_output: bool = False
     unit_and_grads: UnitGradsFn | None = field(default=None, compare=False)
     unit_and_log_grads: UnitLogGradsFn | None = field(default=None, compare=False)
+    points_log_grads: PointsLogGradsFn | None = field(default=None, compare=False)
     sklearn: SklearnBuilder | None = field(default=None, compare=False)
     sklearn_ard: bool = False
     gpytorch_module: GPyTorchModule | None = field(default=None, compare=False)
@@ -430,6 +440,7 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         owns_output=True,
         unit_and_grads=plain_grads(per_log_grads),
         unit_and_log_grads=per_log_grads,
+        points_log_grads=per_points_log_grads,
         sklearn=_per_sklearn,
         gpytorch_module=_PER_GPYTORCH,
     ),

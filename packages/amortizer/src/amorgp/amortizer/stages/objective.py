@@ -177,6 +177,7 @@ class LogMarginalLikelihood:
         dims = sorted({j for j, _, _ in self.terms})
         xi, xj = X[..., :, None, :], X[..., None, :, :]  # (..., n, 1, d), (..., 1, n, d)
         self.r = {j: xi[..., j] - xj[..., j] for j in dims}
+        self.points = {j: (xi[..., j], xj[..., j]) for j in dims}  # views, for PER's form
         self.xx = {j: xi[..., j] * xj[..., j] for j in dims}
         self.r2 = {j: r.square() for j, r in self.r.items()}
 
@@ -357,7 +358,13 @@ class LogMarginalLikelihood:
             full = b.factor_param_names(f)
             p = {name: values[fn] for name, fn in full.items()}
             form = torch_elementary(f)
-            if form.unit_and_log_grads is not None:
+            if form.points_log_grads is not None:
+                x1, x2 = self.points[j]
+                if rows is not None:
+                    x1, x2 = x1[rows], x2[rows]
+                t, logs = form.points_log_grads(p, x1, x2, r)
+                derivs.extend(Derivative(at[full[name]], s, m) for name, s, m in logs)
+            elif form.unit_and_log_grads is not None:
                 t, logs = form.unit_and_log_grads(p, r, r2, xx)
                 derivs.extend(Derivative(at[full[name]], s, m) for name, s, m in logs)
             else:
