@@ -53,15 +53,17 @@ def test_the_closed_form_derivatives_match_finite_differences(name: str) -> None
             assert [q for q, _ in grads] == [q.name for q in spec.params]
             for q, dt in grads:
                 np.testing.assert_allclose(dt[row].numpy(), fd[q][0], rtol=1e-6, atol=1e-8)
-        relative = [form.unit_and_log_grads]
-        if form.points_log_grads is not None:  # from the points: the same contract
+        relative = [(form.unit_and_log_grads, False), (form.exponent_grads, True)]
+        if form.points_exponent_grads is not None:  # from the points: the same contract
             xt = torch.tensor(x)
             x1, x2 = xt[:, :, None], xt[:, None, :]
-            relative.append(lambda p, r, r2, xx, x1=x1, x2=x2: form.points_log_grads(p, x1, x2, r))
-        for log_grads in relative:
+            fn = form.points_exponent_grads
+            relative.append((lambda p, r, r2, xx, x1=x1, x2=x2, fn=fn: fn(p, x1, x2, r), True))
+        for log_grads, exponent in relative:
             if log_grads is None:
                 continue
             t, logs = log_grads(pt, rt, r2t, xxt)
+            t = t.exp() if exponent else t
             np.testing.assert_allclose(t[row].numpy(), want_unit, rtol=1e-12, atol=1e-14)
             assert [q for q, _, _ in logs] == [q.name for q in spec.params]
             for q, s, m in logs:
@@ -75,20 +77,28 @@ def test_per_from_points_is_exact_on_the_diagonal_and_far_from_it() -> None:
     rounding over many periods (``|x| / p`` up to about 400), where the angle's rounding
     is largest."""
     form = TORCH_ELEMENTARY["PER"]
-    assert form.points_log_grads is not None
+    assert form.points_exponent_grads is not None
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.uniform(-40.0, 40.0, 30), [3.0, 3.0]])
     p = {"lengthscale": 0.8, "period": 0.1}
     xt = torch.tensor(x)
     x1, x2 = xt[:, None], xt[None, :]
-    t, logs = form.points_log_grads(
+    e, logs = form.points_exponent_grads(
         {q: torch.tensor(v, dtype=torch.float64) for q, v in p.items()}, x1, x2, x1 - x2
     )
+    t = e.exp()
     np.testing.assert_allclose(t.numpy(), ELEMENTARY["PER"].unit(x, x, p), rtol=0, atol=1e-12)
     assert bool((t.diagonal() == 1.0).all())
     assert float(t[-1, -2]) == 1.0
     for _, _, m in logs:
         assert bool((m.diagonal() == 0.0).all())
+
+
+def test_exponential_forms_are_registered_for_se_and_per() -> None:
+    """The refinement takes one exponential per product of SE and PER factors only if both
+    registered their exponents."""
+    assert TORCH_ELEMENTARY["SE"].exponent_grads is not None
+    assert TORCH_ELEMENTARY["PER"].points_exponent_grads is not None
 
 
 def test_a_kernel_that_can_be_zero_gives_no_relative_derivatives() -> None:

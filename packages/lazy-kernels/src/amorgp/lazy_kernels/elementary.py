@@ -61,9 +61,10 @@ from amorgp.lazy_kernels.unit_derivatives import (
     lin_grads,
     mat52_log_grads,
     per_log_grads,
-    per_points_log_grads,
+    per_points_exponent_grads,
     plain_grads,
     rq_log_grads,
+    se_exponent_grads,
     se_log_grads,
 )
 
@@ -210,11 +211,17 @@ class TorchElementary:
             matrix of its own: ``<W, k * M>`` is ``<W * k, M>``, one product ``W * k`` per
             addend (``SE``: ``s = l^-3``, ``M = r^2``, the squared differences it already
             has).  None: the derivatives of ``unit_and_grads``.
-        points_log_grads: optional ``(p, x1, x2, r) -> (kt, [(name, s, M)])``: the same as
-            ``unit_and_log_grads``, given the column's points ``x1 (..., n, 1)`` and ``x2
-            (..., 1, m)`` as well (``r = x1 - x2``), for a kernel whose matrices are cheaper
-            from per-point values (``PER``: the sine and cosine of the differences by angle
-            addition, ``O(n)`` transcendental functions instead of ``O(n^2)``).
+        exponent_grads: optional ``(p, r, r2, xx) -> (log kt, [(name, s, M)])``: as
+            ``unit_and_log_grads`` with the unit factor's logarithm in place of it, for a
+            kernel that is an exponential (``SE``): the factors of a product that have it
+            take one exponential of their summed exponents (``SE*PER``: one instead of two).
+        points_exponent_grads: optional ``(p, x1, x2, r) -> (log kt, [(name, s, M)])``: as
+            ``exponent_grads``, given the column's points ``x1 (..., n, 1)`` and ``x2 (...,
+            1, m)`` as well (``r = x1 - x2``), for a kernel whose matrices are cheaper from
+            per-point values (``PER``: the sine and cosine of the differences by angle
+            addition, ``O(n)`` transcendental functions instead of ``O(n^2)``).  The
+            refinement uses the first of ``points_exponent_grads``, ``exponent_grads``,
+            ``unit_and_log_grads`` and ``unit_and_grads`` that a kernel has.
         sklearn: optional ``(sk, p, bounds, center, scale) -> (kernel, factor)``: the unit
             factor as ``factor * kernel`` with ``sk = sklearn.gaussian_process.kernels``,
             from its parameters ``p`` (floats by elementary name, in the units of the
@@ -243,7 +250,8 @@ class TorchElementary:
     owns_output: bool = False
     unit_and_grads: UnitGradsFn | None = field(default=None, compare=False)
     unit_and_log_grads: UnitLogGradsFn | None = field(default=None, compare=False)
-    points_log_grads: PointsLogGradsFn | None = field(default=None, compare=False)
+    exponent_grads: UnitLogGradsFn | None = field(default=None, compare=False)
+    points_exponent_grads: PointsLogGradsFn | None = field(default=None, compare=False)
     sklearn: SklearnBuilder | None = field(default=None, compare=False)
     sklearn_ard: bool = False
     gpytorch_module: GPyTorchModule | None = field(default=None, compare=False)
@@ -418,6 +426,7 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         owns_output=True,
         unit_and_grads=plain_grads(se_log_grads),
         unit_and_log_grads=se_log_grads,
+        exponent_grads=se_exponent_grads,
         sklearn=_se_sklearn,
         sklearn_ard=True,
         gpytorch_module=_SE_GPYTORCH,
@@ -440,7 +449,7 @@ TORCH_ELEMENTARY: dict[str, TorchElementary] = {
         owns_output=True,
         unit_and_grads=plain_grads(per_log_grads),
         unit_and_log_grads=per_log_grads,
-        points_log_grads=per_points_log_grads,
+        points_exponent_grads=per_points_exponent_grads,
         sklearn=_per_sklearn,
         gpytorch_module=_PER_GPYTORCH,
     ),

@@ -34,10 +34,15 @@ def plain_grads(
     return grads
 
 
-def se_log_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitLogGrads:
+def se_exponent_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitLogGrads:
+    """SE's ``log kt`` (its exponent) and its relative derivatives."""
     ell = p["lengthscale"]
-    t = (r2 * (-0.5 / ell.square())).exp()
-    return t, [("lengthscale", ell.pow(-3), r2)]
+    return r2 * (-0.5 / ell.square()), [("lengthscale", ell.pow(-3), r2)]
+
+
+def se_log_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitLogGrads:
+    e, logs = se_exponent_grads(p, r, r2, xx)
+    return e.exp_(), logs
 
 
 def lin_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> UnitGrads:
@@ -58,8 +63,11 @@ def per_log_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> Un
     ]
 
 
-def per_points_log_grads(p: dict[str, Tensor], x1: Tensor, x2: Tensor, r: Tensor) -> UnitLogGrads:
-    """:func:`per_log_grads` from the column's points ``x1 (..., n, 1)`` and ``x2 (..., 1,
+def per_points_exponent_grads(
+    p: dict[str, Tensor], x1: Tensor, x2: Tensor, r: Tensor
+) -> UnitLogGrads:
+    """PER's ``log kt`` (its exponent) and its relative derivatives (those of
+    :func:`per_log_grads`) from the column's points ``x1 (..., n, 1)`` and ``x2 (..., 1,
     m)`` as well (``r = x1 - x2``): the sine and cosine of ``w = pi r / p`` by angle
     addition, ``sin(a - b) = sin a cos b - cos a sin b`` with ``a = pi x1 / p``, ``b = pi
     x2 / p``: ``n + m`` of each transcendental function instead of ``n m``, which were
@@ -73,9 +81,8 @@ def per_points_log_grads(p: dict[str, Tensor], x1: Tensor, x2: Tensor, r: Tensor
     sn.sub_(ca * sb)  # both products rounded alike (no fused multiply-add): 0 where x1 = x2
     cw = ca * cb
     cw.addcmul_(sa, sb)
-    sn2 = sn.square()
-    t = (sn2 * (-0.5 / ell.square())).exp_()
-    return t, [
+    sn2 = sn * sn
+    return sn2 * (-0.5 / ell.square()), [
         ("lengthscale", ell.pow(-3), sn2),
         ("period", 1.0 / (per * ell.square()), sn.mul_(cw).mul_(r * c)),
     ]

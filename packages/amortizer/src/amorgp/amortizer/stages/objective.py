@@ -352,25 +352,34 @@ class LogMarginalLikelihood:
             )
             return var * g + values[full[lead]], plain
         units: list[Tensor] = []
+        exponent: Tensor | None = None  # the summed exponents of the exponential factors
         derivs = [Derivative(at["variance"], 1.0 / var, None)]
         dense: list[tuple[int, list[tuple[int, Tensor]]]] = []
         for f in b.factors:
             full = b.factor_param_names(f)
             p = {name: values[fn] for name, fn in full.items()}
             form = torch_elementary(f)
-            if form.points_log_grads is not None:
-                x1, x2 = self.points[j]
-                if rows is not None:
-                    x1, x2 = x1[rows], x2[rows]
-                t, logs = form.points_log_grads(p, x1, x2, r)
+            if form.points_exponent_grads is not None or form.exponent_grads is not None:
+                if form.points_exponent_grads is not None:
+                    x1, x2 = self.points[j]
+                    if rows is not None:
+                        x1, x2 = x1[rows], x2[rows]
+                    e, logs = form.points_exponent_grads(p, x1, x2, r)
+                else:
+                    assert form.exponent_grads is not None
+                    e, logs = form.exponent_grads(p, r, r2, xx)
+                exponent = e if exponent is None else exponent.add_(e)
                 derivs.extend(Derivative(at[full[name]], s, m) for name, s, m in logs)
-            elif form.unit_and_log_grads is not None:
+                continue
+            if form.unit_and_log_grads is not None:
                 t, logs = form.unit_and_log_grads(p, r, r2, xx)
                 derivs.extend(Derivative(at[full[name]], s, m) for name, s, m in logs)
             else:
                 t, grads = _unit_and_grads(f, p, r, r2, xx)
                 dense.append((len(units), [(at[full[name]], dt) for name, dt in grads]))
             units.append(t)
+        if exponent is not None:  # one exponential for all of them
+            units.append(exponent.exp_())
         unit = units[0]
         for t in units[1:]:
             unit = unit * t
