@@ -368,7 +368,12 @@ class LogMarginalLikelihood:
                 else:
                     assert form.exponent_grads is not None
                     e, logs = form.exponent_grads(p, r, r2, xx)
-                exponent = e if exponent is None else exponent.add_(e)
+                if exponent is None:  # summed in place: a tensor the form gave away
+                    exponent = e if form.owns_output else e.clone()
+                elif exponent.shape == torch.broadcast_shapes(exponent.shape, e.shape):
+                    exponent.add_(e)
+                else:
+                    exponent = exponent + e
                 derivs.extend(Derivative(at[full[name]], s, m) for name, s, m in logs)
                 continue
             if form.unit_and_log_grads is not None:
