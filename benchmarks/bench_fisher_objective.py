@@ -1,5 +1,8 @@
-"""The refinement's objective before and after its derivatives became relative to each
-addend: docs/benchmarks/fisher-objective.md.
+"""The refinement's objective before and after a change, side by side: by default the
+derivatives becoming relative to each addend (docs/benchmarks/fisher-objective.md);
+``--baseline 20991e1``: PER's matrices by angle addition from the points, one exponential
+per product of SE and PER factors and no finiteness pass before the factorisation
+(docs/benchmarks/refine-evaluations.md).
 
 Fisher scoring (``refine="auto"``, the default) evaluates the exact log marginal likelihood
 of a batch of rows with its gradient, and at some points its Fisher information
@@ -26,7 +29,8 @@ its values; the table reports medians over the rounds (each worker's own the med
 :data:`REPEATS` evaluations), the minor page faults per
 evaluation, and the ratio before / after.
 
-Usage: ``python benchmarks/bench_fisher_objective.py [--rounds 3] [--quick]``.
+Usage: ``python benchmarks/bench_fisher_objective.py [--rounds 3] [--quick] [--baseline REV]``
+(a revision of :data:`PAGES`: the page and its description).
 """
 
 from __future__ import annotations
@@ -150,6 +154,50 @@ def workloads(quick: bool) -> list[tuple[str, int, Callable[[], Any]]]:
 
 
 BASELINE = "8f95318"  # the last commit before the relative derivatives
+
+PAGES: dict[str, dict[str, str]] = {
+    BASELINE: {
+        "out": "fisher-objective.md",
+        "title": "The refinement's objective: derivatives relative to each addend",
+        "before": "a matrix per derivative, every temporary allocated afresh",
+        "after": (
+            "each addend's derivatives relative to it, `dk / d theta = s k M`, so a gradient "
+            "forms no derivative matrix; the Fisher information's temporaries kept between "
+            "evaluations; fewer temporaries in the L-BFGS objective"
+        ),
+        "why": (
+            "Where the gain comes from: an evaluation without the Fisher information (most of "
+            "a refinement's) no longer forms a derivative matrix per hyperparameter, most of "
+            "its memory traffic and of its freshly faulted pages where addends are products or "
+            "hyperparameters many; an evaluation with it still forms them (the Fisher "
+            "information needs `A^-1 dK/d theta` for each: `u n^3` multiply-adds, "
+            "compute-bound) and saves the page faults of its temporaries. At n = 80 an "
+            "evaluation is mostly the factorisation, the inverse and per-call overhead: there "
+            "the gain is the larger chunks of rows of an evaluation without the Fisher "
+            "information (8 MiB, `PLAIN_CHUNK_BYTES`; 2 MiB before)."
+        ),
+    },
+    "20991e1": {
+        "out": "refine-evaluations.md",
+        "title": "The refinement's objective: PER by angle addition, one exponential per product",
+        "before": "PER's sine and cosine of every pair's difference, one exponential per SE "
+        "or PER factor, a finiteness pass over each matrix before its factorisation",
+        "after": (
+            "PER's sines and cosines of the points, combined by angle addition "
+            "(`TorchElementary.points_exponent_grads`), one exponential of the summed "
+            "exponents of a product's SE and PER factors (`exponent_grads`), and the "
+            "factorisation's own failure or a non-finite likelihood flagging a bad matrix"
+        ),
+        "why": (
+            "Where the gain comes from: the kernel matrices' transcendental functions. A PER "
+            "factor took a sine and a cosine of each of the `n^2` differences, and its "
+            "exponential; it now takes `n` of each and combines them by products, so the "
+            "kernels with PER gain most (`SE` alone only loses the finiteness pass); an "
+            "evaluation with the Fisher information gains less, its `u n^3` products being "
+            "the same."
+        ),
+    },
+}
 REPEATS = 3  # timed evaluations of each workload per worker (median)
 
 
@@ -247,7 +295,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fit-rounds", type=int, default=2)
-    parser.add_argument("--baseline", default=BASELINE)
+    parser.add_argument("--baseline", default=BASELINE, choices=sorted(PAGES))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fits", action="store_true", help=argparse.SUPPRESS)
@@ -296,17 +344,19 @@ def main() -> None:
         diff = float(np.max(np.abs(np.array(b[0][1]) - np.array(a[0][1]))))
         fits.append(f"| {name[5:]} | {tb:.1f} | {ta:.1f} | {tb / ta:.2f}x | {diff:.3g} |")
     machine = f"{platform.machine()} (one thread), torch {torch.__version__}"
+    page = PAGES[args.baseline]
+    flags = (" --quick" if args.quick else "") + (
+        f" --baseline {args.baseline}" if args.baseline != BASELINE else ""
+    )
     text = [
-        "# The refinement's objective: derivatives relative to each addend",
+        f"# {page['title']}",
         "",
-        f"`benchmarks/bench_fisher_objective.py{' --quick' if args.quick else ''}`; {machine}, "
+        f"`benchmarks/bench_fisher_objective.py{flags}`; {machine}, "
         "process CPU time, `tune_malloc()` on (as the command line); 2 cores shared with other "
-        f"jobs. **before**: the amortizer and lazy-kernels of revision `{args.baseline}` (a "
-        "matrix per derivative, every temporary allocated afresh); **after**: this tree (each "
-        "addend's derivatives relative to it, `dk / d theta = s k M`, so a gradient forms no "
-        "derivative matrix; the Fisher information's temporaries kept between evaluations; "
-        "fewer temporaries in the L-BFGS objective). Worker processes alternate before / "
-        "after; medians over the rounds; both give the same values (checked).",
+        f"jobs. **before**: the amortizer and lazy-kernels of revision `{args.baseline}` "
+        f"({page['before']}); **after**: this tree ({page['after']}). Worker processes "
+        "alternate before / after; medians over the rounds; both give the same values "
+        "(checked).",
         "",
         f"One evaluation ({args.rounds} rounds; a fleet's 300 rows in the objective's chunks):",
         "",
@@ -317,19 +367,12 @@ def main() -> None:
         "",
         *fits,
         "",
-        "Where the gain comes from: an evaluation without the Fisher information (most of a "
-        "refinement's) no longer forms a derivative matrix per hyperparameter, most of its "
-        "memory traffic and of its freshly faulted pages where addends are products or "
-        "hyperparameters many; an evaluation with it still forms them (the Fisher "
-        "information needs `A^-1 dK/d theta` for each: `u n^3` multiply-adds, "
-        "compute-bound) and saves the page faults of its temporaries. At n = 80 an "
-        "evaluation is mostly the factorisation, the inverse and per-call overhead: there "
-        "the gain is the larger chunks of rows of an evaluation without the Fisher "
-        "information (8 MiB, `PLAIN_CHUNK_BYTES`; 2 MiB before).",
+        page["why"],
         "",
     ]
-    OUT.write_text("\n".join(text))
-    print(f"wrote {OUT}")
+    out = OUT.parent / page["out"]
+    out.write_text("\n".join(text))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
