@@ -72,7 +72,8 @@ def per_points_exponent_grads(
     addition, ``sin(a - b) = sin a cos b - cos a sin b`` with ``a = pi x1 / p``, ``b = pi
     x2 / p``: ``n + m`` of each transcendental function instead of ``n m``, which were
     most of the cost of the matrices.  The same values to rounding (absolute errors of a
-    few ulps of ``w``; on the diagonal ``x1 = x2`` the sine is exactly zero)."""
+    few ulps of the angles ``a`` and ``b``; on the diagonal ``x1 = x2`` the sine is exactly
+    zero)."""
     ell, per = p["lengthscale"], p["period"]
     c = math.pi / per
     a, b = x1 * c, x2 * c
