@@ -10,8 +10,8 @@ fit's own computation (``docs/benchmarks/default-refine.md``).  :func:`tune_mall
 both thresholds, so that the process keeps up to ``keep`` bytes of freed memory (512 MiB)
 and reuses it: an evaluation of a kernel with 73 hyperparameters on 500 points holds about
 150 MB of derivative matrices at once, which a trim threshold of 128 MiB returned to the
-system after every evaluation (65,000 page faults each: 694 against 578 ms with the
-Fisher information, 56 against 50 ms without, on this project's 2-core CPU).
+system after every evaluation, to be faulted in again at the next (measured in the
+python-api guide, "Memory").
 
 It changes process-wide state, so the library never calls it on its own: the command line
 (``amorgp``) calls it at start, Dask workers when they load the network
