@@ -220,7 +220,7 @@ def convert_checkpoint(
         model, network = add_period_tokens(model, network)
     if relevance and not network.relevance_tokens:
         model, network = add_relevance_tokens(model, network)
-    meta = {k: ckpt.meta[k] for k in ("train",) if k in ckpt.meta}
+    meta = {k: ckpt.meta[k] for k in ("train", "simulator", "progress", "history") if k in ckpt.meta}
     return save_checkpoint(out, model.float(), network, meta=meta)
 
 
