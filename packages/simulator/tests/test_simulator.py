@@ -198,18 +198,27 @@ def _fields(cfg: SimulatorConfig) -> dict:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_sample_on_cuda_satisfies_contract_and_is_reproducible() -> None:
-    """The same generator gives the same batch: bit for bit in torch's deterministic mode;
-    otherwise the targets may differ in the last bits (``index_add``'s atomic sums on
-    CUDA add the kernel's addends in any order) and everything else is equal."""
+    """The same generator gives the same batch: every draw bit for bit, the targets to
+    within a few units in the last place.  On an H200 (torch 2.11, CUDA 13) the targets of
+    two draws differed by up to 2.2e-16 at a scale of 6, in torch's deterministic mode
+    too and with ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, while a batched Cholesky
+    factorisation, its matrix product and ``index_add`` alone repeated bit for bit; the
+    draws (inputs, structures, hyperparameters, noise) never differed."""
     cfg = CONFIGS["test-points"]
     sim = Simulator(cfg, device="cuda")
+    targets = {"y", "y_test"}
     with torch_settings(allow_tf32=False, deterministic=True):
         a = sim.sample(16, torch.Generator(device="cuda").manual_seed(0))
         b = sim.sample(16, torch.Generator(device="cuda").manual_seed(0))
         assert a.X.device.type == "cuda"
         check_batch(a.to("cpu"), cfg)
+        assert targets <= set(a.tensors())
         for name, value in a.tensors().items():
-            assert torch.equal(value, b.tensors()[name]), name
+            if name in targets:
+                scale = float(value.abs().max())
+                torch.testing.assert_close(value, b.tensors()[name], rtol=0, atol=1e-14 * scale)
+            else:
+                assert torch.equal(value, b.tensors()[name]), name
     with torch_settings(allow_tf32=False, deterministic=False):
         c = sim.sample(16, torch.Generator(device="cuda").manual_seed(0))
         for name, value in a.tensors().items():

@@ -225,3 +225,24 @@ def test_converted_checkpoint_keeps_its_recipe_and_predictions(
         main([str(tiny_checkpoint), str(tmp_path / "none"), "--no-period", "--no-relevance"])
     assert "nothing to add" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
+
+
+def test_converted_checkpoint_counts_the_datasets_seen_before(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """The conversion keeps the source's training record, so a GPU chunk started from the
+    converted weights logs the datasets it added, not the total minus all earlier ones."""
+    from amorgp.amortizer.networks.checkpoint import load_checkpoint
+    from amorgp.amortizer.testing import edited_checkpoint
+    from amorgp.training.gpu_chunk import phase1_datasets
+    from amorgp.training.vocabulary import convert_checkpoint
+
+    history = [{"phase": 1, "datasets_seen": 1000}, {"phase": 2, "datasets_seen": 64}]
+    progress = {"phase": 1, "datasets_seen": 300, "step": 3}
+    src = edited_checkpoint(
+        tiny_checkpoint, tmp_path / "src", {"history": history, "progress": progress}
+    )
+    got = load_checkpoint(convert_checkpoint(src, tmp_path / "tokens")).meta
+    assert got["history"] == history
+    assert got["progress"] == progress
+    assert phase1_datasets(got) == 1300

@@ -198,7 +198,9 @@ def convert_checkpoint(
 ) -> Path:
     """Write ``source`` (a checkpoint directory) to ``out`` with period and/or relevance
     tokens added (:func:`add_period_tokens`, :func:`add_relevance_tokens`), keeping its
-    training recipe so that ``amorgp train --from out`` continues with it.  Kinds the
+    training recipe and record (``train``, ``simulator``, ``progress``, ``history``), so
+    that ``amorgp train --from out`` continues with it and counts the datasets the source
+    had seen.  Kinds the
     network has already are left as they are.
 
     Raises:
@@ -220,7 +222,8 @@ def convert_checkpoint(
         model, network = add_period_tokens(model, network)
     if relevance and not network.relevance_tokens:
         model, network = add_relevance_tokens(model, network)
-    meta = {k: ckpt.meta[k] for k in ("train", "simulator", "progress", "history") if k in ckpt.meta}
+    keep = ("train", "simulator", "progress", "history")
+    meta: dict[str, Any] = {k: ckpt.meta[k] for k in keep if k in ckpt.meta}
     return save_checkpoint(out, model.float(), network, meta=meta)
 
 

@@ -179,7 +179,7 @@ def halve_rows(
             rows = torch.ones(len(flat), D, L, S, dtype=torch.float64)
             for i, (_, c) in enumerate(flat):  # a few starts per row
                 rows[i, : c[1].shape[0], : c[1].shape[1], : c[1].shape[2]] = c[1].to(rows)
-            nz = torch.stack([torch.as_tensor(c[2], dtype=torch.float64) for _, c in flat])
+            nz = torch.stack([torch.as_tensor(c[2]).to("cpu", torch.float64) for _, c in flat])
             at = torch.tensor([p // K for p, _ in flat])
             obj = BatchLogMarginalLikelihood(X64[at], Y64[at], s)
             # a round's gains are not reported: no closing Fisher evaluation
