@@ -7,6 +7,7 @@ line, the float32 weights rounded by torch, and the file sizes on disk.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -159,8 +160,9 @@ def test_chunk_script_smoke_run(tmp_path: Path, scratch_chunk: tuple[Path, Path]
 
 
 def test_committed_medium_weights_load_as_float32() -> None:
-    """``models/medium``: the ``medium`` preset in bfloat16 shards under 16 MiB, loaded by
-    ``Amortizer.from_pretrained`` as float32 weights that bfloat16 represents exactly."""
+    """``models/medium``: the ``medium`` preset with period and relevance tokens in
+    bfloat16 shards under 16 MiB, loaded by ``Amortizer.from_pretrained`` as float32
+    weights that bfloat16 represents exactly."""
     from amorgp.amortizer import Amortizer
 
     where = ROOT / "models" / "medium"
@@ -168,9 +170,10 @@ def test_committed_medium_weights_load_as_float32() -> None:
     assert meta["weights_dtype"] == "bfloat16"
     assert all((where / f).stat().st_size < 16 * 2**20 for f in meta["shards"]["model"])
     ckpt = load_checkpoint(where)
-    assert ckpt.network == PRESETS["medium"].network
+    preset = PRESETS["medium"].network
+    assert ckpt.network == dataclasses.replace(preset, period_tokens=True, relevance_tokens=True)
     weights = ckpt.model.state_dict()
-    assert sum(p.numel() for p in ckpt.model.parameters()) == 13_835_545
+    assert sum(p.numel() for p in ckpt.model.parameters()) == 13_837_593
     for name, value in weights.items():
         assert value.dtype == torch.float32, name
         assert torch.equal(value, value.to(torch.bfloat16).to(torch.float32)), name
