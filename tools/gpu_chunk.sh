@@ -29,7 +29,9 @@
 # AMORGP_CHUNK_PRESET (default medium; the tests use tiny), AMORGP_REVISION (the code
 # revision logged, where the copy on the GPU machine has no .git; default: git rev-parse),
 # AMORGP_CHUNK_TOKENS=1 (phase 1 starts from FROM converted to read period and relevance
-# tokens, `python -m amorgp.training.vocabulary`; a resumed run is not converted again),
+# tokens, `python -m amorgp.training.vocabulary`; a resumed run is not converted again;
+# kinds FROM reads already are kept), AMORGP_CHUNK_GATE=1 (the same conversion with the
+# learnt gate of the period anchors as well, `--learned-gate`),
 # AMORGP_CHUNK_SMOKE=1 (a test on any machine: CPU, 2 steps per phase, 8 datasets per
 # batch, n <= 20, 8 validation datasets; its runs go to OUTDIR/.runs unless
 # AMORGP_CHUNK_RUNS says otherwise).  Exits 0 when the weights were exported, 1 on a usage
@@ -93,16 +95,19 @@ else
     rm -rf "$RUNS/p1"
     START_FROM=$FROM
     STARTED="$FROM"
-    if [ "${AMORGP_CHUNK_TOKENS:-0}" = "1" ]; then
+    GATE=()
+    [ "${AMORGP_CHUNK_GATE:-0}" = "1" ] && GATE=(--learned-gate)
+    if [ "${AMORGP_CHUNK_TOKENS:-0}" = "1" ] || [ ${#GATE[@]} -gt 0 ]; then
         rm -rf "$RUNS/from-tokens"
-        echo "+ python -m amorgp.training.vocabulary $FROM $RUNS/from-tokens" >>"$LOG"
-        if ! "$PY" -m amorgp.training.vocabulary "$FROM" "$RUNS/from-tokens" >>"$LOG" 2>&1; then
+        echo "+ python -m amorgp.training.vocabulary $FROM $RUNS/from-tokens ${GATE[*]}" >>"$LOG"
+        if ! "$PY" -m amorgp.training.vocabulary "$FROM" "$RUNS/from-tokens" "${GATE[@]}" \
+            >>"$LOG" 2>&1; then
             echo "the conversion to tokens failed; nothing trained" >>"$LOG"
             cat "$LOG"
             exit 2
         fi
         START_FROM="$RUNS/from-tokens"
-        STARTED="$FROM (with period and relevance tokens)"
+        STARTED="$FROM (with period and relevance tokens${GATE:+ and a learnt gate})"
     fi
     FIRST=(--preset "$PRESET" --from "$START_FROM" "${P1[@]}")
 fi

@@ -246,3 +246,32 @@ def test_converted_checkpoint_counts_the_datasets_seen_before(
     assert got["history"] == history
     assert got["progress"] == progress
     assert phase1_datasets(got) == 1300
+
+
+def test_conversion_with_a_learnt_gate(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--learned-gate`` adds the learnt gate to the tokens (or to a network that reads
+    them already) and predicts as the network without it wherever no period is anchored
+    (here: no periodic kernel); without period tokens it is a one-line error."""
+    from amorgp.amortizer.networks.checkpoint import load_checkpoint
+    from amorgp.training.vocabulary import main
+
+    main([str(tiny_checkpoint), str(tmp_path / "tokens")])
+    main([str(tmp_path / "tokens"), str(tmp_path / "gate"), "--learned-gate"])
+    capsys.readouterr()
+    got = load_checkpoint(tmp_path / "gate").network
+    assert got.learned_gate
+    assert got.period_tokens
+    assert got.relevance_tokens
+    rng = np.random.default_rng(5)
+    X, y = rng.random((30, 2)), rng.normal(size=30)
+    opts = {"calibrate": False, "starts": 1, "refine": 0}
+    a = Amortizer.from_pretrained(tmp_path / "gate", device="cpu").infer(X, y, "SE", **opts)
+    b = Amortizer.from_pretrained(tmp_path / "tokens", device="cpu").infer(X, y, "SE", **opts)
+    np.testing.assert_allclose(a.params.numpy(), b.params.numpy(), rtol=1e-6)
+    with pytest.raises(SystemExit) as exc:
+        main([str(tiny_checkpoint), str(tmp_path / "bad"), "--no-period", "--learned-gate"])
+    assert exc.value.code == 2
+    assert "period tokens" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

@@ -194,22 +194,31 @@ def _with_tokens(
 
 
 def convert_checkpoint(
-    source: str | Path, out: str | Path, *, period: bool = True, relevance: bool = True
+    source: str | Path,
+    out: str | Path,
+    *,
+    period: bool = True,
+    relevance: bool = True,
+    learned_gate: bool = False,
 ) -> Path:
     """Write ``source`` (a checkpoint directory) to ``out`` with period and/or relevance
     tokens added (:func:`add_period_tokens`, :func:`add_relevance_tokens`), keeping its
     training recipe and record (``train``, ``simulator``, ``progress``, ``history``), so
     that ``amorgp train --from out`` continues with it and counts the datasets the source
-    had seen.  Kinds the
-    network has already are left as they are.
+    had seen.  With ``learned_gate``, also the learnt gate of the period anchors
+    (:func:`add_learned_gate`; it needs the period tokens, asked for or present).  Kinds
+    the network has already are left as they are.
 
     Raises:
-        OptionError: neither kind asked for, or ``out`` exists.
+        OptionError: nothing asked for, ``out`` exists, or a learnt gate without period
+            tokens.
     """
     from amorgp.amortizer.networks.checkpoint import load_checkpoint, save_checkpoint
 
-    if not (period or relevance):
-        raise OptionError("nothing to add: ask for period tokens, relevance tokens or both")
+    if not (period or relevance or learned_gate):
+        raise OptionError(
+            "nothing to add: ask for period tokens, relevance tokens or a learnt gate"
+        )
     out = Path(out)
     if out.exists():
         raise OptionError(f"{out} exists; give a new folder for the converted checkpoint")
@@ -222,13 +231,16 @@ def convert_checkpoint(
         model, network = add_period_tokens(model, network)
     if relevance and not network.relevance_tokens:
         model, network = add_relevance_tokens(model, network)
+    if learned_gate and not network.learned_gate:
+        model, network = add_learned_gate(model, network)
     keep = ("train", "simulator", "progress", "history")
     meta: dict[str, Any] = {k: ckpt.meta[k] for k in keep if k in ckpt.meta}
     return save_checkpoint(out, model.float(), network, meta=meta)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m amorgp.training.vocabulary SOURCE OUT [--no-period] [--no-relevance]``:
+    """``python -m amorgp.training.vocabulary SOURCE OUT [--no-period] [--no-relevance]
+    [--learned-gate]``:
     :func:`convert_checkpoint` (for a GPU machine without a shell to write Python in)."""
     import argparse
 
@@ -237,10 +249,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out")
     ap.add_argument("--no-period", action="store_true")
     ap.add_argument("--no-relevance", action="store_true")
+    ap.add_argument(
+        "--learned-gate", action="store_true", help="also learn the gate of the period anchors"
+    )
     a = ap.parse_args(argv)
     try:
         path = convert_checkpoint(
-            a.source, a.out, period=not a.no_period, relevance=not a.no_relevance
+            a.source,
+            a.out,
+            period=not a.no_period,
+            relevance=not a.no_relevance,
+            learned_gate=a.learned_gate,
         )
     except OptionError as exc:
         ap.exit(2, f"error: {exc}\n")
