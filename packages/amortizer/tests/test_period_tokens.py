@@ -117,6 +117,37 @@ def test_padding_and_missing_peaks() -> None:
     assert (anchor_gate(fap, pw, torch.full_like(pw, 0.1)) < 0.1).all()
 
 
+def test_accelerator_sizes_give_the_same_peaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accelerator's path (the grid from the padded width, read without waiting for
+    the device, and blocks of 64 frequencies) gives every dataset's peak as the CPU's
+    path (the grid up to the batch's highest frequency, here 30 of 44 cycles, in blocks of
+    8): a batch of datasets of different sizes, padded to 90 points, with repeated inputs
+    (fewer distinct values than points) and one too short to have a peak."""
+    from amorgp.amortizer.networks import period_tokens
+
+    g = torch.Generator().manual_seed(7)
+    B, N, D = 6, 90, 3
+    X = torch.rand(B, N, D, generator=g, dtype=torch.float64)
+    X[1, :, 2] = (X[1, :, 2] * 7).floor() / 7  # 7 distinct values
+    X[2, :, 0] = (X[2, :, 0] * 20).floor() / 20
+    periods = torch.tensor([0.13, 0.3, 0.21, 0.5, 0.09, 0.4], dtype=torch.float64)
+    y = torch.sin(2 * math.pi * X[..., 0] / periods[:, None]) + 0.5 * X[..., 1]
+    y = y + 0.2 * torch.randn(B, N, generator=g, dtype=torch.float64)
+    pm = torch.ones(B, N, dtype=torch.bool)
+    pm[:, 61:] = False  # at most 61 points: the batch's grid ends at 30 cycles
+    pm[3, 40:] = False
+    pm[4, 3:] = False  # three points: no peak
+    dm = torch.ones(B, D, dtype=torch.bool)
+    dm[5, 2] = False
+    monkeypatch.setattr(period_tokens, "BLOCK_ELEMENTS", 1)  # blocks of 8 frequencies
+    cpu = strongest_periods(X, y, pm, dm)
+    monkeypatch.setattr(period_tokens, "_on_accelerator", lambda device: True)
+    acc = strongest_periods(X, y, pm, dm)
+    assert torch.isfinite(cpu[0]).sum() >= 12  # most dimensions have a peak
+    for got, want in zip(acc, cpu, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
 def _pair(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
     """A random tiny network and the same weights with period tokens (the new layers at
     zero), the conversion ``add_period_tokens`` does."""

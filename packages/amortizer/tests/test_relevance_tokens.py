@@ -69,6 +69,23 @@ def test_padding_is_never_read() -> None:
     assert torch.equal(neighbour_relevance(X[:, :6], y[:, :6]), torch.zeros(2, 3, 2))
 
 
+def test_blocks_of_datasets_do_not_change_the_features(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every block size gives the same features (datasets are independent): one dataset
+    per block, the CPU's blocks and the accelerator's one block for the whole batch
+    (:data:`~amorgp.amortizer.networks.relevance_tokens.DEVICE_BLOCK_ELEMENTS`)."""
+    from amorgp.amortizer.networks import relevance_tokens
+
+    g = torch.Generator().manual_seed(4)
+    X = torch.rand(9, 40, 4, generator=g, dtype=torch.float64)
+    y = torch.sin(5 * X[..., 0]) + 0.1 * torch.randn(9, 40, generator=g, dtype=torch.float64)
+    pm = torch.ones(9, 40, dtype=torch.bool)
+    pm[2, 30:] = False
+    want = neighbour_relevance(X, y, pm)
+    for elements in (1, relevance_tokens.DEVICE_BLOCK_ELEMENTS):
+        monkeypatch.setattr(relevance_tokens, "BLOCK_ELEMENTS", elements)
+        assert torch.equal(neighbour_relevance(X, y, pm), want)
+
+
 def test_lengthscale_tail() -> None:
     raw = torch.linspace(-5, KNEE, 50, dtype=torch.float64)
     assert torch.equal(long_positive(raw, 1e-4), positive(raw, "lengthscale"))
