@@ -21,6 +21,7 @@ from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
 from amorgp.core.errors import CheckpointError, DataError, shorten
 from amorgp.kernel_grammar import Vocabulary
 from amorgp.simulator import SimulatorConfig, generate_fixed_set, read_fixed_set
+from amorgp.training.runstate import training_record
 from amorgp.training.train import validate
 
 __all__ = [
@@ -424,16 +425,12 @@ def average_weights(sources: list[Path], target: Path, meta: dict[str, Any]) -> 
         for name, value in states[-1].items()
     }
     ref.model.load_state_dict(average)
-    keep: dict[str, Any] = {
-        k: ref.meta[k] for k in ("train", "simulator", "progress", "history") if k in ref.meta
-    }
+    keep = training_record(ref.meta)
     save_checkpoint(target, ref.model, ref.network, meta={**keep, **meta}, overwrite=True)
 
 
 def export_weights(source: Path, target: Path, meta: dict[str, Any]) -> None:
     """Write the weights of ``source`` (no optimiser state) to ``target`` atomically."""
     ckpt = load_checkpoint(source)
-    keep: dict[str, Any] = {
-        k: ckpt.meta[k] for k in ("train", "simulator", "progress", "history") if k in ckpt.meta
-    }
+    keep = training_record(ckpt.meta)
     save_checkpoint(target, ckpt.model, ckpt.network, meta={**keep, **meta}, overwrite=True)

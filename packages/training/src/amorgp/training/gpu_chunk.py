@@ -46,6 +46,7 @@ from amorgp.amortizer.networks.checkpoint import (
     save_checkpoint,
 )
 from amorgp.core.errors import CheckpointError, DataError, OptionError, shorten
+from amorgp.training.runstate import training_record
 
 __all__ = [
     "EXPORT_SHARD_BYTES",
@@ -102,8 +103,8 @@ def export_compact(
             f"{', '.join(WEIGHT_DTYPES)}"
         )
     ckpt = load_checkpoint(source)
-    keep = ("train", "simulator", "progress", "history", "validation", "campaign")
-    body = {k: ckpt.meta[k] for k in keep if k in ckpt.meta}
+    body = training_record(ckpt.meta)
+    body.update({k: ckpt.meta[k] for k in ("validation", "campaign") if k in ckpt.meta})
     body.update(meta or {})
     out = save_checkpoint(
         target,

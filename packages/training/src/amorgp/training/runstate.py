@@ -33,13 +33,27 @@ from amorgp.training.rundir import RunDirectory
 
 __all__ = [
     "MAX_KERNEL_BYTES",
+    "TRAINING_RECORD",
     "Budget",
     "RunStart",
     "RunState",
     "check_step_memory",
     "config_differences",
     "start_run",
+    "training_record",
 ]
+
+TRAINING_RECORD = ("train", "simulator", "progress", "history")
+"""The ``checkpoint.json`` entries that say how a checkpoint's weights were trained: its
+recipe, its simulator, its own progress and that of the runs before it.  Every copy of
+the weights that training may continue from (exports, averages, conversions) keeps them,
+so that ``--from`` continues the recipe and the datasets seen are counted over the chain."""
+
+
+def training_record(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`TRAINING_RECORD` entries of a checkpoint's ``meta`` (those it has)."""
+    return {k: meta[k] for k in TRAINING_RECORD if k in meta}
+
 
 MAX_KERNEL_BYTES = 4 * 2**30
 """Largest float64 kernel-matrix memory of one step, ``datasets x n_max^2 x 8`` bytes,

@@ -203,7 +203,7 @@ def convert_checkpoint(
 ) -> Path:
     """Write ``source`` (a checkpoint directory) to ``out`` with period and/or relevance
     tokens added (:func:`add_period_tokens`, :func:`add_relevance_tokens`), keeping its
-    training recipe and record (``train``, ``simulator``, ``progress``, ``history``), so
+    training recipe and record (:data:`~amorgp.training.runstate.TRAINING_RECORD`), so
     that ``amorgp train --from out`` continues with it and counts the datasets the source
     had seen.  With ``learned_gate``, also the learnt gate of the period anchors
     (:func:`add_learned_gate`; it needs the period tokens, asked for or present).  Kinds
@@ -214,6 +214,7 @@ def convert_checkpoint(
             tokens.
     """
     from amorgp.amortizer.networks.checkpoint import load_checkpoint, save_checkpoint
+    from amorgp.training.runstate import training_record
 
     if not (period or relevance or learned_gate):
         raise OptionError(
@@ -233,9 +234,7 @@ def convert_checkpoint(
         model, network = add_relevance_tokens(model, network)
     if learned_gate and not network.learned_gate:
         model, network = add_learned_gate(model, network)
-    keep = ("train", "simulator", "progress", "history")
-    meta: dict[str, Any] = {k: ckpt.meta[k] for k in keep if k in ckpt.meta}
-    return save_checkpoint(out, model.float(), network, meta=meta)
+    return save_checkpoint(out, model.float(), network, meta=training_record(ckpt.meta))
 
 
 def main(argv: list[str] | None = None) -> None:
