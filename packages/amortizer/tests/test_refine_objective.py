@@ -62,3 +62,18 @@ def test_log_parameters_round_trip() -> None:
     torch.testing.assert_close(back[0, 1], params[0, 1], rtol=1e-12, atol=0)
     torch.testing.assert_close(back[0, 0, :2], params[0, 0, :2], rtol=1e-12, atol=0)
     assert float(noise) == pytest.approx(0.01, rel=1e-12)
+
+
+def test_absorbs_matches_torch_broadcasting() -> None:
+    """The in-place test of the summed exponents against torch's broadcasting rules."""
+    import itertools
+
+    from amorgp.amortizer.stages.objective import _absorbs
+
+    shapes = [(), (1,), (3,), (1, 1), (4, 1), (1, 3), (4, 3), (2, 4, 3), (2, 1, 3), (1, 4, 1)]
+    for a, b in itertools.product(shapes, repeat=2):
+        try:
+            expected = torch.broadcast_shapes(a, b) == torch.Size(a)
+        except RuntimeError:
+            expected = False
+        assert _absorbs(torch.Size(a), torch.Size(b)) == expected, (a, b)

@@ -53,6 +53,15 @@ class Derivative(NamedTuple):
     matrix: Tensor | None
 
 
+def _absorbs(shape: torch.Size, other: torch.Size) -> bool:
+    """Whether a tensor of ``shape`` holds its sum with one of ``other`` in place (``other``
+    broadcasts to ``shape``), by comparing the sizes: ``torch.broadcast_shapes`` goes
+    through symbolic shapes, a tenth of a small fleet's objective evaluations."""
+    if len(other) > len(shape):
+        return False
+    return all(b == 1 or b == a for a, b in zip(shape[len(shape) - len(other) :], other))
+
+
 def sum_products(sums: dict[int, Tensor]) -> tuple[Tensor, dict[int, Tensor | None]]:
     """``K``, the product of the dimensions' sums ``S_j``, and for every dimension the
     product of the others' (``None`` for a kernel of one dimension): prefix and suffix
@@ -370,7 +379,7 @@ class LogMarginalLikelihood:
                     e, logs = form.exponent_grads(p, r, r2, xx)
                 if exponent is None:  # summed in place: a tensor the form gave away
                     exponent = e if form.owns_output else e.clone()
-                elif exponent.shape == torch.broadcast_shapes(exponent.shape, e.shape):
+                elif _absorbs(exponent.shape, e.shape):
                     exponent.add_(e)
                 else:
                     exponent = exponent + e
