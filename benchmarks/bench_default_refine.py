@@ -98,7 +98,6 @@ def main() -> None:
     from amorgp_experiments.realdata import load_corpus, load_heldout, split
 
     from amorgp.amortizer import Amortizer
-
     from amorgp.amortizer.stages.null_starts import NullNetwork
 
     amz = Amortizer.from_pretrained()
