@@ -70,6 +70,8 @@ METHODS: dict[str, tuple[Any, int | None, str]] = {
 }
 """Each method: ``(refine, starts, start)``; ``start`` the network's or the ablation's
 null start (every hyperparameter at its prior mean, then calibrated)."""
+EXTRA = "\n## Where many rows need it"
+"""The heading that starts the ``--extra`` section of the page (each part keeps the other)."""
 
 
 def main() -> None:
@@ -184,7 +186,7 @@ def write(args: Any, cells: dict[str, list[Any]], seconds: dict[str, float], n_s
         )
     lines.append("")
     old = args.out.read_text() if args.out.exists() else ""
-    cut = old.find("\n## Where many rows need it")  # the --extra section is kept
+    cut = old.find(EXTRA)  # the --extra section is kept
     args.out.write_text("\n".join(lines) + ("" if cut < 0 else old[cut:]))
     print(f"wrote {args.out}")
 
@@ -270,7 +272,7 @@ def extra(args: Any) -> None:
     sk_tuned = sklearn_loop()
     lines = [
         "",
-        "## Where many rows need it: many kernels, many series",
+        EXTRA.lstrip("\n") + ": many kernels, many series",
         "",
         "`python benchmarks/bench_default_refine.py --extra`; process CPU time, one thread, "
         "the same machine and load as above unless rerun. Each case first with glibc's "
@@ -308,7 +310,7 @@ def extra(args: Any) -> None:
     lines.append(f"| scikit-learn loop{tag} | {sk_tuned[0]:.1f} | 1.0x | {sk_tuned[1]:.3f} | - |")
     lines.append("")
     text = args.out.read_text() if args.out.exists() else ""
-    cut = text.find("\n## Where many rows need it")
+    cut = text.find(EXTRA)
     args.out.write_text((text if cut < 0 else text[:cut]).rstrip("\n") + "\n" + "\n".join(lines))
     print(f"wrote {args.out}")
 

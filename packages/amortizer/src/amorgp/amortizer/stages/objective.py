@@ -55,8 +55,8 @@ class Derivative(NamedTuple):
 
 def _absorbs(shape: torch.Size, other: torch.Size) -> bool:
     """Whether a tensor of ``shape`` holds its sum with one of ``other`` in place (``other``
-    broadcasts to ``shape``), by comparing the sizes: ``torch.broadcast_shapes`` goes
-    through symbolic shapes, a tenth of a small fleet's objective evaluations."""
+    broadcasts to ``shape``), by comparing the sizes (``torch.broadcast_shapes`` goes
+    through symbolic shapes, dear on a hot path of small matrices)."""
     if len(other) > len(shape):
         return False
     return all(b == 1 or b == a for a, b in zip(shape[len(shape) - len(other) :], other))
