@@ -411,8 +411,8 @@ def extra(args: Any) -> None:
         "|---|---|---|---|---|",
     ]
     for name, (ms, err, steps) in rows.items():
-        peer = sk_tuned if "tune_malloc" in name else sk
-        lines.append(f"| {name} | {ms:.1f} | {peer[0] / ms:.1f}x | {err:.3f} | {steps:.1f} |")
+        loop = sk_tuned if "tune_malloc" in name else sk
+        lines.append(f"| {name} | {ms:.1f} | {loop[0] / ms:.1f}x | {err:.3f} | {steps:.1f} |")
     lines.append(f"| scikit-learn loop | {sk[0]:.1f} | 1.0x | {sk[1]:.3f} | - |")
     lines.append(f"| scikit-learn loop{tag} | {sk_tuned[0]:.1f} | 1.0x | {sk_tuned[1]:.3f} | - |")
     lines.append("")
