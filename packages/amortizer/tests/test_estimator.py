@@ -121,9 +121,10 @@ def test_errors(airline: tuple[np.ndarray, np.ndarray]) -> None:
 
 def test_refine_raises_the_likelihood(airline: tuple[np.ndarray, np.ndarray]) -> None:
     X, y = airline
-    a = AmortizedGPRegressor(kernel="SE").fit(X, y)
+    a = AmortizedGPRegressor(kernel="SE", refine=0).fit(X, y)
     b = AmortizedGPRegressor(kernel="SE", refine=10).fit(X, y)
-    assert b.log_marginal_likelihood_ >= a.log_marginal_likelihood_ - 1e-9  # L-BFGS never worsens
+    # the refinement accepts only steps that raise it, from the amortized answer's point
+    assert b.log_marginal_likelihood_ >= a.log_marginal_likelihood_ - 1e-9
 
 
 def test_backend_and_memory_budget_reach_the_posterior() -> None:

@@ -25,9 +25,11 @@ exact log marginal likelihood:
   periodic lengthscale rescaled;
 * ``"lengthscales x3"``, ``"lengthscales x9"``, for every kernel with a lengthscale in
   input units (``SE``, ``MAT52``, the decay of ``SE*PER``; not ``PER``'s own, unit-free
-  one): the network's start with all of those lengthscales times the factor
-  (:data:`STRETCHES`).  The network's lengthscales are short where the data have several
-  inputs; these starts come on top of ``starts``;
+  one), and ``"lengthscales x1/2"`` for such a kernel without a period: the network's
+  start with all of those lengthscales times the factor (:data:`STRETCHES`).  The
+  network's lengthscales are short where the data have several inputs; a plain kernel
+  also has a basin of shorter lengthscale and smaller noise; these starts come on top of
+  ``starts``;
 * ``"relevance 1"`` ... ``"relevance D-1"``, for every kernel with lengthscales in input
   units in two dimensions or more: the network's start with the lengthscales of the ``k``
   dimensions it reads as least relevant (the longest) times :data:`RELEVANCE_STRETCH`
@@ -248,7 +250,7 @@ def multistart_rows(
     # of them, and those of the inputs it reads as least relevant
     for k in range(K):
         proposals = [
-            *stretched_starts(p64[k::K], sym[k], msk[k], vocabulary),
+            *stretched_starts(p64[k::K], sym[k], msk[k], vocabulary, shorter=not periodic[k]),
             *relevance_starts(p64[k::K], sym[k], msk[k], vocabulary),
         ]
         for name, stretched in proposals:

@@ -136,12 +136,14 @@ def halve_rows(
     of all rows of a structure in one batch, ``iterations`` evaluations each
     (:func:`fisher_refine`), and keeps the better half of each row's starts by exact log
     marginal likelihood, until two are left, of which the better wins.  A row with one
-    start, or of a kernel without a periodic addend (whose alternatives are the null
-    starts, rarely in another basin, at several times the cost), is left as it is.
+    start is left as it is.
 
-    A row of a kernel without a periodic addend whose best start is a relevance start
-    (:func:`~amorgp.amortizer.stages.start_proposals.relevance_starts`: some inputs'
-    lengthscales stretched) is halved between that start and its best other one.
+    A row of a kernel without a periodic addend is halved between its best two starts
+    (the network's, the stretched, relevance and null starts: a plain ``SE`` has basins of
+    short lengthscale and small noise and of long lengthscale and large noise, and the
+    start that scores higher is not always in the higher one), or, where its best start is
+    a relevance start (:func:`~amorgp.amortizer.stages.start_proposals.relevance_starts`:
+    some inputs' lengthscales stretched), between that start and its best other one.
 
     Returns the rows' ``params``, ``noise`` and start names, and per row the evaluations
     spent on its winner's path (0 where it was left as it is).
@@ -149,10 +151,11 @@ def halve_rows(
     from amorgp.amortizer.stages.multistart import has_periodic
     from amorgp.amortizer.stages.start_proposals import is_relevance
 
-    def relevant(alt: Sequence[tuple[str, Tensor, Tensor]]) -> list[tuple[str, Tensor, Tensor]]:
-        """A non-periodic row's starts to halve: its relevance winner and best other."""
+    def plain(alt: Sequence[tuple[str, Tensor, Tensor]]) -> list[tuple[str, Tensor, Tensor]]:
+        """A non-periodic row's starts to halve: its best two, or its relevance winner and
+        best other start."""
         if not alt or not is_relevance(alt[0][0]):
-            return []
+            return list(alt[:2])
         other = [a for a in alt[1:] if not is_relevance(a[0])]
         return [alt[0], *other[:1]]
 
@@ -165,8 +168,7 @@ def halve_rows(
         periodic = has_periodic(s)
         D, L = s.n_dims, s.max_addends
         chosen = {
-            p: list(alternatives[p]) if periodic else relevant(alternatives[p])
-            for p in range(k, P, K)
+            p: list(alternatives[p]) if periodic else plain(alternatives[p]) for p in range(k, P, K)
         }
         live = {
             p: [(name, prm[:D, :L], nz, 0) for name, prm, nz in alt]

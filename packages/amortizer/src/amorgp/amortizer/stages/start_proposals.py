@@ -59,12 +59,16 @@ dimensions a short lengthscale elsewhere would decorrelate the periodic one."""
 
 PERIOD_FLOOR = 2.0 * FLOORS[ParamKind.PERIOD]
 
-STRETCHES: tuple[tuple[float, str], ...] = ((3.0, "x3"), (9.0, "x9"))
+STRETCHES: tuple[tuple[float, str], ...] = ((0.5, "x1/2"), (3.0, "x3"), (9.0, "x9"))
 """Factors applied to all of the network's lengthscales in input units, for every kernel
-that has one, with their names (the ``"lengthscales x3"`` and ``"lengthscales x9"``
-starts).  On real data with several inputs the network's lengthscales are a median of
-about a third of Type-2 ML's (``docs/benchmarks/default-refine.md``); factors 2 and 4
-or 2, 4 and 8 did as well for the amortized answer and worse for the default fit."""
+that has one, with their names (the ``"lengthscales x1/2"``, ``"lengthscales x3"`` and
+``"lengthscales x9"`` starts).  On real data with several inputs the network's
+lengthscales are a median of about a third of Type-2 ML's
+(``docs/benchmarks/default-refine.md``); factors 2 and 4 or 2, 4 and 8 did as well for
+the amortized answer and worse for the default fit.  The shorter start, for kernels
+without a period only, is for the other basin of a plain kernel (short lengthscale, small
+noise), which the default's successive halving of such a kernel's best two starts
+reaches from it."""
 
 RELEVANCE_STRETCH = 5.0
 """Factor applied to the lengthscales of the inputs the network reads as least relevant
@@ -227,17 +231,19 @@ def _input_lengthscales(
 
 
 def stretched_starts(
-    params: Tensor, symbols: Tensor, mask: Tensor, vocabulary: Vocabulary
+    params: Tensor, symbols: Tensor, mask: Tensor, vocabulary: Vocabulary, shorter: bool = True
 ) -> list[tuple[str, Tensor]]:
     """The network's starts of one kernel on ``B`` datasets, ``params (B, D, L, S)``, with
-    every lengthscale in input units times each factor of :data:`STRETCHES`, as
-    ``(name, block (B, D, L, S))``; none for a kernel (``symbols``, ``mask (D, L)``)
-    without such a lengthscale."""
+    every lengthscale in input units times each factor of :data:`STRETCHES` (``shorter=
+    False``: only those above 1), as ``(name, block (B, D, L, S))``; none for a kernel
+    (``symbols``, ``mask (D, L)``) without such a lengthscale."""
     where = _input_lengthscales(params, symbols, mask, vocabulary)
     if not bool(where.any()):
         return []
     return [
-        (f"lengthscales {label}", torch.where(where, params * f, params)) for f, label in STRETCHES
+        (f"lengthscales {label}", torch.where(where, params * f, params))
+        for f, label in STRETCHES
+        if shorter or f > 1.0
     ]
 
 
