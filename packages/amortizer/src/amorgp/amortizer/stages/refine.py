@@ -297,7 +297,8 @@ def refine_starts(
 ) -> tuple[Tensor, Tensor, list[str]]:
     """The successive halving of ``refine="auto"`` by L-BFGS, for one dataset where Fisher
     scoring does not apply (:func:`amorgp.amortizer.stages.refine_rows.halve_rows` is the
-    same rule by Fisher scoring): the best few starts of each kernel (``alternatives[k]``,
+    rule by Fisher scoring, which halves a kernel without a period between its best two
+    starts): the best few starts of each kernel (``alternatives[k]``,
     best first; :func:`amorgp.amortizer.stages.multistart.multistart_rows`) are refined by
     ``iterations`` L-BFGS iterations each (log space), the better half of each kernel's
     starts (by exact log marginal likelihood) kept and refined again, until two are
