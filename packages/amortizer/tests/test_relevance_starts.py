@@ -176,7 +176,8 @@ def test_a_plain_kernel_is_halved_between_its_best_two_starts() -> None:
     s = DimWiseStructure.coerce("SE", 1)
     long = torch.tensor([[[1.0, 2.0]]], dtype=torch.float64)  # (D, L, [variance, lengthscale])
     short = torch.tensor([[[1.0, 0.04]]], dtype=torch.float64)
-    noise_long, noise_short = torch.tensor(0.5, dtype=torch.float64), torch.tensor(0.1)
+    noise_long = torch.tensor(0.5, dtype=torch.float64)
+    noise_short = torch.tensor(0.1, dtype=torch.float64)
     alternatives = [
         [("lengthscales x3", long, noise_long), ("lengthscales x1/2", short, noise_short)]
     ]
