@@ -267,6 +267,35 @@ def test_init_from_applies_overrides_to_the_stored_recipe(tmp_path: Path) -> Non
         train(tmp_path / "p2", init_from=tmp_path / "p1" / "last", max_steps=1, progress=False)
 
 
+def test_train_only_updates_the_named_parameters_and_keeps_every_other_weight(
+    tmp_path: Path, three_steps: Path
+) -> None:
+    start = three_steps / "last"
+    result = train(
+        tmp_path / "heads",
+        init_from=start,
+        train_overrides={"train_only": "heads.,noise_head."},
+        max_steps=2,
+        progress=False,
+    )
+    before, after = _weights(start), _weights(result.last_checkpoint)  # type: ignore[arg-type]
+    moved = {n for n in before if not torch.equal(before[n], after[n])}
+    assert moved, "no named parameter was trained"
+    assert all(n.startswith(("heads.", "noise_head.")) for n in moved), sorted(moved)
+    assert any(n.startswith("heads.") for n in moved)
+    with pytest.raises(OptionError, match=r"'decoder\.' names no parameter"):
+        train(
+            tmp_path / "bad",
+            init_from=start,
+            train_overrides={"train_only": "heads.,decoder."},
+            max_steps=1,
+            progress=False,
+        )
+    assert not (tmp_path / "bad" / "last").exists()
+    with pytest.raises(ValueError, match="empty entry"):
+        dataclasses.replace(TC, train_only="heads.,")
+
+
 # -- interrupted runs -------------------------------------------------------------------
 class _Killed(Exception):
     """Stands for kill -9: nothing after it runs."""

@@ -79,6 +79,32 @@ def _weights_problem(model: nn.Module) -> str:
     return ""
 
 
+def trained_parameters(model: nn.Module, prefixes: tuple[str, ...]) -> list[nn.Parameter]:
+    """The parameters of ``model`` that training updates: every one if ``prefixes`` is
+    empty, else those whose names start with one of them; the others stop requiring
+    gradients (``TrainConfig.train_only``).
+
+    Raises:
+        OptionError: a prefix names no parameter of the network.
+    """
+    named = list(model.named_parameters())
+    if not prefixes:
+        return [p for _, p in named]
+    unmatched = [pre for pre in prefixes if not any(n.startswith(pre) for n, _ in named)]
+    if unmatched:
+        tops = sorted({n.split(".")[0] + "." for n, _ in named})
+        raise OptionError(
+            f"train_only prefix {unmatched[0]!r} names no parameter of the network "
+            f"(its modules: {', '.join(tops)})"
+        )
+    out = []
+    for name, p in named:
+        p.requires_grad_(name.startswith(prefixes))
+        if p.requires_grad:
+            out.append(p)
+    return out
+
+
 class _Pending(NamedTuple):
     """A step whose diagnostics are still on the device."""
 
@@ -130,7 +156,9 @@ class Trainer:
             ids = [device.index] if device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         self.optimizer = torch.optim.RAdam(
-            self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
+            trained_parameters(self.model, self.cfg.trained_prefixes),
+            lr=self.cfg.lr,
+            weight_decay=self.cfg.weight_decay,
         )
         if start.resume_from is not None:
             ckpt = start.resume_from

@@ -214,6 +214,11 @@ class TrainConfig:
         calibrated: phase 1: weight ``w`` in ``(1 - w) NLL + w NLL_calibrated``, the second
             at the exact Type-2 ML scale and noise given the network's other
             hyperparameters (:mod:`amorgp.training.loss`); 0 (default): the plain NLL.
+        train_only: if not empty, a comma-separated list of parameter-name prefixes
+            (e.g. ``"period_proj.,gate_proj."``): only the network's parameters whose names
+            start with one of them are trained, every other weight stays as it is (for
+            example, new token projections learnt on top of a network whose other
+            outputs must not move); empty (default): every parameter is trained.
         val_size: datasets in the fixed validation set.
         val_every: optimiser steps between validations (and checkpoints).
         num_workers: DataLoader worker processes drawing simulated batches.
@@ -236,6 +241,7 @@ class TrainConfig:
     encoder_points: int = 0
     size_buckets: int = 1
     calibrated: float = 0.0
+    train_only: str = ""
     val_size: int = 256
     val_every: int = 200
     num_workers: int = 1
@@ -268,6 +274,18 @@ class TrainConfig:
             raise ValueError(f"calibrated must be in [0, 1], got {self.calibrated}")
         if self.grad_clip < 0 or self.alpha < 0 or self.beta < 0:
             raise ValueError("grad_clip, alpha and beta must be >= 0")
+        if self.train_only and not all(self.trained_prefixes):
+            raise ValueError(
+                f"train_only has an empty entry: {self.train_only!r} "
+                "(a comma-separated list of parameter-name prefixes)"
+            )
+
+    @property
+    def trained_prefixes(self) -> tuple[str, ...]:
+        """The prefixes of ``train_only`` (empty: every parameter is trained)."""
+        if not self.train_only:
+            return ()
+        return tuple(part.strip() for part in self.train_only.split(","))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
