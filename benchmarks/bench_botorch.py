@@ -126,13 +126,18 @@ def _fit_default(mll: Any) -> None:
     fit_gpytorch_mll(mll)
 
 
-def _fit_lean_default(mll: Any) -> None:
-    """The closed-form objective refined from the model's default start (no network)."""
-    from amorgp.gpytorch import LeanObjective
+class _LeanDefault:
+    """The closed-form objective refined from the model's default start (no network);
+    ``last_evaluations`` as :class:`~amorgp.gpytorch.AmortizedFit`'s."""
 
-    mll.train()
-    LeanObjective(mll).minimize(REFINE)
-    mll.eval()
+    last_evaluations = 0
+
+    def __call__(self, mll: Any) -> None:
+        from amorgp.gpytorch import LeanObjective
+
+        mll.train()
+        self.last_evaluations = LeanObjective(mll).minimize(REFINE).evaluations
+        mll.eval()
 
 
 def _mll(mll: Any) -> float:
@@ -182,6 +187,7 @@ def run_loop(
     y = f(X)
     bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
     fit_times, regret, mll_gaps, failures = [], [], [], 0
+    evaluations: list[int] = []
     oracle_s = 0.0
     t0 = time.perf_counter()
     for it in range(iters):
@@ -199,6 +205,8 @@ def run_loop(
             except Exception:  # a failed fit: count it, keep the model as it is
                 failures += 1
         fit_times.append(time.perf_counter() - t)
+        if hasattr(fit, "last_evaluations"):
+            evaluations.append(int(fit.last_evaluations))
         failures += sum("OptimizationWarning" in type(w.message).__name__ for w in caught)
         if gaps:
             t = time.perf_counter()
@@ -217,6 +225,7 @@ def run_loop(
         "regret": regret,
         "mll_gaps": mll_gaps,
         "failures": failures,
+        "evaluations": evaluations,
         "wall_s": time.perf_counter() - t0 - oracle_s,
     }
 
@@ -324,8 +333,8 @@ def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "MLL gap to `fit_gpytorch_mll`, median / worst | network's start scored higher "
         "/ model's start refined | "
         "total wall time (s), median over seeds | final regret, median [IQR] | "
-        "failed fits | fallbacks |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "failed fits | fallbacks | L-BFGS-B evaluations per fit, median [IQR] |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, res in results.items():
         base = statistics.median(t for r in res["botorch"]["runs"] for t in r["fit_times"])
@@ -345,11 +354,14 @@ def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
                 if calls and method in ("amortized", "amortized-0")
                 else "-"
             )
+            ev = [float(e) for r in runs for e in r.get("evaluations", [])]
+            evals = "-" if not ev else "{1:.0f} [{0:.0f}, {2:.0f}]".format(*_q(ev))
             lines.append(
                 f"| {name} | {res['d']} | {method} | {1e3 * ft[1]:.1f} ms "
                 f"[{1e3 * ft[0]:.1f}, {1e3 * ft[2]:.1f}] | {speed:.1f}x | {gap} | {won} | "
                 f"{wall:.1f} | {fin[1]:.3g} [{fin[0]:.3g}, {fin[2]:.3g}] | "
-                f"{sum(r['failures'] for r in runs)} | {res[method].get('fallbacks', 0)} |"
+                f"{sum(r['failures'] for r in runs)} | {res[method].get('fallbacks', 0)} | "
+                f"{evals} |"
             )
     lines += ["", "![simple regret](botorch.png)", "", "## Findings (computed from the run)", ""]
     for name, res in results.items():
@@ -401,6 +413,17 @@ def _start_verdict(results: dict[str, Any]) -> str:
             )
             gn = min(_gaps(res["amortized-network"]["runs"]))
             detail.append(f"the network's start alone: {1e3 * tn:.1f} ms, worst gap {gn:.2g}")
+            ev = {
+                m: [e for r in res[m]["runs"] for e in r.get("evaluations", [])]
+                for m in ("lean-default", "amortized-network")
+            }
+            if all(ev.values()):
+                detail.append(
+                    "L-BFGS-B evaluations per fit from the network's tuned start "
+                    f"{statistics.median(ev['amortized-network']):.0f} against "
+                    f"{statistics.median(ev['lean-default']):.0f} from the model's default "
+                    "start (medians)"
+                )
         parts.append(f"{name}: {verdict} ({'; '.join(detail)})")
     if not parts:
         return ""
@@ -533,12 +556,13 @@ def main() -> None:
         "gpytorch": gpytorch.__version__,
         "threads": torch.get_num_threads(),
     }
+    lean_default = _LeanDefault()
     for s in range(seeds):
         for name in names:
             f, d, f_opt = probs[name]
             for method in methods:
                 amz = fits[name][method]
-                peers = {"botorch": _fit_default, "lean-default": _fit_lean_default}
+                peers = {"botorch": _fit_default, "lean-default": lean_default}
                 fit = peers.get(method, amz)
                 run = run_loop(f, d, f_opt, s, iters, fit, acq, gaps=method != "botorch")
                 res = results[name][method]

@@ -208,3 +208,31 @@ def test_enforced_constraints_are_searched_through_their_transforms() -> None:
     assert min(abs(float(ratio[0]) - f) for f in LENGTHSCALE_FACTORS) < 1e-9
     assert float(model.likelihood.noise) >= 1e-4
     assert _gpytorch_mll(mll) > start
+
+
+def test_evaluations_count_every_call_of_the_lean_objective_in_the_iterations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """last_evaluations is the number of objective calls scipy's L-BFGS-B made (both
+    starts' race and the refine), counted here by wrapping the objective; evaluations
+    sums them over fits; without iterations both stay 0."""
+    real = LeanObjective.value_and_grad
+    calls = {"n": 0}
+
+    def counted(self: LeanObjective, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        calls["n"] += 1
+        return real(self, theta)
+
+    monkeypatch.setattr(LeanObjective, "value_and_grad", counted)
+    fit = AmortizedFit()
+    seen = []
+    for seed in range(2):
+        X, y = _branin_like(20 + seed, 14)
+        calls["n"] = 0
+        fit(_mll(SingleTaskGP(X, y)))
+        seen.append(calls["n"])
+        assert fit.last_evaluations == calls["n"] > 2 * fit_module.RACE_STEPS
+    assert fit.evaluations == sum(seen)
+    none = AmortizedFit(refine_steps=0)
+    none(_mll(SingleTaskGP(*_branin_like(3, 15))))
+    assert (none.last_evaluations, none.evaluations) == (0, 0)

@@ -155,6 +155,10 @@ class AmortizedFit:
             before any iteration.
         last_start: the start the last fit refined: ``"network"`` or ``"model"``.
         last_error: why the last fallback happened.
+        last_evaluations: objective evaluations of the last fit's L-BFGS-B iterations on
+            the lean objective (both starts' iterations included; 0 where none ran, or
+            where BoTorch's scipy fit ran them).
+        evaluations: the same, summed over all fits.
     """
 
     refine_steps: int = REFINE_STEPS
@@ -171,6 +175,8 @@ class AmortizedFit:
     network_better: int = 0
     last_start: str = ""
     last_error: str = ""
+    last_evaluations: int = 0
+    evaluations: int = 0
     _race: tuple[np.ndarray, np.ndarray] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -192,6 +198,7 @@ class AmortizedFit:
                 self(sub, **kwargs)
             return mll.eval() if not any(sub.training for sub in mll.mlls) else mll
         self.calls += 1
+        self.last_evaluations = 0
         state = {k: v.detach().clone() for k, v in mll.state_dict().items()}
         try:
             if not isinstance(mll, ExactMarginalLogLikelihood):
@@ -292,6 +299,7 @@ class AmortizedFit:
                 except FloatingPointError:  # this start leaves the finite region: out
                     raced.append((-math.inf, start))
                     continue
+                self._count(first.evaluations)
                 raced.append((first.mll, objective.x0()))
             if not any(math.isfinite(value) for value, _ in raced):
                 raise FloatingPointError("both starts' iterations reached a non-finite objective")
@@ -309,11 +317,16 @@ class AmortizedFit:
             )
             steps -= RACE_STEPS
         res = objective.minimize(steps, ftol=self.ftol, gtol=self.gtol)
+        self._count(res.evaluations)
         self.abnormal_stops += res.status == 2
         trusted = objective.closed_form is not None and (
             type(mll.model).forward is SingleTaskGP.forward
         )
         return res.mll, trusted
+
+    def _count(self, evaluations: int) -> None:
+        self.last_evaluations += evaluations
+        self.evaluations += evaluations
 
 
 def _restore_parameters(mll: ExactMarginalLogLikelihood, state: dict[str, Tensor]) -> None:
