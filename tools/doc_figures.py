@@ -105,6 +105,22 @@ def botorch_regret_0() -> str:
     )
 
 
+def _evaluations_median(res: dict[str, Any], method: str) -> float:
+    return statistics.median(e for r in res[method]["runs"] for e in r["evaluations"])
+
+
+def botorch_evaluations() -> str:
+    """L-BFGS-B evaluations per fit (median) from the network's tuned start alone and from
+    the model's default start (the closed-form objective, no network)."""
+    return _each(
+        lambda n, r: (
+            f"{_evaluations_median(r, 'amortized-network'):.0f} against "
+            f"{_evaluations_median(r, 'lean-default'):.0f} ({PROBLEMS[n]})"
+        ),
+        ("amortized-network", "lean-default"),
+    )
+
+
 def sklearn_speed() -> str:
     """One SE kernel at n = 500, d = 6, calibrated: fit + predict against scikit-learn's
     one-start ``GaussianProcessRegressor`` (``speed.json``)."""
@@ -122,6 +138,7 @@ FIGURES: dict[str, Callable[[], str]] = {
     "botorch-protocol": botorch_protocol,
     "botorch-lean": botorch_lean,
     "botorch-regret-0": botorch_regret_0,
+    "botorch-evaluations": botorch_evaluations,
     "sklearn-speed": sklearn_speed,
 }
 
