@@ -92,7 +92,8 @@ def main() -> None:
         "",
         f"Written by `benchmarks/bench_kernel_ranking.py`{' --quick' if args.quick else ''}. "
         f"Machine: {platform.machine()}, torch {torch.__version__}, one thread (1-minute load "
-        f"average at the end: {os.getloadavg()[0]:.1f}), the bundled network. One dataset of {n} points in 6 inputs (uniform on [-2, 2], the sum of the "
+        f"average at the end: {os.getloadavg()[0]:.1f}), the bundled network. One dataset of "
+        f"{n} points in 6 inputs (uniform on [-2, 2], the sum of the "
         "inputs' sines plus noise 0.1) and the "
         f"{len(kernels)} paper evaluation kernels. Log marginal likelihoods in original units; "
         "ranks by the amortized value (`refine=0`); predicted gain: "

@@ -70,7 +70,7 @@ def test_a_full_disk_when_a_run_starts_names_the_run_and_leaves_nothing(
     import errno
 
     from amorgp.core.errors import TrainingError
-    from amorgp.training import trainer
+    from amorgp.training import launch
     from amorgp.training.rundir import RunDirectory
     from amorgp.training.train import train
 
@@ -86,7 +86,7 @@ def test_a_full_disk_when_a_run_starts_names_the_run_and_leaves_nothing(
 
         monkeypatch.setattr(RunDirectory, "lock", lock)
     else:
-        monkeypatch.setattr(trainer, "start_run", full)
+        monkeypatch.setattr(launch, "start_run", full)
     out = tmp_path / "run"
     with pytest.raises(TrainingError) as info:
         train(out, init_from=tiny_checkpoint, max_steps=1)
@@ -187,7 +187,7 @@ def test_a_failing_close_still_releases_the_lock_and_removes_a_new_run(
     tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from amorgp.core.errors import TrainingError
-    from amorgp.training import trainer
+    from amorgp.training import launch
     from amorgp.training.rundir import RunDirectory
     from amorgp.training.train import train
 
@@ -198,7 +198,7 @@ def test_a_failing_close_still_releases_the_lock_and_removes_a_new_run(
         self._lock = _FailingClose(self._lock)  # type: ignore[assignment]
 
     monkeypatch.setattr(RunDirectory, "lock", lock)
-    monkeypatch.setattr(trainer, "start_run", _no_space)
+    monkeypatch.setattr(launch, "start_run", _no_space)
     out = tmp_path / "run"
     with pytest.raises(TrainingError, match=r"no space left on device; .* was removed$"):
         train(out, init_from=tiny_checkpoint, max_steps=1)

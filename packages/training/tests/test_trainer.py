@@ -292,6 +292,7 @@ def test_train_only_updates_the_named_parameters_and_keeps_every_other_weight(
             progress=False,
         )
     assert not (tmp_path / "bad" / "last").exists()
+    assert not (tmp_path / "bad").exists()  # refused before work: no half-created run
     with pytest.raises(ValueError, match="empty entry"):
         dataclasses.replace(TC, train_only="heads.,")
 

@@ -39,6 +39,7 @@ __all__ = [
     "RunState",
     "check_step_memory",
     "config_differences",
+    "freeze_untrained",
     "start_run",
     "training_record",
 ]
@@ -238,13 +239,54 @@ def start_run(
     init_from: str | os.PathLike[str] | None,
     overrides: Mapping[str, Any] | None,
 ) -> RunStart:
-    """Build the starting point of a run (see the module docstring).
+    """Build the starting point of a run (see the module docstring).  The model's
+    parameters that the recipe does not train (``TrainConfig.train_only``) stop requiring
+    gradients (:func:`freeze_untrained`), so a prefix that names none is refused here,
+    before any work.
 
     Raises:
         OptionError: conflicting or missing arguments, a resume whose given
-            configuration differs from the stored one (the fields are listed).
+            configuration differs from the stored one (the fields are listed), a
+            ``train_only`` prefix that names no parameter.
         CheckpointError: no intact checkpoint to resume or start from.
     """
+    start = _start(run, network, train_cfg, resume=resume, init_from=init_from, overrides=overrides)
+    freeze_untrained(start.model, start.train_cfg.trained_prefixes)
+    return start
+
+
+def freeze_untrained(model: nn.Module, prefixes: tuple[str, ...]) -> None:
+    """Leave gradients on the parameters of ``model`` whose names start with one of
+    ``prefixes`` and stop them on the others (``TrainConfig.train_only``; nothing changes
+    if ``prefixes`` is empty).
+
+    Raises:
+        OptionError: a prefix names no parameter of the network.
+    """
+    named = list(model.named_parameters())
+    if not prefixes:
+        return
+    unmatched = [pre for pre in prefixes if not any(n.startswith(pre) for n, _ in named)]
+    if unmatched:
+        tops = sorted({n.split(".")[0] + "." for n, _ in named})
+        raise OptionError(
+            f"train_only prefix {unmatched[0]!r} names no parameter of the network "
+            f"(its modules: {', '.join(tops)})"
+        )
+    for name, p in named:
+        p.requires_grad_(name.startswith(prefixes))
+
+
+def _start(
+    run: RunDirectory,
+    network: NetworkConfig | None,
+    train_cfg: TrainConfig | None,
+    *,
+    resume: bool,
+    init_from: str | os.PathLike[str] | None,
+    overrides: Mapping[str, Any] | None,
+) -> RunStart:
+    """:func:`start_run` before the trained parameters are chosen."""
     if resume and init_from is not None:
         raise OptionError("resume and init_from exclude each other")
     if resume:

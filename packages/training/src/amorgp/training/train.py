@@ -16,7 +16,7 @@ step; resuming regenerates the current chunk and skips the batches already used,
 then continues bit-for-bit (model, optimiser state, step, RNG states restored).
 
 The loop itself is :class:`amorgp.training.trainer.Trainer` (over the run state of
-:mod:`amorgp.training.runstate`); the run directory (``last``, ``best``, the metrics
+:mod:`amorgp.training.runstate`), started and closed by :mod:`amorgp.training.launch`; the run directory (``last``, ``best``, the metrics
 log, the lock) is :mod:`amorgp.training.rundir`.  The step
 functions (the encoder's view, the loss, validation) are in
 :mod:`amorgp.training.steps`; this module holds the entry point :func:`train`.
@@ -34,6 +34,7 @@ import torch
 from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
 from amorgp.amortizer.networks.registry import SE_VOCABULARY
 from amorgp.core.errors import OptionError
+from amorgp.training.launch import run_training
 from amorgp.training.runstate import Budget
 from amorgp.training.steps import (
     TrainResult,
@@ -46,7 +47,6 @@ from amorgp.training.steps import (
     training_loss,
     validate,
 )
-from amorgp.training.trainer import run_training
 
 __all__ = [
     "SE_VOCABULARY",

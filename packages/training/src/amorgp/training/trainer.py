@@ -18,16 +18,10 @@ the CPU (and in a multi-process run) every step is read back at once.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import logging
 import math
-import os
-import shutil
 import sys
 import threading
-import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,15 +29,13 @@ import torch
 from torch import Tensor, nn
 
 from amorgp.amortizer.networks.checkpoint import optimizer_from_tensors
-from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
 from amorgp.core.errors import OptionError, TrainingError
 from amorgp.simulator import SimulatedBatch, stream_seed
 from amorgp.training.rundir import RunDirectory
-from amorgp.training.runstate import Budget, RunStart, check_step_memory, start_run
+from amorgp.training.runstate import Budget, RunStart
 from amorgp.training.runtime import (
     ActiveClock,
     Distributed,
-    default_device,
     deferred_sigint,
     simulated_batches,
 )
@@ -55,7 +47,7 @@ from amorgp.training.steps import (
     validate,
 )
 
-__all__ = ["Trainer", "run_training"]
+__all__ = ["Trainer"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,32 +69,6 @@ def _weights_problem(model: nn.Module) -> str:
     if bad:
         return f"non-finite weights in {len(bad)} tensor(s), e.g. {bad[0]!r}"
     return ""
-
-
-def trained_parameters(model: nn.Module, prefixes: tuple[str, ...]) -> list[nn.Parameter]:
-    """The parameters of ``model`` that training updates: every one if ``prefixes`` is
-    empty, else those whose names start with one of them; the others stop requiring
-    gradients (``TrainConfig.train_only``).
-
-    Raises:
-        OptionError: a prefix names no parameter of the network.
-    """
-    named = list(model.named_parameters())
-    if not prefixes:
-        return [p for _, p in named]
-    unmatched = [pre for pre in prefixes if not any(n.startswith(pre) for n, _ in named)]
-    if unmatched:
-        tops = sorted({n.split(".")[0] + "." for n, _ in named})
-        raise OptionError(
-            f"train_only prefix {unmatched[0]!r} names no parameter of the network "
-            f"(its modules: {', '.join(tops)})"
-        )
-    out = []
-    for name, p in named:
-        p.requires_grad_(name.startswith(prefixes))
-        if p.requires_grad:
-            out.append(p)
-    return out
 
 
 class _Pending(NamedTuple):
@@ -156,7 +122,7 @@ class Trainer:
             ids = [device.index] if device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         self.optimizer = torch.optim.RAdam(
-            trained_parameters(self.model, self.cfg.trained_prefixes),
+            [p for p in self.model.parameters() if p.requires_grad],  # train_only's
             lr=self.cfg.lr,
             weight_decay=self.cfg.weight_decay,
         )
@@ -401,65 +367,3 @@ class Trainer:
         if self.is_main:
             self.run.log({**self._where("failure"), "error": message})
         raise TrainingError(message)
-
-
-def _start_error(out: Path, err: OSError, removed: bool) -> str:
-    """The one-line message of a run that could not start (a full disk, no permission)."""
-    reason = "no space left on device" if err.errno == errno.ENOSPC else err.strerror or str(err)
-    where = f" ({err.filename})" if err.filename else ""
-    left = f"; {out} was removed" if removed else ""
-    return f"cannot start the run in {out}: {reason}{where}{left}"
-
-
-def run_training(
-    out: Path,
-    network: NetworkConfig | None,
-    train_cfg: TrainConfig | None,
-    budget: Budget,
-    *,
-    resume: bool,
-    init_from: str | os.PathLike[str] | None,
-    overrides: Mapping[str, Any] | None,
-    device: torch.device | str | None,
-    progress: bool,
-    log_every: int,
-) -> TrainResult:
-    """Lock the run directory, build the start, train (see :func:`~amorgp.training.train.train`)."""
-    started = time.time()
-    dev = torch.device(device) if device is not None else default_device()
-    ddp = Distributed(dev)
-    run = RunDirectory(out)
-    fresh = ddp.rank == 0 and not Path(out).exists()
-    try:
-        try:
-            if ddp.rank == 0 and resume == run.holds_run():  # else start_run refuses
-                run.lock()
-                run.clean_stale(started)
-            start = start_run(
-                run, network, train_cfg, resume=resume, init_from=init_from, overrides=overrides
-            )
-            check_step_memory(start.train_cfg)
-            budget.check_reachable(start.state, out)
-        except BaseException as err:
-            # refused or failed before any work: leave no half-created run (.lock) behind,
-            # unless another process holds the folder; releasing the lock may fail too
-            # on a full disk, which must not keep the folder
-            removed = fresh and (run.locked or not isinstance(err, TrainingError))
-            if removed:
-                with contextlib.suppress(OSError):
-                    run.close()
-                shutil.rmtree(out, ignore_errors=True)
-            if isinstance(err, OSError):
-                raise TrainingError(_start_error(out, err, removed)) from err
-            raise
-        trainer = Trainer(run, start, budget, dev, ddp, progress=progress, log_every=log_every)
-        return trainer.run_all()
-    except BaseException:
-        with contextlib.suppress(OSError):  # the error in flight is the one to report
-            run.close()
-        raise
-    finally:
-        try:
-            run.close()  # releases the lock even when closing the metrics log fails
-        finally:
-            ddp.close()
