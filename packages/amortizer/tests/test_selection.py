@@ -139,3 +139,101 @@ def test_bundled_checkpoints_load_the_candidates_they_name(name: str) -> None:
     meta = json.loads((resolve_checkpoint(name) / "checkpoint.json").read_text())
     amz = Amortizer.from_pretrained(name, device="cpu")
     assert amz.network_names == [name, *meta.get("candidates", [])]
+
+
+def _calibrated_se_lml(x: np.ndarray, y: np.ndarray, var: float, ls: float, noise: float) -> float:
+    """The SE likelihood at its best global scale and noise (scipy's optimum)."""
+    from scipy.optimize import minimize
+
+    r2 = (x[:, None] - x[None, :]) ** 2
+    base = var * np.exp(-0.5 * r2 / ls**2)
+
+    def neg(z: np.ndarray) -> float:
+        K = np.exp(z[0]) * base + noise * np.exp(z[1]) * np.eye(len(x))
+        sign, logdet = np.linalg.slogdet(K)
+        if sign <= 0 or not np.all(np.abs(z) < 20):
+            return 1e10
+        return 0.5 * (y @ np.linalg.solve(K, y) + logdet + len(x) * np.log(2 * np.pi))
+
+    best = min(
+        (
+            minimize(neg, z0, method="Nelder-Mead", options={"xatol": 1e-8, "fatol": 1e-10})
+            for z0 in ([0.0, 0.0], [-3.0, 0.0], [0.0, -3.0])
+        ),
+        key=lambda r: r.fun,
+    )
+    return -float(best.fun)
+
+
+def test_calibrated_selection_scores_each_prediction_at_its_best_scale_and_noise() -> None:
+    """``best_prediction(calibrated=True)`` keeps, per pair, the prediction whose
+    likelihood at its Type-2 ML scale and noise is highest; here that is another
+    prediction than the one the likelihood as predicted prefers."""
+    from amorgp.amortizer.stages.pairs import best_prediction
+
+    rng = np.random.default_rng(5)
+    vocab = Vocabulary(("SE",))
+    xs, ys = [], []  # three datasets, the kernel SE (symbol 1 in one slot)
+    for _ in range(3):
+        x = np.sort(rng.uniform(0, 1, 40))
+        xs.append(x)
+        ys.append(np.sin(9 * x) + 0.1 * rng.normal(size=40))
+    X = torch.tensor(np.stack(xs))[..., None]
+    Y = torch.tensor(np.stack(ys))
+    sym = torch.ones(1, 1, 1, dtype=torch.long)
+    msk = torch.ones(1, 1, 1, dtype=torch.bool)
+    # a: a good lengthscale, scale and noise 30x too large; b: a longer lengthscale
+    a = (
+        torch.tensor([[[[30.0, 0.12]]]] * 3, dtype=torch.float64),
+        torch.full((3,), 0.3, dtype=torch.float64),
+    )
+    b = (
+        torch.tensor([[[[1.0, 0.3]]]] * 3, dtype=torch.float64),
+        torch.full((3,), 0.01, dtype=torch.float64),
+    )
+    a[0][2, 0, 0, 1] = 0.9  # dataset 2: a's lengthscale is the worse one
+    got = {}
+    for calibrated in (False, True):
+        got[calibrated] = best_prediction(X, Y, sym, msk, [a, b], vocab, calibrated)
+    for i in range(3):
+        x, y = xs[i], ys[i]
+        raw = [_se_lml(x, y, *p[0][i, 0, 0].tolist(), float(p[1][i])) for p in (a, b)]
+        cal = [_calibrated_se_lml(x, y, *p[0][i, 0, 0].tolist(), float(p[1][i])) for p in (a, b)]
+        for calibrated, score in ((False, raw), (True, cal)):
+            params, noise, index = got[calibrated]
+            win = int(np.argmax(score))
+            assert int(index[i]) == win, (i, calibrated, score)
+            chosen = (a, b)[win]
+            assert torch.equal(params[i], chosen[0][i])
+            assert float(noise[i]) == float(chosen[1][i])
+    assert bool((got[False][2] != got[True][2]).any())  # the criterion matters here
+
+
+def test_fleet_and_one_dataset_choose_the_same_network(two_networks: tuple[Path, Path]) -> None:
+    """Candidate networks in ``infer_datasets`` (every network one batched forward, the
+    rows chosen together) give each dataset what ``infer_many`` gives it, calibrated or
+    not."""
+    a, b = two_networks
+    both = Amortizer.from_pretrained(a, device="cpu", candidates=[b])
+    rng = np.random.default_rng(11)
+    fleet = []
+    for _ in range(4):
+        X = rng.uniform(0, 5, (30, 2))
+        fleet.append(
+            (X, np.sin(X[:, 0] * rng.uniform(0.5, 3)) * X[:, 1] + 0.1 * rng.normal(size=30))
+        )
+    kernels = ["SE", "SE + PER", "LIN * SE"]
+    won: set[str] = set()
+    for calibrate in (False, True):
+        for exact in (False, True):
+            fits = both.infer_datasets(
+                fleet, kernels, refine=0, starts=1, calibrate=calibrate, exact_network=exact
+            )
+            for (X, y), fit in zip(fleet, fits, strict=True):
+                assert fit.ok, fit.error
+                ref = both.infer_many(X, y, kernels, refine=0, starts=1, calibrate=calibrate)
+                for r, s in zip(fit.results, ref, strict=True):
+                    assert r.network == s.network
+                    torch.testing.assert_close(r.params, s.params, rtol=1e-4, atol=1e-6)
+                    won.add(r.network)
+    assert won == {"a", "b"}  # both networks win rows

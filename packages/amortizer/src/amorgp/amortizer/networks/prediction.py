@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from amorgp.amortizer.networks.forward import encode_structures, encoder_subset
+from amorgp.amortizer.networks.forward import encode_structures, encoder_subset, network_parameters
 from amorgp.amortizer.networks.network import AmortizationNetwork
 from amorgp.amortizer.networks.selection import check_finite, predict_with
 from amorgp.kernel_grammar import DimWiseStructure
@@ -113,25 +113,71 @@ class NetworkPrediction:
         Raises:
             CheckpointError: the network's output is not finite (broken weights).
         """
-        B, n, d = X.shape
-        K = symbols.shape[0]
-        net = self.model
-        idx = self.encoder_subset(n)
-        Xe, Ye = (X, Y) if idx is None else (X[:, idx.to(X.device)], Y[:, idx.to(Y.device)])
-        m = Xe.shape[1]
-        net_dtype = next(net.parameters()).dtype
-        with torch.inference_mode():
-            padded = PaddedBatch(
-                Xe.to(net_dtype),
-                Ye.to(net_dtype),
-                torch.ones(B, m, dtype=torch.bool, device=X.device),
-                torch.ones(B, d, dtype=torch.bool, device=X.device),
-                symbols[:1].expand(B, -1, -1),
-                symbol_mask[:1].expand(B, -1, -1),
-                net.vocabulary,
-            )
-            enc = net.encode_dataset(padded)
-            pairs = enc.repeat_interleave(K)
-            pred = net.decode(pairs, symbols.repeat(B, 1, 1), symbol_mask.repeat(B, 1, 1))
-        check_finite(self.name, pred.params, pred.noise)
-        return pred.params.to(self.dtype).clone(), pred.noise.to(self.dtype).clone()
+        Xe, Ye = self.encoder_points_of(X, Y)
+        params, noise = _forward_datasets(self.model, Xe, Ye, symbols, symbol_mask)
+        check_finite(self.name, params, noise)
+        return params.to(self.dtype).clone(), noise.to(self.dtype).clone()
+
+    def encoder_points_of(self, X: Tensor, Y: Tensor) -> tuple[Tensor, Tensor]:
+        """The points the dataset encoder reads of ``B`` datasets of equal size ``X (B, n,
+        d)``, ``Y (B, n)`` (:meth:`encoder_subset`, the same for every dataset)."""
+        idx = self.encoder_subset(X.shape[1])
+        if idx is None:
+            return X, Y
+        return X[:, idx.to(X.device)], Y[:, idx.to(Y.device)]
+
+    def network_predictions(
+        self, X: Tensor, Y: Tensor, symbols: Tensor, symbol_mask: Tensor, exact: bool
+    ) -> list[tuple[Tensor, Tensor]]:
+        """Every network's prediction, the primary network's first and then the
+        candidates', for ``B`` datasets of equal size ``X (B, n, d)``, ``Y (B, n)``
+        (normalised) and ``K`` encoded structures ``(K, d, L)``: ``params (B K, d, L, P)``
+        and ``noise (B K,)`` in ``self.dtype`` per network, pair ``b K + k``.  Each
+        network runs one batched forward (:meth:`predict_datasets`' ), or with ``exact``
+        one forward per dataset (:func:`~amorgp.amortizer.networks.forward.
+        network_parameters`, the forward of ``infer_many``).
+
+        Raises:
+            CheckpointError: a network's output is not finite (broken weights).
+        """
+        Xe, Ye = self.encoder_points_of(X, Y)
+        out = []
+        for label, net in [(self.name, self.model), *self.candidates.items()]:
+            if exact:
+                parts = [
+                    network_parameters(net, x, y, symbols, symbol_mask)
+                    for x, y in zip(Xe, Ye, strict=True)
+                ]
+                params = torch.cat([p for p, _ in parts])
+                noise = torch.cat([q for _, q in parts])
+            else:
+                params, noise = _forward_datasets(net, Xe, Ye, symbols, symbol_mask)
+            check_finite(label, params, noise)
+            out.append((params.to(self.dtype).clone(), noise.to(self.dtype).clone()))
+        return out
+
+
+def _forward_datasets(
+    net: AmortizationNetwork, Xe: Tensor, Ye: Tensor, symbols: Tensor, symbol_mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``net``'s ``params (B K, d, L, P)`` and ``noise (B K,)`` for the encoder's points
+    ``Xe (B, m, d)``, ``Ye (B, m)`` of ``B`` datasets and ``K`` encoded structures, in one
+    forward: the dataset encoder reads the datasets as one batch, the kernel
+    encoder-decoder and the heads decode the ``B K`` pairs."""
+    B, m, d = Xe.shape
+    K = symbols.shape[0]
+    net_dtype = next(net.parameters()).dtype
+    with torch.inference_mode():
+        padded = PaddedBatch(
+            Xe.to(net_dtype),
+            Ye.to(net_dtype),
+            torch.ones(B, m, dtype=torch.bool, device=Xe.device),
+            torch.ones(B, d, dtype=torch.bool, device=Xe.device),
+            symbols[:1].expand(B, -1, -1),
+            symbol_mask[:1].expand(B, -1, -1),
+            net.vocabulary,
+        )
+        enc = net.encode_dataset(padded)
+        pairs = enc.repeat_interleave(K)
+        pred = net.decode(pairs, symbols.repeat(B, 1, 1), symbol_mask.repeat(B, 1, 1))
+    return pred.params, pred.noise

@@ -7,7 +7,12 @@ kernel the prediction with the highest exact log marginal likelihood of the data
 the criterion a Type-2 ML fit optimises (a multi-start fit whose starts are
 predictions).  The likelihood is evaluated on the points the dataset encoder read (at
 most ``encoder_points``, so one dense Cholesky per kernel and network, batched); ties
-and likelihoods that cannot be evaluated go to the primary network.
+and likelihoods that cannot be evaluated go to the primary network.  This module's
+:func:`predict_with` scores the predictions as they are (what
+:meth:`~amorgp.amortizer.networks.prediction.NetworkPrediction.predict_parameters`
+returns, e.g. to the GPyTorch bridge); the fits of the pipeline choose every row of a
+batch at once, at each prediction's calibrated scale and noise where the fit calibrates
+(:func:`amorgp.amortizer.stages.pairs.best_prediction`).
 
 Measured on the bundled datasets (6 kernels x 3 splits, median test RMSE, standardised):
 the campaign's 375 k export alone is better than its 206 k predecessor on yacht and

@@ -17,6 +17,7 @@ from amorgp.kernel_grammar import Vocabulary
 
 __all__ = [
     "RECURRENCE_BYTES",
+    "best_prediction",
     "calibrate_rows",
     "evaluate_and_calibrate",
     "log_likelihood_rows",
@@ -155,3 +156,55 @@ def log_likelihood_rows(Km: Tensor, Y: Tensor, noise: Tensor) -> Tensor:
     fails); ``Km (P, n, n)`` is consumed (the noise added in place)."""
     Km.diagonal(dim1=-2, dim2=-1).add_(noise[:, None])
     return exact_solve(Km, Y)[2]
+
+
+def best_prediction(
+    X: Tensor,
+    Y: Tensor,
+    symbols: Tensor,
+    mask: Tensor,
+    predictions: Sequence[tuple[Tensor, Tensor]],
+    vocabulary: Vocabulary,
+    calibrated: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per (dataset, kernel) pair, the prediction of highest exact log marginal likelihood
+    on its dataset's points: ``B`` datasets ``X (B, m, d)``, ``Y (B, m)``, ``K`` structures
+    ``symbols``/``mask (K, d, L)`` and ``M`` predictions ``(params (B K, D, L, S), noise
+    (B K,))`` of pair ``b K + k`` (e.g. one per network), every one of the ``M B K`` rows
+    scored in one batch, in float64.
+
+    ``calibrated``: each prediction is scored at its exact Type-2 ML scale and noise
+    (:func:`evaluate_and_calibrate`: what the fit's calibration will make of it); else as
+    it is.  Returns the winners' ``params`` and ``noise`` (as predicted, uncalibrated)
+    and ``index (B K,)``: the winning prediction per pair, the first of the highest (the
+    earlier prediction on ties); a likelihood that cannot be evaluated never wins over
+    one that can (all of a pair's non-finite: the first).
+    """
+    M = len(predictions)
+    B, m, d = X.shape
+    K, L = symbols.shape[0], symbols.shape[-1]
+    params = torch.stack([p for p, _ in predictions])  # (M, B K, D, L, S)
+    noise = torch.stack([q for _, q in predictions])  # (M, B K)
+    rows = torch.arange(B * K, device=params.device)
+    if M == 1:
+        return params[0], noise[0], torch.zeros(B * K, dtype=torch.long, device=params.device)
+    ds = torch.arange(B, device=X.device).repeat_interleave(K).repeat(M)  # row -> dataset
+    Xr, Yr = X.to(torch.float64)[ds], Y.to(torch.float64)[ds]
+    sym, msk = symbols.repeat(M * B, 1, 1), mask.repeat(M * B, 1, 1)
+    p64 = params.reshape(M * B * K, *params.shape[2:])[:, :d, :L].to(X.device, torch.float64)
+    n64 = noise.reshape(M * B * K).to(X.device, torch.float64)
+    if calibrated:
+        lml = evaluate_and_calibrate(Xr, Yr, sym, msk, p64, n64, vocabulary).log_marginal_likelihood
+    else:
+        step = max(1, CACHE_BYTES // (8 * m * m))
+        lml = torch.cat(
+            [
+                log_likelihood_rows(
+                    pair_matrices(Xr[sl], sym[sl], msk[sl], p64[sl], vocabulary), Yr[sl], n64[sl]
+                )
+                for sl in (slice(s, s + step) for s in range(0, M * B * K, step))
+            ]
+        )
+    score = torch.nan_to_num(lml.reshape(M, B * K), nan=-torch.inf, posinf=-torch.inf)
+    index = score.argmax(0).to(params.device)  # the first maximum
+    return params[index, rows], noise[index, rows], index

@@ -11,8 +11,10 @@ each with its hyperparameters, noise, start name, refinement record and (at the 
 dense factor.  The stages are functions from batch to batch, in this order:
 
 1. :func:`predict`: the network's hyperparameters of every row (one forward for the
-   batch; per dataset where candidate networks compete or ``exact_network`` asks);
-   fixed values replace the prediction, bounds clip it;
+   batch, per network where candidate networks compete, each row then keeping the
+   prediction of highest likelihood, all rows scored at once,
+   :func:`~amorgp.amortizer.stages.pairs.best_prediction`; a forward per dataset where
+   ``exact_network`` asks); fixed values replace the prediction, bounds clip it;
 2. :func:`propose_starts`: with more than one start, every row's starts (the
    periodogram's periods and the null starts, :mod:`amorgp.amortizer.stages.multistart`)
    calibrated and scored together, the best kept; ``refine="auto"`` refines the best few
@@ -60,7 +62,12 @@ from amorgp.amortizer.stages.candidates import CandidateBatch, FitOptions, Fitte
 from amorgp.amortizer.stages.constraints import KernelConstraints, project_all
 from amorgp.amortizer.stages.fisher import fisher_applies
 from amorgp.amortizer.stages.multistart import REFINE_STARTS, SCORE_POINTS, multistart_rows
-from amorgp.amortizer.stages.pairs import calibrate_rows, evaluate_and_calibrate, pair_matrices
+from amorgp.amortizer.stages.pairs import (
+    best_prediction,
+    calibrate_rows,
+    evaluate_and_calibrate,
+    pair_matrices,
+)
 from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups, refine_starts
 from amorgp.amortizer.stages.refine_rows import (
     NESTED_PASSES,
@@ -104,10 +111,23 @@ def _project(batch: CandidateBatch, opts: FitOptions, params: Tensor, noise: Ten
 def predict(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
     """Stage 1: the network's ``params`` and ``noise`` of every row, fixed values and
     bounds applied: one forward for the batch's datasets, or one per dataset (a batch of
-    one, candidate networks, ``exact_network``)."""
+    one, ``exact_network``); with candidate networks, every network's and per row the one
+    of highest likelihood on the encoder's points, at its calibrated scale and noise where
+    the fit calibrates (:func:`~amorgp.amortizer.stages.pairs.best_prediction`)."""
     B, n = batch.X.shape[:2]
     K = batch.K
-    if B == 1 or opts.exact_network or amz.candidates:
+    if amz.candidates:  # the networks compete per row, all rows at once
+        preds = amz.network_predictions(
+            batch.X, batch.Y, batch.symbols, batch.mask, exact=B == 1 or opts.exact_network
+        )
+        Xe, Ye = amz.encoder_points_of(batch.X, batch.Y)
+        params, noise, won = best_prediction(
+            Xe, Ye, batch.symbols, batch.mask, preds, batch.vocabulary, opts.calibrate
+        )
+        names = amz.network_names
+        batch.network = [names[i] for i in won.tolist()]
+        batch.encoder_points = int(Xe.shape[1])
+    elif B == 1 or opts.exact_network:
         outs = [amz.predict_networks(batch.X[b], batch.Y[b], batch.structures) for b in range(B)]
         params = torch.cat([o[0] for o in outs])
         noise = torch.cat([o[1] for o in outs])
