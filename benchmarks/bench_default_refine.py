@@ -16,7 +16,10 @@ Methods, side by side in one run, one thread:
   that ended below a kernel nested in it restarted from that kernel's point;
 * ``default, network start`` and ``default, prior-mean start``: the default from one
   start (``starts=1``, calibrated), the network's or the ablation's null start (every
-  hyperparameter at its prior mean): the evaluations the network saves.
+  hyperparameter at its prior mean): the evaluations the network saves;
+* with ``--starts K`` (repeatable), ``default, starts=K``: the default with ``K`` starts
+  per periodic kernel instead of
+  :data:`~amorgp.amortizer.stages.multistart.DEFAULT_STARTS`.
 
 Reported: the share of cells within 1 nat (and 0.1 nat) of the best log marginal
 likelihood any of the five reached (the project's own refinement from several starts),
@@ -105,6 +108,14 @@ def main() -> None:
         help="also run the default with this checkpoint's network, with its multi-start "
         "and from its start alone (repeatable; the methods are named by the folder)",
     )
+    parser.add_argument(
+        "--starts",
+        action="append",
+        type=int,
+        default=[],
+        help="also run the default with this many starts per periodic kernel (repeatable; "
+        "the library's default is amorgp.amortizer.stages.multistart.DEFAULT_STARTS)",
+    )
     args = parser.parse_args()
     if args.extra:
         extra(args)
@@ -129,6 +140,8 @@ def main() -> None:
         nets[label] = Amortizer.from_pretrained(path, device="cpu")
         methods[f"default, {label}"] = (None, None, label)
         methods[f"default, {label} start"] = (None, 1, label)
+    for k in args.starts:  # fewer or more starts under the default, side by side
+        methods[f"default, starts={k}"] = (None, k, "network")
     corpus = list(load_heldout() if args.heldout else load_corpus())[: 4 if args.quick else None]
     cells: dict[str, list[tuple[float, int, bool | None]]] = {m: [] for m in methods}
     seconds = dict.fromkeys(methods, 0.0)

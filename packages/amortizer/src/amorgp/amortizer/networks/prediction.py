@@ -133,7 +133,7 @@ class NetworkPrediction:
         candidates', for ``B`` datasets of equal size ``X (B, n, d)``, ``Y (B, n)``
         (normalised) and ``K`` encoded structures ``(K, d, L)``: ``params (B K, d, L, P)``
         and ``noise (B K,)`` in ``self.dtype`` per network, pair ``b K + k``.  Each
-        network runs one batched forward (:meth:`predict_datasets`' ), or with ``exact``
+        network runs one batched forward (as :meth:`predict_datasets`), or with ``exact``
         one forward per dataset (:func:`~amorgp.amortizer.networks.forward.
         network_parameters`, the forward of ``infer_many``).
 
