@@ -237,3 +237,28 @@ def test_fleet_and_one_dataset_choose_the_same_network(two_networks: tuple[Path,
                     torch.testing.assert_close(r.params, s.params, rtol=1e-4, atol=1e-6)
                     won.add(r.network)
     assert won == {"a", "b"}  # both networks win rows
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_a_prediction_that_cannot_be_scored_never_wins(calibrated: bool) -> None:
+    """A non-finite prediction loses to any scorable one; where none is scorable the
+    first (the primary network's) is kept."""
+    from amorgp.amortizer.stages.pairs import best_prediction
+
+    rng = np.random.default_rng(2)
+    x = np.sort(rng.uniform(0, 1, 30))
+    X = torch.tensor(np.stack([x, x]))[..., None]
+    Y = torch.tensor(np.stack([np.sin(6 * x), np.cos(6 * x)]))
+    sym = torch.ones(1, 1, 1, dtype=torch.long)
+    msk = torch.ones(1, 1, 1, dtype=torch.bool)
+    good = (torch.tensor([[[[1.0, 0.2]]]] * 2, dtype=torch.float64), torch.full((2,), 0.01))
+    poor = (torch.tensor([[[[1.0, 5.0]]]] * 2, dtype=torch.float64), torch.full((2,), 0.01))
+    bad = (good[0].clone(), good[1].clone().double())
+    bad[0][0, 0, 0, 1] = float("nan")  # row 0: a NaN lengthscale
+    bad[1][1] = float("nan")  # row 1: a NaN noise
+    vocab = Vocabulary(("SE",))
+    poor = (poor[0], poor[1].double())
+    _, _, index = best_prediction(X, Y, sym, msk, [bad, poor], vocab, calibrated)
+    assert index.tolist() == [1, 1]
+    _, _, index = best_prediction(X, Y, sym, msk, [bad, bad], vocab, calibrated)
+    assert index.tolist() == [0, 0]
