@@ -97,27 +97,6 @@ class NetworkPrediction:
         """The primary network's name, then the candidates' (``KernelResult.network``)."""
         return [self.name, *self.candidates]
 
-    def predict_datasets(
-        self, X: Tensor, Y: Tensor, symbols: Tensor, symbol_mask: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """The primary network's prediction for ``B`` datasets of equal size ``X (B, n, d)``,
-        ``Y (B, n)`` (normalised) and ``K`` encoded structures ``symbols``/``symbol_mask
-        (K, d, L)`` in one forward: the dataset encoder reads the datasets as one batch
-        (each on :meth:`encoder_subset` of its points), the kernel encoder-decoder and the
-        heads decode the ``B K`` pairs.
-
-        Returns:
-            ``params (B K, d, L, P)`` and ``noise (B K,)`` in ``self.dtype``, pair
-            ``b K + k``.
-
-        Raises:
-            CheckpointError: the network's output is not finite (broken weights).
-        """
-        Xe, Ye = self.encoder_points_of(X, Y)
-        params, noise = _forward_datasets(self.model, Xe, Ye, symbols, symbol_mask)
-        check_finite(self.name, params, noise)
-        return params.to(self.dtype).clone(), noise.to(self.dtype).clone()
-
     def encoder_points_of(self, X: Tensor, Y: Tensor) -> tuple[Tensor, Tensor]:
         """The points the dataset encoder reads of ``B`` datasets of equal size ``X (B, n,
         d)``, ``Y (B, n)`` (:meth:`encoder_subset`, the same for every dataset)."""
@@ -133,13 +112,16 @@ class NetworkPrediction:
         candidates', for ``B`` datasets of equal size ``X (B, n, d)``, ``Y (B, n)``
         (normalised) and ``K`` encoded structures ``(K, d, L)``: ``params (B K, d, L, P)``
         and ``noise (B K,)`` in ``self.dtype`` per network, pair ``b K + k``.  Each
-        network runs one batched forward (as :meth:`predict_datasets`), or with ``exact``
-        one forward per dataset (:func:`~amorgp.amortizer.networks.forward.
-        network_parameters`, the forward of ``infer_many``).
+        network runs one batched forward (the dataset encoder reads the datasets as one
+        batch, each on :meth:`encoder_subset` of its points; the kernel encoder-decoder
+        and the heads decode the ``B K`` pairs), or with ``exact`` one forward per dataset
+        (:func:`~amorgp.amortizer.networks.forward.network_parameters`, the forward of
+        ``infer_many``).
 
         Raises:
             CheckpointError: a network's output is not finite (broken weights).
         """
+        t0 = time.perf_counter()
         Xe, Ye = self.encoder_points_of(X, Y)
         out = []
         for label, net in [(self.name, self.model), *self.candidates.items()]:
@@ -154,6 +136,18 @@ class NetworkPrediction:
                 params, noise = _forward_datasets(net, Xe, Ye, symbols, symbol_mask)
             check_finite(label, params, noise)
             out.append((params.to(self.dtype).clone(), noise.to(self.dtype).clone()))
+        B, n, d = X.shape
+        logger.debug(
+            "network: %d kernel(s), the encoder read %d of %d points (d = %d), %d dataset(s), "
+            "%d network(s), %.1f ms",
+            symbols.shape[0],
+            Xe.shape[1],
+            n,
+            d,
+            B,
+            len(out),
+            1e3 * (time.perf_counter() - t0),
+        )
         return out
 
 

@@ -110,35 +110,23 @@ def _project(batch: CandidateBatch, opts: FitOptions, params: Tensor, noise: Ten
 
 def predict(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
     """Stage 1: the network's ``params`` and ``noise`` of every row, fixed values and
-    bounds applied: one forward for the batch's datasets, or one per dataset (a batch of
-    one, ``exact_network``); with candidate networks, every network's and per row the one
+    bounds applied: one forward per network for the batch's datasets, or one per dataset
+    (a batch of one, ``exact_network``); with candidate networks, per row the prediction
     of highest likelihood on the encoder's points, at its calibrated scale and noise where
     the fit calibrates (:func:`~amorgp.amortizer.stages.pairs.best_prediction`)."""
-    B, n = batch.X.shape[:2]
-    K = batch.K
-    if amz.candidates:  # the networks compete per row, all rows at once
-        preds = amz.network_predictions(
-            batch.X, batch.Y, batch.symbols, batch.mask, exact=B == 1 or opts.exact_network
-        )
-        Xe, Ye = amz.encoder_points_of(batch.X, batch.Y)
-        params, noise, won = best_prediction(
-            Xe, Ye, batch.symbols, batch.mask, preds, batch.vocabulary, opts.calibrate
-        )
-        names = amz.network_names
-        batch.network = [names[i] for i in won.tolist()]
-        batch.encoder_points = int(Xe.shape[1])
-    elif B == 1 or opts.exact_network:
-        outs = [amz.predict_networks(batch.X[b], batch.Y[b], batch.structures) for b in range(B)]
-        params = torch.cat([o[0] for o in outs])
-        noise = torch.cat([o[1] for o in outs])
-        batch.network = [name for o in outs for name in o[3]]
-        batch.encoder_points = outs[0][2]
-    else:
-        params, noise = amz.predict_datasets(batch.X, batch.Y, batch.symbols, batch.mask)
-        batch.network = [amz.name] * (B * K)
-        batch.encoder_points = min(n, amz.encoder_points)
+    B = batch.X.shape[0]
+    preds = amz.network_predictions(
+        batch.X, batch.Y, batch.symbols, batch.mask, exact=B == 1 or opts.exact_network
+    )
+    Xe, Ye = amz.encoder_points_of(batch.X, batch.Y)
+    params, noise, won = best_prediction(  # one network: its prediction, nothing scored
+        Xe, Ye, batch.symbols, batch.mask, preds, batch.vocabulary, opts.calibrate
+    )
+    names = amz.network_names
+    batch.network = [names[i] for i in won.tolist()]
+    batch.encoder_points = int(Xe.shape[1])
     batch.params, batch.noise = _project(batch, opts, params, noise)
-    P = B * K
+    P = B * batch.K
     batch.start = ["network"] * P
     batch.iterations, batch.status = [0] * P, [opts.idle] * P
     batch.gain, batch.grad_norm = [math.nan] * P, [math.nan] * P
