@@ -61,7 +61,9 @@ def main() -> None:
     torch.set_num_threads(1)
 
     from amorgp.amortizer import Amortizer
+    from amorgp.amortizer.networks.forward import encode_structures
     from amorgp.amortizer.stages.pairs import best_prediction, evaluate_and_calibrate
+    from amorgp.core.data import Normalizer
 
     amz = Amortizer.from_pretrained("small-d8-c376k", device="cpu", candidates=["small-d8-c206k"])
     data = fleet(args.series)
@@ -88,11 +90,9 @@ def main() -> None:
 
     # the criterion, on the networks' own predictions of every series
     structure = amz.structure(KERNEL, 1)
-    X = torch.stack([torch.as_tensor(x, dtype=torch.float64) for x, _ in data])
-    Y = torch.stack([torch.as_tensor(y, dtype=torch.float64) for _, y in data])
-    Xn = (X - X.amin(1, keepdim=True)) / (X.amax(1, keepdim=True) - X.amin(1, keepdim=True))
-    Yn = (Y - Y.mean(1, keepdim=True)) / Y.std(1, unbiased=False, keepdim=True)
-    from amorgp.amortizer.networks.forward import encode_structures
+    norms = [Normalizer.fit(x, y) for x, y in data]  # the library's normalisation
+    Xn = torch.stack([nm.transform_x(x) for nm, (x, _) in zip(norms, data, strict=True)])
+    Yn = torch.stack([nm.transform_y(y) for nm, (_, y) in zip(norms, data, strict=True)])
 
     sym, msk = encode_structures([structure], amz.vocabulary, 1, torch.device("cpu"))
     preds = amz.network_predictions(Xn, Yn, sym, msk, exact=False)
