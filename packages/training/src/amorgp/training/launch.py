@@ -18,14 +18,15 @@ from typing import Any
 import torch
 
 from amorgp.amortizer.networks.config import NetworkConfig, TrainConfig
-from amorgp.core.errors import TrainingError
+from amorgp.core.errors import DataError, TrainingError
+from amorgp.training.realtables import RealTables
 from amorgp.training.rundir import RunDirectory
 from amorgp.training.runstate import Budget, check_step_memory, start_run
 from amorgp.training.runtime import Distributed, default_device
 from amorgp.training.steps import TrainResult
 from amorgp.training.trainer import Trainer
 
-__all__ = ["run_training"]
+__all__ = ["real_tables", "run_training"]
 
 
 def _start_error(out: Path, err: OSError, removed: bool) -> str:
@@ -34,6 +35,21 @@ def _start_error(out: Path, err: OSError, removed: bool) -> str:
     where = f" ({err.filename})" if err.filename else ""
     left = f"; {out} was removed" if removed else ""
     return f"cannot start the run in {out}: {reason}{where}{left}"
+
+
+def real_tables(cfg: TrainConfig) -> RealTables | None:
+    """The pool of real tables ``cfg`` mixes into its batches (``None`` where
+    ``real_share`` is 0), read before any work starts.
+
+    Raises:
+        TrainingError: the pool cannot be read.
+    """
+    if cfg.real_share <= 0:
+        return None
+    try:
+        return RealTables.load(cfg.real_tables)
+    except (DataError, OSError, ValueError) as err:
+        raise TrainingError(f"real_tables {cfg.real_tables!r}: {err}") from err
 
 
 def run_training(
@@ -65,6 +81,7 @@ def run_training(
             )
             check_step_memory(start.train_cfg)
             budget.check_reachable(start.state, out)
+            tables = real_tables(start.train_cfg)
         except BaseException as err:
             # refused or failed before any work: leave no half-created run (.lock) behind,
             # unless another process holds the folder; releasing the lock may fail too
@@ -77,7 +94,9 @@ def run_training(
             if isinstance(err, OSError):
                 raise TrainingError(_start_error(out, err, removed)) from err
             raise
-        trainer = Trainer(run, start, budget, dev, ddp, progress=progress, log_every=log_every)
+        trainer = Trainer(
+            run, start, budget, dev, ddp, progress=progress, log_every=log_every, tables=tables
+        )
         return trainer.run_all()
     except BaseException:
         with contextlib.suppress(OSError):  # the error in flight is the one to report

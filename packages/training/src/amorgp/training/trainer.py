@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from amorgp.amortizer.networks.checkpoint import optimizer_from_tensors
 from amorgp.core.errors import OptionError, TrainingError
 from amorgp.simulator import SimulatedBatch, stream_seed
+from amorgp.training.realtables import RealTables, mix_real
 from amorgp.training.rundir import RunDirectory
 from amorgp.training.runstate import Budget, RunStart
 from amorgp.training.runtime import (
@@ -77,7 +78,7 @@ class _Pending(NamedTuple):
     step: int
     datasets_seen: int
     lr: float
-    stats: Tensor  # float64 (loss, grad norm, datasets used, datasets failed)
+    stats: Tensor  # float64 (loss, grad norm, datasets used, datasets failed, real datasets)
 
 
 class Trainer:
@@ -91,6 +92,9 @@ class Trainer:
         ddp: the process group (one process: world 1).
         progress: show a progress bar (only on a terminal, only on rank 0).
         log_every: steps between JSONL training records.
+        tables: the pool of real tables that replaces ``train_cfg.real_share`` of each
+            batch's datasets (:func:`~amorgp.training.realtables.mix_real`; their count is
+            ``n_real`` in the training records).
     """
 
     def __init__(
@@ -103,8 +107,10 @@ class Trainer:
         *,
         progress: bool = True,
         log_every: int = 10,
+        tables: RealTables | None = None,
     ) -> None:
         self.run, self.budget, self.dev, self.ddp = run, budget, device, ddp
+        self.tables = tables
         self.model, self.network, self.cfg = start.model, start.network, start.train_cfg
         self.state = start.state
         self.vocab = self.network.vocabulary
@@ -226,6 +232,12 @@ class Trainer:
         """One optimiser step; its diagnostics are queued on the device (:meth:`_read_back`)."""
         seed = stream_seed(self.cfg.seed, self.state.step + 1, 2 + self.ddp.rank)
         gen = torch.Generator(device=self.dev).manual_seed(seed)
+        n_real = 0
+        if self.tables is not None and self.cfg.real_share > 0:  # on the host, as drawn
+            mix = stream_seed(self.cfg.seed, self.state.step + 1, 1_000 + self.ddp.rank)
+            batch, n_real = mix_real(
+                batch, self.tables, self.cfg.real_share, torch.Generator().manual_seed(mix)
+            )
         if self.dev.type == "cuda":  # an asynchronous copy from page-locked memory
             batch = batch.pin_memory().to(self.dev, non_blocking=True)
         else:
@@ -248,7 +260,13 @@ class Trainer:
         self._window_datasets += self.per_rank * self.ddp.world
         used = result.used.sum().to(f64)
         stats = torch.stack(
-            [result.loss.detach().to(f64), grad_norm, used, result.n_failed.to(f64)]
+            [
+                result.loss.detach().to(f64),
+                grad_norm,
+                used,
+                result.n_failed.to(f64),
+                torch.full((), n_real, dtype=f64, device=self.dev),
+            ]
         )
         self._pending.append(_Pending(self.state.step, self.state.datasets_seen, lr, stats))
 
@@ -261,16 +279,16 @@ class Trainer:
         pending, self._pending = self._pending, []
         if pending:
             rows = torch.stack([p.stats for p in pending]).tolist()
-            for p, (loss, grad_norm, n_used, n_failed) in zip(pending, rows, strict=True):
+            for p, (loss, grad_norm, n_used, n_failed, n_real) in zip(pending, rows, strict=True):
                 self.losses.append(loss)
                 problem = _step_problem(loss, int(n_used), int(n_failed))
                 if problem:
                     return p.step, problem
-                self._log_step(p, loss, int(n_used), int(n_failed), grad_norm)
+                self._log_step(p, loss, int(n_used), int(n_failed), grad_norm, int(n_real))
         return self.state.step, _weights_problem(self.model)
 
     def _log_step(
-        self, p: _Pending, loss: float, n_used: int, n_failed: int, grad_norm: float
+        self, p: _Pending, loss: float, n_used: int, n_failed: int, grad_norm: float, n_real: int
     ) -> None:
         if self.is_main and p.step % self.log_every == 0:
             now = self._clock.now()
@@ -285,6 +303,7 @@ class Trainer:
                     "loss": loss,
                     "n_used": n_used,
                     "n_failed": n_failed,
+                    **({"n_real": n_real} if self.tables is not None else {}),
                     "lr": p.lr,
                     "grad_norm": grad_norm,
                     "datasets_per_s": rate,

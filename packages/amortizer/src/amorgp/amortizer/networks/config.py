@@ -219,6 +219,11 @@ class TrainConfig:
             start with one of them are trained, every other weight stays as it is (for
             example, new token projections learnt on top of a network whose other
             outputs must not move); empty (default): every parameter is trained.
+        real_tables: path of a pool of real tables (``.npz``,
+            :class:`amorgp.training.realtables.RealTables`); with ``real_share``.
+        real_share: phase 1: the share of each batch's datasets replaced by random pieces
+            of ``real_tables`` (:func:`amorgp.training.realtables.mix_real`: the loss is
+            the likelihood of real targets); 0 (default): every dataset simulated.
         val_size: datasets in the fixed validation set.
         val_every: optimiser steps between validations (and checkpoints).
         num_workers: DataLoader worker processes drawing simulated batches.
@@ -242,6 +247,8 @@ class TrainConfig:
     size_buckets: int = 1
     calibrated: float = 0.0
     train_only: str = ""
+    real_tables: str = ""
+    real_share: float = 0.0
     val_size: int = 256
     val_every: int = 200
     num_workers: int = 1
@@ -274,6 +281,15 @@ class TrainConfig:
             raise ValueError(f"calibrated must be in [0, 1], got {self.calibrated}")
         if self.grad_clip < 0 or self.alpha < 0 or self.beta < 0:
             raise ValueError("grad_clip, alpha and beta must be >= 0")
+        if not 0.0 <= self.real_share <= 1.0:
+            raise ValueError(f"real_share must be in [0, 1], got {self.real_share}")
+        if self.real_share > 0 and not self.real_tables:
+            raise ValueError("real_share > 0 needs real_tables, the path of a pool of real tables")
+        if self.real_share > 0 and self.phase != 1:
+            raise ValueError(
+                "real_share > 0 needs phase 1: phase 2 reads the true noise, which real "
+                "tables do not have"
+            )
         if self.train_only and not all(self.trained_prefixes):
             raise ValueError(
                 f"train_only has an empty entry: {self.train_only!r} "
