@@ -32,6 +32,10 @@
 # tokens, `python -m amorgp.training.vocabulary`; a resumed run is not converted again;
 # kinds FROM reads already are kept), AMORGP_CHUNK_GATE=1 (the same conversion with the
 # learnt gate of the period anchors as well, `--learned-gate`),
+# AMORGP_CHUNK_REAL_TABLES=POOL (a fresh phase 1 mixes real tables into its batches,
+# `--set real_tables=POOL --set real_share=AMORGP_CHUNK_REAL_SHARE`, default share 0.5;
+# POOL from `python -m amorgp_experiments.realpool`, about 30 MB, so it travels with the
+# tree; docs/training/real-tables.md),
 # AMORGP_CHUNK_SMOKE=1 (a test on any machine: CPU, 2 steps per phase, 8 datasets per
 # batch, n <= 20, 8 validation datasets; its runs go to OUTDIR/.runs unless
 # AMORGP_CHUNK_RUNS says otherwise).  Exits 0 when the weights were exported, 1 on a usage
@@ -78,6 +82,12 @@ if [ "${AMORGP_CHUNK_SMOKE:-0}" = "1" ]; then
     P1=("${SMALL[@]}" --set warmup_steps=1 --max-steps 2 "${PRIOR[@]}")
     P2=("${SMALL[@]}" --max-steps 2 "${PRIOR[@]}")
 fi
+REAL=()
+if [ -n "${AMORGP_CHUNK_REAL_TABLES:-}" ]; then  # phase 1 only: phase 2 reads the true noise
+    REAL=(--set real_tables="$AMORGP_CHUNK_REAL_TABLES" --set real_share="${AMORGP_CHUNK_REAL_SHARE:-0.5}")
+    P1+=("${REAL[@]}")
+    P2+=(--set real_share=0)  # the phase-1 recipe's share would be refused in phase 2
+fi
 
 left() { echo $((DEADLINE - $(date +%s))); }
 
@@ -109,6 +119,7 @@ else
         START_FROM="$RUNS/from-tokens"
         STARTED="$FROM (with period and relevance tokens${GATE:+ and a learnt gate})"
     fi
+    [ ${#REAL[@]} -gt 0 ] && STARTED="$STARTED, real tables ${AMORGP_CHUNK_REAL_TABLES} (share ${AMORGP_CHUNK_REAL_SHARE:-0.5})"
     FIRST=(--preset "$PRESET" --from "$START_FROM" "${P1[@]}")
 fi
 echo "+ amorgp train --out $RUNS/p1 --device $DEVICE ${FIRST[*]} --max-minutes $MINUTES" >>"$LOG"

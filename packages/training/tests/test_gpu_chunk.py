@@ -159,6 +159,40 @@ def test_chunk_script_smoke_run(tmp_path: Path, scratch_chunk: tuple[Path, Path]
     assert len(list((tmp_path / "OUT").rglob("*"))) <= 8 + 1  # + the folder medium/
 
 
+@pytest.mark.slow
+def test_chunk_script_mixes_real_tables_in_phase_1(
+    tmp_path: Path, scratch_chunk: tuple[Path, Path]
+) -> None:
+    """``AMORGP_CHUNK_REAL_TABLES``: the phase-1 run mixes the pool's tables at the asked
+    share (its recipe says so; the mixing itself: ``test_realtables.py``), phase 2 stays
+    simulated."""
+    from amorgp.training.realtables import RealTables
+
+    _p1, p2 = scratch_chunk
+    pool = tmp_path / "pool.npz"
+    x = torch.arange(1.0, 61.0, dtype=torch.float64)
+    RealTables.from_arrays([torch.stack([x, x**2, x**3], 1).numpy()], ["t"]).save(pool)
+    env = {
+        **os.environ,
+        "AMORGP_CHUNK_SMOKE": "1",
+        "AMORGP_CHUNK_PRESET": "tiny",
+        "AMORGP_CHUNK_FROM": str(p2 / "last"),
+        "AMORGP_CHUNK_RUNS": str(tmp_path / "runs"),
+        "AMORGP_CHUNK_REAL_TABLES": str(pool),
+        "AMORGP_CHUNK_REAL_SHARE": "1",
+        "PYTHON": sys.executable,
+    }
+    res = subprocess.run(
+        ["bash", str(ROOT / "tools" / "gpu_chunk.sh"), str(tmp_path / "OUT"), "1"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    p1 = load_checkpoint(tmp_path / "runs" / "p1" / "last").meta["train"]
+    assert (p1["real_tables"], p1["real_share"]) == (str(pool), 1.0)
+    assert load_checkpoint(tmp_path / "runs" / "p2" / "last").meta["train"]["real_share"] == 0.0
+    assert "real tables" in (tmp_path / "OUT" / "chunk.log").read_text()
+
+
 def test_committed_medium_weights_load_as_float32() -> None:
     """``models/medium``: the ``medium`` preset with period and relevance tokens in
     bfloat16 shards under 16 MiB, loaded by ``Amortizer.from_pretrained`` as float32

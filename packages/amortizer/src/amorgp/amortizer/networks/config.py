@@ -288,7 +288,7 @@ class TrainConfig:
         if self.real_share > 0 and self.phase != 1:
             raise ValueError(
                 "real_share > 0 needs phase 1: phase 2 reads the true noise, which real "
-                "tables do not have"
+                "tables do not have (pass --set real_share=0)"
             )
         if self.train_only and not all(self.trained_prefixes):
             raise ValueError(
