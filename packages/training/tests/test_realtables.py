@@ -161,3 +161,22 @@ def test_training_mixes_real_tables_and_says_how_many(tmp_path: Path) -> None:
             progress=False,
         )
     assert not (tmp_path / "bad").exists()  # refused before work: no half-created run
+
+
+def test_a_resumed_run_mixes_the_same_real_datasets(tmp_path: Path) -> None:
+    """The mixing is a function of the run's seed and step: a run stopped at its first
+    checkpoint and resumed ends with the weights of one that ran straight through."""
+    from amorgp.amortizer.networks.checkpoint import load_checkpoint
+
+    pool = tmp_path / "pool.npz"
+    RealTables.from_arrays([_monotone_table(cols=3)], ["t"]).save(pool)
+    over = {"real_tables": str(pool), "real_share": 0.5, "n_min": 10, "max_dims": 2}
+    straight = train(
+        tmp_path / "a", NET, TINY_TRAIN, train_overrides=over, max_steps=6, progress=False
+    )
+    train(tmp_path / "b", NET, TINY_TRAIN, train_overrides=over, max_steps=3, progress=False)
+    resumed = train(tmp_path / "b", resume=True, max_steps=6, progress=False)
+    wa = load_checkpoint(straight.last_checkpoint).model.state_dict()  # type: ignore[arg-type]
+    wb = load_checkpoint(resumed.last_checkpoint).model.state_dict()  # type: ignore[arg-type]
+    for name in wa:
+        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=0, msg=name)
