@@ -34,8 +34,8 @@
 # learnt gate of the period anchors as well, `--learned-gate`),
 # AMORGP_CHUNK_REAL_TABLES=POOL (a fresh phase 1 mixes real tables into its batches,
 # `--set real_tables=POOL --set real_share=AMORGP_CHUNK_REAL_SHARE`, default share 0.5;
-# POOL from `python -m amorgp_experiments.realpool`, about 30 MB, so it travels with the
-# tree; docs/training/real-tables.md),
+# POOL from `python -m amorgp_experiments.realpool`, about 30 MB, small enough to travel
+# to the GPU machine beside the tree; docs/training/real-tables.md),
 # AMORGP_CHUNK_SMOKE=1 (a test on any machine: CPU, 2 steps per phase, 8 datasets per
 # batch, n <= 20, 8 validation datasets; its runs go to OUTDIR/.runs unless
 # AMORGP_CHUNK_RUNS says otherwise).  Exits 0 when the weights were exported, 1 on a usage
