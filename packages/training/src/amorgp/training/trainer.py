@@ -233,7 +233,7 @@ class Trainer:
         seed = stream_seed(self.cfg.seed, self.state.step + 1, 2 + self.ddp.rank)
         gen = torch.Generator(device=self.dev).manual_seed(seed)
         n_real = 0
-        if self.tables is not None and self.cfg.real_share > 0:  # on the host, as drawn
+        if self.tables is not None:  # on the host, as drawn (given only where real_share > 0)
             mix = stream_seed(self.cfg.seed, self.state.step + 1, 1_000 + self.ddp.rank)
             batch, n_real = mix_real(
                 batch, self.tables, self.cfg.real_share, torch.Generator().manual_seed(mix)
