@@ -130,24 +130,32 @@ def test_medium_export_fits_the_transfer_limits(tmp_path: Path) -> None:
         export_compact(src, tmp_path / "x", weights_dtype="int8")
 
 
-@pytest.mark.slow
-def test_chunk_script_smoke_run(tmp_path: Path, scratch_chunk: tuple[Path, Path]) -> None:
-    """``tools/gpu_chunk.sh`` with ``AMORGP_CHUNK_SMOKE=1`` on the CPU: phase 1 and 2 of
-    two steps each from a tiny checkpoint, the export and the log line."""
-    _p1, p2 = scratch_chunk
+def _smoke_chunk(tmp_path: Path, start: Path, **env: str) -> None:
+    """``tools/gpu_chunk.sh`` in its smoke form (CPU, the ``tiny`` preset) from ``start``
+    into ``tmp_path / "OUT"``, its runs in ``tmp_path / "runs"``, ``env`` added; it must
+    succeed."""
     env = {
         **os.environ,
         "AMORGP_CHUNK_SMOKE": "1",
         "AMORGP_CHUNK_PRESET": "tiny",
-        "AMORGP_CHUNK_FROM": str(p2 / "last"),
+        "AMORGP_CHUNK_FROM": str(start),
         "AMORGP_CHUNK_RUNS": str(tmp_path / "runs"),
         "PYTHON": sys.executable,
+        **env,
     }
     res = subprocess.run(
         ["bash", str(ROOT / "tools" / "gpu_chunk.sh"), str(tmp_path / "OUT"), "1"],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_chunk_script_smoke_run(tmp_path: Path, scratch_chunk: tuple[Path, Path]) -> None:
+    """``tools/gpu_chunk.sh`` with ``AMORGP_CHUNK_SMOKE=1`` on the CPU: phase 1 and 2 of
+    two steps each from a tiny checkpoint, the export and the log line."""
+    _p1, p2 = scratch_chunk
+    _smoke_chunk(tmp_path, p2 / "last")
     out = tmp_path / "OUT" / "medium"
     log = [json.loads(x) for x in (out / LOG_FILE).read_text().splitlines()]
     assert len(log) == 1
@@ -172,21 +180,12 @@ def test_chunk_script_mixes_real_tables_in_phase_1(
     pool = tmp_path / "pool.npz"
     x = torch.arange(1.0, 61.0, dtype=torch.float64)
     RealTables.from_arrays([torch.stack([x, x**2, x**3], 1).numpy()], ["t"]).save(pool)
-    env = {
-        **os.environ,
-        "AMORGP_CHUNK_SMOKE": "1",
-        "AMORGP_CHUNK_PRESET": "tiny",
-        "AMORGP_CHUNK_FROM": str(p2 / "last"),
-        "AMORGP_CHUNK_RUNS": str(tmp_path / "runs"),
-        "AMORGP_CHUNK_REAL_TABLES": str(pool),
-        "AMORGP_CHUNK_REAL_SHARE": "1",
-        "PYTHON": sys.executable,
-    }
-    res = subprocess.run(
-        ["bash", str(ROOT / "tools" / "gpu_chunk.sh"), str(tmp_path / "OUT"), "1"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stdout + res.stderr
+    _smoke_chunk(
+        tmp_path,
+        p2 / "last",
+        AMORGP_CHUNK_REAL_TABLES=str(pool),
+        AMORGP_CHUNK_REAL_SHARE="1",
+    )
     p1 = load_checkpoint(tmp_path / "runs" / "p1" / "last").meta["train"]
     assert (p1["real_tables"], p1["real_share"]) == (str(pool), 1.0)
     assert load_checkpoint(tmp_path / "runs" / "p2" / "last").meta["train"]["real_share"] == 0.0
