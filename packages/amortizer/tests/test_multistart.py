@@ -98,7 +98,7 @@ def test_starts_one_is_the_network_and_calibration_alone(amz: Amortizer) -> None
 
 
 def test_kernels_without_a_period_get_the_stretched_and_null_starts(amz: Amortizer) -> None:
-    """A kernel without a period keeps the calibrated prediction where the network's start
+    """A kernel without a period (stretched, ladder and null starts) keeps the calibrated prediction where the network's start
     wins (up to the rounding of a kernel matrix evaluated in another batch); where a
     stretched start wins, its lengthscales are exactly the network's times the factor
     (calibration moves only the scale and the noise) and its exact likelihood is above the
@@ -106,13 +106,13 @@ def test_kernels_without_a_period_get_the_stretched_and_null_starts(amz: Amortiz
     from scipy.stats import multivariate_normal
 
     from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
-    from amorgp.amortizer.stages.multistart import STRETCHES
+    from amorgp.amortizer.stages.start_proposals import LADDER, STRETCHES
     from amorgp.amortizer.testing import oracle_covariance
 
     x, y = planted_period_1d(n=60, seed=6)
     a = amz.infer_many(x, y, ["SE", "LIN + SE"], refine=0)
     b = amz.infer_many(x, y, ["SE", "LIN + SE"], starts=1, refine=0)
-    factors = {f"lengthscales {label}": f for f, label in STRETCHES}
+    factors = {f"lengthscales {label}": f for f, label in (*STRETCHES, *LADDER)}
     seen = set()
     for ra, rb in zip(a, b, strict=True):
         seen.add(ra.start)

@@ -30,6 +30,12 @@ exact log marginal likelihood:
   network's lengthscales are short where the data have several inputs; a plain kernel
   also has a basin of shorter lengthscale and smaller noise; these starts come on top of
   ``starts``;
+* ``"lengthscales x1/16"`` ... ``"lengthscales x2"``, for such a kernel without a period:
+  the rungs of :data:`~amorgp.amortizer.stages.start_proposals.LADDER`, which with the
+  network's start and the stretched ones form a ladder of common factors from 1/16 to 9
+  on its lengthscales.  They are scored like every start (the best wins the amortized
+  answer), but with ``keep > 1`` they do not take the places of the best two other
+  starts: the ladder's best local maximum that is neither is listed third (:func:`_ranked`);
 * ``"relevance 1"`` ... ``"relevance D-1"``, for every kernel with lengthscales in input
   units in two dimensions or more: the network's start with the lengthscales of the ``k``
   dimensions it reads as least relevant (the longest) times :data:`RELEVANCE_STRETCH`
@@ -100,6 +106,9 @@ from amorgp.amortizer.stages.start_proposals import (
     STRETCHES,
     TREND_LENGTHSCALE,
     is_relevance,
+    is_rung,
+    ladder_factor,
+    ladder_peaks,
     periodic_starts,
     relevance_starts,
     slot_tables,
@@ -218,6 +227,7 @@ def multistart_rows(
     n64 = noise.detach().to(torch.float64)
     names_out = ["network"] * P
     periodic = [has_periodic(s) for s in structures]
+    row_periodic = [periodic[p % K] for p in range(P)]
     if starts <= 1:
         return params, noise, names_out, [], []
     tables = tuple(t.to(dev) for t in slot_tables(vocabulary))
@@ -250,7 +260,9 @@ def multistart_rows(
     # of them, and those of the inputs it reads as least relevant
     for k in range(K):
         proposals = [
-            *stretched_starts(p64[k::K], sym[k], msk[k], vocabulary, shorter=not periodic[k]),
+            *stretched_starts(
+                p64[k::K], sym[k], msk[k], vocabulary, not periodic[k], not periodic[k]
+            ),
             *relevance_starts(p64[k::K], sym[k], msk[k], vocabulary),
         ]
         for name, stretched in proposals:
@@ -296,7 +308,7 @@ def multistart_rows(
             cal.noise[won].to(noise.dtype),
             [names[best_of[p]] for p in range(P)],
             list(range(P)),
-            _ranked(P, owner, names, lml_alt, cal.params, cal.noise, keep),
+            _ranked(P, owner, names, lml_alt, cal.params, cal.noise, keep, row_periodic),
         )
     heads = sorted(set(owner))
     at_h = torch.tensor(heads, dtype=torch.long, device=dev)
@@ -319,6 +331,7 @@ def multistart_rows(
             torch.cat([p64, cal.params]),
             torch.cat([n64, cal.noise]),
             keep,
+            row_periodic,
         )
     if not moved:
         return params, noise, names_out, [], alternatives
@@ -352,25 +365,50 @@ def _ranked(
     params: Tensor,
     noise: Tensor,
     keep: int,
+    periodic: Sequence[bool] | None = None,
 ) -> list[Alternatives]:
-    """Each of ``P`` pairs' best ``keep`` starts with a finite score, best first (ties in
-    listed order; at least the first listed), from the starts ``i`` of pair ``owner[i]``;
-    an empty list for ``keep <= 1``.  Where every one kept is a relevance start
-    (:func:`relevance_starts`), the last is the best other start instead: the successive
-    halving then refines a start that stretches no input alone beside them
-    (:func:`~amorgp.amortizer.stages.refine_rows.halve_rows`)."""
+    """Each of ``P`` pairs' starts for the successive halving, best first (ties in listed
+    order; at least the first listed), from the starts ``i`` of pair ``owner[i]``; an
+    empty list for ``keep <= 1``.
+
+    A pair with a periodic kernel (``periodic[p]``; all pairs where ``periodic`` is
+    ``None``) keeps its best ``keep`` starts with a finite score.  A pair without one keeps
+    its best two starts that are not :data:`~amorgp.amortizer.stages.start_proposals.
+    LADDER` rungs and, where the ladder of its lengthscale factors (the network's start,
+    the stretched starts and the rungs) has a local maximum that is neither
+    (:func:`~amorgp.amortizer.stages.start_proposals.ladder_peaks`), the best such
+    maximum as a third.  Where every one kept is a relevance start
+    (:func:`relevance_starts`), the last is the best other start instead (a pair without
+    a period: the second): the successive halving then refines a start that stretches no
+    input alone beside them (:func:`~amorgp.amortizer.stages.refine_rows.halve_rows`)."""
     if keep <= 1:
         return []
     mine: list[list[int]] = [[] for _ in range(P)]
     for i, p in enumerate(owner):  # bookkeeping: the starts of each pair
         mine[p].append(i)
     out: list[Alternatives] = []
-    for rows in mine:
+    for p, rows in enumerate(mine):
         ranked = sorted(rows, key=lambda i: -score[i] if math.isfinite(score[i]) else math.inf)
         finite = [i for i in ranked if math.isfinite(score[i])]
-        kept = finite[:keep] or rows[:1]
-        other = [i for i in finite if not is_relevance(names[i])]
+        plain = periodic is not None and not periodic[p]
+        pool = [i for i in finite if not is_rung(names[i])] if plain else finite
+        kept = pool[: 2 if plain else keep] or rows[:1]
+        other = [i for i in pool if not is_relevance(names[i])]
         if len(kept) > 1 and other and all(is_relevance(names[i]) for i in kept):
             kept[-1] = other[0]
+        if plain:
+            kept += _ladder_peak(finite, names, score, kept)
         out.append([(names[i], params[i], noise[i]) for i in kept])
     return out
+
+
+def _ladder_peak(
+    finite: Sequence[int], names: Sequence[str], score: Sequence[float], kept: Sequence[int]
+) -> list[int]:
+    """The best local maximum of the ladder among the starts ``finite`` that is not one of
+    ``kept`` (as a one-element list), or none."""
+    lad = [i for i in finite if ladder_factor(names[i]) is not None]
+    peaks = set(
+        ladder_peaks([ladder_factor(names[i]) or 0.0 for i in lad], [score[i] for i in lad])
+    )
+    return [lad[j] for j in sorted(peaks, key=lambda j: -score[lad[j]]) if lad[j] not in kept][:1]

@@ -138,42 +138,30 @@ def halve_rows(
     marginal likelihood, until two are left, of which the better wins.  A row with one
     start is left as it is.
 
-    A row of a kernel without a periodic addend is halved between its best two starts
-    (the network's, the stretched, relevance and null starts: a plain ``SE`` has basins of
+    The starts are halved as listed: :func:`~amorgp.amortizer.stages.multistart.
+    multistart_rows` lists a kernel without a periodic addend's best two starts (the
+    network's, the stretched, relevance and null starts: a plain ``SE`` has basins of
     short lengthscale and small noise and of long lengthscale and large noise, and the
-    start that scores higher is not always in the higher one), or, where its best start is
-    a relevance start (:func:`~amorgp.amortizer.stages.start_proposals.relevance_starts`:
-    some inputs' lengthscales stretched), between that start and its best other one.
+    start that scores higher is not always in the higher one; where the best is a
+    relevance start, :func:`~amorgp.amortizer.stages.start_proposals.relevance_starts`,
+    with its best other one) and the best other basin of its lengthscale ladder
+    (:data:`~amorgp.amortizer.stages.start_proposals.LADDER`), and a periodic kernel's
+    best few.
 
     Returns the rows' ``params``, ``noise`` and start names, and per row the evaluations
     spent on its winner's path (0 where it was left as it is).
     """
-    from amorgp.amortizer.stages.multistart import has_periodic
-    from amorgp.amortizer.stages.start_proposals import is_relevance
-
-    def plain(alt: Sequence[tuple[str, Tensor, Tensor]]) -> list[tuple[str, Tensor, Tensor]]:
-        """A non-periodic row's starts to halve: its best two, or its relevance winner and
-        best other start."""
-        if not alt or not is_relevance(alt[0][0]):
-            return list(alt[:2])
-        other = [a for a in alt[1:] if not is_relevance(a[0])]
-        return [alt[0], *other[:1]]
-
     K = len(structures)
     P = params.shape[0]
     out_p, out_n, names = params.detach().clone(), noise.detach().clone(), list(start)
     spent = [0] * P
     X64, Y64 = X.detach().to("cpu", torch.float64), Y.detach().to("cpu", torch.float64)
     for k, s in enumerate(structures):  # a few structures; each batched over rows
-        periodic = has_periodic(s)
         D, L = s.n_dims, s.max_addends
-        chosen = {
-            p: list(alternatives[p]) if periodic else plain(alternatives[p]) for p in range(k, P, K)
-        }
         live = {
-            p: [(name, prm[:D, :L], nz, 0) for name, prm, nz in alt]
-            for p, alt in chosen.items()
-            if len(alt) > 1
+            p: [(name, prm[:D, :L], nz, 0) for name, prm, nz in alternatives[p]]
+            for p in range(k, P, K)
+            if len(alternatives[p]) > 1
         }
         while live:
             flat = [(p, c) for p, cands in live.items() for c in cands]

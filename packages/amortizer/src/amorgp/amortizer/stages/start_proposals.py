@@ -27,12 +27,16 @@ __all__ = [
     "HARMONICS",
     "PERIODIC_LENGTHSCALE",
     "PERIOD_FLOOR",
+    "LADDER",
     "RELEVANCE",
     "RELEVANCE_STARTS",
     "RELEVANCE_STRETCH",
     "STRETCHES",
     "TREND_LENGTHSCALE",
     "is_relevance",
+    "is_rung",
+    "ladder_peaks",
+    "ladder_factor",
     "periodic_starts",
     "relevance_starts",
     "slot_tables",
@@ -69,6 +73,27 @@ the amortized answer and worse for the default fit.  The shorter start, for kern
 without a period only, is for the other basin of a plain kernel (short lengthscale, small
 noise), which the default's successive halving of such a kernel's best two starts
 reaches from it."""
+
+LADDER: tuple[tuple[float, str], ...] = (
+    (1 / 16, "x1/16"),
+    (1 / 8, "x1/8"),
+    (2**-2.5, "x1/5.66"),
+    (1 / 4, "x1/4"),
+    (2**-1.5, "x1/2.83"),
+    (2**-0.5, "x1/1.41"),
+    (2**0.5, "x1.41"),
+    (2.0, "x2"),
+)
+"""Further factors on all of the network's lengthscales in input units, for kernels
+without a period only (the ``"lengthscales x1/16"`` ... ``"lengthscales x2"`` starts).
+With the network's own start (factor 1) and :data:`STRETCHES` they form a **ladder**
+from 1/16 to 9: the calibrated likelihood along it is a profile of one common
+lengthscale factor.  A plain kernel has several basins (on a near-noiseless series,
+two lengthscales a factor 1.6 apart and 10 nats apart), and the calibrated profile's
+local maxima lead to them where the best two starts do not.  These rungs
+are scored with every other start, but they do not take the places of the successive
+halving's best two starts: the best local maximum that is neither joins them as a third
+(:func:`ladder_peaks`, :func:`amorgp.amortizer.stages.multistart.multistart_rows`)."""
 
 RELEVANCE_STRETCH = 5.0
 """Factor applied to the lengthscales of the inputs the network reads as least relevant
@@ -231,19 +256,56 @@ def _input_lengthscales(
 
 
 def stretched_starts(
-    params: Tensor, symbols: Tensor, mask: Tensor, vocabulary: Vocabulary, shorter: bool = True
+    params: Tensor,
+    symbols: Tensor,
+    mask: Tensor,
+    vocabulary: Vocabulary,
+    shorter: bool = True,
+    ladder: bool = False,
 ) -> list[tuple[str, Tensor]]:
     """The network's starts of one kernel on ``B`` datasets, ``params (B, D, L, S)``, with
     every lengthscale in input units times each factor of :data:`STRETCHES` (``shorter=
-    False``: only those above 1), as ``(name, block (B, D, L, S))``; none for a kernel
-    (``symbols``, ``mask (D, L)``) without such a lengthscale."""
+    False``: only those above 1) and, with ``ladder``, of :data:`LADDER`, as ``(name,
+    block (B, D, L, S))``; none for a kernel (``symbols``, ``mask (D, L)``) without such a
+    lengthscale."""
     where = _input_lengthscales(params, symbols, mask, vocabulary)
     if not bool(where.any()):
         return []
+    factors = [(f, label) for f, label in STRETCHES if shorter or f > 1.0]
+    if ladder:
+        factors += list(LADDER)
     return [
         (f"lengthscales {label}", torch.where(where, params * f, params))
-        for f, label in STRETCHES
-        if shorter or f > 1.0
+        for f, label in sorted(factors)
+    ]
+
+
+_FACTORS = {f"lengthscales {label}": f for f, label in (*STRETCHES, *LADDER)}
+_RUNGS = frozenset(f"lengthscales {label}" for _, label in LADDER)
+
+
+def ladder_factor(name: str) -> float | None:
+    """The factor on the network's lengthscales of the start ``name``: 1 for the
+    network's own, the stretch of a ``"lengthscales x..."`` start, ``None`` for every
+    other start (not on the ladder)."""
+    return 1.0 if name == "network" else _FACTORS.get(name)
+
+
+def is_rung(name: str) -> bool:
+    """Whether ``name`` is one of the :data:`LADDER` starts."""
+    return name in _RUNGS
+
+
+def ladder_peaks(factors: Sequence[float], scores: Sequence[float]) -> list[int]:
+    """The local maxima of a ladder: the indices of the starts (``factors``, ``scores``:
+    one row's, finite scores) whose score is at least that of each neighbour in factor
+    order."""
+    order = sorted(range(len(factors)), key=lambda i: factors[i])
+    s = [scores[i] for i in order]
+    return [
+        order[j]
+        for j in range(len(order))
+        if (j == 0 or s[j] >= s[j - 1]) and (j == len(order) - 1 or s[j] >= s[j + 1])
     ]
 
 
