@@ -4,6 +4,7 @@ successive halving's third start, and a two-basin dataset the default now gets r
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
@@ -118,3 +119,46 @@ def test_the_default_finds_the_short_basin_of_a_plain_kernel(amz: Amortizer) -> 
     factor = ladder_factor(r.start)
     assert factor is not None
     assert factor < 0.5
+
+
+def test_a_kernel_without_a_period_is_halved_in_one_round() -> None:
+    """Three starts of ``SE`` (the best two and a ladder peak): one round of 5
+    evaluations each, and the winner is the start that ends highest after it, the same
+    as refining each start alone by 5 evaluations (rows are independent) and taking the
+    best by the dense float64 likelihood."""
+    from amorgp.amortizer.stages.fisher import fisher_refine
+    from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
+    from amorgp.amortizer.stages.refine_rows import halve_rows
+
+    rng = np.random.default_rng(14)
+    n = 60
+    x = np.sort(rng.uniform(0, 1, n))
+    y = x**2 + 0.1 * np.sin(2 * np.pi * rng.uniform(5, 15) * x) + 0.005 * rng.normal(size=n)
+    y = (y - y.mean()) / y.std()
+    s = DimWiseStructure.coerce("SE", 1)
+    starts = [
+        ("network", torch.tensor([[[1.0, 0.5]]], dtype=torch.float64), 0.1),
+        ("prior-mean", torch.tensor([[[1.0, 1.0]]], dtype=torch.float64), 0.3),
+        ("lengthscales x1/16", torch.tensor([[[1.0, 0.03]]], dtype=torch.float64), 0.01),
+    ]
+    alternatives = [[(name, p, torch.tensor(nz, dtype=torch.float64)) for name, p, nz in starts]]
+    Xt, yt = torch.tensor(x[:, None])[None], torch.tensor(y)[None]
+    p, nz, names, spent = halve_rows(
+        Xt, yt, [s], alternatives, starts[0][1][None].clone(),
+        torch.tensor([0.1], dtype=torch.float64), ["network"], 5,
+    )  # fmt: skip
+    assert 0 < spent[0] <= 5
+
+    def lml(theta: np.ndarray) -> float:
+        K = oracle_covariance(x[:, None], s, theta)
+        return float(multivariate_normal(np.zeros(n), K, allow_singular=True).logpdf(y))
+
+    alone = []
+    for name, prm, noise in starts:
+        obj = BatchLogMarginalLikelihood(Xt, yt, s)
+        ref = fisher_refine(obj, prm[None], torch.tensor([noise]), 5, final_check=False)
+        theta = [float(ref.params[0, 0, 0, 0]), float(ref.params[0, 0, 0, 1]), float(ref.noise[0])]
+        alone.append((lml(np.array(theta)), name))
+    assert names[0] == max(alone)[1]
+    got = lml(np.array([float(p[0, 0, 0, 0]), float(p[0, 0, 0, 1]), float(nz[0])]))
+    assert got == pytest.approx(max(alone)[0], abs=1e-6)

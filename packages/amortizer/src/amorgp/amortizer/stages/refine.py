@@ -302,7 +302,9 @@ def refine_starts(
     best first; :func:`amorgp.amortizer.stages.multistart.multistart_rows`) are refined by
     ``iterations`` L-BFGS iterations each (log space), the better half of each kernel's
     starts (by exact log marginal likelihood) kept and refined again, until two are
-    left, of which the better wins.  A kernel with one start is left as it is.  Returns
+    left, of which the better wins; a kernel without a period has one round, whose best
+    wins (as :func:`~amorgp.amortizer.stages.refine_rows.halve_rows`).  A kernel with one
+    start is left as it is.  Returns
     the kernels' ``params``, ``noise`` and start names.
 
     ``refine="auto"`` then continues from the winner until the objective stops improving
@@ -311,6 +313,8 @@ def refine_starts(
     below the doubled network period after 5 iterations and above it after 10, where it
     ends 23 nats higher.
     """
+    from amorgp.amortizer.stages.multistart import has_periodic
+
     new_params, new_noise, names = params.clone(), noise.clone(), list(start)
     flat = [
         (k, name, p, nz)
@@ -332,7 +336,7 @@ def refine_starts(
         survivors = []
         for k in sorted({e[0] for e in flat}):  # per kernel: keep the better half
             mine = sorted((i for i, e in enumerate(flat) if e[0] == k), key=lambda i: -score[i])
-            if len(mine) > 2 and math.isfinite(score[mine[1]]):
+            if has_periodic(structures[k]) and len(mine) > 2 and math.isfinite(score[mine[1]]):
                 survivors += [
                     (k, flat[i][1], ref.params[i], ref.noise[i])
                     for i in mine[: (len(mine) + 1) // 2]

@@ -135,7 +135,8 @@ def halve_rows(
     :func:`amorgp.amortizer.stages.multistart.multistart_rows`).  Each round refines the live starts
     of all rows of a structure in one batch, ``iterations`` evaluations each
     (:func:`fisher_refine`), and keeps the better half of each row's starts by exact log
-    marginal likelihood, until two are left, of which the better wins.  A row with one
+    marginal likelihood, until two are left, of which the better wins (a kernel without a
+    period: one round, below).  A row with one
     start is left as it is.
 
     The starts are halved as listed: :func:`~amorgp.amortizer.stages.multistart.
@@ -146,17 +147,22 @@ def halve_rows(
     relevance start, :func:`~amorgp.amortizer.stages.start_proposals.relevance_starts`,
     with its best other one) and the best other basin of its lengthscale ladder
     (:data:`~amorgp.amortizer.stages.start_proposals.LADDER`), and a periodic kernel's
-    best few.
+    best few.  A kernel without a period has one round: the best of its two or three
+    starts after it wins (two rounds, 3 -> 2 -> 1, cost 10 more evaluations per row and
+    changed one of 233 real cells by more than a nat: ``docs/guide/refine.md``).
 
     Returns the rows' ``params``, ``noise`` and start names, and per row the evaluations
     spent on its winner's path (0 where it was left as it is).
     """
+    from amorgp.amortizer.stages.multistart import has_periodic
+
     K = len(structures)
     P = params.shape[0]
     out_p, out_n, names = params.detach().clone(), noise.detach().clone(), list(start)
     spent = [0] * P
     X64, Y64 = X.detach().to("cpu", torch.float64), Y.detach().to("cpu", torch.float64)
     for k, s in enumerate(structures):  # a few structures; each batched over rows
+        periodic = has_periodic(s)
         D, L = s.n_dims, s.max_addends
         live = {
             p: [(name, prm[:D, :L], nz, 0) for name, prm, nz in alternatives[p]]
@@ -182,7 +188,7 @@ def halve_rows(
                 mine = sorted(range(first, first + len(cands)), key=lambda i: -score[i])
                 runs = {i: flat[i][1][3] + int(its[i]) for i in mine}
                 first += len(cands)
-                if len(mine) > 2 and math.isfinite(score[mine[1]]):
+                if periodic and len(mine) > 2 and math.isfinite(score[mine[1]]):
                     survivors[p] = [
                         (flat[i][1][0], ref.params[i], ref.noise[i], runs[i])
                         for i in mine[: (len(mine) + 1) // 2]
