@@ -407,8 +407,7 @@ def _ladder_peak(
 ) -> list[int]:
     """The best local maximum of the ladder among the starts ``finite`` that is not one of
     ``kept`` (as a one-element list), or none."""
-    lad = [i for i in finite if ladder_factor(names[i]) is not None]
-    peaks = set(
-        ladder_peaks([ladder_factor(names[i]) or 0.0 for i in lad], [score[i] for i in lad])
-    )
-    return [lad[j] for j in sorted(peaks, key=lambda j: -score[lad[j]]) if lad[j] not in kept][:1]
+    lad = [(f, i) for i in finite if (f := ladder_factor(names[i])) is not None]
+    peaks = ladder_peaks([f for f, _ in lad], [score[i] for _, i in lad])
+    best = sorted((lad[j][1] for j in peaks), key=lambda i: -score[i])
+    return [i for i in best if i not in kept][:1]
