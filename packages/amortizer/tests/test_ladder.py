@@ -86,6 +86,31 @@ def test_a_rung_joins_the_halving_as_a_third_start_and_displaces_none() -> None:
     assert [a[0] for a in alt3] == ["network", "prior-mean"]
 
 
+def test_the_network_start_is_always_a_candidate_of_a_kernel_without_a_period() -> None:
+    """Where the network's own start is neither of the best two starts nor the ladder's
+    peak, a kernel without a period halves it as a fourth candidate; a periodic kernel
+    keeps its best three only."""
+    names = [
+        "network", "lengthscales x1/2", "lengthscales x3", "lengthscales x9",
+        "lengthscales x1/16", "lengthscales x1/4", "lengthscales x2", "prior-mean",
+    ]  # fmt: skip
+    # by factor: 1/16: 9, 1/4: 3, 1/2: 0, 1: 1, 2: 2, 3: 8, 9: 4 -> peaks x1/16, x3 (kept)
+    score = [1.0, 0.0, 8.0, 4.0, 9.0, 3.0, 2.0, 7.0]
+    params = torch.arange(8, dtype=torch.float64)[:, None, None, None]
+    noise = torch.ones(8, dtype=torch.float64)
+    (alt,) = _ranked(1, [0] * 8, names, score, params, noise, 3, [False])
+    assert [a[0] for a in alt] == [
+        "lengthscales x3", "prior-mean", "lengthscales x1/16", "network",
+    ]  # fmt: skip
+    assert alt[-1][1].item() == 0.0  # the network's own parameters
+    (per,) = _ranked(1, [0] * 8, names, score, params, noise, 3, [True])
+    assert [a[0] for a in per] == ["lengthscales x1/16", "lengthscales x3", "prior-mean"]
+    # not finite: not a candidate
+    score[0] = float("nan")
+    (alt_nan,) = _ranked(1, [0] * 8, names, score, params, noise, 3, [False])
+    assert "network" not in [a[0] for a in alt_nan]
+
+
 def test_the_default_finds_the_short_basin_of_a_plain_kernel(amz: Amortizer) -> None:
     """A smooth quadratic trend with a small fast oscillation and almost no noise: ``SE``
     has a long-lengthscale basin that calls the oscillation noise and a short one that

@@ -145,10 +145,10 @@ def halve_rows(
     short lengthscale and small noise and of long lengthscale and large noise, and the
     start that scores higher is not always in the higher one; where the best is a
     relevance start, :func:`~amorgp.amortizer.stages.start_proposals.relevance_starts`,
-    with its best other one) and the best other basin of its lengthscale ladder
-    (:data:`~amorgp.amortizer.stages.start_proposals.LADDER`), and a periodic kernel's
-    best few.  A kernel without a period has one round: the best of its two or three
-    starts after it wins (two rounds, 3 -> 2 -> 1, cost 10 more evaluations per row and
+    with its best other one), the best other basin of its lengthscale ladder
+    (:data:`~amorgp.amortizer.stages.start_proposals.LADDER`) and the network's own start
+    where it is none of these, and a periodic kernel's best few.  A kernel without a
+    period has one round: the best of its two to four starts after it wins (two rounds, 3 -> 2 -> 1, cost 10 more evaluations per row and
     changed one of 233 real cells by more than a nat: ``docs/guide/refine.md``).
 
     Returns the rows' ``params``, ``noise`` and start names, and per row the evaluations
