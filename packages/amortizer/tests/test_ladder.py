@@ -61,54 +61,54 @@ def test_ladder_peaks_are_the_local_maxima_in_factor_order() -> None:
     assert ladder_peaks([], []) == []
 
 
+NAMES = [
+    "network", "lengthscales x1/2", "lengthscales x3", "lengthscales x9",
+    "lengthscales x1/16", "lengthscales x1/4", "lengthscales x2", "prior-mean",
+]  # fmt: skip
+"""Eight starts of one kernel: the network's, three stretches, three rungs, a null start."""
+
+_PARAMS = (
+    torch.arange(8, dtype=torch.float64)[:, None, None, None],
+    torch.ones(8, dtype=torch.float64),
+)
+"""Each start's parameters (its index) and noise."""
+
+
+def _kept(score: list[float], periodic: bool) -> list[str]:
+    """The names of the halving's candidates of :data:`NAMES` scored ``score``."""
+    (alt,) = _ranked(1, [0] * 8, NAMES, score, *_PARAMS, 3, [periodic])
+    return [a[0] for a in alt]
+
+
 def test_a_rung_joins_the_halving_as_a_third_start_and_displaces_none() -> None:
     """A kernel without a period keeps its best two starts that are not rungs, even where
     a rung scores above both, and adds the best local maximum of its ladder that is not
     kept; a periodic kernel keeps its best three as before."""
-    names = [
-        "network", "lengthscales x1/2", "lengthscales x3", "lengthscales x9",
-        "lengthscales x1/16", "lengthscales x1/4", "lengthscales x2", "prior-mean",
-    ]  # fmt: skip
     # ladder by factor: 1/16: 9, 1/4: 3, 1/2: 2, 1: 6, 2: 5, 3: 1, 9: 0 -> peaks x1/16, network
     score = [6.0, 2.0, 1.0, 0.0, 9.0, 3.0, 5.0, 7.0]
-    params = torch.arange(8, dtype=torch.float64)[:, None, None, None]
-    noise = torch.ones(8, dtype=torch.float64)
-    (alt,) = _ranked(1, [0] * 8, names, score, params, noise, 3, [False])
-    assert [a[0] for a in alt] == ["prior-mean", "network", "lengthscales x1/16"]
-    (per,) = _ranked(1, [0] * 8, names, score, params, noise, 3, [True])
-    assert [a[0] for a in per] == ["lengthscales x1/16", "prior-mean", "network"]
+    assert _kept(score, False) == ["prior-mean", "network", "lengthscales x1/16"]
+    assert _kept(score, True) == ["lengthscales x1/16", "prior-mean", "network"]
     # the ladder's best peak already kept: the next peak joins; none left: two starts
     score2 = [9.0, 2.0, 1.0, 0.0, 3.0, 4.0, 5.0, 7.0]  # peaks: network (9), x1/4 (4)
-    (alt2,) = _ranked(1, [0] * 8, names, score2, params, noise, 3, [False])
-    assert [a[0] for a in alt2] == ["network", "prior-mean", "lengthscales x1/4"]
+    assert _kept(score2, False) == ["network", "prior-mean", "lengthscales x1/4"]
     score3 = [9.0, 2.0, 1.0, 0.0, 0.5, 1.5, 5.0, 7.0]  # one peak: the network's, kept
-    (alt3,) = _ranked(1, [0] * 8, names, score3, params, noise, 3, [False])
-    assert [a[0] for a in alt3] == ["network", "prior-mean"]
+    assert _kept(score3, False) == ["network", "prior-mean"]
 
 
 def test_the_network_start_is_always_a_candidate_of_a_kernel_without_a_period() -> None:
     """Where the network's own start is neither of the best two starts nor the ladder's
     peak, a kernel without a period halves it as a fourth candidate; a periodic kernel
     keeps its best three only."""
-    names = [
-        "network", "lengthscales x1/2", "lengthscales x3", "lengthscales x9",
-        "lengthscales x1/16", "lengthscales x1/4", "lengthscales x2", "prior-mean",
-    ]  # fmt: skip
     # by factor: 1/16: 9, 1/4: 3, 1/2: 0, 1: 1, 2: 2, 3: 8, 9: 4 -> peaks x1/16, x3 (kept)
     score = [1.0, 0.0, 8.0, 4.0, 9.0, 3.0, 2.0, 7.0]
-    params = torch.arange(8, dtype=torch.float64)[:, None, None, None]
-    noise = torch.ones(8, dtype=torch.float64)
-    (alt,) = _ranked(1, [0] * 8, names, score, params, noise, 3, [False])
+    (alt,) = _ranked(1, [0] * 8, NAMES, score, *_PARAMS, 3, [False])
     assert [a[0] for a in alt] == [
         "lengthscales x3", "prior-mean", "lengthscales x1/16", "network",
     ]  # fmt: skip
     assert alt[-1][1].item() == 0.0  # the network's own parameters
-    (per,) = _ranked(1, [0] * 8, names, score, params, noise, 3, [True])
-    assert [a[0] for a in per] == ["lengthscales x1/16", "lengthscales x3", "prior-mean"]
-    # not finite: not a candidate
-    score[0] = float("nan")
-    (alt_nan,) = _ranked(1, [0] * 8, names, score, params, noise, 3, [False])
-    assert "network" not in [a[0] for a in alt_nan]
+    assert _kept(score, True) == ["lengthscales x1/16", "lengthscales x3", "prior-mean"]
+    score[0] = float("nan")  # not finite: not a candidate
+    assert "network" not in _kept(score, False)
 
 
 def test_the_default_finds_the_short_basin_of_a_plain_kernel(amz: Amortizer) -> None:

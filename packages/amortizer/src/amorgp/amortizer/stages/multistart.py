@@ -377,9 +377,9 @@ def _ranked(
     LADDER` rungs and, where the ladder of its lengthscale factors (the network's start,
     the stretched starts and the rungs) has a local maximum that is neither
     (:func:`~amorgp.amortizer.stages.start_proposals.ladder_peaks`), the best such
-    maximum as a third, and the network's own start where it is none of these (so
-    the network's answer is always refined: three more cells of ``realdata-a`` within a
-    nat of the best, ``docs/guide/refine.md``).  Where every one kept is a relevance start
+    maximum as a third, and the network's own start where it is none of these (so the
+    network's answer is always refined; ``docs/guide/refine.md``).  Where every one kept
+    is a relevance start
     (:func:`relevance_starts`), the last is the best other start instead (a pair without
     a period: the second): the successive halving then refines a start that stretches no
     input alone beside them (:func:`~amorgp.amortizer.stages.refine_rows.halve_rows`)."""

@@ -148,8 +148,9 @@ def halve_rows(
     with its best other one), the best other basin of its lengthscale ladder
     (:data:`~amorgp.amortizer.stages.start_proposals.LADDER`) and the network's own start
     where it is none of these, and a periodic kernel's best few.  A kernel without a
-    period has one round: the best of its two to four starts after it wins (two rounds, 3 -> 2 -> 1, cost 10 more evaluations per row and
-    changed one of 233 real cells by more than a nat: ``docs/guide/refine.md``).
+    period has one round: the best of its two to four starts after it wins (two rounds,
+    3 -> 2 -> 1, cost 10 more evaluations per row and changed one of 233 real cells by
+    more than a nat: ``docs/guide/refine.md``).
 
     Returns the rows' ``params``, ``noise`` and start names, and per row the evaluations
     spent on its winner's path (0 where it was left as it is).
