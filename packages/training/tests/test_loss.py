@@ -288,3 +288,47 @@ def test_phase1_calibrated_weight_mixes_the_two(batch: PaddedBatch) -> None:
     out = phase1_loss(Prediction(params, noise), batch, calibrated=0.25)
     np.testing.assert_allclose(float(out.loss), 0.75 * plain + 0.25 * float(cal.mean()), rtol=1e-9)
     assert float(cal.mean()) <= plain  # the calibrated answer is never worse
+
+
+def test_phase1_calibrated_mask_keeps_the_plain_nll_elsewhere(batch: PaddedBatch) -> None:
+    """``calibrated_mask`` (``calibrated_pairs="positive"``): the masked elements mix the
+    two terms, the others keep the plain NLL (the scipy oracle) at full weight, and at
+    ``w = 1`` a negative pair's noise still learns from it (finite differences)."""
+    from amorgp.training.loss import calibrated_nll_per_point
+
+    params, noise = _random_params(batch)
+    plain = _oracle_nll(batch, params, noise)
+    cal, _ = calibrated_nll_per_point(batch, params)
+    mask = torch.tensor([True, False, True, False])
+    out = phase1_loss(Prediction(params, noise), batch, calibrated=0.25, calibrated_mask=mask)
+    expected = np.where(mask.numpy(), 0.75 * plain + 0.25 * cal.detach().numpy(), plain).mean()
+    np.testing.assert_allclose(float(out.loss), expected, rtol=1e-9)
+    everywhere = phase1_loss(
+        Prediction(params, noise),
+        batch,
+        calibrated=0.25,
+        calibrated_mask=torch.ones(4, dtype=torch.bool),
+    )
+    unmasked = phase1_loss(Prediction(params, noise), batch, calibrated=0.25)
+    np.testing.assert_allclose(float(everywhere.loss), float(unmasked.loss), rtol=1e-12)
+
+    nz = noise.clone().requires_grad_(True)
+    full = phase1_loss(Prediction(params, nz), batch, calibrated=1.0, calibrated_mask=mask)
+    (grad,) = torch.autograd.grad(full.loss, nz)
+    h, b = 1e-6, 1
+    up, down = noise.clone(), noise.clone()
+    up[b] += h
+    down[b] -= h
+    fd = (_oracle_nll(batch, params, up)[b] - _oracle_nll(batch, params, down)[b]) / (2 * h) / 4
+    assert float(grad[b]) == pytest.approx(fd, rel=1e-5)
+    assert float(grad[0]) == 0.0  # a calibrated element's noise is the calibration's
+
+
+def test_calibrated_pairs_is_checked() -> None:
+    from amorgp.amortizer.networks.config import TrainConfig
+
+    assert TrainConfig(calibrated=0.5, calibrated_pairs="positive").calibrated_pairs == "positive"
+    with pytest.raises(ValueError, match="calibrated_pairs must be 'all' or 'positive'"):
+        TrainConfig(calibrated_pairs="negative")
+    with pytest.raises(ValueError, match="a real table's piece has no true structure"):
+        TrainConfig(calibrated_pairs="positive", real_tables="pool.npz", real_share=0.5)

@@ -138,6 +138,33 @@ def test_size_buckets_give_the_same_prediction_and_gradient() -> None:
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-8, atol=1e-10)
 
 
+def test_calibrated_pairs_positive_trains_the_noise_head_on_negative_pairs() -> None:
+    """At ``calibrated=1`` the noise head gets no gradient from the loss; with
+    ``calibrated_pairs="positive"`` the negative pairs keep the plain NLL, and the noise head
+    learns from them (and only them: a batch of positives gives it none either)."""
+    from amorgp.amortizer.networks.model import build_model
+    from amorgp.training.train import training_loss
+
+    cfg = dataclasses.replace(TC, n_min=5, n_max=12, max_dims=2, calibrated=1.0)
+    batch = Simulator(simulator_config(NET, cfg)).sample(8, torch.Generator().manual_seed(3))
+    assert 0 < int(batch.is_positive.sum()) < 8
+    torch.manual_seed(0)
+    model = build_model(NET).double()
+
+    def noise_grad(train_cfg: Any, b: Any) -> float:
+        model.zero_grad()
+        training_loss(model, b, NET.vocabulary, train_cfg).loss.backward()
+        return sum(
+            float(q.grad.abs().sum()) for q in model.noise_head.parameters() if q.grad is not None
+        )
+
+    assert noise_grad(cfg, batch) == 0.0
+    positive = dataclasses.replace(cfg, calibrated_pairs="positive")
+    assert noise_grad(positive, batch) > 0.0
+    only_positive = dataclasses.replace(batch, is_positive=torch.ones_like(batch.is_positive))
+    assert noise_grad(positive, only_positive) == 0.0
+
+
 def test_size_buckets_apply_on_the_cpu_only() -> None:
     """The CPU step runs one encoder pass per bucket; a GPU step runs one pass in all."""
     from amorgp.amortizer.networks.model import build_model

@@ -38,7 +38,9 @@ log-determinant) and the same grid of ratios as the calibration
 :data:`~amorgp.amortizer.stages.calibrate.GRID_POINTS`); the loss is then the NLL at
 ``(s* theta, s* r*)``, whose gradient with respect to ``theta`` at the profile's optimum is
 the profile's own (envelope theorem).  The noise head and the global level of the
-variances get their gradient from ``L_1``.
+variances get their gradient from ``L_1`` (none at ``w = 1``).  With a ``calibrated_mask``
+(``TrainConfig.calibrated_pairs = "positive"``) the mix applies to the masked elements
+only (the positive pairs) and the others keep ``L_1`` at full weight.
 """
 
 from __future__ import annotations
@@ -211,6 +213,7 @@ def phase1_loss(
     batch: PaddedBatch,
     valid: Tensor | None = None,
     calibrated: float = 0.0,
+    calibrated_mask: Tensor | None = None,
 ) -> LossOutput:
     """Mean per-point NLL over the batch (phase 1); see the module docstring.
 
@@ -220,6 +223,9 @@ def phase1_loss(
             the encoder read fewer).
         valid: ``(B,)`` bool, elements the simulator produced correctly (default all).
         calibrated: weight ``w`` of the calibrated NLL (``(1 - w)`` on the plain one).
+        calibrated_mask: ``(B,)`` bool, the elements the calibrated term applies to
+            (``TrainConfig.calibrated_pairs``); the others keep the plain NLL at full
+            weight. Default: all.
 
     Returns:
         A :class:`LossOutput` (``loss`` is float64; ``nll`` the plain NLL).
@@ -227,12 +233,16 @@ def phase1_loss(
     nll, failed = gp_nll_per_point(batch.with_params(prediction.params, prediction.noise))
     if calibrated > 0:
         cal, cal_failed = calibrated_nll_per_point(batch, prediction.params)
-        failed = failed | cal_failed
+        failed = failed | (cal_failed if calibrated_mask is None else cal_failed & calibrated_mask)
     used = ~failed if valid is None else (~failed & valid)
     n_failed = failed.sum() if valid is None else (failed & valid).sum()
     loss = _masked_mean(nll, used)
-    if calibrated > 0:
+    if calibrated > 0 and calibrated_mask is None:
         loss = (1.0 - calibrated) * loss + calibrated * _masked_mean(cal, used)
+    elif calibrated > 0 and calibrated_mask is not None:
+        w = calibrated * calibrated_mask.to(nll.dtype)
+        mixed = (1.0 - w) * nll + w * torch.where(calibrated_mask, cal, nll)
+        loss = _masked_mean(mixed, used)
     return LossOutput(loss, nll, used, n_failed)
 
 

@@ -167,7 +167,14 @@ def training_loss(
     pred = Prediction(pred.params.float(), pred.noise.float())
     shown = batch.presented()
     if train_cfg.phase == 1:
-        return phase1_loss(pred, shown, valid=batch.valid, calibrated=train_cfg.calibrated)
+        positive = batch.is_positive if train_cfg.calibrated_pairs == "positive" else None
+        return phase1_loss(
+            pred,
+            shown,
+            valid=batch.valid,
+            calibrated=train_cfg.calibrated,
+            calibrated_mask=positive,
+        )
     return phase2_loss(
         pred,
         shown,

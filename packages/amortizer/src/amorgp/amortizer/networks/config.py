@@ -214,6 +214,10 @@ class TrainConfig:
         calibrated: phase 1: weight ``w`` in ``(1 - w) NLL + w NLL_calibrated``, the second
             at the exact Type-2 ML scale and noise given the network's other
             hyperparameters (:mod:`amorgp.training.loss`); 0 (default): the plain NLL.
+        calibrated_pairs: the pairs the calibrated term applies to: ``"all"`` (default)
+            or ``"positive"`` (the presented structure is the data's own; a negative pair
+            keeps the plain NLL at full weight: a wrong structure's profile-likelihood
+            optimum is not asked of the network).
         train_only: if not empty, a comma-separated list of parameter-name prefixes
             (e.g. ``"period_proj.,gate_proj."``): only the network's parameters whose names
             start with one of them are trained, every other weight stays as it is (for
@@ -246,6 +250,7 @@ class TrainConfig:
     encoder_points: int = 0
     size_buckets: int = 1
     calibrated: float = 0.0
+    calibrated_pairs: str = "all"
     train_only: str = ""
     real_tables: str = ""
     real_share: float = 0.0
@@ -279,6 +284,15 @@ class TrainConfig:
             )
         if not 0.0 <= self.calibrated <= 1.0:
             raise ValueError(f"calibrated must be in [0, 1], got {self.calibrated}")
+        if self.calibrated_pairs not in ("all", "positive"):
+            raise ValueError(
+                f"calibrated_pairs must be 'all' or 'positive', got {self.calibrated_pairs!r}"
+            )
+        if self.calibrated_pairs == "positive" and self.real_share > 0:
+            raise ValueError(
+                "calibrated_pairs='positive' cannot be used with real_share > 0: a real "
+                "table's piece has no true structure to be a positive pair of"
+            )
         if self.grad_clip < 0 or self.alpha < 0 or self.beta < 0:
             raise ValueError("grad_clip, alpha and beta must be >= 0")
         if not 0.0 <= self.real_share <= 1.0:
