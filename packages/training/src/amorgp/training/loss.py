@@ -240,9 +240,8 @@ def phase1_loss(
     if calibrated > 0 and calibrated_mask is None:
         loss = (1.0 - calibrated) * loss + calibrated * _masked_mean(cal, used)
     elif calibrated > 0 and calibrated_mask is not None:
-        w = calibrated * calibrated_mask.to(nll.dtype)
-        mixed = (1.0 - w) * nll + w * torch.where(calibrated_mask, cal, nll)
-        loss = _masked_mean(mixed, used)
+        mixed = (1.0 - calibrated) * nll + calibrated * cal
+        loss = _masked_mean(torch.where(calibrated_mask, mixed, nll), used)
     return LossOutput(loss, nll, used, n_failed)
 
 
