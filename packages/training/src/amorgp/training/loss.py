@@ -236,13 +236,12 @@ def phase1_loss(
         failed = failed | (cal_failed if calibrated_mask is None else cal_failed & calibrated_mask)
     used = ~failed if valid is None else (~failed & valid)
     n_failed = failed.sum() if valid is None else (failed & valid).sum()
-    loss = _masked_mean(nll, used)
-    if calibrated > 0 and calibrated_mask is None:
-        loss = (1.0 - calibrated) * loss + calibrated * _masked_mean(cal, used)
-    elif calibrated > 0 and calibrated_mask is not None:
+    if calibrated > 0:
         mixed = (1.0 - calibrated) * nll + calibrated * cal
-        loss = _masked_mean(torch.where(calibrated_mask, mixed, nll), used)
-    return LossOutput(loss, nll, used, n_failed)
+        if calibrated_mask is not None:
+            mixed = torch.where(calibrated_mask, mixed, nll)
+        return LossOutput(_masked_mean(mixed, used), nll, used, n_failed)
+    return LossOutput(_masked_mean(nll, used), nll, used, n_failed)
 
 
 def phase2_loss(
