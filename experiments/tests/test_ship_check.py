@@ -58,6 +58,12 @@ def test_ship_check_matches_the_api(
             assert row["nll_diff"] == 0.0
         else:  # the first model against the campaign's: different predictions
             assert row["rmse_ratio"] != 1.0
+        # the kernel groups: LIN*PER has a period, SE*LIN none (the quick kernels)
+        ratios = [c / b for c, b in zip(cand, base, strict=True)]
+        groups = json.loads((tmp_path / "c.json").read_text())["overall"][method]["groups"]
+        assert groups["with PER"]["cells"] == groups["without PER"]["cells"] == 1
+        np.testing.assert_allclose(groups["with PER"]["rmse_ratio"], ratios[0], rtol=1e-6)
+        np.testing.assert_allclose(groups["without PER"]["rmse_ratio"], ratios[1], rtol=1e-6)
 
 
 @pytest.mark.slow
