@@ -26,7 +26,7 @@ of cells where its one start is more than 0.1 nat above and below the reference'
 median difference, and the shares where its default fit ends more than 1 nat above and
 below the reference's.
 
-Writes ``docs/benchmarks/unseen-tables.md`` and the cells beside it (``--json``).
+Writes ``docs/benchmarks/unseen-tables.md`` and, with ``--json FILE``, the cells.
 
 Usage: ``python benchmarks/bench_unseen_tables.py [--tables N] [--checkpoint DIR ...]
 [--out FILE] [--json FILE] [--quick]`` (``--quick``: 4 tables).
