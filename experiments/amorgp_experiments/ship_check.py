@@ -142,8 +142,12 @@ def _summary(ratio: list[float]) -> dict[str, Any]:
 
 
 def has_period(kernel: str) -> bool:
-    """Whether a paper kernel (e.g. ``"SE + LIN*PER"``) has a periodic factor."""
-    return "PER" in kernel.replace("*", " ").replace("+", " ").split()
+    """Whether a paper kernel (e.g. ``"SE + LIN*PER"``) has an addend with a period
+    (:func:`amorgp.amortizer.stages.multistart.has_periodic`)."""
+    from amorgp.amortizer.stages.multistart import has_periodic
+    from amorgp.kernel_grammar import DimWiseStructure
+
+    return has_periodic(DimWiseStructure.coerce(kernel, 1))
 
 
 KERNEL_GROUPS = ("with PER", "without PER")
