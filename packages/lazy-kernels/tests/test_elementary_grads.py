@@ -94,6 +94,31 @@ def test_per_from_points_is_exact_on_the_diagonal_and_far_from_it() -> None:
         assert bool((m.diagonal() == 0.0).all())
 
 
+def test_per_from_points_packed_pairs_match_the_reference() -> None:
+    """With ``pairs=(i, j)`` PER's form returns the pairs' values only (the upper triangle
+    of the matrices, packed): the unit factor equals the registry's numpy reference there
+    and each relative derivative its central finite difference, row by row of a batch."""
+    form = TORCH_ELEMENTARY["PER"]
+    assert form.points_exponent_grads is not None
+    x, _, _, _ = _pairs(2)
+    n = x.shape[1]
+    i, j = torch.triu_indices(n, n)
+    xt = torch.tensor(x)
+    p = {"lengthscale": 0.7, "period": 0.9}
+    pt = {q: torch.tensor([v, 1.3 * v], dtype=torch.float64)[:, None] for q, v in p.items()}
+    e, logs = form.points_exponent_grads(pt, xt, xt, xt[:, i] - xt[:, j], pairs=(i, j))
+    t = e.exp()
+    assert t.shape == (2, n * (n + 1) // 2)
+    for row in range(2):
+        pr = {q: v * (1.3 if row else 1.0) for q, v in p.items()}
+        want = ELEMENTARY["PER"].unit(x[row], x[row], pr)[i.numpy(), j.numpy()]
+        np.testing.assert_allclose(t[row].numpy(), want, rtol=1e-12, atol=1e-14)
+        fd = _finite_differences("PER", x[row : row + 1], pr)
+        for q, s, m in logs:
+            dt = (s * t * m)[row].numpy()
+            np.testing.assert_allclose(dt, fd[q][0][i.numpy(), j.numpy()], rtol=1e-6, atol=1e-8)
+
+
 def test_exponential_forms_are_registered_for_se_and_per() -> None:
     """The refinement takes one exponential per product of SE and PER factors only if both
     registered their exponents."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -36,9 +36,25 @@ UnitLogGradsFn = Callable[
     [dict[str, Tensor], Tensor, Tensor, Tensor],
     tuple[Tensor, list[tuple[str, Tensor, Tensor]]],
 ]
-PointsLogGradsFn = UnitLogGradsFn
-"""``(p, x1, x2, r)``: the parameters, the column's points ``(..., n, 1)`` and ``(..., 1,
-m)``, and their differences."""
+
+
+class PointsLogGradsFn(Protocol):
+    """``(p, x1, x2, r, pairs=None)``: the parameters, the column's points ``(..., n, 1)``
+    and ``(..., 1, m)``, and their differences; with ``pairs = (i, j)`` (two index
+    tensors of the same length ``P``) the points are ``(..., n)`` each and the matrices
+    are the pairs' values only, ``(..., P)`` (``r[..., q] = x1[..., i[q]] - x2[...,
+    j[q]]``: the upper triangle of a symmetric matrix, packed)."""
+
+    def __call__(
+        self,
+        p: dict[str, Tensor],
+        x1: Tensor,
+        x2: Tensor,
+        r: Tensor,
+        pairs: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, list[tuple[str, Tensor, Tensor]]]: ...
+
+
 SklearnBuilder = Callable[
     [Any, dict[str, Any], Callable[[Any], Any], float, float], tuple[Any, Any]
 ]
@@ -166,7 +182,9 @@ class TorchElementary:
             ``exponent_grads``, given the column's points ``x1 (..., n, 1)`` and ``x2 (...,
             1, m)`` as well (``r = x1 - x2``), for a kernel whose matrices are cheaper from
             per-point values (``PER``: the sine and cosine of the differences by angle
-            addition, ``O(n)`` transcendental functions instead of ``O(n^2)``).  The
+            addition, ``O(n)`` transcendental functions instead of ``O(n^2)``); with
+            ``pairs=(i, j)`` the packed values of those pairs only
+            (:class:`PointsLogGradsFn`: the refinement's symmetric matrices).  The
             refinement uses the first of ``points_exponent_grads``, ``exponent_grads``,
             ``unit_and_log_grads`` and ``unit_and_grads`` that a kernel has.
         sklearn: optional ``(sk, p, bounds, center, scale) -> (kernel, factor)``: the unit

@@ -64,7 +64,11 @@ def per_log_grads(p: dict[str, Tensor], r: Tensor, r2: Tensor, xx: Tensor) -> Un
 
 
 def per_points_exponent_grads(
-    p: dict[str, Tensor], x1: Tensor, x2: Tensor, r: Tensor
+    p: dict[str, Tensor],
+    x1: Tensor,
+    x2: Tensor,
+    r: Tensor,
+    pairs: tuple[Tensor, Tensor] | None = None,
 ) -> UnitLogGrads:
     """PER's ``log kt`` (its exponent) and its relative derivatives (those of
     :func:`per_log_grads`) from the column's points ``x1 (..., n, 1)`` and ``x2 (..., 1,
@@ -73,11 +77,16 @@ def per_points_exponent_grads(
     x2 / p``: ``n + m`` of each transcendental function instead of ``n m``, which were
     most of the cost of the matrices.  The same values to rounding (absolute errors of a
     few ulps of the angles ``a`` and ``b``; on the diagonal ``x1 = x2`` the sine is exactly
-    zero)."""
+    zero).  ``pairs = (i, j)``: ``x1``, ``x2`` are ``(..., n)`` and the matrices the
+    pairs' values ``(..., P)`` (:class:`~amorgp.lazy_kernels.forms.PointsLogGradsFn`), the
+    per-point sines and cosines gathered."""
     ell, per = p["lengthscale"], p["period"]
     c = math.pi / per
     a, b = x1 * c, x2 * c
     sa, ca, sb, cb = a.sin(), a.cos(), b.sin(), b.cos()
+    if pairs is not None:
+        i, j = pairs
+        sa, ca, sb, cb = sa[..., i], ca[..., i], sb[..., j], cb[..., j]
     sn = sa * cb
     sn.sub_(ca * sb)  # both products rounded alike (no fused multiply-add): 0 where x1 = x2
     cw = ca * cb

@@ -14,8 +14,11 @@ the gradient in closed form and the Fisher information
 the expected negative Hessian of the log marginal likelihood (Mardia and Marshall,
 1984), mapped to ``z`` by the transform's derivatives (above :data:`PROBE_POINTS` points
 estimated from :data:`PROBES` fixed random probes).  An ARD ``SE`` kernel is evaluated in
-its closed form (:data:`SE_ARD`).  The refinement that uses it:
-:mod:`amorgp.amortizer.stages.fisher`.
+its closed form (:data:`SE_ARD`).  Every matrix of an evaluation is symmetric, so its
+element-wise work runs on the pairs' values only, the upper triangle with the diagonal
+packed (``n (n + 1) / 2`` numbers, :meth:`BatchLogMarginalLikelihood._pairwise`); the
+full matrices are formed for the factorisation and, with the Fisher information, for
+each derivative.  The refinement that uses it: :mod:`amorgp.amortizer.stages.fisher`.
 """
 
 from __future__ import annotations
@@ -98,6 +101,16 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
     ) -> None:
         super().__init__(X, y, structure, constraints)
         self.n = X.shape[-2]
+        n = self.n
+        assert self.pairs is not None
+        iu, ju = self.pairs
+        # flat positions of the pairs in an n x n matrix, and for each position its pair
+        self.upper = iu * n + ju
+        self.pair_of = torch.empty(n * n, dtype=torch.long)
+        self.pair_of[self.upper] = torch.arange(iu.numel())
+        self.pair_of[ju * n + iu] = torch.arange(iu.numel())
+        # <W, M> of symmetric W and M from the upper triangle: off-diagonal pairs twice
+        self.weights = torch.where(iu == ju, 1.0, 2.0).to(torch.float64)
         self._work: dict[str, Tensor] = {}
         self.index = (
             torch.arange(self.floors.numel()) if self.plain else torch.nonzero(self.free).flatten()
@@ -130,11 +143,35 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         )
         if self.se_ard:
             order = [j for j, _, _ in self.terms]
-            self.R2 = torch.stack([self.r2[j] for j in order], -3)
-            self.r2 = {j: self.R2[..., t, :, :] for t, j in enumerate(order)}
+            self.R2 = torch.stack([self.r2[j] for j in order], 1)  # (B, D, P)
+            self.r2 = {j: self.R2[:, t] for t, j in enumerate(order)}
             names = base_symbol("SE").param_names
             self.ls_at = [2 * t + names.index("lengthscale") for t in range(len(order))]
             self.var_at = [2 * t + names.index("variance") for t in range(len(order))]
+
+    def _pairwise(self, X: Tensor, dims: list[int]) -> None:
+        """The pairs' values of every input column in ``dims``, packed: each matrix is
+        symmetric (or, ``r``, antisymmetric, and used only through even functions of it),
+        so only its upper triangle with the diagonal is formed, ``(B, P)`` with ``P = n (n
+        + 1) / 2`` (:attr:`pairs`): the element-wise work of an evaluation, most of it,
+        halves.  The full matrices are formed once per evaluation, for the factorisation
+        (``K``) and, with the Fisher information, the derivative matrices."""
+        n = X.shape[-2]
+        iu, ju = torch.triu_indices(n, n)
+        self.pairs = (iu, ju)
+        xi, xj = X[:, iu], X[:, ju]  # (B, P, d)
+        self.r = {j: xi[..., j] - xj[..., j] for j in dims}
+        self.points = {j: (X[..., j], X[..., j]) for j in dims}  # for PER's form
+        self.xx = {j: xi[..., j] * xj[..., j] for j in dims}
+        self.r2 = {j: r.square() for j, r in self.r.items()}
+
+    def _unpack(self, out: Tensor, packed: Tensor) -> Tensor:
+        """Write the symmetric matrices of the pairs' values ``packed (..., P)`` into
+        ``out (..., n, n)``; returns ``out``."""
+        lead = out.shape[:-2]
+        flat = out.view(*lead, self.n * self.n)
+        torch.gather(packed.expand(*lead, -1), -1, self.pair_of.expand(*lead, -1), out=flat)
+        return out
 
     def flat_rows(self, params: Tensor, noise: Tensor) -> Tensor:
         """``theta (B, m)`` of ``params (B, D, L, P)`` and ``noise (B,)``."""
@@ -165,12 +202,13 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         A row whose covariance is not finite or not positive definite has a NaN
         likelihood, a zero gradient and the identity as its Fisher information.  The
         rows are evaluated in chunks of about :data:`CHUNK_BYTES` of derivative
-        matrices, which stay in cache (:data:`PLAIN_CHUNK_BYTES` without the Fisher
-        information).
+        matrices, which stay in cache (:data:`PLAIN_CHUNK_BYTES` of packed ones without
+        the Fisher information).
         """
         if rows is None:
             rows = torch.arange(z.shape[0])
-        per = 8 * (self.index.numel() + 2) * self.n * self.n
+        cells = self.n * self.n if with_fisher else self.upper.numel()
+        per = 8 * (self.index.numel() + 2) * cells
         size = max(1, (CHUNK_BYTES if with_fisher else PLAIN_CHUNK_BYTES) // per)
         if z.shape[0] <= size:
             return self._evaluate(z, rows, with_fisher)
@@ -208,25 +246,28 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 i = 0
                 for j, _, b in self.terms:  # a few addends
                     k = len(b.params)
-                    v = theta[:, i : i + k].T[..., None, None]  # (k, B, 1, 1)
+                    v = theta[:, i : i + k].T[..., None]  # (k, B, 1)
                     parts.setdefault(j, []).append(self._addend_relative(j, b, v, i, sel))
                     i += k
                 K, other = sum_products(
                     {j: dimension_sum([k for k, _ in lst]) for j, lst in parts.items()}
                 )
-            A = K.expand(B, n, n).clone()
+            K = K.expand(B, -1)  # (B, P): the pairs' values
+            A = self._unpack(K.new_empty(B, n, n), K)
             A.diagonal(dim1=-2, dim2=-1).add_(theta[:, -1, None])
             Lc, alpha, lml, ok = exact_solve(A, y)
             Ainv = torch.cholesky_inverse(Lc)
-            # W = (alpha alpha^T - A^-1) / 2 in one pass
+            # W = (alpha alpha^T - A^-1) / 2 in one pass; Wp its pairs, weighted so that
+            # <Wp, M> over the pairs is <W, M> over the matrix for a symmetric M
             W = torch.baddbmm(Ainv, alpha[:, :, None], alpha[:, None, :], beta=-0.5, alpha=0.5)
+            Wp = W.view(B, n * n).index_select(1, self.upper).mul_(self.weights)
             g_general = theta.new_zeros(B, len(general))
             U = self._workspace("U", (B, len(general), n, n)) if with_fisher else None
             if self.se_ard and general:
-                g_general, U = self._se_ard_grads(theta, sel, K, W, general, U)
+                g_general, U = self._se_ard_grads(theta, sel, K, Wp, general, U)
             for j, lst in parts.items():  # dimensions: <W prod_{i != j} S_i, dk / d theta>
                 oj = other[j]
-                Wj = W if oj is None else W * oj
+                Wj = Wp if oj is None else Wp * oj
                 for k_a, derivs in lst:
                     used = [d for d in derivs if d.param in slot]
                     if not used:
@@ -240,27 +281,23 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                         at = slot[d.param]
                         if d.scale is None:
                             assert d.matrix is not None
-                            dkb = d.matrix.expand(B, n, n)
+                            dkb = d.matrix.expand_as(Wj)
                             g_general[:, at] = _dots(Wj, dkb)
                             if U is None:
                                 continue
-                            if oj is None:
-                                U[:, at] = dkb
-                            else:
-                                torch.mul(dkb, oj, out=U[:, at])
+                            self._unpack(U[:, at], dkb if oj is None else dkb * oj)
                             continue
                         assert G is not None
-                        sc = d.scale.expand(B, 1, 1)
-                        dot = G.sum((-2, -1)) if d.matrix is None else _dots(G, d.matrix)
+                        sc = d.scale.expand(B, 1)
+                        dot = G.sum(-1) if d.matrix is None else _dots(G, d.matrix)
                         g_general[:, at] = sc.reshape(B) * dot
                         if U is None:
                             continue
                         if d.matrix is None:
-                            torch.mul(Pk, sc, out=U[:, at])
+                            self._unpack(U[:, at], Pk * sc)
                         else:
-                            torch.mul(Pk, d.matrix, out=U[:, at])
-                            U[:, at].mul_(sc)
-            g_k = _dots(W, K.expand(B, n, n))
+                            self._unpack(U[:, at], (Pk * d.matrix).mul_(sc))
+            g_k = _dots(Wp, K)
             g_noise = W.diagonal(dim1=-2, dim2=-1).sum(-1)
             # per free parameter: its column among the distinct matrices and its factor
             u_k, u_noise = len(general), len(general) + 1
@@ -338,37 +375,37 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         return buf[:need].view(shape)
 
     def _se_ard_kernel(self, theta: Tensor, sel: Tensor | slice) -> Tensor:
-        """``K (B, n, n)`` of an ARD SE kernel: ``prod_j s_j^2 exp(-sum_j r_j^2 / 2
-        l_j^2)``, the sum one batched product over the stacked squared differences."""
-        R2 = self.R2[sel]  # (B, D, n, n)
-        B, D, n = R2.shape[0], R2.shape[1], R2.shape[-1]
+        """``K`` of an ARD SE kernel, the pairs' values ``(B, P)``: ``prod_j s_j^2
+        exp(-sum_j r_j^2 / 2 l_j^2)``, the sum one batched product over the stacked
+        squared differences."""
+        R2 = self.R2[sel]  # (B, D, P)
         coef = -0.5 / theta[:, self.ls_at].square()  # (B, D)
-        E = (coef[:, None, :] @ R2.reshape(B, D, n * n)).reshape(B, n, n)
-        return E.exp_().mul_(theta[:, self.var_at].prod(1)[:, None, None])
+        E = (coef[:, None, :] @ R2)[:, 0]
+        return E.exp_().mul_(theta[:, self.var_at].prod(1)[:, None])
 
     def _se_ard_grads(
         self,
         theta: Tensor,
         sel: Tensor | slice,
         K: Tensor,
-        W: Tensor,
+        Wp: Tensor,
         general: list[int],
         U: Tensor | None,
     ) -> tuple[Tensor, Tensor | None]:
         """The lengthscales' gradient ``<W, K r_j^2> / l_j^3`` (``(B, u)``, in the order of
-        ``general``, all lengthscales) and, written into ``U`` (``(B, u, n, n)``) where
-        given, their derivative matrices ``K r_j^2 / l_j^3``."""
+        ``general``, all lengthscales; ``K`` and the weighted ``Wp`` the pairs' values) and,
+        written into ``U`` (``(B, u, n, n)``) where given, their derivative matrices ``K
+        r_j^2 / l_j^3``."""
         R2 = self.R2[sel]
-        B, D, n = R2.shape[0], R2.shape[1], R2.shape[-1]
+        D = R2.shape[1]
         pos = [self.ls_at.index(a) for a in general]
         inv3 = theta[:, general].pow(-3)  # (B, u)
         R2u = R2 if pos == list(range(D)) else R2[:, pos]
-        WK = (W * K).reshape(B, n * n, 1)
-        g = (R2u.reshape(B, len(pos), n * n) @ WK)[..., 0] * inv3
+        g = (R2u @ (Wp * K)[:, :, None])[..., 0] * inv3
         if U is None:
             return g, None
-        torch.mul(R2u, K[:, None], out=U)
-        return g, U.mul_(inv3[:, :, None, None])
+        self._unpack(U, (R2u * K[:, None]).mul_(inv3[:, :, None]))
+        return g, U
 
     def evaluate_gauged(
         self, z: Tensor, rows: Tensor | None = None, with_fisher: bool = True

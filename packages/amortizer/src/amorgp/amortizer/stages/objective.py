@@ -183,7 +183,13 @@ class LogMarginalLikelihood:
             self.free = torch.isnan(fixed)
             self.bounded = ~torch.isnan(low)
             self.log_low, self.log_width = low.log(), high.log() - low.log()
-        dims = sorted({j for j, _, _ in self.terms})
+        self.pairs: tuple[Tensor, Tensor] | None = None
+        self._pairwise(X, sorted({j for j, _, _ in self.terms}))
+
+    def _pairwise(self, X: Tensor, dims: list[int]) -> None:
+        """The pairwise differences ``r``, their squares ``r2``, the products ``xx`` and
+        the points (for PER's form) of every input column in ``dims``: ``(..., n, n)``
+        matrices (:attr:`pairs` ``None``)."""
         xi, xj = X[..., :, None, :], X[..., None, :, :]  # (..., n, 1, d), (..., 1, n, d)
         self.r = {j: xi[..., j] - xj[..., j] for j in dims}
         self.points = {j: (xi[..., j], xj[..., j]) for j in dims}  # views, for PER's form
@@ -373,7 +379,7 @@ class LogMarginalLikelihood:
                     x1, x2 = self.points[j]
                     if rows is not None:
                         x1, x2 = x1[rows], x2[rows]
-                    e, logs = form.points_exponent_grads(p, x1, x2, r)
+                    e, logs = form.points_exponent_grads(p, x1, x2, r, pairs=self.pairs)
                 else:
                     assert form.exponent_grads is not None
                     e, logs = form.exponent_grads(p, r, r2, xx)
