@@ -23,6 +23,7 @@ each derivative.  The refinement that uses it: :mod:`amorgp.amortizer.stages.fis
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -101,16 +102,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
     ) -> None:
         super().__init__(X, y, structure, constraints)
         self.n = X.shape[-2]
-        n = self.n
-        assert self.pairs is not None
-        iu, ju = self.pairs
-        # flat positions of the pairs in an n x n matrix, and for each position its pair
-        self.upper = iu * n + ju
-        self.pair_of = torch.empty(n * n, dtype=torch.long)
-        self.pair_of[self.upper] = torch.arange(iu.numel())
-        self.pair_of[ju * n + iu] = torch.arange(iu.numel())
-        # <W, M> of symmetric W and M from the upper triangle: off-diagonal pairs twice
-        self.weights = torch.where(iu == ju, 1.0, 2.0).to(torch.float64)
+        _, _, self.upper, self.pair_of, self.weights = _pair_indices(self.n)
         self._work: dict[str, Tensor] = {}
         self.index = (
             torch.arange(self.floors.numel()) if self.plain else torch.nonzero(self.free).flatten()
@@ -156,8 +148,7 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         + 1) / 2`` (:attr:`pairs`): the element-wise work of an evaluation, most of it,
         halves.  The full matrices are formed once per evaluation, for the factorisation
         (``K``) and, with the Fisher information, the derivative matrices."""
-        n = X.shape[-2]
-        iu, ju = torch.triu_indices(n, n)
+        iu, ju, _, _, _ = _pair_indices(X.shape[-2])
         self.pairs = (iu, ju)
         xi, xj = X[:, iu], X[:, ju]  # (B, P, d)
         self.r = {j: xi[..., j] - xj[..., j] for j in dims}
@@ -421,6 +412,22 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 fisher[:, :, self.gauge] = 0.0
                 fisher[:, self.gauge, self.gauge] = 1.0
         return lml, grad, fisher
+
+
+@functools.lru_cache(maxsize=8)
+def _pair_indices(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The packed pairs of ``n`` points, shared by every objective of that size (never
+    written to): their rows and columns ``(i, j)`` (the upper triangle with the
+    diagonal), their flat positions in an ``n x n`` matrix, for each flat position its
+    pair (mirror images share one), and the weights that make a sum over the pairs the
+    sum over a symmetric matrix (2 off the diagonal, 1 on it)."""
+    iu, ju = torch.triu_indices(n, n)
+    upper = iu * n + ju
+    pair_of = torch.empty(n * n, dtype=torch.long)
+    pair_of[upper] = torch.arange(iu.numel())
+    pair_of[ju * n + iu] = torch.arange(iu.numel())
+    weights = torch.where(iu == ju, 1.0, 2.0).to(torch.float64)
+    return iu, ju, upper, pair_of, weights
 
 
 def _dots(a: Tensor, b: Tensor) -> Tensor:
