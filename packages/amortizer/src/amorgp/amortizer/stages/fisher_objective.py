@@ -431,9 +431,9 @@ def _pair_indices(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
 
 
 def _dots(a: Tensor, b: Tensor) -> Tensor:
-    """``sum(a * b)`` over the last two axes of ``a (B, n, n)`` and ``b`` (broadcast): one
-    BLAS dot for one row, else a batched dot (a batched matrix product of ``1 x n^2`` by
-    ``n^2 x 1`` pays a call per row)."""
+    """``sum(a * b)`` over the trailing axes of ``a`` (``(B, P)`` packed pairs, or ``(B,
+    n, n)``) and ``b`` (broadcast): one BLAS dot for one row, else a batched dot (a
+    batched matrix product of ``1 x P`` by ``P x 1`` pays a call per row)."""
     B = a.shape[0]
     bb = b.expand_as(a)
     if B == 1:

@@ -379,7 +379,11 @@ class LogMarginalLikelihood:
                     x1, x2 = self.points[j]
                     if rows is not None:
                         x1, x2 = x1[rows], x2[rows]
-                    e, logs = form.points_exponent_grads(p, x1, x2, r, pairs=self.pairs)
+                    e, logs = (
+                        form.points_exponent_grads(p, x1, x2, r)
+                        if self.pairs is None
+                        else form.points_exponent_grads(p, x1, x2, r, pairs=self.pairs)
+                    )
                 else:
                     assert form.exponent_grads is not None
                     e, logs = form.exponent_grads(p, r, r2, xx)
