@@ -313,3 +313,35 @@ def test_the_ard_se_closed_form_equals_the_general_path(
         b = slow.evaluate(z, rows, with_fisher)
         for u, v in zip(a, b, strict=True):
             torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-10)
+
+
+def test_packed_pairs_match_the_full_matrices_above_the_cached_sizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pairs' indices of a size above ``CACHED_PAIRS`` are built for the objective
+    alone, and give the cached ones' values; the packed kernel matrix is the upper
+    triangle of the dense oracle's covariance (the noise left out)."""
+    import amorgp.amortizer.stages.fisher_objective as fisher_mod
+
+    X, y = _data(2, 20, 2, 11)
+    s = _structure("SE*PER + LIN", 2)
+    cached = BatchLogMarginalLikelihood(X, y, s)
+    monkeypatch.setattr(fisher_mod, "CACHED_PAIRS", 10)
+    built = BatchLogMarginalLikelihood(X, y, s)
+    assert built.pairs is not None
+    assert cached.pairs is not None
+    assert built.pairs[0] is not cached.pairs[0]
+    m = cached.floors.numel()
+    z = 0.3 * torch.randn(2, m, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    for with_fisher in (True, False):
+        for u, v in zip(
+            cached.evaluate(z, None, with_fisher), built.evaluate(z, None, with_fisher), strict=True
+        ):
+            torch.testing.assert_close(u, v, rtol=0, atol=0)
+    theta = cached.floors + z[0].exp()
+    cov = oracle_covariance(X[0].numpy(), s, theta.numpy())
+    i, j = cached.pairs
+    K = cov - float(theta[-1]) * np.eye(20)
+    full = torch.empty(20, 20, dtype=torch.float64)
+    packed = torch.tensor(K[i.numpy(), j.numpy()])
+    np.testing.assert_allclose(cached._unpack(full, packed).numpy(), K, rtol=0, atol=1e-15)

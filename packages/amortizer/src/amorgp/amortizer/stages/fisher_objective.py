@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from amorgp.amortizer.stages.constraints import KernelConstraints
 
 __all__ = [
+    "CACHED_PAIRS",
     "CHUNK_BYTES",
     "PLAIN_CHUNK_BYTES",
     "PROBES",
@@ -77,6 +78,12 @@ PLAIN_CHUNK_BYTES = 8 * 2**20
 derivative matrix: its chunks of small rows are larger, the per-call overhead shared by
 more rows (a fleet of 300 series of 80 points: 8 to 16 MiB fit 10 to 20 % faster than
 2 MiB, the same results)."""
+
+
+CACHED_PAIRS = 500
+"""Sizes up to which the packed pairs' indices are kept for every objective of that size
+(a fleet's buckets and a halving's rounds build many; ``5 n^2 / 2`` integers each);
+larger sizes build them per objective and keep nothing after it."""
 
 
 class BatchLogMarginalLikelihood(LogMarginalLikelihood):
@@ -414,13 +421,21 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         return lml, grad, fisher
 
 
-@functools.lru_cache(maxsize=8)
 def _pair_indices(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The packed pairs of ``n`` points, shared by every objective of that size (never
-    written to): their rows and columns ``(i, j)`` (the upper triangle with the
-    diagonal), their flat positions in an ``n x n`` matrix, for each flat position its
-    pair (mirror images share one), and the weights that make a sum over the pairs the
-    sum over a symmetric matrix (2 off the diagonal, 1 on it)."""
+    """The packed pairs of ``n`` points (never written to): their rows and columns ``(i,
+    j)`` (the upper triangle with the diagonal), their flat positions in an ``n x n``
+    matrix, for each flat position its pair (mirror images share one), and the weights
+    that make a sum over the pairs the sum over a symmetric matrix (2 off the diagonal, 1
+    on it).  Shared by every objective of that size up to :data:`CACHED_PAIRS`."""
+    return _cached_pairs(n) if n <= CACHED_PAIRS else _build_pairs(n)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_pairs(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _build_pairs(n)
+
+
+def _build_pairs(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     iu, ju = torch.triu_indices(n, n)
     upper = iu * n + ju
     pair_of = torch.empty(n * n, dtype=torch.long)
