@@ -321,12 +321,12 @@ def test_packed_pairs_match_the_full_matrices_above_the_cached_sizes(
     """The pairs' indices of a size above ``CACHED_PAIRS`` are built for the objective
     alone, and give the cached ones' values; the packed kernel matrix is the upper
     triangle of the dense oracle's covariance (the noise left out)."""
-    import amorgp.amortizer.stages.fisher_objective as fisher_mod
+    import amorgp.amortizer.stages.packed as packed_mod
 
     X, y = _data(2, 20, 2, 11)
     s = _structure("SE*PER + LIN", 2)
     cached = BatchLogMarginalLikelihood(X, y, s)
-    monkeypatch.setattr(fisher_mod, "CACHED_PAIRS", 10)
+    monkeypatch.setattr(packed_mod, "CACHED_PAIRS", 10)
     built = BatchLogMarginalLikelihood(X, y, s)
     assert built.pairs is not None
     assert cached.pairs is not None

@@ -16,14 +16,13 @@ the expected negative Hessian of the log marginal likelihood (Mardia and Marshal
 estimated from :data:`PROBES` fixed random probes).  An ARD ``SE`` kernel is evaluated in
 its closed form (:data:`SE_ARD`).  Every matrix of an evaluation is symmetric, so its
 element-wise work runs on the pairs' values only, the upper triangle with the diagonal
-packed (``n (n + 1) / 2`` numbers, :meth:`BatchLogMarginalLikelihood._pairwise`); the
+packed (``n (n + 1) / 2`` numbers, :mod:`amorgp.amortizer.stages.packed`); the
 full matrices are formed for the factorisation and, with the Fisher information, for
 each derivative.  The refinement that uses it: :mod:`amorgp.amortizer.stages.fisher`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -37,13 +36,13 @@ from amorgp.amortizer.stages.objective import (
     dimension_sum,
     sum_products,
 )
+from amorgp.amortizer.stages.packed import pair_indices, unpack
 from amorgp.kernel_grammar import ELEMENTARY, DimWiseStructure, base_symbol
 
 if TYPE_CHECKING:
     from amorgp.amortizer.stages.constraints import KernelConstraints
 
 __all__ = [
-    "CACHED_PAIRS",
     "CHUNK_BYTES",
     "PLAIN_CHUNK_BYTES",
     "PROBES",
@@ -80,12 +79,6 @@ more rows (a fleet of 300 series of 80 points: 8 to 16 MiB fit 10 to 20 % faster
 2 MiB, the same results)."""
 
 
-CACHED_PAIRS = 500
-"""Sizes up to which the packed pairs' indices are kept for every objective of that size
-(a fleet's buckets and a halving's rounds build many; ``5 n^2 / 2`` integers each);
-larger sizes build them per objective and keep nothing after it."""
-
-
 class BatchLogMarginalLikelihood(LogMarginalLikelihood):
     """:class:`~amorgp.amortizer.stages.objective.LogMarginalLikelihood` of one structure on
     ``B`` datasets of equal size at once, with the Fisher information.
@@ -109,7 +102,11 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
     ) -> None:
         super().__init__(X, y, structure, constraints)
         self.n = X.shape[-2]
-        _, _, self.upper, self.pair_of, self.weights = _pair_indices(self.n)
+        self.upper, self.pair_of, self.weights = (
+            self.packed.upper,
+            self.packed.pair_of,
+            self.packed.weights,
+        )
         self._work: dict[str, Tensor] = {}
         self.index = (
             torch.arange(self.floors.numel()) if self.plain else torch.nonzero(self.free).flatten()
@@ -155,21 +152,16 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
         + 1) / 2`` (:attr:`pairs`): the element-wise work of an evaluation, most of it,
         halves.  The full matrices are formed once per evaluation, for the factorisation
         (``K``) and, with the Fisher information, the derivative matrices."""
-        iu, ju, _, _, _ = _pair_indices(X.shape[-2])
-        self.pairs = (iu, ju)
-        xi, xj = X[:, iu], X[:, ju]  # (B, P, d)
-        self.r = {j: xi[..., j] - xj[..., j] for j in dims}
-        self.points = {j: (X[..., j], X[..., j]) for j in dims}  # for PER's form
-        self.xx = {j: xi[..., j] * xj[..., j] for j in dims}
-        self.r2 = {j: r.square() for j, r in self.r.items()}
+        self.packed = pair_indices(X.shape[-2])
+        self.pairs = (self.packed.rows, self.packed.cols)
+        # (B, P, d) each; PER's form takes the points themselves and gathers by pairs
+        xi, xj = X[:, self.packed.rows], X[:, self.packed.cols]
+        self._column_pairs(xi, xj, {j: (X[..., j], X[..., j]) for j in dims})
 
     def _unpack(self, out: Tensor, packed: Tensor) -> Tensor:
         """Write the symmetric matrices of the pairs' values ``packed (..., P)`` into
         ``out (..., n, n)``; returns ``out``."""
-        lead = out.shape[:-2]
-        flat = out.view(*lead, self.n * self.n)
-        torch.gather(packed.expand(*lead, -1), -1, self.pair_of.expand(*lead, -1), out=flat)
-        return out
+        return unpack(out, packed, self.pair_of)
 
     def flat_rows(self, params: Tensor, noise: Tensor) -> Tensor:
         """``theta (B, m)`` of ``params (B, D, L, P)`` and ``noise (B,)``."""
@@ -419,30 +411,6 @@ class BatchLogMarginalLikelihood(LogMarginalLikelihood):
                 fisher[:, :, self.gauge] = 0.0
                 fisher[:, self.gauge, self.gauge] = 1.0
         return lml, grad, fisher
-
-
-def _pair_indices(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The packed pairs of ``n`` points (never written to): their rows and columns ``(i,
-    j)`` (the upper triangle with the diagonal), their flat positions in an ``n x n``
-    matrix, for each flat position its pair (mirror images share one), and the weights
-    that make a sum over the pairs the sum over a symmetric matrix (2 off the diagonal, 1
-    on it).  Shared by every objective of that size up to :data:`CACHED_PAIRS`."""
-    return _cached_pairs(n) if n <= CACHED_PAIRS else _build_pairs(n)
-
-
-@functools.lru_cache(maxsize=8)
-def _cached_pairs(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return _build_pairs(n)
-
-
-def _build_pairs(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    iu, ju = torch.triu_indices(n, n)
-    upper = iu * n + ju
-    pair_of = torch.empty(n * n, dtype=torch.long)
-    pair_of[upper] = torch.arange(iu.numel())
-    pair_of[ju * n + iu] = torch.arange(iu.numel())
-    weights = torch.where(iu == ju, 1.0, 2.0).to(torch.float64)
-    return iu, ju, upper, pair_of, weights
 
 
 def _dots(a: Tensor, b: Tensor) -> Tensor:

@@ -191,9 +191,17 @@ class LogMarginalLikelihood:
         the points (for PER's form) of every input column in ``dims``: ``(..., n, n)``
         matrices (:attr:`pairs` ``None``)."""
         xi, xj = X[..., :, None, :], X[..., None, :, :]  # (..., n, 1, d), (..., 1, n, d)
-        self.r = {j: xi[..., j] - xj[..., j] for j in dims}
-        self.points = {j: (xi[..., j], xj[..., j]) for j in dims}  # views, for PER's form
-        self.xx = {j: xi[..., j] * xj[..., j] for j in dims}
+        self._column_pairs(xi, xj, {j: (xi[..., j], xj[..., j]) for j in dims})  # views
+
+    def _column_pairs(
+        self, xi: Tensor, xj: Tensor, points: dict[int, tuple[Tensor, Tensor]]
+    ) -> None:
+        """``r``, ``xx`` and ``r2`` of the columns of ``points`` (its keys) from the first
+        and second points of each pair, ``xi`` and ``xj``, broadcasting to the pairs'
+        shape; ``points``: each column's points as PER's form takes them."""
+        self.points = points
+        self.r = {j: xi[..., j] - xj[..., j] for j in points}
+        self.xx = {j: xi[..., j] * xj[..., j] for j in points}
         self.r2 = {j: r.square() for j, r in self.r.items()}
 
     def flat(self, params: Tensor, noise: Tensor) -> Tensor:
