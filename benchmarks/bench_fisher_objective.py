@@ -3,7 +3,9 @@ derivatives becoming relative to each addend (docs/benchmarks/fisher-objective.m
 ``--baseline 20991e1``: PER's matrices by angle addition from the points, one exponential
 per product of SE and PER factors and no finiteness pass before the factorisation
 (docs/benchmarks/refine-evaluations.md); ``--baseline 2466349``: the batched objective's
-symmetric matrices packed, the upper triangle of each (docs/benchmarks/packed-pairs.md).
+symmetric matrices packed, the upper triangle of each (docs/benchmarks/packed-pairs.md);
+``--baseline 83d2df3``: the L-BFGS objective's packed too, its own workloads and fits at
+2,500-5,000 points (:data:`LBFGS_CASES`, :func:`lbfgs_fits`; docs/benchmarks/packed-lbfgs.md).
 
 Fisher scoring (``refine="auto"``, the default) evaluates the exact log marginal likelihood
 of a batch of rows with its gradient, and at some points its Fisher information
@@ -95,17 +97,36 @@ def _paper_objective(kernel: str) -> tuple[Any, Any]:
     return obj, obj.to_log_rows(P, torch.full((1,), 0.1, dtype=F64))
 
 
-def _lbfgs_objective() -> tuple[Any, Any]:
+def _lbfgs_objective(kernel: str = "SE + SE*PER", d: int = 1, n: int = 3000) -> tuple[Any, Any]:
     from amorgp.amortizer.stages.objective import LogMarginalLikelihood
     from amorgp.kernel_grammar import DimWiseStructure
 
     rng = np.random.default_rng(1)
-    x = np.sort(rng.uniform(0.0, 1.0, 3000))
-    y = np.sin(40 * x) + x + 0.1 * rng.standard_normal(3000)
-    s = DimWiseStructure.parse("SE + SE*PER", 1)
-    obj = LogMarginalLikelihood(torch.tensor(x[:, None]), torch.tensor((y - y.mean()) / y.std()), s)
-    P = torch.full((1, 2, 4), 0.3, dtype=F64)
+    if d == 1:
+        x = np.sort(rng.uniform(0.0, 1.0, n))[:, None]
+        y = np.sin(40 * x[:, 0]) + x[:, 0] + 0.1 * rng.standard_normal(n)
+    else:
+        x = rng.uniform(0.0, 1.0, (n, d))
+        y = np.sin(4 * x).sum(-1) + 0.1 * rng.standard_normal(n)
+    s = DimWiseStructure.parse(kernel, d)
+    obj = LogMarginalLikelihood(torch.tensor(x), torch.tensor((y - y.mean()) / y.std()), s)
+    P = torch.full((d, s.max_addends, 4), 0.3, dtype=F64)
     return obj, obj.to_log(P, torch.tensor(0.1, dtype=F64))
+
+
+LBFGS_CASES = [("SE + SE*PER", 1, 3000), ("SE", 6, 3000), ("SE + PER", 6, 2500), ("SE", 1, 5000)]
+"""The L-BFGS objective's workloads of ``--baseline 83d2df3``: ``(kernel, d, n)``."""
+
+
+def lbfgs_workloads(quick: bool) -> list[tuple[str, int, Callable[[], Any]]]:
+    """``(name, rows, evaluation)`` of the L-BFGS objective (one dataset, value and
+    gradient)."""
+    out: list[tuple[str, int, Callable[[], Any]]] = []
+    for kernel, d, n in LBFGS_CASES[:2] if quick else LBFGS_CASES:
+        o, z = _lbfgs_objective(kernel, d, n)
+        name = f"L-BFGS objective: n = {n:,}, d = {d}, `{kernel}` (m = {z.numel()})"
+        out.append((name, 1, lambda o=o, z=z: o.value_and_grad(z)))
+    return out
 
 
 def workloads(quick: bool) -> list[tuple[str, int, Callable[[], Any]]]:
@@ -221,6 +242,30 @@ PAGES: dict[str, dict[str, str]] = {
             "shared machine."
         ),
     },
+    "83d2df3": {
+        "out": "packed-lbfgs.md",
+        "workloads": "lbfgs",
+        "title": "The L-BFGS objective: symmetric matrices packed",
+        "before": "the L-BFGS objective's kernel, product and weight matrices formed in full, "
+        "`n x n`, the covariance a new matrix each evaluation",
+        "after": (
+            "the pairs' values only, the lower triangle with the diagonal (`n (n + 1) / 2` "
+            "numbers, row by row), written into the lower triangle of one covariance buffer "
+            "kept for the objective's life (the part the factorisation reads)"
+        ),
+        "why": (
+            "Where the gain comes from: as in the batched objective "
+            "([packed-pairs.md](packed-pairs.md)), the element-wise work of an evaluation "
+            "(each dimension's differences, the addends' factors, their products over the "
+            "dimensions and the weights `W` times each) runs on half the numbers, and the "
+            "pairwise differences, squares and products kept for the fit take half the "
+            "memory: the more inputs, the larger both gains. The factorisation and the "
+            "inverse (`n^3 / 3` and `2 n^3 / 3` multiply-adds) are unchanged and dominate "
+            "the evaluation of a kernel on one input as `n` grows. `refine=k` and "
+            '`refine="auto"` above 2,000 points evaluate this objective; the default '
+            'does not refine there (`refine_status == "skipped"`).'
+        ),
+    },
 }
 REPEATS = 3  # timed evaluations of each workload per worker (median)
 
@@ -238,11 +283,12 @@ def _same(a: Any, b: Any) -> bool:
     )
 
 
-def worker(quick: bool, fits: bool) -> dict[str, Any]:
+def worker(quick: bool, fits: bool, kind: str = "fisher") -> dict[str, Any]:
     """One process's timings: per workload ``(CPU seconds per row, faults, values)``, then
-    with ``fits`` the whole fits' ``(CPU seconds, log marginal likelihoods)``."""
+    with ``fits`` the whole fits' ``(CPU seconds, log marginal likelihoods)``; ``kind``
+    ``"lbfgs"``: the L-BFGS objective's workloads and fits (:func:`lbfgs_worker`)."""
     out: dict[str, Any] = {}
-    for name, rows, fn in workloads(quick):
+    for name, rows, fn in lbfgs_workloads(quick) if kind == "lbfgs" else workloads(quick):
         first = fn()  # warm-up
         times, faults = [], []
         for _ in range(REPEATS):
@@ -259,6 +305,8 @@ def worker(quick: bool, fits: bool) -> dict[str, Any]:
             raise SystemExit(f"{name}: two evaluations differ")
     if not fits:
         return out
+    if kind == "lbfgs":
+        return {**out, **lbfgs_fits(quick)}
     from bench_many_datasets import KERNEL, fleet, last_mask
 
     from amorgp.amortizer import Amortizer
@@ -292,6 +340,27 @@ def worker(quick: bool, fits: bool) -> dict[str, Any]:
     return out
 
 
+def lbfgs_fits(quick: bool) -> dict[str, Any]:
+    """Whole fits that refine by L-BFGS (above 2,000 points, ``refine="auto"`` and
+    ``refine=20``): ``(CPU seconds, [log marginal likelihood])`` each, then the worker's
+    peak resident memory (MiB) over everything it ran."""
+    from amorgp.amortizer import Amortizer
+
+    amz = Amortizer.from_pretrained(device="cpu")
+    rng = np.random.default_rng(1)
+    n = 2500 if quick else 3000
+    X = rng.uniform(0.0, 1.0, (n, 6))
+    y = np.sin(4 * X).sum(-1) + 0.1 * rng.standard_normal(n)
+    out: dict[str, Any] = {}
+    for refine in (20,) if quick else (20, "auto"):
+        t0 = time.process_time()
+        r = amz.infer(X, y, "SE", refine=refine)
+        name = f"fit: `infer`: `SE` on {n:,} points in 6 inputs, `refine={refine!r}`"
+        out[name] = (time.process_time() - t0, [r.log_marginal_likelihood])
+    out["peak"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
 def _baseline_tree(rev: str, into: str) -> str:
     """The amortizer's and lazy-kernels' ``src`` trees of ``rev`` under ``into``, as a
     ``PYTHONPATH``."""
@@ -305,11 +374,11 @@ def _baseline_tree(rev: str, into: str) -> str:
     return os.pathsep.join(paths)
 
 
-def _run(src: str | None, quick: bool, fits: bool) -> dict[str, Any]:
+def _run(src: str | None, quick: bool, fits: bool, kind: str) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if src is not None:
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    args = [sys.executable, __file__, "--worker"] + (["--quick"] if quick else [])
+    args = [sys.executable, __file__, "--worker", "--kind", kind] + (["--quick"] if quick else [])
     args += ["--fits"] if fits else []
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -323,6 +392,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fits", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", default="fisher", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -331,18 +401,20 @@ def main() -> None:
         from amorgp.core.memory import tune_malloc
 
         tune_malloc()
-        print(json.dumps(worker(args.quick, args.fits)))
+        print(json.dumps(worker(args.quick, args.fits, args.kind)))
         return
+    page = PAGES[args.baseline]
+    kind = page.get("workloads", "fisher")
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory() as tmp:
         src = _baseline_tree(args.baseline, tmp)
         for r in range(max(args.rounds, args.fit_rounds)):
             for side in ("before", "after"):
                 runs[side].append(
-                    _run(src if side == "before" else None, args.quick, r < args.fit_rounds)
+                    _run(src if side == "before" else None, args.quick, r < args.fit_rounds, kind)
                 )
                 print(side, r, flush=True)
-    names = [k for k in runs["after"][0] if not k.startswith("fit: ")]
+    names = [k for k in runs["after"][0] if not k.startswith("fit: ") and k != "peak"]
     objective = [
         "| workload | before: ms per row | after: ms per row | before / after | page faults per evaluation (before, after) |",
         "|---|---|---|---|---|",
@@ -368,7 +440,17 @@ def main() -> None:
         diff = float(np.max(np.abs(np.array(b[0][1]) - np.array(a[0][1]))))
         fits.append(f"| {name[5:]} | {tb:.1f} | {ta:.1f} | {tb / ta:.2f}x | {diff:.3g} |")
     machine = f"{platform.machine()} (one thread), torch {torch.__version__}"
-    page = PAGES[args.baseline]
+    peaks = [
+        statistics.median(w["peak"] for w in runs[side] if "peak" in w)
+        for side in ("before", "after")
+        if any("peak" in w for w in runs[side])
+    ]
+    if peaks:
+        fits += [
+            "",
+            f"Peak resident memory of a worker process (every workload above and the fits): "
+            f"{peaks[0]:,.0f} MiB before, {peaks[1]:,.0f} MiB after.",
+        ]
     flags = (" --quick" if args.quick else "") + (
         f" --baseline {args.baseline}" if args.baseline != BASELINE else ""
     )
@@ -382,11 +464,17 @@ def main() -> None:
         "alternate before / after; medians over the rounds; both give the same values "
         "(checked).",
         "",
-        f"One evaluation ({args.rounds} rounds; a fleet's 300 rows in the objective's chunks):",
+        f"One evaluation ({args.rounds} rounds"
+        + ("):" if kind == "lbfgs" else "; a fleet's 300 rows in the objective's chunks):"),
         "",
         *objective,
         "",
-        f"Whole default fits ({args.fit_rounds} rounds; a row that ends at the evaluation cap "
+        (
+            f"Whole fits ({args.fit_rounds} rounds; "
+            if kind == "lbfgs"
+            else f"Whole default fits ({args.fit_rounds} rounds; "
+        )
+        + "a row that ends at the evaluation cap "
         "can stop at a slightly different point, its path depending on rounding):",
         "",
         *fits,

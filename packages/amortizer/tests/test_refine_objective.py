@@ -21,7 +21,13 @@ def _dense_lml(X: np.ndarray, y: np.ndarray, s: DimWiseStructure, theta: np.ndar
 
 @pytest.mark.parametrize(
     "kernel",
-    ["SE + PER", "(SE + LIN*PER)@0 * (SE*PER + LIN)@1", "(MAT52 + RQ)@0 * (SE*LIN + PER)@1"],
+    [
+        "SE + PER",
+        "(SE + LIN*PER)@0 * (SE*PER + LIN)@1",
+        "(MAT52 + RQ)@0 * (SE*LIN + PER)@1",
+        "SE",
+        "LIN",
+    ],
 )
 def test_value_and_gradient_match_the_dense_oracle(kernel: str) -> None:
     rng = np.random.default_rng(0)
@@ -50,6 +56,11 @@ def test_value_and_gradient_match_the_dense_oracle(kernel: str) -> None:
     f.value(zz).backward()
     assert zz.grad is not None
     np.testing.assert_allclose(zz.grad.numpy(), grad.numpy(), rtol=1e-12)
+    # the covariance's buffer is reused: another point, then this one again, as fresh
+    f.value_and_grad(z + 0.7)
+    again, grad_again = f.value_and_grad(z)
+    assert float(again) == pytest.approx(float(value), rel=1e-13, abs=1e-12)
+    np.testing.assert_allclose(grad_again.numpy(), grad.numpy(), rtol=1e-11, atol=1e-12)
 
 
 def test_log_parameters_round_trip() -> None:

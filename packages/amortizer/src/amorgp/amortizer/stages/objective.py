@@ -66,7 +66,9 @@ class LogMarginalLikelihood:
     derivatives are a few element-wise operations on them (each elementary kernel's
     ``unit_and_grads`` in its lazy-kernels registration, forward-mode differentiation of
     its torch form where it has none), and the gradient is in closed form
-    (:meth:`value_and_grad`), one Cholesky and one inverse per evaluation.
+    (:meth:`value_and_grad`), one Cholesky and one inverse per evaluation.  The matrices
+    of an evaluation are symmetric: their element-wise work runs on the pairs' values of
+    the lower triangle only (:meth:`_pairwise`), half the numbers and half the memory.
 
     Args:
         X: ``(n, d)`` normalised inputs (float64).
@@ -106,15 +108,27 @@ class LogMarginalLikelihood:
             self.free = torch.isnan(fixed)
             self.bounded = ~torch.isnan(low)
             self.log_low, self.log_width = low.log(), high.log() - low.log()
-        self.pairs: tuple[Tensor, Tensor] | None = None
+        self.pairs: tuple[Tensor, Tensor]
         self._pairwise(X, sorted({j for j, _, _ in self.terms}))
 
     def _pairwise(self, X: Tensor, dims: list[int]) -> None:
-        """The pairwise differences ``r``, their squares ``r2``, the products ``xx`` and
-        the points (for PER's form) of every input column in ``dims``: ``(..., n, n)``
-        matrices (:attr:`pairs` ``None``)."""
-        xi, xj = X[..., :, None, :], X[..., None, :, :]  # (..., n, 1, d), (..., 1, n, d)
-        self._column_pairs(xi, xj, {j: (xi[..., j], xj[..., j]) for j in dims})  # views
+        """The pairs' values of every input column in ``dims``, packed: each matrix of an
+        evaluation is symmetric (``r`` antisymmetric, and used only through even functions
+        of it), so only its lower triangle with the diagonal is formed, ``(P,)`` with ``P =
+        n (n + 1) / 2`` in row-major order (:attr:`pairs`): the element-wise work and the
+        memory of the pairwise values halve.  ``K`` is written into the lower triangle of
+        one ``n x n`` buffer kept for the objective's life (the part the factorisation
+        reads; sequential positions), and ``W``'s pairs are gathered from the same
+        positions."""
+        n = X.shape[-2]
+        rows, cols = torch.tril_indices(n, n)
+        self.pairs = (rows, cols)
+        self.lower = rows * n + cols  # increasing: each row's pairs are consecutive
+        # the diagonal's pairs: the last of each row (row i ends at i (i + 3) / 2)
+        i = torch.arange(n)
+        self.diagonal = i * (i + 3) // 2
+        self._A: Tensor | None = None
+        self._column_pairs(X[rows], X[cols], {j: (X[:, j], X[:, j]) for j in dims})
 
     def _column_pairs(
         self, xi: Tensor, xj: Tensor, points: dict[int, tuple[Tensor, Tensor]]
@@ -225,21 +239,25 @@ class LogMarginalLikelihood:
                 parts.setdefault(j, []).append((k, derivs))
                 i += len(b.params)
             sums = {j: dimension_sum([k for k, _ in lst]) for j, lst in parts.items()}
-            K, other = sum_products(sums)
+            K, other = sum_products(sums)  # the pairs' values
             nan = torch.full_like(theta, math.nan)
-            # in place where a new n x n matrix is not needed: above glibc's mmap threshold
-            # (about 2,900 points) each one is faulted in afresh
-            A = K.clone()
-            A.diagonal().add_(theta[-1])
+            A = self._covariance(K, theta[-1])
             Lc, alpha, lml, ok = exact_solve(A, self.y)
-            del A
             if not bool(ok):
                 return theta.new_tensor(math.nan), nan
             W = torch.cholesky_inverse(Lc).mul_(-0.5).addr_(alpha, alpha, alpha=0.5)
+            del Lc
+            # W's pairs, weighted so that a sum over the pairs is the sum over the matrix
+            # (W is symmetric: its transpose where the inverse came in column-major order)
+            Wc = W if W.is_contiguous() else W.mT
+            Wp = Wc.reshape(-1).index_select(0, self.lower).mul_(2.0)
+            Wp[self.diagonal] = W.diagonal()
+            g_noise = W.diagonal().sum()
+            del W, Wc
             grad = torch.zeros_like(theta)
             for j, lst in parts.items():  # dimensions
                 o = other[j]
-                Wj = W if o is None else W * o
+                Wj = Wp if o is None else Wp * o
                 for k_a, derivs in lst:
                     # relative derivatives: <Wj, s k M> = s <Wj k, M>
                     G = Wj * k_a if any(d.scale is not None for d in derivs) else Wj
@@ -247,14 +265,27 @@ class LogMarginalLikelihood:
                         if d.scale is None:
                             assert d.matrix is not None
                             dk = d.matrix.expand_as(Wj)
-                            grad[d.param] = torch.dot(Wj.reshape(-1), dk.reshape(-1))
+                            grad[d.param] = torch.dot(Wj, dk)
                         elif d.matrix is None:
                             grad[d.param] = d.scale * G.sum()
                         else:
-                            dot = torch.dot(G.reshape(-1), d.matrix.reshape(-1))
+                            dot = torch.dot(G, d.matrix.expand_as(G))
                             grad[d.param] = d.scale * dot
-            grad[-1] = W.diagonal().sum()
+            grad[-1] = g_noise
             return lml, grad
+
+    def _covariance(self, K: Tensor, noise: Tensor) -> Tensor:
+        """``A = K + noise I`` from the pairs' values ``K (P,)``: its lower triangle, the part
+        the factorisation reads, in a buffer reused by every evaluation (a new ``n x n``
+        matrix above glibc's mmap threshold, about 2,900 points, is faulted in afresh each
+        time); the upper triangle is never written (zeros)."""
+        n = self.X.shape[-2]
+        if self._A is None:
+            self._A = K.new_zeros(n, n)
+        A = self._A
+        A.view(-1).index_copy_(0, self.lower, K.expand(self.lower.shape))
+        A.diagonal().add_(noise)
+        return A
 
     def _addend_relative(
         self,
@@ -310,11 +341,7 @@ class LogMarginalLikelihood:
                     x1, x2 = self.points[j]
                     if rows is not None:
                         x1, x2 = x1[rows], x2[rows]
-                    e, logs = (
-                        form.points_exponent_grads(p, x1, x2, r)
-                        if self.pairs is None
-                        else form.points_exponent_grads(p, x1, x2, r, pairs=self.pairs)
-                    )
+                    e, logs = form.points_exponent_grads(p, x1, x2, r, pairs=self.pairs)
                 else:
                     assert form.exponent_grads is not None
                     e, logs = form.exponent_grads(p, r, r2, xx)
