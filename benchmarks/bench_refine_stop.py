@@ -11,12 +11,15 @@ Tasks (synthetic, seeded):
 * **friedman10**: Friedman #1 with 10 inputs (5 irrelevant), noise 1, ``n = 400``
   training and 400 test points, ``SE`` (one lengthscale per input);
 * **six-inputs**: ``n = 2000`` training and 1000 test points of a 6-input function
-  (two strong inputs, two weak, two irrelevant) plus noise, ``SE``.
+  (two strong inputs, two weak, two irrelevant) plus noise, ``SE``;
+* **six-inputs-3k**: the same function with ``n = 3000`` training points, above Fisher
+  scoring's size: the default refines by L-BFGS rounds there (up to
+  ``refine.DEFAULT_POINTS``).
 
 Methods, side by side in one run, one thread:
 
 * ``default``: the library's defaults (``refine=None``: network, multi-start,
-  calibration, then ``refine="auto"`` up to ``fisher.MAX_POINTS`` points: the best
+  calibration, then ``refine="auto"`` up to ``refine.DEFAULT_POINTS`` points: the best
   periodic starts by successive halving, then each kernel by Fisher scoring until the
   predicted gain is below 0.01 nats);
 * ``amortized``: ``refine=0`` (network, multi-start, calibration; the default before);
@@ -82,15 +85,26 @@ def friedman10(seed: int) -> tuple[Any, ...]:
     return X[:400], y[:400], X[400:], y[400:], "SE"
 
 
-def six_inputs(seed: int) -> tuple[Any, ...]:
+def six_inputs(seed: int, n: int = 2000) -> tuple[Any, ...]:
     rng = np.random.default_rng(seed)
-    X = rng.uniform(0.0, 1.0, (3000, 6))
+    X = rng.uniform(0.0, 1.0, (n + 1000, 6))
     f = np.sin(6 * X[:, 0]) + np.cos(4 * X[:, 1]) + 0.3 * np.sin(3 * X[:, 2]) + 0.2 * X[:, 3]
-    y = f + 0.1 * rng.standard_normal(3000)
-    return X[:2000], y[:2000], X[2000:], y[2000:], "SE"
+    y = f + 0.1 * rng.standard_normal(n + 1000)
+    return X[:n], y[:n], X[n:], y[n:], "SE"
 
 
-TASKS = {"seasonal": seasonal, "friedman10": friedman10, "six-inputs": six_inputs}
+def six_inputs_3k(seed: int) -> tuple[Any, ...]:
+    return six_inputs(seed, 3000)
+
+
+TASKS = {
+    "seasonal": seasonal,
+    "friedman10": friedman10,
+    "six-inputs": six_inputs,
+    "six-inputs-3k": six_inputs_3k,
+}
+LARGE = ("six-inputs", "six-inputs-3k")
+"""Tasks run on one seed (and left out by ``--quick``)."""
 
 
 def sklearn_fit(X: np.ndarray, y: np.ndarray, kernel: str):
@@ -142,7 +156,7 @@ def run_amorgp(amz, X, y, Xt, yt, kernel, refine, lbfgs: bool, **opts: Any) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="one seed, no six-inputs task")
+    parser.add_argument("--quick", action="store_true", help="one seed, no six-inputs tasks")
     parser.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/refine-stop.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -154,12 +168,12 @@ def main() -> None:
     # the ablation's null start: every hyperparameter at its prior mean, then calibrated
     prior_mean = Amortizer(NullNetwork(amz.vocabulary, "prior-mean"), amz.meta, device="cpu")
     seeds = 1 if args.quick else args.seeds
-    tasks = [t for t in TASKS if not (args.quick and t == "six-inputs")]
+    tasks = [t for t in TASKS if not (args.quick and t in LARGE)]
     amz.infer(*seasonal(0)[:2], "SE", refine=2)  # warm-up
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name in tasks:
         rows[name] = {}
-        n_seeds = 1 if name == "six-inputs" else seeds
+        n_seeds = 1 if name in LARGE else seeds
         for seed in range(n_seeds):
             X, y, Xt, yt, kernel = TASKS[name](seed)
             runs = {
@@ -213,12 +227,13 @@ def write(args, rows) -> None:
         "",
         "`benchmarks/bench_refine_stop.py`; one thread (BLAS too), torch "
         f"{torch.__version__}, {cpu} ({os.cpu_count()} cores, shared with other jobs), all "
-        "methods side by side in one run. Medians over seeds (the six-input task: one seed). "
+        "methods side by side in one run. Medians over seeds (the six-input tasks: one seed). "
         '`default`: the library\'s defaults (`refine=None`, here `refine="auto"`: the '
         "best periodic starts refined by successive halving, then each kernel by Fisher "
         "scoring until the Fisher information predicts less than 0.01 nats for another "
-        'step); `amortized`: `refine=0` (the default before); `auto`: `refine="auto"` '
-        "asked for (the same as the default up to 2000 points); "
+        "step; above 2000 points, up to 5000, L-BFGS rounds as `auto` runs them); "
+        '`amortized`: `refine=0`; `auto`: `refine="auto"` '
+        "asked for (the same as the default up to 5000 points); "
         "`L-BFGS 20` / `L-BFGS auto`: the refinement at every size "
         "before Fisher scoring (20 iterations; rounds of 10 until a round gains less than "
         "`max(0.05, 1e-4 |LML|)`). Gap: nats below the best amorgp fit of the same data "

@@ -1,6 +1,7 @@
 """The default refinement (``refine=None``): every kernel not at its optimum refined by
 Fisher scoring until the predicted gain is below ``GAIN_TOL``, where Fisher scoring
-applies; elsewhere nothing, and the result says ``"skipped"``.  Oracles: scipy's L-BFGS-B
+applies; above its size by L-BFGS up to ``DEFAULT_POINTS``; elsewhere nothing, and the
+result says ``"skipped"``.  Oracles: scipy's L-BFGS-B
 on the dense float64 likelihood (numpy kernels from the registry's references), and the
 explicit options the default stands for."""
 
@@ -17,7 +18,7 @@ from scipy.stats import multivariate_normal
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.stages.fisher import GAIN_TOL, MAX_POINTS, fisher_bytes
 from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
-from amorgp.amortizer.stages.refine import SKIPPED, resolve_refine
+from amorgp.amortizer.stages.refine import SKIPPED, default_refines, resolve_refine
 from amorgp.amortizer.testing import oracle_covariance
 
 
@@ -90,6 +91,35 @@ def test_one_kept_start_refines_the_winner_to_the_dense_optimum(
     assert _dense_optimum(r, X, y) - r.log_marginal_likelihood < 1.0
 
 
+def test_above_fisher_scorings_size_the_default_refines_by_lbfgs(
+    amz: Amortizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above Fisher scoring's size (lowered to 30 points here) the default runs L-BFGS as
+    ``refine="auto"`` does, to the optimum scipy reaches from its answer; above
+    ``DEFAULT_POINTS`` (lowered to 35) it refines nothing and every result says so."""
+    import amorgp.amortizer.stages.fisher as fisher
+    import amorgp.amortizer.stages.refine as refine
+
+    monkeypatch.setattr(fisher, "MAX_POINTS", 30)
+    X, y = _data(n=40, d=2)
+    fast = amz.infer(X, y, "SE", refine=0)
+    r = amz.infer(X, y, "SE")
+    assert r.refine_status == "converged"
+    assert r.refine_steps > 0
+    best = _dense_optimum(r, X, y)
+    assert best - r.log_marginal_likelihood < 0.05, (best, r.log_marginal_likelihood)
+    assert best - fast.log_marginal_likelihood > 3 * GAIN_TOL  # there was work to do
+    explicit = amz.infer(X, y, "SE", refine="auto")
+    torch.testing.assert_close(r.params, explicit.params, rtol=0.0, atol=0.0)
+    assert r.refine_steps == explicit.refine_steps
+    monkeypatch.setattr(refine, "DEFAULT_POINTS", 35)
+    left = amz.infer(X, y, "SE")
+    assert left.refine_status == SKIPPED
+    assert left.refine_steps == 0
+    (fit,) = amz.infer_datasets([(X, y)], ["SE"])
+    assert fit.results[0].refine_status == SKIPPED
+
+
 def test_float32_algebra_is_not_refined_and_says_so(tiny_checkpoint: Path) -> None:
     amz32 = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", dtype=torch.float32)
     X, y = _data(30, 1)
@@ -102,15 +132,31 @@ def test_float32_algebra_is_not_refined_and_says_so(tiny_checkpoint: Path) -> No
 
 
 def test_beyond_the_memory_budget_it_is_skipped(tiny_checkpoint: Path) -> None:
-    """A budget below one row's Fisher evaluation: no refinement, and every result of the
+    """A budget below one row's Fisher evaluation but within the dense limit: the default
+    refines by L-BFGS; below the dense limit too: no refinement, and every result of the
     call, in one dataset or many, says so."""
     X, y = _data(60, 1)
     budget = fisher_bytes(60, 1) / 2
     small = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", memory_budget=budget)
+    assert small.fits_dense(60, 1)
     (r,) = small.infer_many(X, y, ["SE"])
+    assert r.refine_status in ("converged", "max_iters")
+    assert r.refine_steps > 0
+    budget = 8.0 * 60 * 60 * 4  # four 60 x 60 matrices: below the dense limit
+    tiny = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", memory_budget=budget)
+    assert not tiny.fits_dense(60, 1)
+    (r,) = tiny.infer_many(X, y, ["SE"])
     assert r.refine_status == SKIPPED
-    (fit,) = small.infer_datasets([(X, y)], ["SE"])
+    (fit,) = tiny.infer_datasets([(X, y)], ["SE"])
     assert fit.results[0].refine_status == SKIPPED
+
+
+def test_default_refines() -> None:
+    assert default_refines(True, 10**6, False, False)  # where Fisher scoring applies
+    assert default_refines(False, 3000, True, True)
+    assert not default_refines(False, 3000, False, True)  # float32
+    assert not default_refines(False, 3000, True, False)  # beyond the dense limit
+    assert not default_refines(False, 10**6, True, True)  # above DEFAULT_POINTS
 
 
 def test_resolve_refine() -> None:

@@ -442,6 +442,10 @@ def announce(
     n: int, d: int, terms: list[int], backend: str, refine: Refine, calibrate: bool
 ) -> None:
     """Say which backend runs and, where the work takes seconds, roughly how long."""
+    from amorgp.amortizer.stages.refine import DEFAULT_POINTS
+
+    if refine is None and n > DEFAULT_POINTS:
+        refine = 0  # there the default leaves the amortized answer
     log.info(
         "working on n = %d points, d = %d, %d kernel(s) with backend %s",
         n,

@@ -348,7 +348,7 @@ def _predict_one(
     refined = (", scale and noise calibrated" if result.calibrated else "") + (
         f", refined: {result.refine_steps} steps ({result.refine_status})"
         if result.refine_status not in ("none", "skipped")
-        else ", not refined (skipped: no Fisher scoring at this size or dtype)"
+        else ", not refined (skipped: too large for the default refinement, or float32)"
         if result.refine_status == "skipped"
         else ""
     )

@@ -110,8 +110,9 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
             every input dimension (``"SE + PER"``).
         refine: ``None`` (the default): Type-2 ML from the network's start until one more
             step is predicted to gain less than 0.01 nats, where the dense float64
-            refinement applies (at most 2000 points), none above (``refine_status``
-            ``"skipped"``); ``"auto"``: the same, and L-BFGS above; ``k``: at most ``k``
+            refinement applies (at most 2000 points), by L-BFGS rounds up to 5000 points,
+            none above (``refine_status`` ``"skipped"``); ``"auto"``: the same, and L-BFGS
+            at any size within the dense limit; ``k``: at most ``k``
             iterations; ``0``: the network's answer alone (see
             :meth:`Amortizer.infer_many <amorgp.amortizer.frontends.inference.Amortizer.infer_many>`).
         calibrate: set the kernel's global scale and the noise to their exact Type-2 ML

@@ -306,8 +306,10 @@ class Amortizer(candidates.Fitter):
                 it is not, the best few periodic starts first by successive halving (as
                 ``"auto"``), wherever Fisher scoring applies (dense float64 algebra, at most
                 :data:`~amorgp.amortizer.stages.fisher.MAX_POINTS` points, within the memory
-                budget); elsewhere nothing is refined and ``refine_status`` says
-                ``"skipped"`` (:func:`~amorgp.amortizer.stages.refine.resolve_refine`).
+                budget), and above that by L-BFGS rounds up to
+                :data:`~amorgp.amortizer.stages.refine.DEFAULT_POINTS` points (float64, within
+                the dense limit); elsewhere nothing is refined and ``refine_status`` says
+                ``"skipped"`` (:func:`~amorgp.amortizer.stages.refine.default_refines`).
                 ``"auto"``: the same, and L-BFGS rounds until the likelihood stops
                 improving where Fisher scoring does not apply.  ``k`` (any integral
                 number): at most ``k`` iterations.  ``0``: the amortized answer alone (see

@@ -18,7 +18,7 @@ from amorgp.amortizer.stages import calibrate as calibration
 from amorgp.amortizer.stages.backends import GPBackendSizing
 from amorgp.amortizer.stages.constraints import Constraints, KernelConstraints
 from amorgp.amortizer.stages.fisher import fisher_applies
-from amorgp.amortizer.stages.refine import resolve_refine
+from amorgp.amortizer.stages.refine import default_refines, resolve_refine
 from amorgp.amortizer.stages.results import Factor
 from amorgp.lazy_kernels import SolverPlan
 
@@ -196,8 +196,9 @@ def refine_plan(
 ) -> tuple[int | Literal["auto"], str, list[list[int]]]:
     """What runs for ``steps`` (:func:`~amorgp.amortizer.stages.refine.check_refine`'s) on
     datasets of ``n`` points with kernels of ``terms`` addends: the refinement
-    (:func:`~amorgp.amortizer.stages.refine.resolve_refine`, by whether Fisher scoring
-    applies), the ``refine_status`` of rows it leaves alone, and L-BFGS's groups of
+    (:func:`~amorgp.amortizer.stages.refine.resolve_refine`, by whether the default
+    refines there: :func:`~amorgp.amortizer.stages.refine.default_refines`), the
+    ``refine_status`` of rows it leaves alone, and L-BFGS's groups of
     kernels where Fisher scoring does not refine (:attr:`FitOptions.groups`).
 
     Raises:
@@ -205,7 +206,9 @@ def refine_plan(
             dense limit.
     """
     fisher = fisher_applies(n, terms, amz.dtype, amz.memory_budget)
-    run, idle = resolve_refine(steps, fisher)
+    dense = fisher or all(amz.fits_dense(n, t) for t in terms)
+    refines = default_refines(fisher, n, amz.dtype == torch.float64, dense)
+    run, idle = resolve_refine(steps, refines)
     constraints.check_refine(run)
     groups = amz.refine_groups(n, terms, run) if run != 0 and not fisher else []
     return run, idle, groups

@@ -61,6 +61,8 @@ __all__ = [
     "SKIPPED",
     "check_refine",
     "resolve_refine",
+    "default_refines",
+    "DEFAULT_POINTS",
     "typical_iterations",
     "dense_groups",
     "refine",
@@ -87,28 +89,46 @@ model comparisons read it)."""
 AUTO_MAX_ITERS = 500
 """Most L-BFGS iterations ``refine="auto"`` runs per kernel."""
 
+DEFAULT_POINTS = 5000
+"""Most points of a dataset that the default (``refine=None``) refines where Fisher
+scoring does not apply (above :data:`~amorgp.amortizer.stages.fisher.MAX_POINTS`): by
+L-BFGS, as ``refine="auto"``, in float64 and where every kernel of the call fits the dense
+limit (:func:`default_refines`).  An evaluation costs one factorisation and one inverse of
+``n x n``; at 3,000 points in 6 inputs a fit of ``SE`` takes about 45 s of one core
+(``docs/benchmarks/packed-lbfgs.md``), a tenth of scikit-learn's with 3 restarts or less,
+and it grows as ``n^3``: above this size the default leaves the amortized answer, said by
+:data:`SKIPPED`."""
+
 Refine = int | Literal["auto"]
 
 SKIPPED = "skipped"
-"""``refine_status`` of a result whose default refinement (``refine=None``) did not run:
-its rows are not refined by Fisher scoring (float32 GP algebra, more than
-:data:`~amorgp.amortizer.stages.fisher.MAX_POINTS` points, or beyond the memory budget;
-:func:`resolve_refine`)."""
+"""``refine_status`` of a result whose default refinement (``refine=None``) did not run
+(:func:`default_refines`: float32 GP algebra, more than :data:`DEFAULT_POINTS` points, or
+a kernel beyond the dense limit of the memory budget; :func:`resolve_refine`)."""
 
 
-def resolve_refine(refine: Refine | None, fisher: bool) -> tuple[Refine, str]:
-    """The refinement that runs for ``refine`` (:func:`check_refine`'s) on rows that
-    Fisher scoring does (``fisher``) or does not refine, and the status of rows it leaves
-    alone (``"none"``, or :data:`SKIPPED` for the default).
+def default_refines(fisher: bool, n: int, float64: bool, dense: bool) -> bool:
+    """Whether the default (``refine=None``) refines datasets of ``n`` points: wherever
+    Fisher scoring applies (``fisher``), and by L-BFGS up to :data:`DEFAULT_POINTS` points
+    in float64 (``float64``) where every kernel fits the dense limit (``dense``)."""
+    return fisher or (float64 and dense and n <= DEFAULT_POINTS)
 
-    ``None``, the default: ``"auto"`` wherever Fisher scoring applies (the best periodic
-    starts of each kernel refined by successive halving, then every row whose predicted
-    gain is above :data:`~amorgp.amortizer.stages.fisher.GAIN_TOL` refined until it is
-    not; a row already at its optimum takes no step); elsewhere no refinement, said by the
-    status :data:`SKIPPED` (an explicit ``refine="auto"`` or ``k`` runs L-BFGS there).
+
+def resolve_refine(refine: Refine | None, refines: bool) -> tuple[Refine, str]:
+    """The refinement that runs for ``refine`` (:func:`check_refine`'s) on rows that the
+    default refines (``refines``, :func:`default_refines`) or not, and the status of rows
+    it leaves alone (``"none"``, or :data:`SKIPPED` for the default).
+
+    ``None``, the default: ``"auto"`` wherever it refines (the best periodic starts of
+    each kernel refined by successive halving, then every row refined until it stops by
+    itself: by Fisher scoring until the predicted gain is below
+    :data:`~amorgp.amortizer.stages.fisher.GAIN_TOL`, a row already at its optimum taking
+    no step; by L-BFGS rounds above :data:`~amorgp.amortizer.stages.fisher.MAX_POINTS`
+    points); elsewhere no refinement, said by the status :data:`SKIPPED` (an explicit
+    ``refine="auto"`` or ``k`` runs L-BFGS there, within the dense limit).
     """
     if refine is None:
-        return ("auto", "none") if fisher else (0, SKIPPED)
+        return ("auto", "none") if refines else (0, SKIPPED)
     return refine, "none"
 
 
