@@ -53,6 +53,24 @@ def _dense_optimum(r: object, X: np.ndarray, y: np.ndarray) -> float:
     return -float(res.fun)
 
 
+def _dense_grad_norm(r: object, X: np.ndarray, y: np.ndarray) -> float:
+    """The norm of the dense float64 likelihood's gradient in ``z = log(theta - floor)``
+    at the result, by central differences (the registry's numpy references)."""
+    norm = r.normalizer  # type: ignore[attr-defined]
+    Xn, yn = norm.transform_x(X).to(torch.float64), norm.transform_y(y).to(torch.float64)
+    obj = BatchLogMarginalLikelihood(Xn[None], yn[None], r.kernel)  # type: ignore[attr-defined]
+    floors = obj.floors.numpy()
+    z0 = obj.to_log_rows(r.params[None], torch.tensor([r.noise]))[0].numpy()  # type: ignore[attr-defined]
+
+    def lml(z: np.ndarray) -> float:
+        K = oracle_covariance(Xn.numpy(), r.kernel, floors + np.exp(z))  # type: ignore[attr-defined]
+        return float(multivariate_normal(np.zeros(len(yn)), K).logpdf(yn.numpy()))
+
+    h = 1e-5
+    g = [(lml(z0 + h * e) - lml(z0 - h * e)) / (2 * h) for e in np.eye(len(z0))]
+    return float(np.linalg.norm(g))
+
+
 @pytest.mark.parametrize("kernel", ["SE", "SE + LIN"])
 def test_the_default_ends_at_the_dense_optimum(amz: Amortizer, kernel: str) -> None:
     """Not refining (``refine=0``) leaves likelihood to gain; the default ends near the
@@ -112,6 +130,18 @@ def test_above_fisher_scorings_size_the_default_refines_by_lbfgs(
     explicit = amz.infer(X, y, "SE", refine="auto")
     torch.testing.assert_close(r.params, explicit.params, rtol=0.0, atol=0.0)
     assert r.refine_steps == explicit.refine_steps
+    # the gradient norm where L-BFGS stopped, reported where the predicted gain is not
+    # evaluated (more points than CHECK_POINTS, lowered here too)
+    assert r.grad_norm == pytest.approx(_dense_grad_norm(r, X, y), rel=1e-3, abs=1e-5)
+    short = amz.infer(X, y, "SE", refine=2)  # stopped short of the optimum: it shows
+    assert short.refine_status == "max_iters"
+    assert short.grad_norm == pytest.approx(_dense_grad_norm(short, X, y), rel=1e-5)
+    assert short.grad_norm > 1e3 * r.grad_norm
+    monkeypatch.setattr(fisher, "CHECK_POINTS", 30)
+    opt = amz.infer(X, y, "SE").optimality()
+    assert opt.at_optimum is None
+    assert opt.grad_norm == pytest.approx(r.grad_norm, rel=1e-9)
+    assert "not evaluated" in opt.source
     monkeypatch.setattr(refine, "DEFAULT_POINTS", 35)
     left = amz.infer(X, y, "SE")
     assert left.refine_status == SKIPPED

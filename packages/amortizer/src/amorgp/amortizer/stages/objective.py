@@ -373,17 +373,18 @@ class LogMarginalLikelihood:
             derivs.extend(Derivative(a, None, rest * dt) for a, dt in own)
         return var * unit, derivs
 
-    def maximise(self, z: Tensor, iterations: int) -> tuple[Tensor, float, int, str]:
+    def maximise(self, z: Tensor, iterations: int) -> tuple[Tensor, float, int, str, float]:
         """At most ``iterations`` L-BFGS iterations (strong Wolfe, up to
         :data:`EVALS_PER_ITERATION` evaluations each) from ``z``: ``(z, lml, iterations
-        run, status)``, status ``"converged"``, ``"max_iters"`` or ``"failed"`` (the last
-        finite iterate is kept)."""
+        run, status, gradient norm)``, status ``"converged"``, ``"max_iters"`` or
+        ``"failed"`` (the last finite iterate is kept); the norm of the objective's
+        gradient in ``z`` there (NaN where it is not finite)."""
         from amorgp.diff_linalg.optim import lbfgs
 
         if z.numel() == 0:  # every parameter fixed: nothing to optimise
             with torch.no_grad():
                 lml = float(self.value(z))
-            return z, lml, 0, "converged" if math.isfinite(lml) else "failed"
+            return z, lml, 0, "converged" if math.isfinite(lml) else "failed", 0.0
         res = lbfgs(
             [z],
             lambda p: -self.value(p[0]),
@@ -391,15 +392,15 @@ class LogMarginalLikelihood:
             max_evals=iterations * EVALS_PER_ITERATION,
         )
         z_new = res.params[0].detach()
-        with torch.no_grad():
-            lml = float(self.value(z_new))
+        value, grad = self.value_and_grad(z_new)
+        lml = float(value)
         failed = res.failed or not math.isfinite(lml)
         if failed and not math.isfinite(lml):
             z_new = z
-            with torch.no_grad():
-                lml = float(self.value(z))
+            value, grad = self.value_and_grad(z)
+            lml = float(value)
         status = "failed" if failed else ("converged" if res.converged else "max_iters")
-        return z_new, lml, int(res.iterations), status
+        return z_new, lml, int(res.iterations), status, float(grad.norm())
 
 
 class _LogMarginalLikelihoodFn(torch.autograd.Function):

@@ -274,6 +274,7 @@ def refine(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBat
         params[rows], noise[rows] = ref.params, ref.noise
         batch.iterations[rows] = ref.iterations
         batch.status[rows] = ref.status
+        batch.grad_norm[rows] = ref.grad_norm
     batch.params, batch.noise = params, noise
     return batch
 

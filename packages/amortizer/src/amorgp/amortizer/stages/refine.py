@@ -170,6 +170,8 @@ class Refinement:
         status: per kernel ``"converged"``, ``"max_iters"`` or ``"failed"``.
         log_marginal_likelihood: per kernel, the exact log marginal likelihood at the
             refined parameters (``nan`` where no iteration ran).
+        grad_norm: per kernel, the norm of the gradient in the log parameters there
+            (``nan`` where no iteration ran).
     """
 
     params: Tensor
@@ -177,6 +179,7 @@ class Refinement:
     iterations: list[int]
     status: list[str]
     log_marginal_likelihood: list[float] = field(default_factory=list)
+    grad_norm: list[float] = field(default_factory=list)
 
 
 def refine(
@@ -221,12 +224,13 @@ def refine(
     z = [f.to_log(cur[k], cur_noise[k]) for k, f in enumerate(objectives)]
     active = list(range(K))
     last: list[float | None] = [None] * K
+    norms = [math.nan] * K
     done = 0
     while active and done < budget:
         n_iter = min(per_round, budget - done)
         still = []
         for k in active:  # one L-BFGS run per kernel (its own line search)
-            z[k], lml, its, st = objectives[k].maximise(z[k], n_iter)
+            z[k], lml, its, st, norms[k] = objectives[k].maximise(z[k], n_iter)
             iterations[k] += its
             prev = last[k]
             last[k] = lml
@@ -247,7 +251,7 @@ def refine(
     out[:, :D, :L, :P] = cur[..., :P].to(device=params.device, dtype=params.dtype)
     lmls = [math.nan if v is None else v for v in last]
     return Refinement(
-        out, cur_noise.to(device=noise.device, dtype=noise.dtype), iterations, status, lmls
+        out, cur_noise.to(device=noise.device, dtype=noise.dtype), iterations, status, lmls, norms
     )
 
 
@@ -285,6 +289,7 @@ def refine_in_groups(
     params, noise = params.detach().clone(), noise.detach().clone()
     K = len(structures)
     iterations, status = [0] * K, ["none"] * K
+    lmls, norms = [math.nan] * K, [math.nan] * K
     for group in groups:
         idx = list(group)
         ref = refine(
@@ -301,7 +306,8 @@ def refine_in_groups(
         params[idx], noise[idx] = ref.params, ref.noise
         for j, i in enumerate(idx):
             iterations[i], status[i] = ref.iterations[j], ref.status[j]
-    return Refinement(params, noise, iterations, status)
+            lmls[i], norms[i] = ref.log_marginal_likelihood[j], ref.grad_norm[j]
+    return Refinement(params, noise, iterations, status, lmls, norms)
 
 
 def refine_starts(

@@ -243,10 +243,9 @@ class KernelResult(KernelFit):
         if out is None:
             if self._posterior is None:
                 out = unknown_optimality("no data")
-            elif self.n_points > CHECK_POINTS:
-                out = unknown_optimality(
-                    f"not evaluated: n = {self.n_points} > {CHECK_POINTS} points"
-                )
+            elif self.n_points > CHECK_POINTS:  # the L-BFGS refinement's gradient norm, if any
+                reason = f"not evaluated: n = {self.n_points} > {CHECK_POINTS} points"
+                out = Optimality(math.nan, self.grad_norm, reason)
             else:
                 out = evaluate_rows([self])[0]
         object.__setattr__(self, "_optimality_cache", out)
