@@ -7,7 +7,7 @@ import pytest
 import scipy.optimize
 import torch
 
-from amorgp.diff_linalg.optim import batched_adam, lbfgs
+from amorgp.diff_linalg.optim import LBFGSRun, batched_adam, lbfgs
 
 A = torch.tensor(
     [[[3.0, 0.5], [0.5, 1.0]], [[1.0, 0.0], [0.0, 10.0]], [[2.0, -0.3], [-0.3, 0.7]]],
@@ -90,6 +90,35 @@ def test_lbfgs_reaches_scipy_minimum() -> None:
     assert res.converged
     assert not res.failed
     np.testing.assert_allclose(res.params[0].numpy(), ref.x, atol=1e-5)
+
+
+def _rosen(p: list[torch.Tensor]) -> torch.Tensor:
+    x = p[0]
+    return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+
+def test_a_continued_run_takes_the_steps_of_one_run() -> None:
+    """Rounds of 5 iterations of one :class:`LBFGSRun` end where one run of their total
+    does (its curvature pairs kept), short of the minimum after 15 and at scipy's (the
+    closed form: all ones) when left to converge; fresh runs of 5 restart from a gradient
+    step each and end elsewhere."""
+    x0 = torch.tensor([-1.2, 1.0, 0.5], dtype=torch.float64)
+    one = lbfgs([x0], _rosen, max_iters=15, max_evals=15 * 25)
+    run = LBFGSRun([x0], _rosen)
+    for _ in range(3):
+        rounds = run.run(5, 5 * 25)
+    assert rounds.iterations == 5
+    assert not rounds.converged
+    np.testing.assert_allclose(rounds.params[0].numpy(), one.params[0].numpy(), rtol=1e-10)
+    assert rounds.loss == pytest.approx(one.loss, rel=1e-10)
+    assert one.loss > 1e-6  # not yet at the minimum: the iterates say something
+    fresh = x0
+    for _ in range(3):
+        fresh = lbfgs([fresh], _rosen, max_iters=5, max_evals=5 * 25).params[0]
+    assert not np.allclose(fresh.numpy(), one.params[0].numpy(), rtol=1e-6)
+    while not (done := run.run(5, 5 * 25)).converged:
+        assert not done.failed
+    np.testing.assert_allclose(done.params[0].numpy(), np.ones(3), atol=1e-5)
 
 
 def _logcosh_counted(calls: list[int]):

@@ -24,7 +24,13 @@ from amorgp.diff_linalg.operators import (
     trmm,
     trsm,
 )
-from amorgp.diff_linalg.optim import BatchedOptimResult, LBFGSResult, batched_adam, lbfgs
+from amorgp.diff_linalg.optim import (
+    BatchedOptimResult,
+    LBFGSResult,
+    LBFGSRun,
+    batched_adam,
+    lbfgs,
+)
 
 __all__ = [
     "size_buckets",
@@ -53,6 +59,7 @@ __all__ = [
     "robust_cholesky",
     "BatchedOptimResult",
     "LBFGSResult",
+    "LBFGSRun",
     "batched_adam",
     "lbfgs",
 ]

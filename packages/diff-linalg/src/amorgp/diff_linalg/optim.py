@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["BatchedOptimResult", "LBFGSResult", "batched_adam", "lbfgs"]
+__all__ = ["BatchedOptimResult", "LBFGSResult", "LBFGSRun", "batched_adam", "lbfgs"]
 
 BatchObjective = Callable[[Sequence[Tensor]], Tensor]
 
@@ -202,52 +202,94 @@ def lbfgs(
         tolerance_grad: stop when the max-abs gradient falls below this.
         tolerance_change: stop when the objective or step changes less than this.
     """
-    x = [p.detach().clone().requires_grad_(True) for p in params]
-    opt = torch.optim.LBFGS(
-        x,
+    run = LBFGSRun(
+        params,
+        objective,
         lr=lr,
-        max_iter=max_iters,
-        max_eval=max_evals,
         history_size=history_size,
         tolerance_grad=tolerance_grad,
         tolerance_change=tolerance_change,
-        line_search_fn="strong_wolfe",
     )
-    best: list[Tensor] = [t.detach().clone() for t in x]
-    best_loss = float("inf")
-    bad = False
+    return run.run(max_iters, max_evals)
 
-    def closure() -> Tensor:
-        nonlocal best_loss, best, bad
-        opt.zero_grad()
-        loss = objective(x)
-        if not torch.isfinite(loss):
-            bad = True
-            # a large finite value steers the line search back; the iterate is discarded
-            return torch.tensor(1e30, dtype=loss.dtype, requires_grad=False)
-        loss.backward()
-        if not all(t.grad is None or bool(torch.isfinite(t.grad).all()) for t in x):
-            bad = True
-            for t in x:
-                if t.grad is not None:
-                    t.grad.zero_()
-            return loss.detach().new_tensor(1e30)
-        lv = float(loss.detach())
-        if lv < best_loss:
-            best_loss = lv
-            best = [t.detach().clone() for t in x]
-        return loss
 
-    try:
-        opt.step(closure)
-    except RuntimeError:
-        bad = True
-    state = opt.state[opt._params[0]]
-    n_iter = int(state.get("n_iter", 0))
-    failed = not (best_loss < float("inf"))
-    # stopped by its own tolerances: neither the iteration nor the evaluation budget ran out
-    budget_left = int(state.get("func_evals", 0)) < opt.defaults["max_eval"]
-    converged = (not failed) and n_iter < max_iters and budget_left
-    if bad and failed:
-        best_loss = float("nan")
-    return LBFGSResult(tuple(best), best_loss, n_iter, converged, failed)
+class LBFGSRun:
+    """An L-BFGS minimisation (:func:`lbfgs`'s) that can be continued: each :meth:`run`
+    goes on from the iterate, direction and curvature pairs where the previous one
+    stopped, so rounds of ``k`` iterations take the steps of one run of their total (one
+    more evaluation per round, at its start), where a fresh run per round would begin
+    each with a gradient step and an empty history.
+
+    Args:
+        params, objective, lr, history_size, tolerance_grad, tolerance_change: as
+            :func:`lbfgs`'s.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        objective: Callable[[Sequence[Tensor]], Tensor],
+        *,
+        lr: float = 1.0,
+        history_size: int = 20,
+        tolerance_grad: float = 1e-7,
+        tolerance_change: float = 1e-10,
+    ) -> None:
+        self.x = [p.detach().clone().requires_grad_(True) for p in params]
+        self.objective = objective
+        self.opt = torch.optim.LBFGS(
+            self.x,
+            lr=lr,
+            history_size=history_size,
+            tolerance_grad=tolerance_grad,
+            tolerance_change=tolerance_change,
+            line_search_fn="strong_wolfe",
+        )
+        self.best: list[Tensor] = [t.detach().clone() for t in self.x]
+        self.best_loss = float("inf")
+
+    def run(self, max_iters: int, max_evals: int | None = None) -> LBFGSResult:
+        """At most ``max_iters`` more iterations and ``max_evals`` more evaluations
+        (:func:`lbfgs`); the result's parameters and loss are the best seen over every
+        round, its ``iterations`` and ``converged`` this round's."""
+        x, opt = self.x, self.opt
+        group = opt.param_groups[0]
+        group["max_iter"] = max_iters
+        group["max_eval"] = max_evals if max_evals is not None else max_iters * 5 // 4
+        state = opt.state[opt._params[0]]
+        iters0, evals0 = int(state.get("n_iter", 0)), int(state.get("func_evals", 0))
+        bad = False
+
+        def closure() -> Tensor:
+            nonlocal bad
+            opt.zero_grad()
+            loss = self.objective(x)
+            if not torch.isfinite(loss):
+                bad = True
+                # a large finite value steers the line search back; the iterate is discarded
+                return torch.tensor(1e30, dtype=loss.dtype, requires_grad=False)
+            loss.backward()
+            if not all(t.grad is None or bool(torch.isfinite(t.grad).all()) for t in x):
+                bad = True
+                for t in x:
+                    if t.grad is not None:
+                        t.grad.zero_()
+                return loss.detach().new_tensor(1e30)
+            lv = float(loss.detach())
+            if lv < self.best_loss:
+                self.best_loss = lv
+                self.best = [t.detach().clone() for t in x]
+            return loss
+
+        try:
+            opt.step(closure)
+        except RuntimeError:
+            bad = True
+        state = opt.state[opt._params[0]]
+        n_iter = int(state.get("n_iter", 0)) - iters0
+        failed = not (self.best_loss < float("inf"))
+        # stopped by its own tolerances: neither the iteration nor the evaluation budget ran out
+        budget_left = int(state.get("func_evals", 0)) - evals0 < group["max_eval"]
+        converged = (not failed) and n_iter < max_iters and budget_left
+        best_loss = float("nan") if bad and failed else self.best_loss
+        return LBFGSResult(tuple(self.best), best_loss, n_iter, converged, failed)

@@ -33,6 +33,7 @@ from amorgp.kernel_grammar import (
 
 if TYPE_CHECKING:
     from amorgp.amortizer.stages.constraints import KernelConstraints
+    from amorgp.diff_linalg.optim import LBFGSRun
 
 __all__ = [
     "EVALS_PER_ITERATION",
@@ -373,24 +374,29 @@ class LogMarginalLikelihood:
             derivs.extend(Derivative(a, None, rest * dt) for a, dt in own)
         return var * unit, derivs
 
-    def maximise(self, z: Tensor, iterations: int) -> tuple[Tensor, float, int, str, float]:
-        """At most ``iterations`` L-BFGS iterations (strong Wolfe, up to
-        :data:`EVALS_PER_ITERATION` evaluations each) from ``z``: ``(z, lml, iterations
-        run, status, gradient norm)``, status ``"converged"``, ``"max_iters"`` or
-        ``"failed"`` (the last finite iterate is kept); the norm of the objective's
-        gradient in ``z`` there (NaN where it is not finite)."""
-        from amorgp.diff_linalg.optim import lbfgs
+    def lbfgs_run(self, z: Tensor) -> LBFGSRun:
+        """An L-BFGS run of the objective from ``z`` that :meth:`maximise` continues round
+        after round (:class:`~amorgp.diff_linalg.optim.LBFGSRun`)."""
+        from amorgp.diff_linalg.optim import LBFGSRun
 
+        return LBFGSRun([z], lambda p: -self.value(p[0]))
+
+    def maximise(
+        self, z: Tensor, iterations: int, run: LBFGSRun | None = None
+    ) -> tuple[Tensor, float, int, str, float]:
+        """At most ``iterations`` L-BFGS iterations (strong Wolfe, up to
+        :data:`EVALS_PER_ITERATION` evaluations each) from ``z``, or with ``run``
+        (:meth:`lbfgs_run`) from where that run stopped, its direction and curvature pairs
+        kept: ``(z, lml, iterations run, status, gradient norm)``, status ``"converged"``,
+        ``"max_iters"`` or ``"failed"`` (the best finite iterate is kept, ``z`` where
+        there is none); the norm of the objective's gradient in ``z`` there (NaN where it
+        is not finite)."""
         if z.numel() == 0:  # every parameter fixed: nothing to optimise
             with torch.no_grad():
                 lml = float(self.value(z))
             return z, lml, 0, "converged" if math.isfinite(lml) else "failed", 0.0
-        res = lbfgs(
-            [z],
-            lambda p: -self.value(p[0]),
-            max_iters=iterations,
-            max_evals=iterations * EVALS_PER_ITERATION,
-        )
+        run = self.lbfgs_run(z) if run is None else run
+        res = run.run(iterations, iterations * EVALS_PER_ITERATION)
         z_new = res.params[0].detach()
         value, grad = self.value_and_grad(z_new)
         lml = float(value)

@@ -20,7 +20,9 @@ through that map: a fixed parameter is not among ``z``, a bounded one moves as
 tolerances stop it); each iteration's strong-Wolfe line search may use up to
 :data:`~amorgp.amortizer.stages.objective.EVALS_PER_ITERATION` evaluations of the objective, so the iteration count, not an
 evaluation budget, bounds the refinement.  ``refine="auto"`` runs rounds of
-:data:`AUTO_ROUND` iterations, warm-started at the previous round, until the log marginal
+:data:`AUTO_ROUND` iterations of one L-BFGS run per kernel, each round going on where
+the previous one stopped (its direction and curvature pairs kept:
+:class:`~amorgp.diff_linalg.optim.LBFGSRun`), until the log marginal
 likelihood of a kernel improves by less than :data:`AUTO_ATOL` nats or :data:`AUTO_RTOL`
 relatively (``Delta <= max(AUTO_ATOL, AUTO_RTOL * |LML|)``) over a round, L-BFGS
 converges, or :data:`AUTO_MAX_ITERS` iterations have run.
@@ -222,6 +224,8 @@ def refine(
         for k, s in enumerate(structures)
     ]
     z = [f.to_log(cur[k], cur_noise[k]) for k, f in enumerate(objectives)]
+    # one L-BFGS run per kernel, continued round after round (its curvature pairs kept)
+    runs = [f.lbfgs_run(z[k]) for k, f in enumerate(objectives)]
     active = list(range(K))
     last: list[float | None] = [None] * K
     norms = [math.nan] * K
@@ -230,7 +234,7 @@ def refine(
         n_iter = min(per_round, budget - done)
         still = []
         for k in active:  # one L-BFGS run per kernel (its own line search)
-            z[k], lml, its, st, norms[k] = objectives[k].maximise(z[k], n_iter)
+            z[k], lml, its, st, norms[k] = objectives[k].maximise(z[k], n_iter, runs[k])
             iterations[k] += its
             prev = last[k]
             last[k] = lml
