@@ -96,8 +96,8 @@ DEFAULT_POINTS = 5000
 scoring does not apply (above :data:`~amorgp.amortizer.stages.fisher.MAX_POINTS`): by
 L-BFGS, as ``refine="auto"``, in float64 and where every kernel of the call fits the dense
 limit (:func:`default_refines`).  An evaluation costs one factorisation and one inverse of
-``n x n``; at 3,000 points in 6 inputs a fit of ``SE`` takes about 45 s of one core
-(``docs/benchmarks/packed-lbfgs.md``), a tenth of scikit-learn's with 3 restarts or less,
+``n x n``; at 3,000 points in 6 inputs a fit of ``SE`` takes about 70 s of one core
+(``docs/benchmarks/refine-stop.md``), 0.06x scikit-learn's with 3 restarts,
 and it grows as ``n^3``: above this size the default leaves the amortized answer, said by
 :data:`SKIPPED`."""
 
