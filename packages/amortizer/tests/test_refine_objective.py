@@ -88,3 +88,26 @@ def test_absorbs_matches_torch_broadcasting() -> None:
         except RuntimeError:
             expected = False
         assert absorbs(torch.Size(a), torch.Size(b)) == expected, (a, b)
+
+
+def test_objectives_sharing_their_pairs_match_the_dense_oracle() -> None:
+    """The kernels of one refinement share one set of packed pairs and one covariance
+    buffer (``share=``); evaluated alternately, each equals the dense oracle."""
+    rng = np.random.default_rng(1)
+    n = 25
+    X = rng.uniform(0, 1, (n, 2))
+    y = np.sin(5 * X[:, 0]) + X[:, 1] + 0.1 * rng.normal(size=n)
+    Xt, yt = torch.tensor(X), torch.tensor(y)
+    s1 = DimWiseStructure.coerce("SE", 2)
+    s2 = DimWiseStructure.coerce("(SE + PER)@0 * LIN@1", 2)
+    f1 = LogMarginalLikelihood(Xt, yt, s1)
+    f2 = LogMarginalLikelihood(Xt, yt, s2, share=f1)
+    assert f2.r[0] is f1.r[0] and f2.lower is f1.lower  # one set for both
+    for _ in range(2):
+        for f, s in ((f1, s1), (f2, s2)):
+            z = torch.tensor(rng.uniform(-1.5, 0.5, f.floors.numel()))
+            theta = (f.floors + z.exp()).numpy()
+            value, _ = f.value_and_grad(z)
+            assert float(value) == pytest.approx(_dense_lml(X, y, s, theta), rel=1e-10)
+    with pytest.raises(ValueError, match="same tensor"):
+        LogMarginalLikelihood(Xt.clone(), yt, s2, share=f1)

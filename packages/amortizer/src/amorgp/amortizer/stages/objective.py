@@ -84,6 +84,7 @@ class LogMarginalLikelihood:
         y: Tensor,
         structure: DimWiseStructure,
         constraints: KernelConstraints | None = None,
+        share: LogMarginalLikelihood | None = None,
     ) -> None:
         self.X, self.y, self.structure = X, y, structure
         self.terms: list[tuple[int, int, BaseSymbol]] = [
@@ -110,7 +111,15 @@ class LogMarginalLikelihood:
             self.bounded = ~torch.isnan(low)
             self.log_low, self.log_width = low.log(), high.log() - low.log()
         self.pairs: tuple[Tensor, Tensor]
-        self._pairwise(X, sorted({j for j, _, _ in self.terms}))
+        dims = sorted({j for j, _, _ in self.terms})
+        self.points: dict[int, tuple[Tensor, Tensor]] = {}
+        self.r: dict[int, Tensor] = {}
+        self.xx: dict[int, Tensor] = {}
+        self.r2: dict[int, Tensor] = {}
+        if share is None:
+            self._pairwise(X, dims)
+        else:
+            self._share(share, dims)
 
     def _pairwise(self, X: Tensor, dims: list[int]) -> None:
         """The pairs' values of every input column in ``dims``, packed: each matrix of an
@@ -128,8 +137,23 @@ class LogMarginalLikelihood:
         # the diagonal's pairs: the last of each row (row i ends at i (i + 3) / 2)
         i = torch.arange(n)
         self.diagonal = i * (i + 3) // 2
-        self._A: Tensor | None = None
+        self._buffers: dict[str, Tensor] = {}
         self._column_pairs(X[rows], X[cols], {j: (X[:, j], X[:, j]) for j in dims})
+
+    def _share(self, other: LogMarginalLikelihood, dims: list[int]) -> None:
+        """The packed pairs of ``other``, an objective of the same inputs ``X``: its
+        indices, its covariance buffer (objectives of one fit are evaluated one at a time)
+        and its columns' pairwise values, those of ``dims`` it lacks added for both (the
+        kernels of one call refined together keep one set, not one each)."""
+        if other.X is not self.X:
+            raise ValueError("share: the objectives' inputs must be the same tensor")
+        self.pairs, self.lower, self.diagonal = other.pairs, other.lower, other.diagonal
+        self._buffers = other._buffers
+        self.points, self.r, self.xx, self.r2 = other.points, other.r, other.xx, other.r2
+        missing = {j: (self.X[:, j], self.X[:, j]) for j in dims if j not in self.r}
+        if missing:
+            rows, cols = self.pairs
+            self._column_pairs(self.X[rows], self.X[cols], missing)
 
     def _column_pairs(
         self, xi: Tensor, xj: Tensor, points: dict[int, tuple[Tensor, Tensor]]
@@ -137,10 +161,11 @@ class LogMarginalLikelihood:
         """``r``, ``xx`` and ``r2`` of the columns of ``points`` (its keys) from the first
         and second points of each pair, ``xi`` and ``xj``, broadcasting to the pairs'
         shape; ``points``: each column's points as PER's form takes them."""
-        self.points = points
-        self.r = {j: xi[..., j] - xj[..., j] for j in points}
-        self.xx = {j: xi[..., j] * xj[..., j] for j in points}
-        self.r2 = {j: r.square() for j, r in self.r.items()}
+        for j in points:  # into the dictionaries, which a shared objective holds too
+            self.points[j] = points[j]
+            self.r[j] = xi[..., j] - xj[..., j]
+            self.xx[j] = xi[..., j] * xj[..., j]
+            self.r2[j] = self.r[j].square()
 
     def flat(self, params: Tensor, noise: Tensor) -> Tensor:
         """``theta (..., m)``: ``params (..., D, L, P)`` (the structure's slots) and
@@ -281,9 +306,9 @@ class LogMarginalLikelihood:
         matrix above glibc's mmap threshold, about 2,900 points, is faulted in afresh each
         time); the upper triangle is never written (zeros)."""
         n = self.X.shape[-2]
-        if self._A is None:
-            self._A = K.new_zeros(n, n)
-        A = self._A
+        A = self._buffers.get("A")
+        if A is None:
+            A = self._buffers["A"] = K.new_zeros(n, n)
         A.view(-1).index_copy_(0, self.lower, K.expand(self.lower.shape))
         A.diagonal().add_(noise)
         return A

@@ -219,10 +219,11 @@ def refine(
     budget = AUTO_MAX_ITERS if steps == "auto" else steps
     per_round = AUTO_ROUND if steps == "auto" else steps
     iterations, status = [0] * K, ["max_iters"] * K
-    objectives = [
-        LogMarginalLikelihood(X64, y64, s, None if constraints is None else constraints[k])
-        for k, s in enumerate(structures)
-    ]
+    objectives: list[LogMarginalLikelihood] = []
+    for k, s in enumerate(structures):  # one set of packed pairs for all of them
+        cons = None if constraints is None else constraints[k]
+        share = objectives[0] if objectives else None
+        objectives.append(LogMarginalLikelihood(X64, y64, s, cons, share=share))
     z = [f.to_log(cur[k], cur_noise[k]) for k, f in enumerate(objectives)]
     # one L-BFGS run per kernel, continued round after round (its curvature pairs kept)
     runs = [f.lbfgs_run(z[k]) for k, f in enumerate(objectives)]
