@@ -102,7 +102,8 @@ def test_objectives_sharing_their_pairs_match_the_dense_oracle() -> None:
     s2 = DimWiseStructure.coerce("(SE + PER)@0 * LIN@1", 2)
     f1 = LogMarginalLikelihood(Xt, yt, s1)
     f2 = LogMarginalLikelihood(Xt, yt, s2, share=f1)
-    assert f2.r[0] is f1.r[0] and f2.lower is f1.lower  # one set for both
+    assert f2.r[0] is f1.r[0]  # one set for both
+    assert f2.lower is f1.lower
     for _ in range(2):
         for f, s in ((f1, s1), (f2, s2)):
             z = torch.tensor(rng.uniform(-1.5, 0.5, f.floors.numel()))
