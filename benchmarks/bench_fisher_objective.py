@@ -262,8 +262,10 @@ PAGES: dict[str, dict[str, str]] = {
             "memory: the more inputs, the larger both gains. The factorisation and the "
             "inverse (`n^3 / 3` and `2 n^3 / 3` multiply-adds) are unchanged and dominate "
             "the evaluation of a kernel on one input as `n` grows. `refine=k` and "
-            '`refine="auto"` above 2,000 points evaluate this objective; the default '
-            'does not refine there (`refine_status == "skipped"`).'
+            '`refine="auto"` above 2,000 points evaluate this objective, and so does the '
+            "default up to 5,000 points (`refine.DEFAULT_POINTS`). Measured before the "
+            'kernels of one refinement shared their packed pairs and before `refine="auto"`\'s '
+            "L-BFGS rounds became one continued run (CHANGELOG)."
         ),
     },
 }
