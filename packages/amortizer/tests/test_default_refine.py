@@ -29,11 +29,11 @@ def _data(n: int = 40, d: int = 2, seed: int = 3) -> tuple[np.ndarray, np.ndarra
     return X, y
 
 
-def _dense_optimum(r: object, X: np.ndarray, y: np.ndarray) -> float:
-    """The Type-2 ML optimum near the result: scipy's L-BFGS-B on the dense float64
-    likelihood (:func:`amorgp.amortizer.testing.oracle_covariance`, the registry's numpy
-    references) in the refinement's variables ``z = log(theta - floor)`` (so within the
-    same floors), from the result, to tight tolerances."""
+def _dense_lml(r: object, X: np.ndarray, y: np.ndarray):
+    """The dense float64 log marginal likelihood of the result's kernel on its normalised
+    data (:func:`amorgp.amortizer.testing.oracle_covariance`, the registry's numpy
+    references, then scipy) as a function of the refinement's variables ``z = log(theta -
+    floor)``, and ``z`` at the result."""
     norm = r.normalizer  # type: ignore[attr-defined]
     Xn, yn = norm.transform_x(X).to(torch.float64), norm.transform_y(y).to(torch.float64)
     obj = BatchLogMarginalLikelihood(Xn[None], yn[None], r.kernel)  # type: ignore[attr-defined]
@@ -47,6 +47,14 @@ def _dense_optimum(r: object, X: np.ndarray, y: np.ndarray) -> float:
         except np.linalg.LinAlgError:  # a trial point whose covariance is singular
             return -1e10
 
+    return lml, z0
+
+
+def _dense_optimum(r: object, X: np.ndarray, y: np.ndarray) -> float:
+    """The Type-2 ML optimum near the result: scipy's L-BFGS-B on the dense likelihood
+    (:func:`_dense_lml`, so within the same floors), from the result, to tight
+    tolerances."""
+    lml, z0 = _dense_lml(r, X, y)
     res = minimize(
         lambda z: -lml(z), z0, method="L-BFGS-B", options={"maxiter": 3000, "gtol": 1e-9}
     )
@@ -54,18 +62,9 @@ def _dense_optimum(r: object, X: np.ndarray, y: np.ndarray) -> float:
 
 
 def _dense_grad_norm(r: object, X: np.ndarray, y: np.ndarray) -> float:
-    """The norm of the dense float64 likelihood's gradient in ``z = log(theta - floor)``
-    at the result, by central differences (the registry's numpy references)."""
-    norm = r.normalizer  # type: ignore[attr-defined]
-    Xn, yn = norm.transform_x(X).to(torch.float64), norm.transform_y(y).to(torch.float64)
-    obj = BatchLogMarginalLikelihood(Xn[None], yn[None], r.kernel)  # type: ignore[attr-defined]
-    floors = obj.floors.numpy()
-    z0 = obj.to_log_rows(r.params[None], torch.tensor([r.noise]))[0].numpy()  # type: ignore[attr-defined]
-
-    def lml(z: np.ndarray) -> float:
-        K = oracle_covariance(Xn.numpy(), r.kernel, floors + np.exp(z))  # type: ignore[attr-defined]
-        return float(multivariate_normal(np.zeros(len(yn)), K).logpdf(yn.numpy()))
-
+    """The norm of the dense likelihood's gradient (:func:`_dense_lml`) in ``z`` at the
+    result, by central differences."""
+    lml, z0 = _dense_lml(r, X, y)
     h = 1e-5
     g = [(lml(z0 + h * e) - lml(z0 - h * e)) / (2 * h) for e in np.eye(len(z0))]
     return float(np.linalg.norm(g))
