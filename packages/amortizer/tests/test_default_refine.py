@@ -1,12 +1,13 @@
 """The default refinement (``refine=None``): every kernel not at its optimum refined by
 Fisher scoring until the predicted gain is below ``GAIN_TOL``, where Fisher scoring
-applies; above its size by L-BFGS up to ``DEFAULT_POINTS``; elsewhere nothing, and the
-result says ``"skipped"``.  Oracles: scipy's L-BFGS-B
+applies; above its size by L-BFGS up to ``DEFAULT_POINTS``; above that on a seeded subset
+(``"subset"``); elsewhere nothing, and the result says ``"skipped"``.  Oracles: scipy's L-BFGS-B
 on the dense float64 likelihood (numpy kernels from the registry's references), and the
 explicit options the default stands for."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +17,17 @@ from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
 
 from amorgp.amortizer.api import Amortizer
+from amorgp.amortizer.networks.forward import encoder_subset
 from amorgp.amortizer.stages.fisher import GAIN_TOL, MAX_POINTS, fisher_bytes
 from amorgp.amortizer.stages.fisher_objective import BatchLogMarginalLikelihood
-from amorgp.amortizer.stages.refine import SKIPPED, default_refines, resolve_refine
+from amorgp.amortizer.stages.refine import (
+    SKIPPED,
+    SUBSET,
+    SUBSET_POINTS,
+    default_refines,
+    default_subset,
+    resolve_refine,
+)
 from amorgp.amortizer.testing import oracle_covariance
 
 
@@ -29,13 +38,16 @@ def _data(n: int = 40, d: int = 2, seed: int = 3) -> tuple[np.ndarray, np.ndarra
     return X, y
 
 
-def _dense_lml(r: object, X: np.ndarray, y: np.ndarray):
+def _dense_lml(r: object, X: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None):
     """The dense float64 log marginal likelihood of the result's kernel on its normalised
     data (:func:`amorgp.amortizer.testing.oracle_covariance`, the registry's numpy
     references, then scipy) as a function of the refinement's variables ``z = log(theta -
-    floor)``, and ``z`` at the result."""
+    floor)``, and ``z`` at the result; on the points ``rows`` alone if given (normalised
+    as all points are)."""
     norm = r.normalizer  # type: ignore[attr-defined]
     Xn, yn = norm.transform_x(X).to(torch.float64), norm.transform_y(y).to(torch.float64)
+    if rows is not None:
+        Xn, yn = Xn[rows], yn[rows]
     obj = BatchLogMarginalLikelihood(Xn[None], yn[None], r.kernel)  # type: ignore[attr-defined]
     floors = obj.floors.numpy()
     z0 = obj.to_log_rows(r.params[None], torch.tensor([r.noise]))[0].numpy()  # type: ignore[attr-defined]
@@ -50,11 +62,13 @@ def _dense_lml(r: object, X: np.ndarray, y: np.ndarray):
     return lml, z0
 
 
-def _dense_optimum(r: object, X: np.ndarray, y: np.ndarray) -> float:
+def _dense_optimum(
+    r: object, X: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None
+) -> float:
     """The Type-2 ML optimum near the result: scipy's L-BFGS-B on the dense likelihood
-    (:func:`_dense_lml`, so within the same floors), from the result, to tight
-    tolerances."""
-    lml, z0 = _dense_lml(r, X, y)
+    (:func:`_dense_lml`, so within the same floors; of the points ``rows`` if given),
+    from the result, to tight tolerances."""
+    lml, z0 = _dense_lml(r, X, y, rows)
     res = minimize(
         lambda z: -lml(z), z0, method="L-BFGS-B", options={"maxiter": 3000, "gtol": 1e-9}
     )
@@ -149,6 +163,48 @@ def test_above_fisher_scorings_size_the_default_refines_by_lbfgs(
     assert fit.results[0].refine_status == SKIPPED
 
 
+def test_above_default_points_the_default_refines_on_a_subset(
+    amz: Amortizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above ``DEFAULT_POINTS`` (lowered to 35) the default refines on the seeded subset of
+    ``SUBSET_POINTS`` points (lowered to 30): it ends at the subset's dense optimum
+    (scipy, on those points), reports the likelihood of all points (the dense oracle on
+    all 40) and says ``"subset"``, with no optimality claimed for all points; batched
+    over datasets it gives the same answer; an explicit ``refine="auto"`` still refines
+    on all points."""
+    import amorgp.amortizer.stages.fisher as fisher
+    import amorgp.amortizer.stages.refine as refine
+
+    monkeypatch.setattr(fisher, "MAX_POINTS", 30)
+    monkeypatch.setattr(fisher, "CHECK_POINTS", 30)
+    monkeypatch.setattr(refine, "DEFAULT_POINTS", 35)
+    monkeypatch.setattr(refine, "SUBSET_POINTS", 30)
+    X, y = _data(n=40, d=2)
+    r = amz.infer(X, y, "SE")
+    assert r.refine_status == SUBSET
+    assert r.refine_steps > 0
+    sub = encoder_subset(40, 30, amz.seed)
+    assert sub is not None
+    rows = sub.numpy()
+    on_subset, z = _dense_lml(r, X, y, rows)
+    best = _dense_optimum(r, X, y, rows)
+    assert best - on_subset(z) < 0.05, (best, on_subset(z))
+    on_all, _ = _dense_lml(r, X, y)
+    assert r.log_marginal_likelihood == pytest.approx(on_all(z), abs=1e-6)
+    assert _dense_optimum(r, X, y) - on_all(z) > 3 * GAIN_TOL  # not all points' optimum
+    opt = r.optimality()
+    assert opt.at_optimum is None
+    assert math.isnan(opt.gain)
+    assert "subset" in opt.source
+    assert math.isnan(r.refine_gain)
+    (fit,) = amz.infer_datasets([(X, y)], ["SE"])
+    assert fit.results[0].refine_status == SUBSET
+    torch.testing.assert_close(fit.results[0].params, r.params, rtol=1e-6, atol=1e-9)
+    explicit = amz.infer(X, y, "SE", refine="auto")  # asked for: all points, by L-BFGS
+    assert explicit.refine_status == "converged"
+    assert _dense_optimum(explicit, X, y) - explicit.log_marginal_likelihood < 0.05
+
+
 def test_float32_algebra_is_not_refined_and_says_so(tiny_checkpoint: Path) -> None:
     amz32 = Amortizer.from_pretrained(tiny_checkpoint, device="cpu", dtype=torch.float32)
     X, y = _data(30, 1)
@@ -186,6 +242,13 @@ def test_default_refines() -> None:
     assert not default_refines(False, 3000, False, True)  # float32
     assert not default_refines(False, 3000, True, False)  # beyond the dense limit
     assert not default_refines(False, 10**6, True, True)  # above DEFAULT_POINTS
+
+
+def test_default_subset() -> None:
+    assert default_subset(False, 10**6, True) == SUBSET_POINTS  # above DEFAULT_POINTS
+    assert default_subset(True, 10**6, True) == 0  # refined whole
+    assert default_subset(False, SUBSET_POINTS, True) == 0  # no larger than the subset
+    assert default_subset(False, 10**6, False) == 0  # no Fisher scoring on the subset
 
 
 def test_resolve_refine() -> None:

@@ -246,6 +246,10 @@ def test_time_estimate_scales_as_the_flop_counts() -> None:
     assert "refinement" not in huge
     cg = estimate_seconds(1024, [1, 3], "cg", False, 0, units)
     assert cg == {"posterior": 30 * 20 * 4 * 1024**2 * 4.0 / 512**3}
+    # the default above DEFAULT_POINTS refines on a subset: the refinement at its size
+    sub = estimate_seconds(1024, [1, 2], "cholesky", True, 3, units, refine_points=512)
+    assert sub["refinement"] == 2 * small["refinement"]  # two kernels on 512 points
+    assert sub["posterior"] == big["posterior"]  # all points
 
 
 def test_library_chatter_and_warnings_become_one_line_messages() -> None:

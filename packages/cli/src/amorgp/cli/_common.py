@@ -408,6 +408,7 @@ def estimate_seconds(
     calibrate: bool,
     refine: Refine,
     units: dict[str, float],
+    refine_points: int | None = None,
 ) -> dict[str, float]:
     """A rough time estimate of each stage (seconds), from the measured ``units`` (see
     :func:`_unit_times`) scaled by the cube of the size: the calibration's ``eigh`` per
@@ -415,7 +416,7 @@ def estimate_seconds(
     kernel; CG: about 30 matrix-vector products per addend, each a twentieth of a
     product's work per point pair), and the refinement (``refine`` L-BFGS iterations of
     about 2 evaluations, each a Cholesky and an inverse, 3 Choleskys; ``auto``: at least
-    20 iterations)."""
+    20 iterations; on ``refine_points`` points where the default refines on a subset)."""
     from amorgp.amortizer.stages.calibrate import MAX_POINTS
 
     k = len(terms)
@@ -434,7 +435,8 @@ def estimate_seconds(
 
     steps = typical_iterations(refine)
     if steps:
-        out["refinement"] = steps * k * 2 * 3 * units["cholesky"] * scale
+        on = (min(n, refine_points) / _PROBE) ** 3 if refine_points else scale
+        out["refinement"] = steps * k * 2 * 3 * units["cholesky"] * on
     return out
 
 
@@ -442,10 +444,10 @@ def announce(
     n: int, d: int, terms: list[int], backend: str, refine: Refine, calibrate: bool
 ) -> None:
     """Say which backend runs and, where the work takes seconds, roughly how long."""
-    from amorgp.amortizer.stages.refine import DEFAULT_POINTS
+    from amorgp.amortizer.stages.refine import DEFAULT_POINTS, SUBSET_POINTS
 
-    if refine is None and n > DEFAULT_POINTS:
-        refine = 0  # there the default leaves the amortized answer
+    # there the default refines on a subset (float64; the estimate does not know the dtype)
+    subset = SUBSET_POINTS if refine is None and n > DEFAULT_POINTS else None
     log.info(
         "working on n = %d points, d = %d, %d kernel(s) with backend %s",
         n,
@@ -455,7 +457,7 @@ def announce(
     )
     if n < LARGE_N and cubic_work(n, terms, refine) < ESTIMATE_WORK:
         return
-    parts = estimate_seconds(n, terms, backend, calibrate, refine, _unit_times())
+    parts = estimate_seconds(n, terms, backend, calibrate, refine, _unit_times(), subset)
     total = sum(parts.values())
     detail = ", ".join(f"{k} ~{_duration(v)}" for k, v in parts.items())
     if n < LARGE_N and total < NOTE_SECONDS:

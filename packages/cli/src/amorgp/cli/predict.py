@@ -346,7 +346,10 @@ def _predict_one(
             "are probably beyond the float64 range of the GP algebra: rescale the columns"
         )
     refined = (", scale and noise calibrated" if result.calibrated else "") + (
-        f", refined: {result.refine_steps} steps ({result.refine_status})"
+        f", refined on a subset of the points: {result.refine_steps} steps (the subset's "
+        "optimum, not checked on all points)"
+        if result.refine_status == "subset"
+        else f", refined: {result.refine_steps} steps ({result.refine_status})"
         if result.refine_status not in ("none", "skipped")
         else ", not refined (skipped: too large for the default refinement, or float32)"
         if result.refine_status == "skipped"

@@ -111,7 +111,8 @@ class AmortizedGPRegressor(*_Bases):  # type: ignore[misc]
         refine: ``None`` (the default): Type-2 ML from the network's start until one more
             step is predicted to gain less than 0.01 nats, where the dense float64
             refinement applies (at most 2000 points), by L-BFGS rounds up to 5000 points,
-            none above (``refine_status`` ``"skipped"``); ``"auto"``: the same, and L-BFGS
+            above on a seeded subset of 2000 points (``refine_status`` ``"subset"``), none
+            in float32 (``"skipped"``); ``"auto"``: the same, and L-BFGS
             at any size within the dense limit; ``k``: at most ``k``
             iterations; ``0``: the network's answer alone (see
             :meth:`Amortizer.infer_many <amorgp.amortizer.frontends.inference.Amortizer.infer_many>`).

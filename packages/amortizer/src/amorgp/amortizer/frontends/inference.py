@@ -308,8 +308,12 @@ class Amortizer(candidates.Fitter):
                 :data:`~amorgp.amortizer.stages.fisher.MAX_POINTS` points, within the memory
                 budget), and above that by L-BFGS rounds up to
                 :data:`~amorgp.amortizer.stages.refine.DEFAULT_POINTS` points (float64, within
-                the dense limit); elsewhere nothing is refined and ``refine_status`` says
-                ``"skipped"`` (:func:`~amorgp.amortizer.stages.refine.default_refines`).
+                the dense limit); above, on a seeded subset of
+                :data:`~amorgp.amortizer.stages.refine.SUBSET_POINTS` points
+                (``refine_status`` ``"subset"``: the subset's optimum;
+                :func:`~amorgp.amortizer.stages.refine.default_subset`); elsewhere nothing
+                is refined and ``refine_status`` says ``"skipped"``
+                (:func:`~amorgp.amortizer.stages.refine.default_refines`).
                 ``"auto"``: the same, and L-BFGS rounds until the likelihood stops
                 improving where Fisher scoring does not apply.  ``k`` (any integral
                 number): at most ``k`` iterations.  ``0``: the amortized answer alone (see
@@ -385,7 +389,9 @@ class Amortizer(candidates.Fitter):
         structures = KernelBatch(parsed, self.vocabulary, self.device)  # encoded once
         n, K = Xn.shape[0], len(structures)
         terms = candidates.addends(structures)
-        run, idle, groups = candidates.refine_plan(self, n, terms, steps, cons)  # or refused
+        run, idle, groups, subset = candidates.refine_plan(
+            self, n, terms, steps, cons
+        )  # or refused
         opts = candidates.FitOptions(
             steps=run,
             calibrate=calibrate,
@@ -396,6 +402,7 @@ class Amortizer(candidates.Fitter):
             evaluate_lml=evaluate_lml,
             progress=progress,
             idle=idle,
+            subset=subset,
         )
         batch = pipeline.run(self, candidates.new_batch(self, Xn[None], yn[None], structures), opts)
         elapsed = time.perf_counter() - t0

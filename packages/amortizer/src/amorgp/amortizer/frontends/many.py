@@ -326,7 +326,7 @@ def iter_datasets(
         try:
             kcons = cons.resolve(structures)
             terms = candidates.addends(structures)
-            run, idle, groups_ = candidates.refine_plan(amz, n, terms, steps, cons)
+            run, idle, groups_, subset = candidates.refine_plan(amz, n, terms, steps, cons)
         except OptionError as err:  # a name of no kernel on these inputs, or refused: theirs
             yield [DatasetFit(it.index, [], _one_line(err), n, False) for it in items]
             tick(len(items))
@@ -341,6 +341,7 @@ def iter_datasets(
             evaluate_lml=True,
             exact_network=exact_network,
             idle=idle,
+            subset=subset,
         )
         size = bucket_size(n, len(structures), n_starts, min(budget, amz.memory_budget))
         for s0 in range(0, len(items), size):

@@ -15,10 +15,11 @@ from torch import Tensor
 from amorgp.amortizer.networks.forward import encode_structures
 from amorgp.amortizer.networks.prediction import NetworkPrediction
 from amorgp.amortizer.stages import calibrate as calibration
+from amorgp.amortizer.stages import refine as refine_stage
 from amorgp.amortizer.stages.backends import GPBackendSizing
 from amorgp.amortizer.stages.constraints import Constraints, KernelConstraints
 from amorgp.amortizer.stages.fisher import fisher_applies
-from amorgp.amortizer.stages.refine import default_refines, resolve_refine
+from amorgp.amortizer.stages.refine import default_refines, default_subset, resolve_refine
 from amorgp.amortizer.stages.results import Factor
 from amorgp.lazy_kernels import SolverPlan
 
@@ -72,6 +73,8 @@ class FitOptions:
     runs on (``"none"``, or ``"skipped"`` where the default refinement does not apply).
     ``evaluate_lml``: ``False`` leaves the factorisation to each
     posterior (no batched factors).  ``exact_network``: one network forward per dataset.
+    ``subset``: the points of the seeded subset that the refinement runs on (0: all;
+    :func:`~amorgp.amortizer.stages.refine.default_subset`).
     """
 
     steps: int | Literal["auto"]
@@ -84,6 +87,7 @@ class FitOptions:
     exact_network: bool = False
     progress: Progress | None = None
     idle: str = "none"
+    subset: int = 0
 
 
 @dataclass
@@ -193,13 +197,15 @@ def refine_plan(
     terms: Sequence[int],
     steps: int | Literal["auto"] | None,
     constraints: Constraints,
-) -> tuple[int | Literal["auto"], str, list[list[int]]]:
+) -> tuple[int | Literal["auto"], str, list[list[int]], int]:
     """What runs for ``steps`` (:func:`~amorgp.amortizer.stages.refine.check_refine`'s) on
     datasets of ``n`` points with kernels of ``terms`` addends: the refinement
     (:func:`~amorgp.amortizer.stages.refine.resolve_refine`, by whether the default
-    refines there: :func:`~amorgp.amortizer.stages.refine.default_refines`), the
-    ``refine_status`` of rows it leaves alone, and L-BFGS's groups of
-    kernels where Fisher scoring does not refine (:attr:`FitOptions.groups`).
+    refines there: :func:`~amorgp.amortizer.stages.refine.default_refines`, whole or on
+    a subset: :func:`~amorgp.amortizer.stages.refine.default_subset`), the
+    ``refine_status`` of rows it leaves alone, L-BFGS's groups of
+    kernels where Fisher scoring does not refine (:attr:`FitOptions.groups`), and the
+    subset's points (:attr:`FitOptions.subset`; 0: all).
 
     Raises:
         OptionError: ``priors`` without a refinement, or an L-BFGS refinement above the
@@ -208,7 +214,11 @@ def refine_plan(
     fisher = fisher_applies(n, terms, amz.dtype, amz.memory_budget)
     dense = fisher or all(amz.fits_dense(n, t) for t in terms)
     refines = default_refines(fisher, n, amz.dtype == torch.float64, dense)
-    run, idle = resolve_refine(steps, refines)
+    subset = 0
+    if steps is None:
+        on_subset = fisher_applies(refine_stage.SUBSET_POINTS, terms, amz.dtype, amz.memory_budget)
+        subset = default_subset(refines, n, on_subset)
+    run, idle = resolve_refine(steps, refines or subset > 0)
     constraints.check_refine(run)
-    groups = amz.refine_groups(n, terms, run) if run != 0 and not fisher else []
-    return run, idle, groups
+    groups = amz.refine_groups(n, terms, run) if run != 0 and not fisher and not subset else []
+    return run, idle, groups, subset

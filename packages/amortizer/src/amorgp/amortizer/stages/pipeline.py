@@ -68,7 +68,7 @@ from amorgp.amortizer.stages.pairs import (
     evaluate_and_calibrate,
     pair_matrices,
 )
-from amorgp.amortizer.stages.refine import STARTS_ROUND, refine_in_groups, refine_starts
+from amorgp.amortizer.stages.refine import STARTS_ROUND, SUBSET, refine_in_groups, refine_starts
 from amorgp.amortizer.stages.refine_rows import (
     NESTED_PASSES,
     halve_rows,
@@ -134,9 +134,22 @@ def predict(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBa
     return batch
 
 
-def _fisher(amz: Fitter, batch: CandidateBatch) -> bool:
-    """Whether the batch's rows are refined by Fisher scoring (else L-BFGS)."""
-    return fisher_applies(batch.X.shape[1], batch.terms, amz.dtype, batch.plan.memory_budget)
+def _fisher(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> bool:
+    """Whether the batch's rows are refined by Fisher scoring (else L-BFGS): on all
+    points, or on the subset of ``opts.subset`` points."""
+    n = opts.subset or batch.X.shape[1]
+    return fisher_applies(n, batch.terms, amz.dtype, batch.plan.memory_budget)
+
+
+def _refine_data(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> tuple[Tensor, Tensor]:
+    """The normalised data the refinement runs on: all points, or the seeded subset of
+    ``opts.subset`` points (:func:`~amorgp.amortizer.stages.refine.default_subset`; the
+    same points for every dataset of the batch, which share their size)."""
+    sub = encoder_subset(batch.X.shape[1], opts.subset, amz.seed) if opts.subset else None
+    if sub is None:
+        return batch.X, batch.Y
+    sub = sub.to(batch.X.device)
+    return batch.X[:, sub], batch.Y[:, sub]
 
 
 def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
@@ -148,7 +161,7 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
     dataset)."""
     if opts.starts <= 1:
         return batch
-    halving = opts.steps == "auto" and _fisher(amz, batch)
+    halving = opts.steps == "auto" and _fisher(amz, batch, opts)
     n = batch.X.shape[1]
     sub = encoder_subset(n, calibration.MAX_POINTS, amz.seed)
     X, Y = batch.X.to(torch.float64), batch.Y.to(torch.float64)
@@ -160,8 +173,9 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
         opts.starts, amz.seed, calibrated=not opts.calibrate, keep=keep,
     )  # fmt: skip
     if halving and alternatives:  # none where one start is kept (REFINE_STARTS = 1)
+        Xr, Yr = _refine_data(amz, batch, opts)
         params, noise, start, batch.iterations = halve_rows(
-            X, Y, batch.structures, alternatives, params, noise, start, STARTS_ROUND
+            Xr, Yr, batch.structures, alternatives, params, noise, start, STARTS_ROUND
         )
     elif alternatives:  # above the Fisher scoring's limits: L-BFGS, one dataset at a time
         K = batch.K
@@ -252,16 +266,21 @@ def refine(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBat
         return batch
     cons = None if opts.constraints.trivial else list(opts.kernel_constraints)
     halving = batch.iterations
-    if _fisher(amz, batch):
+    if _fisher(amz, batch, opts):
+        X, Y = _refine_data(amz, batch, opts)
         fr = refine_pairs(
-            batch.X, batch.Y, list(batch.structures), batch.params, batch.noise, opts.steps,
-            cons, progress=opts.progress,
+            X, Y, list(batch.structures), batch.params, batch.noise, opts.steps, cons,
+            progress=opts.progress,
         )  # fmt: skip
         batch.params, batch.noise = fr.params, fr.noise
         batch.iterations = [i + h for i, h in zip(fr.iterations, halving, strict=True)]
         batch.status, batch.gain, batch.grad_norm = fr.status, fr.gain, fr.grad_norm
         if opts.steps == "auto" and cons is None and batch.K > 1:
-            _restart_nested(batch, fr.log_marginal_likelihood)
+            _restart_nested(batch, fr.log_marginal_likelihood, X, Y)
+        if opts.subset:  # the subset's optimum: its gain and gradient are not all points'
+            batch.status = [SUBSET] * batch.P
+            batch.gain = [math.nan] * batch.P
+            batch.grad_norm = [math.nan] * batch.P
         return batch
     K = batch.K
     params, noise = batch.params.clone(), batch.noise.clone()
@@ -284,8 +303,9 @@ def _factored(batch: CandidateBatch, opts: FitOptions) -> bool:
     return batch.dense_rows and opts.evaluate_lml is not False
 
 
-def _restart_nested(batch: CandidateBatch, lml: list[float]) -> None:
-    """Rows that ended below a kernel nested in theirs, restarted from its point
+def _restart_nested(batch: CandidateBatch, lml: list[float], X: Tensor, Y: Tensor) -> None:
+    """Rows that ended below a kernel nested in theirs, restarted from its point on the
+    refinement's data ``X``, ``Y``
     (:func:`~amorgp.amortizer.stages.refine_rows.restart_nested`), in up to
     :data:`~amorgp.amortizer.stages.refine_rows.NESTED_PASSES` passes (a row a pass
     improved may start the restarts of the next); those that end higher take the
@@ -295,7 +315,7 @@ def _restart_nested(batch: CandidateBatch, lml: list[float]) -> None:
     sources: set[int] | None = None
     for _ in range(NESTED_PASSES):
         got = restart_nested(
-            batch.X, batch.Y, list(batch.structures), batch.params, batch.noise, lml, "auto",
+            X, Y, list(batch.structures), batch.params, batch.noise, lml, "auto",
             sources=sources,
         )  # fmt: skip
         if got is None:

@@ -65,6 +65,9 @@ __all__ = [
     "resolve_refine",
     "default_refines",
     "DEFAULT_POINTS",
+    "SUBSET",
+    "SUBSET_POINTS",
+    "default_subset",
     "typical_iterations",
     "dense_groups",
     "refine",
@@ -98,15 +101,33 @@ L-BFGS, as ``refine="auto"``, in float64 and where every kernel of the call fits
 limit (:func:`default_refines`).  An evaluation costs one factorisation and one inverse of
 ``n x n``; at 3,000 points in 6 inputs a fit of ``SE`` takes about 70 s of one core
 (``docs/benchmarks/refine-stop.md``), 0.06x scikit-learn's with 3 restarts,
-and it grows as ``n^3``: above this size the default leaves the amortized answer, said by
-:data:`SKIPPED`."""
+and it grows as ``n^3``: above this size the default refines on a seeded subset of
+:data:`SUBSET_POINTS` points instead (:func:`default_subset`)."""
+
+SUBSET_POINTS = 2000
+"""Points of the seeded subset on which the default (``refine=None``) refines datasets
+that it does not refine whole (:func:`default_refines`: more than :data:`DEFAULT_POINTS`
+points, or a kernel beyond the dense limit) where Fisher scoring applies to this many
+points (float64, the memory budget): the successive halving and Fisher scoring of
+``refine="auto"`` on the subset (:func:`~amorgp.amortizer.networks.forward.encoder_subset`,
+seeded by the amortizer's ``seed``), every later stage on all points.  The result says
+:data:`SUBSET`: the optimum of the subset, not of all points.  On 6,000 points it ends
+about a nat below the optimum of all points, in 0.03x the time of ``refine="auto"`` there
+(L-BFGS on all points), where the amortized answer is 56-71 nats below it
+(``docs/benchmarks/subset-refine.md``)."""
+
+SUBSET = "subset"
+"""``refine_status`` of a result that the default refined on a seeded subset of
+:data:`SUBSET_POINTS` points (:func:`default_subset`): at the subset's optimum, which is
+not checked on all points (its predicted gain and gradient norm there are NaN)."""
 
 Refine = int | Literal["auto"]
 
 SKIPPED = "skipped"
 """``refine_status`` of a result whose default refinement (``refine=None``) did not run
 (:func:`default_refines`: float32 GP algebra, more than :data:`DEFAULT_POINTS` points, or
-a kernel beyond the dense limit of the memory budget; :func:`resolve_refine`)."""
+a kernel beyond the dense limit of the memory budget, and no subset refinement either:
+:func:`default_subset`; :func:`resolve_refine`)."""
 
 
 def default_refines(fisher: bool, n: int, float64: bool, dense: bool) -> bool:
@@ -114,6 +135,17 @@ def default_refines(fisher: bool, n: int, float64: bool, dense: bool) -> bool:
     Fisher scoring applies (``fisher``), and by L-BFGS up to :data:`DEFAULT_POINTS` points
     in float64 (``float64``) where every kernel fits the dense limit (``dense``)."""
     return fisher or (float64 and dense and n <= DEFAULT_POINTS)
+
+
+def default_subset(refines: bool, n: int, fisher_on_subset: bool) -> int:
+    """The points of the subset on which the default refines datasets of ``n`` points: 0
+    (none) where it refines them whole (``refines``, :func:`default_refines`), where they
+    have at most :data:`SUBSET_POINTS` points, or where Fisher scoring does not apply to
+    :data:`SUBSET_POINTS` points (``fisher_on_subset``: float32, the memory budget);
+    else :data:`SUBSET_POINTS`."""
+    if refines or n <= SUBSET_POINTS or not fisher_on_subset:
+        return 0
+    return SUBSET_POINTS
 
 
 def resolve_refine(refine: Refine | None, refines: bool) -> tuple[Refine, str]:

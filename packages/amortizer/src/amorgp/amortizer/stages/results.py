@@ -170,8 +170,11 @@ class KernelResult(KernelFit):
             objective stopped improving; Fisher scoring: the predicted gain fell below
             :data:`~amorgp.amortizer.stages.fisher.GAIN_TOL`), ``"max_iters"`` (the iteration
             budget ran out), ``"stalled"`` (Fisher scoring's steps kept failing before
-            the predicted gain was small) or ``"failed"`` (non-finite objective; the last
-            finite iterate is kept).
+            the predicted gain was small), ``"failed"`` (non-finite objective; the last
+            finite iterate is kept), ``"subset"`` (the default refined on a seeded subset
+            of :data:`~amorgp.amortizer.stages.refine.SUBSET_POINTS` points: the subset's
+            optimum, not checked on all points) or ``"skipped"`` (the default refined
+            nothing: :data:`~amorgp.amortizer.stages.refine.SKIPPED`).
         refine_gain: the log marginal likelihood (nats) that one more Fisher-scoring step
             is predicted to gain at the reported hyperparameters (``g^T F^-1 g / 2``;
             :mod:`amorgp.amortizer.stages.fisher`): below
@@ -238,6 +241,7 @@ class KernelResult(KernelFit):
         if cached is not None:
             return cached
         from amorgp.amortizer.stages.fisher import CHECK_POINTS
+        from amorgp.amortizer.stages.refine import SUBSET, SUBSET_POINTS
 
         out = stored_optimality(self)
         if out is None:
@@ -245,6 +249,8 @@ class KernelResult(KernelFit):
                 out = unknown_optimality("no data")
             elif self.n_points > CHECK_POINTS:  # the L-BFGS refinement's gradient norm, if any
                 reason = f"not evaluated: n = {self.n_points} > {CHECK_POINTS} points"
+                if self.refine_status == SUBSET:
+                    reason += f"; refined on a subset of {SUBSET_POINTS} points"
                 out = Optimality(math.nan, self.grad_norm, reason)
             else:
                 out = evaluate_rows([self])[0]
