@@ -26,6 +26,7 @@ from amorgp.amortizer.stages.refine import (
     SUBSET_POINTS,
     default_refines,
     default_subset,
+    halving_round,
     resolve_refine,
 )
 from amorgp.amortizer.testing import oracle_covariance
@@ -249,6 +250,32 @@ def test_default_subset() -> None:
     assert default_subset(True, 10**6, True) == 0  # refined whole
     assert default_subset(False, SUBSET_POINTS, True) == 0  # no larger than the subset
     assert default_subset(False, 10**6, False) == 0  # no Fisher scoring on the subset
+
+
+def test_halving_rounds_are_longer_on_larger_datasets(
+    amz: Amortizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The successive halving runs rounds of ``STARTS_ROUND`` Fisher evaluations up to
+    ``LONG_ROUND_POINTS`` points and of ``LONG_ROUND`` above (lowered to 30 here), on the
+    points it refines."""
+    import amorgp.amortizer.stages.pipeline as pipeline
+    import amorgp.amortizer.stages.refine as refine
+
+    assert halving_round(refine.LONG_ROUND_POINTS) == refine.STARTS_ROUND
+    assert halving_round(refine.LONG_ROUND_POINTS + 1) == refine.LONG_ROUND
+    seen: list[int] = []
+    real = pipeline.halve_rows
+
+    def spy(*args: object) -> object:
+        seen.append(int(args[-1]))  # type: ignore[call-overload]
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "halve_rows", spy)
+    monkeypatch.setattr(refine, "LONG_ROUND_POINTS", 30)
+    for n in (30, 40):
+        X, y = _data(n=n, d=1)
+        amz.infer(X, y, "SE + PER")
+    assert seen == [refine.STARTS_ROUND, refine.LONG_ROUND]
 
 
 def test_resolve_refine() -> None:

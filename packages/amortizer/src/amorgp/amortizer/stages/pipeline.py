@@ -68,7 +68,12 @@ from amorgp.amortizer.stages.pairs import (
     evaluate_and_calibrate,
     pair_matrices,
 )
-from amorgp.amortizer.stages.refine import STARTS_ROUND, SUBSET, refine_in_groups, refine_starts
+from amorgp.amortizer.stages.refine import (
+    SUBSET,
+    halving_round,
+    refine_in_groups,
+    refine_starts,
+)
 from amorgp.amortizer.stages.refine_rows import (
     NESTED_PASSES,
     halve_rows,
@@ -175,8 +180,9 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
     if halving and alternatives:  # none where one start is kept (REFINE_STARTS = 1)
         Xr, Yr = _refine_data(amz, batch, opts)
         params, noise, start, batch.iterations = halve_rows(
-            Xr, Yr, batch.structures, alternatives, params, noise, start, STARTS_ROUND
-        )
+            Xr, Yr, batch.structures, alternatives, params, noise, start,
+            halving_round(Xr.shape[1]),
+        )  # fmt: skip
     elif alternatives:  # above the Fisher scoring's limits: L-BFGS, one dataset at a time
         K = batch.K
         for b in range(batch.B):

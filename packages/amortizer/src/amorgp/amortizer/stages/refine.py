@@ -59,6 +59,9 @@ __all__ = [
     "AUTO_ROUND",
     "AUTO_RTOL",
     "STARTS_ROUND",
+    "LONG_ROUND",
+    "LONG_ROUND_POINTS",
+    "halving_round",
     "Refinement",
     "SKIPPED",
     "check_refine",
@@ -84,7 +87,23 @@ AUTO_RTOL = 1e-4
 
 STARTS_ROUND = 5
 """L-BFGS iterations of a round of successive halving over the best starts
-(:func:`refine_starts`)."""
+(:func:`refine_starts`), and Fisher-scoring evaluations of a round of
+:func:`~amorgp.amortizer.stages.refine_rows.halve_rows` on datasets of at most
+:data:`LONG_ROUND_POINTS` points (:func:`halving_round`)."""
+
+LONG_ROUND = 10
+"""Fisher-scoring evaluations of a round of the successive halving
+(:func:`~amorgp.amortizer.stages.refine_rows.halve_rows`) on datasets of more than
+:data:`LONG_ROUND_POINTS` points (:func:`halving_round`): there the likelihood is
+sharper and its starts take longer to converge, so that five evaluations rank their basins
+less well.  On the `realdata-a` datasets at 500 points (53 cells) the default ended more
+than a nat higher in 12 cells and lower in none, for a third more time; at 300 points
+(87 cells) 6 higher and 4 lower; on the 24 paper kernels at 500 points, and for ``SE``
+at 600-2,000 points, the same optima (``docs/guide/refine.md``)."""
+
+LONG_ROUND_POINTS = 400
+"""Points above which a round of the Fisher-scoring successive halving is
+:data:`LONG_ROUND` evaluations long, not :data:`STARTS_ROUND` (:func:`halving_round`)."""
 
 AUTO_ATOL = 0.05
 """Improvement of the log marginal likelihood (nats) over one round below which
@@ -135,6 +154,13 @@ def default_refines(fisher: bool, n: int, float64: bool, dense: bool) -> bool:
     Fisher scoring applies (``fisher``), and by L-BFGS up to :data:`DEFAULT_POINTS` points
     in float64 (``float64``) where every kernel fits the dense limit (``dense``)."""
     return fisher or (float64 and dense and n <= DEFAULT_POINTS)
+
+
+def halving_round(n: int) -> int:
+    """Fisher-scoring evaluations per round of the successive halving on datasets (or
+    the refinement's subset) of ``n`` points: :data:`STARTS_ROUND`, and
+    :data:`LONG_ROUND` above :data:`LONG_ROUND_POINTS` points."""
+    return LONG_ROUND if n > LONG_ROUND_POINTS else STARTS_ROUND
 
 
 def default_subset(refines: bool, n: int, fisher_on_subset: bool) -> int:
