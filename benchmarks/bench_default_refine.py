@@ -231,9 +231,11 @@ def write(
     )
     lines = [
         "# The default fit on real data: at the optimum, and at what cost"
-        + (" (held-out datasets)" if args.heldout else ""),
+        + (" (held-out datasets)" if args.heldout else "")
+        + (f" (up to {args.max_train} points)" if args.max_train != 200 else ""),
         "",
-        f"`benchmarks/bench_default_refine.py{' --heldout' if args.heldout else ''}`; "
+        f"`benchmarks/bench_default_refine.py{' --heldout' if args.heldout else ''}"
+        f"{f' --max-train {args.max_train}' if args.max_train != 200 else ''}`; "
         f"{n_sets} datasets of {corpus} (at most "
         f"{args.max_train} training points each) x 9 kernels ({len(best)} cells); one thread "
         f"(BLAS too), torch {torch.__version__}, {cpu} ({os.cpu_count()} cores, shared with "
