@@ -18,14 +18,17 @@ dense factor.  The stages are functions from batch to batch, in this order:
 2. :func:`propose_starts`: with more than one start, every row's starts (the
    periodogram's periods and the null starts, :mod:`amorgp.amortizer.stages.multistart`)
    calibrated and scored together, the best kept; ``refine="auto"`` refines the best few
-   of each row by successive halving (:func:`~amorgp.amortizer.stages.refine_rows.halve_rows`);
+   of each row by successive halving (:func:`~amorgp.amortizer.stages.refine_rows.halve_rows`;
+   rounds of :func:`~amorgp.amortizer.stages.refine.halving_round` evaluations);
 3. :func:`calibrate`: each row's global scale and noise at their exact Type-2 ML values
    (:mod:`amorgp.amortizer.stages.calibrate`); with no refinement to follow, this is left to
    stage 5, which evaluates the same kernel matrices;
 4. :func:`refine`: Type-2 ML from each row's point, the rows of a structure in one
    batch (Fisher scoring, :func:`~amorgp.amortizer.stages.refine_rows.refine_pairs`), or L-BFGS
    per dataset where Fisher scoring does not apply
-   (:func:`~amorgp.amortizer.stages.fisher.fisher_applies`); with ``refine="auto"`` (and
+   (:func:`~amorgp.amortizer.stages.fisher.fisher_applies`); the default above
+   :data:`~amorgp.amortizer.stages.refine.DEFAULT_POINTS` points runs stages 2 and 4 on
+   a seeded subset (:func:`~amorgp.amortizer.stages.refine.default_subset`); with ``refine="auto"`` (and
    the default) and no constraints, a row that ended below a kernel of the call nested
    in its own is restarted from that kernel's point
    (:func:`~amorgp.amortizer.stages.refine_rows.restart_nested`);
@@ -266,8 +269,9 @@ def _calibrate_rows(
 
 def refine(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
     """Stage 4: Type-2 ML from each row's point: Fisher scoring of the rows of each
-    structure in one batch where it applies, else L-BFGS per dataset by the dense limit's
-    groups of kernels."""
+    structure in one batch where it applies (on the seeded subset of ``opts.subset``
+    points where the default refines on one: status ``"subset"``, or ``"failed"``), else
+    L-BFGS per dataset by the dense limit's groups of kernels."""
     if opts.steps == 0:
         return batch
     cons = None if opts.constraints.trivial else list(opts.kernel_constraints)
@@ -284,7 +288,7 @@ def refine(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBat
         if opts.steps == "auto" and cons is None and batch.K > 1:
             _restart_nested(batch, fr.log_marginal_likelihood, X, Y)
         if opts.subset:  # the subset's optimum: its gain and gradient are not all points'
-            batch.status = [SUBSET] * batch.P
+            batch.status = [s if s == "failed" else SUBSET for s in batch.status]
             batch.gain = [math.nan] * batch.P
             batch.grad_norm = [math.nan] * batch.P
         return batch
