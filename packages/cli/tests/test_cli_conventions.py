@@ -216,7 +216,7 @@ def test_large_n_says_the_backend_and_an_estimate_and_logs_every_stage(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    import amorgp.cli._common as common
+    import amorgp.cli._estimate as common
 
     monkeypatch.setattr(common, "LARGE_N", 10)  # the 30-point table counts as large here
     args = ["predict", str(data_1d), "-k", "SE", "--split", "0.2", "--refine", "2"]
@@ -233,7 +233,7 @@ def test_large_n_says_the_backend_and_an_estimate_and_logs_every_stage(
 
 def test_time_estimate_scales_as_the_flop_counts() -> None:
     from amorgp.amortizer.stages.calibrate import MAX_POINTS
-    from amorgp.cli._common import estimate_seconds
+    from amorgp.cli._estimate import estimate_seconds
 
     units = {"cholesky": 1.0, "eigh": 2.0, "matmul": 4.0}
     small = estimate_seconds(512, [1], "cholesky", True, 3, units)

@@ -62,7 +62,7 @@ def test_something_else_is_a_clear_type_error() -> None:
 def test_long_calls_below_two_thousand_points_get_an_estimate(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import amorgp.cli._common as common
+    import amorgp.cli._estimate as common
 
     units = {"cholesky": 2e-3, "eigh": 2e-2, "matmul": 4e-3}  # a slow-ish 2-core CPU
     monkeypatch.setattr(common, "_unit_times", lambda: units)
