@@ -15,6 +15,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
+from torch import Tensor
 
 from amorgp.amortizer.api import Amortizer
 from amorgp.amortizer.networks.forward import encoder_subset
@@ -276,6 +277,36 @@ def test_halving_rounds_are_longer_on_larger_datasets(
         X, y = _data(n=n, d=1)
         amz.infer(X, y, "SE + PER")
     assert seen == [refine.STARTS_ROUND, refine.LONG_ROUND]
+
+
+def test_halving_runs_on_a_subset_of_larger_datasets(
+    amz: Amortizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above ``HALVING_POINTS`` points (lowered to 30 here) the successive halving's rounds
+    run on the seeded subset of that many points (``encoder_subset``, the amortizer's
+    seed); the winner is refined on all points, to the dense optimum of all points."""
+    import amorgp.amortizer.stages.pipeline as pipeline
+
+    seen: list[Tensor] = []
+    real = pipeline.halve_rows
+
+    def spy(X: Tensor, *args: object) -> object:
+        seen.append(X.clone())
+        return real(X, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "halve_rows", spy)
+    monkeypatch.setattr(pipeline, "HALVING_POINTS", 30)
+    X, y = _data(n=40, d=1)
+    r = amz.infer(X, y, "SE + PER")
+    assert len(seen) == 1
+    assert seen[0].shape[1] == 30
+    sub = encoder_subset(40, 30, amz.seed)
+    assert sub is not None
+    Xn = r.normalizer.transform_x(X).to(seen[0].dtype)
+    assert torch.equal(seen[0][0], Xn[sub])
+    lml, z = _dense_lml(r, X, y)
+    assert _dense_optimum(r, X, y) - lml(z) < 0.05
+    assert r.refine_status == "converged"
 
 
 def test_resolve_refine() -> None:

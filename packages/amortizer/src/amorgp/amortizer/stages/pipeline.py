@@ -72,6 +72,7 @@ from amorgp.amortizer.stages.pairs import (
     pair_matrices,
 )
 from amorgp.amortizer.stages.refine import (
+    HALVING_POINTS,
     SUBSET,
     halving_round,
     refine_in_groups,
@@ -182,6 +183,10 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
     )  # fmt: skip
     if halving and alternatives:  # none where one start is kept (REFINE_STARTS = 1)
         Xr, Yr = _refine_data(amz, batch, opts)
+        few = encoder_subset(Xr.shape[1], HALVING_POINTS, amz.seed)
+        if few is not None:  # the rounds on a subset; the winner goes on on all points
+            few = few.to(Xr.device)
+            Xr, Yr = Xr[:, few], Yr[:, few]
         params, noise, start, batch.iterations = halve_rows(
             Xr, Yr, batch.structures, alternatives, params, noise, start,
             halving_round(Xr.shape[1]),

@@ -61,6 +61,7 @@ __all__ = [
     "STARTS_ROUND",
     "LONG_ROUND",
     "LONG_ROUND_POINTS",
+    "HALVING_POINTS",
     "halving_round",
     "Refinement",
     "SKIPPED",
@@ -104,6 +105,13 @@ at 600-2,000 points, the same optima (``docs/guide/refine.md``)."""
 LONG_ROUND_POINTS = 400
 """Points above which a round of the Fisher-scoring successive halving is
 :data:`LONG_ROUND` evaluations long, not :data:`STARTS_ROUND` (:func:`halving_round`)."""
+
+HALVING_POINTS = 1000
+"""Most points the successive halving of the best starts
+(:func:`~amorgp.amortizer.stages.refine_rows.halve_rows`) runs on: on larger datasets (or
+refinement subsets) its rounds run on a seeded subset of this many points
+(:func:`~amorgp.amortizer.networks.forward.encoder_subset`, the amortizer's seed), and the
+winner, from the point its rounds reached, is refined on all points."""
 
 AUTO_ATOL = 0.05
 """Improvement of the log marginal likelihood (nats) over one round below which
