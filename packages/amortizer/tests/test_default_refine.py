@@ -282,10 +282,14 @@ def test_halving_rounds_are_longer_on_larger_datasets(
 def test_halving_runs_on_a_subset_of_larger_datasets(
     amz: Amortizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Above ``HALVING_POINTS`` points (lowered to 30 here) the successive halving's rounds
-    run on the seeded subset of that many points (``encoder_subset``, the amortizer's
-    seed); the winner is refined on all points, to the dense optimum of all points."""
+    """With ``HALVING_POINTS`` set (30 here; ``None`` by default: all points) the
+    successive halving's rounds run on the seeded subset of that many points
+    (``encoder_subset``, the amortizer's seed) of larger datasets; the winner is refined on
+    all points, to the dense optimum of all points."""
     import amorgp.amortizer.stages.pipeline as pipeline
+    import amorgp.amortizer.stages.refine as refine
+
+    assert refine.HALVING_POINTS is None
 
     seen: list[Tensor] = []
     real = pipeline.halve_rows

@@ -183,8 +183,8 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
     )  # fmt: skip
     if halving and alternatives:  # none where one start is kept (REFINE_STARTS = 1)
         Xr, Yr = _refine_data(amz, batch, opts)
-        few = encoder_subset(Xr.shape[1], HALVING_POINTS, amz.seed)
-        if few is not None:  # the rounds on a subset; the winner goes on on all points
+        few = encoder_subset(Xr.shape[1], HALVING_POINTS, amz.seed) if HALVING_POINTS else None
+        if few is not None:  # the rounds on a subset (off by default); the winner on all
             few = few.to(Xr.device)
             Xr, Yr = Xr[:, few], Yr[:, few]
         params, noise, start, batch.iterations = halve_rows(
