@@ -150,15 +150,22 @@ def _fisher(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> bool:
     return fisher_applies(n, batch.terms, amz.dtype, batch.plan.memory_budget)
 
 
+def _seeded_points(X: Tensor, Y: Tensor, points: int | None, seed: int) -> tuple[Tensor, Tensor]:
+    """``X (B, n, d)`` and ``Y (B, n)`` on the seeded subset of ``points`` points
+    (:func:`~amorgp.amortizer.networks.forward.encoder_subset`; the same points for every
+    dataset of the batch, which share their size), or whole where they have no more
+    points or ``points`` is ``None`` or 0."""
+    sub = encoder_subset(X.shape[1], points, seed) if points else None
+    if sub is None:
+        return X, Y
+    sub = sub.to(X.device)
+    return X[:, sub], Y[:, sub]
+
+
 def _refine_data(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> tuple[Tensor, Tensor]:
     """The normalised data the refinement runs on: all points, or the seeded subset of
-    ``opts.subset`` points (:func:`~amorgp.amortizer.stages.refine.default_subset`; the
-    same points for every dataset of the batch, which share their size)."""
-    sub = encoder_subset(batch.X.shape[1], opts.subset, amz.seed) if opts.subset else None
-    if sub is None:
-        return batch.X, batch.Y
-    sub = sub.to(batch.X.device)
-    return batch.X[:, sub], batch.Y[:, sub]
+    ``opts.subset`` points (:func:`~amorgp.amortizer.stages.refine.default_subset`)."""
+    return _seeded_points(batch.X, batch.Y, opts.subset, amz.seed)
 
 
 def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> CandidateBatch:
@@ -174,7 +181,7 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
     n = batch.X.shape[1]
     sub = encoder_subset(n, calibration.MAX_POINTS, amz.seed)
     X, Y = batch.X.to(torch.float64), batch.Y.to(torch.float64)
-    Xs, Ys = (X, Y) if sub is None else (X[:, sub.to(X.device)], Y[:, sub.to(X.device)])
+    Xs, Ys = _seeded_points(X, Y, calibration.MAX_POINTS, amz.seed)
     keep = REFINE_STARTS if opts.steps == "auto" else 1
     params, noise, start, _, alternatives = multistart_rows(
         Xs, Ys, batch.structures, amz.vocabulary, batch.symbols, batch.mask, batch.params,
@@ -182,11 +189,8 @@ def propose_starts(amz: Fitter, batch: CandidateBatch, opts: FitOptions) -> Cand
         opts.starts, amz.seed, calibrated=not opts.calibrate, keep=keep,
     )  # fmt: skip
     if halving and alternatives:  # none where one start is kept (REFINE_STARTS = 1)
-        Xr, Yr = _refine_data(amz, batch, opts)
-        few = encoder_subset(Xr.shape[1], HALVING_POINTS, amz.seed) if HALVING_POINTS else None
-        if few is not None:  # the rounds on a subset (off by default); the winner on all
-            few = few.to(Xr.device)
-            Xr, Yr = Xr[:, few], Yr[:, few]
+        # the rounds on a subset where HALVING_POINTS is set (off by default)
+        Xr, Yr = _seeded_points(*_refine_data(amz, batch, opts), HALVING_POINTS, amz.seed)
         params, noise, start, batch.iterations = halve_rows(
             Xr, Yr, batch.structures, alternatives, params, noise, start,
             halving_round(Xr.shape[1]),
