@@ -54,30 +54,14 @@ METHODS = ("halving on all points", "halving on a subset")
 
 
 def tables(count: int, rows: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """``count`` unseen tables with at least ``rows`` rows: ``(name, X, y)``, seeded."""
+    """``count`` unseen tables with at least ``rows`` rows: ``(name, X, y)``, seeded
+    (``bench_unseen_tables.draw_cells``)."""
     from amorgp_experiments.realpool import unjudged_tables
+    from bench_unseen_tables import draw_cells
 
     with contextlib.redirect_stdout(io.StringIO()):
         pool, names, _ = unjudged_tables()
-    rng = np.random.default_rng(20261207)
-    out = []
-    for i in rng.permutation(len(pool)):
-        t = pool[int(i)]
-        if len(t) < rows:
-            continue
-        r = np.random.default_rng(int(i))
-        cols = r.permutation(t.shape[1])
-        d = int(min(t.shape[1] - 1, r.integers(1, 5)))
-        if d < 1:
-            continue
-        pick = r.permutation(len(t))[:rows]
-        y, X = t[pick, cols[0]], t[pick][:, cols[1 : 1 + d]]
-        if np.ptp(y) == 0 or bool((np.ptp(X, axis=0) == 0).any()):
-            continue
-        out.append((names[int(i)], X, y))
-        if len(out) == count:
-            break
-    return out
+    return draw_cells(pool, names, count, rows=rows, min_rows=rows, seed=20261207)
 
 
 def main() -> None:

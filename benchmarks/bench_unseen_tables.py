@@ -61,18 +61,27 @@ MAX_ROWS = 200
 
 
 def draw_cells(
-    tables: list[np.ndarray], names: list[str], count: int
+    tables: list[np.ndarray],
+    names: list[str],
+    count: int,
+    rows: int = MAX_ROWS,
+    min_rows: int = 0,
+    seed: int = SEED,
 ) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """``count`` (name, X, y) datasets from distinct random tables (module docstring)."""
-    rng = np.random.default_rng(SEED)
+    """``count`` (name, X, y) datasets from distinct random tables (module docstring): at
+    most ``rows`` random rows of each table of at least ``min_rows`` rows, in the order of
+    a permutation seeded by ``seed``."""
+    rng = np.random.default_rng(seed)
     out = []
     for i in rng.permutation(len(tables)):
         t = tables[int(i)]
+        if len(t) < min_rows:
+            continue
         r = np.random.default_rng(int(i))
         cols = r.permutation(t.shape[1])
         d = int(min(t.shape[1] - 1, r.integers(1, 5)))
-        rows = r.permutation(len(t))[:MAX_ROWS]
-        y, X = t[rows, cols[0]], t[rows][:, cols[1 : 1 + d]]
+        pick = r.permutation(len(t))[:rows]
+        y, X = t[pick, cols[0]], t[pick][:, cols[1 : 1 + d]]
         if np.ptp(y) == 0 or bool((np.ptp(X, axis=0) == 0).any()):
             continue  # a constant column: no regression problem
         out.append((names[int(i)], X, y))
